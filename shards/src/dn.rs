@@ -1,0 +1,383 @@
+//! Distinguished names (RFC 4514): parsing, normalization and storage keys.
+//!
+//! A `Dn` keeps each RDN's normalized string form. Two DNs are the same
+//! entry exactly when their normalized forms are equal; the partition of an
+//! entry is a hash of that form. The storage key (`Dn::key`) lists the RDNs
+//! from the root down, separated by a NUL byte, so every entry below a base
+//! shares the base's key as a prefix and a subtree search is one ordered
+//! range scan (normalized RDNs escape NUL, so the separator is unambiguous).
+
+use crate::error::{Error, Result};
+use crate::matching;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dn {
+    /// RDNs from the leftmost (the entry's own) to the rightmost.
+    rdns: Vec<Rdn>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rdn {
+    pub avas: Vec<Ava>,
+    /// Normalized form: `type=value` pairs sorted and joined by `+`.
+    norm: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ava {
+    /// The attribute type as written.
+    pub attr: String,
+    /// The unescaped value.
+    pub value: Vec<u8>,
+}
+
+pub const KEY_SEPARATOR: u8 = 0;
+
+impl Dn {
+    pub fn root() -> Dn {
+        Dn { rdns: Vec::new() }
+    }
+
+    pub fn parse(text: &str) -> Result<Dn> {
+        let mut rdns = Vec::new();
+        let bytes = text.as_bytes();
+        let mut pos = skip_spaces(bytes, 0);
+        if pos == bytes.len() {
+            return Ok(Dn::root());
+        }
+        loop {
+            let (rdn, next) = parse_rdn(text, bytes, pos)?;
+            rdns.push(rdn);
+            pos = skip_spaces(bytes, next);
+            if pos == bytes.len() {
+                break;
+            }
+            match bytes[pos] {
+                b',' | b';' => pos = skip_spaces(bytes, pos + 1),
+                _ => return Err(Error::invalid_dn(text, "expected ',' between RDNs")),
+            }
+            if pos == bytes.len() {
+                return Err(Error::invalid_dn(text, "empty RDN at the end"));
+            }
+        }
+        Ok(Dn { rdns })
+    }
+
+    pub fn is_root(&self) -> bool {
+        self.rdns.is_empty()
+    }
+
+    pub fn rdns(&self) -> &[Rdn] {
+        &self.rdns
+    }
+
+    /// The entry's own RDN; `None` for the root.
+    pub fn rdn(&self) -> Option<&Rdn> {
+        self.rdns.first()
+    }
+
+    pub fn parent(&self) -> Dn {
+        Dn { rdns: self.rdns.iter().skip(1).cloned().collect() }
+    }
+
+    /// This DN with its leftmost RDN replaced and placed under `superior`.
+    pub fn renamed(rdn: Rdn, superior: &Dn) -> Dn {
+        let mut rdns = Vec::with_capacity(superior.rdns.len() + 1);
+        rdns.push(rdn);
+        rdns.extend(superior.rdns.iter().cloned());
+        Dn { rdns }
+    }
+
+    pub fn depth(&self) -> usize {
+        self.rdns.len()
+    }
+
+    /// The normalized string form, `uid=jdoe,ou=people,dc=example,dc=com`.
+    pub fn norm(&self) -> String {
+        let mut out = String::new();
+        for (i, rdn) in self.rdns.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(&rdn.norm);
+        }
+        out
+    }
+
+    /// The storage key: normalized RDNs from the root down, NUL-separated.
+    pub fn key(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.rdns.iter().map(|r| r.norm.len() + 1).sum());
+        for (i, rdn) in self.rdns.iter().rev().enumerate() {
+            if i > 0 {
+                out.push(KEY_SEPARATOR);
+            }
+            out.extend_from_slice(rdn.norm.as_bytes());
+        }
+        out
+    }
+
+    /// Whether `self` is `base` or below it.
+    pub fn is_within(&self, base: &Dn) -> bool {
+        self.rdns.len() >= base.rdns.len()
+            && self.rdns[self.rdns.len() - base.rdns.len()..]
+                .iter()
+                .zip(&base.rdns)
+                .all(|(a, b)| a.norm == b.norm)
+    }
+
+    /// The user-facing string form (values re-escaped as needed).
+    pub fn to_string_form(&self) -> String {
+        let mut out = String::new();
+        for (i, rdn) in self.rdns.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            for (j, ava) in rdn.avas.iter().enumerate() {
+                if j > 0 {
+                    out.push('+');
+                }
+                out.push_str(&ava.attr);
+                out.push('=');
+                escape_value(&ava.value, &mut out);
+            }
+        }
+        out
+    }
+}
+
+/// Number of RDNs in a storage key.
+pub fn key_depth(key: &[u8]) -> usize {
+    if key.is_empty() {
+        0
+    } else {
+        1 + key.iter().filter(|b| **b == KEY_SEPARATOR).count()
+    }
+}
+
+impl Rdn {
+    pub fn parse(text: &str) -> Result<Rdn> {
+        let bytes = text.as_bytes();
+        let pos = skip_spaces(bytes, 0);
+        let (rdn, next) = parse_rdn(text, bytes, pos)?;
+        if skip_spaces(bytes, next) != bytes.len() {
+            return Err(Error::invalid_dn(text, "an RDN must not contain ','"));
+        }
+        Ok(rdn)
+    }
+
+    pub fn norm(&self) -> &str {
+        &self.norm
+    }
+
+    fn from_avas(mut avas: Vec<Ava>) -> Rdn {
+        let mut parts: Vec<String> = avas
+            .iter()
+            .map(|a| {
+                let attr = matching::canonical(&a.attr);
+                let value = matching::normalize(&attr, &a.value);
+                let mut s = String::with_capacity(attr.len() + value.len() + 1);
+                s.push_str(&attr);
+                s.push('=');
+                escape_value(&value, &mut s);
+                s
+            })
+            .collect();
+        if parts.len() > 1 {
+            let mut order: Vec<usize> = (0..parts.len()).collect();
+            order.sort_by(|a, b| parts[*a].cmp(&parts[*b]));
+            avas = order.iter().map(|i| avas[*i].clone()).collect();
+            parts.sort();
+        }
+        Rdn { avas, norm: parts.join("+") }
+    }
+}
+
+fn skip_spaces(b: &[u8], mut pos: usize) -> usize {
+    while pos < b.len() && b[pos] == b' ' {
+        pos += 1;
+    }
+    pos
+}
+
+fn parse_rdn(text: &str, b: &[u8], mut pos: usize) -> Result<(Rdn, usize)> {
+    let mut avas = Vec::new();
+    loop {
+        let (ava, next) = parse_ava(text, b, pos)?;
+        avas.push(ava);
+        pos = next;
+        if pos < b.len() && b[pos] == b'+' {
+            pos = skip_spaces(b, pos + 1);
+            continue;
+        }
+        break;
+    }
+    Ok((Rdn::from_avas(avas), pos))
+}
+
+fn parse_ava(text: &str, b: &[u8], mut pos: usize) -> Result<(Ava, usize)> {
+    let start = pos;
+    while pos < b.len() && (b[pos].is_ascii_alphanumeric() || b[pos] == b'-' || b[pos] == b'.') {
+        pos += 1;
+    }
+    let attr = &text[start..pos];
+    if attr.is_empty() {
+        return Err(Error::invalid_dn(text, "missing attribute type"));
+    }
+    let first = attr.as_bytes()[0];
+    let is_oid = first.is_ascii_digit();
+    if is_oid && !attr.bytes().all(|c| c.is_ascii_digit() || c == b'.') {
+        return Err(Error::invalid_dn(text, "bad attribute type"));
+    }
+    if !is_oid && !first.is_ascii_alphabetic() {
+        return Err(Error::invalid_dn(text, "bad attribute type"));
+    }
+    pos = skip_spaces(b, pos);
+    if pos >= b.len() || b[pos] != b'=' {
+        return Err(Error::invalid_dn(text, "expected '=' after attribute type"));
+    }
+    pos = skip_spaces(b, pos + 1);
+    let (value, next) = if pos < b.len() && b[pos] == b'#' {
+        parse_hex_value(text, b, pos + 1)?
+    } else {
+        parse_string_value(text, b, pos)?
+    };
+    Ok((Ava { attr: attr.to_string(), value }, next))
+}
+
+fn parse_hex_value(text: &str, b: &[u8], mut pos: usize) -> Result<(Vec<u8>, usize)> {
+    let mut out = Vec::new();
+    while pos + 1 < b.len() && b[pos].is_ascii_hexdigit() && b[pos + 1].is_ascii_hexdigit() {
+        out.push(hex(b[pos]) << 4 | hex(b[pos + 1]));
+        pos += 2;
+    }
+    if out.is_empty() || (pos < b.len() && !matches!(b[pos], b',' | b';' | b'+' | b' ')) {
+        return Err(Error::invalid_dn(text, "bad #hex value"));
+    }
+    Ok((out, pos))
+}
+
+fn parse_string_value(text: &str, b: &[u8], mut pos: usize) -> Result<(Vec<u8>, usize)> {
+    let mut out = Vec::new();
+    // Index in `out` after the last escaped or non-space byte: trailing
+    // unescaped spaces are not part of the value.
+    let mut keep = 0;
+    while pos < b.len() {
+        match b[pos] {
+            b',' | b';' | b'+' => break,
+            b'\\' => {
+                pos += 1;
+                if pos >= b.len() {
+                    return Err(Error::invalid_dn(text, "dangling '\\'"));
+                }
+                if b[pos].is_ascii_hexdigit() && pos + 1 < b.len() && b[pos + 1].is_ascii_hexdigit() {
+                    out.push(hex(b[pos]) << 4 | hex(b[pos + 1]));
+                    pos += 2;
+                } else if b" \"#+,;<=>\\".contains(&b[pos]) {
+                    out.push(b[pos]);
+                    pos += 1;
+                } else {
+                    return Err(Error::invalid_dn(text, "bad escape"));
+                }
+                keep = out.len();
+            }
+            b'"' | b'<' | b'>' | b'=' | 0 => {
+                return Err(Error::invalid_dn(text, "unescaped special character in value"))
+            }
+            c => {
+                out.push(c);
+                pos += 1;
+                if c != b' ' {
+                    keep = out.len();
+                }
+            }
+        }
+    }
+    out.truncate(keep);
+    if std::str::from_utf8(&out).is_err() {
+        return Err(Error::invalid_dn(text, "value is not UTF-8"));
+    }
+    Ok((out, pos))
+}
+
+fn hex(c: u8) -> u8 {
+    match c {
+        b'0'..=b'9' => c - b'0',
+        b'a'..=b'f' => c - b'a' + 10,
+        _ => c - b'A' + 10,
+    }
+}
+
+/// Escapes a value for the string form of a DN (RFC 4514 §2.4).
+pub fn escape_value(value: &[u8], out: &mut String) {
+    let text = String::from_utf8_lossy(value);
+    let n = text.chars().count();
+    for (i, ch) in text.chars().enumerate() {
+        match ch {
+            '"' | '+' | ',' | ';' | '<' | '>' | '\\' | '=' => {
+                out.push('\\');
+                out.push(ch);
+            }
+            '#' if i == 0 => out.push_str("\\#"),
+            ' ' if i == 0 || i + 1 == n => out.push_str("\\ "),
+            '\0' => out.push_str("\\00"),
+            _ => out.push(ch),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn norm(s: &str) -> String {
+        Dn::parse(s).map(|d| d.norm()).unwrap_or_else(|e| format!("ERR {:?}", e.code))
+    }
+
+    #[test]
+    fn normalization_table() {
+        for (input, want) in [
+            ("", ""),
+            ("dc=example,dc=com", "dc=example,dc=com"),
+            ("DC=Example, DC=COM", "dc=example,dc=com"),
+            ("commonName=John  Smith,o=Acme", "cn=john smith,o=acme"),
+            ("cn=a\\,b,dc=x", "cn=a\\,b,dc=x"),
+            ("cn=\\41bc,dc=x", "cn=abc,dc=x"),
+            ("cn=#616263,dc=x", "cn=abc,dc=x"),
+            ("cn=b+sn=a,dc=x", "cn=b+sn=a,dc=x"),
+            ("sn=a+cn=b,dc=x", "cn=b+sn=a,dc=x"),
+            ("cn=x ,dc=y", "cn=x,dc=y"),
+            ("cn=\\ x\\ ,dc=y", "cn=x,dc=y"),
+            ("2.5.4.3=x", "2.5.4.3=x"),
+            ("cn=Jürgen,dc=x", "cn=jürgen,dc=x"),
+            ("cn", "ERR InvalidDNSyntax"),
+            ("=x", "ERR InvalidDNSyntax"),
+            ("cn=x,", "ERR InvalidDNSyntax"),
+            ("cn=a\"b", "ERR InvalidDNSyntax"),
+            ("cn=a\\", "ERR InvalidDNSyntax"),
+            ("cn=x,,dc=y", "ERR InvalidDNSyntax"),
+            ("1cn=x", "ERR InvalidDNSyntax"),
+        ] {
+            assert_eq!(norm(input), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn keys_nest() {
+        let base = Dn::parse("ou=people,dc=example,dc=com").unwrap();
+        let child = Dn::parse("uid=a,ou=people,dc=example,dc=com").unwrap();
+        assert!(child.key().starts_with(&base.key()));
+        assert_eq!(child.key()[base.key().len()], KEY_SEPARATOR);
+        assert_eq!(key_depth(&child.key()), 4);
+        assert!(child.is_within(&base));
+        assert!(!base.is_within(&child));
+        assert_eq!(child.parent(), base);
+    }
+
+    #[test]
+    fn string_form_round_trips() {
+        for s in ["cn=a\\,b+sn=c,dc=x", "cn=\\ lead,dc=x", "cn=\\#x,dc=y"] {
+            let dn = Dn::parse(s).unwrap();
+            assert_eq!(Dn::parse(&dn.to_string_form()).unwrap().norm(), dn.norm(), "{s}");
+        }
+    }
+}

@@ -1,0 +1,319 @@
+//! Entries: the owned form used by writes and the zero-copy view used by reads.
+//!
+//! `id2entry` stores an entry as its DN followed by its attributes in the
+//! order they were written, each name followed by its values: a search
+//! walks this layout straight from the storage snapshot into the response
+//! without building an intermediate entry.
+//!
+//! Layout (little-endian): `u32 dn_len, dn, u16 n_attrs`, then per
+//! attribute `u8 name_len, name, u32 n_vals`, then per value `u32 len, bytes`.
+
+use crate::error::{Error, Result};
+use crate::matching;
+use ldap3_proto::LdapResultCode;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attr {
+    pub name: String,
+    pub vals: Vec<Vec<u8>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub dn: String,
+    pub attrs: Vec<Attr>,
+}
+
+/// One change of a Modify request (RFC 4511 §4.6).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Mod {
+    Add(Attr),
+    Delete(Attr),
+    Replace(Attr),
+    Increment(Attr),
+}
+
+impl Entry {
+    pub fn get(&self, name: &str) -> Option<&Attr> {
+        self.attrs.iter().find(|a| matching::same_attr(&a.name, name))
+    }
+
+    fn position(&self, name: &str) -> Option<usize> {
+        self.attrs.iter().position(|a| matching::same_attr(&a.name, name))
+    }
+
+    /// Sets an attribute to exactly these values, keeping its position.
+    pub fn set(&mut self, name: &str, vals: Vec<Vec<u8>>) {
+        match self.position(name) {
+            Some(i) => self.attrs[i].vals = vals,
+            None => self.attrs.push(Attr { name: name.to_string(), vals }),
+        }
+    }
+
+    pub fn remove(&mut self, name: &str) {
+        if let Some(i) = self.position(name) {
+            self.attrs.remove(i);
+        }
+    }
+
+    pub fn has_value(&self, name: &str, value: &[u8]) -> bool {
+        self.get(name)
+            .is_some_and(|a| a.vals.iter().any(|v| matching::values_equal(name, v, value)))
+    }
+
+    /// Adds values, refusing a value that is already present.
+    pub fn add_values(&mut self, name: &str, vals: &[Vec<u8>]) -> Result<()> {
+        let i = match self.position(name) {
+            Some(i) => i,
+            None => {
+                self.attrs.push(Attr { name: name.to_string(), vals: Vec::new() });
+                self.attrs.len() - 1
+            }
+        };
+        for v in vals {
+            let attr = &mut self.attrs[i];
+            if attr.vals.iter().any(|old| matching::values_equal(name, old, v)) {
+                return Err(Error::new(
+                    LdapResultCode::AttributeOrValueExists,
+                    format!("{name}: value #{} provided more than once", attr.vals.len()),
+                ));
+            }
+            attr.vals.push(v.clone());
+        }
+        Ok(())
+    }
+
+    /// Applies the changes of a Modify request in order (all or nothing).
+    pub fn apply(&mut self, mods: &[Mod]) -> Result<()> {
+        for m in mods {
+            match m {
+                Mod::Add(a) => {
+                    if a.vals.is_empty() {
+                        return Err(Error::protocol(format!("{}: add with no values", a.name)));
+                    }
+                    self.add_values(&a.name, &a.vals)?
+                }
+                Mod::Delete(a) => self.delete_values(a)?,
+                Mod::Replace(a) => {
+                    if a.vals.is_empty() {
+                        self.remove(&a.name);
+                    } else {
+                        self.set(&a.name, Vec::new());
+                        self.add_values(&a.name, &a.vals)?;
+                    }
+                }
+                Mod::Increment(a) => self.increment(a)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn delete_values(&mut self, a: &Attr) -> Result<()> {
+        let no_such = || {
+            Error::new(LdapResultCode::NoSuchAttribute, format!("{}: no such attribute or value", a.name))
+        };
+        let i = self.position(&a.name).ok_or_else(no_such)?;
+        if a.vals.is_empty() {
+            self.attrs.remove(i);
+            return Ok(());
+        }
+        for v in &a.vals {
+            let vals = &mut self.attrs[i].vals;
+            let at = vals.iter().position(|old| matching::values_equal(&a.name, old, v)).ok_or_else(no_such)?;
+            vals.remove(at);
+        }
+        if self.attrs[i].vals.is_empty() {
+            self.attrs.remove(i);
+        }
+        Ok(())
+    }
+
+    fn increment(&mut self, a: &Attr) -> Result<()> {
+        let by = parse_int(a.vals.first().map(Vec::as_slice).unwrap_or_default())
+            .ok_or_else(|| Error::new(LdapResultCode::InvalidAttributeSyntax, format!("{}: increment is not an integer", a.name)))?;
+        let i = self.position(&a.name).ok_or_else(|| {
+            Error::new(LdapResultCode::NoSuchAttribute, format!("{}: no such attribute", a.name))
+        })?;
+        for v in &mut self.attrs[i].vals {
+            let n = parse_int(v).ok_or_else(|| {
+                Error::new(LdapResultCode::ConstraintViolation, format!("{}: value is not an integer", a.name))
+            })?;
+            *v = (n + by).to_string().into_bytes();
+        }
+        Ok(())
+    }
+
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(self.dn.len() as u32).to_le_bytes());
+        out.extend_from_slice(self.dn.as_bytes());
+        out.extend_from_slice(&(self.attrs.len() as u16).to_le_bytes());
+        for a in &self.attrs {
+            out.push(a.name.len() as u8);
+            out.extend_from_slice(a.name.as_bytes());
+            out.extend_from_slice(&(a.vals.len() as u32).to_le_bytes());
+            for v in &a.vals {
+                out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+                out.extend_from_slice(v);
+            }
+        }
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Entry> {
+        let view = EntryView::new(bytes)?;
+        Ok(Entry {
+            dn: view.dn().to_string(),
+            attrs: view
+                .attrs()
+                .map(|a| Attr { name: a.name.to_string(), vals: a.vals().map(<[u8]>::to_vec).collect() })
+                .collect(),
+        })
+    }
+}
+
+pub fn parse_int(v: &[u8]) -> Option<i64> {
+    std::str::from_utf8(v).ok()?.trim().parse().ok()
+}
+
+/// A borrowed, validated view of an encoded entry.
+#[derive(Clone, Copy)]
+pub struct EntryView<'a> {
+    dn: &'a str,
+    attrs: &'a [u8],
+    n_attrs: u16,
+}
+
+#[derive(Clone, Copy)]
+pub struct AttrView<'a> {
+    pub name: &'a str,
+    n_vals: u32,
+    vals: &'a [u8],
+}
+
+fn corrupt() -> Error {
+    Error::other("corrupt entry record in id2entry")
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.buf.len() < n {
+            return Err(corrupt());
+        }
+        let (head, rest) = self.buf.split_at(n);
+        self.buf = rest;
+        Ok(head)
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
+    }
+}
+
+impl<'a> EntryView<'a> {
+    /// Validates the whole record once, so the iterators below cannot fail.
+    pub fn new(bytes: &'a [u8]) -> Result<EntryView<'a>> {
+        let mut r = Reader { buf: bytes };
+        let dn_len = r.u32()? as usize;
+        let dn = std::str::from_utf8(r.take(dn_len)?).map_err(|_| corrupt())?;
+        let n_attrs = u16::from_le_bytes(r.take(2)?.try_into().unwrap());
+        let attrs = r.buf;
+        for _ in 0..n_attrs {
+            let name_len = r.take(1)?[0] as usize;
+            std::str::from_utf8(r.take(name_len)?).map_err(|_| corrupt())?;
+            for _ in 0..r.u32()? {
+                let len = r.u32()? as usize;
+                r.take(len)?;
+            }
+        }
+        Ok(EntryView { dn, attrs, n_attrs })
+    }
+
+    pub fn dn(&self) -> &'a str {
+        self.dn
+    }
+
+    pub fn attrs(&self) -> impl Iterator<Item = AttrView<'a>> {
+        let mut buf = self.attrs;
+        (0..self.n_attrs).map(move |_| {
+            let name_len = buf[0] as usize;
+            // Validated in `new`.
+            let name = unsafe { std::str::from_utf8_unchecked(&buf[1..1 + name_len]) };
+            let n_vals = u32::from_le_bytes(buf[1 + name_len..5 + name_len].try_into().unwrap());
+            let start = 5 + name_len;
+            let mut end = start;
+            for _ in 0..n_vals {
+                let len = u32::from_le_bytes(buf[end..end + 4].try_into().unwrap()) as usize;
+                end += 4 + len;
+            }
+            let vals = &buf[start..end];
+            buf = &buf[end..];
+            AttrView { name, n_vals, vals }
+        })
+    }
+
+    pub fn get(&self, name: &str) -> Option<AttrView<'a>> {
+        self.attrs().find(|a| matching::same_attr(a.name, name))
+    }
+}
+
+impl<'a> AttrView<'a> {
+    pub fn n_vals(&self) -> usize {
+        self.n_vals as usize
+    }
+
+    pub fn vals(&self) -> impl Iterator<Item = &'a [u8]> {
+        let mut buf = self.vals;
+        (0..self.n_vals).map(move |_| {
+            let len = u32::from_le_bytes(buf[..4].try_into().unwrap()) as usize;
+            let v = &buf[4..4 + len];
+            buf = &buf[4 + len..];
+            v
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attr(name: &str, vals: &[&str]) -> Attr {
+        Attr { name: name.into(), vals: vals.iter().map(|v| v.as_bytes().to_vec()).collect() }
+    }
+
+    fn sample() -> Entry {
+        Entry { dn: "cn=a,dc=x".into(), attrs: vec![attr("objectClass", &["top", "person"]), attr("cn", &["a"])] }
+    }
+
+    #[test]
+    fn encode_round_trip() {
+        let e = sample();
+        let mut buf = Vec::new();
+        e.encode(&mut buf);
+        assert_eq!(Entry::decode(&buf).unwrap(), e);
+        let v = EntryView::new(&buf).unwrap();
+        assert_eq!(v.get("commonName").unwrap().vals().collect::<Vec<_>>(), vec![b"a"]);
+        for cut in 0..buf.len() {
+            assert!(EntryView::new(&buf[..cut]).is_err(), "truncated at {cut}");
+        }
+    }
+
+    #[test]
+    fn modify_semantics() {
+        let code = |e: &mut Entry, m: Mod| e.apply(&[m]).map_err(|e| e.code);
+        let mut e = sample();
+        assert_eq!(code(&mut e, Mod::Add(attr("cn", &["A"]))), Err(LdapResultCode::AttributeOrValueExists));
+        assert_eq!(code(&mut e, Mod::Add(attr("sn", &["s"]))), Ok(()));
+        assert_eq!(code(&mut e, Mod::Delete(attr("sn", &["t"]))), Err(LdapResultCode::NoSuchAttribute));
+        assert_eq!(code(&mut e, Mod::Delete(attr("sn", &["s"]))), Ok(()));
+        assert!(e.get("sn").is_none());
+        assert_eq!(code(&mut e, Mod::Delete(attr("mail", &[]))), Err(LdapResultCode::NoSuchAttribute));
+        assert_eq!(code(&mut e, Mod::Replace(attr("cn", &["b", "c"]))), Ok(()));
+        assert_eq!(e.attrs[1], attr("cn", &["b", "c"]));
+        assert_eq!(code(&mut e, Mod::Replace(attr("mail", &[]))), Ok(()));
+        assert_eq!(code(&mut e, Mod::Replace(attr("uidNumber", &["5"]))), Ok(()));
+        assert_eq!(code(&mut e, Mod::Increment(attr("uidNumber", &["2"]))), Ok(()));
+        assert_eq!(e.get("uidNumber").unwrap().vals, vec![b"7".to_vec()]);
+    }
+}

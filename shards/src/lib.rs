@@ -1,0 +1,64 @@
+//! # shards: what one core of coredir owns
+//!
+//! ## Bird's eye view
+//!
+//! The directory is split into P partitions (256 by default) by a stable
+//! hash of each entry's normalized DN; each partition is owned by one shard,
+//! and each shard (one per core) keeps its partitions in its own store. Any
+//! shard reads any store through a snapshot, with no lock and no message;
+//! only the owner writes, in group commits. This crate is everything a shard
+//! needs and nothing about sockets or the LDAP wire format.
+//!
+//! ## Code map
+//!
+//! - `dn`: DN parsing, normalization and the root-first storage key.
+//! - `entry`: the owned `Entry`, Modify semantics, and `EntryView`, the
+//!   zero-copy view of an encoded `id2entry` record.
+//! - `filter`: search filter evaluation on an `EntryView`.
+//! - `matching`: attribute aliases and value normalization (interim, until
+//!   the schema issue lands).
+//! - `password`: `userPassword` schemes.
+//! - `manifest`: the data directory's identity and partition map.
+//! - `store`: the `Store` trait (trees `dn2id`, `id2entry`, `children`,
+//!   `meta`) and its LMDB engine.
+//! - `write`: `WriteOp`s as applied by an owner inside one transaction.
+//! - `shard`: `Shard`, routing of writes to owners over the mesh, and the
+//!   group-commit loop.
+//!
+//! ## Architecture invariants
+//!
+//! 1. Only a partition's owner writes it; other shards only read snapshots.
+//! 2. Values cross cores only as `MeshMsg`s; nothing here is `Mutex`ed.
+//! 3. Only `store` touches LMDB; no transaction is held across an `.await`.
+//! 4. A write op checks before it changes: a refused op leaves no trace in a
+//!    shared batch, and every op of a batch is answered only after commit.
+//! 5. This crate uses ldap3_proto's data types (filters, result codes) but
+//!    never its messages.
+
+pub mod dn;
+pub mod entry;
+pub mod error;
+pub mod filter;
+pub mod manifest;
+pub mod matching;
+pub mod password;
+pub mod shard;
+pub mod store;
+pub mod write;
+
+pub use error::{Error, Result};
+pub use shard::Shard;
+
+/// The current time as LDAP Generalized Time (`20261129214500Z`).
+pub fn now_generalized() -> String {
+    let t = time::OffsetDateTime::now_utc();
+    format!(
+        "{:04}{:02}{:02}{:02}{:02}{:02}Z",
+        t.year(),
+        t.month() as u8,
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    )
+}

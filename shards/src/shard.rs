@@ -1,0 +1,208 @@
+//! `Shard`: what one core owns, and the only way its partitions are written.
+//!
+//! Every shard can read every store through snapshots. Writes go to the
+//! owner of the entry's partition: locally onto this shard's write queue, or
+//! as one mesh message to the owner, whose reply comes back the same way.
+//! The commit loop drains the queue into one batch, runs it as one write
+//! transaction on the shard's blocking thread (pinned to the same CPU) and
+//! answers every request of the batch only after the commit: group commit,
+//! with the reactor serving reads meanwhile and never waiting on fsync.
+
+use crate::error::{Error, Result};
+use crate::manifest::Manifest;
+use crate::store::{Engine, Store, SyncMode};
+use crate::write::{run_batch, Outcome, WriteOp};
+use futures_channel::oneshot;
+use glommio::channels::channel_mesh::{MeshBuilder, Senders};
+use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Most operations one commit takes from the queue.
+pub const MAX_BATCH: usize = 1024;
+
+/// What crosses cores: write requests to an owner and their results.
+pub enum MeshMsg {
+    Request { from: usize, id: u64, op: WriteOp },
+    Response { id: u64, result: Result<Outcome> },
+}
+
+pub type Mesh = MeshBuilder<MeshMsg, glommio::channels::channel_mesh::Full>;
+
+enum Reply {
+    Local(oneshot::Sender<Result<Outcome>>),
+    Remote { to: usize, id: u64 },
+}
+
+struct Pending {
+    op: WriteOp,
+    reply: Reply,
+}
+
+/// Counters a shard keeps for itself (read by the front end and admin).
+#[derive(Default)]
+pub struct ShardStats {
+    pub commits: Cell<u64>,
+    pub committed_ops: Cell<u64>,
+    pub mesh_in: Cell<u64>,
+    pub mesh_out: Cell<u64>,
+}
+
+pub struct Shard {
+    pub id: usize,
+    pub manifest: Arc<Manifest>,
+    /// Every shard's store, indexed by shard id; only `stores[id]` is written here.
+    pub stores: Arc<Vec<Arc<Engine>>>,
+    pub stats: ShardStats,
+    queue: LocalSender<Pending>,
+    mesh: Option<Senders<MeshMsg>>,
+    waiting: RefCell<HashMap<u64, oneshot::Sender<Result<Outcome>>>>,
+    next_request: Cell<u64>,
+}
+
+impl Shard {
+    /// Starts the shard's commit loop and joins the mesh (when there is more
+    /// than one shard). Must run on the shard's own executor.
+    pub async fn start(
+        id: usize,
+        manifest: Arc<Manifest>,
+        stores: Arc<Vec<Arc<Engine>>>,
+        mesh: Option<Mesh>,
+        sync: SyncMode,
+        sync_interval: Duration,
+    ) -> Result<Rc<Shard>> {
+        let (queue, rx) = local_channel::new_unbounded();
+        let (senders, receivers) = match mesh {
+            Some(m) => {
+                let (s, r) = m.join().await.map_err(|_| Error::other("joining the shard mesh failed"))?;
+                (Some(s), Some(r))
+            }
+            None => (None, None),
+        };
+        let shard = Rc::new(Shard {
+            id,
+            manifest,
+            stores,
+            stats: ShardStats::default(),
+            queue,
+            mesh: senders,
+            waiting: RefCell::new(HashMap::new()),
+            next_request: Cell::new(0),
+        });
+        glommio::spawn_local(commit_loop(shard.clone(), rx)).detach();
+        if let Some(mut receivers) = receivers {
+            for (_, stream) in receivers.streams() {
+                let shard = shard.clone();
+                glommio::spawn_local(async move {
+                    while let Some(msg) = stream.recv().await {
+                        shard.on_mesh(msg);
+                    }
+                })
+                .detach();
+            }
+        }
+        if sync == SyncMode::Interval {
+            glommio::spawn_local(sync_loop(shard.stores[id].clone(), sync_interval)).detach();
+        }
+        Ok(shard)
+    }
+
+    pub fn n_shards(&self) -> usize {
+        self.stores.len()
+    }
+
+    pub fn owner_of(&self, key: &[u8]) -> usize {
+        self.manifest.owner_of(key)
+    }
+
+    /// The store holding the entry with this DN key (read it through a snapshot).
+    pub fn store_for(&self, key: &[u8]) -> &Engine {
+        &self.stores[self.owner_of(key)]
+    }
+
+    /// Sends a write to the owner of `key` and waits for its durable result.
+    pub async fn submit(&self, key: &[u8], op: WriteOp) -> Result<Outcome> {
+        let owner = self.owner_of(key);
+        let (tx, rx) = oneshot::channel();
+        if owner == self.id {
+            let _ = self.queue.try_send(Pending { op, reply: Reply::Local(tx) });
+        } else {
+            let mesh = self.mesh.as_ref().ok_or_else(|| Error::other("no mesh for a remote owner"))?;
+            let id = self.next_request.get();
+            self.next_request.set(id + 1);
+            self.waiting.borrow_mut().insert(id, tx);
+            self.stats.mesh_out.set(self.stats.mesh_out.get() + 1);
+            if mesh.send_to(owner, MeshMsg::Request { from: self.id, id, op }).await.is_err() {
+                self.waiting.borrow_mut().remove(&id);
+                return Err(Error::unavailable("the owning shard is not reachable"));
+            }
+        }
+        rx.await.unwrap_or_else(|_| Err(Error::unavailable("the owning shard stopped")))
+    }
+
+    /// Handles one message from another shard; never waits, so the mesh drains.
+    fn on_mesh(&self, msg: MeshMsg) {
+        self.stats.mesh_in.set(self.stats.mesh_in.get() + 1);
+        match msg {
+            MeshMsg::Request { from, id, op } => {
+                let _ = self.queue.try_send(Pending { op, reply: Reply::Remote { to: from, id } });
+            }
+            MeshMsg::Response { id, result } => {
+                if let Some(tx) = self.waiting.borrow_mut().remove(&id) {
+                    let _ = tx.send(result);
+                }
+            }
+        }
+    }
+
+    async fn reply(&self, reply: Reply, result: Result<Outcome>) {
+        match reply {
+            Reply::Local(tx) => {
+                let _ = tx.send(result);
+            }
+            Reply::Remote { to, id } => {
+                if let Some(mesh) = &self.mesh {
+                    self.stats.mesh_out.set(self.stats.mesh_out.get() + 1);
+                    let _ = mesh.send_to(to, MeshMsg::Response { id, result }).await;
+                }
+            }
+        }
+    }
+}
+
+async fn commit_loop(shard: Rc<Shard>, rx: LocalReceiver<Pending>) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match futures_lite::future::poll_once(rx.recv()).await {
+                Some(Some(p)) => batch.push(p),
+                _ => break,
+            }
+        }
+        let (ops, replies): (Vec<WriteOp>, Vec<Reply>) = batch.into_iter().map(|p| (p.op, p.reply)).unzip();
+        let store = shard.stores[shard.id].clone();
+        let manifest = shard.manifest.clone();
+        let n = ops.len() as u64;
+        let results = glommio::executor()
+            .spawn_blocking(move || run_batch(&*store, |k| manifest.partition_of(k), &ops))
+            .await;
+        shard.stats.commits.set(shard.stats.commits.get() + 1);
+        shard.stats.committed_ops.set(shard.stats.committed_ops.get() + n);
+        for (reply, result) in replies.into_iter().zip(results) {
+            shard.reply(reply, result).await;
+        }
+    }
+}
+
+async fn sync_loop(store: Arc<Engine>, every: Duration) {
+    loop {
+        glommio::timer::sleep(every).await;
+        let store = store.clone();
+        if let Err(e) = glommio::executor().spawn_blocking(move || store.sync()).await {
+            eprintln!("coredir: periodic sync failed: {e}");
+        }
+    }
+}

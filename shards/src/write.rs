@@ -1,0 +1,207 @@
+//! The owner's side of every write: operations applied inside one write
+//! transaction of a group commit.
+//!
+//! Each `WriteOp` checks all its preconditions before it changes anything,
+//! so a refused operation leaves no trace in the shared transaction and the
+//! rest of the batch commits. A storage failure aborts the whole batch.
+//! Ops that span two owners (an add whose parent lives on another shard, a
+//! move between shards) are split by the caller into ops that each touch one
+//! owner, ordered so the parent's child count always protects the tree.
+
+use crate::dn::key_depth;
+use crate::entry::{Entry, Mod};
+use crate::error::{Error, Result};
+use crate::matching;
+use crate::store::{ReadTxn, Store, Tree, WriteTxn};
+use ldap3_proto::LdapResultCode;
+
+/// LMDB's default maximum key size is 511 bytes; DN keys above this are refused.
+pub const MAX_KEY: usize = 500;
+
+#[derive(Debug, Clone)]
+pub enum WriteOp {
+    /// Inserts a new entry. With `parent`, the parent is owned here: it is
+    /// checked and its child count raised in the same transaction.
+    Add { key: Vec<u8>, parent: Option<Parent>, entry: Entry },
+    /// Raises (checking the parent exists) or lowers a parent's child count.
+    Child { parent: Parent, delta: i64 },
+    /// Removes a leaf entry; with `parent`, also lowers the local parent's count.
+    Delete { key: Vec<u8>, dn: String, parent: Option<Parent> },
+    /// Applies modifications; `stamp` holds the modifiersName/modifyTimestamp values.
+    Modify { key: Vec<u8>, dn: String, mods: Vec<Mod>, rdn: Vec<(String, Vec<u8>)>, stamp: Stamp },
+    /// Renames an entry whose old and new DNs have the same owner, atomically.
+    Move { old_key: Vec<u8>, old_dn: String, old_parent: Option<Parent>, new_key: Vec<u8>, new_parent: Option<Parent>, entry: Entry },
+}
+
+#[derive(Debug, Clone)]
+pub struct Parent {
+    pub key: Vec<u8>,
+    pub dn: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Stamp {
+    pub modifier: String,
+    pub time: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Done,
+    /// The entry as it was removed (cross-shard moves need it back on failure).
+    Removed(Entry),
+}
+
+const NEXT_ID: &[u8] = b"next_id";
+
+/// Runs a batch in one write transaction and commits it; one result per op.
+pub fn run_batch<S: Store>(store: &S, partition_of: impl Fn(&[u8]) -> u32, ops: &[WriteOp]) -> Vec<Result<Outcome>> {
+    let fail_all = |e: Error| vec![Err(e); ops.len()];
+    let mut txn = match store.write() {
+        Ok(t) => t,
+        Err(e) => return fail_all(e),
+    };
+    let mut next_id = match txn.get(Tree::Meta, NEXT_ID) {
+        Ok(v) => v.map_or(1, be_u64),
+        Err(e) => return fail_all(e),
+    };
+    let mut results = Vec::with_capacity(ops.len());
+    for op in ops {
+        let res = apply(&mut txn, op, &partition_of, &mut next_id);
+        if let Err(e) = &res {
+            if e.code == LdapResultCode::Other {
+                return fail_all(e.clone());
+            }
+        }
+        results.push(res);
+    }
+    if let Err(e) = txn.put(Tree::Meta, NEXT_ID, &next_id.to_be_bytes()).and_then(|_| txn.commit()) {
+        return fail_all(e);
+    }
+    results
+}
+
+pub fn be_u64(v: &[u8]) -> u64 {
+    v.try_into().map(u64::from_be_bytes).unwrap_or(0)
+}
+
+fn apply<T: WriteTxn>(txn: &mut T, op: &WriteOp, partition_of: &impl Fn(&[u8]) -> u32, next_id: &mut u64) -> Result<Outcome> {
+    match op {
+        WriteOp::Add { key, parent, entry } => {
+            check_key(key, &entry.dn)?;
+            if txn.get(Tree::Dn2id, key)?.is_some() {
+                return Err(Error::already_exists(&entry.dn));
+            }
+            if let Some(p) = parent {
+                child(txn, p, 1)?;
+            }
+            insert(txn, key, entry, partition_of, next_id)?;
+            Ok(Outcome::Done)
+        }
+        WriteOp::Child { parent, delta } => child(txn, parent, *delta).map(|_| Outcome::Done),
+        WriteOp::Delete { key, dn, parent } => {
+            let id = leaf_id(txn, key, dn)?;
+            let old = Entry::decode(txn.get(Tree::Id2entry, &id)?.unwrap_or_default())?;
+            if let Some(p) = parent {
+                child(txn, p, -1)?;
+            }
+            txn.delete(Tree::Dn2id, key)?;
+            txn.delete(Tree::Id2entry, &id)?;
+            Ok(Outcome::Removed(old))
+        }
+        WriteOp::Modify { key, dn, mods, rdn, stamp } => {
+            let id = txn.get(Tree::Dn2id, key)?.ok_or_else(|| Error::no_such_object(dn))?.to_vec();
+            let mut entry = Entry::decode(txn.get(Tree::Id2entry, &id)?.unwrap_or_default())?;
+            entry.apply(mods)?;
+            for (attr, value) in rdn {
+                if !entry.has_value(attr, value) {
+                    return Err(Error::new(
+                        LdapResultCode::NotALlowedOnRDN,
+                        format!("{attr}: cannot remove the value used in the entry's RDN"),
+                    ));
+                }
+            }
+            if entry.attrs.iter().any(|a| a.name.eq_ignore_ascii_case("objectClass")) {
+                entry.set("modifiersName", vec![stamp.modifier.clone().into_bytes()]);
+                entry.set("modifyTimestamp", vec![stamp.time.clone().into_bytes()]);
+            } else {
+                return Err(Error::new(LdapResultCode::ObjectClassViolation, "objectClass: an entry must keep an object class"));
+            }
+            let mut buf = Vec::with_capacity(256);
+            entry.encode(&mut buf);
+            txn.put(Tree::Id2entry, &id, &buf)?;
+            Ok(Outcome::Done)
+        }
+        WriteOp::Move { old_key, old_dn, old_parent, new_key, new_parent, entry } => {
+            check_key(new_key, &entry.dn)?;
+            let id = leaf_id(txn, old_key, old_dn)?;
+            if new_key != old_key && txn.get(Tree::Dn2id, new_key)?.is_some() {
+                return Err(Error::already_exists(&entry.dn));
+            }
+            if let Some(p) = new_parent {
+                child(txn, p, 1)?;
+            }
+            if let Some(p) = old_parent {
+                child(txn, p, -1)?;
+            }
+            txn.delete(Tree::Dn2id, old_key)?;
+            txn.delete(Tree::Id2entry, &id)?;
+            insert(txn, new_key, entry, partition_of, next_id)?;
+            Ok(Outcome::Done)
+        }
+    }
+}
+
+fn check_key(key: &[u8], dn: &str) -> Result<()> {
+    if key.len() > MAX_KEY {
+        return Err(Error::unwilling(format!("DN too long ({} bytes normalized, limit {MAX_KEY}): {dn}", key.len())));
+    }
+    Ok(())
+}
+
+/// The id of an existing entry that has no children.
+fn leaf_id<T: ReadTxn>(txn: &T, key: &[u8], dn: &str) -> Result<Vec<u8>> {
+    let id = txn.get(Tree::Dn2id, key)?.ok_or_else(|| Error::no_such_object(dn))?.to_vec();
+    if txn.get(Tree::Children, key)?.map_or(0, be_u64) > 0 {
+        return Err(Error::not_allowed_on_non_leaf(dn));
+    }
+    Ok(id)
+}
+
+fn insert<T: WriteTxn>(txn: &mut T, key: &[u8], entry: &Entry, partition_of: &impl Fn(&[u8]) -> u32, next_id: &mut u64) -> Result<()> {
+    let id = ((partition_of(key) as u64) << 48) | *next_id;
+    *next_id += 1;
+    let mut buf = Vec::with_capacity(256);
+    entry.encode(&mut buf);
+    txn.put(Tree::Dn2id, key, &id.to_be_bytes())?;
+    txn.put(Tree::Id2entry, &id.to_be_bytes(), &buf)
+}
+
+fn child<T: WriteTxn>(txn: &mut T, parent: &Parent, delta: i64) -> Result<()> {
+    if delta > 0 && txn.get(Tree::Dn2id, &parent.key)?.is_none() {
+        return Err(Error::no_such_object(&parent.dn));
+    }
+    let count = txn.get(Tree::Children, &parent.key)?.map_or(0, be_u64);
+    let count = (count as i64 + delta).max(0) as u64;
+    if count == 0 {
+        txn.delete(Tree::Children, &parent.key)?;
+    } else {
+        txn.put(Tree::Children, &parent.key, &count.to_be_bytes())?;
+    }
+    Ok(())
+}
+
+/// Number of children recorded for the entry with this key.
+pub fn children<T: ReadTxn>(txn: &T, key: &[u8]) -> Result<u64> {
+    Ok(txn.get(Tree::Children, key)?.map_or(0, be_u64))
+}
+
+/// Whether a key lies in the scope below `base` (used by scans).
+pub fn in_scope(key: &[u8], base: &[u8], one_level: bool) -> bool {
+    !one_level || key_depth(key) == key_depth(base) + 1
+}
+
+/// Whether an attribute may be written by a client.
+pub fn user_modifiable(name: &str) -> bool {
+    !matching::is_no_user_modification(name)
+}
