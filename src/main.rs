@@ -1,1 +1,109 @@
-fn main(){}
+//! # coredir: a thread-per-core LDAPv3 directory server
+//!
+//! ## Bird's eye view
+//!
+//! One process serves one NUMA node. Inside it, one glommio reactor per CPU
+//! (a *shard*) is pinned to its CPU, binds the LDAP port itself with
+//! `SO_REUSEPORT` and serves the connections the kernel hands it, start to
+//! finish. The directory is split into 256 partitions by a hash of the
+//! normalized DN; each shard owns some partitions and keeps them in its own
+//! LMDB store. Reads (bind, compare, search) run entirely on the
+//! connection's shard through snapshots of every store; writes go to the
+//! owner of the entry's partition, locally or as one mesh message, and are
+//! acknowledged after the owner's group commit is durable.
+//!
+//! ## Entry points
+//!
+//! - `main` -> `run`: the command line (`coredir serve`).
+//! - `server::serve`: start-up, one reactor per shard, readiness.
+//! - `listener::run` -> `conn::serve`: accept, then one connection's read
+//!   loop; `ops::dispatch` is the one `match` over LDAP operations.
+//!
+//! ## Code map
+//!
+//! - `config`: the TOML configuration and its validation.
+//! - `server`: data directory, manifest, stores, reactors, `Ctx`.
+//! - `listener`: per-shard socket (socket2) and accept loop.
+//! - `conn`: framing with PDU limits, read loop, writer task, `Identity`.
+//! - `ber`: direct BER encoding of search entries; PDU header peeking.
+//! - `ops/`: one file per LDAP operation (`bind`, `search`, `add`,
+//!   `modify`, `delete`, `modify_dn`, `compare`, `abandon`, `extended`),
+//!   plus `rootdse` (root DSE and subschema) and `mod.rs` (dispatch and the
+//!   one place errors become responses).
+//! - `shards` (crate): everything a shard owns: DNs, entries, filters,
+//!   stores, write ops, routing, the mesh and group commit.
+//!
+//! ## Architecture invariants
+//!
+//! 1. A connection stays on the shard that accepted it.
+//! 2. Only a partition's owner writes it; other shards read snapshots.
+//! 3. Values cross cores only as mesh messages; no `Mutex` between shards.
+//! 4. No storage transaction is held across an `.await`.
+//! 5. A request's error becomes its LDAP result code; only a codec error or
+//!    an Unbind closes a connection.
+//! 6. A write is acknowledged only once durable under `storage.sync`.
+
+mod ber;
+mod config;
+mod conn;
+mod listener;
+mod ops;
+mod server;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "coredir", version, about = "A thread-per-core LDAPv3 directory server")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve LDAP (creates the database on first start).
+    Serve {
+        /// TOML configuration file; every key has a default.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Listen address, overriding server.listen.
+        #[arg(long)]
+        listen: Option<String>,
+        /// Data directory, overriding server.data.
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Number of shards (reactors), overriding server.shards.
+        #[arg(long)]
+        shards: Option<usize>,
+    },
+}
+
+fn main() {
+    if let Err(e) = run(Cli::parse()) {
+        eprintln!("coredir: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Serve { config, listen, data, shards } => {
+            let mut config = config::Config::load(config.as_deref())?;
+            if let Some(listen) = listen {
+                config.server.listen = listen;
+            }
+            if let Some(data) = data {
+                config.server.data = data;
+            }
+            if let Some(shards) = shards {
+                if shards == 0 {
+                    anyhow::bail!("--shards: must be at least 1");
+                }
+                config.server.shards = shards;
+            }
+            server::serve(config)
+        }
+    }
+}

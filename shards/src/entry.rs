@@ -263,14 +263,45 @@ impl<'a> AttrView<'a> {
         self.n_vals as usize
     }
 
-    pub fn vals(&self) -> impl Iterator<Item = &'a [u8]> {
-        let mut buf = self.vals;
-        (0..self.n_vals).map(move |_| {
-            let len = u32::from_le_bytes(buf[..4].try_into().unwrap()) as usize;
-            let v = &buf[4..4 + len];
-            buf = &buf[4 + len..];
-            v
-        })
+    pub fn vals(&self) -> Vals<'a> {
+        Vals { buf: self.vals, left: self.n_vals }
+    }
+}
+
+/// The values of one attribute, read in place.
+#[derive(Clone)]
+pub struct Vals<'a> {
+    buf: &'a [u8],
+    left: u32,
+}
+
+impl<'a> Vals<'a> {
+    /// Values laid out by `encode_vals` (for attributes computed at read time).
+    pub fn from_encoded(buf: &'a [u8], n: u32) -> Vals<'a> {
+        Vals { buf, left: n }
+    }
+}
+
+/// Lays out values the way `id2entry` does, for `Vals::from_encoded`.
+pub fn encode_vals(vals: &[&[u8]], out: &mut Vec<u8>) {
+    for v in vals {
+        out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        out.extend_from_slice(v);
+    }
+}
+
+impl<'a> Iterator for Vals<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.left == 0 || self.buf.len() < 4 {
+            return None;
+        }
+        self.left -= 1;
+        let len = u32::from_le_bytes(self.buf[..4].try_into().unwrap()) as usize;
+        let v = self.buf.get(4..4 + len)?;
+        self.buf = &self.buf[4 + len..];
+        Some(v)
     }
 }
 

@@ -10,7 +10,8 @@
 
 use crate::error::{Error, Result};
 use crate::manifest::Manifest;
-use crate::store::{Engine, Store, SyncMode};
+use crate::entry::Entry;
+use crate::store::{Engine, ReadTxn, Store, SyncMode, Tree};
 use crate::write::{run_batch, Outcome, WriteOp};
 use futures_channel::oneshot;
 use glommio::channels::channel_mesh::{MeshBuilder, Senders};
@@ -121,6 +122,14 @@ impl Shard {
     /// The store holding the entry with this DN key (read it through a snapshot).
     pub fn store_for(&self, key: &[u8]) -> &Engine {
         &self.stores[self.owner_of(key)]
+    }
+
+    /// Reads an entry through a snapshot of its owner's store.
+    pub fn get_entry(&self, key: &[u8]) -> Result<Option<Entry>> {
+        let txn = self.store_for(key).read()?;
+        let Some(id) = txn.get(Tree::Dn2id, key)? else { return Ok(None) };
+        let bytes = txn.get(Tree::Id2entry, id)?.ok_or_else(|| Error::other("dn2id names a missing id2entry record"))?;
+        Entry::decode(bytes).map(Some)
     }
 
     /// Sends a write to the owner of `key` and waits for its durable result.

@@ -1,0 +1,173 @@
+//! A BER writer for the one response that dominates traffic:
+//! SearchResultEntry, written straight from an entry's stored layout.
+//!
+//! ldap3_proto builds a tree of owned tags for every message; for entries
+//! that would copy every value twice. Here the lengths are computed first
+//! and the bytes written once, in definite minimal-length form.
+
+use bytes::{BufMut, BytesMut};
+
+/// One attribute of an entry being written: a name and its values.
+pub struct OutAttr<'a, I: Iterator<Item = &'a [u8]> + Clone> {
+    pub name: &'a str,
+    pub vals: I,
+}
+
+fn len_of_len(n: usize) -> usize {
+    match n {
+        0..=0x7f => 1,
+        0x80..=0xff => 2,
+        0x100..=0xffff => 3,
+        0x1_0000..=0xff_ffff => 4,
+        _ => 5,
+    }
+}
+
+fn tlv(content: usize) -> usize {
+    1 + len_of_len(content) + content
+}
+
+fn put_len(out: &mut BytesMut, n: usize) {
+    match len_of_len(n) {
+        1 => out.put_u8(n as u8),
+        k => {
+            out.put_u8(0x80 | (k - 1) as u8);
+            for i in (0..k - 1).rev() {
+                out.put_u8((n >> (8 * i)) as u8);
+            }
+        }
+    }
+}
+
+fn put_tlv(out: &mut BytesMut, tag: u8, bytes: &[u8]) {
+    out.put_u8(tag);
+    put_len(out, bytes.len());
+    out.put_slice(bytes);
+}
+
+fn int_bytes(v: i32) -> ([u8; 4], usize) {
+    let b = v.to_be_bytes();
+    let mut skip = 0;
+    while skip < 3 && ((b[skip] == 0 && b[skip + 1] & 0x80 == 0) || (b[skip] == 0xff && b[skip + 1] & 0x80 != 0)) {
+        skip += 1;
+    }
+    (b, skip)
+}
+
+/// Appends `SearchResultEntry` for `dn` with `attrs` (values omitted when
+/// `types_only`).
+pub fn search_entry<'a, I>(out: &mut BytesMut, msgid: i32, dn: &str, attrs: &[OutAttr<'a, I>], types_only: bool)
+where
+    I: Iterator<Item = &'a [u8]> + Clone,
+{
+    let attr_len = |a: &OutAttr<'a, I>| {
+        let set: usize = if types_only { 0 } else { a.vals.clone().map(|v| tlv(v.len())).sum() };
+        tlv(tlv(a.name.len()) + tlv(set))
+    };
+    let list: usize = attrs.iter().map(attr_len).sum();
+    let body = tlv(dn.len()) + tlv(list);
+    let (id, skip) = int_bytes(msgid);
+    let msg = tlv(4 - skip) + tlv(body);
+    out.reserve(tlv(msg));
+    out.put_u8(0x30);
+    put_len(out, msg);
+    put_tlv(out, 0x02, &id[skip..]);
+    out.put_u8(0x64); // [APPLICATION 4]
+    put_len(out, body);
+    put_tlv(out, 0x04, dn.as_bytes());
+    out.put_u8(0x30);
+    put_len(out, list);
+    for a in attrs {
+        let set: usize = if types_only { 0 } else { a.vals.clone().map(|v| tlv(v.len())).sum() };
+        out.put_u8(0x30);
+        put_len(out, tlv(a.name.len()) + tlv(set));
+        put_tlv(out, 0x04, a.name.as_bytes());
+        out.put_u8(0x31);
+        put_len(out, set);
+        if !types_only {
+            for v in a.vals.clone() {
+                put_tlv(out, 0x04, v);
+            }
+        }
+    }
+}
+
+/// What the BER header at the front of `buf` says about the next PDU.
+#[derive(Debug, PartialEq)]
+pub enum Frame {
+    /// Not enough bytes yet to know; or this many bytes in total.
+    Incomplete,
+    Size(usize),
+    /// Not an LDAPMessage (a SEQUENCE with a definite length).
+    Malformed,
+}
+
+pub fn peek_frame(buf: &[u8]) -> Frame {
+    if buf.is_empty() {
+        return Frame::Incomplete;
+    }
+    if buf[0] != 0x30 {
+        return Frame::Malformed;
+    }
+    let Some(&first) = buf.get(1) else { return Frame::Incomplete };
+    if first < 0x80 {
+        return Frame::Size(2 + first as usize);
+    }
+    let n = (first & 0x7f) as usize;
+    if n == 0 || n > 8 {
+        return Frame::Malformed; // indefinite length is not allowed in LDAP
+    }
+    if buf.len() < 2 + n {
+        return Frame::Incomplete;
+    }
+    let len = buf[2..2 + n].iter().fold(0u64, |acc, b| acc << 8 | *b as u64);
+    Frame::Size((2 + n as u64).saturating_add(len).min(usize::MAX as u64) as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ldap3_proto::proto::{LdapMsg, LdapOp, LdapPartialAttribute, LdapSearchResultEntry};
+    use ldap3_proto::LdapCodec;
+    use tokio_util::codec::{Decoder, Encoder};
+
+    #[test]
+    fn matches_ldap3_proto_encoding() {
+        let big = vec![b'x'; 300];
+        let vals: Vec<&[u8]> = vec![b"top", b"person"];
+        let bigs: Vec<&[u8]> = vec![&big];
+        for msgid in [0, 1, 127, 128, 255, 256, 65535, i32::MAX] {
+            let attrs = [
+                OutAttr { name: "objectClass", vals: vals.iter().copied() },
+                OutAttr { name: "description", vals: bigs.iter().copied() },
+            ];
+            let mut mine = BytesMut::new();
+            search_entry(&mut mine, msgid, "cn=a,dc=x", &attrs, false);
+            let msg = LdapMsg::new(
+                msgid,
+                LdapOp::SearchResultEntry(LdapSearchResultEntry {
+                    dn: "cn=a,dc=x".into(),
+                    attributes: vec![
+                        LdapPartialAttribute { atype: "objectClass".into(), vals: vec![b"top".to_vec(), b"person".to_vec()] },
+                        LdapPartialAttribute { atype: "description".into(), vals: vec![big.clone()] },
+                    ],
+                }),
+            );
+            let mut theirs = BytesMut::new();
+            LdapCodec::default().encode(msg.clone(), &mut theirs).unwrap();
+            assert_eq!(mine, theirs, "msgid {msgid}");
+            assert_eq!(LdapCodec::default().decode(&mut mine).unwrap(), Some(msg));
+        }
+    }
+
+    #[test]
+    fn frames() {
+        assert_eq!(peek_frame(b""), Frame::Incomplete);
+        assert_eq!(peek_frame(b"\x30"), Frame::Incomplete);
+        assert_eq!(peek_frame(b"\x30\x05"), Frame::Size(7));
+        assert_eq!(peek_frame(b"\x30\x84\x7f\xff"), Frame::Incomplete);
+        assert_eq!(peek_frame(b"\x30\x84\x7f\xff\xff\xff"), Frame::Size(6 + 0x7fff_ffff));
+        assert_eq!(peek_frame(b"\x30\x80"), Frame::Malformed);
+        assert_eq!(peek_frame(b"\x02\x01"), Frame::Malformed);
+    }
+}

@@ -1,0 +1,95 @@
+//! Add (RFC 4511 §4.7).
+//!
+//! The parent must exist (`noSuchObject` with `matchedDN` otherwise) unless
+//! the entry is a suffix; an existing DN gets `entryAlreadyExists`. When
+//! the parent lives on another shard, the parent's owner first counts the
+//! new child (which also proves the parent exists and keeps it from being
+//! deleted), then the entry's owner inserts the entry; if that fails the
+//! count is given back.
+
+use crate::conn::Conn;
+use crate::ops::{check_write_access, parse_dn, with_matched};
+use ldap3_proto::proto::LdapAddRequest;
+use ldap3_proto::LdapResultCode;
+use shards::dn::Dn;
+use shards::entry::{Attr, Entry};
+use shards::write::{user_modifiable, Parent, WriteOp};
+use shards::{now_generalized, password, Error, Result, Shard};
+use std::rc::Rc;
+
+pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest) -> Result<()> {
+    check_write_access(&conn)?;
+    let dn = parse_dn(&req.dn)?;
+    let ctx = &conn.ctx;
+    if dn.is_root() {
+        return Err(Error::already_exists("the root DSE"));
+    }
+    if !ctx.within_suffix(&dn) {
+        return Err(Error::no_such_object(&req.dn));
+    }
+    let mut entry = Entry { dn: req.dn.clone(), attrs: Vec::with_capacity(req.attributes.len() + 6) };
+    for a in &req.attributes {
+        if a.vals.is_empty() {
+            return Err(Error::protocol(format!("{}: no values for attribute type", a.atype)));
+        }
+        if !user_modifiable(&a.atype) {
+            return Err(Error::new(LdapResultCode::ConstraintViolation, format!("{}: no user modification allowed", a.atype)));
+        }
+        entry.add_values(&a.atype, &a.vals)?;
+    }
+    if entry.get("objectClass").is_none() {
+        return Err(Error::new(LdapResultCode::ObjectClassViolation, "no objectClass attribute"));
+    }
+    for ava in dn.rdn().map(|r| r.avas.as_slice()).unwrap_or_default() {
+        if !entry.has_value(&ava.attr, &ava.value) {
+            return Err(Error::new(
+                LdapResultCode::NamingViolation,
+                format!("value of naming attribute '{}' is not present in entry", ava.attr),
+            ));
+        }
+    }
+    hash_passwords(entry.attrs.iter_mut());
+    let creator = conn.identity.borrow().dn().to_string();
+    stamp_new(&mut entry, &creator);
+    let is_suffix = ctx.is_suffix(&dn);
+    insert(&ctx.shard, &dn, entry, is_suffix).await.map_err(|e| with_matched(&conn, &dn, e))
+}
+
+/// Hashes cleartext `userPassword` values ({SSHA}) before they are stored.
+pub fn hash_passwords<'a>(attrs: impl Iterator<Item = &'a mut Attr>) {
+    for a in attrs.filter(|a| shards::matching::same_attr(&a.name, "userPassword")) {
+        for v in &mut a.vals {
+            if !password::is_hashed(v) {
+                *v = password::hash_ssha(v).into_bytes();
+            }
+        }
+    }
+}
+
+/// Sets the operational attributes of a new entry.
+pub fn stamp_new(entry: &mut Entry, creator: &str) {
+    let now = now_generalized();
+    entry.set("entryUUID", vec![uuid::Uuid::new_v4().to_string().into_bytes()]);
+    entry.set("creatorsName", vec![creator.as_bytes().to_vec()]);
+    entry.set("createTimestamp", vec![now.clone().into_bytes()]);
+    entry.set("modifiersName", vec![creator.as_bytes().to_vec()]);
+    entry.set("modifyTimestamp", vec![now.into_bytes()]);
+}
+
+/// Inserts an entry, counting it on its parent first (see the module doc).
+pub async fn insert(shard: &Shard, dn: &Dn, entry: Entry, is_suffix: bool) -> Result<()> {
+    let key = dn.key();
+    if is_suffix {
+        return shard.submit(&key, WriteOp::Add { key: key.clone(), parent: None, entry }).await.map(drop);
+    }
+    let parent = Parent { key: dn.parent().key(), dn: dn.parent().to_string_form() };
+    if shard.owner_of(&parent.key) == shard.owner_of(&key) {
+        return shard.submit(&key, WriteOp::Add { key: key.clone(), parent: Some(parent), entry }).await.map(drop);
+    }
+    shard.submit(&parent.key, WriteOp::Child { parent: parent.clone(), delta: 1 }).await?;
+    let res = shard.submit(&key, WriteOp::Add { key: key.clone(), parent: None, entry }).await;
+    if res.is_err() {
+        let _ = shard.submit(&parent.key.clone(), WriteOp::Child { parent, delta: -1 }).await;
+    }
+    res.map(drop)
+}

@@ -1,0 +1,65 @@
+//! Bind (RFC 4511 §4.2, RFC 4513 §5.1): anonymous and simple binds.
+//!
+//! The root DN is checked against its configured hash and needs no entry.
+//! Any other DN binds with a `userPassword` value of its entry. A DN with an
+//! empty password is an unauthenticated bind, refused as RFC 4513 §5.1.2
+//! advises. A failed bind leaves the connection anonymous.
+
+use crate::conn::{Conn, Identity};
+use crate::ops::result;
+use ldap3_proto::proto::{LdapBindCred, LdapBindRequest, LdapResult};
+use ldap3_proto::LdapResultCode;
+use shards::dn::Dn;
+use shards::{password, Error, Result};
+use std::rc::Rc;
+
+pub fn handle(conn: &Conn, req: &LdapBindRequest) -> (LdapResult, Option<Vec<u8>>) {
+    let outcome = authenticate(conn, req);
+    *conn.identity.borrow_mut() = match &outcome {
+        Ok(id) => id.clone(),
+        Err(_) => Identity::Anonymous,
+    };
+    (result(outcome.map(|_| ())), None)
+}
+
+fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Identity> {
+    if req.version != 3 {
+        return Err(Error::protocol(format!("LDAP version {} is not supported", req.version)));
+    }
+    let password = match &req.cred {
+        LdapBindCred::Simple(p) => p.as_bytes(),
+        LdapBindCred::SASL(s) => {
+            return Err(Error::new(
+                LdapResultCode::AuthMethodNotSupported,
+                format!("SASL mechanism {} is not supported", s.mechanism),
+            ))
+        }
+        _ => return Err(Error::new(LdapResultCode::AuthMethodNotSupported, "authentication method not supported")),
+    };
+    if req.dn.is_empty() {
+        return if password.is_empty() { Ok(Identity::Anonymous) } else { Err(invalid()) };
+    }
+    if password.is_empty() {
+        return Err(Error::unwilling("unauthenticated bind (DN with no password) disallowed"));
+    }
+    let dn = Dn::parse(&req.dn)?;
+    let ctx = &conn.ctx;
+    if dn == ctx.root_dn {
+        return if password::verify(ctx.root_password_hash.as_bytes(), password) {
+            Ok(Identity::Root(Rc::from(req.dn.as_str())))
+        } else {
+            Err(invalid())
+        };
+    }
+    let entry = ctx.shard.get_entry(&dn.key())?.ok_or_else(invalid)?;
+    let ok = entry.get("userPassword").is_some_and(|a| a.vals.iter().any(|v| password::verify(v, password)));
+    if ok {
+        Ok(Identity::User(Rc::from(entry.dn.as_str())))
+    } else {
+        Err(invalid())
+    }
+}
+
+fn invalid() -> Error {
+    Error::new(LdapResultCode::InvalidCredentials, "")
+}

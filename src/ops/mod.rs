@@ -1,0 +1,199 @@
+//! Dispatch: the one `match` over LDAP operations, and the one place an
+//! error becomes a response.
+//!
+//! Bind, compare, abandon, extended operations and unbind are answered
+//! inline (their responses join the connection's per-read batch); searches
+//! and writes run as tasks, so one slow request never blocks the others on
+//! the same connection.
+
+pub mod abandon;
+pub mod add;
+pub mod bind;
+pub mod compare;
+pub mod delete;
+pub mod extended;
+pub mod modify;
+pub mod modify_dn;
+pub mod rootdse;
+pub mod search;
+
+use crate::conn::{encode, Conn};
+use bytes::BytesMut;
+use ldap3_proto::control::LdapControl;
+use ldap3_proto::proto::{LdapBindResponse, LdapExtendedResponse, LdapMsg, LdapOp, LdapResult};
+use ldap3_proto::LdapResultCode;
+use shards::{Error, Result};
+use std::future::Future;
+use std::rc::Rc;
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    Close,
+}
+
+pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
+    let msgid = msg.msgid;
+    if let Err(e) = check_controls(&msg.ctrl) {
+        if let Some(op) = error_response(&msg.op, e) {
+            encode(out, LdapMsg::new(msgid, op));
+        }
+        return Flow::Continue;
+    }
+    match msg.op {
+        LdapOp::BindRequest(req) => {
+            let (res, creds) = bind::handle(conn, &req);
+            encode(out, LdapMsg::new(msgid, LdapOp::BindResponse(LdapBindResponse { res, saslcreds: creds })));
+        }
+        LdapOp::UnbindRequest => return Flow::Close,
+        LdapOp::SearchRequest(req) => search::start(conn, msgid, req),
+        LdapOp::AddRequest(req) => spawn_write(conn, msgid, LdapOp::AddResponse, add::handle(conn.clone(), req)),
+        LdapOp::ModifyRequest(req) => {
+            spawn_write(conn, msgid, LdapOp::ModifyResponse, modify::handle(conn.clone(), req))
+        }
+        LdapOp::DelRequest(dn) => spawn_write(conn, msgid, LdapOp::DelResponse, delete::handle(conn.clone(), dn)),
+        LdapOp::ModifyDNRequest(req) => {
+            spawn_write(conn, msgid, LdapOp::ModifyDNResponse, modify_dn::handle(conn.clone(), req))
+        }
+        LdapOp::CompareRequest(req) => {
+            let res = match compare::handle(conn, &req) {
+                Ok(code) => LdapResult { code, matcheddn: String::new(), message: String::new(), referral: vec![] },
+                Err(e) => result(Err(e)),
+            };
+            encode(out, LdapMsg::new(msgid, LdapOp::CompareResult(res)));
+        }
+        LdapOp::AbandonRequest(id) => abandon::handle(conn, id),
+        LdapOp::ExtendedRequest(req) => {
+            encode(out, LdapMsg::new(msgid, LdapOp::ExtendedResponse(extended::handle(conn, &req))))
+        }
+        other => {
+            let e = Error::protocol(format!("{} is not a request", op_name(&other)));
+            encode(out, ldap3_proto::simple::DisconnectionNotice::gen_response(e.code, &e.message));
+            return Flow::Close;
+        }
+    }
+    Flow::Continue
+}
+
+/// Runs a write as its own task and sends its response when it is durable.
+fn spawn_write(
+    conn: &Rc<Conn>,
+    msgid: i32,
+    response: fn(LdapResult) -> LdapOp,
+    fut: impl Future<Output = Result<()>> + 'static,
+) {
+    let conn = conn.clone();
+    glommio::spawn_local(async move {
+        let res = result(fut.await);
+        let mut out = BytesMut::new();
+        encode(&mut out, LdapMsg::new(msgid, response(res)));
+        conn.send(out).await;
+    })
+    .detach();
+}
+
+/// RFC 4511 §4.1.11: an unrecognized critical control fails the operation.
+/// ldap3_proto drops the criticality of the controls it parses without it
+/// (paged results, sort); those are treated as non-critical and ignored.
+fn check_controls(ctrls: &[LdapControl]) -> Result<()> {
+    for c in ctrls {
+        let critical = match c {
+            LdapControl::ManageDsaIT { .. } => false,
+            LdapControl::Unknown { criticality, .. }
+            | LdapControl::SyncRequest { criticality, .. }
+            | LdapControl::PasswordPolicyRequest { criticality }
+            | LdapControl::SearchOptions { criticality, .. }
+            | LdapControl::ShowDeleted { criticality }
+            | LdapControl::SdFlags { criticality, .. }
+            | LdapControl::ExtendedDn { criticality, .. } => *criticality,
+            _ => false,
+        };
+        if critical {
+            let oid = match c {
+                LdapControl::Unknown { oid, .. } => oid.clone(),
+                other => format!("{other:?}"),
+            };
+            return Err(Error::new(
+                LdapResultCode::UnavailableCriticalExtension,
+                format!("critical control {oid} is not supported"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The response carrying an error for a request, if the request has one.
+fn error_response(op: &LdapOp, e: Error) -> Option<LdapOp> {
+    let res = result(Err(e));
+    Some(match op {
+        LdapOp::BindRequest(_) => LdapOp::BindResponse(LdapBindResponse { res, saslcreds: None }),
+        LdapOp::SearchRequest(_) => LdapOp::SearchResultDone(res),
+        LdapOp::AddRequest(_) => LdapOp::AddResponse(res),
+        LdapOp::ModifyRequest(_) => LdapOp::ModifyResponse(res),
+        LdapOp::DelRequest(_) => LdapOp::DelResponse(res),
+        LdapOp::ModifyDNRequest(_) => LdapOp::ModifyDNResponse(res),
+        LdapOp::CompareRequest(_) => LdapOp::CompareResult(res),
+        LdapOp::ExtendedRequest(_) => LdapOp::ExtendedResponse(LdapExtendedResponse { res, name: None, value: None }),
+        _ => return None,
+    })
+}
+
+/// The one mapping from an operation's outcome to an `LDAPResult`.
+pub fn result(res: Result<()>) -> LdapResult {
+    match res {
+        Ok(()) => LdapResult { code: LdapResultCode::Success, matcheddn: String::new(), message: String::new(), referral: vec![] },
+        Err(e) => LdapResult { code: e.code, matcheddn: e.matched, message: e.message, referral: vec![] },
+    }
+}
+
+fn op_name(op: &LdapOp) -> &'static str {
+    match op {
+        LdapOp::BindResponse(_) => "BindResponse",
+        LdapOp::SearchResultEntry(_) | LdapOp::SearchResultDone(_) | LdapOp::SearchResultReference(_) => "a search result",
+        LdapOp::IntermediateResponse(_) => "IntermediateResponse",
+        _ => "this message",
+    }
+}
+
+/// Only the root DN writes until access control lands (safe default).
+pub fn check_write_access(conn: &Conn) -> Result<()> {
+    if conn.identity.borrow().is_root() {
+        Ok(())
+    } else {
+        Err(Error::new(
+            LdapResultCode::InsufficentAccessRights,
+            "only the root DN may write (access rules are not configurable in this version)",
+        ))
+    }
+}
+
+/// Parses a request DN, mapping errors to `invalidDNSyntax`.
+pub fn parse_dn(text: &str) -> Result<shards::dn::Dn> {
+    shards::dn::Dn::parse(text)
+}
+
+/// The longest existing ancestor of `dn`, for `matchedDN`.
+pub fn matched(conn: &Conn, dn: &shards::dn::Dn) -> String {
+    use shards::store::{ReadTxn, Store, Tree};
+    let shard = &conn.ctx.shard;
+    let mut cur = dn.parent();
+    while !cur.is_root() {
+        let key = cur.key();
+        let found = shard.store_for(&key).read().and_then(|t| t.get(Tree::Dn2id, &key).map(|v| v.is_some()));
+        if found.unwrap_or(false) {
+            return cur.to_string_form();
+        }
+        cur = cur.parent();
+    }
+    String::new()
+}
+
+/// Adds `matchedDN` to a `noSuchObject` error.
+pub fn with_matched(conn: &Conn, dn: &shards::dn::Dn, e: Error) -> Error {
+    if e.code == LdapResultCode::NoSuchObject && e.matched.is_empty() {
+        let m = matched(conn, dn);
+        e.with_matched(m)
+    } else {
+        e
+    }
+}

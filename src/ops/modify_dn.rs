@@ -1,0 +1,114 @@
+//! Modify DN (RFC 4511 §4.9): new RDN, `deleteoldrdn`, `newSuperior`.
+//!
+//! A rename is a move (DESIGN.md): when the old and new DNs have the same
+//! owner it is one atomic `Move`; otherwise the new owner inserts the entry
+//! (same `entryUUID`) and then the old owner deletes it, and a failure of the
+//! second step removes the copy again. A new parent is counted first (which
+//! also proves it exists) and the old parent uncounted last. Entries with
+//! children cannot be renamed yet (`notAllowedOnNonLeaf`).
+
+use crate::conn::Conn;
+use crate::ops::add::insert;
+use crate::ops::delete::remove;
+use crate::ops::{check_write_access, parse_dn, with_matched};
+use ldap3_proto::proto::LdapModifyDNRequest;
+use shards::dn::{Dn, Rdn};
+use shards::entry::Entry;
+use shards::store::Store;
+use shards::write::{children, Parent, WriteOp};
+use shards::{now_generalized, Error, Result, Shard};
+use std::rc::Rc;
+
+pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest) -> Result<()> {
+    check_write_access(&conn)?;
+    let old = parse_dn(&req.dn)?;
+    let rdn = Rdn::parse(&req.newrdn)?;
+    let superior = match &req.new_superior {
+        Some(s) => parse_dn(s)?,
+        None => old.parent(),
+    };
+    let ctx = &conn.ctx;
+    if old.is_root() || ctx.is_suffix(&old) {
+        return Err(Error::unwilling("a naming context cannot be renamed"));
+    }
+    let new = Dn::renamed(rdn, &superior);
+    if !ctx.within_suffix(&new) || ctx.is_suffix(&new) {
+        return Err(Error::unwilling(format!("{} is outside every naming context", new.to_string_form())));
+    }
+    let shard = &ctx.shard;
+    let mut entry = read_leaf(shard, &old, &req.dn).map_err(|e| with_matched(&conn, &old, e))?;
+    rename_entry(&mut entry, &old, &new, req.deleteoldrdn, conn.identity.borrow().dn());
+    move_entry(shard, &old, &req.dn, &new, entry).await.map_err(|e| with_matched(&conn, &new, e))
+}
+
+fn read_leaf(shard: &Shard, dn: &Dn, dn_text: &str) -> Result<Entry> {
+    let key = dn.key();
+    let entry = shard.get_entry(&key)?.ok_or_else(|| Error::no_such_object(dn_text))?;
+    if children(&shard.store_for(&key).read()?, &key)? > 0 {
+        return Err(Error::not_allowed_on_non_leaf(dn_text));
+    }
+    Ok(entry)
+}
+
+/// Applies the RDN change to the entry's attributes and stamps it.
+fn rename_entry(entry: &mut Entry, old: &Dn, new: &Dn, delete_old_rdn: bool, modifier: &str) {
+    let new_rdn = new.rdn().expect("not the root");
+    if delete_old_rdn {
+        for ava in &old.rdn().expect("not the root").avas {
+            let kept_by_new = new_rdn.avas.iter().any(|n| {
+                shards::matching::same_attr(&n.attr, &ava.attr) && shards::matching::values_equal(&n.attr, &n.value, &ava.value)
+            });
+            if !kept_by_new {
+                let _ = entry.apply(&[shards::entry::Mod::Delete(shards::entry::Attr {
+                    name: ava.attr.clone(),
+                    vals: vec![ava.value.clone()],
+                })]);
+            }
+        }
+    }
+    for ava in &new_rdn.avas {
+        if !entry.has_value(&ava.attr, &ava.value) {
+            let _ = entry.add_values(&ava.attr, std::slice::from_ref(&ava.value));
+        }
+    }
+    entry.dn = new.to_string_form();
+    entry.set("modifiersName", vec![modifier.as_bytes().to_vec()]);
+    entry.set("modifyTimestamp", vec![now_generalized().into_bytes()]);
+}
+
+async fn move_entry(shard: &Shard, old: &Dn, old_text: &str, new: &Dn, entry: Entry) -> Result<()> {
+    let (old_key, new_key) = (old.key(), new.key());
+    let old_parent = Parent { key: old.parent().key(), dn: old.parent().to_string_form() };
+    let new_parent = Parent { key: new.parent().key(), dn: new.parent().to_string_form() };
+    let parent_changed = old_parent.key != new_parent.key;
+    if shard.owner_of(&old_key) == shard.owner_of(&new_key) {
+        if parent_changed {
+            shard.submit(&new_parent.key.clone(), WriteOp::Child { parent: new_parent.clone(), delta: 1 }).await?;
+        }
+        let op = WriteOp::Move {
+            old_key: old_key.clone(),
+            old_dn: old_text.to_string(),
+            old_parent: None,
+            new_key,
+            new_parent: None,
+            entry,
+        };
+        if let Err(e) = shard.submit(&old_key, op).await {
+            if parent_changed {
+                let _ = shard.submit(&new_parent.key.clone(), WriteOp::Child { parent: new_parent, delta: -1 }).await;
+            }
+            return Err(e);
+        }
+    } else {
+        insert(shard, new, entry, false).await?;
+        if let Err(e) = remove(shard, old, old_text, false).await {
+            let _ = remove(shard, new, &new.to_string_form(), false).await;
+            return Err(e);
+        }
+        return Ok(());
+    }
+    if parent_changed {
+        shard.submit(&old_parent.key.clone(), WriteOp::Child { parent: old_parent, delta: -1 }).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,235 @@
+//! Start-up: open or create the data directory, bind every shard's socket,
+//! start one pinned reactor per shard, and report readiness.
+//!
+//! The main thread does everything that can fail for the whole server
+//! (configuration, manifest, stores, sockets) before any reactor starts,
+//! then waits for every shard to say it is serving and prints the
+//! `listening on` line that scripts and tests wait for.
+
+use crate::config::{Config, Limits};
+use crate::listener;
+use anyhow::{anyhow, bail, Context, Result};
+use glommio::channels::channel_mesh::MeshBuilder;
+use glommio::{LocalExecutorBuilder, Placement};
+use shards::dn::Dn;
+use shards::entry::{Attr, Entry};
+use shards::manifest::Manifest;
+use shards::store::Engine;
+use shards::write::{run_batch, Parent, WriteOp};
+use shards::{password, Shard};
+use std::cell::Cell;
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+/// What every connection of one shard shares.
+pub struct Ctx {
+    pub shard: Rc<Shard>,
+    pub root_dn: Dn,
+    pub root_password_hash: String,
+    pub suffixes: Vec<Dn>,
+    pub limits: Limits,
+    next_conn: Cell<u64>,
+}
+
+impl Ctx {
+    /// Connection ids are unique per process: shard id in the low bits.
+    pub fn next_conn_id(&self) -> u64 {
+        let n = self.next_conn.get();
+        self.next_conn.set(n + 1);
+        n * self.shard.n_shards() as u64 + self.shard.id as u64
+    }
+
+    pub fn is_suffix(&self, dn: &Dn) -> bool {
+        self.suffixes.iter().any(|s| s == dn)
+    }
+
+    pub fn within_suffix(&self, dn: &Dn) -> bool {
+        self.suffixes.iter().any(|s| dn.is_within(s))
+    }
+}
+
+/// CPUs this process may run on (its affinity mask, which honours cpusets).
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: sched_getaffinity fills the zeroed set we pass.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return vec![0];
+        }
+        (0..libc::CPU_SETSIZE as usize).filter(|c| libc::CPU_ISSET(*c, &set)).collect()
+    }
+}
+
+pub fn serve(config: Config) -> Result<()> {
+    config.validate()?;
+    let cpus = allowed_cpus();
+    let n_shards = if config.server.shards == 0 { cpus.len() } else { config.server.shards };
+    if n_shards > 1024 {
+        bail!("server.shards: {n_shards} is more than 1024");
+    }
+    let data = config.server.data.clone();
+    let (manifest, created) = open_manifest(&config, &data, n_shards)?;
+    let manifest = Arc::new(manifest);
+    let sync = config.sync_mode()?;
+    let map_size = config.storage.map_size_mb << 20;
+    let stores: Vec<Arc<Engine>> = (0..n_shards)
+        .map(|i| Engine::open(&data.join(format!("shard-{i}")), sync, map_size).map(Arc::new))
+        .collect::<shards::Result<_>>()
+        .map_err(|e| anyhow!("opening the stores in {}: {}", data.display(), e.message))?;
+    let stores = Arc::new(stores);
+    if created {
+        bootstrap(&config, &manifest, &stores)?;
+    }
+
+    let mut addr = config.listen_addr()?;
+    let mut fds = Vec::with_capacity(n_shards);
+    for i in 0..n_shards {
+        let fd = listener::bind(addr, cpus[i % cpus.len()], config.server.backlog)?;
+        if addr.port() == 0 {
+            addr = listener::local_addr(&fd)?;
+        }
+        fds.push(fd);
+    }
+
+    let mesh = (n_shards > 1).then(|| MeshBuilder::full(n_shards, 4096));
+    let root_password_hash = config.directory.root_password_hash.clone().unwrap_or(manifest.root_password_hash.clone());
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<usize, String>>();
+    let mut handles = Vec::new();
+    for (i, fd) in fds.into_iter().enumerate() {
+        let cpu = cpus[i % cpus.len()];
+        let (manifest, stores, mesh, ready) = (manifest.clone(), stores.clone(), mesh.clone(), ready_tx.clone());
+        let config = config.clone();
+        let root_password_hash = root_password_hash.clone();
+        let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
+            .name(&format!("shard-{i}"))
+            .io_memory(512 << 10)
+            .spin_before_park(Duration::from_micros(config.server.spin_before_park_us))
+            .spawn(move || async move {
+                let interval = Duration::from_millis(config.storage.sync_interval_ms);
+                let shard = match Shard::start(i, manifest, stores, mesh, sync, interval).await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let _ = ready.send(Err(e.message));
+                        return;
+                    }
+                };
+                let ctx = Rc::new(Ctx {
+                    shard,
+                    root_dn: Dn::parse(&config.directory.root_dn).expect("validated"),
+                    root_password_hash,
+                    suffixes: vec![Dn::parse(&config.directory.suffix).expect("validated")],
+                    limits: config.limits.clone(),
+                    next_conn: Cell::new(0),
+                });
+                let _ = ready.send(Ok(i));
+                listener::run(fd, ctx).await;
+            })
+            .map_err(|e| anyhow!("starting the reactor of shard {i} on CPU {cpu}: {e}"))?;
+        handles.push(handle);
+    }
+    drop(ready_tx);
+    for _ in 0..n_shards {
+        match ready_rx.recv() {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => bail!("a shard failed to start: {e}"),
+            Err(_) => bail!("a shard stopped during start-up"),
+        }
+    }
+    println!("coredir: listening on {addr} ({n_shards} shards, data in {})", data.display());
+    for h in handles {
+        let _ = h.join();
+    }
+    Ok(())
+}
+
+/// Loads the manifest, or creates the database when the directory has none
+/// (then the second value is true).
+fn open_manifest(config: &Config, data: &Path, n_shards: usize) -> Result<(Manifest, bool)> {
+    std::fs::create_dir_all(data).with_context(|| format!("creating {}", data.display()))?;
+    if let Some(m) = Manifest::load(data).map_err(|e| anyhow!(e.message))? {
+        if m.shards as usize != n_shards {
+            bail!(
+                "the data directory {} was created with {} shards and this start asks for {n_shards}; \
+                 start with --shards {} (moving partitions between shard counts needs `coredir reshard`, \
+                 which is not available in this version)",
+                data.display(),
+                m.shards,
+                m.shards
+            );
+        }
+        return Ok((m, false));
+    }
+    let password = match std::env::var("COREDIR_ROOT_PASSWORD") {
+        Ok(p) if !p.is_empty() => p,
+        _ => {
+            let p = generate_password();
+            println!("coredir: generated password for {}: {p}", config.directory.root_dn);
+            println!("coredir: it is stored only as a hash and will not be shown again");
+            p
+        }
+    };
+    let m = Manifest::new(
+        n_shards as u32,
+        vec![config.directory.suffix.clone()],
+        config.directory.root_dn.clone(),
+        password::hash_ssha(password.as_bytes()),
+    );
+    m.save(data).map_err(|e| anyhow!(e.message))?;
+    Ok((m, true))
+}
+
+fn generate_password() -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
+    let mut rng = rand::thread_rng();
+    (0..20).map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char).collect()
+}
+
+/// Creates the suffix entry with `ou=people` and `ou=groups` in a new
+/// database (never again: an operator may delete them).
+fn bootstrap(config: &Config, manifest: &Manifest, stores: &[Arc<Engine>]) -> Result<()> {
+    let suffix = Dn::parse(&config.directory.suffix)?;
+    let rdn = &suffix.rdns()[0].avas[0];
+    let rdn_value = String::from_utf8_lossy(&rdn.value).to_string();
+    let mut top = vec![("objectClass", vec!["top", "dcObject", "organization"]), ("o", vec![rdn_value.as_str()])];
+    top.insert(1, (rdn.attr.as_str(), vec![rdn_value.as_str()]));
+    let mut entries = vec![(suffix.clone(), top)];
+    for ou in ["people", "groups"] {
+        let dn = Dn::parse(&format!("ou={ou},{}", config.directory.suffix))?;
+        entries.push((dn, vec![("objectClass", vec!["top", "organizationalUnit"]), ("ou", vec![ou])]));
+    }
+    for (dn, attrs) in entries {
+        let key = dn.key();
+        let parent = (dn != suffix).then(|| Parent { key: dn.parent().key(), dn: dn.parent().to_string_form() });
+        let owner = manifest.owner_of(&key);
+        let mut entry = Entry {
+            dn: dn.to_string_form(),
+            attrs: attrs
+                .into_iter()
+                .map(|(n, vs)| Attr { name: n.into(), vals: vs.into_iter().map(|v| v.as_bytes().to_vec()).collect() })
+                .collect(),
+        };
+        crate::ops::add::stamp_new(&mut entry, &config.directory.root_dn);
+        let mut ops = Vec::new();
+        if let Some(p) = &parent {
+            if manifest.owner_of(&p.key) != owner {
+                let res = run_batch(&*stores[manifest.owner_of(&p.key)], |k| manifest.partition_of(k), &[WriteOp::Child {
+                    parent: p.clone(),
+                    delta: 1,
+                }]);
+                res.into_iter().next().unwrap().map_err(|e| anyhow!(e.message))?;
+                ops.push(WriteOp::Add { key, parent: None, entry });
+            } else {
+                ops.push(WriteOp::Add { key, parent: parent.clone(), entry });
+            }
+        } else {
+            ops.push(WriteOp::Add { key, parent: None, entry });
+        }
+        for r in run_batch(&*stores[owner], |k| manifest.partition_of(k), &ops) {
+            r.map_err(|e| anyhow!("creating {}: {}", dn.to_string_form(), e.message))?;
+        }
+    }
+    Ok(())
+}
