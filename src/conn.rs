@@ -51,7 +51,6 @@ impl Identity {
 }
 
 pub struct Conn {
-    pub id: u64,
     pub ctx: Rc<Ctx>,
     pub identity: RefCell<Identity>,
     /// Running searches by message id; setting the flag abandons one.
@@ -95,9 +94,7 @@ pub async fn serve(stream: TcpStream, ctx: Rc<Ctx>) {
         let _ = writer.close().await;
     })
     .detach();
-    let id = ctx.next_conn_id();
     let conn = Rc::new(Conn {
-        id,
         ctx,
         identity: RefCell::new(Identity::Anonymous),
         running: RefCell::new(HashMap::new()),
@@ -125,7 +122,9 @@ async fn read_loop(mut stream: TcpStream, conn: &Rc<Conn>) {
             };
             match ber::peek_frame(&rbuf) {
                 Frame::Incomplete => break,
-                Frame::Malformed => return disconnect(conn, inline, "malformed LDAP message").await,
+                Frame::Malformed => {
+                    return disconnect(conn, inline, "malformed LDAP message").await
+                }
                 Frame::Size(n) if n > limit => {
                     let why = format!("message of {n} bytes exceeds the limit of {limit} bytes");
                     return disconnect(conn, inline, &why).await;
@@ -153,6 +152,9 @@ async fn read_loop(mut stream: TcpStream, conn: &Rc<Conn>) {
 }
 
 async fn disconnect(conn: &Conn, mut out: BytesMut, why: &str) {
-    encode(&mut out, DisconnectionNotice::gen_response(LdapResultCode::ProtocolError, why));
+    encode(
+        &mut out,
+        DisconnectionNotice::gen_response(LdapResultCode::ProtocolError, why),
+    );
     conn.send(out).await;
 }

@@ -10,13 +10,14 @@
 use crate::error::{Error, Result};
 use crate::matching;
 
+/// Equality is by normalized form: `CN=Admin` and `cn=admin` are one DN.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dn {
     /// RDNs from the leftmost (the entry's own) to the rightmost.
     rdns: Vec<Rdn>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Rdn {
     pub avas: Vec<Ava>,
     /// Normalized form: `type=value` pairs sorted and joined by `+`.
@@ -77,7 +78,9 @@ impl Dn {
     }
 
     pub fn parent(&self) -> Dn {
-        Dn { rdns: self.rdns.iter().skip(1).cloned().collect() }
+        Dn {
+            rdns: self.rdns.iter().skip(1).cloned().collect(),
+        }
     }
 
     /// This DN with its leftmost RDN replaced and placed under `superior`.
@@ -154,6 +157,14 @@ pub fn key_depth(key: &[u8]) -> usize {
     }
 }
 
+impl PartialEq for Rdn {
+    fn eq(&self, other: &Rdn) -> bool {
+        self.norm == other.norm
+    }
+}
+
+impl Eq for Rdn {}
+
 impl Rdn {
     pub fn parse(text: &str) -> Result<Rdn> {
         let bytes = text.as_bytes();
@@ -188,7 +199,10 @@ impl Rdn {
             avas = order.iter().map(|i| avas[*i].clone()).collect();
             parts.sort();
         }
-        Rdn { avas, norm: parts.join("+") }
+        Rdn {
+            avas,
+            norm: parts.join("+"),
+        }
     }
 }
 
@@ -241,7 +255,13 @@ fn parse_ava(text: &str, b: &[u8], mut pos: usize) -> Result<(Ava, usize)> {
     } else {
         parse_string_value(text, b, pos)?
     };
-    Ok((Ava { attr: attr.to_string(), value }, next))
+    Ok((
+        Ava {
+            attr: attr.to_string(),
+            value,
+        },
+        next,
+    ))
 }
 
 fn parse_hex_value(text: &str, b: &[u8], mut pos: usize) -> Result<(Vec<u8>, usize)> {
@@ -269,7 +289,8 @@ fn parse_string_value(text: &str, b: &[u8], mut pos: usize) -> Result<(Vec<u8>, 
                 if pos >= b.len() {
                     return Err(Error::invalid_dn(text, "dangling '\\'"));
                 }
-                if b[pos].is_ascii_hexdigit() && pos + 1 < b.len() && b[pos + 1].is_ascii_hexdigit() {
+                if b[pos].is_ascii_hexdigit() && pos + 1 < b.len() && b[pos + 1].is_ascii_hexdigit()
+                {
                     out.push(hex(b[pos]) << 4 | hex(b[pos + 1]));
                     pos += 2;
                 } else if b" \"#+,;<=>\\".contains(&b[pos]) {
@@ -281,7 +302,10 @@ fn parse_string_value(text: &str, b: &[u8], mut pos: usize) -> Result<(Vec<u8>, 
                 keep = out.len();
             }
             b'"' | b'<' | b'>' | b'=' | 0 => {
-                return Err(Error::invalid_dn(text, "unescaped special character in value"))
+                return Err(Error::invalid_dn(
+                    text,
+                    "unescaped special character in value",
+                ))
             }
             c => {
                 out.push(c);
@@ -330,7 +354,9 @@ mod tests {
     use super::*;
 
     fn norm(s: &str) -> String {
-        Dn::parse(s).map(|d| d.norm()).unwrap_or_else(|e| format!("ERR {:?}", e.code))
+        Dn::parse(s)
+            .map(|d| d.norm())
+            .unwrap_or_else(|e| format!("ERR {:?}", e.code))
     }
 
     #[test]
@@ -371,13 +397,21 @@ mod tests {
         assert!(child.is_within(&base));
         assert!(!base.is_within(&child));
         assert_eq!(child.parent(), base);
+        assert_eq!(
+            Dn::parse("CN=Admin, DC=Example").unwrap(),
+            Dn::parse("cn=admin,dc=example").unwrap()
+        );
     }
 
     #[test]
     fn string_form_round_trips() {
         for s in ["cn=a\\,b+sn=c,dc=x", "cn=\\ lead,dc=x", "cn=\\#x,dc=y"] {
             let dn = Dn::parse(s).unwrap();
-            assert_eq!(Dn::parse(&dn.to_string_form()).unwrap().norm(), dn.norm(), "{s}");
+            assert_eq!(
+                Dn::parse(&dn.to_string_form()).unwrap().norm(),
+                dn.norm(),
+                "{s}"
+            );
         }
     }
 }

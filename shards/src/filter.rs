@@ -23,14 +23,20 @@ pub fn matches(f: &LdapFilter, e: &EntryView<'_>) -> bool {
         }
         LdapFilter::Present(a) => a.eq_ignore_ascii_case("objectclass") || e.get(a).is_some(),
         LdapFilter::Substring(a, sub) => any_value(e, a, |x| substring(a, x, sub)),
-        LdapFilter::GreaterOrEqual(a, v) => any_value(e, a, |x| order(a, x, v.as_bytes()) != Ordering::Less),
-        LdapFilter::LessOrEqual(a, v) => any_value(e, a, |x| order(a, x, v.as_bytes()) != Ordering::Greater),
+        LdapFilter::GreaterOrEqual(a, v) => {
+            any_value(e, a, |x| order(a, x, v.as_bytes()) != Ordering::Less)
+        }
+        LdapFilter::LessOrEqual(a, v) => {
+            any_value(e, a, |x| order(a, x, v.as_bytes()) != Ordering::Greater)
+        }
         LdapFilter::Extensible(m) => extensible(m, e),
     }
 }
 
 fn any_value(e: &EntryView<'_>, attr: &str, mut f: impl FnMut(&[u8]) -> bool) -> bool {
-    e.attrs().filter(|a| matching::same_attr(a.name, attr)).any(|a| a.vals().any(&mut f))
+    e.attrs()
+        .filter(|a| matching::same_attr(a.name, attr))
+        .any(|a| a.vals().any(&mut f))
 }
 
 fn order(attr: &str, have: &[u8], want: &[u8]) -> Ordering {
@@ -81,10 +87,20 @@ enum Rule {
 
 fn rule(name: &str) -> Option<Rule> {
     Some(match name.to_ascii_lowercase().as_str() {
-        "caseignorematch" | "2.5.13.2" | "caseignoreia5match" | "1.3.6.1.4.1.1466.109.114.2"
-        | "booleanmatch" | "2.5.13.13" | "numericstringmatch" | "2.5.13.8" => Rule::CaseIgnore,
-        "caseexactmatch" | "2.5.13.5" | "caseexactia5match" | "1.3.6.1.4.1.1466.109.114.1"
-        | "octetstringmatch" | "2.5.13.17" => Rule::CaseExact,
+        "caseignorematch"
+        | "2.5.13.2"
+        | "caseignoreia5match"
+        | "1.3.6.1.4.1.1466.109.114.2"
+        | "booleanmatch"
+        | "2.5.13.13"
+        | "numericstringmatch"
+        | "2.5.13.8" => Rule::CaseIgnore,
+        "caseexactmatch"
+        | "2.5.13.5"
+        | "caseexactia5match"
+        | "1.3.6.1.4.1.1466.109.114.1"
+        | "octetstringmatch"
+        | "2.5.13.17" => Rule::CaseExact,
         "integermatch" | "2.5.13.14" => Rule::Integer,
         "distinguishednamematch" | "2.5.13.1" => Rule::Dn,
         _ => return None,
@@ -98,7 +114,12 @@ fn rule_eq(rule: Option<Rule>, attr: &str, have: &[u8], want: &[u8]) -> bool {
         Some(Rule::CaseExact) => have == want,
         Some(Rule::Integer) => parse_int(have).is_some() && parse_int(have) == parse_int(want),
         Some(Rule::Dn) => {
-            let norm = |v: &[u8]| std::str::from_utf8(v).ok().and_then(|s| Dn::parse(s).ok()).map(|d| d.norm());
+            let norm = |v: &[u8]| {
+                std::str::from_utf8(v)
+                    .ok()
+                    .and_then(|s| Dn::parse(s).ok())
+                    .map(|d| d.norm())
+            };
             norm(have).is_some() && norm(have) == norm(want)
         }
     }
@@ -113,7 +134,11 @@ fn extensible(m: &LdapMatchingRuleAssertion, e: &EntryView<'_>) -> bool {
         None => None,
     };
     let want = m.match_value.as_bytes();
-    let attr_ok = |name: &str| m.type_.as_deref().is_none_or(|t| matching::same_attr(name, t));
+    let attr_ok = |name: &str| {
+        m.type_
+            .as_deref()
+            .is_none_or(|t| matching::same_attr(name, t))
+    };
     let in_entry = e
         .attrs()
         .filter(|a| attr_ok(a.name))
@@ -121,7 +146,9 @@ fn extensible(m: &LdapMatchingRuleAssertion, e: &EntryView<'_>) -> bool {
     if in_entry || !m.dn_attributes {
         return in_entry;
     }
-    let Ok(dn) = Dn::parse(e.dn()) else { return false };
+    let Ok(dn) = Dn::parse(e.dn()) else {
+        return false;
+    };
     dn.rdns()
         .iter()
         .flat_map(|r| r.avas.iter())
@@ -161,7 +188,10 @@ mod tests {
                 ("userPassword", vec!["Secret"]),
             ]
             .into_iter()
-            .map(|(n, vs)| Attr { name: n.into(), vals: vs.into_iter().map(|v| v.as_bytes().to_vec()).collect() })
+            .map(|(n, vs)| Attr {
+                name: n.into(),
+                vals: vs.into_iter().map(|v| v.as_bytes().to_vec()).collect(),
+            })
             .collect(),
         };
         let mut buf = Vec::new();
@@ -212,8 +242,15 @@ mod tests {
             check(f, want);
         }
         // ldap3_proto's string parser stops at spaces; build these directly.
-        for (value, want) in [("john doe", true), ("john   doe ", true), ("johndoe", false)] {
-            check_filter(&LdapFilter::Equality("commonName".into(), value.into()), want);
+        for (value, want) in [
+            ("john doe", true),
+            ("john   doe ", true),
+            ("johndoe", false),
+        ] {
+            check_filter(
+                &LdapFilter::Equality("commonName".into(), value.into()),
+                want,
+            );
         }
     }
 }

@@ -147,7 +147,11 @@ mod tests {
             ("ÄÖü", "äöü"),
             ("", ""),
         ] {
-            assert_eq!(fold(input.as_bytes()).as_ref(), want.as_bytes(), "{input:?}");
+            assert_eq!(
+                fold(input.as_bytes()).as_ref(),
+                want.as_bytes(),
+                "{input:?}"
+            );
         }
     }
 

@@ -12,7 +12,9 @@ use sha1::{Digest, Sha1};
 
 pub fn verify(stored: &[u8], given: &[u8]) -> bool {
     if let Some(rest) = strip_scheme(stored, b"{SSHA}") {
-        let Ok(raw) = STANDARD.decode(trim(rest)) else { return false };
+        let Ok(raw) = STANDARD.decode(trim(rest)) else {
+            return false;
+        };
         if raw.len() <= 20 {
             return false;
         }
@@ -23,7 +25,9 @@ pub fn verify(stored: &[u8], given: &[u8]) -> bool {
         return constant_time_eq(&h.finalize(), digest);
     }
     if let Some(rest) = strip_scheme(stored, b"{SHA}") {
-        let Ok(raw) = STANDARD.decode(trim(rest)) else { return false };
+        let Ok(raw) = STANDARD.decode(trim(rest)) else {
+            return false;
+        };
         return constant_time_eq(&Sha1::digest(given), &raw);
     }
     if stored.first() == Some(&b'{') && stored.contains(&b'}') {
@@ -49,11 +53,15 @@ pub fn is_hashed(value: &[u8]) -> bool {
 }
 
 fn strip_scheme<'a>(v: &'a [u8], scheme: &[u8]) -> Option<&'a [u8]> {
-    (v.len() >= scheme.len() && v[..scheme.len()].eq_ignore_ascii_case(scheme)).then(|| &v[scheme.len()..])
+    (v.len() >= scheme.len() && v[..scheme.len()].eq_ignore_ascii_case(scheme))
+        .then(|| &v[scheme.len()..])
 }
 
 fn trim(v: &[u8]) -> &[u8] {
-    let end = v.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(0, |e| e + 1);
+    let end = v
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(0, |e| e + 1);
     &v[..end]
 }
 

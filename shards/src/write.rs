@@ -22,15 +22,36 @@ pub const MAX_KEY: usize = 500;
 pub enum WriteOp {
     /// Inserts a new entry. With `parent`, the parent is owned here: it is
     /// checked and its child count raised in the same transaction.
-    Add { key: Vec<u8>, parent: Option<Parent>, entry: Entry },
+    Add {
+        key: Vec<u8>,
+        parent: Option<Parent>,
+        entry: Entry,
+    },
     /// Raises (checking the parent exists) or lowers a parent's child count.
     Child { parent: Parent, delta: i64 },
     /// Removes a leaf entry; with `parent`, also lowers the local parent's count.
-    Delete { key: Vec<u8>, dn: String, parent: Option<Parent> },
+    Delete {
+        key: Vec<u8>,
+        dn: String,
+        parent: Option<Parent>,
+    },
     /// Applies modifications; `stamp` holds the modifiersName/modifyTimestamp values.
-    Modify { key: Vec<u8>, dn: String, mods: Vec<Mod>, rdn: Vec<(String, Vec<u8>)>, stamp: Stamp },
+    Modify {
+        key: Vec<u8>,
+        dn: String,
+        mods: Vec<Mod>,
+        rdn: Vec<(String, Vec<u8>)>,
+        stamp: Stamp,
+    },
     /// Renames an entry whose old and new DNs have the same owner, atomically.
-    Move { old_key: Vec<u8>, old_dn: String, old_parent: Option<Parent>, new_key: Vec<u8>, new_parent: Option<Parent>, entry: Entry },
+    Move {
+        old_key: Vec<u8>,
+        old_dn: String,
+        old_parent: Option<Parent>,
+        new_key: Vec<u8>,
+        new_parent: Option<Parent>,
+        entry: Entry,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -55,7 +76,11 @@ pub enum Outcome {
 const NEXT_ID: &[u8] = b"next_id";
 
 /// Runs a batch in one write transaction and commits it; one result per op.
-pub fn run_batch<S: Store>(store: &S, partition_of: impl Fn(&[u8]) -> u32, ops: &[WriteOp]) -> Vec<Result<Outcome>> {
+pub fn run_batch<S: Store>(
+    store: &S,
+    partition_of: impl Fn(&[u8]) -> u32,
+    ops: &[WriteOp],
+) -> Vec<Result<Outcome>> {
     let fail_all = |e: Error| vec![Err(e); ops.len()];
     let mut txn = match store.write() {
         Ok(t) => t,
@@ -75,7 +100,10 @@ pub fn run_batch<S: Store>(store: &S, partition_of: impl Fn(&[u8]) -> u32, ops: 
         }
         results.push(res);
     }
-    if let Err(e) = txn.put(Tree::Meta, NEXT_ID, &next_id.to_be_bytes()).and_then(|_| txn.commit()) {
+    if let Err(e) = txn
+        .put(Tree::Meta, NEXT_ID, &next_id.to_be_bytes())
+        .and_then(|_| txn.commit())
+    {
         return fail_all(e);
     }
     results
@@ -85,7 +113,12 @@ pub fn be_u64(v: &[u8]) -> u64 {
     v.try_into().map(u64::from_be_bytes).unwrap_or(0)
 }
 
-fn apply<T: WriteTxn>(txn: &mut T, op: &WriteOp, partition_of: &impl Fn(&[u8]) -> u32, next_id: &mut u64) -> Result<Outcome> {
+fn apply<T: WriteTxn>(
+    txn: &mut T,
+    op: &WriteOp,
+    partition_of: &impl Fn(&[u8]) -> u32,
+    next_id: &mut u64,
+) -> Result<Outcome> {
     match op {
         WriteOp::Add { key, parent, entry } => {
             check_key(key, &entry.dn)?;
@@ -109,8 +142,17 @@ fn apply<T: WriteTxn>(txn: &mut T, op: &WriteOp, partition_of: &impl Fn(&[u8]) -
             txn.delete(Tree::Id2entry, &id)?;
             Ok(Outcome::Removed(old))
         }
-        WriteOp::Modify { key, dn, mods, rdn, stamp } => {
-            let id = txn.get(Tree::Dn2id, key)?.ok_or_else(|| Error::no_such_object(dn))?.to_vec();
+        WriteOp::Modify {
+            key,
+            dn,
+            mods,
+            rdn,
+            stamp,
+        } => {
+            let id = txn
+                .get(Tree::Dn2id, key)?
+                .ok_or_else(|| Error::no_such_object(dn))?
+                .to_vec();
             let mut entry = Entry::decode(txn.get(Tree::Id2entry, &id)?.unwrap_or_default())?;
             entry.apply(mods)?;
             for (attr, value) in rdn {
@@ -121,18 +163,32 @@ fn apply<T: WriteTxn>(txn: &mut T, op: &WriteOp, partition_of: &impl Fn(&[u8]) -
                     ));
                 }
             }
-            if entry.attrs.iter().any(|a| a.name.eq_ignore_ascii_case("objectClass")) {
+            if entry
+                .attrs
+                .iter()
+                .any(|a| a.name.eq_ignore_ascii_case("objectClass"))
+            {
                 entry.set("modifiersName", vec![stamp.modifier.clone().into_bytes()]);
                 entry.set("modifyTimestamp", vec![stamp.time.clone().into_bytes()]);
             } else {
-                return Err(Error::new(LdapResultCode::ObjectClassViolation, "objectClass: an entry must keep an object class"));
+                return Err(Error::new(
+                    LdapResultCode::ObjectClassViolation,
+                    "objectClass: an entry must keep an object class",
+                ));
             }
             let mut buf = Vec::with_capacity(256);
             entry.encode(&mut buf);
             txn.put(Tree::Id2entry, &id, &buf)?;
             Ok(Outcome::Done)
         }
-        WriteOp::Move { old_key, old_dn, old_parent, new_key, new_parent, entry } => {
+        WriteOp::Move {
+            old_key,
+            old_dn,
+            old_parent,
+            new_key,
+            new_parent,
+            entry,
+        } => {
             check_key(new_key, &entry.dn)?;
             let id = leaf_id(txn, old_key, old_dn)?;
             if new_key != old_key && txn.get(Tree::Dn2id, new_key)?.is_some() {
@@ -154,21 +210,33 @@ fn apply<T: WriteTxn>(txn: &mut T, op: &WriteOp, partition_of: &impl Fn(&[u8]) -
 
 fn check_key(key: &[u8], dn: &str) -> Result<()> {
     if key.len() > MAX_KEY {
-        return Err(Error::unwilling(format!("DN too long ({} bytes normalized, limit {MAX_KEY}): {dn}", key.len())));
+        return Err(Error::unwilling(format!(
+            "DN too long ({} bytes normalized, limit {MAX_KEY}): {dn}",
+            key.len()
+        )));
     }
     Ok(())
 }
 
 /// The id of an existing entry that has no children.
 fn leaf_id<T: ReadTxn>(txn: &T, key: &[u8], dn: &str) -> Result<Vec<u8>> {
-    let id = txn.get(Tree::Dn2id, key)?.ok_or_else(|| Error::no_such_object(dn))?.to_vec();
+    let id = txn
+        .get(Tree::Dn2id, key)?
+        .ok_or_else(|| Error::no_such_object(dn))?
+        .to_vec();
     if txn.get(Tree::Children, key)?.map_or(0, be_u64) > 0 {
         return Err(Error::not_allowed_on_non_leaf(dn));
     }
     Ok(id)
 }
 
-fn insert<T: WriteTxn>(txn: &mut T, key: &[u8], entry: &Entry, partition_of: &impl Fn(&[u8]) -> u32, next_id: &mut u64) -> Result<()> {
+fn insert<T: WriteTxn>(
+    txn: &mut T,
+    key: &[u8],
+    entry: &Entry,
+    partition_of: &impl Fn(&[u8]) -> u32,
+    next_id: &mut u64,
+) -> Result<()> {
     let id = ((partition_of(key) as u64) << 48) | *next_id;
     *next_id += 1;
     let mut buf = Vec::with_capacity(256);

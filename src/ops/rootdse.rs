@@ -18,19 +18,28 @@ pub const SUPPORTED_CONTROLS: &[&str] = &["2.16.840.1.113730.3.4.2"];
 pub const SUPPORTED_FEATURES: &[&str] = &["1.3.6.1.4.1.4203.1.5.1", "1.3.6.1.1.14"];
 
 fn entry(ctx: &Ctx) -> Entry {
-    let attr = |name: &str, vals: Vec<String>| Attr { name: name.into(), vals: vals.into_iter().map(String::into_bytes).collect() };
+    let attr = |name: &str, vals: Vec<String>| Attr {
+        name: name.into(),
+        vals: vals.into_iter().map(String::into_bytes).collect(),
+    };
     let strs = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     Entry {
         dn: String::new(),
         attrs: vec![
             attr("objectClass", vec!["top".into()]),
-            attr("namingContexts", ctx.suffixes.iter().map(|s| s.to_string_form()).collect()),
+            attr(
+                "namingContexts",
+                ctx.suffixes.iter().map(|s| s.to_string_form()).collect(),
+            ),
             attr("supportedLDAPVersion", vec!["3".into()]),
             attr("supportedExtension", strs(extended::SUPPORTED)),
             attr("supportedControl", strs(SUPPORTED_CONTROLS)),
             attr("supportedFeatures", strs(SUPPORTED_FEATURES)),
             attr("vendorName", vec!["coredir".into()]),
-            attr("vendorVersion", vec![format!("coredir {}", env!("CARGO_PKG_VERSION"))]),
+            attr(
+                "vendorVersion",
+                vec![format!("coredir {}", env!("CARGO_PKG_VERSION"))],
+            ),
         ],
     }
 }
@@ -45,7 +54,10 @@ pub fn write(out: &mut BytesMut, msgid: i32, ctx: &Ctx, f: &LdapFilter, sel: &Se
     let attrs: Vec<_> = view
         .attrs()
         .filter(|a| sel.wants(a.name, !a.name.eq_ignore_ascii_case("objectClass")))
-        .map(|a| OutAttr { name: a.name, vals: a.vals() })
+        .map(|a| OutAttr {
+            name: a.name,
+            vals: a.vals(),
+        })
         .collect();
     ber::search_entry(out, msgid, "", &attrs, sel.types_only);
 }

@@ -6,9 +6,9 @@
 //! root-first, so the subtree is one key range per store), reads each
 //! candidate from `id2entry` in place, evaluates the filter and writes the
 //! matching entries straight into the response buffer. Work is cut into
-//! chunks: no snapshot is held across an `.await`, the reactor gets a
-//! chance to run other tasks between chunks, and Abandon and the time limit
-//! are checked there.
+//! chunks: no snapshot is held across an `.await`, the task yields to the
+//! reactor between chunks (so other requests on the same connection and
+//! other connections progress), and Abandon is checked there.
 
 use crate::ber::{self, OutAttr};
 use crate::conn::{encode, Conn};
@@ -42,7 +42,10 @@ pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest) {
             return;
         }
         let mut out = BytesMut::new();
-        encode(&mut out, LdapMsg::new(msgid, LdapOp::SearchResultDone(result(res))));
+        encode(
+            &mut out,
+            LdapMsg::new(msgid, LdapOp::SearchResultDone(result(res))),
+        );
         conn.send(out).await;
     })
     .detach();
@@ -60,7 +63,13 @@ pub struct Selection {
 
 impl Selection {
     pub fn new(attrs: &[String], passwords: bool, types_only: bool) -> Selection {
-        let mut sel = Selection { user: attrs.is_empty(), operational: false, names: Vec::new(), passwords, types_only };
+        let mut sel = Selection {
+            user: attrs.is_empty(),
+            operational: false,
+            names: Vec::new(),
+            passwords,
+            types_only,
+        };
         for a in attrs {
             match a.as_str() {
                 "*" => sel.user = true,
@@ -76,7 +85,11 @@ impl Selection {
         if !self.passwords && matching::same_attr(name, "userPassword") {
             return false;
         }
-        (if operational { self.operational } else { self.user }) || self.names.iter().any(|n| matching::same_attr(n, name))
+        (if operational {
+            self.operational
+        } else {
+            self.user
+        }) || self.names.iter().any(|n| matching::same_attr(n, name))
     }
 }
 
@@ -85,14 +98,26 @@ struct Limits {
     deadline: Option<Instant>,
 }
 
-async fn run(conn: &Conn, msgid: i32, req: &LdapSearchRequest, abandoned: &Cell<bool>) -> Result<()> {
+async fn run(
+    conn: &Conn,
+    msgid: i32,
+    req: &LdapSearchRequest,
+    abandoned: &Cell<bool>,
+) -> Result<()> {
     let ctx = &conn.ctx;
     if filter::depth(&req.filter) > ctx.limits.max_filter_depth {
-        return Err(Error::new(LdapResultCode::AdminLimitExceeded, "filter nesting is too deep"));
+        return Err(Error::new(
+            LdapResultCode::AdminLimitExceeded,
+            "filter nesting is too deep",
+        ));
     }
     let base = parse_dn(&req.base)?;
     let is_root = conn.identity.borrow().is_root();
-    let filter = if is_root { Cow::Borrowed(&req.filter) } else { Cow::Owned(redact(&req.filter)) };
+    let filter = if is_root {
+        Cow::Borrowed(&req.filter)
+    } else {
+        Cow::Owned(redact(&req.filter))
+    };
     let sel = Selection::new(&req.attrs, is_root, req.typesonly);
     let mut out = BytesMut::new();
     if base.is_root() {
@@ -104,8 +129,13 @@ async fn run(conn: &Conn, msgid: i32, req: &LdapSearchRequest, abandoned: &Cell<
         return Ok(());
     }
     let limits = Limits {
-        size: if req.sizelimit > 0 { req.sizelimit as usize } else { usize::MAX },
-        deadline: (req.timelimit > 0).then(|| Instant::now() + Duration::from_secs(req.timelimit as u64)),
+        size: if req.sizelimit > 0 {
+            req.sizelimit as usize
+        } else {
+            usize::MAX
+        },
+        deadline: (req.timelimit > 0)
+            .then(|| Instant::now() + Duration::from_secs(req.timelimit as u64)),
     };
     let shard = &ctx.shard;
     let base_key = base.key();
@@ -116,7 +146,9 @@ async fn run(conn: &Conn, msgid: i32, req: &LdapSearchRequest, abandoned: &Cell<
             return Err(with_matched(conn, &base, Error::no_such_object(&req.base)));
         };
         if matches!(req.scope, LdapSearchScope::Base | LdapSearchScope::Subtree) {
-            let bytes = txn.get(Tree::Id2entry, id)?.ok_or_else(|| Error::other("dangling dn2id record"))?;
+            let bytes = txn
+                .get(Tree::Id2entry, id)?
+                .ok_or_else(|| Error::other("dangling dn2id record"))?;
             let view = EntryView::new(bytes)?;
             if filter::matches(&filter, &view) {
                 write_entry(&mut out, msgid, &view, children(&txn, &base_key)?, &sel);
@@ -135,6 +167,9 @@ async fn run(conn: &Conn, msgid: i32, req: &LdapSearchRequest, abandoned: &Cell<
     for store in shard.stores.iter() {
         let mut from = prefix.clone();
         loop {
+            if abandoned.get() {
+                return Ok(());
+            }
             let mut resume = None;
             let mut failed = None;
             let mut scanned = 0;
@@ -154,7 +189,10 @@ async fn run(conn: &Conn, msgid: i32, req: &LdapSearchRequest, abandoned: &Cell<
                         stop = Some(LdapResultCode::TimeLimitExceeded);
                         return false;
                     }
-                    let view = match txn.get(Tree::Id2entry, id).and_then(|b| EntryView::new(b.unwrap_or_default())) {
+                    let view = match txn
+                        .get(Tree::Id2entry, id)
+                        .and_then(|b| EntryView::new(b.unwrap_or_default()))
+                    {
                         Ok(v) => v,
                         Err(e) => {
                             failed = Some(e);
@@ -178,9 +216,6 @@ async fn run(conn: &Conn, msgid: i32, req: &LdapSearchRequest, abandoned: &Cell<
                 return Err(e);
             }
             conn.send(std::mem::take(&mut out)).await;
-            if abandoned.get() {
-                return Ok(());
-            }
             match stop {
                 Some(LdapResultCode::SizeLimitExceeded) => {
                     return Err(Error::new(LdapResultCode::SizeLimitExceeded, ""));
@@ -191,7 +226,10 @@ async fn run(conn: &Conn, msgid: i32, req: &LdapSearchRequest, abandoned: &Cell<
             match resume {
                 Some(key) => {
                     from = key;
-                    glommio::yield_if_needed().await;
+                    // glommio runs a spawned task at once until it first
+                    // waits; yielding here lets the connection read further
+                    // requests (an Abandon among them) between chunks.
+                    futures_lite::future::yield_now().await;
                 }
                 None => break,
             }
@@ -201,15 +239,27 @@ async fn run(conn: &Conn, msgid: i32, req: &LdapSearchRequest, abandoned: &Cell<
 }
 
 /// Writes one SearchResultEntry with the selected stored and computed attributes.
-fn write_entry(out: &mut BytesMut, msgid: i32, view: &EntryView<'_>, n_children: u64, sel: &Selection) {
+fn write_entry(
+    out: &mut BytesMut,
+    msgid: i32,
+    view: &EntryView<'_>,
+    n_children: u64,
+    sel: &Selection,
+) {
     let mut attrs: Vec<OutAttr<'_, Vals<'_>>> = view
         .attrs()
         .filter(|a| sel.wants(a.name, matching::is_operational(a.name)))
-        .map(|a| OutAttr { name: a.name, vals: a.vals() })
+        .map(|a| OutAttr {
+            name: a.name,
+            vals: a.vals(),
+        })
         .collect();
     let computed = computed_attrs(view.dn(), n_children, sel);
     for (name, buf) in &computed {
-        attrs.push(OutAttr { name, vals: Vals::from_encoded(buf, 1) });
+        attrs.push(OutAttr {
+            name,
+            vals: Vals::from_encoded(buf, 1),
+        });
     }
     ber::search_entry(out, msgid, view.dn(), &attrs, sel.types_only);
 }
@@ -224,7 +274,10 @@ fn computed_attrs(dn: &str, n_children: u64, sel: &Selection) -> Vec<(&'static s
             res.push((name, buf));
         }
     };
-    add("hasSubordinates", if n_children > 0 { b"TRUE" } else { b"FALSE" });
+    add(
+        "hasSubordinates",
+        if n_children > 0 { b"TRUE" } else { b"FALSE" },
+    );
     add("numSubordinates", n_children.to_string().as_bytes());
     add("entryDN", dn.as_bytes());
     res

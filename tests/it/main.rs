@@ -1,0 +1,13 @@
+//! coredir's integration tests: one binary that starts the real server
+//! (each test its own port and data directory) and drives it with real
+//! clients: the `ldap3` crate, raw BER over TCP, and OpenLDAP's tools.
+
+mod bind;
+mod config;
+mod durability;
+mod interop;
+mod protocol;
+mod search;
+mod sharding;
+mod support;
+mod write;

@@ -1,0 +1,267 @@
+use crate::support::*;
+use ldap3::{Scope, SearchEntry, SearchOptions};
+
+/// A small tree: ou=people with users u0..u9 (uidNumber 1000+i), plus
+/// ou=groups with one group, plus a nested ou under people.
+fn populated() -> Server {
+    let s = Server::start(2);
+    let mut c = s.admin();
+    for i in 0..10 {
+        let dn = format!("uid=u{i},{PEOPLE}");
+        let (uid, num, cn) = (
+            format!("u{i}"),
+            format!("{}", 1000 + i),
+            format!("Person {i} Example"),
+        );
+        let res = c
+            .add(
+                &dn,
+                vec![
+                    (
+                        "objectClass",
+                        ["top", "inetOrgPerson", "posixAccount"].into(),
+                    ),
+                    ("uid", [uid.as_str()].into()),
+                    ("cn", [cn.as_str()].into()),
+                    ("sn", [if i % 2 == 0 { "Even" } else { "Odd" }].into()),
+                    ("uidNumber", [num.as_str()].into()),
+                    ("mail", [format!("U{i}@Example.COM").as_str()].into()),
+                    ("userPassword", ["secret"].into()),
+                ],
+            )
+            .unwrap();
+        assert_eq!(res.rc, 0, "{res:?}");
+    }
+    let nested = format!("ou=staff,{PEOPLE}");
+    c.add(
+        &nested,
+        vec![
+            ("objectClass", ["organizationalUnit"].into()),
+            ("ou", ["staff"].into()),
+        ],
+    )
+    .unwrap()
+    .success()
+    .unwrap();
+    c.add(
+        &format!("uid=deep,{nested}"),
+        vec![
+            ("objectClass", ["inetOrgPerson"].into()),
+            ("uid", ["deep"].into()),
+            ("cn", ["Deep"].into()),
+            ("sn", ["Deep"].into()),
+        ],
+    )
+    .unwrap()
+    .success()
+    .unwrap();
+    s
+}
+
+#[test]
+fn scopes() {
+    let s = populated();
+    let mut c = s.conn();
+    assert_eq!(
+        search_dns(&mut c, PEOPLE, Scope::Base, "(objectClass=*)"),
+        vec![PEOPLE.to_string()]
+    );
+    let one = search_dns(&mut c, PEOPLE, Scope::OneLevel, "(objectClass=*)");
+    assert_eq!(one.len(), 11, "{one:?}");
+    assert!(!one.contains(&PEOPLE.to_string()));
+    assert!(!one.iter().any(|d| d.starts_with("uid=deep")));
+    let sub = search_dns(&mut c, PEOPLE, Scope::Subtree, "(objectClass=*)");
+    assert_eq!(sub.len(), 13, "{sub:?}");
+    let all = search_dns(&mut c, SUFFIX, Scope::Subtree, "(objectClass=*)");
+    assert_eq!(all.len(), 13 + 2, "suffix and ou=groups too");
+    // The base DN is matched however it is written.
+    assert_eq!(
+        search_dns(
+            &mut c,
+            "OU=People, DC=EXAMPLE,dc=com",
+            Scope::Base,
+            "(objectClass=*)"
+        )
+        .len(),
+        1
+    );
+    // Missing base: noSuchObject with the closest existing ancestor.
+    let res = c
+        .search(
+            &format!("uid=x,ou=missing,{SUFFIX}"),
+            Scope::Subtree,
+            "(objectClass=*)",
+            vec!["1.1"],
+        )
+        .unwrap();
+    assert_eq!(res.1.rc, 32);
+    assert_eq!(res.1.matched.to_lowercase(), SUFFIX);
+    let res = c
+        .search("not a dn", Scope::Base, "(objectClass=*)", vec!["1.1"])
+        .unwrap();
+    assert_eq!(res.1.rc, 34);
+}
+
+#[test]
+fn filters_of_every_kind() {
+    let s = populated();
+    let mut c = s.conn();
+    let count = |c: &mut ldap3::LdapConn, f: &str| search_dns(c, PEOPLE, Scope::Subtree, f).len();
+    for (filter, want) in [
+        ("(uid=u3)", 1),
+        ("(UID=U3)", 1),
+        ("(userid=u3)", 1),
+        ("(mail=u3@example.com)", 1),
+        ("(cn=person 3 example)", 1),
+        ("(cn=Person*)", 10),
+        ("(cn=*example)", 10),
+        ("(cn=*son 1*)", 1),
+        ("(cn=p*3*e)", 1),
+        ("(uidNumber>=1005)", 5),
+        ("(uidNumber<=1001)", 2),
+        ("(sn~=odd)", 5),
+        ("(mail=*)", 10),
+        ("(telephoneNumber=*)", 0),
+        ("(&(sn=odd)(uidNumber>=1005))", 3),
+        ("(|(uid=u1)(uid=u2)(uid=deep))", 3),
+        ("(!(sn=odd))", 8),
+        ("(&(objectClass=inetOrgPerson)(!(|(sn=odd)(sn=even))))", 1),
+        ("(uid:caseExactMatch:=U3)", 0),
+        ("(uid:caseIgnoreMatch:=U3)", 1),
+        ("(uidNumber:2.5.13.14:=1003)", 1),
+        ("(ou:dn:=staff)", 2),
+        ("(userPassword=secret)", 0),
+        ("(userPassword=*)", 0),
+    ] {
+        assert_eq!(count(&mut c, filter), want, "anonymous {filter}");
+    }
+    // The root DN may filter on passwords (stored hashed).
+    let mut admin = s.admin();
+    assert_eq!(count(&mut admin, "(userPassword=*)"), 10);
+}
+
+#[test]
+fn attribute_selection() {
+    let s = populated();
+    let mut c = s.conn();
+    let dn = format!("uid=u1,{PEOPLE}");
+    let e = get_entry(&mut c, &dn, vec![]).unwrap();
+    assert!(e.attrs.contains_key("cn") && e.attrs.contains_key("objectClass"));
+    assert!(!e.attrs.contains_key("userPassword"), "never to anonymous");
+    assert!(
+        !e.attrs.contains_key("entryUUID"),
+        "operational only with +"
+    );
+    let e = get_entry(&mut c, &dn, vec!["+"]).unwrap();
+    for a in [
+        "entryUUID",
+        "createTimestamp",
+        "modifyTimestamp",
+        "creatorsName",
+        "modifiersName",
+        "hasSubordinates",
+        "numSubordinates",
+    ] {
+        assert!(
+            e.attrs.contains_key(a),
+            "{a} missing from +: {:?}",
+            e.attrs.keys()
+        );
+    }
+    assert!(!e.attrs.contains_key("cn"));
+    assert_eq!(e.attrs["hasSubordinates"], vec!["FALSE"]);
+    assert_eq!(e.attrs["creatorsName"], vec![ROOT_DN]);
+    let e = get_entry(&mut c, &dn, vec!["commonName", "SN"]).unwrap();
+    assert_eq!(e.attrs.keys().count(), 2, "{:?}", e.attrs);
+    let e = get_entry(&mut c, &dn, vec!["1.1"]).unwrap();
+    assert!(e.attrs.is_empty());
+    let e = get_entry(&mut c, &dn, vec!["*", "entryUUID"]).unwrap();
+    assert!(e.attrs.contains_key("cn") && e.attrs.contains_key("entryUUID"));
+    let e = get_entry(&mut c, PEOPLE, vec!["numSubordinates", "hasSubordinates"]).unwrap();
+    assert_eq!(e.attrs["numSubordinates"], vec!["11"]);
+    assert_eq!(e.attrs["hasSubordinates"], vec!["TRUE"]);
+    let mut admin = s.admin();
+    let e = get_entry(&mut admin, &dn, vec!["userPassword"]).unwrap();
+    assert!(
+        e.attrs["userPassword"][0].starts_with("{SSHA}"),
+        "cleartext is hashed on add"
+    );
+    // typesOnly
+    let opts = SearchOptions::new().typesonly(true);
+    let (entries, _) = c
+        .with_search_options(opts)
+        .search(&dn, Scope::Base, "(objectClass=*)", vec!["cn"])
+        .unwrap()
+        .success()
+        .unwrap();
+    let e = SearchEntry::construct(entries[0].clone());
+    assert_eq!(e.attrs["cn"], Vec::<String>::new());
+}
+
+#[test]
+fn size_and_time_limits() {
+    let s = populated();
+    let mut c = s.conn();
+    c.with_search_options(SearchOptions::new().sizelimit(3));
+    let res = c
+        .search(PEOPLE, Scope::Subtree, "(uid=u*)", vec!["1.1"])
+        .unwrap();
+    assert_eq!(res.1.rc, 4, "sizeLimitExceeded");
+    assert_eq!(res.0.len(), 3);
+    // Exactly the limit is not exceeded.
+    let mut c = s.conn();
+    c.with_search_options(SearchOptions::new().sizelimit(10));
+    let res = c
+        .search(PEOPLE, Scope::Subtree, "(uid=u*)", vec!["1.1"])
+        .unwrap();
+    assert_eq!((res.1.rc, res.0.len()), (0, 10));
+    let mut c = s.conn();
+    c.with_search_options(SearchOptions::new().timelimit(30));
+    let res = c
+        .search(PEOPLE, Scope::Subtree, "(uid=u*)", vec!["1.1"])
+        .unwrap();
+    assert_eq!((res.1.rc, res.0.len()), (0, 10));
+}
+
+#[test]
+fn root_dse() {
+    let s = Server::start(1);
+    let mut c = s.conn();
+    let e = get_entry(&mut c, "", vec!["+"]).unwrap();
+    assert_eq!(e.dn, "");
+    assert_eq!(e.attrs["namingContexts"], vec![SUFFIX]);
+    assert_eq!(e.attrs["supportedLDAPVersion"], vec!["3"]);
+    assert!(e.attrs["supportedExtension"].contains(&"1.3.6.1.4.1.4203.1.11.3".to_string()));
+    assert_eq!(e.attrs["vendorName"], vec!["coredir"]);
+    assert!(e.attrs.contains_key("vendorVersion") && e.attrs.contains_key("supportedControl"));
+    let e = get_entry(&mut c, "", vec!["namingContexts"]).unwrap();
+    assert_eq!(e.attrs.len(), 1);
+}
+
+#[test]
+fn search_while_writes_happen() {
+    let s = Server::start(2);
+    let url = s.url();
+    let writer = std::thread::spawn(move || {
+        let mut c = ldap3::LdapConn::new(&url).unwrap();
+        c.simple_bind(ROOT_DN, ROOT_PW).unwrap().success().unwrap();
+        for i in 0..300 {
+            assert_eq!(add_user(&mut c, &format!("w{i}")).rc, 0);
+        }
+    });
+    let mut c = s.conn();
+    let mut last = 0;
+    while !writer.is_finished() {
+        let n = search_dns(&mut c, PEOPLE, Scope::OneLevel, "(uid=w*)").len();
+        assert!(
+            n >= last,
+            "a search saw fewer entries than an earlier one ({n} < {last})"
+        );
+        last = n;
+    }
+    writer.join().unwrap();
+    assert_eq!(
+        search_dns(&mut c, PEOPLE, Scope::OneLevel, "(uid=w*)").len(),
+        300
+    );
+}

@@ -1,0 +1,229 @@
+//! The test fixture: a real `coredir serve` process with its own data
+//! directory and its own port (the kernel picks it; the server prints it),
+//! driven by real clients.
+
+use ldap3::{LdapConn, Scope, SearchEntry};
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+
+pub const ROOT_DN: &str = "cn=admin,dc=example,dc=com";
+pub const ROOT_PW: &str = "test-root-secret";
+pub const SUFFIX: &str = "dc=example,dc=com";
+pub const PEOPLE: &str = "ou=people,dc=example,dc=com";
+
+pub struct Server {
+    child: Option<Child>,
+    pub port: u16,
+    pub shards: usize,
+    pub dir: tempfile::TempDir,
+    pub stderr: PathBuf,
+}
+
+impl Server {
+    pub fn start(shards: usize) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let stderr = dir.path().join("stderr.log");
+        let mut s = Server {
+            child: None,
+            port: 0,
+            shards,
+            dir,
+            stderr,
+        };
+        s.launch();
+        s
+    }
+
+    pub fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// Runs `coredir serve` on the existing data directory and waits for
+    /// its `listening on` line.
+    pub fn launch(&mut self) {
+        let (child, port) =
+            spawn(&self.data(), self.shards, &self.stderr, &[]).unwrap_or_else(|e| panic!("{e}"));
+        self.child = Some(child);
+        self.port = port;
+    }
+
+    pub fn url(&self) -> String {
+        format!("ldap://127.0.0.1:{}", self.port)
+    }
+
+    pub fn conn(&self) -> LdapConn {
+        LdapConn::new(&self.url()).expect("connect")
+    }
+
+    pub fn admin(&self) -> LdapConn {
+        let mut c = self.conn();
+        c.simple_bind(ROOT_DN, ROOT_PW).unwrap().success().unwrap();
+        c
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.launch();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Starts the server binary; returns it and its port, or what it printed.
+pub fn spawn(
+    data: &Path,
+    shards: usize,
+    stderr: &Path,
+    extra: &[&str],
+) -> Result<(Child, u16), String> {
+    let err_file = std::fs::File::create(stderr).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_coredir"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(data)
+        .args(["--shards", &shards.to_string()])
+        .args(extra)
+        .env("COREDIR_ROOT_PASSWORD", ROOT_PW)
+        .stdout(Stdio::piped())
+        .stderr(err_file)
+        .spawn()
+        .expect("spawn coredir");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = String::new();
+    while let Some(Ok(line)) = lines.next() {
+        if let Some(rest) = line.strip_prefix("coredir: listening on ") {
+            let addr = rest.split_whitespace().next().unwrap();
+            let port = addr.rsplit(':').next().unwrap().parse().unwrap();
+            // Keep draining stdout so the server never blocks on it.
+            std::thread::spawn(move || for _ in lines {});
+            return Ok((child, port));
+        }
+        seen.push_str(&line);
+        seen.push('\n');
+    }
+    let _ = child.wait();
+    let mut err = String::new();
+    let _ = std::fs::File::open(stderr).and_then(|mut f| f.read_to_string(&mut err));
+    Err(format!(
+        "coredir did not start.\nstdout:\n{seen}\nstderr:\n{err}"
+    ))
+}
+
+/// Distinguished names of a subtree search, sorted.
+pub fn search_dns(c: &mut LdapConn, base: &str, scope: Scope, filter: &str) -> Vec<String> {
+    let (entries, _) = c
+        .search(base, scope, filter, vec!["1.1"])
+        .unwrap()
+        .success()
+        .unwrap();
+    let mut dns: Vec<String> = entries
+        .into_iter()
+        .map(|e| SearchEntry::construct(e).dn)
+        .collect();
+    dns.sort();
+    dns
+}
+
+pub fn get_entry(c: &mut LdapConn, dn: &str, attrs: Vec<&str>) -> Option<SearchEntry> {
+    let res = c.search(dn, Scope::Base, "(objectClass=*)", attrs).unwrap();
+    if res.1.rc == 32 {
+        return None;
+    }
+    let (mut entries, _) = res.success().unwrap();
+    entries.pop().map(SearchEntry::construct)
+}
+
+/// An inetOrgPerson under ou=people.
+pub fn add_user(c: &mut LdapConn, uid: &str) -> ldap3::LdapResult {
+    let dn = format!("uid={uid},{PEOPLE}");
+    let cn = format!("User {uid}");
+    let pw = format!("pw-{uid}");
+    c.add(
+        &dn,
+        vec![
+            (
+                "objectClass",
+                ["top", "person", "organizationalPerson", "inetOrgPerson"].into(),
+            ),
+            ("uid", [uid].into()),
+            ("cn", [cn.as_str()].into()),
+            ("sn", ["User"].into()),
+            ("userPassword", [pw.as_str()].into()),
+        ],
+    )
+    .unwrap()
+}
+
+/// The OpenLDAP command-line clients, installed from Debian when missing.
+pub fn ldap_utils() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        if Command::new("ldapsearch").arg("-VV").output().is_ok() {
+            return;
+        }
+        let ok = Command::new("sh")
+            .args(["-c", "(apt-get install -y ldap-utils || (apt-get update && apt-get install -y ldap-utils)) >/dev/null 2>&1"])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "ldap-utils is missing and `apt-get install -y ldap-utils` failed; install it to run the interop tests");
+    });
+}
+
+/// Runs an OpenLDAP client tool; returns (exit code, stdout, stderr).
+pub fn tool(name: &str, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
+    ldap_utils();
+    let mut child = Command::new(name)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let mut input = child.stdin.take().unwrap();
+    if let Some(text) = stdin {
+        std::io::Write::write_all(&mut input, text.as_bytes()).unwrap();
+    }
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+/// Pins the calling thread to one CPU (so SO_INCOMING_CPU steers its
+/// connections to that CPU's shard).
+pub fn pin_to_cpu(cpu: usize) -> bool {
+    // SAFETY: plain libc calls on a zeroed cpu_set_t.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
+
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: as above.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|c| libc::CPU_ISSET(*c, &set))
+            .collect()
+    }
+}
