@@ -1,1 +1,159 @@
-fn main() {}
+//! # coredir-perf: load generator and side-by-side benchmark
+//!
+//! - `coredir-perf run`: drives any LDAP server with one scenario (`bind`,
+//!   `bindnew`, `search`, `read`, `modify`, `add`, `mixed`) from one pinned
+//!   reactor, checks every response, and prints ops/s and latency
+//!   percentiles as a table row and a JSON line.
+//! - `coredir-perf gen-ldif`: the benchmark data set.
+//! - `coredir-perf compare`: the whole side-by-side run against OpenLDAP
+//!   slapd (what `perf/compare` calls).
+//!
+//! Code map: `ber` (hand-written requests, allocation-free response
+//! parsing), `load` (the engine), `ldif` (data set), `compare`
+//! (orchestration of servers, runs and the table).
+
+mod ber;
+mod compare;
+mod ldif;
+mod load;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use load::{Opts, Report, Scenario};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(name = "coredir-perf", about = "LDAP load generator and benchmark against OpenLDAP")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args, Clone)]
+struct LoadArgs {
+    /// Server address.
+    #[arg(long, default_value = "127.0.0.1:3389")]
+    addr: String,
+    #[arg(long, value_enum)]
+    scenario: Scenario,
+    #[arg(long, default_value_t = 32)]
+    conns: usize,
+    /// Requests in flight per connection.
+    #[arg(long, default_value_t = 1)]
+    depth: usize,
+    /// Measured seconds.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Unmeasured seconds before.
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
+    /// Users uid=user0..userN-1 in the data set.
+    #[arg(long, default_value_t = 10_000)]
+    users: usize,
+    #[arg(long, default_value = "dc=example,dc=com")]
+    base: String,
+    #[arg(long, default_value = "cn=admin,dc=example,dc=com")]
+    bind_dn: String,
+    #[arg(long, default_value = "secret")]
+    bind_pw: String,
+    /// Pin the load reactor to this CPU.
+    #[arg(long)]
+    cpu: Option<usize>,
+    /// Label for the output.
+    #[arg(long, default_value = "server")]
+    label: String,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one scenario against a server.
+    Run(LoadArgs),
+    /// Write the benchmark LDIF.
+    GenLdif {
+        #[arg(long, default_value_t = 10_000)]
+        users: usize,
+        #[arg(long, default_value_t = 100)]
+        groups: usize,
+        #[arg(long, default_value = "dc=example,dc=com")]
+        base: String,
+        /// Leave out the suffix and the two ous.
+        #[arg(long)]
+        no_base: bool,
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+    /// The side-by-side benchmark against OpenLDAP slapd.
+    Compare(compare::Args),
+}
+
+fn main() {
+    if let Err(e) = run(Cli::parse()) {
+        eprintln!("coredir-perf: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Run(a) => {
+            let r = load::run(opts(&a))?;
+            print_row_header();
+            print_row(&a.label, &format!("{:?}", a.scenario).to_lowercase(), a.conns, a.depth, &r);
+            println!("{}", json(&a.label, &format!("{:?}", a.scenario).to_lowercase(), a.conns, a.depth, &r));
+            if r.errors > 0 {
+                anyhow::bail!("{} errors; first: {}", r.errors, r.first_error.unwrap_or_default());
+            }
+            Ok(())
+        }
+        Command::GenLdif { users, groups, base, no_base, output } => {
+            let mut out: Box<dyn std::io::Write> = match output {
+                Some(p) => Box::new(std::io::BufWriter::new(std::fs::File::create(p)?)),
+                None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+            };
+            ldif::write(&mut out, &base, users, groups, !no_base)?;
+            Ok(())
+        }
+        Command::Compare(args) => compare::run(args),
+    }
+}
+
+fn opts(a: &LoadArgs) -> Opts {
+    Opts {
+        addr: a.addr.clone(),
+        scenario: a.scenario,
+        conns: a.conns,
+        depth: a.depth.max(1),
+        duration: Duration::from_secs_f64(a.duration),
+        warmup: Duration::from_secs_f64(a.warmup),
+        users: a.users,
+        base: a.base.clone(),
+        bind_dn: a.bind_dn.clone(),
+        bind_pw: a.bind_pw.clone(),
+        cpu: a.cpu,
+        tag: format!("{}-{}", std::process::id(), rand::random::<u32>()),
+    }
+}
+
+pub fn print_row_header() {
+    println!("{:<16} {:<8} {:>5} {:>5} {:>10} {:>9} {:>9} {:>9} {:>7}", "server", "scenario", "conns", "depth", "ops/s", "p50 µs", "p99 µs", "p99.9 µs", "errors");
+}
+
+pub fn print_row(label: &str, scenario: &str, conns: usize, depth: usize, r: &Report) {
+    println!(
+        "{:<16} {:<8} {:>5} {:>5} {:>10.0} {:>9.0} {:>9.0} {:>9.0} {:>7}",
+        label, scenario, conns, depth, r.ops_per_s, r.p50_us, r.p99_us, r.p999_us, r.errors
+    );
+    for (phase, s) in &r.phases {
+        println!("    {phase:<10} {s:.3} s");
+    }
+}
+
+pub fn json(label: &str, scenario: &str, conns: usize, depth: usize, r: &Report) -> serde_json::Value {
+    serde_json::json!({
+        "server": label, "scenario": scenario, "conns": conns, "depth": depth,
+        "ops": r.ops, "seconds": r.seconds, "ops_per_s": r.ops_per_s,
+        "p50_us": r.p50_us, "p99_us": r.p99_us, "p999_us": r.p999_us, "errors": r.errors,
+        "phases": r.phases.iter().map(|(p, s)| serde_json::json!({"phase": p, "seconds": s})).collect::<Vec<_>>(),
+    })
+}

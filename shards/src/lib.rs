@@ -17,6 +17,7 @@
 //! - `filter`: search filter evaluation on an `EntryView`.
 //! - `matching`: attribute aliases and value normalization (interim, until
 //!   the schema issue lands).
+//! - `index`: equality indexes and filter -> candidate ids.
 //! - `password`: `userPassword` schemes.
 //! - `manifest`: the data directory's identity and partition map.
 //! - `store`: the `Store` trait (trees `dn2id`, `id2entry`, `children`,
@@ -39,6 +40,7 @@ pub mod dn;
 pub mod entry;
 pub mod error;
 pub mod filter;
+pub mod index;
 pub mod manifest;
 pub mod matching;
 pub mod password;

@@ -11,7 +11,7 @@
 use crate::dn::key_depth;
 use crate::entry::{Entry, Mod};
 use crate::error::{Error, Result};
-use crate::matching;
+use crate::{index, matching};
 use crate::store::{ReadTxn, Store, Tree, WriteTxn};
 use ldap3_proto::LdapResultCode;
 
@@ -138,6 +138,7 @@ fn apply<T: WriteTxn>(
             if let Some(p) = parent {
                 child(txn, p, -1)?;
             }
+            index::remove(txn, &old, &id)?;
             txn.delete(Tree::Dn2id, key)?;
             txn.delete(Tree::Id2entry, &id)?;
             Ok(Outcome::Removed(old))
@@ -153,7 +154,8 @@ fn apply<T: WriteTxn>(
                 .get(Tree::Dn2id, key)?
                 .ok_or_else(|| Error::no_such_object(dn))?
                 .to_vec();
-            let mut entry = Entry::decode(txn.get(Tree::Id2entry, &id)?.unwrap_or_default())?;
+            let old = Entry::decode(txn.get(Tree::Id2entry, &id)?.unwrap_or_default())?;
+            let mut entry = old.clone();
             entry.apply(mods)?;
             for (attr, value) in rdn {
                 if !entry.has_value(attr, value) {
@@ -178,6 +180,8 @@ fn apply<T: WriteTxn>(
             }
             let mut buf = Vec::with_capacity(256);
             entry.encode(&mut buf);
+            index::remove(txn, &old, &id)?;
+            index::add(txn, &entry, &id, key)?;
             txn.put(Tree::Id2entry, &id, &buf)?;
             Ok(Outcome::Done)
         }
@@ -200,6 +204,8 @@ fn apply<T: WriteTxn>(
             if let Some(p) = old_parent {
                 child(txn, p, -1)?;
             }
+            let old = Entry::decode(txn.get(Tree::Id2entry, &id)?.unwrap_or_default())?;
+            index::remove(txn, &old, &id)?;
             txn.delete(Tree::Dn2id, old_key)?;
             txn.delete(Tree::Id2entry, &id)?;
             insert(txn, new_key, entry, partition_of, next_id)?;
@@ -237,12 +243,13 @@ fn insert<T: WriteTxn>(
     partition_of: &impl Fn(&[u8]) -> u32,
     next_id: &mut u64,
 ) -> Result<()> {
-    let id = ((partition_of(key) as u64) << 48) | *next_id;
+    let id = (((partition_of(key) as u64) << 48) | *next_id).to_be_bytes();
     *next_id += 1;
     let mut buf = Vec::with_capacity(256);
     entry.encode(&mut buf);
-    txn.put(Tree::Dn2id, key, &id.to_be_bytes())?;
-    txn.put(Tree::Id2entry, &id.to_be_bytes(), &buf)
+    index::add(txn, entry, &id, key)?;
+    txn.put(Tree::Dn2id, key, &id)?;
+    txn.put(Tree::Id2entry, &id, &buf)
 }
 
 fn child<T: WriteTxn>(txn: &mut T, parent: &Parent, delta: i64) -> Result<()> {

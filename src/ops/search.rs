@@ -2,10 +2,11 @@
 //! on the connection's own shard.
 //!
 //! The base entry is read from its owner's snapshot; a one-level or subtree
-//! search then scans every shard's `dn2id` range below the base (keys are
-//! root-first, so the subtree is one key range per store), reads each
-//! candidate from `id2entry` in place, evaluates the filter and writes the
-//! matching entries straight into the response buffer. Work is cut into
+//! search then takes, in every shard's store, either the candidates of an
+//! equality index (`index::candidates`) or the whole `dn2id` range below
+//! the base (keys are root-first, so the subtree is one key range), reads
+//! each candidate from `id2entry` in place, evaluates the filter and writes
+//! the matching entries straight into the response buffer. Work is cut into
 //! chunks: no snapshot is held across an `.await`, the task yields to the
 //! reactor between chunks (so other requests on the same connection and
 //! other connections progress), and Abandon is checked there.
@@ -18,9 +19,9 @@ use ldap3_proto::proto::{LdapFilter, LdapMsg, LdapOp, LdapSearchRequest, LdapSea
 use ldap3_proto::LdapResultCode;
 use shards::dn::{key_depth, KEY_SEPARATOR};
 use shards::entry::{encode_vals, EntryView, Vals};
-use shards::store::{ReadTxn, Store, Tree};
+use shards::store::{Engine, ReadTxn, Store, Tree};
 use shards::write::children;
-use shards::{filter, matching, Error, Result};
+use shards::{filter, index, matching, Error, Result};
 use std::borrow::Cow;
 use std::cell::Cell;
 use std::rc::Rc;
@@ -139,103 +140,169 @@ async fn run(
     };
     let shard = &ctx.shard;
     let base_key = base.key();
-    let mut sent = 0;
+    let mut emit = Emit { msgid, filter: &filter, sel: &sel, limits, out, sent: 0 };
     {
         let txn = shard.store_for(&base_key).read()?;
         let Some(id) = txn.get(Tree::Dn2id, &base_key)? else {
             return Err(with_matched(conn, &base, Error::no_such_object(&req.base)));
         };
         if matches!(req.scope, LdapSearchScope::Base | LdapSearchScope::Subtree) {
-            let bytes = txn
-                .get(Tree::Id2entry, id)?
-                .ok_or_else(|| Error::other("dangling dn2id record"))?;
-            let view = EntryView::new(bytes)?;
-            if filter::matches(&filter, &view) {
-                write_entry(&mut out, msgid, &view, children(&txn, &base_key)?, &sel);
-                sent += 1;
+            if let Visit::Stop(code) = emit.visit(&txn, &base_key, id)? {
+                return Err(Error::new(code, ""));
             }
         }
     }
     if req.scope == LdapSearchScope::Base {
-        conn.send(out).await;
+        conn.send(emit.out).await;
         return Ok(());
     }
     let mut prefix = base_key;
     prefix.push(KEY_SEPARATOR);
     let one_level = req.scope == LdapSearchScope::OneLevel;
-    let want_depth = key_depth(&prefix[..prefix.len() - 1]) + 1;
+    let scope = Scope { depth: one_level.then(|| key_depth(&prefix) ), prefix };
     for store in shard.stores.iter() {
-        let mut from = prefix.clone();
-        loop {
-            if abandoned.get() {
-                return Ok(());
-            }
-            let mut resume = None;
-            let mut failed = None;
-            let mut scanned = 0;
-            let mut stop: Option<LdapResultCode> = None;
+        let candidates = index::candidates(&store.read()?, &filter)?;
+        let stop = match candidates {
+            Some(c) => emit.from_index(conn, store, &scope, &c, abandoned).await?,
+            None => emit.from_range(conn, store, &scope, abandoned).await?,
+        };
+        if let Some(code) = stop {
+            return Err(Error::new(code, ""));
+        }
+        if abandoned.get() {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Which DN keys a one-level, subtree or children search covers.
+struct Scope {
+    prefix: Vec<u8>,
+    /// For one-level scope, the depth of the base's children.
+    depth: Option<usize>,
+}
+
+impl Scope {
+    fn contains(&self, key: &[u8]) -> bool {
+        key.starts_with(&self.prefix) && self.depth.is_none_or(|d| key_depth(key) == d)
+    }
+}
+
+/// The state of one search's output: the filter, the selection, the limits
+/// and what has been written so far.
+struct Emit<'a> {
+    msgid: i32,
+    filter: &'a LdapFilter,
+    sel: &'a Selection,
+    limits: Limits,
+    out: BytesMut,
+    sent: usize,
+}
+
+/// What visiting one candidate decided.
+enum Visit {
+    Next,
+    Stop(LdapResultCode),
+}
+
+impl Emit<'_> {
+    /// Checks one candidate entry and writes it when it matches.
+    fn visit<T: ReadTxn>(&mut self, txn: &T, key: &[u8], id: &[u8]) -> Result<Visit> {
+        if self.limits.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(Visit::Stop(LdapResultCode::TimeLimitExceeded));
+        }
+        // An index candidate may have been deleted since the lookup.
+        let Some(bytes) = txn.get(Tree::Id2entry, id)? else { return Ok(Visit::Next) };
+        let view = EntryView::new(bytes)?;
+        if !filter::matches(self.filter, &view) {
+            return Ok(Visit::Next);
+        }
+        if self.sent == self.limits.size {
+            return Ok(Visit::Stop(LdapResultCode::SizeLimitExceeded));
+        }
+        write_entry(&mut self.out, self.msgid, &view, children(txn, key)?, self.sel);
+        self.sent += 1;
+        Ok(Visit::Next)
+    }
+
+    /// Sends what is buffered and lets other tasks run.
+    async fn flush(&mut self, conn: &Conn) {
+        conn.send(std::mem::take(&mut self.out)).await;
+        // glommio runs a spawned task at once until it first waits;
+        // yielding here lets the connection read further requests (an
+        // Abandon among them) and other connections run between chunks.
+        futures_lite::future::yield_now().await;
+    }
+
+    /// Walks the candidates an index lookup gave, in chunks.
+    async fn from_index(
+        &mut self,
+        conn: &Conn,
+        store: &Engine,
+        scope: &Scope,
+        candidates: &[index::Candidate],
+        abandoned: &Cell<bool>,
+    ) -> Result<Option<LdapResultCode>> {
+        for chunk in candidates.chunks(CHUNK_SCANNED) {
             {
                 let txn = store.read()?;
-                txn.scan(Tree::Dn2id, &prefix, &from, &mut |key, id| {
+                for (id, key) in chunk.iter().filter(|(_, key)| scope.contains(key)) {
+                    if let Visit::Stop(code) = self.visit(&txn, key, id)? {
+                        conn.send(std::mem::take(&mut self.out)).await;
+                        return Ok(Some(code));
+                    }
+                }
+            }
+            self.flush(conn).await;
+            if abandoned.get() {
+                return Ok(None);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Walks the store's `dn2id` range below the base, in chunks.
+    async fn from_range(&mut self, conn: &Conn, store: &Engine, scope: &Scope, abandoned: &Cell<bool>) -> Result<Option<LdapResultCode>> {
+        let mut from = scope.prefix.clone();
+        loop {
+            let mut resume = None;
+            let mut outcome = Ok(Visit::Next);
+            {
+                let txn = store.read()?;
+                let mut scanned = 0;
+                txn.scan(Tree::Dn2id, &scope.prefix, &from, &mut |key, id| {
                     scanned += 1;
-                    if scanned > CHUNK_SCANNED || out.len() >= CHUNK_BYTES {
+                    if scanned > CHUNK_SCANNED || self.out.len() >= CHUNK_BYTES {
                         resume = Some(key.to_vec());
                         return false;
                     }
-                    if one_level && key_depth(key) != want_depth {
+                    if !scope.contains(key) {
                         return true;
                     }
-                    if limits.deadline.is_some_and(|d| Instant::now() >= d) {
-                        stop = Some(LdapResultCode::TimeLimitExceeded);
-                        return false;
-                    }
-                    let view = match txn
-                        .get(Tree::Id2entry, id)
-                        .and_then(|b| EntryView::new(b.unwrap_or_default()))
-                    {
-                        Ok(v) => v,
-                        Err(e) => {
-                            failed = Some(e);
-                            return false;
-                        }
-                    };
-                    if !filter::matches(&filter, &view) {
-                        return true;
-                    }
-                    if sent == limits.size {
-                        stop = Some(LdapResultCode::SizeLimitExceeded);
-                        return false;
-                    }
-                    let n_children = children(&txn, key).unwrap_or(0);
-                    write_entry(&mut out, msgid, &view, n_children, &sel);
-                    sent += 1;
-                    true
+                    outcome = self.visit(&txn, key, id);
+                    matches!(outcome, Ok(Visit::Next))
                 })?;
             }
-            if let Some(e) = failed {
-                return Err(e);
-            }
-            conn.send(std::mem::take(&mut out)).await;
-            match stop {
-                Some(LdapResultCode::SizeLimitExceeded) => {
-                    return Err(Error::new(LdapResultCode::SizeLimitExceeded, ""));
-                }
-                Some(code) => return Err(Error::new(code, "")),
-                None => {}
+            if let Visit::Stop(code) = outcome? {
+                conn.send(std::mem::take(&mut self.out)).await;
+                return Ok(Some(code));
             }
             match resume {
                 Some(key) => {
                     from = key;
-                    // glommio runs a spawned task at once until it first
-                    // waits; yielding here lets the connection read further
-                    // requests (an Abandon among them) between chunks.
-                    futures_lite::future::yield_now().await;
+                    self.flush(conn).await;
+                    if abandoned.get() {
+                        return Ok(None);
+                    }
                 }
-                None => break,
+                None => {
+                    conn.send(std::mem::take(&mut self.out)).await;
+                    return Ok(None);
+                }
             }
         }
     }
-    Ok(())
 }
 
 /// Writes one SearchResultEntry with the selected stored and computed attributes.

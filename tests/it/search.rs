@@ -265,3 +265,36 @@ fn search_while_writes_happen() {
         300
     );
 }
+
+#[test]
+fn equality_indexes_follow_every_write() {
+    let s = Server::start(2);
+    let mut c = s.admin();
+    for i in 0..20 {
+        assert_eq!(add_user(&mut c, &format!("ix{i}")).rc, 0);
+    }
+    let people = |c: &mut ldap3::LdapConn, f: &str| search_dns(c, PEOPLE, Scope::Subtree, f);
+    assert_eq!(people(&mut c, "(cn=user ix3)"), vec![format!("uid=ix3,{PEOPLE}")]);
+    assert_eq!(people(&mut c, "(&(objectClass=person)(|(uid=ix1)(uid=IX2)))").len(), 2);
+    // Modify: the old value leaves the index, the new one enters it.
+    let dn = format!("uid=ix3,{PEOPLE}");
+    c.modify(&dn, vec![ldap3::Mod::Replace("cn", std::collections::HashSet::from(["Renamed Person"]))]).unwrap().success().unwrap();
+    assert!(people(&mut c, "(cn=user ix3)").is_empty());
+    assert_eq!(people(&mut c, "(cn=renamed person)"), vec![dn.clone()]);
+    // Rename: found under the new DN only.
+    c.modifydn(&dn, "uid=ix3b", true, None).unwrap().success().unwrap();
+    assert_eq!(people(&mut c, "(uid=ix3b)"), vec![format!("uid=ix3b,{PEOPLE}")]);
+    assert!(people(&mut c, "(uid=ix3)").is_empty());
+    // Delete: gone from the index.
+    c.delete(&format!("uid=ix4,{PEOPLE}")).unwrap().success().unwrap();
+    assert!(people(&mut c, "(uid=ix4)").is_empty());
+    // Scope still applies to indexed candidates.
+    assert!(search_dns(&mut c, &format!("ou=groups,{SUFFIX}"), Scope::Subtree, "(uid=ix5)").is_empty());
+    assert_eq!(search_dns(&mut c, SUFFIX, Scope::OneLevel, "(uid=ix5)").len(), 0);
+    assert_eq!(search_dns(&mut c, PEOPLE, Scope::OneLevel, "(uid=ix5)").len(), 1);
+    // The same answers as an unindexed scan of the same filter.
+    let indexed = people(&mut c, "(objectClass=inetOrgPerson)");
+    let scanned = people(&mut c, "(&(objectClass=*)(|(objectClass=inetOrgPerson)(description=*)))");
+    assert_eq!(indexed, scanned);
+    assert_eq!(indexed.len(), 19);
+}

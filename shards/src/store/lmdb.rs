@@ -16,17 +16,17 @@ type Db = Database<'static, Bytes, Bytes>;
 
 pub struct LmdbStore {
     env: Env<WithoutTls>,
-    dbs: [Db; 4],
+    dbs: [Db; 5],
 }
 
 pub struct LmdbRead<'a> {
     txn: RoTxn<'a, WithoutTls>,
-    dbs: &'a [Db; 4],
+    dbs: &'a [Db; 5],
 }
 
 pub struct LmdbWrite<'a> {
     txn: RwTxn<'a>,
-    dbs: &'a [Db; 4],
+    dbs: &'a [Db; 5],
 }
 
 fn storage_error(e: heed::Error) -> Error {
@@ -57,6 +57,7 @@ impl LmdbStore {
                     open(TREES[1])?,
                     open(TREES[2])?,
                     open(TREES[3])?,
+                    open(TREES[4])?,
                 ]))
             })
             .map_err(storage_error)?

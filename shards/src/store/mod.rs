@@ -13,6 +13,7 @@
 //!   in the id's top 16 bits, so a partition is a key range here;
 //! - `children`: DN key of a parent -> number of children (u64 BE);
 //!   kept on the parent's owner, it serializes adds against deletes;
+//! - `index`: equality index keys (`index.rs`);
 //! - `meta`: engine-level counters such as the next entry id.
 
 pub mod lmdb;
@@ -24,10 +25,11 @@ pub enum Tree {
     Dn2id,
     Id2entry,
     Children,
+    Index,
     Meta,
 }
 
-pub const TREES: [Tree; 4] = [Tree::Dn2id, Tree::Id2entry, Tree::Children, Tree::Meta];
+pub const TREES: [Tree; 5] = [Tree::Dn2id, Tree::Id2entry, Tree::Children, Tree::Index, Tree::Meta];
 
 impl Tree {
     pub fn name(self) -> &'static str {
@@ -35,6 +37,7 @@ impl Tree {
             Tree::Dn2id => "dn2id",
             Tree::Id2entry => "id2entry",
             Tree::Children => "children",
+            Tree::Index => "index",
             Tree::Meta => "meta",
         }
     }

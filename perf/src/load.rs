@@ -1,0 +1,432 @@
+//! The load engine: one glommio reactor (pinned with `--cpu`) driving many
+//! connections, each keeping `depth` requests in flight; every response is
+//! checked and every operation's latency recorded.
+
+use crate::ber;
+use anyhow::{anyhow, bail, Result};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::TcpStream;
+use glommio::{LocalExecutorBuilder, Placement};
+use hdrhistogram::Histogram;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    Bind,
+    Bindnew,
+    Search,
+    Read,
+    Modify,
+    Add,
+    Mixed,
+}
+
+#[derive(Clone, Debug)]
+pub struct Opts {
+    pub addr: String,
+    pub scenario: Scenario,
+    pub conns: usize,
+    pub depth: usize,
+    pub duration: Duration,
+    pub warmup: Duration,
+    pub users: usize,
+    pub base: String,
+    pub bind_dn: String,
+    pub bind_pw: String,
+    pub cpu: Option<usize>,
+    /// Distinguishes the DNs of entries added by different runs.
+    pub tag: String,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct Report {
+    pub ops: u64,
+    pub errors: u64,
+    pub seconds: f64,
+    pub ops_per_s: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    /// Mixed scenario: (phase, seconds).
+    pub phases: Vec<(String, f64)>,
+    pub first_error: Option<String>,
+}
+
+/// What a response must look like.
+#[derive(Clone)]
+enum Expect {
+    Result(u8),
+    OneEntry(String),
+}
+
+/// Which operations a connection performs next.
+#[derive(Clone, Copy)]
+enum Op {
+    Bind(usize),
+    Search(usize),
+    Read(usize),
+    Modify(usize, u64),
+    Add(usize),
+    Delete(usize),
+}
+
+struct Shared {
+    opts: Opts,
+    hist: RefCell<Histogram<u64>>,
+    ops: Cell<u64>,
+    errors: Cell<u64>,
+    first_error: RefCell<Option<String>>,
+    measuring: Cell<bool>,
+    stop: Cell<bool>,
+    /// Fixed-size phases: ops handed out so far and the phase's ops.
+    next: Cell<usize>,
+    phase: RefCell<Vec<Op>>,
+}
+
+impl Shared {
+    fn error(&self, what: String) {
+        self.errors.set(self.errors.get() + 1);
+        self.first_error.borrow_mut().get_or_insert(what);
+    }
+
+    fn user_dn(&self, i: usize) -> String {
+        format!("uid=user{i},ou=people,{}", self.opts.base)
+    }
+
+    fn added_dn(&self, i: usize) -> String {
+        format!("uid=perf-{}-{i},ou=people,{}", self.opts.tag, self.opts.base)
+    }
+}
+
+pub fn run(opts: Opts) -> Result<Report> {
+    let placement = opts.cpu.map(Placement::Fixed).unwrap_or(Placement::Unbound);
+    LocalExecutorBuilder::new(placement)
+        .name("coredir-perf")
+        .io_memory(512 << 10)
+        .spawn(move || async move { drive(opts).await })
+        .map_err(|e| anyhow!("starting the load reactor: {e}"))?
+        .join()
+        .map_err(|e| anyhow!("load reactor: {e:?}"))?
+}
+
+async fn drive(opts: Opts) -> Result<Report> {
+    let shared = Rc::new(Shared {
+        opts: opts.clone(),
+        hist: RefCell::new(Histogram::new_with_bounds(1, 60_000_000, 3)?),
+        ops: Cell::new(0),
+        errors: Cell::new(0),
+        first_error: RefCell::new(None),
+        measuring: Cell::new(false),
+        stop: Cell::new(false),
+        next: Cell::new(0),
+        phase: RefCell::new(Vec::new()),
+    });
+    if opts.scenario == Scenario::Mixed {
+        return mixed(shared).await;
+    }
+    let mut tasks = Vec::new();
+    for c in 0..opts.conns {
+        let shared = shared.clone();
+        tasks.push(glommio::spawn_local(async move {
+            if let Err(e) = connection(&shared, c).await {
+                shared.error(e.to_string());
+            }
+        }));
+    }
+    glommio::timer::sleep(opts.warmup).await;
+    shared.hist.borrow_mut().reset();
+    shared.ops.set(0);
+    shared.errors.set(0);
+    shared.measuring.set(true);
+    let started = Instant::now();
+    glommio::timer::sleep(opts.duration).await;
+    shared.measuring.set(false);
+    let seconds = started.elapsed().as_secs_f64();
+    shared.stop.set(true);
+    for t in tasks {
+        t.await;
+    }
+    Ok(report(&shared, seconds))
+}
+
+fn report(shared: &Shared, seconds: f64) -> Report {
+    let h = shared.hist.borrow();
+    let q = |p: f64| if h.is_empty() { 0.0 } else { h.value_at_quantile(p) as f64 };
+    Report {
+        ops: shared.ops.get(),
+        errors: shared.errors.get(),
+        seconds,
+        ops_per_s: shared.ops.get() as f64 / seconds,
+        p50_us: q(0.50),
+        p99_us: q(0.99),
+        p999_us: q(0.999),
+        phases: Vec::new(),
+        first_error: shared.first_error.borrow().clone(),
+    }
+}
+
+/// Picks the next operation of a timed scenario.
+fn next_op(shared: &Shared, rng: &mut SmallRng, conn: usize, seq: &mut usize) -> Op {
+    let user = rng.gen_range(0..shared.opts.users);
+    *seq += 1;
+    match shared.opts.scenario {
+        Scenario::Bind | Scenario::Bindnew => Op::Bind(user),
+        Scenario::Search => Op::Search(user),
+        Scenario::Read => Op::Read(user),
+        Scenario::Modify => Op::Modify(user, rng.gen()),
+        Scenario::Add => Op::Add(conn * 100_000_000 + *seq),
+        Scenario::Mixed => unreachable!("mixed runs phases"),
+    }
+}
+
+fn encode(shared: &Shared, op: Op, msgid: i32, out: &mut Vec<u8>) -> Expect {
+    let base = &shared.opts.base;
+    match op {
+        Op::Bind(u) => {
+            ber::bind(out, msgid, &shared.user_dn(u), &format!("pw{u}"));
+            Expect::Result(ber::BIND_RESPONSE)
+        }
+        Op::Search(u) => {
+            ber::search(out, msgid, &format!("ou=people,{base}"), 2, Some(("uid", &format!("user{u}"))));
+            Expect::OneEntry(shared.user_dn(u).to_ascii_lowercase())
+        }
+        Op::Read(u) => {
+            let dn = shared.user_dn(u);
+            ber::search(out, msgid, &dn, 0, None);
+            Expect::OneEntry(dn.to_ascii_lowercase())
+        }
+        Op::Modify(u, v) => {
+            ber::modify_replace(out, msgid, &shared.user_dn(u), "description", &format!("perf {v}"));
+            Expect::Result(ber::MODIFY_RESPONSE)
+        }
+        Op::Add(i) => {
+            let uid = format!("perf-{}-{i}", shared.opts.tag);
+            let dn = shared.added_dn(i);
+            let cn = format!("Perf {i}");
+            ber::add(
+                out,
+                msgid,
+                &dn,
+                &[
+                    ("objectClass", &["top", "person", "organizationalPerson", "inetOrgPerson"]),
+                    ("uid", &[&uid]),
+                    ("cn", &[&cn]),
+                    ("sn", &["Perf"]),
+                    ("mail", &[&format!("{uid}@example.com")]),
+                ],
+            );
+            Expect::Result(ber::ADD_RESPONSE)
+        }
+        Op::Delete(i) => {
+            ber::delete(out, msgid, &shared.added_dn(i));
+            Expect::Result(ber::DEL_RESPONSE)
+        }
+    }
+}
+
+struct Conn {
+    stream: TcpStream,
+    rbuf: Vec<u8>,
+    wbuf: Vec<u8>,
+    msgid: i32,
+}
+
+impl Conn {
+    async fn open(shared: &Shared, as_root: bool) -> Result<Conn> {
+        let stream = TcpStream::connect(shared.opts.addr.as_str())
+            .await
+            .map_err(|e| anyhow!("connecting to {}: {e}", shared.opts.addr))?;
+        stream.set_nodelay(true).map_err(|e| anyhow!("{e}"))?;
+        let mut c = Conn { stream, rbuf: Vec::with_capacity(64 << 10), wbuf: Vec::with_capacity(4096), msgid: 0 };
+        if as_root {
+            c.wbuf.clear();
+            c.msgid += 1;
+            ber::bind(&mut c.wbuf, c.msgid, &shared.opts.bind_dn, &shared.opts.bind_pw);
+            c.stream.write_all(&c.wbuf).await?;
+            let mut expect = vec![Expect::Result(ber::BIND_RESPONSE)];
+            let mut failures = Vec::new();
+            c.collect(c.msgid, &mut expect, &mut failures, &mut vec![Instant::now()], None).await?;
+            if let Some(f) = failures.pop() {
+                bail!("bind as {}: {f}", shared.opts.bind_dn);
+            }
+        }
+        Ok(c)
+    }
+
+    /// Sends a batch of operations and waits for all their responses.
+    async fn batch(&mut self, shared: &Shared, ops: &[Op]) -> Result<()> {
+        self.wbuf.clear();
+        let first = self.msgid + 1;
+        let mut expect = Vec::with_capacity(ops.len());
+        for op in ops {
+            self.msgid += 1;
+            expect.push(encode(shared, *op, self.msgid, &mut self.wbuf));
+        }
+        let start = Instant::now();
+        let mut starts = vec![start; ops.len()];
+        self.stream.write_all(&self.wbuf).await?;
+        let mut failures = Vec::new();
+        self.collect(first, &mut expect, &mut failures, &mut starts, Some(shared)).await?;
+        for f in failures {
+            shared.error(f);
+        }
+        Ok(())
+    }
+
+    /// Reads responses for msgids `first..first+expect.len()`.
+    async fn collect(
+        &mut self,
+        first: i32,
+        expect: &mut [Expect],
+        failures: &mut Vec<String>,
+        starts: &mut [Instant],
+        shared: Option<&Shared>,
+    ) -> Result<()> {
+        let mut entries = vec![0u32; expect.len()];
+        let mut pending = expect.len();
+        let mut chunk = [0u8; 32 << 10];
+        while pending > 0 {
+            let mut used = 0;
+            while let Some(n) = ber::frame_len(&self.rbuf[used..]) {
+                if self.rbuf.len() - used < n {
+                    break;
+                }
+                let msg = &self.rbuf[used..used + n];
+                used += n;
+                let r = ber::parse(msg).ok_or_else(|| anyhow!("unparsable response"))?;
+                let i = (r.msgid - first) as usize;
+                if i >= expect.len() {
+                    bail!("response to unknown message id {}", r.msgid);
+                }
+                if r.tag == ber::SEARCH_ENTRY {
+                    entries[i] += 1;
+                    if let Expect::OneEntry(dn) = &expect[i] {
+                        if !r.dn.eq_ignore_ascii_case(dn.as_bytes()) {
+                            failures.push(format!("unexpected entry {}", String::from_utf8_lossy(r.dn)));
+                        }
+                    }
+                    continue;
+                }
+                pending -= 1;
+                let ok = match &expect[i] {
+                    Expect::Result(tag) => r.tag == *tag && r.code == 0,
+                    Expect::OneEntry(_) => r.tag == ber::SEARCH_DONE && r.code == 0 && entries[i] == 1,
+                };
+                if !ok {
+                    failures.push(format!("op {} failed: tag {:#x} code {} entries {}", r.msgid, r.tag, r.code, entries[i]));
+                } else if let Some(s) = shared {
+                    if s.measuring.get() {
+                        let us = starts[i].elapsed().as_micros() as u64;
+                        let _ = s.hist.borrow_mut().record(us.max(1));
+                        s.ops.set(s.ops.get() + 1);
+                    }
+                }
+            }
+            self.rbuf.drain(..used);
+            if pending == 0 {
+                break;
+            }
+            let n = self.stream.read(&mut chunk).await?;
+            if n == 0 {
+                bail!("server closed the connection");
+            }
+            self.rbuf.extend_from_slice(&chunk[..n]);
+        }
+        Ok(())
+    }
+}
+
+fn needs_root(s: Scenario) -> bool {
+    matches!(s, Scenario::Modify | Scenario::Add | Scenario::Mixed)
+}
+
+async fn connection(shared: &Shared, conn: usize) -> Result<()> {
+    let mut rng = SmallRng::seed_from_u64(conn as u64 * 7919 + 1);
+    let mut seq = 0;
+    if shared.opts.scenario == Scenario::Bindnew {
+        while !shared.stop.get() {
+            let op = next_op(shared, &mut rng, conn, &mut seq);
+            let mut c = Conn::open(shared, false).await?;
+            c.batch(shared, &[op]).await?;
+            c.wbuf.clear();
+            ber::unbind(&mut c.wbuf, c.msgid + 1);
+            c.stream.write_all(&c.wbuf).await?;
+            let _ = c.stream.close().await;
+        }
+        return Ok(());
+    }
+    let mut c = Conn::open(shared, needs_root(shared.opts.scenario)).await?;
+    let mut ops = Vec::with_capacity(shared.opts.depth);
+    while !shared.stop.get() {
+        ops.clear();
+        for _ in 0..shared.opts.depth {
+            ops.push(next_op(shared, &mut rng, conn, &mut seq));
+        }
+        c.batch(shared, &ops).await?;
+    }
+    Ok(())
+}
+
+/// The classic mixed sequence, twice; reports the total and per-phase times.
+async fn mixed(shared: Rc<Shared>) -> Result<Report> {
+    let mut conns = Vec::new();
+    for _ in 0..shared.opts.conns {
+        conns.push(Rc::new(RefCell::new(Conn::open(&shared, true).await?)));
+    }
+    shared.measuring.set(true);
+    let mut rng = SmallRng::seed_from_u64(42);
+    let mut phases = Vec::new();
+    let started = Instant::now();
+    for cycle in 0..2 {
+        let base = cycle * 10_000;
+        let users = shared.opts.users;
+        let plan: Vec<(&str, Vec<Op>)> = vec![
+            ("add", (0..1000).map(|i| Op::Add(base + i)).collect()),
+            ("search", (0..10_000).map(|_| Op::Search(rng.gen_range(0..users))).collect()),
+            ("modify", (0..500).map(|_| Op::Modify(rng.gen_range(0..users), rng.gen())).collect()),
+            ("read", (0..10_000).map(|_| Op::Read(rng.gen_range(0..users))).collect()),
+            ("delete", (0..200).map(|i| Op::Delete(base + i)).collect()),
+            ("add2", (1000..2000).map(|i| Op::Add(base + i)).collect()),
+        ];
+        for (name, ops) in plan {
+            let t = Instant::now();
+            *shared.phase.borrow_mut() = ops;
+            shared.next.set(0);
+            let mut tasks = Vec::new();
+            for c in &conns {
+                let (c, shared) = (c.clone(), shared.clone());
+                tasks.push(glommio::spawn_local(async move { run_phase(&shared, &mut c.borrow_mut()).await }));
+            }
+            for t in tasks {
+                t.await?;
+            }
+            phases.push((format!("{name}#{}", cycle + 1), t.elapsed().as_secs_f64()));
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let mut r = report(&shared, seconds);
+    r.phases = phases;
+    Ok(r)
+}
+
+async fn run_phase(shared: &Shared, c: &mut Conn) -> Result<()> {
+    let mut ops = Vec::with_capacity(shared.opts.depth);
+    loop {
+        ops.clear();
+        {
+            let phase = shared.phase.borrow();
+            while ops.len() < shared.opts.depth && shared.next.get() < phase.len() {
+                ops.push(phase[shared.next.get()]);
+                shared.next.set(shared.next.get() + 1);
+            }
+        }
+        if ops.is_empty() {
+            return Ok(());
+        }
+        c.batch(shared, &ops).await?;
+    }
+}
