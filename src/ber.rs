@@ -48,10 +48,7 @@ fn put_tlv(out: &mut BytesMut, tag: u8, bytes: &[u8]) {
 fn int_bytes(v: i32) -> ([u8; 4], usize) {
     let b = v.to_be_bytes();
     let mut skip = 0;
-    while skip < 3
-        && ((b[skip] == 0 && b[skip + 1] & 0x80 == 0)
-            || (b[skip] == 0xff && b[skip + 1] & 0x80 != 0))
-    {
+    while skip < 3 && ((b[skip] == 0 && b[skip + 1] & 0x80 == 0) || (b[skip] == 0xff && b[skip + 1] & 0x80 != 0)) {
         skip += 1;
     }
     (b, skip)
@@ -59,21 +56,12 @@ fn int_bytes(v: i32) -> ([u8; 4], usize) {
 
 /// Appends `SearchResultEntry` for `dn` with `attrs` (values omitted when
 /// `types_only`).
-pub fn search_entry<'a, I>(
-    out: &mut BytesMut,
-    msgid: i32,
-    dn: &str,
-    attrs: &[OutAttr<'a, I>],
-    types_only: bool,
-) where
+pub fn search_entry<'a, I>(out: &mut BytesMut, msgid: i32, dn: &str, attrs: &[OutAttr<'a, I>], types_only: bool)
+where
     I: Iterator<Item = &'a [u8]> + Clone,
 {
     let attr_len = |a: &OutAttr<'a, I>| {
-        let set: usize = if types_only {
-            0
-        } else {
-            a.vals.clone().map(|v| tlv(v.len())).sum()
-        };
+        let set: usize = if types_only { 0 } else { a.vals.clone().map(|v| tlv(v.len())).sum() };
         tlv(tlv(a.name.len()) + tlv(set))
     };
     let list: usize = attrs.iter().map(attr_len).sum();
@@ -90,11 +78,7 @@ pub fn search_entry<'a, I>(
     out.put_u8(0x30);
     put_len(out, list);
     for a in attrs {
-        let set: usize = if types_only {
-            0
-        } else {
-            a.vals.clone().map(|v| tlv(v.len())).sum()
-        };
+        let set: usize = if types_only { 0 } else { a.vals.clone().map(|v| tlv(v.len())).sum() };
         out.put_u8(0x30);
         put_len(out, tlv(a.name.len()) + tlv(set));
         put_tlv(out, 0x04, a.name.as_bytes());
@@ -138,9 +122,7 @@ pub fn peek_frame(buf: &[u8]) -> Frame {
     if buf.len() < 2 + n {
         return Frame::Incomplete;
     }
-    let len = buf[2..2 + n]
-        .iter()
-        .fold(0u64, |acc, b| acc << 8 | *b as u64);
+    let len = buf[2..2 + n].iter().fold(0u64, |acc, b| acc << 8 | *b as u64);
     Frame::Size((2 + n as u64).saturating_add(len).min(usize::MAX as u64) as usize)
 }
 
@@ -158,14 +140,8 @@ mod tests {
         let bigs: Vec<&[u8]> = vec![&big];
         for msgid in [0, 1, 127, 128, 255, 256, 65535, i32::MAX] {
             let attrs = [
-                OutAttr {
-                    name: "objectClass",
-                    vals: vals.iter().copied(),
-                },
-                OutAttr {
-                    name: "description",
-                    vals: bigs.iter().copied(),
-                },
+                OutAttr { name: "objectClass", vals: vals.iter().copied() },
+                OutAttr { name: "description", vals: bigs.iter().copied() },
             ];
             let mut mine = BytesMut::new();
             search_entry(&mut mine, msgid, "cn=a,dc=x", &attrs, false);
@@ -178,17 +154,12 @@ mod tests {
                             atype: "objectClass".into(),
                             vals: vec![b"top".to_vec(), b"person".to_vec()],
                         },
-                        LdapPartialAttribute {
-                            atype: "description".into(),
-                            vals: vec![big.clone()],
-                        },
+                        LdapPartialAttribute { atype: "description".into(), vals: vec![big.clone()] },
                     ],
                 }),
             );
             let mut theirs = BytesMut::new();
-            LdapCodec::default()
-                .encode(msg.clone(), &mut theirs)
-                .unwrap();
+            LdapCodec::default().encode(msg.clone(), &mut theirs).unwrap();
             assert_eq!(mine, theirs, "msgid {msgid}");
             assert_eq!(LdapCodec::default().decode(&mut mine).unwrap(), Some(msg));
         }
@@ -200,10 +171,7 @@ mod tests {
         assert_eq!(peek_frame(b"\x30"), Frame::Incomplete);
         assert_eq!(peek_frame(b"\x30\x05"), Frame::Size(7));
         assert_eq!(peek_frame(b"\x30\x84\x7f\xff"), Frame::Incomplete);
-        assert_eq!(
-            peek_frame(b"\x30\x84\x7f\xff\xff\xff"),
-            Frame::Size(6 + 0x7fff_ffff)
-        );
+        assert_eq!(peek_frame(b"\x30\x84\x7f\xff\xff\xff"), Frame::Size(6 + 0x7fff_ffff));
         assert_eq!(peek_frame(b"\x30\x80"), Frame::Malformed);
         assert_eq!(peek_frame(b"\x02\x01"), Frame::Malformed);
     }

@@ -106,22 +106,13 @@ impl Default for Directory {
 
 impl Default for Storage {
     fn default() -> Storage {
-        Storage {
-            engine: "lmdb".into(),
-            sync: "always".into(),
-            sync_interval_ms: 1000,
-            map_size_mb: 64 * 1024,
-        }
+        Storage { engine: "lmdb".into(), sync: "always".into(), sync_interval_ms: 1000, map_size_mb: 64 * 1024 }
     }
 }
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits {
-            max_pdu_bytes: 4 << 20,
-            max_pdu_bytes_anonymous: 256 << 10,
-            max_filter_depth: 64,
-        }
+        Limits { max_pdu_bytes: 4 << 20, max_pdu_bytes_anonymous: 256 << 10, max_filter_depth: 64 }
     }
 }
 
@@ -130,23 +121,19 @@ impl Config {
         let Some(path) = path else {
             return Ok(Config::default());
         };
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let config: Config =
-            toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let config: Config = toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
         Ok(config)
     }
 
     /// Checks every value, naming the key of the first bad one.
     pub fn validate(&self) -> Result<()> {
         self.listen_addr()?;
-        Dn::parse(&self.directory.suffix)
-            .map_err(|e| anyhow!("directory.suffix: {}", e.message))?;
+        Dn::parse(&self.directory.suffix).map_err(|e| anyhow!("directory.suffix: {}", e.message))?;
         if Dn::parse(&self.directory.suffix)?.is_root() {
             bail!("directory.suffix: must not be empty");
         }
-        Dn::parse(&self.directory.root_dn)
-            .map_err(|e| anyhow!("directory.root_dn: {}", e.message))?;
+        Dn::parse(&self.directory.root_dn).map_err(|e| anyhow!("directory.root_dn: {}", e.message))?;
         if let Some(h) = &self.directory.root_password_hash {
             if !h.starts_with("{SSHA}") && !h.starts_with("{SHA}") {
                 bail!("directory.root_password_hash: expected an {{SSHA}} or {{SHA}} hash");
@@ -182,12 +169,10 @@ impl Config {
     }
 
     pub fn listen_addr(&self) -> Result<SocketAddr> {
-        self.server.listen.parse().map_err(|_| {
-            anyhow!(
-                "server.listen: {:?} is not an address like 127.0.0.1:3389",
-                self.server.listen
-            )
-        })
+        self.server
+            .listen
+            .parse()
+            .map_err(|_| anyhow!("server.listen: {:?} is not an address like 127.0.0.1:3389", self.server.listen))
     }
 
     pub fn sync_mode(&self) -> Result<SyncMode> {

@@ -94,12 +94,8 @@ pub async fn serve(stream: TcpStream, ctx: Rc<Ctx>) {
         let _ = writer.close().await;
     })
     .detach();
-    let conn = Rc::new(Conn {
-        ctx,
-        identity: RefCell::new(Identity::Anonymous),
-        running: RefCell::new(HashMap::new()),
-        out,
-    });
+    let conn =
+        Rc::new(Conn { ctx, identity: RefCell::new(Identity::Anonymous), running: RefCell::new(HashMap::new()), out });
     read_loop(stream, &conn).await;
     for flag in conn.running.borrow().values() {
         flag.set(true);
@@ -122,9 +118,7 @@ async fn read_loop(mut stream: TcpStream, conn: &Rc<Conn>) {
             };
             match ber::peek_frame(&rbuf) {
                 Frame::Incomplete => break,
-                Frame::Malformed => {
-                    return disconnect(conn, inline, "malformed LDAP message").await
-                }
+                Frame::Malformed => return disconnect(conn, inline, "malformed LDAP message").await,
                 Frame::Size(n) if n > limit => {
                     let why = format!("message of {n} bytes exceeds the limit of {limit} bytes");
                     return disconnect(conn, inline, &why).await;
@@ -152,9 +146,6 @@ async fn read_loop(mut stream: TcpStream, conn: &Rc<Conn>) {
 }
 
 async fn disconnect(conn: &Conn, mut out: BytesMut, why: &str) {
-    encode(
-        &mut out,
-        DisconnectionNotice::gen_response(LdapResultCode::ProtocolError, why),
-    );
+    encode(&mut out, DisconnectionNotice::gen_response(LdapResultCode::ProtocolError, why));
     conn.send(out).await;
 }

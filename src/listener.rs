@@ -22,9 +22,7 @@ pub fn bind(addr: SocketAddr, cpu: usize, backlog: i32) -> Result<OwnedFd> {
     socket.set_tcp_nodelay(true)?;
     // Steering is an optimization; a kernel without it still works.
     let _ = socket.set_cpu_affinity(cpu);
-    socket
-        .bind(&addr.into())
-        .with_context(|| format!("binding {addr}"))?;
+    socket.bind(&addr.into()).with_context(|| format!("binding {addr}"))?;
     socket.listen(backlog)?;
     // SAFETY: the descriptor comes straight from a socket we own.
     Ok(unsafe { OwnedFd::from_raw_fd(socket.into_raw_fd()) })
@@ -32,10 +30,7 @@ pub fn bind(addr: SocketAddr, cpu: usize, backlog: i32) -> Result<OwnedFd> {
 
 pub fn local_addr(fd: &OwnedFd) -> Result<SocketAddr> {
     let socket = Socket::from(fd.try_clone()?);
-    socket
-        .local_addr()?
-        .as_socket()
-        .context("listening socket has no IP address")
+    socket.local_addr()?.as_socket().context("listening socket has no IP address")
 }
 
 /// Accepts connections until the process ends; each runs as its own task.

@@ -55,11 +55,7 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(
-    name = "coredir",
-    version,
-    about = "A thread-per-core LDAPv3 directory server"
-)]
+#[command(name = "coredir", version, about = "A thread-per-core LDAPv3 directory server")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -93,12 +89,7 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Serve {
-            config,
-            listen,
-            data,
-            shards,
-        } => {
+        Command::Serve { config, listen, data, shards } => {
             let mut config = config::Config::load(config.as_deref())?;
             if let Some(listen) = listen {
                 config.server.listen = listen;

@@ -49,20 +49,14 @@ pub fn allowed_cpus() -> Vec<usize> {
         if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
             return vec![0];
         }
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|c| libc::CPU_ISSET(*c, &set))
-            .collect()
+        (0..libc::CPU_SETSIZE as usize).filter(|c| libc::CPU_ISSET(*c, &set)).collect()
     }
 }
 
 pub fn serve(config: Config) -> Result<()> {
     config.validate()?;
     let cpus = allowed_cpus();
-    let n_shards = if config.server.shards == 0 {
-        cpus.len()
-    } else {
-        config.server.shards
-    };
+    let n_shards = if config.server.shards == 0 { cpus.len() } else { config.server.shards };
     if n_shards > 1024 {
         bail!("server.shards: {n_shards} is more than 1024");
     }
@@ -91,21 +85,12 @@ pub fn serve(config: Config) -> Result<()> {
     }
 
     let mesh = (n_shards > 1).then(|| MeshBuilder::full(n_shards, 4096));
-    let root_password_hash = config
-        .directory
-        .root_password_hash
-        .clone()
-        .unwrap_or(manifest.root_password_hash.clone());
+    let root_password_hash = config.directory.root_password_hash.clone().unwrap_or(manifest.root_password_hash.clone());
     let (ready_tx, ready_rx) = mpsc::channel::<Result<usize, String>>();
     let mut handles = Vec::new();
     for (i, fd) in fds.into_iter().enumerate() {
         let cpu = cpus[i % cpus.len()];
-        let (manifest, stores, mesh, ready) = (
-            manifest.clone(),
-            stores.clone(),
-            mesh.clone(),
-            ready_tx.clone(),
-        );
+        let (manifest, stores, mesh, ready) = (manifest.clone(), stores.clone(), mesh.clone(), ready_tx.clone());
         let config = config.clone();
         let root_password_hash = root_password_hash.clone();
         let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
@@ -142,10 +127,7 @@ pub fn serve(config: Config) -> Result<()> {
             Err(_) => bail!("a shard stopped during start-up"),
         }
     }
-    println!(
-        "coredir: listening on {addr} ({n_shards} shards, data in {})",
-        data.display()
-    );
+    println!("coredir: listening on {addr} ({n_shards} shards, data in {})", data.display());
     for h in handles {
         let _ = h.join();
     }
@@ -173,10 +155,7 @@ fn open_manifest(config: &Config, data: &Path, n_shards: usize) -> Result<(Manif
         Ok(p) if !p.is_empty() => p,
         _ => {
             let p = generate_password();
-            println!(
-                "coredir: generated password for {}: {p}",
-                config.directory.root_dn
-            );
+            println!("coredir: generated password for {}: {p}", config.directory.root_dn);
             println!("coredir: it is stored only as a hash and will not be shown again");
             p
         }
@@ -195,9 +174,7 @@ fn generate_password() -> String {
     use rand::Rng;
     const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
     let mut rng = rand::thread_rng();
-    (0..20)
-        .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char)
-        .collect()
+    (0..20).map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char).collect()
 }
 
 /// Creates the suffix entry with `ou=people` and `ou=groups` in a new
@@ -206,37 +183,22 @@ fn bootstrap(config: &Config, manifest: &Manifest, stores: &[Arc<Engine>]) -> Re
     let suffix = Dn::parse(&config.directory.suffix)?;
     let rdn = &suffix.rdns()[0].avas[0];
     let rdn_value = String::from_utf8_lossy(&rdn.value).to_string();
-    let mut top = vec![
-        ("objectClass", vec!["top", "dcObject", "organization"]),
-        ("o", vec![rdn_value.as_str()]),
-    ];
+    let mut top = vec![("objectClass", vec!["top", "dcObject", "organization"]), ("o", vec![rdn_value.as_str()])];
     top.insert(1, (rdn.attr.as_str(), vec![rdn_value.as_str()]));
     let mut entries = vec![(suffix.clone(), top)];
     for ou in ["people", "groups"] {
         let dn = Dn::parse(&format!("ou={ou},{}", config.directory.suffix))?;
-        entries.push((
-            dn,
-            vec![
-                ("objectClass", vec!["top", "organizationalUnit"]),
-                ("ou", vec![ou]),
-            ],
-        ));
+        entries.push((dn, vec![("objectClass", vec!["top", "organizationalUnit"]), ("ou", vec![ou])]));
     }
     for (dn, attrs) in entries {
         let key = dn.key();
-        let parent = (dn != suffix).then(|| Parent {
-            key: dn.parent().key(),
-            dn: dn.parent().to_string_form(),
-        });
+        let parent = (dn != suffix).then(|| Parent { key: dn.parent().key(), dn: dn.parent().to_string_form() });
         let owner = manifest.owner_of(&key);
         let mut entry = Entry {
             dn: dn.to_string_form(),
             attrs: attrs
                 .into_iter()
-                .map(|(n, vs)| Attr {
-                    name: n.into(),
-                    vals: vs.into_iter().map(|v| v.as_bytes().to_vec()).collect(),
-                })
+                .map(|(n, vs)| Attr { name: n.into(), vals: vs.into_iter().map(|v| v.as_bytes().to_vec()).collect() })
                 .collect(),
         };
         crate::ops::add::stamp_new(&mut entry, &config.directory.root_dn);
@@ -246,33 +208,15 @@ fn bootstrap(config: &Config, manifest: &Manifest, stores: &[Arc<Engine>]) -> Re
                 let res = run_batch(
                     &*stores[manifest.owner_of(&p.key)],
                     |k| manifest.partition_of(k),
-                    &[WriteOp::Child {
-                        parent: p.clone(),
-                        delta: 1,
-                    }],
+                    &[WriteOp::Child { parent: p.clone(), delta: 1 }],
                 );
-                res.into_iter()
-                    .next()
-                    .unwrap()
-                    .map_err(|e| anyhow!(e.message))?;
-                ops.push(WriteOp::Add {
-                    key,
-                    parent: None,
-                    entry,
-                });
+                res.into_iter().next().unwrap().map_err(|e| anyhow!(e.message))?;
+                ops.push(WriteOp::Add { key, parent: None, entry });
             } else {
-                ops.push(WriteOp::Add {
-                    key,
-                    parent: parent.clone(),
-                    entry,
-                });
+                ops.push(WriteOp::Add { key, parent: parent.clone(), entry });
             }
         } else {
-            ops.push(WriteOp::Add {
-                key,
-                parent: None,
-                entry,
-            });
+            ops.push(WriteOp::Add { key, parent: None, entry });
         }
         for r in run_batch(&*stores[owner], |k| manifest.partition_of(k), &ops) {
             r.map_err(|e| anyhow!("creating {}: {}", dn.to_string_form(), e.message))?;

@@ -1,2 +1,5 @@
-pub fn run(_a: Args) -> anyhow::Result<()> { anyhow::bail!("compare: not written yet") }
-#[derive(clap::Args)] pub struct Args {}
+pub fn run(_a: Args) -> anyhow::Result<()> {
+    anyhow::bail!("compare: not written yet")
+}
+#[derive(clap::Args)]
+pub struct Args {}

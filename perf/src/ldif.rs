@@ -7,8 +7,10 @@ use base64::Engine;
 use sha1::{Digest, Sha1};
 use std::io::Write;
 
-const FIRST: &[&str] = &["James", "Mary", "Robert", "Patricia", "John", "Jennifer", "Michael", "Linda", "David", "Elizabeth"];
-const LAST: &[&str] = &["Smith", "Johnson", "Williams", "Brown", "Jones", "Garcia", "Miller", "Davis", "Martinez", "Wilson"];
+const FIRST: &[&str] =
+    &["James", "Mary", "Robert", "Patricia", "John", "Jennifer", "Michael", "Linda", "David", "Elizabeth"];
+const LAST: &[&str] =
+    &["Smith", "Johnson", "Williams", "Brown", "Jones", "Garcia", "Miller", "Davis", "Martinez", "Wilson"];
 
 fn ssha(pw: &str, i: usize) -> String {
     let salt = (i as u32).to_be_bytes();
@@ -24,7 +26,10 @@ fn ssha(pw: &str, i: usize) -> String {
 pub fn write(out: &mut impl Write, base: &str, users: usize, groups: usize, with_base: bool) -> std::io::Result<()> {
     if with_base {
         let dc = base.split(',').next().and_then(|r| r.split('=').nth(1)).unwrap_or("example");
-        writeln!(out, "dn: {base}\nobjectClass: top\nobjectClass: dcObject\nobjectClass: organization\ndc: {dc}\no: {dc}\n")?;
+        writeln!(
+            out,
+            "dn: {base}\nobjectClass: top\nobjectClass: dcObject\nobjectClass: organization\ndc: {dc}\no: {dc}\n"
+        )?;
         writeln!(out, "dn: ou=people,{base}\nobjectClass: top\nobjectClass: organizationalUnit\nou: people\n")?;
         writeln!(out, "dn: ou=groups,{base}\nobjectClass: top\nobjectClass: organizationalUnit\nou: groups\n")?;
     }
@@ -48,7 +53,10 @@ pub fn write(out: &mut impl Write, base: &str, users: usize, groups: usize, with
                 writeln!(out, "memberUid: user{i}")?;
             }
         } else {
-            writeln!(out, "dn: cn=group{g},ou=groups,{base}\nobjectClass: top\nobjectClass: groupOfNames\ncn: group{g}")?;
+            writeln!(
+                out,
+                "dn: cn=group{g},ou=groups,{base}\nobjectClass: top\nobjectClass: groupOfNames\ncn: group{g}"
+            )?;
             let mut any = false;
             for i in (g..users).step_by(groups) {
                 writeln!(out, "member: uid=user{i},ou=people,{base}")?;

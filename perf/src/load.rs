@@ -317,7 +317,10 @@ impl Conn {
                     Expect::OneEntry(_) => r.tag == ber::SEARCH_DONE && r.code == 0 && entries[i] == 1,
                 };
                 if !ok {
-                    failures.push(format!("op {} failed: tag {:#x} code {} entries {}", r.msgid, r.tag, r.code, entries[i]));
+                    failures.push(format!(
+                        "op {} failed: tag {:#x} code {} entries {}",
+                        r.msgid, r.tag, r.code, entries[i]
+                    ));
                 } else if let Some(s) = shared {
                     if s.measuring.get() {
                         let us = starts[i].elapsed().as_micros() as u64;

@@ -136,7 +136,10 @@ fn opts(a: &LoadArgs) -> Opts {
 }
 
 pub fn print_row_header() {
-    println!("{:<16} {:<8} {:>5} {:>5} {:>10} {:>9} {:>9} {:>9} {:>7}", "server", "scenario", "conns", "depth", "ops/s", "p50 µs", "p99 µs", "p99.9 µs", "errors");
+    println!(
+        "{:<16} {:<8} {:>5} {:>5} {:>10} {:>9} {:>9} {:>9} {:>7}",
+        "server", "scenario", "conns", "depth", "ops/s", "p50 µs", "p99 µs", "p99.9 µs", "errors"
+    );
 }
 
 pub fn print_row(label: &str, scenario: &str, conns: usize, depth: usize, r: &Report) {

@@ -78,9 +78,7 @@ impl Dn {
     }
 
     pub fn parent(&self) -> Dn {
-        Dn {
-            rdns: self.rdns.iter().skip(1).cloned().collect(),
-        }
+        Dn { rdns: self.rdns.iter().skip(1).cloned().collect() }
     }
 
     /// This DN with its leftmost RDN replaced and placed under `superior`.
@@ -122,10 +120,7 @@ impl Dn {
     /// Whether `self` is `base` or below it.
     pub fn is_within(&self, base: &Dn) -> bool {
         self.rdns.len() >= base.rdns.len()
-            && self.rdns[self.rdns.len() - base.rdns.len()..]
-                .iter()
-                .zip(&base.rdns)
-                .all(|(a, b)| a.norm == b.norm)
+            && self.rdns[self.rdns.len() - base.rdns.len()..].iter().zip(&base.rdns).all(|(a, b)| a.norm == b.norm)
     }
 
     /// The user-facing string form (values re-escaped as needed).
@@ -199,10 +194,7 @@ impl Rdn {
             avas = order.iter().map(|i| avas[*i].clone()).collect();
             parts.sort();
         }
-        Rdn {
-            avas,
-            norm: parts.join("+"),
-        }
+        Rdn { avas, norm: parts.join("+") }
     }
 }
 
@@ -255,13 +247,7 @@ fn parse_ava(text: &str, b: &[u8], mut pos: usize) -> Result<(Ava, usize)> {
     } else {
         parse_string_value(text, b, pos)?
     };
-    Ok((
-        Ava {
-            attr: attr.to_string(),
-            value,
-        },
-        next,
-    ))
+    Ok((Ava { attr: attr.to_string(), value }, next))
 }
 
 fn parse_hex_value(text: &str, b: &[u8], mut pos: usize) -> Result<(Vec<u8>, usize)> {
@@ -289,8 +275,7 @@ fn parse_string_value(text: &str, b: &[u8], mut pos: usize) -> Result<(Vec<u8>, 
                 if pos >= b.len() {
                     return Err(Error::invalid_dn(text, "dangling '\\'"));
                 }
-                if b[pos].is_ascii_hexdigit() && pos + 1 < b.len() && b[pos + 1].is_ascii_hexdigit()
-                {
+                if b[pos].is_ascii_hexdigit() && pos + 1 < b.len() && b[pos + 1].is_ascii_hexdigit() {
                     out.push(hex(b[pos]) << 4 | hex(b[pos + 1]));
                     pos += 2;
                 } else if b" \"#+,;<=>\\".contains(&b[pos]) {
@@ -302,10 +287,7 @@ fn parse_string_value(text: &str, b: &[u8], mut pos: usize) -> Result<(Vec<u8>, 
                 keep = out.len();
             }
             b'"' | b'<' | b'>' | b'=' | 0 => {
-                return Err(Error::invalid_dn(
-                    text,
-                    "unescaped special character in value",
-                ))
+                return Err(Error::invalid_dn(text, "unescaped special character in value"))
             }
             c => {
                 out.push(c);
@@ -354,9 +336,7 @@ mod tests {
     use super::*;
 
     fn norm(s: &str) -> String {
-        Dn::parse(s)
-            .map(|d| d.norm())
-            .unwrap_or_else(|e| format!("ERR {:?}", e.code))
+        Dn::parse(s).map(|d| d.norm()).unwrap_or_else(|e| format!("ERR {:?}", e.code))
     }
 
     #[test]
@@ -397,21 +377,14 @@ mod tests {
         assert!(child.is_within(&base));
         assert!(!base.is_within(&child));
         assert_eq!(child.parent(), base);
-        assert_eq!(
-            Dn::parse("CN=Admin, DC=Example").unwrap(),
-            Dn::parse("cn=admin,dc=example").unwrap()
-        );
+        assert_eq!(Dn::parse("CN=Admin, DC=Example").unwrap(), Dn::parse("cn=admin,dc=example").unwrap());
     }
 
     #[test]
     fn string_form_round_trips() {
         for s in ["cn=a\\,b+sn=c,dc=x", "cn=\\ lead,dc=x", "cn=\\#x,dc=y"] {
             let dn = Dn::parse(s).unwrap();
-            assert_eq!(
-                Dn::parse(&dn.to_string_form()).unwrap().norm(),
-                dn.norm(),
-                "{s}"
-            );
+            assert_eq!(Dn::parse(&dn.to_string_form()).unwrap().norm(), dn.norm(), "{s}");
         }
     }
 }

@@ -35,25 +35,18 @@ pub enum Mod {
 
 impl Entry {
     pub fn get(&self, name: &str) -> Option<&Attr> {
-        self.attrs
-            .iter()
-            .find(|a| matching::same_attr(&a.name, name))
+        self.attrs.iter().find(|a| matching::same_attr(&a.name, name))
     }
 
     fn position(&self, name: &str) -> Option<usize> {
-        self.attrs
-            .iter()
-            .position(|a| matching::same_attr(&a.name, name))
+        self.attrs.iter().position(|a| matching::same_attr(&a.name, name))
     }
 
     /// Sets an attribute to exactly these values, keeping its position.
     pub fn set(&mut self, name: &str, vals: Vec<Vec<u8>>) {
         match self.position(name) {
             Some(i) => self.attrs[i].vals = vals,
-            None => self.attrs.push(Attr {
-                name: name.to_string(),
-                vals,
-            }),
+            None => self.attrs.push(Attr { name: name.to_string(), vals }),
         }
     }
 
@@ -64,11 +57,7 @@ impl Entry {
     }
 
     pub fn has_value(&self, name: &str, value: &[u8]) -> bool {
-        self.get(name).is_some_and(|a| {
-            a.vals
-                .iter()
-                .any(|v| matching::values_equal(name, v, value))
-        })
+        self.get(name).is_some_and(|a| a.vals.iter().any(|v| matching::values_equal(name, v, value)))
     }
 
     /// Adds values, refusing a value that is already present.
@@ -76,20 +65,13 @@ impl Entry {
         let i = match self.position(name) {
             Some(i) => i,
             None => {
-                self.attrs.push(Attr {
-                    name: name.to_string(),
-                    vals: Vec::new(),
-                });
+                self.attrs.push(Attr { name: name.to_string(), vals: Vec::new() });
                 self.attrs.len() - 1
             }
         };
         for v in vals {
             let attr = &mut self.attrs[i];
-            if attr
-                .vals
-                .iter()
-                .any(|old| matching::values_equal(name, old, v))
-            {
+            if attr.vals.iter().any(|old| matching::values_equal(name, old, v)) {
                 return Err(Error::new(
                     LdapResultCode::AttributeOrValueExists,
                     format!("{name}: value #{} provided more than once", attr.vals.len()),
@@ -126,12 +108,7 @@ impl Entry {
     }
 
     fn delete_values(&mut self, a: &Attr) -> Result<()> {
-        let no_such = || {
-            Error::new(
-                LdapResultCode::NoSuchAttribute,
-                format!("{}: no such attribute or value", a.name),
-            )
-        };
+        let no_such = || Error::new(LdapResultCode::NoSuchAttribute, format!("{}: no such attribute or value", a.name));
         let i = self.position(&a.name).ok_or_else(no_such)?;
         if a.vals.is_empty() {
             self.attrs.remove(i);
@@ -139,10 +116,7 @@ impl Entry {
         }
         for v in &a.vals {
             let vals = &mut self.attrs[i].vals;
-            let at = vals
-                .iter()
-                .position(|old| matching::values_equal(&a.name, old, v))
-                .ok_or_else(no_such)?;
+            let at = vals.iter().position(|old| matching::values_equal(&a.name, old, v)).ok_or_else(no_such)?;
             vals.remove(at);
         }
         if self.attrs[i].vals.is_empty() {
@@ -152,25 +126,15 @@ impl Entry {
     }
 
     fn increment(&mut self, a: &Attr) -> Result<()> {
-        let by =
-            parse_int(a.vals.first().map(Vec::as_slice).unwrap_or_default()).ok_or_else(|| {
-                Error::new(
-                    LdapResultCode::InvalidAttributeSyntax,
-                    format!("{}: increment is not an integer", a.name),
-                )
-            })?;
-        let i = self.position(&a.name).ok_or_else(|| {
-            Error::new(
-                LdapResultCode::NoSuchAttribute,
-                format!("{}: no such attribute", a.name),
-            )
+        let by = parse_int(a.vals.first().map(Vec::as_slice).unwrap_or_default()).ok_or_else(|| {
+            Error::new(LdapResultCode::InvalidAttributeSyntax, format!("{}: increment is not an integer", a.name))
         })?;
+        let i = self
+            .position(&a.name)
+            .ok_or_else(|| Error::new(LdapResultCode::NoSuchAttribute, format!("{}: no such attribute", a.name)))?;
         for v in &mut self.attrs[i].vals {
             let n = parse_int(v).ok_or_else(|| {
-                Error::new(
-                    LdapResultCode::ConstraintViolation,
-                    format!("{}: value is not an integer", a.name),
-                )
+                Error::new(LdapResultCode::ConstraintViolation, format!("{}: value is not an integer", a.name))
             })?;
             *v = (n + by).to_string().into_bytes();
         }
@@ -198,10 +162,7 @@ impl Entry {
             dn: view.dn().to_string(),
             attrs: view
                 .attrs()
-                .map(|a| Attr {
-                    name: a.name.to_string(),
-                    vals: a.vals().map(<[u8]>::to_vec).collect(),
-                })
+                .map(|a| Attr { name: a.name.to_string(), vals: a.vals().map(<[u8]>::to_vec).collect() })
                 .collect(),
         })
     }
@@ -301,10 +262,7 @@ impl<'a> AttrView<'a> {
     }
 
     pub fn vals(&self) -> Vals<'a> {
-        Vals {
-            buf: self.vals,
-            left: self.n_vals,
-        }
+        Vals { buf: self.vals, left: self.n_vals }
     }
 }
 
@@ -350,17 +308,11 @@ mod tests {
     use super::*;
 
     fn attr(name: &str, vals: &[&str]) -> Attr {
-        Attr {
-            name: name.into(),
-            vals: vals.iter().map(|v| v.as_bytes().to_vec()).collect(),
-        }
+        Attr { name: name.into(), vals: vals.iter().map(|v| v.as_bytes().to_vec()).collect() }
     }
 
     fn sample() -> Entry {
-        Entry {
-            dn: "cn=a,dc=x".into(),
-            attrs: vec![attr("objectClass", &["top", "person"]), attr("cn", &["a"])],
-        }
+        Entry { dn: "cn=a,dc=x".into(), attrs: vec![attr("objectClass", &["top", "person"]), attr("cn", &["a"])] }
     }
 
     #[test]
@@ -370,10 +322,7 @@ mod tests {
         e.encode(&mut buf);
         assert_eq!(Entry::decode(&buf).unwrap(), e);
         let v = EntryView::new(&buf).unwrap();
-        assert_eq!(
-            v.get("commonName").unwrap().vals().collect::<Vec<_>>(),
-            vec![b"a"]
-        );
+        assert_eq!(v.get("commonName").unwrap().vals().collect::<Vec<_>>(), vec![b"a"]);
         for cut in 0..buf.len() {
             assert!(EntryView::new(&buf[..cut]).is_err(), "truncated at {cut}");
         }
@@ -383,32 +332,17 @@ mod tests {
     fn modify_semantics() {
         let code = |e: &mut Entry, m: Mod| e.apply(&[m]).map_err(|e| e.code);
         let mut e = sample();
-        assert_eq!(
-            code(&mut e, Mod::Add(attr("cn", &["A"]))),
-            Err(LdapResultCode::AttributeOrValueExists)
-        );
+        assert_eq!(code(&mut e, Mod::Add(attr("cn", &["A"]))), Err(LdapResultCode::AttributeOrValueExists));
         assert_eq!(code(&mut e, Mod::Add(attr("sn", &["s"]))), Ok(()));
-        assert_eq!(
-            code(&mut e, Mod::Delete(attr("sn", &["t"]))),
-            Err(LdapResultCode::NoSuchAttribute)
-        );
+        assert_eq!(code(&mut e, Mod::Delete(attr("sn", &["t"]))), Err(LdapResultCode::NoSuchAttribute));
         assert_eq!(code(&mut e, Mod::Delete(attr("sn", &["s"]))), Ok(()));
         assert!(e.get("sn").is_none());
-        assert_eq!(
-            code(&mut e, Mod::Delete(attr("mail", &[]))),
-            Err(LdapResultCode::NoSuchAttribute)
-        );
+        assert_eq!(code(&mut e, Mod::Delete(attr("mail", &[]))), Err(LdapResultCode::NoSuchAttribute));
         assert_eq!(code(&mut e, Mod::Replace(attr("cn", &["b", "c"]))), Ok(()));
         assert_eq!(e.attrs[1], attr("cn", &["b", "c"]));
         assert_eq!(code(&mut e, Mod::Replace(attr("mail", &[]))), Ok(()));
-        assert_eq!(
-            code(&mut e, Mod::Replace(attr("uidNumber", &["5"]))),
-            Ok(())
-        );
-        assert_eq!(
-            code(&mut e, Mod::Increment(attr("uidNumber", &["2"]))),
-            Ok(())
-        );
+        assert_eq!(code(&mut e, Mod::Replace(attr("uidNumber", &["5"]))), Ok(()));
+        assert_eq!(code(&mut e, Mod::Increment(attr("uidNumber", &["2"]))), Ok(()));
         assert_eq!(e.get("uidNumber").unwrap().vals, vec![b"7".to_vec()]);
     }
 }

@@ -19,32 +19,19 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
     pub fn new(code: LdapResultCode, message: impl Into<String>) -> Error {
-        Error {
-            code,
-            message: message.into(),
-            matched: String::new(),
-        }
+        Error { code, message: message.into(), matched: String::new() }
     }
     pub fn no_such_object(dn: &str) -> Error {
         Error::new(LdapResultCode::NoSuchObject, format!("no such entry: {dn}"))
     }
     pub fn already_exists(dn: &str) -> Error {
-        Error::new(
-            LdapResultCode::EntryAlreadyExists,
-            format!("entry already exists: {dn}"),
-        )
+        Error::new(LdapResultCode::EntryAlreadyExists, format!("entry already exists: {dn}"))
     }
     pub fn invalid_dn(dn: &str, why: &str) -> Error {
-        Error::new(
-            LdapResultCode::InvalidDNSyntax,
-            format!("invalid DN \"{dn}\": {why}"),
-        )
+        Error::new(LdapResultCode::InvalidDNSyntax, format!("invalid DN \"{dn}\": {why}"))
     }
     pub fn not_allowed_on_non_leaf(dn: &str) -> Error {
-        Error::new(
-            LdapResultCode::NotAllowedOnNonLeaf,
-            format!("entry has children: {dn}"),
-        )
+        Error::new(LdapResultCode::NotAllowedOnNonLeaf, format!("entry has children: {dn}"))
     }
     pub fn unwilling(message: impl Into<String>) -> Error {
         Error::new(LdapResultCode::UnwillingToPerform, message)

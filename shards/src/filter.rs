@@ -23,20 +23,14 @@ pub fn matches(f: &LdapFilter, e: &EntryView<'_>) -> bool {
         }
         LdapFilter::Present(a) => a.eq_ignore_ascii_case("objectclass") || e.get(a).is_some(),
         LdapFilter::Substring(a, sub) => any_value(e, a, |x| substring(a, x, sub)),
-        LdapFilter::GreaterOrEqual(a, v) => {
-            any_value(e, a, |x| order(a, x, v.as_bytes()) != Ordering::Less)
-        }
-        LdapFilter::LessOrEqual(a, v) => {
-            any_value(e, a, |x| order(a, x, v.as_bytes()) != Ordering::Greater)
-        }
+        LdapFilter::GreaterOrEqual(a, v) => any_value(e, a, |x| order(a, x, v.as_bytes()) != Ordering::Less),
+        LdapFilter::LessOrEqual(a, v) => any_value(e, a, |x| order(a, x, v.as_bytes()) != Ordering::Greater),
         LdapFilter::Extensible(m) => extensible(m, e),
     }
 }
 
 fn any_value(e: &EntryView<'_>, attr: &str, mut f: impl FnMut(&[u8]) -> bool) -> bool {
-    e.attrs()
-        .filter(|a| matching::same_attr(a.name, attr))
-        .any(|a| a.vals().any(&mut f))
+    e.attrs().filter(|a| matching::same_attr(a.name, attr)).any(|a| a.vals().any(&mut f))
 }
 
 fn order(attr: &str, have: &[u8], want: &[u8]) -> Ordering {
@@ -114,12 +108,7 @@ fn rule_eq(rule: Option<Rule>, attr: &str, have: &[u8], want: &[u8]) -> bool {
         Some(Rule::CaseExact) => have == want,
         Some(Rule::Integer) => parse_int(have).is_some() && parse_int(have) == parse_int(want),
         Some(Rule::Dn) => {
-            let norm = |v: &[u8]| {
-                std::str::from_utf8(v)
-                    .ok()
-                    .and_then(|s| Dn::parse(s).ok())
-                    .map(|d| d.norm())
-            };
+            let norm = |v: &[u8]| std::str::from_utf8(v).ok().and_then(|s| Dn::parse(s).ok()).map(|d| d.norm());
             norm(have).is_some() && norm(have) == norm(want)
         }
     }
@@ -134,15 +123,8 @@ fn extensible(m: &LdapMatchingRuleAssertion, e: &EntryView<'_>) -> bool {
         None => None,
     };
     let want = m.match_value.as_bytes();
-    let attr_ok = |name: &str| {
-        m.type_
-            .as_deref()
-            .is_none_or(|t| matching::same_attr(name, t))
-    };
-    let in_entry = e
-        .attrs()
-        .filter(|a| attr_ok(a.name))
-        .any(|a| a.vals().any(|v| rule_eq(rule, a.name, v, want)));
+    let attr_ok = |name: &str| m.type_.as_deref().is_none_or(|t| matching::same_attr(name, t));
+    let in_entry = e.attrs().filter(|a| attr_ok(a.name)).any(|a| a.vals().any(|v| rule_eq(rule, a.name, v, want)));
     if in_entry || !m.dn_attributes {
         return in_entry;
     }
@@ -188,10 +170,7 @@ mod tests {
                 ("userPassword", vec!["Secret"]),
             ]
             .into_iter()
-            .map(|(n, vs)| Attr {
-                name: n.into(),
-                vals: vs.into_iter().map(|v| v.as_bytes().to_vec()).collect(),
-            })
+            .map(|(n, vs)| Attr { name: n.into(), vals: vs.into_iter().map(|v| v.as_bytes().to_vec()).collect() })
             .collect(),
         };
         let mut buf = Vec::new();
@@ -242,15 +221,8 @@ mod tests {
             check(f, want);
         }
         // ldap3_proto's string parser stops at spaces; build these directly.
-        for (value, want) in [
-            ("john doe", true),
-            ("john   doe ", true),
-            ("johndoe", false),
-        ] {
-            check_filter(
-                &LdapFilter::Equality("commonName".into(), value.into()),
-                want,
-            );
+        for (value, want) in [("john doe", true), ("john   doe ", true), ("johndoe", false)] {
+            check_filter(&LdapFilter::Equality("commonName".into(), value.into()), want);
         }
     }
 }

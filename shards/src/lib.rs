@@ -54,13 +54,5 @@ pub use shard::Shard;
 /// The current time as LDAP Generalized Time (`20261129214500Z`).
 pub fn now_generalized() -> String {
     let t = time::OffsetDateTime::now_utc();
-    format!(
-        "{:04}{:02}{:02}{:02}{:02}{:02}Z",
-        t.year(),
-        t.month() as u8,
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second()
-    )
+    format!("{:04}{:02}{:02}{:02}{:02}{:02}Z", t.year(), t.month() as u8, t.day(), t.hour(), t.minute(), t.second())
 }

@@ -33,12 +33,7 @@ pub struct Manifest {
 }
 
 impl Manifest {
-    pub fn new(
-        shards: u32,
-        suffixes: Vec<String>,
-        root_dn: String,
-        root_password_hash: String,
-    ) -> Manifest {
+    pub fn new(shards: u32, suffixes: Vec<String>, root_dn: String, root_password_hash: String) -> Manifest {
         Manifest {
             format: FORMAT,
             database_id: uuid::Uuid::new_v4().to_string(),
@@ -64,25 +59,17 @@ impl Manifest {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(Error::other(format!("{}: {e}", path.display()))),
         };
-        let m: Manifest =
-            toml::from_str(&text).map_err(|e| Error::other(format!("{}: {e}", path.display())))?;
-        m.validate()
-            .map_err(|why| Error::other(format!("{}: {why}", path.display())))?;
+        let m: Manifest = toml::from_str(&text).map_err(|e| Error::other(format!("{}: {e}", path.display())))?;
+        m.validate().map_err(|why| Error::other(format!("{}: {why}", path.display())))?;
         Ok(Some(m))
     }
 
     fn validate(&self) -> std::result::Result<(), String> {
         if self.format != FORMAT {
-            return Err(format!(
-                "manifest format {} is not supported (expected {FORMAT})",
-                self.format
-            ));
+            return Err(format!("manifest format {} is not supported (expected {FORMAT})", self.format));
         }
         if self.hash != HASH_NAME {
-            return Err(format!(
-                "partition hash {:?} is not supported (expected {HASH_NAME:?})",
-                self.hash
-            ));
+            return Err(format!("partition hash {:?} is not supported (expected {HASH_NAME:?})", self.hash));
         }
         if self.owners.len() != self.partitions as usize || self.partitions == 0 {
             return Err("owners must list one shard per partition".into());
@@ -94,9 +81,7 @@ impl Manifest {
     }
 
     pub fn save(&self, dir: &Path) -> Result<()> {
-        let io = |e: std::io::Error| {
-            Error::other(format!("writing {}: {e}", Manifest::path(dir).display()))
-        };
+        let io = |e: std::io::Error| Error::other(format!("writing {}: {e}", Manifest::path(dir).display()));
         let text = toml::to_string(self).map_err(|e| Error::other(e.to_string()))?;
         let tmp = dir.join(format!("{FILE}.tmp"));
         let mut f = fs::File::create(&tmp).map_err(io)?;
@@ -118,9 +103,7 @@ impl Manifest {
 
     /// The partitions a shard owns.
     pub fn partitions_of(&self, shard: usize) -> Vec<u32> {
-        (0..self.partitions)
-            .filter(|p| self.owners[*p as usize] as usize == shard)
-            .collect()
+        (0..self.partitions).filter(|p| self.owners[*p as usize] as usize == shard).collect()
     }
 }
 
@@ -150,12 +133,7 @@ mod tests {
     #[test]
     fn save_load() {
         let dir = tempfile::tempdir().unwrap();
-        let m = Manifest::new(
-            2,
-            vec!["dc=x".into()],
-            "cn=admin,dc=x".into(),
-            "{SSHA}x".into(),
-        );
+        let m = Manifest::new(2, vec!["dc=x".into()], "cn=admin,dc=x".into(), "{SSHA}x".into());
         m.save(dir.path()).unwrap();
         assert_eq!(Manifest::load(dir.path()).unwrap(), Some(m.clone()));
         assert_eq!(m.partitions_of(0).len(), 128);

@@ -140,18 +140,9 @@ mod tests {
 
     #[test]
     fn fold_table() {
-        for (input, want) in [
-            ("abc", "abc"),
-            ("  Abc  ", "abc"),
-            ("A  B   c", "a b c"),
-            ("ÄÖü", "äöü"),
-            ("", ""),
-        ] {
-            assert_eq!(
-                fold(input.as_bytes()).as_ref(),
-                want.as_bytes(),
-                "{input:?}"
-            );
+        for (input, want) in [("abc", "abc"), ("  Abc  ", "abc"), ("A  B   c", "a b c"), ("ÄÖü", "äöü"), ("", "")]
+        {
+            assert_eq!(fold(input.as_bytes()).as_ref(), want.as_bytes(), "{input:?}");
         }
     }
 

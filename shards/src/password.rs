@@ -53,15 +53,11 @@ pub fn is_hashed(value: &[u8]) -> bool {
 }
 
 fn strip_scheme<'a>(v: &'a [u8], scheme: &[u8]) -> Option<&'a [u8]> {
-    (v.len() >= scheme.len() && v[..scheme.len()].eq_ignore_ascii_case(scheme))
-        .then(|| &v[scheme.len()..])
+    (v.len() >= scheme.len() && v[..scheme.len()].eq_ignore_ascii_case(scheme)).then(|| &v[scheme.len()..])
 }
 
 fn trim(v: &[u8]) -> &[u8] {
-    let end = v
-        .iter()
-        .rposition(|b| !b.is_ascii_whitespace())
-        .map_or(0, |e| e + 1);
+    let end = v.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(0, |e| e + 1);
     &v[..end]
 }
 

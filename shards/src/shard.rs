@@ -78,10 +78,7 @@ impl Shard {
         let (queue, rx) = local_channel::new_unbounded();
         let (senders, receivers) = match mesh {
             Some(m) => {
-                let (s, r) = m
-                    .join()
-                    .await
-                    .map_err(|_| Error::other("joining the shard mesh failed"))?;
+                let (s, r) = m.join().await.map_err(|_| Error::other("joining the shard mesh failed"))?;
                 (Some(s), Some(r))
             }
             None => (None, None),
@@ -133,9 +130,8 @@ impl Shard {
         let Some(id) = txn.get(Tree::Dn2id, key)? else {
             return Ok(None);
         };
-        let bytes = txn
-            .get(Tree::Id2entry, id)?
-            .ok_or_else(|| Error::other("dn2id names a missing id2entry record"))?;
+        let bytes =
+            txn.get(Tree::Id2entry, id)?.ok_or_else(|| Error::other("dn2id names a missing id2entry record"))?;
         Entry::decode(bytes).map(Some)
     }
 
@@ -144,37 +140,19 @@ impl Shard {
         let owner = self.owner_of(key);
         let (tx, rx) = oneshot::channel();
         if owner == self.id {
-            let _ = self.queue.try_send(Pending {
-                op,
-                reply: Reply::Local(tx),
-            });
+            let _ = self.queue.try_send(Pending { op, reply: Reply::Local(tx) });
         } else {
-            let mesh = self
-                .mesh
-                .as_ref()
-                .ok_or_else(|| Error::other("no mesh for a remote owner"))?;
+            let mesh = self.mesh.as_ref().ok_or_else(|| Error::other("no mesh for a remote owner"))?;
             let id = self.next_request.get();
             self.next_request.set(id + 1);
             self.waiting.borrow_mut().insert(id, tx);
             self.stats.mesh_out.set(self.stats.mesh_out.get() + 1);
-            if mesh
-                .send_to(
-                    owner,
-                    MeshMsg::Request {
-                        from: self.id,
-                        id,
-                        op,
-                    },
-                )
-                .await
-                .is_err()
-            {
+            if mesh.send_to(owner, MeshMsg::Request { from: self.id, id, op }).await.is_err() {
                 self.waiting.borrow_mut().remove(&id);
                 return Err(Error::unavailable("the owning shard is not reachable"));
             }
         }
-        rx.await
-            .unwrap_or_else(|_| Err(Error::unavailable("the owning shard stopped")))
+        rx.await.unwrap_or_else(|_| Err(Error::unavailable("the owning shard stopped")))
     }
 
     /// Handles one message from another shard; never waits, so the mesh drains.
@@ -182,10 +160,7 @@ impl Shard {
         self.stats.mesh_in.set(self.stats.mesh_in.get() + 1);
         match msg {
             MeshMsg::Request { from, id, op } => {
-                let _ = self.queue.try_send(Pending {
-                    op,
-                    reply: Reply::Remote { to: from, id },
-                });
+                let _ = self.queue.try_send(Pending { op, reply: Reply::Remote { to: from, id } });
             }
             MeshMsg::Response { id, result } => {
                 if let Some(tx) = self.waiting.borrow_mut().remove(&id) {
@@ -219,19 +194,14 @@ async fn commit_loop(shard: Rc<Shard>, rx: LocalReceiver<Pending>) {
                 _ => break,
             }
         }
-        let (ops, replies): (Vec<WriteOp>, Vec<Reply>) =
-            batch.into_iter().map(|p| (p.op, p.reply)).unzip();
+        let (ops, replies): (Vec<WriteOp>, Vec<Reply>) = batch.into_iter().map(|p| (p.op, p.reply)).unzip();
         let store = shard.stores[shard.id].clone();
         let manifest = shard.manifest.clone();
         let n = ops.len() as u64;
-        let results = glommio::executor()
-            .spawn_blocking(move || run_batch(&*store, |k| manifest.partition_of(k), &ops))
-            .await;
+        let results =
+            glommio::executor().spawn_blocking(move || run_batch(&*store, |k| manifest.partition_of(k), &ops)).await;
         shard.stats.commits.set(shard.stats.commits.get() + 1);
-        shard
-            .stats
-            .committed_ops
-            .set(shard.stats.committed_ops.get() + n);
+        shard.stats.committed_ops.set(shard.stats.committed_ops.get() + n);
         for (reply, result) in replies.into_iter().zip(results) {
             shard.reply(reply, result).await;
         }
@@ -242,10 +212,7 @@ async fn sync_loop(store: Arc<Engine>, every: Duration) {
     loop {
         glommio::timer::sleep(every).await;
         let store = store.clone();
-        if let Err(e) = glommio::executor()
-            .spawn_blocking(move || store.sync())
-            .await
-        {
+        if let Err(e) = glommio::executor().spawn_blocking(move || store.sync()).await {
             eprintln!("coredir: periodic sync failed: {e}");
         }
     }

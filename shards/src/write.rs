@@ -11,8 +11,8 @@
 use crate::dn::key_depth;
 use crate::entry::{Entry, Mod};
 use crate::error::{Error, Result};
-use crate::{index, matching};
 use crate::store::{ReadTxn, Store, Tree, WriteTxn};
+use crate::{index, matching};
 use ldap3_proto::LdapResultCode;
 
 /// LMDB's default maximum key size is 511 bytes; DN keys above this are refused.
@@ -22,27 +22,13 @@ pub const MAX_KEY: usize = 500;
 pub enum WriteOp {
     /// Inserts a new entry. With `parent`, the parent is owned here: it is
     /// checked and its child count raised in the same transaction.
-    Add {
-        key: Vec<u8>,
-        parent: Option<Parent>,
-        entry: Entry,
-    },
+    Add { key: Vec<u8>, parent: Option<Parent>, entry: Entry },
     /// Raises (checking the parent exists) or lowers a parent's child count.
     Child { parent: Parent, delta: i64 },
     /// Removes a leaf entry; with `parent`, also lowers the local parent's count.
-    Delete {
-        key: Vec<u8>,
-        dn: String,
-        parent: Option<Parent>,
-    },
+    Delete { key: Vec<u8>, dn: String, parent: Option<Parent> },
     /// Applies modifications; `stamp` holds the modifiersName/modifyTimestamp values.
-    Modify {
-        key: Vec<u8>,
-        dn: String,
-        mods: Vec<Mod>,
-        rdn: Vec<(String, Vec<u8>)>,
-        stamp: Stamp,
-    },
+    Modify { key: Vec<u8>, dn: String, mods: Vec<Mod>, rdn: Vec<(String, Vec<u8>)>, stamp: Stamp },
     /// Renames an entry whose old and new DNs have the same owner, atomically.
     Move {
         old_key: Vec<u8>,
@@ -76,11 +62,7 @@ pub enum Outcome {
 const NEXT_ID: &[u8] = b"next_id";
 
 /// Runs a batch in one write transaction and commits it; one result per op.
-pub fn run_batch<S: Store>(
-    store: &S,
-    partition_of: impl Fn(&[u8]) -> u32,
-    ops: &[WriteOp],
-) -> Vec<Result<Outcome>> {
+pub fn run_batch<S: Store>(store: &S, partition_of: impl Fn(&[u8]) -> u32, ops: &[WriteOp]) -> Vec<Result<Outcome>> {
     let fail_all = |e: Error| vec![Err(e); ops.len()];
     let mut txn = match store.write() {
         Ok(t) => t,
@@ -100,10 +82,7 @@ pub fn run_batch<S: Store>(
         }
         results.push(res);
     }
-    if let Err(e) = txn
-        .put(Tree::Meta, NEXT_ID, &next_id.to_be_bytes())
-        .and_then(|_| txn.commit())
-    {
+    if let Err(e) = txn.put(Tree::Meta, NEXT_ID, &next_id.to_be_bytes()).and_then(|_| txn.commit()) {
         return fail_all(e);
     }
     results
@@ -143,17 +122,8 @@ fn apply<T: WriteTxn>(
             txn.delete(Tree::Id2entry, &id)?;
             Ok(Outcome::Removed(old))
         }
-        WriteOp::Modify {
-            key,
-            dn,
-            mods,
-            rdn,
-            stamp,
-        } => {
-            let id = txn
-                .get(Tree::Dn2id, key)?
-                .ok_or_else(|| Error::no_such_object(dn))?
-                .to_vec();
+        WriteOp::Modify { key, dn, mods, rdn, stamp } => {
+            let id = txn.get(Tree::Dn2id, key)?.ok_or_else(|| Error::no_such_object(dn))?.to_vec();
             let old = Entry::decode(txn.get(Tree::Id2entry, &id)?.unwrap_or_default())?;
             let mut entry = old.clone();
             entry.apply(mods)?;
@@ -165,11 +135,7 @@ fn apply<T: WriteTxn>(
                     ));
                 }
             }
-            if entry
-                .attrs
-                .iter()
-                .any(|a| a.name.eq_ignore_ascii_case("objectClass"))
-            {
+            if entry.attrs.iter().any(|a| a.name.eq_ignore_ascii_case("objectClass")) {
                 entry.set("modifiersName", vec![stamp.modifier.clone().into_bytes()]);
                 entry.set("modifyTimestamp", vec![stamp.time.clone().into_bytes()]);
             } else {
@@ -185,14 +151,7 @@ fn apply<T: WriteTxn>(
             txn.put(Tree::Id2entry, &id, &buf)?;
             Ok(Outcome::Done)
         }
-        WriteOp::Move {
-            old_key,
-            old_dn,
-            old_parent,
-            new_key,
-            new_parent,
-            entry,
-        } => {
+        WriteOp::Move { old_key, old_dn, old_parent, new_key, new_parent, entry } => {
             check_key(new_key, &entry.dn)?;
             let id = leaf_id(txn, old_key, old_dn)?;
             if new_key != old_key && txn.get(Tree::Dn2id, new_key)?.is_some() {
@@ -216,20 +175,14 @@ fn apply<T: WriteTxn>(
 
 fn check_key(key: &[u8], dn: &str) -> Result<()> {
     if key.len() > MAX_KEY {
-        return Err(Error::unwilling(format!(
-            "DN too long ({} bytes normalized, limit {MAX_KEY}): {dn}",
-            key.len()
-        )));
+        return Err(Error::unwilling(format!("DN too long ({} bytes normalized, limit {MAX_KEY}): {dn}", key.len())));
     }
     Ok(())
 }
 
 /// The id of an existing entry that has no children.
 fn leaf_id<T: ReadTxn>(txn: &T, key: &[u8], dn: &str) -> Result<Vec<u8>> {
-    let id = txn
-        .get(Tree::Dn2id, key)?
-        .ok_or_else(|| Error::no_such_object(dn))?
-        .to_vec();
+    let id = txn.get(Tree::Dn2id, key)?.ok_or_else(|| Error::no_such_object(dn))?.to_vec();
     if txn.get(Tree::Children, key)?.map_or(0, be_u64) > 0 {
         return Err(Error::not_allowed_on_non_leaf(dn));
     }

@@ -27,16 +27,10 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest) -> Result<()> {
     if !ctx.within_suffix(&dn) {
         return Err(Error::no_such_object(&req.dn));
     }
-    let mut entry = Entry {
-        dn: req.dn.clone(),
-        attrs: Vec::with_capacity(req.attributes.len() + 6),
-    };
+    let mut entry = Entry { dn: req.dn.clone(), attrs: Vec::with_capacity(req.attributes.len() + 6) };
     for a in &req.attributes {
         if a.vals.is_empty() {
-            return Err(Error::protocol(format!(
-                "{}: no values for attribute type",
-                a.atype
-            )));
+            return Err(Error::protocol(format!("{}: no values for attribute type", a.atype)));
         }
         if !user_modifiable(&a.atype) {
             return Err(Error::new(
@@ -47,19 +41,13 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest) -> Result<()> {
         entry.add_values(&a.atype, &a.vals)?;
     }
     if entry.get("objectClass").is_none() {
-        return Err(Error::new(
-            LdapResultCode::ObjectClassViolation,
-            "no objectClass attribute",
-        ));
+        return Err(Error::new(LdapResultCode::ObjectClassViolation, "no objectClass attribute"));
     }
     for ava in dn.rdn().map(|r| r.avas.as_slice()).unwrap_or_default() {
         if !entry.has_value(&ava.attr, &ava.value) {
             return Err(Error::new(
                 LdapResultCode::NamingViolation,
-                format!(
-                    "value of naming attribute '{}' is not present in entry",
-                    ava.attr
-                ),
+                format!("value of naming attribute '{}' is not present in entry", ava.attr),
             ));
         }
     }
@@ -67,9 +55,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest) -> Result<()> {
     let creator = conn.identity.borrow().dn().to_string();
     stamp_new(&mut entry, &creator);
     let is_suffix = ctx.is_suffix(&dn);
-    insert(&ctx.shard, &dn, entry, is_suffix)
-        .await
-        .map_err(|e| with_matched(&conn, &dn, e))
+    insert(&ctx.shard, &dn, entry, is_suffix).await.map_err(|e| with_matched(&conn, &dn, e))
 }
 
 /// Hashes cleartext `userPassword` values ({SSHA}) before they are stored.
@@ -86,10 +72,7 @@ pub fn hash_passwords<'a>(attrs: impl Iterator<Item = &'a mut Attr>) {
 /// Sets the operational attributes of a new entry.
 pub fn stamp_new(entry: &mut Entry, creator: &str) {
     let now = now_generalized();
-    entry.set(
-        "entryUUID",
-        vec![uuid::Uuid::new_v4().to_string().into_bytes()],
-    );
+    entry.set("entryUUID", vec![uuid::Uuid::new_v4().to_string().into_bytes()]);
     entry.set("creatorsName", vec![creator.as_bytes().to_vec()]);
     entry.set("createTimestamp", vec![now.clone().into_bytes()]);
     entry.set("modifiersName", vec![creator.as_bytes().to_vec()]);
@@ -100,58 +83,16 @@ pub fn stamp_new(entry: &mut Entry, creator: &str) {
 pub async fn insert(shard: &Shard, dn: &Dn, entry: Entry, is_suffix: bool) -> Result<()> {
     let key = dn.key();
     if is_suffix {
-        return shard
-            .submit(
-                &key,
-                WriteOp::Add {
-                    key: key.clone(),
-                    parent: None,
-                    entry,
-                },
-            )
-            .await
-            .map(drop);
+        return shard.submit(&key, WriteOp::Add { key: key.clone(), parent: None, entry }).await.map(drop);
     }
-    let parent = Parent {
-        key: dn.parent().key(),
-        dn: dn.parent().to_string_form(),
-    };
+    let parent = Parent { key: dn.parent().key(), dn: dn.parent().to_string_form() };
     if shard.owner_of(&parent.key) == shard.owner_of(&key) {
-        return shard
-            .submit(
-                &key,
-                WriteOp::Add {
-                    key: key.clone(),
-                    parent: Some(parent),
-                    entry,
-                },
-            )
-            .await
-            .map(drop);
+        return shard.submit(&key, WriteOp::Add { key: key.clone(), parent: Some(parent), entry }).await.map(drop);
     }
-    shard
-        .submit(
-            &parent.key,
-            WriteOp::Child {
-                parent: parent.clone(),
-                delta: 1,
-            },
-        )
-        .await?;
-    let res = shard
-        .submit(
-            &key,
-            WriteOp::Add {
-                key: key.clone(),
-                parent: None,
-                entry,
-            },
-        )
-        .await;
+    shard.submit(&parent.key, WriteOp::Child { parent: parent.clone(), delta: 1 }).await?;
+    let res = shard.submit(&key, WriteOp::Add { key: key.clone(), parent: None, entry }).await;
     if res.is_err() {
-        let _ = shard
-            .submit(&parent.key.clone(), WriteOp::Child { parent, delta: -1 })
-            .await;
+        let _ = shard.submit(&parent.key.clone(), WriteOp::Child { parent, delta: -1 }).await;
     }
     res.map(drop)
 }

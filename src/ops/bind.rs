@@ -24,10 +24,7 @@ pub fn handle(conn: &Conn, req: &LdapBindRequest) -> (LdapResult, Option<Vec<u8>
 
 fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Identity> {
     if req.version != 3 {
-        return Err(Error::protocol(format!(
-            "LDAP version {} is not supported",
-            req.version
-        )));
+        return Err(Error::protocol(format!("LDAP version {} is not supported", req.version)));
     }
     let password = match &req.cred {
         LdapBindCred::Simple(p) => p.as_bytes(),
@@ -37,24 +34,13 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Identity> {
                 format!("SASL mechanism {} is not supported", s.mechanism),
             ))
         }
-        _ => {
-            return Err(Error::new(
-                LdapResultCode::AuthMethodNotSupported,
-                "authentication method not supported",
-            ))
-        }
+        _ => return Err(Error::new(LdapResultCode::AuthMethodNotSupported, "authentication method not supported")),
     };
     if req.dn.is_empty() {
-        return if password.is_empty() {
-            Ok(Identity::Anonymous)
-        } else {
-            Err(invalid())
-        };
+        return if password.is_empty() { Ok(Identity::Anonymous) } else { Err(invalid()) };
     }
     if password.is_empty() {
-        return Err(Error::unwilling(
-            "unauthenticated bind (DN with no password) disallowed",
-        ));
+        return Err(Error::unwilling("unauthenticated bind (DN with no password) disallowed"));
     }
     let dn = Dn::parse(&req.dn)?;
     let ctx = &conn.ctx;
@@ -66,9 +52,7 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Identity> {
         };
     }
     let entry = ctx.shard.get_entry(&dn.key())?.ok_or_else(invalid)?;
-    let ok = entry
-        .get("userPassword")
-        .is_some_and(|a| a.vals.iter().any(|v| password::verify(v, password)));
+    let ok = entry.get("userPassword").is_some_and(|a| a.vals.iter().any(|v| password::verify(v, password)));
     if ok {
         Ok(Identity::User(Rc::from(entry.dn.as_str())))
     } else {

@@ -12,22 +12,13 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest) -> Result<LdapResultCode> {
     let dn = parse_dn(&req.dn)?;
     let is_password = matching::same_attr(&req.atype, "userPassword");
     if is_password && !conn.identity.borrow().is_root() {
-        return Err(Error::new(
-            LdapResultCode::InsufficentAccessRights,
-            "userPassword: compare not allowed",
-        ));
+        return Err(Error::new(LdapResultCode::InsufficentAccessRights, "userPassword: compare not allowed"));
     }
-    let entry = conn
-        .ctx
-        .shard
-        .get_entry(&dn.key())?
-        .ok_or_else(|| with_matched(conn, &dn, Error::no_such_object(&req.dn)))?;
-    let attr = entry.get(&req.atype).ok_or_else(|| {
-        Error::new(
-            LdapResultCode::NoSuchAttribute,
-            format!("{}: no such attribute", req.atype),
-        )
-    })?;
+    let entry =
+        conn.ctx.shard.get_entry(&dn.key())?.ok_or_else(|| with_matched(conn, &dn, Error::no_such_object(&req.dn)))?;
+    let attr = entry
+        .get(&req.atype)
+        .ok_or_else(|| Error::new(LdapResultCode::NoSuchAttribute, format!("{}: no such attribute", req.atype)))?;
     let found = attr.vals.iter().any(|v| {
         if is_password {
             password::verify(v, &req.val)
@@ -35,9 +26,5 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest) -> Result<LdapResultCode> {
             matching::values_equal(&req.atype, v, &req.val)
         }
     });
-    Ok(if found {
-        LdapResultCode::CompareTrue
-    } else {
-        LdapResultCode::CompareFalse
-    })
+    Ok(if found { LdapResultCode::CompareTrue } else { LdapResultCode::CompareFalse })
 }

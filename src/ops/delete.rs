@@ -18,22 +18,14 @@ pub async fn handle(conn: Rc<Conn>, dn_text: String) -> Result<()> {
         return Err(Error::unwilling("the root DSE cannot be deleted"));
     }
     let is_suffix = conn.ctx.is_suffix(&dn);
-    remove(&conn.ctx.shard, &dn, &dn_text, is_suffix)
-        .await
-        .map(drop)
-        .map_err(|e| with_matched(&conn, &dn, e))
+    remove(&conn.ctx.shard, &dn, &dn_text, is_suffix).await.map(drop).map_err(|e| with_matched(&conn, &dn, e))
 }
 
 /// Removes a leaf entry and uncounts it on its parent.
 pub async fn remove(shard: &Shard, dn: &Dn, dn_text: &str, is_suffix: bool) -> Result<Outcome> {
     let key = dn.key();
-    let parent = (!is_suffix).then(|| Parent {
-        key: dn.parent().key(),
-        dn: dn.parent().to_string_form(),
-    });
-    let local_parent = parent
-        .as_ref()
-        .is_some_and(|p| shard.owner_of(&p.key) == shard.owner_of(&key));
+    let parent = (!is_suffix).then(|| Parent { key: dn.parent().key(), dn: dn.parent().to_string_form() });
+    let local_parent = parent.as_ref().is_some_and(|p| shard.owner_of(&p.key) == shard.owner_of(&key));
     let op = WriteOp::Delete {
         key: key.clone(),
         dn: dn_text.to_string(),
@@ -41,15 +33,7 @@ pub async fn remove(shard: &Shard, dn: &Dn, dn_text: &str, is_suffix: bool) -> R
     };
     let outcome = shard.submit(&key, op).await?;
     if let (Some(p), false) = (parent, local_parent) {
-        shard
-            .submit(
-                &p.key.clone(),
-                WriteOp::Child {
-                    parent: p,
-                    delta: -1,
-                },
-            )
-            .await?;
+        shard.submit(&p.key.clone(), WriteOp::Child { parent: p, delta: -1 }).await?;
     }
     Ok(outcome)
 }

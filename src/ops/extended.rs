@@ -14,21 +14,11 @@ pub fn handle(conn: &Conn, req: &LdapExtendedRequest) -> LdapExtendedResponse {
     match req.name.as_str() {
         OID_WHOAMI => {
             let dn = conn.identity.borrow().dn().to_string();
-            let authz = if dn.is_empty() {
-                String::new()
-            } else {
-                format!("dn:{dn}")
-            };
-            LdapExtendedResponse {
-                res: result(Ok(())),
-                name: None,
-                value: Some(authz.into_bytes()),
-            }
+            let authz = if dn.is_empty() { String::new() } else { format!("dn:{dn}") };
+            LdapExtendedResponse { res: result(Ok(())), name: None, value: Some(authz.into_bytes()) }
         }
         other => LdapExtendedResponse {
-            res: result(Err(Error::protocol(format!(
-                "extended operation {other} is not supported"
-            )))),
+            res: result(Err(Error::protocol(format!("extended operation {other} is not supported")))),
             name: None,
             value: None,
         },

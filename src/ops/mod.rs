@@ -43,69 +43,32 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
     match msg.op {
         LdapOp::BindRequest(req) => {
             let (res, creds) = bind::handle(conn, &req);
-            encode(
-                out,
-                LdapMsg::new(
-                    msgid,
-                    LdapOp::BindResponse(LdapBindResponse {
-                        res,
-                        saslcreds: creds,
-                    }),
-                ),
-            );
+            encode(out, LdapMsg::new(msgid, LdapOp::BindResponse(LdapBindResponse { res, saslcreds: creds })));
         }
         LdapOp::UnbindRequest => return Flow::Close,
         LdapOp::SearchRequest(req) => search::start(conn, msgid, req),
-        LdapOp::AddRequest(req) => spawn_write(
-            conn,
-            msgid,
-            LdapOp::AddResponse,
-            add::handle(conn.clone(), req),
-        ),
-        LdapOp::ModifyRequest(req) => spawn_write(
-            conn,
-            msgid,
-            LdapOp::ModifyResponse,
-            modify::handle(conn.clone(), req),
-        ),
-        LdapOp::DelRequest(dn) => spawn_write(
-            conn,
-            msgid,
-            LdapOp::DelResponse,
-            delete::handle(conn.clone(), dn),
-        ),
-        LdapOp::ModifyDNRequest(req) => spawn_write(
-            conn,
-            msgid,
-            LdapOp::ModifyDNResponse,
-            modify_dn::handle(conn.clone(), req),
-        ),
+        LdapOp::AddRequest(req) => spawn_write(conn, msgid, LdapOp::AddResponse, add::handle(conn.clone(), req)),
+        LdapOp::ModifyRequest(req) => {
+            spawn_write(conn, msgid, LdapOp::ModifyResponse, modify::handle(conn.clone(), req))
+        }
+        LdapOp::DelRequest(dn) => spawn_write(conn, msgid, LdapOp::DelResponse, delete::handle(conn.clone(), dn)),
+        LdapOp::ModifyDNRequest(req) => {
+            spawn_write(conn, msgid, LdapOp::ModifyDNResponse, modify_dn::handle(conn.clone(), req))
+        }
         LdapOp::CompareRequest(req) => {
             let res = match compare::handle(conn, &req) {
-                Ok(code) => LdapResult {
-                    code,
-                    matcheddn: String::new(),
-                    message: String::new(),
-                    referral: vec![],
-                },
+                Ok(code) => LdapResult { code, matcheddn: String::new(), message: String::new(), referral: vec![] },
                 Err(e) => result(Err(e)),
             };
             encode(out, LdapMsg::new(msgid, LdapOp::CompareResult(res)));
         }
         LdapOp::AbandonRequest(id) => abandon::handle(conn, id),
-        LdapOp::ExtendedRequest(req) => encode(
-            out,
-            LdapMsg::new(
-                msgid,
-                LdapOp::ExtendedResponse(extended::handle(conn, &req)),
-            ),
-        ),
+        LdapOp::ExtendedRequest(req) => {
+            encode(out, LdapMsg::new(msgid, LdapOp::ExtendedResponse(extended::handle(conn, &req))))
+        }
         other => {
             let e = Error::protocol(format!("{} is not a request", op_name(&other)));
-            encode(
-                out,
-                ldap3_proto::simple::DisconnectionNotice::gen_response(e.code, &e.message),
-            );
+            encode(out, ldap3_proto::simple::DisconnectionNotice::gen_response(e.code, &e.message));
             return Flow::Close;
         }
     }
@@ -163,21 +126,14 @@ fn check_controls(ctrls: &[LdapControl]) -> Result<()> {
 fn error_response(op: &LdapOp, e: Error) -> Option<LdapOp> {
     let res = result(Err(e));
     Some(match op {
-        LdapOp::BindRequest(_) => LdapOp::BindResponse(LdapBindResponse {
-            res,
-            saslcreds: None,
-        }),
+        LdapOp::BindRequest(_) => LdapOp::BindResponse(LdapBindResponse { res, saslcreds: None }),
         LdapOp::SearchRequest(_) => LdapOp::SearchResultDone(res),
         LdapOp::AddRequest(_) => LdapOp::AddResponse(res),
         LdapOp::ModifyRequest(_) => LdapOp::ModifyResponse(res),
         LdapOp::DelRequest(_) => LdapOp::DelResponse(res),
         LdapOp::ModifyDNRequest(_) => LdapOp::ModifyDNResponse(res),
         LdapOp::CompareRequest(_) => LdapOp::CompareResult(res),
-        LdapOp::ExtendedRequest(_) => LdapOp::ExtendedResponse(LdapExtendedResponse {
-            res,
-            name: None,
-            value: None,
-        }),
+        LdapOp::ExtendedRequest(_) => LdapOp::ExtendedResponse(LdapExtendedResponse { res, name: None, value: None }),
         _ => return None,
     })
 }
@@ -191,21 +147,16 @@ pub fn result(res: Result<()>) -> LdapResult {
             message: String::new(),
             referral: vec![],
         },
-        Err(e) => LdapResult {
-            code: e.code,
-            matcheddn: e.matched,
-            message: e.message,
-            referral: vec![],
-        },
+        Err(e) => LdapResult { code: e.code, matcheddn: e.matched, message: e.message, referral: vec![] },
     }
 }
 
 fn op_name(op: &LdapOp) -> &'static str {
     match op {
         LdapOp::BindResponse(_) => "BindResponse",
-        LdapOp::SearchResultEntry(_)
-        | LdapOp::SearchResultDone(_)
-        | LdapOp::SearchResultReference(_) => "a search result",
+        LdapOp::SearchResultEntry(_) | LdapOp::SearchResultDone(_) | LdapOp::SearchResultReference(_) => {
+            "a search result"
+        }
         LdapOp::IntermediateResponse(_) => "IntermediateResponse",
         _ => "this message",
     }
@@ -235,10 +186,7 @@ pub fn matched(conn: &Conn, dn: &shards::dn::Dn) -> String {
     let mut cur = dn.parent();
     while !cur.is_root() {
         let key = cur.key();
-        let found = shard
-            .store_for(&key)
-            .read()
-            .and_then(|t| t.get(Tree::Dn2id, &key).map(|v| v.is_some()));
+        let found = shard.store_for(&key).read().and_then(|t| t.get(Tree::Dn2id, &key).map(|v| v.is_some()));
         if found.unwrap_or(false) {
             return cur.to_string_form();
         }

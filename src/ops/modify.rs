@@ -19,10 +19,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest) -> Result<()> {
     }
     let mut mods = Vec::with_capacity(req.changes.len());
     for change in req.changes {
-        let mut attr = Attr {
-            name: change.modification.atype,
-            vals: change.modification.vals,
-        };
+        let mut attr = Attr { name: change.modification.atype, vals: change.modification.vals };
         if !user_modifiable(&attr.name) {
             return Err(Error::new(
                 LdapResultCode::ConstraintViolation,
@@ -42,31 +39,9 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest) -> Result<()> {
             LdapModifyType::Increment => Mod::Increment(attr),
         });
     }
-    let rdn = dn
-        .rdn()
-        .map(|r| {
-            r.avas
-                .iter()
-                .map(|a| (a.attr.clone(), a.value.clone()))
-                .collect()
-        })
-        .unwrap_or_default();
-    let stamp = Stamp {
-        modifier: conn.identity.borrow().dn().to_string(),
-        time: now_generalized(),
-    };
+    let rdn = dn.rdn().map(|r| r.avas.iter().map(|a| (a.attr.clone(), a.value.clone())).collect()).unwrap_or_default();
+    let stamp = Stamp { modifier: conn.identity.borrow().dn().to_string(), time: now_generalized() };
     let key = dn.key();
-    let op = WriteOp::Modify {
-        key: key.clone(),
-        dn: req.dn.clone(),
-        mods,
-        rdn,
-        stamp,
-    };
-    conn.ctx
-        .shard
-        .submit(&key, op)
-        .await
-        .map(drop)
-        .map_err(|e| with_matched(&conn, &dn, e))
+    let op = WriteOp::Modify { key: key.clone(), dn: req.dn.clone(), mods, rdn, stamp };
+    conn.ctx.shard.submit(&key, op).await.map(drop).map_err(|e| with_matched(&conn, &dn, e))
 }

@@ -33,30 +33,17 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest) -> Result<()> {
     }
     let new = Dn::renamed(rdn, &superior);
     if !ctx.within_suffix(&new) || ctx.is_suffix(&new) {
-        return Err(Error::unwilling(format!(
-            "{} is outside every naming context",
-            new.to_string_form()
-        )));
+        return Err(Error::unwilling(format!("{} is outside every naming context", new.to_string_form())));
     }
     let shard = &ctx.shard;
     let mut entry = read_leaf(shard, &old, &req.dn).map_err(|e| with_matched(&conn, &old, e))?;
-    rename_entry(
-        &mut entry,
-        &old,
-        &new,
-        req.deleteoldrdn,
-        conn.identity.borrow().dn(),
-    );
-    move_entry(shard, &old, &req.dn, &new, entry)
-        .await
-        .map_err(|e| with_matched(&conn, &new, e))
+    rename_entry(&mut entry, &old, &new, req.deleteoldrdn, conn.identity.borrow().dn());
+    move_entry(shard, &old, &req.dn, &new, entry).await.map_err(|e| with_matched(&conn, &new, e))
 }
 
 fn read_leaf(shard: &Shard, dn: &Dn, dn_text: &str) -> Result<Entry> {
     let key = dn.key();
-    let entry = shard
-        .get_entry(&key)?
-        .ok_or_else(|| Error::no_such_object(dn_text))?;
+    let entry = shard.get_entry(&key)?.ok_or_else(|| Error::no_such_object(dn_text))?;
     if children(&shard.store_for(&key).read()?, &key)? > 0 {
         return Err(Error::not_allowed_on_non_leaf(dn_text));
     }
@@ -92,26 +79,12 @@ fn rename_entry(entry: &mut Entry, old: &Dn, new: &Dn, delete_old_rdn: bool, mod
 
 async fn move_entry(shard: &Shard, old: &Dn, old_text: &str, new: &Dn, entry: Entry) -> Result<()> {
     let (old_key, new_key) = (old.key(), new.key());
-    let old_parent = Parent {
-        key: old.parent().key(),
-        dn: old.parent().to_string_form(),
-    };
-    let new_parent = Parent {
-        key: new.parent().key(),
-        dn: new.parent().to_string_form(),
-    };
+    let old_parent = Parent { key: old.parent().key(), dn: old.parent().to_string_form() };
+    let new_parent = Parent { key: new.parent().key(), dn: new.parent().to_string_form() };
     let parent_changed = old_parent.key != new_parent.key;
     if shard.owner_of(&old_key) == shard.owner_of(&new_key) {
         if parent_changed {
-            shard
-                .submit(
-                    &new_parent.key.clone(),
-                    WriteOp::Child {
-                        parent: new_parent.clone(),
-                        delta: 1,
-                    },
-                )
-                .await?;
+            shard.submit(&new_parent.key.clone(), WriteOp::Child { parent: new_parent.clone(), delta: 1 }).await?;
         }
         let op = WriteOp::Move {
             old_key: old_key.clone(),
@@ -123,15 +96,7 @@ async fn move_entry(shard: &Shard, old: &Dn, old_text: &str, new: &Dn, entry: En
         };
         if let Err(e) = shard.submit(&old_key, op).await {
             if parent_changed {
-                let _ = shard
-                    .submit(
-                        &new_parent.key.clone(),
-                        WriteOp::Child {
-                            parent: new_parent,
-                            delta: -1,
-                        },
-                    )
-                    .await;
+                let _ = shard.submit(&new_parent.key.clone(), WriteOp::Child { parent: new_parent, delta: -1 }).await;
             }
             return Err(e);
         }
@@ -144,15 +109,7 @@ async fn move_entry(shard: &Shard, old: &Dn, old_text: &str, new: &Dn, entry: En
         return Ok(());
     }
     if parent_changed {
-        shard
-            .submit(
-                &old_parent.key.clone(),
-                WriteOp::Child {
-                    parent: old_parent,
-                    delta: -1,
-                },
-            )
-            .await?;
+        shard.submit(&old_parent.key.clone(), WriteOp::Child { parent: old_parent, delta: -1 }).await?;
     }
     Ok(())
 }

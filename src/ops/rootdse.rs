@@ -27,19 +27,13 @@ fn entry(ctx: &Ctx) -> Entry {
         dn: String::new(),
         attrs: vec![
             attr("objectClass", vec!["top".into()]),
-            attr(
-                "namingContexts",
-                ctx.suffixes.iter().map(|s| s.to_string_form()).collect(),
-            ),
+            attr("namingContexts", ctx.suffixes.iter().map(|s| s.to_string_form()).collect()),
             attr("supportedLDAPVersion", vec!["3".into()]),
             attr("supportedExtension", strs(extended::SUPPORTED)),
             attr("supportedControl", strs(SUPPORTED_CONTROLS)),
             attr("supportedFeatures", strs(SUPPORTED_FEATURES)),
             attr("vendorName", vec!["coredir".into()]),
-            attr(
-                "vendorVersion",
-                vec![format!("coredir {}", env!("CARGO_PKG_VERSION"))],
-            ),
+            attr("vendorVersion", vec![format!("coredir {}", env!("CARGO_PKG_VERSION"))]),
         ],
     }
 }
@@ -54,10 +48,7 @@ pub fn write(out: &mut BytesMut, msgid: i32, ctx: &Ctx, f: &LdapFilter, sel: &Se
     let attrs: Vec<_> = view
         .attrs()
         .filter(|a| sel.wants(a.name, !a.name.eq_ignore_ascii_case("objectClass")))
-        .map(|a| OutAttr {
-            name: a.name,
-            vals: a.vals(),
-        })
+        .map(|a| OutAttr { name: a.name, vals: a.vals() })
         .collect();
     ber::search_entry(out, msgid, "", &attrs, sel.types_only);
 }

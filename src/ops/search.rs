@@ -37,16 +37,15 @@ pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest) {
     conn.running.borrow_mut().insert(msgid, abandoned.clone());
     let conn = conn.clone();
     glommio::spawn_local(async move {
-        let res = run(&conn, msgid, &req, &abandoned).await;
+        // Entries still buffered when the search ends leave in the same
+        // write as SearchResultDone: one send for a typical search.
+        let mut out = BytesMut::new();
+        let res = run(&conn, msgid, &req, &abandoned, &mut out).await;
         conn.running.borrow_mut().remove(&msgid);
         if abandoned.get() {
             return;
         }
-        let mut out = BytesMut::new();
-        encode(
-            &mut out,
-            LdapMsg::new(msgid, LdapOp::SearchResultDone(result(res))),
-        );
+        encode(&mut out, LdapMsg::new(msgid, LdapOp::SearchResultDone(result(res))));
         conn.send(out).await;
     })
     .detach();
@@ -64,13 +63,8 @@ pub struct Selection {
 
 impl Selection {
     pub fn new(attrs: &[String], passwords: bool, types_only: bool) -> Selection {
-        let mut sel = Selection {
-            user: attrs.is_empty(),
-            operational: false,
-            names: Vec::new(),
-            passwords,
-            types_only,
-        };
+        let mut sel =
+            Selection { user: attrs.is_empty(), operational: false, names: Vec::new(), passwords, types_only };
         for a in attrs {
             match a.as_str() {
                 "*" => sel.user = true,
@@ -86,11 +80,8 @@ impl Selection {
         if !self.passwords && matching::same_attr(name, "userPassword") {
             return false;
         }
-        (if operational {
-            self.operational
-        } else {
-            self.user
-        }) || self.names.iter().any(|n| matching::same_attr(n, name))
+        (if operational { self.operational } else { self.user })
+            || self.names.iter().any(|n| matching::same_attr(n, name))
     }
 }
 
@@ -104,39 +95,26 @@ async fn run(
     msgid: i32,
     req: &LdapSearchRequest,
     abandoned: &Cell<bool>,
+    out: &mut BytesMut,
 ) -> Result<()> {
     let ctx = &conn.ctx;
     if filter::depth(&req.filter) > ctx.limits.max_filter_depth {
-        return Err(Error::new(
-            LdapResultCode::AdminLimitExceeded,
-            "filter nesting is too deep",
-        ));
+        return Err(Error::new(LdapResultCode::AdminLimitExceeded, "filter nesting is too deep"));
     }
     let base = parse_dn(&req.base)?;
     let is_root = conn.identity.borrow().is_root();
-    let filter = if is_root {
-        Cow::Borrowed(&req.filter)
-    } else {
-        Cow::Owned(redact(&req.filter))
-    };
+    let filter = if is_root { Cow::Borrowed(&req.filter) } else { Cow::Owned(redact(&req.filter)) };
     let sel = Selection::new(&req.attrs, is_root, req.typesonly);
-    let mut out = BytesMut::new();
     if base.is_root() {
         if req.scope != LdapSearchScope::Base {
             return Err(Error::no_such_object("").with_matched(String::new()));
         }
-        rootdse::write(&mut out, msgid, ctx, &filter, &sel);
-        conn.send(out).await;
+        rootdse::write(out, msgid, ctx, &filter, &sel);
         return Ok(());
     }
     let limits = Limits {
-        size: if req.sizelimit > 0 {
-            req.sizelimit as usize
-        } else {
-            usize::MAX
-        },
-        deadline: (req.timelimit > 0)
-            .then(|| Instant::now() + Duration::from_secs(req.timelimit as u64)),
+        size: if req.sizelimit > 0 { req.sizelimit as usize } else { usize::MAX },
+        deadline: (req.timelimit > 0).then(|| Instant::now() + Duration::from_secs(req.timelimit as u64)),
     };
     let shard = &ctx.shard;
     let base_key = base.key();
@@ -153,13 +131,12 @@ async fn run(
         }
     }
     if req.scope == LdapSearchScope::Base {
-        conn.send(emit.out).await;
         return Ok(());
     }
     let mut prefix = base_key;
     prefix.push(KEY_SEPARATOR);
     let one_level = req.scope == LdapSearchScope::OneLevel;
-    let scope = Scope { depth: one_level.then(|| key_depth(&prefix) ), prefix };
+    let scope = Scope { depth: one_level.then(|| key_depth(&prefix)), prefix };
     for store in shard.stores.iter() {
         let candidates = index::candidates(&store.read()?, &filter)?;
         let stop = match candidates {
@@ -196,7 +173,7 @@ struct Emit<'a> {
     filter: &'a LdapFilter,
     sel: &'a Selection,
     limits: Limits,
-    out: BytesMut,
+    out: &'a mut BytesMut,
     sent: usize,
 }
 
@@ -221,14 +198,14 @@ impl Emit<'_> {
         if self.sent == self.limits.size {
             return Ok(Visit::Stop(LdapResultCode::SizeLimitExceeded));
         }
-        write_entry(&mut self.out, self.msgid, &view, children(txn, key)?, self.sel);
+        write_entry(self.out, self.msgid, &view, children(txn, key)?, self.sel);
         self.sent += 1;
         Ok(Visit::Next)
     }
 
     /// Sends what is buffered and lets other tasks run.
     async fn flush(&mut self, conn: &Conn) {
-        conn.send(std::mem::take(&mut self.out)).await;
+        conn.send(std::mem::take(self.out)).await;
         // glommio runs a spawned task at once until it first waits;
         // yielding here lets the connection read further requests (an
         // Abandon among them) and other connections run between chunks.
@@ -244,26 +221,31 @@ impl Emit<'_> {
         candidates: &[index::Candidate],
         abandoned: &Cell<bool>,
     ) -> Result<Option<LdapResultCode>> {
-        for chunk in candidates.chunks(CHUNK_SCANNED) {
-            {
-                let txn = store.read()?;
-                for (id, key) in chunk.iter().filter(|(_, key)| scope.contains(key)) {
-                    if let Visit::Stop(code) = self.visit(&txn, key, id)? {
-                        conn.send(std::mem::take(&mut self.out)).await;
-                        return Ok(Some(code));
-                    }
+        for (i, chunk) in candidates.chunks(CHUNK_SCANNED).enumerate() {
+            if i > 0 {
+                self.flush(conn).await;
+                if abandoned.get() {
+                    return Ok(None);
                 }
             }
-            self.flush(conn).await;
-            if abandoned.get() {
-                return Ok(None);
+            let txn = store.read()?;
+            for (id, key) in chunk.iter().filter(|(_, key)| scope.contains(key)) {
+                if let Visit::Stop(code) = self.visit(&txn, key, id)? {
+                    return Ok(Some(code));
+                }
             }
         }
         Ok(None)
     }
 
     /// Walks the store's `dn2id` range below the base, in chunks.
-    async fn from_range(&mut self, conn: &Conn, store: &Engine, scope: &Scope, abandoned: &Cell<bool>) -> Result<Option<LdapResultCode>> {
+    async fn from_range(
+        &mut self,
+        conn: &Conn,
+        store: &Engine,
+        scope: &Scope,
+        abandoned: &Cell<bool>,
+    ) -> Result<Option<LdapResultCode>> {
         let mut from = scope.prefix.clone();
         loop {
             let mut resume = None;
@@ -285,7 +267,6 @@ impl Emit<'_> {
                 })?;
             }
             if let Visit::Stop(code) = outcome? {
-                conn.send(std::mem::take(&mut self.out)).await;
                 return Ok(Some(code));
             }
             match resume {
@@ -296,37 +277,22 @@ impl Emit<'_> {
                         return Ok(None);
                     }
                 }
-                None => {
-                    conn.send(std::mem::take(&mut self.out)).await;
-                    return Ok(None);
-                }
+                None => return Ok(None),
             }
         }
     }
 }
 
 /// Writes one SearchResultEntry with the selected stored and computed attributes.
-fn write_entry(
-    out: &mut BytesMut,
-    msgid: i32,
-    view: &EntryView<'_>,
-    n_children: u64,
-    sel: &Selection,
-) {
+fn write_entry(out: &mut BytesMut, msgid: i32, view: &EntryView<'_>, n_children: u64, sel: &Selection) {
     let mut attrs: Vec<OutAttr<'_, Vals<'_>>> = view
         .attrs()
         .filter(|a| sel.wants(a.name, matching::is_operational(a.name)))
-        .map(|a| OutAttr {
-            name: a.name,
-            vals: a.vals(),
-        })
+        .map(|a| OutAttr { name: a.name, vals: a.vals() })
         .collect();
     let computed = computed_attrs(view.dn(), n_children, sel);
     for (name, buf) in &computed {
-        attrs.push(OutAttr {
-            name,
-            vals: Vals::from_encoded(buf, 1),
-        });
+        attrs.push(OutAttr { name, vals: Vals::from_encoded(buf, 1) });
     }
     ber::search_entry(out, msgid, view.dn(), &attrs, sel.types_only);
 }
@@ -341,10 +307,7 @@ fn computed_attrs(dn: &str, n_children: u64, sel: &Selection) -> Vec<(&'static s
             res.push((name, buf));
         }
     };
-    add(
-        "hasSubordinates",
-        if n_children > 0 { b"TRUE" } else { b"FALSE" },
-    );
+    add("hasSubordinates", if n_children > 0 { b"TRUE" } else { b"FALSE" });
     add("numSubordinates", n_children.to_string().as_bytes());
     add("entryDN", dn.as_bytes());
     res

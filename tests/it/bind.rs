@@ -9,23 +9,11 @@ fn bind_result_codes() {
     let alice = format!("uid=alice,{PEOPLE}");
     let rc = |dn: &str, pw: &str| s.conn().simple_bind(dn, pw).unwrap().rc;
     assert_eq!(rc(ROOT_DN, ROOT_PW), 0);
-    assert_eq!(
-        rc("CN=Admin, DC=Example, DC=Com", ROOT_PW),
-        0,
-        "DNs compare normalized"
-    );
+    assert_eq!(rc("CN=Admin, DC=Example, DC=Com", ROOT_PW), 0, "DNs compare normalized");
     assert_eq!(rc(ROOT_DN, "wrong"), 49);
-    assert_eq!(
-        rc(&alice, "pw-alice"),
-        0,
-        "cleartext password stored hashed, verified"
-    );
+    assert_eq!(rc(&alice, "pw-alice"), 0, "cleartext password stored hashed, verified");
     assert_eq!(rc(&alice, "pw-bob"), 49);
-    assert_eq!(
-        rc(&format!("uid=nobody,{PEOPLE}"), "x"),
-        49,
-        "unknown DN looks like a bad password"
-    );
+    assert_eq!(rc(&format!("uid=nobody,{PEOPLE}"), "x"), 49, "unknown DN looks like a bad password");
     assert_eq!(rc(&alice, ""), 53, "RFC 4513 unauthenticated bind refused");
     assert_eq!(rc("", ""), 0, "anonymous");
     assert_eq!(rc("", "secret"), 49);

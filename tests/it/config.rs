@@ -5,20 +5,14 @@ fn serve_fails(args: &[&str], config: Option<&str>) -> String {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_coredir"));
     // No --listen: it would override the file, and every case fails before binding.
-    cmd.arg("serve")
-        .args(["--data"])
-        .arg(dir.path().join("d"))
-        .args(args);
+    cmd.arg("serve").args(["--data"]).arg(dir.path().join("d")).args(args);
     if let Some(text) = config {
         let path = dir.path().join("coredir.toml");
         std::fs::write(&path, text).unwrap();
         cmd.arg("--config").arg(&path);
     }
     let out = cmd.output().unwrap();
-    assert!(
-        !out.status.success(),
-        "expected a refusal for {args:?} {config:?}"
-    );
+    assert!(!out.status.success(), "expected a refusal for {args:?} {config:?}");
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
@@ -35,10 +29,7 @@ fn bad_configuration_is_refused_naming_the_key() {
         ("[server]\nshards = \"two\"\n", "shards"),
     ] {
         let err = serve_fails(&[], Some(config));
-        assert!(
-            err.contains(key),
-            "{config:?}: message does not name {key}: {err}"
-        );
+        assert!(err.contains(key), "{config:?}: message does not name {key}: {err}");
     }
     assert!(serve_fails(&["--shards", "0"], None).contains("--shards"));
 }
@@ -54,13 +45,8 @@ fn config_file_and_flags() {
     .unwrap();
     // --listen and --data override the file.
     let stderr = dir.path().join("err");
-    let (mut child, port) = spawn(
-        &dir.path().join("data"),
-        1,
-        &stderr,
-        &["--config", config.to_str().unwrap()],
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let (mut child, port) = spawn(&dir.path().join("data"), 1, &stderr, &["--config", config.to_str().unwrap()])
+        .unwrap_or_else(|e| panic!("{e}"));
     let mut c = ldap3::LdapConn::new(&format!("ldap://127.0.0.1:{port}")).unwrap();
     assert_eq!(c.simple_bind("cn=boss,o=acme", ROOT_PW).unwrap().rc, 0);
     assert!(get_entry(&mut c, "o=acme", vec![]).is_some());
@@ -73,13 +59,8 @@ fn config_file_and_flags() {
 fn restart_with_another_shard_count_is_refused() {
     let mut s = Server::start(2);
     s.kill9();
-    let err = spawn(&s.data(), 1, &s.stderr, &[])
-        .err()
-        .expect("must refuse");
-    assert!(
-        err.contains("created with 2 shards") && err.contains("--shards 2"),
-        "{err}"
-    );
+    let err = spawn(&s.data(), 1, &s.stderr, &[]).err().expect("must refuse");
+    assert!(err.contains("created with 2 shards") && err.contains("--shards 2"), "{err}");
 }
 
 #[test]
@@ -87,21 +68,13 @@ fn generated_root_password_is_printed_once() {
     let dir = tempfile::tempdir().unwrap();
     let run = || {
         let mut child = Command::new(env!("CARGO_BIN_EXE_coredir"))
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--shards",
-                "1",
-                "--data",
-            ])
+            .args(["serve", "--listen", "127.0.0.1:0", "--shards", "1", "--data"])
             .arg(dir.path())
             .env_remove("COREDIR_ROOT_PASSWORD")
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        let mut lines =
-            std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+        let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
         let mut printed = Vec::new();
         for line in lines.by_ref() {
             let line = line.unwrap();
@@ -114,36 +87,18 @@ fn generated_root_password_is_printed_once() {
         (child, printed)
     };
     let (mut child, first) = run();
-    let pw_line = first
-        .iter()
-        .find(|l| l.contains("generated password"))
-        .expect("password printed");
+    let pw_line = first.iter().find(|l| l.contains("generated password")).expect("password printed");
     let password = pw_line.rsplit(' ').next().unwrap().to_string();
-    let port: u16 = first
-        .last()
-        .unwrap()
-        .split_whitespace()
-        .nth(3)
-        .unwrap()
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let port: u16 =
+        first.last().unwrap().split_whitespace().nth(3).unwrap().rsplit(':').next().unwrap().parse().unwrap();
     let mut c = ldap3::LdapConn::new(&format!("ldap://127.0.0.1:{port}")).unwrap();
     assert_eq!(c.simple_bind(ROOT_DN, &password).unwrap().rc, 0);
     let _ = child.kill();
     let _ = child.wait();
     let manifest = std::fs::read_to_string(dir.path().join("manifest.toml")).unwrap();
-    assert!(
-        !manifest.contains(&password) && manifest.contains("{SSHA}"),
-        "stored only as a hash"
-    );
+    assert!(!manifest.contains(&password) && manifest.contains("{SSHA}"), "stored only as a hash");
     let (mut child, second) = run();
-    assert!(
-        !second.iter().any(|l| l.contains("generated password")),
-        "printed once: {second:?}"
-    );
+    assert!(!second.iter().any(|l| l.contains("generated password")), "printed once: {second:?}");
     let _ = child.kill();
     let _ = child.wait();
 }

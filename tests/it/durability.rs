@@ -14,18 +14,8 @@ fn data_survives_a_restart() {
     let mut c = s.admin();
     let dns = search_dns(&mut c, PEOPLE, Scope::OneLevel, "(uid=r*)");
     assert_eq!(dns.len(), 49);
-    assert_eq!(
-        s.conn()
-            .simple_bind(&format!("uid=r7,{PEOPLE}"), "pw-r7")
-            .unwrap()
-            .rc,
-        0
-    );
-    assert_eq!(
-        add_user(&mut c, "r0").rc,
-        0,
-        "writes continue after restart"
-    );
+    assert_eq!(s.conn().simple_bind(&format!("uid=r7,{PEOPLE}"), "pw-r7").unwrap().rc, 0);
+    assert_eq!(add_user(&mut c, "r0").rc, 0, "writes continue after restart");
     assert_eq!(add_user(&mut c, "r1").rc, 68);
 }
 
@@ -47,9 +37,7 @@ fn acknowledged_writes_survive_kill_9() {
                 }
                 for i in 0.. {
                     let uid = format!("k{w}-{i}");
-                    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        add_user(&mut c, &uid)
-                    })) {
+                    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| add_user(&mut c, &uid))) {
                         Ok(res) if res.rc == 0 => acked.push(uid),
                         _ => break,
                     }
@@ -62,39 +50,22 @@ fn acknowledged_writes_survive_kill_9() {
     let mut probe = s.conn();
     while search_dns(&mut probe, PEOPLE, Scope::OneLevel, "(uid=k*)").len() < 200 {}
     s.kill9();
-    let acked: Vec<String> = writers
-        .into_iter()
-        .flat_map(|w| w.join().unwrap())
-        .collect();
+    let acked: Vec<String> = writers.into_iter().flat_map(|w| w.join().unwrap()).collect();
     assert!(acked.len() >= 100, "only {} acknowledged", acked.len());
     s.launch();
     let mut c = s.admin();
     let present: std::collections::HashSet<String> =
-        search_dns(&mut c, PEOPLE, Scope::OneLevel, "(uid=k*)")
-            .into_iter()
-            .collect();
+        search_dns(&mut c, PEOPLE, Scope::OneLevel, "(uid=k*)").into_iter().collect();
     for uid in &acked {
-        assert!(
-            present.contains(&format!("uid={uid},{PEOPLE}")),
-            "acknowledged {uid} lost"
-        );
+        assert!(present.contains(&format!("uid={uid},{PEOPLE}")), "acknowledged {uid} lost");
     }
     // Whatever is present is whole and the tree is consistent.
     for dn in &present {
         let e = get_entry(&mut c, dn, vec!["*", "+"]).unwrap();
-        assert!(
-            e.attrs.contains_key("entryUUID") && e.attrs.contains_key("userPassword"),
-            "{dn} is partial"
-        );
+        assert!(e.attrs.contains_key("entryUUID") && e.attrs.contains_key("userPassword"), "{dn} is partial");
     }
-    let n = get_entry(&mut c, PEOPLE, vec!["numSubordinates"])
-        .unwrap()
-        .attrs["numSubordinates"][0]
+    let n = get_entry(&mut c, PEOPLE, vec!["numSubordinates"]).unwrap().attrs["numSubordinates"][0]
         .parse::<usize>()
         .unwrap();
-    assert!(
-        n >= present.len(),
-        "child count {n} below {} children",
-        present.len()
-    );
+    assert!(n >= present.len(), "child count {n} below {} children", present.len());
 }

@@ -17,7 +17,9 @@ fn users_ldif(n: usize, groups: usize) -> String {
         ));
     }
     for g in 0..groups {
-        out.push_str(&format!("dn: cn=group{g},ou=groups,{SUFFIX}\nobjectClass: top\nobjectClass: groupOfNames\ncn: group{g}\n"));
+        out.push_str(&format!(
+            "dn: cn=group{g},ou=groups,{SUFFIX}\nobjectClass: top\nobjectClass: groupOfNames\ncn: group{g}\n"
+        ));
         for i in (g..n).step_by(groups) {
             out.push_str(&format!("member: uid=user{i},{PEOPLE}\n"));
         }
@@ -32,9 +34,7 @@ fn records(ldif: &str) -> BTreeMap<String, String> {
     use base64::Engine;
     let line = |l: &str| match l.split_once(":: ") {
         Some((attr, b64)) => {
-            let raw = base64::engine::general_purpose::STANDARD
-                .decode(b64)
-                .expect("base64");
+            let raw = base64::engine::general_purpose::STANDARD.decode(b64).expect("base64");
             format!("{attr}: {}", String::from_utf8(raw).expect("UTF-8"))
         }
         None => l.to_string(),
@@ -42,20 +42,12 @@ fn records(ldif: &str) -> BTreeMap<String, String> {
     ldif.split("\n\n")
         .map(str::trim)
         .filter(|r| r.starts_with("dn:"))
-        .map(|r| {
-            (
-                r.lines().next().unwrap().to_lowercase(),
-                r.lines().map(line).collect::<Vec<_>>().join("\n"),
-            )
-        })
+        .map(|r| (r.lines().next().unwrap().to_lowercase(), r.lines().map(line).collect::<Vec<_>>().join("\n")))
         .collect()
 }
 
 fn admin_args(s: &Server) -> Vec<String> {
-    ["-x", "-H", &s.url(), "-D", ROOT_DN, "-w", ROOT_PW]
-        .iter()
-        .map(|a| a.to_string())
-        .collect()
+    ["-x", "-H", &s.url(), "-D", ROOT_DN, "-w", ROOT_PW].iter().map(|a| a.to_string()).collect()
 }
 
 fn run(name: &str, args: &[String], extra: &[&str], stdin: Option<&str>) -> (i32, String, String) {
@@ -72,20 +64,8 @@ fn openldap_clients_round_trip() {
     let (code, _, err) = run("ldapadd", &a, &[], Some(&ldif));
     assert_eq!(code, 0, "ldapadd: {err}");
     // What comes back is exactly what was added, attribute order included.
-    let (code, out, err) = run(
-        "ldapsearch",
-        &a,
-        &[
-            "-LLL",
-            "-o",
-            "ldif-wrap=no",
-            "-b",
-            SUFFIX,
-            "(|(uid=user*)(cn=group*))",
-            "*",
-        ],
-        None,
-    );
+    let (code, out, err) =
+        run("ldapsearch", &a, &["-LLL", "-o", "ldif-wrap=no", "-b", SUFFIX, "(|(uid=user*)(cn=group*))", "*"], None);
     assert_eq!(code, 0, "{err}");
     let (want, got) = (records(&ldif), records(&out));
     assert_eq!(got.len(), 1020);
@@ -93,15 +73,8 @@ fn openldap_clients_round_trip() {
         assert_eq!(got.get(dn), Some(text), "{dn}");
     }
     // Anonymous searches see no password.
-    let (_, out, _) = tool(
-        "ldapsearch",
-        &["-x", "-H", &s.url(), "-LLL", "-b", PEOPLE, "(uid=user7)"],
-        None,
-    );
-    assert!(
-        out.contains("uid: user7") && !out.contains("userPassword"),
-        "{out}"
-    );
+    let (_, out, _) = tool("ldapsearch", &["-x", "-H", &s.url(), "-LLL", "-b", PEOPLE, "(uid=user7)"], None);
+    assert!(out.contains("uid: user7") && !out.contains("userPassword"), "{out}");
 
     let (code, _, err) = run(
         "ldapmodify",
@@ -116,114 +89,38 @@ fn openldap_clients_round_trip() {
     let (_, out, _) = run(
         "ldapsearch",
         &a,
-        &[
-            "-LLL",
-            "-b",
-            &format!("uid=user1,{PEOPLE}"),
-            "-s",
-            "base",
-            "mail",
-            "description",
-            "loginShell",
-        ],
+        &["-LLL", "-b", &format!("uid=user1,{PEOPLE}"), "-s", "base", "mail", "description", "loginShell"],
         None,
     );
     assert!(
-        out.contains("mail: first@example.org")
-            && out.contains("description: hello")
-            && !out.contains("loginShell"),
+        out.contains("mail: first@example.org") && out.contains("description: hello") && !out.contains("loginShell"),
         "{out}"
     );
 
-    let (code, _, err) = run(
-        "ldapmodrdn",
-        &a,
-        &["-r", &format!("uid=user2,{PEOPLE}"), "uid=renamed2"],
-        None,
-    );
+    let (code, _, err) = run("ldapmodrdn", &a, &["-r", &format!("uid=user2,{PEOPLE}"), "uid=renamed2"], None);
     assert_eq!(code, 0, "ldapmodrdn: {err}");
-    let (_, out, _) = run(
-        "ldapsearch",
-        &a,
-        &["-LLL", "-b", PEOPLE, "(uid=renamed2)", "uid"],
-        None,
-    );
-    assert!(
-        out.contains(&format!("dn: uid=renamed2,{PEOPLE}")) && !out.contains("uid: user2"),
-        "{out}"
-    );
+    let (_, out, _) = run("ldapsearch", &a, &["-LLL", "-b", PEOPLE, "(uid=renamed2)", "uid"], None);
+    assert!(out.contains(&format!("dn: uid=renamed2,{PEOPLE}")) && !out.contains("uid: user2"), "{out}");
 
-    let (code, _, err) = run(
-        "ldapdelete",
-        &a,
-        &[
-            &format!("uid=user3,{PEOPLE}"),
-            &format!("cn=extra,{PEOPLE}"),
-        ],
-        None,
-    );
+    let (code, _, err) = run("ldapdelete", &a, &[&format!("uid=user3,{PEOPLE}"), &format!("cn=extra,{PEOPLE}")], None);
     assert_eq!(code, 0, "ldapdelete: {err}");
     let (code, _, err) = run("ldapdelete", &a, &[PEOPLE], None);
     assert_eq!(code, 66, "non-leaf: {err}");
 
-    let (code, out, _) = run(
-        "ldapcompare",
-        &a,
-        &[&format!("uid=user4,{PEOPLE}"), "sn:number"],
-        None,
-    );
+    let (code, out, _) = run("ldapcompare", &a, &[&format!("uid=user4,{PEOPLE}"), "sn:number"], None);
     assert_eq!((code, out.trim()), (6, "TRUE"));
-    let (code, out, _) = run(
-        "ldapcompare",
-        &a,
-        &[&format!("uid=user4,{PEOPLE}"), "sn:other"],
-        None,
-    );
+    let (code, out, _) = run("ldapcompare", &a, &[&format!("uid=user4,{PEOPLE}"), "sn:other"], None);
     assert_eq!((code, out.trim()), (5, "FALSE"));
 
-    let (code, out, _) = tool(
-        "ldapwhoami",
-        &[
-            "-x",
-            "-H",
-            &s.url(),
-            "-D",
-            &format!("uid=user5,{PEOPLE}"),
-            "-w",
-            "secret",
-        ],
-        None,
-    );
-    assert_eq!(
-        (code, out.trim().to_string()),
-        (0, format!("dn:uid=user5,{PEOPLE}"))
-    );
-    let (code, _, _) = tool(
-        "ldapwhoami",
-        &[
-            "-x",
-            "-H",
-            &s.url(),
-            "-D",
-            &format!("uid=user5,{PEOPLE}"),
-            "-w",
-            "wrong",
-        ],
-        None,
-    );
+    let (code, out, _) =
+        tool("ldapwhoami", &["-x", "-H", &s.url(), "-D", &format!("uid=user5,{PEOPLE}"), "-w", "secret"], None);
+    assert_eq!((code, out.trim().to_string()), (0, format!("dn:uid=user5,{PEOPLE}")));
+    let (code, _, _) =
+        tool("ldapwhoami", &["-x", "-H", &s.url(), "-D", &format!("uid=user5,{PEOPLE}"), "-w", "wrong"], None);
     assert_eq!(code, 49);
     let (code, out, _) = tool("ldapwhoami", &["-x", "-H", &s.url()], None);
     assert_eq!((code, out.trim()), (0, "anonymous"));
 
-    let (_, out, _) = run(
-        "ldapsearch",
-        &a,
-        &["-LLL", "-b", SUFFIX, "(objectClass=*)", "1.1"],
-        None,
-    );
-    assert_eq!(
-        out.matches("dn: ").count(),
-        1020 - 1 + 3,
-        "users minus one deleted, groups, suffix and two ous"
-    );
+    let (_, out, _) = run("ldapsearch", &a, &["-LLL", "-b", SUFFIX, "(objectClass=*)", "1.1"], None);
+    assert_eq!(out.matches("dn: ").count(), 1020 - 1 + 3, "users minus one deleted, groups, suffix and two ous");
 }

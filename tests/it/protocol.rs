@@ -18,12 +18,8 @@ struct Raw {
 impl Raw {
     fn connect(s: &Server) -> Raw {
         let sock = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
-        sock.set_read_timeout(Some(Duration::from_secs(30)))
-            .unwrap();
-        Raw {
-            sock,
-            buf: BytesMut::new(),
-        }
+        sock.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        Raw { sock, buf: BytesMut::new() }
     }
 
     fn send(&mut self, msgs: Vec<LdapMsg>) {
@@ -64,18 +60,11 @@ fn search(base: &str, scope: LdapSearchScope) -> LdapOp {
 }
 
 fn bind(dn: &str, pw: &str) -> LdapOp {
-    LdapOp::BindRequest(LdapBindRequest {
-        version: 3,
-        dn: dn.into(),
-        cred: LdapBindCred::Simple(pw.into()),
-    })
+    LdapOp::BindRequest(LdapBindRequest { version: 3, dn: dn.into(), cred: LdapBindCred::Simple(pw.into()) })
 }
 
 fn whoami() -> LdapOp {
-    LdapOp::ExtendedRequest(LdapExtendedRequest {
-        name: OID_WHOAMI.into(),
-        value: None,
-    })
+    LdapOp::ExtendedRequest(LdapExtendedRequest { name: OID_WHOAMI.into(), value: None })
 }
 
 fn result_code(op: &LdapOp) -> Option<LdapResultCode> {
@@ -115,17 +104,11 @@ fn pipelined_requests_all_answered() {
     while done.len() < 101 {
         let m = r.recv().expect("connection closed early");
         if let Some(code) = result_code(&m.op) {
-            assert!(
-                matches!(code, LdapResultCode::Success | LdapResultCode::CompareTrue),
-                "{m:?}"
-            );
+            assert!(matches!(code, LdapResultCode::Success | LdapResultCode::CompareTrue), "{m:?}");
             assert!(done.insert(m.msgid), "msgid {} answered twice", m.msgid);
         }
     }
-    assert_eq!(
-        done.into_iter().collect::<Vec<_>>(),
-        (1..102).collect::<Vec<_>>()
-    );
+    assert_eq!(done.into_iter().collect::<Vec<_>>(), (1..102).collect::<Vec<_>>());
 }
 
 #[test]
@@ -151,19 +134,14 @@ fn abandon_stops_a_running_search() {
     let mut r = Raw::connect(&s);
     // The abandon arrives in the same packet as the search, so it is seen
     // before the search's first chunk is done.
-    r.send(vec![
-        LdapMsg::new(1, search(PEOPLE, LdapSearchScope::Subtree)),
-        LdapMsg::new(2, LdapOp::AbandonRequest(1)),
-    ]);
+    r.send(vec![LdapMsg::new(1, search(PEOPLE, LdapSearchScope::Subtree)), LdapMsg::new(2, LdapOp::AbandonRequest(1))]);
     r.send(vec![LdapMsg::new(3, whoami())]);
     let mut entries = 0;
     loop {
         let m = r.recv().expect("closed");
         match (&m.msgid, &m.op) {
             (1, LdapOp::SearchResultEntry(_)) => entries += 1,
-            (1, other) => panic!(
-                "an abandoned search must not be answered (after {entries} entries): {other:?}"
-            ),
+            (1, other) => panic!("an abandoned search must not be answered (after {entries} entries): {other:?}"),
             (3, LdapOp::ExtendedResponse(_)) => break,
             other => panic!("unexpected {other:?}"),
         }
@@ -178,10 +156,7 @@ fn abandon_stops_a_running_search() {
             _ => panic!("unexpected {m:?}"),
         }
     }
-    assert!(
-        entries < 3001,
-        "the search ran to the end ({entries} entries)"
-    );
+    assert!(entries < 3001, "the search ran to the end ({entries} entries)");
 }
 
 #[test]
@@ -190,64 +165,25 @@ fn unknown_extended_operation_and_critical_control() {
     let mut r = Raw::connect(&s);
     r.send(vec![LdapMsg::new(
         1,
-        LdapOp::ExtendedRequest(LdapExtendedRequest {
-            name: "1.2.3.4.5".into(),
-            value: None,
-        }),
+        LdapOp::ExtendedRequest(LdapExtendedRequest { name: "1.2.3.4.5".into(), value: None }),
     )]);
     let m = r.recv().unwrap();
     assert_eq!(result_code(&m.op), Some(LdapResultCode::ProtocolError));
-    let critical = LdapControl::Unknown {
-        oid: "1.2.3.4.5.6".into(),
-        criticality: true,
-        value: None,
-    };
-    let lax = LdapControl::Unknown {
-        oid: "1.2.3.4.5.6".into(),
-        criticality: false,
-        value: None,
-    };
-    r.send(vec![LdapMsg::new_with_ctrls(
-        2,
-        search(PEOPLE, LdapSearchScope::Base),
-        vec![critical.clone()],
-    )]);
-    assert_eq!(
-        result_code(&r.recv().unwrap().op),
-        Some(LdapResultCode::UnavailableCriticalExtension)
-    );
-    r.send(vec![LdapMsg::new_with_ctrls(
-        3,
-        LdapOp::DelRequest(PEOPLE.into()),
-        vec![critical],
-    )]);
-    assert_eq!(
-        result_code(&r.recv().unwrap().op),
-        Some(LdapResultCode::UnavailableCriticalExtension)
-    );
-    r.send(vec![LdapMsg::new_with_ctrls(
-        4,
-        search(PEOPLE, LdapSearchScope::Base),
-        vec![lax],
-    )]);
+    let critical = LdapControl::Unknown { oid: "1.2.3.4.5.6".into(), criticality: true, value: None };
+    let lax = LdapControl::Unknown { oid: "1.2.3.4.5.6".into(), criticality: false, value: None };
+    r.send(vec![LdapMsg::new_with_ctrls(2, search(PEOPLE, LdapSearchScope::Base), vec![critical.clone()])]);
+    assert_eq!(result_code(&r.recv().unwrap().op), Some(LdapResultCode::UnavailableCriticalExtension));
+    r.send(vec![LdapMsg::new_with_ctrls(3, LdapOp::DelRequest(PEOPLE.into()), vec![critical])]);
+    assert_eq!(result_code(&r.recv().unwrap().op), Some(LdapResultCode::UnavailableCriticalExtension));
+    r.send(vec![LdapMsg::new_with_ctrls(4, search(PEOPLE, LdapSearchScope::Base), vec![lax])]);
     assert!(matches!(r.recv().unwrap().op, LdapOp::SearchResultEntry(_)));
-    assert_eq!(
-        result_code(&r.recv().unwrap().op),
-        Some(LdapResultCode::Success)
-    );
+    assert_eq!(result_code(&r.recv().unwrap().op), Some(LdapResultCode::Success));
     // LDAPv2 binds are refused.
     r.send(vec![LdapMsg::new(
         5,
-        LdapOp::BindRequest(LdapBindRequest {
-            version: 2,
-            dn: "".into(),
-            cred: LdapBindCred::Simple("".into()),
-        }),
+        LdapOp::BindRequest(LdapBindRequest { version: 2, dn: "".into(), cred: LdapBindCred::Simple("".into()) }),
     )]);
-    assert_eq!(
-        result_code(&r.recv().unwrap().op),
-        Some(LdapResultCode::ProtocolError)
-    );
+    assert_eq!(result_code(&r.recv().unwrap().op), Some(LdapResultCode::ProtocolError));
 }
 
 /// Sends raw bytes; expects a Notice of Disconnection, then the close.
@@ -287,18 +223,9 @@ fn bad_pdus_close_only_their_connection() {
     assert!(r.recv().is_none());
     // ...and after a bind, up to 4 MiB.
     let mut r = Raw::connect(&s);
-    r.send(vec![
-        LdapMsg::new(1, bind(ROOT_DN, ROOT_PW)),
-        LdapMsg::new(2, big),
-    ]);
-    assert_eq!(
-        result_code(&r.recv().unwrap().op),
-        Some(LdapResultCode::Success)
-    );
-    assert_eq!(
-        result_code(&r.recv().unwrap().op),
-        Some(LdapResultCode::NoSuchAttribute)
-    );
+    r.send(vec![LdapMsg::new(1, bind(ROOT_DN, ROOT_PW)), LdapMsg::new(2, big)]);
+    assert_eq!(result_code(&r.recv().unwrap().op), Some(LdapResultCode::Success));
+    assert_eq!(result_code(&r.recv().unwrap().op), Some(LdapResultCode::NoSuchAttribute));
     // A response sent as a request is a protocol error.
     let mut r = Raw::connect(&s);
     r.send(vec![LdapMsg::new(
@@ -317,10 +244,7 @@ fn bad_pdus_close_only_their_connection() {
     r.sock.write_all(b"\x30\x50\x02\x01").unwrap();
     drop(r);
     // The well-behaved client was served throughout.
-    assert_eq!(
-        search_dns(&mut good, PEOPLE, ldap3::Scope::Base, "(objectClass=*)").len(),
-        1
-    );
+    assert_eq!(search_dns(&mut good, PEOPLE, ldap3::Scope::Base, "(objectClass=*)").len(), 1);
     assert_eq!(add_user(&mut good, "still-fine").rc, 0);
 }
 

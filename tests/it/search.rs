@@ -8,19 +8,12 @@ fn populated() -> Server {
     let mut c = s.admin();
     for i in 0..10 {
         let dn = format!("uid=u{i},{PEOPLE}");
-        let (uid, num, cn) = (
-            format!("u{i}"),
-            format!("{}", 1000 + i),
-            format!("Person {i} Example"),
-        );
+        let (uid, num, cn) = (format!("u{i}"), format!("{}", 1000 + i), format!("Person {i} Example"));
         let res = c
             .add(
                 &dn,
                 vec![
-                    (
-                        "objectClass",
-                        ["top", "inetOrgPerson", "posixAccount"].into(),
-                    ),
+                    ("objectClass", ["top", "inetOrgPerson", "posixAccount"].into()),
                     ("uid", [uid.as_str()].into()),
                     ("cn", [cn.as_str()].into()),
                     ("sn", [if i % 2 == 0 { "Even" } else { "Odd" }].into()),
@@ -33,16 +26,10 @@ fn populated() -> Server {
         assert_eq!(res.rc, 0, "{res:?}");
     }
     let nested = format!("ou=staff,{PEOPLE}");
-    c.add(
-        &nested,
-        vec![
-            ("objectClass", ["organizationalUnit"].into()),
-            ("ou", ["staff"].into()),
-        ],
-    )
-    .unwrap()
-    .success()
-    .unwrap();
+    c.add(&nested, vec![("objectClass", ["organizationalUnit"].into()), ("ou", ["staff"].into())])
+        .unwrap()
+        .success()
+        .unwrap();
     c.add(
         &format!("uid=deep,{nested}"),
         vec![
@@ -62,10 +49,7 @@ fn populated() -> Server {
 fn scopes() {
     let s = populated();
     let mut c = s.conn();
-    assert_eq!(
-        search_dns(&mut c, PEOPLE, Scope::Base, "(objectClass=*)"),
-        vec![PEOPLE.to_string()]
-    );
+    assert_eq!(search_dns(&mut c, PEOPLE, Scope::Base, "(objectClass=*)"), vec![PEOPLE.to_string()]);
     let one = search_dns(&mut c, PEOPLE, Scope::OneLevel, "(objectClass=*)");
     assert_eq!(one.len(), 11, "{one:?}");
     assert!(!one.contains(&PEOPLE.to_string()));
@@ -75,30 +59,12 @@ fn scopes() {
     let all = search_dns(&mut c, SUFFIX, Scope::Subtree, "(objectClass=*)");
     assert_eq!(all.len(), 13 + 2, "suffix and ou=groups too");
     // The base DN is matched however it is written.
-    assert_eq!(
-        search_dns(
-            &mut c,
-            "OU=People, DC=EXAMPLE,dc=com",
-            Scope::Base,
-            "(objectClass=*)"
-        )
-        .len(),
-        1
-    );
+    assert_eq!(search_dns(&mut c, "OU=People, DC=EXAMPLE,dc=com", Scope::Base, "(objectClass=*)").len(), 1);
     // Missing base: noSuchObject with the closest existing ancestor.
-    let res = c
-        .search(
-            &format!("uid=x,ou=missing,{SUFFIX}"),
-            Scope::Subtree,
-            "(objectClass=*)",
-            vec!["1.1"],
-        )
-        .unwrap();
+    let res = c.search(&format!("uid=x,ou=missing,{SUFFIX}"), Scope::Subtree, "(objectClass=*)", vec!["1.1"]).unwrap();
     assert_eq!(res.1.rc, 32);
     assert_eq!(res.1.matched.to_lowercase(), SUFFIX);
-    let res = c
-        .search("not a dn", Scope::Base, "(objectClass=*)", vec!["1.1"])
-        .unwrap();
+    let res = c.search("not a dn", Scope::Base, "(objectClass=*)", vec!["1.1"]).unwrap();
     assert_eq!(res.1.rc, 34);
 }
 
@@ -148,10 +114,7 @@ fn attribute_selection() {
     let e = get_entry(&mut c, &dn, vec![]).unwrap();
     assert!(e.attrs.contains_key("cn") && e.attrs.contains_key("objectClass"));
     assert!(!e.attrs.contains_key("userPassword"), "never to anonymous");
-    assert!(
-        !e.attrs.contains_key("entryUUID"),
-        "operational only with +"
-    );
+    assert!(!e.attrs.contains_key("entryUUID"), "operational only with +");
     let e = get_entry(&mut c, &dn, vec!["+"]).unwrap();
     for a in [
         "entryUUID",
@@ -162,11 +125,7 @@ fn attribute_selection() {
         "hasSubordinates",
         "numSubordinates",
     ] {
-        assert!(
-            e.attrs.contains_key(a),
-            "{a} missing from +: {:?}",
-            e.attrs.keys()
-        );
+        assert!(e.attrs.contains_key(a), "{a} missing from +: {:?}", e.attrs.keys());
     }
     assert!(!e.attrs.contains_key("cn"));
     assert_eq!(e.attrs["hasSubordinates"], vec!["FALSE"]);
@@ -182,18 +141,11 @@ fn attribute_selection() {
     assert_eq!(e.attrs["hasSubordinates"], vec!["TRUE"]);
     let mut admin = s.admin();
     let e = get_entry(&mut admin, &dn, vec!["userPassword"]).unwrap();
-    assert!(
-        e.attrs["userPassword"][0].starts_with("{SSHA}"),
-        "cleartext is hashed on add"
-    );
+    assert!(e.attrs["userPassword"][0].starts_with("{SSHA}"), "cleartext is hashed on add");
     // typesOnly
     let opts = SearchOptions::new().typesonly(true);
-    let (entries, _) = c
-        .with_search_options(opts)
-        .search(&dn, Scope::Base, "(objectClass=*)", vec!["cn"])
-        .unwrap()
-        .success()
-        .unwrap();
+    let (entries, _) =
+        c.with_search_options(opts).search(&dn, Scope::Base, "(objectClass=*)", vec!["cn"]).unwrap().success().unwrap();
     let e = SearchEntry::construct(entries[0].clone());
     assert_eq!(e.attrs["cn"], Vec::<String>::new());
 }
@@ -203,23 +155,17 @@ fn size_and_time_limits() {
     let s = populated();
     let mut c = s.conn();
     c.with_search_options(SearchOptions::new().sizelimit(3));
-    let res = c
-        .search(PEOPLE, Scope::Subtree, "(uid=u*)", vec!["1.1"])
-        .unwrap();
+    let res = c.search(PEOPLE, Scope::Subtree, "(uid=u*)", vec!["1.1"]).unwrap();
     assert_eq!(res.1.rc, 4, "sizeLimitExceeded");
     assert_eq!(res.0.len(), 3);
     // Exactly the limit is not exceeded.
     let mut c = s.conn();
     c.with_search_options(SearchOptions::new().sizelimit(10));
-    let res = c
-        .search(PEOPLE, Scope::Subtree, "(uid=u*)", vec!["1.1"])
-        .unwrap();
+    let res = c.search(PEOPLE, Scope::Subtree, "(uid=u*)", vec!["1.1"]).unwrap();
     assert_eq!((res.1.rc, res.0.len()), (0, 10));
     let mut c = s.conn();
     c.with_search_options(SearchOptions::new().timelimit(30));
-    let res = c
-        .search(PEOPLE, Scope::Subtree, "(uid=u*)", vec!["1.1"])
-        .unwrap();
+    let res = c.search(PEOPLE, Scope::Subtree, "(uid=u*)", vec!["1.1"]).unwrap();
     assert_eq!((res.1.rc, res.0.len()), (0, 10));
 }
 
@@ -253,17 +199,11 @@ fn search_while_writes_happen() {
     let mut last = 0;
     while !writer.is_finished() {
         let n = search_dns(&mut c, PEOPLE, Scope::OneLevel, "(uid=w*)").len();
-        assert!(
-            n >= last,
-            "a search saw fewer entries than an earlier one ({n} < {last})"
-        );
+        assert!(n >= last, "a search saw fewer entries than an earlier one ({n} < {last})");
         last = n;
     }
     writer.join().unwrap();
-    assert_eq!(
-        search_dns(&mut c, PEOPLE, Scope::OneLevel, "(uid=w*)").len(),
-        300
-    );
+    assert_eq!(search_dns(&mut c, PEOPLE, Scope::OneLevel, "(uid=w*)").len(), 300);
 }
 
 #[test]
@@ -278,7 +218,10 @@ fn equality_indexes_follow_every_write() {
     assert_eq!(people(&mut c, "(&(objectClass=person)(|(uid=ix1)(uid=IX2)))").len(), 2);
     // Modify: the old value leaves the index, the new one enters it.
     let dn = format!("uid=ix3,{PEOPLE}");
-    c.modify(&dn, vec![ldap3::Mod::Replace("cn", std::collections::HashSet::from(["Renamed Person"]))]).unwrap().success().unwrap();
+    c.modify(&dn, vec![ldap3::Mod::Replace("cn", std::collections::HashSet::from(["Renamed Person"]))])
+        .unwrap()
+        .success()
+        .unwrap();
     assert!(people(&mut c, "(cn=user ix3)").is_empty());
     assert_eq!(people(&mut c, "(cn=renamed person)"), vec![dn.clone()]);
     // Rename: found under the new DN only.

@@ -22,45 +22,16 @@ fn two_shards_split_the_directory_and_serve_every_operation() {
             c.simple_bind(ROOT_DN, ROOT_PW).unwrap().success().unwrap();
             assert_eq!(add_user(&mut c, &uid).rc, 0);
             let dn = format!("uid={uid},{PEOPLE}");
-            assert_eq!(
-                c.modify(&dn, vec![Mod::Add("mail", HashSet::from(["x@y"]))])
-                    .unwrap()
-                    .rc,
-                0
-            );
+            assert_eq!(c.modify(&dn, vec![Mod::Add("mail", HashSet::from(["x@y"]))]).unwrap().rc, 0);
             assert_eq!(c.compare(&dn, "mail", "x@y").unwrap().0.rc, 6);
-            assert_eq!(
-                search_dns(&mut c, PEOPLE, Scope::Subtree, &format!("(uid={uid})")),
-                vec![dn.clone()]
-            );
-            assert_eq!(
-                c.modifydn(&dn, &format!("uid={uid}x"), true, None)
-                    .unwrap()
-                    .rc,
-                0
-            );
-            assert_eq!(
-                c.modifydn(
-                    &format!("uid={uid}x,{PEOPLE}"),
-                    &format!("uid={uid}"),
-                    true,
-                    None
-                )
-                .unwrap()
-                .rc,
-                0
-            );
+            assert_eq!(search_dns(&mut c, PEOPLE, Scope::Subtree, &format!("(uid={uid})")), vec![dn.clone()]);
+            assert_eq!(c.modifydn(&dn, &format!("uid={uid}x"), true, None).unwrap().rc, 0);
+            assert_eq!(c.modifydn(&format!("uid={uid}x,{PEOPLE}"), &format!("uid={uid}"), true, None).unwrap().rc, 0);
             let tmp = format!("cn=tmp{uid},{PEOPLE}");
             assert_eq!(
-                c.add(
-                    &tmp,
-                    vec![
-                        ("objectClass", ["device"].into()),
-                        ("cn", [format!("tmp{uid}").as_str()].into())
-                    ]
-                )
-                .unwrap()
-                .rc,
+                c.add(&tmp, vec![("objectClass", ["device"].into()), ("cn", [format!("tmp{uid}").as_str()].into())])
+                    .unwrap()
+                    .rc,
                 0
             );
             assert_eq!(c.delete(&tmp).unwrap().rc, 0);
@@ -73,37 +44,20 @@ fn two_shards_split_the_directory_and_serve_every_operation() {
         added.push(dn);
     }
     let mut c = s.conn();
-    assert_eq!(
-        search_dns(&mut c, PEOPLE, Scope::OneLevel, "(uid=s*)").len(),
-        20
-    );
-    assert_eq!(
-        get_entry(&mut c, PEOPLE, vec!["numSubordinates"])
-            .unwrap()
-            .attrs["numSubordinates"],
-        vec!["20"]
-    );
+    assert_eq!(search_dns(&mut c, PEOPLE, Scope::OneLevel, "(uid=s*)").len(), 20);
+    assert_eq!(get_entry(&mut c, PEOPLE, vec!["numSubordinates"]).unwrap().attrs["numSubordinates"], vec!["20"]);
     s.kill9();
     // Each store holds exactly the entries whose partition its shard owns,
     // and both shards hold some.
     let manifest = Manifest::load(&s.data()).unwrap().unwrap();
     let mut per_shard = [0, 0];
     for i in 0..2 {
-        let store = Engine::open(
-            &s.data().join(format!("shard-{i}")),
-            SyncMode::Always,
-            1 << 30,
-        )
-        .unwrap();
+        let store = Engine::open(&s.data().join(format!("shard-{i}")), SyncMode::Always, 1 << 30).unwrap();
         let txn = store.read().unwrap();
         for dn in &added {
             let key = Dn::parse(dn).unwrap().key();
             let here = txn.get(Tree::Dn2id, &key).unwrap().is_some();
-            assert_eq!(
-                here,
-                manifest.owner_of(&key) == i,
-                "{dn} in the wrong store"
-            );
+            assert_eq!(here, manifest.owner_of(&key) == i, "{dn} in the wrong store");
             per_shard[i] += here as usize;
         }
     }

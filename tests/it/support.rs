@@ -25,13 +25,7 @@ impl Server {
     pub fn start(shards: usize) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let stderr = dir.path().join("stderr.log");
-        let mut s = Server {
-            child: None,
-            port: 0,
-            shards,
-            dir,
-            stderr,
-        };
+        let mut s = Server { child: None, port: 0, shards, dir, stderr };
         s.launch();
         s
     }
@@ -43,8 +37,7 @@ impl Server {
     /// Runs `coredir serve` on the existing data directory and waits for
     /// its `listening on` line.
     pub fn launch(&mut self) {
-        let (child, port) =
-            spawn(&self.data(), self.shards, &self.stderr, &[]).unwrap_or_else(|e| panic!("{e}"));
+        let (child, port) = spawn(&self.data(), self.shards, &self.stderr, &[]).unwrap_or_else(|e| panic!("{e}"));
         self.child = Some(child);
         self.port = port;
     }
@@ -84,12 +77,7 @@ impl Drop for Server {
 }
 
 /// Starts the server binary; returns it and its port, or what it printed.
-pub fn spawn(
-    data: &Path,
-    shards: usize,
-    stderr: &Path,
-    extra: &[&str],
-) -> Result<(Child, u16), String> {
+pub fn spawn(data: &Path, shards: usize, stderr: &Path, extra: &[&str]) -> Result<(Child, u16), String> {
     let err_file = std::fs::File::create(stderr).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_coredir"))
         .args(["serve", "--listen", "127.0.0.1:0", "--data"])
@@ -117,22 +105,13 @@ pub fn spawn(
     let _ = child.wait();
     let mut err = String::new();
     let _ = std::fs::File::open(stderr).and_then(|mut f| f.read_to_string(&mut err));
-    Err(format!(
-        "coredir did not start.\nstdout:\n{seen}\nstderr:\n{err}"
-    ))
+    Err(format!("coredir did not start.\nstdout:\n{seen}\nstderr:\n{err}"))
 }
 
 /// Distinguished names of a subtree search, sorted.
 pub fn search_dns(c: &mut LdapConn, base: &str, scope: Scope, filter: &str) -> Vec<String> {
-    let (entries, _) = c
-        .search(base, scope, filter, vec!["1.1"])
-        .unwrap()
-        .success()
-        .unwrap();
-    let mut dns: Vec<String> = entries
-        .into_iter()
-        .map(|e| SearchEntry::construct(e).dn)
-        .collect();
+    let (entries, _) = c.search(base, scope, filter, vec!["1.1"]).unwrap().success().unwrap();
+    let mut dns: Vec<String> = entries.into_iter().map(|e| SearchEntry::construct(e).dn).collect();
     dns.sort();
     dns
 }
@@ -154,10 +133,7 @@ pub fn add_user(c: &mut LdapConn, uid: &str) -> ldap3::LdapResult {
     c.add(
         &dn,
         vec![
-            (
-                "objectClass",
-                ["top", "person", "organizationalPerson", "inetOrgPerson"].into(),
-            ),
+            ("objectClass", ["top", "person", "organizationalPerson", "inetOrgPerson"].into()),
             ("uid", [uid].into()),
             ("cn", [cn.as_str()].into()),
             ("sn", ["User"].into()),
@@ -175,11 +151,17 @@ pub fn ldap_utils() {
             return;
         }
         let ok = Command::new("sh")
-            .args(["-c", "(apt-get install -y ldap-utils || (apt-get update && apt-get install -y ldap-utils)) >/dev/null 2>&1"])
+            .args([
+                "-c",
+                "(apt-get install -y ldap-utils || (apt-get update && apt-get install -y ldap-utils)) >/dev/null 2>&1",
+            ])
             .env("DEBIAN_FRONTEND", "noninteractive")
             .status()
             .is_ok_and(|s| s.success());
-        assert!(ok, "ldap-utils is missing and `apt-get install -y ldap-utils` failed; install it to run the interop tests");
+        assert!(
+            ok,
+            "ldap-utils is missing and `apt-get install -y ldap-utils` failed; install it to run the interop tests"
+        );
     });
 }
 
@@ -222,8 +204,6 @@ pub fn allowed_cpus() -> Vec<usize> {
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|c| libc::CPU_ISSET(*c, &set))
-            .collect()
+        (0..libc::CPU_SETSIZE as usize).filter(|c| libc::CPU_ISSET(*c, &set)).collect()
     }
 }

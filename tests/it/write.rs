@@ -3,15 +3,7 @@ use ldap3::{Mod, Scope};
 use std::collections::HashSet;
 
 fn ou(c: &mut ldap3::LdapConn, dn: &str, name: &str) -> u32 {
-    c.add(
-        dn,
-        vec![
-            ("objectClass", ["organizationalUnit"].into()),
-            ("ou", [name].into()),
-        ],
-    )
-    .unwrap()
-    .rc
+    c.add(dn, vec![("objectClass", ["organizationalUnit"].into()), ("ou", [name].into())]).unwrap().rc
 }
 
 #[test]
@@ -21,68 +13,31 @@ fn add_result_codes() {
     assert_eq!(add_user(&mut c, "a").rc, 0);
     assert_eq!(add_user(&mut c, "a").rc, 68, "entryAlreadyExists");
     let res = c
-        .add(
-            &format!("uid=x,ou=nowhere,{SUFFIX}"),
-            vec![("objectClass", ["person"].into()), ("uid", ["x"].into())],
-        )
+        .add(&format!("uid=x,ou=nowhere,{SUFFIX}"), vec![("objectClass", ["person"].into()), ("uid", ["x"].into())])
         .unwrap();
     assert_eq!(res.rc, 32, "parent missing");
     assert_eq!(res.matched.to_lowercase(), SUFFIX);
-    assert_eq!(
-        c.add("uid=x,dc=other", vec![("objectClass", ["person"].into())])
-            .unwrap()
-            .rc,
-        32,
-        "outside the suffix"
-    );
-    assert_eq!(
-        c.add("nodn", vec![("objectClass", ["person"].into())])
-            .unwrap()
-            .rc,
-        34
-    );
-    assert_eq!(
-        c.add(&format!("uid=y,{PEOPLE}"), vec![("uid", ["y"].into())])
-            .unwrap()
-            .rc,
-        65,
-        "no objectClass"
-    );
-    let res = c
-        .add(
-            &format!("uid=z,{PEOPLE}"),
-            vec![("objectClass", ["person"].into()), ("cn", ["z"].into())],
-        )
-        .unwrap();
+    assert_eq!(c.add("uid=x,dc=other", vec![("objectClass", ["person"].into())]).unwrap().rc, 32, "outside the suffix");
+    assert_eq!(c.add("nodn", vec![("objectClass", ["person"].into())]).unwrap().rc, 34);
+    assert_eq!(c.add(&format!("uid=y,{PEOPLE}"), vec![("uid", ["y"].into())]).unwrap().rc, 65, "no objectClass");
+    let res =
+        c.add(&format!("uid=z,{PEOPLE}"), vec![("objectClass", ["person"].into()), ("cn", ["z"].into())]).unwrap();
     assert_eq!(res.rc, 64, "RDN value missing: {res:?}");
     let res = c
         .add(
             &format!("uid=z,{PEOPLE}"),
-            vec![
-                ("objectClass", ["person"].into()),
-                ("uid", ["z"].into()),
-                ("entryUUID", ["x"].into()),
-            ],
+            vec![("objectClass", ["person"].into()), ("uid", ["z"].into()), ("entryUUID", ["x"].into())],
         )
         .unwrap();
     assert_eq!(res.rc, 19, "no user modification");
     let res = c
-        .add(
-            &format!("uid=z,{PEOPLE}"),
-            vec![
-                ("objectClass", ["person"].into()),
-                ("uid", ["z", "Z"].into()),
-            ],
-        )
+        .add(&format!("uid=z,{PEOPLE}"), vec![("objectClass", ["person"].into()), ("uid", ["z", "Z"].into())])
         .unwrap();
     assert_eq!(res.rc, 20, "duplicate values");
     // Anonymous and ordinary users may not write in this version.
     assert_eq!(add_user(&mut s.conn(), "anon").rc, 50);
     let mut user = s.conn();
-    user.simple_bind(&format!("uid=a,{PEOPLE}"), "pw-a")
-        .unwrap()
-        .success()
-        .unwrap();
+    user.simple_bind(&format!("uid=a,{PEOPLE}"), "pw-a").unwrap().success().unwrap();
     assert_eq!(add_user(&mut user, "b").rc, 50);
 }
 
@@ -113,69 +68,21 @@ fn modify_result_codes() {
     assert!(!e.attrs.contains_key("description"));
     assert_eq!(e.attrs["modifiersName"], vec![ROOT_DN]);
     let rc = |c: &mut ldap3::LdapConn, m: Vec<Mod<&str>>| c.modify(&dn, m).unwrap().rc;
-    assert_eq!(
-        rc(
-            &mut c,
-            vec![Mod::Add("mail", HashSet::from(["M@EXAMPLE.COM"]))]
-        ),
-        20
-    );
-    assert_eq!(
-        rc(
-            &mut c,
-            vec![Mod::Delete("mail", HashSet::from(["other@x"]))]
-        ),
-        16
-    );
-    assert_eq!(
-        rc(&mut c, vec![Mod::Delete("telephoneNumber", HashSet::new())]),
-        16
-    );
-    assert_eq!(
-        rc(&mut c, vec![Mod::Delete("uid", HashSet::from(["m"]))]),
-        67,
-        "notAllowedOnRDN"
-    );
-    assert_eq!(
-        rc(
-            &mut c,
-            vec![Mod::Replace("entryUUID", HashSet::from(["x"]))]
-        ),
-        19
-    );
+    assert_eq!(rc(&mut c, vec![Mod::Add("mail", HashSet::from(["M@EXAMPLE.COM"]))]), 20);
+    assert_eq!(rc(&mut c, vec![Mod::Delete("mail", HashSet::from(["other@x"]))]), 16);
+    assert_eq!(rc(&mut c, vec![Mod::Delete("telephoneNumber", HashSet::new())]), 16);
+    assert_eq!(rc(&mut c, vec![Mod::Delete("uid", HashSet::from(["m"]))]), 67, "notAllowedOnRDN");
+    assert_eq!(rc(&mut c, vec![Mod::Replace("entryUUID", HashSet::from(["x"]))]), 19);
     // All or nothing: the good first change is not applied either.
     assert_eq!(
-        rc(
-            &mut c,
-            vec![
-                Mod::Replace("sn", HashSet::from(["Again"])),
-                Mod::Delete("mail", HashSet::from(["nope"]))
-            ]
-        ),
+        rc(&mut c, vec![Mod::Replace("sn", HashSet::from(["Again"])), Mod::Delete("mail", HashSet::from(["nope"]))]),
         16
     );
-    assert_eq!(
-        get_entry(&mut c, &dn, vec!["sn"]).unwrap().attrs["sn"],
-        vec!["Changed"]
-    );
-    let res = c
-        .modify(
-            &format!("uid=ghost,{PEOPLE}"),
-            vec![Mod::Replace("sn", HashSet::from(["x"]))],
-        )
-        .unwrap();
-    assert_eq!(
-        (res.rc, res.matched.to_lowercase()),
-        (32, PEOPLE.to_string())
-    );
+    assert_eq!(get_entry(&mut c, &dn, vec!["sn"]).unwrap().attrs["sn"], vec!["Changed"]);
+    let res = c.modify(&format!("uid=ghost,{PEOPLE}"), vec![Mod::Replace("sn", HashSet::from(["x"]))]).unwrap();
+    assert_eq!((res.rc, res.matched.to_lowercase()), (32, PEOPLE.to_string()));
     // A replaced password is stored hashed and binds.
-    assert_eq!(
-        rc(
-            &mut c,
-            vec![Mod::Replace("userPassword", HashSet::from(["new-pw"]))]
-        ),
-        0
-    );
+    assert_eq!(rc(&mut c, vec![Mod::Replace("userPassword", HashSet::from(["new-pw"]))]), 0);
     assert_eq!(s.conn().simple_bind(&dn, "new-pw").unwrap().rc, 0);
 }
 
@@ -189,11 +96,7 @@ fn delete_result_codes() {
     assert_eq!(c.delete(&branch).unwrap().rc, 66, "notAllowedOnNonLeaf");
     assert_eq!(c.delete(&format!("ou=leaf,{branch}")).unwrap().rc, 0);
     assert_eq!(c.delete(&format!("ou=leaf,{branch}")).unwrap().rc, 32);
-    assert_eq!(
-        c.delete(&branch).unwrap().rc,
-        0,
-        "a leaf once its child is gone"
-    );
+    assert_eq!(c.delete(&branch).unwrap().rc, 0, "a leaf once its child is gone");
     assert_eq!(c.delete("cn=x,dc=nowhere").unwrap().rc, 32);
     assert_eq!(c.delete("bad").unwrap().rc, 34);
     assert_eq!(s.conn().delete(PEOPLE).unwrap().rc, 50);
@@ -237,95 +140,30 @@ fn modify_dn() {
     let e = get_entry(&mut c, &new, vec!["uid", "entryUUID"]).unwrap();
     assert_eq!(e.dn, new);
     assert_eq!(e.attrs["uid"], vec!["old", "new"]);
-    assert_eq!(
-        e.attrs["entryUUID"], uuid,
-        "a rename keeps the entry's identity"
-    );
+    assert_eq!(e.attrs["entryUUID"], uuid, "a rename keeps the entry's identity");
     // deleteoldrdn and newSuperior.
     let groups = format!("ou=groups,{SUFFIX}");
-    assert_eq!(
-        c.modifydn(&new, "uid=moved", true, Some(&groups))
-            .unwrap()
-            .rc,
-        0
-    );
+    assert_eq!(c.modifydn(&new, "uid=moved", true, Some(&groups)).unwrap().rc, 0);
     let moved = format!("uid=moved,{groups}");
-    assert_eq!(
-        get_entry(&mut c, &moved, vec!["uid"]).unwrap().attrs["uid"],
-        vec!["old", "moved"]
-    );
-    assert_eq!(
-        search_dns(&mut c, PEOPLE, Scope::OneLevel, "(objectClass=*)").len(),
-        0
-    );
-    assert_eq!(
-        get_entry(&mut c, &groups, vec!["numSubordinates"])
-            .unwrap()
-            .attrs["numSubordinates"],
-        vec!["1"]
-    );
-    assert_eq!(
-        get_entry(&mut c, PEOPLE, vec!["numSubordinates"])
-            .unwrap()
-            .attrs["numSubordinates"],
-        vec!["0"]
-    );
+    assert_eq!(get_entry(&mut c, &moved, vec!["uid"]).unwrap().attrs["uid"], vec!["old", "moved"]);
+    assert_eq!(search_dns(&mut c, PEOPLE, Scope::OneLevel, "(objectClass=*)").len(), 0);
+    assert_eq!(get_entry(&mut c, &groups, vec!["numSubordinates"]).unwrap().attrs["numSubordinates"], vec!["1"]);
+    assert_eq!(get_entry(&mut c, PEOPLE, vec!["numSubordinates"]).unwrap().attrs["numSubordinates"], vec!["0"]);
     // The moved entry still binds.
     assert_eq!(s.conn().simple_bind(&moved, "pw-old").unwrap().rc, 0);
     // Error codes.
     assert_eq!(add_user(&mut c, "taken").rc, 0);
-    assert_eq!(
-        c.modifydn(
-            &format!("uid=taken,{PEOPLE}"),
-            "uid=moved",
-            false,
-            Some(&groups)
-        )
-        .unwrap()
-        .rc,
-        68
-    );
-    assert_eq!(
-        c.modifydn(&format!("uid=ghost,{PEOPLE}"), "uid=g2", false, None)
-            .unwrap()
-            .rc,
-        32
-    );
-    assert_eq!(
-        c.modifydn(
-            &moved,
-            "uid=x",
-            false,
-            Some(&format!("ou=nowhere,{SUFFIX}"))
-        )
-        .unwrap()
-        .rc,
-        32
-    );
+    assert_eq!(c.modifydn(&format!("uid=taken,{PEOPLE}"), "uid=moved", false, Some(&groups)).unwrap().rc, 68);
+    assert_eq!(c.modifydn(&format!("uid=ghost,{PEOPLE}"), "uid=g2", false, None).unwrap().rc, 32);
+    assert_eq!(c.modifydn(&moved, "uid=x", false, Some(&format!("ou=nowhere,{SUFFIX}"))).unwrap().rc, 32);
     assert_eq!(c.delete(&format!("uid=taken,{PEOPLE}")).unwrap().rc, 0);
-    assert_eq!(
-        c.modifydn(PEOPLE, "ou=persons", false, None).unwrap().rc,
-        0,
-        "an empty ou is a leaf"
-    );
-    assert_eq!(
-        c.modifydn(&format!("ou=persons,{SUFFIX}"), "ou=people", false, None)
-            .unwrap()
-            .rc,
-        0
-    );
-    assert_eq!(
-        c.modifydn(&groups, "ou=teams", false, None).unwrap().rc,
-        66,
-        "subtree renames are refused for now"
-    );
+    assert_eq!(c.modifydn(PEOPLE, "ou=persons", false, None).unwrap().rc, 0, "an empty ou is a leaf");
+    assert_eq!(c.modifydn(&format!("ou=persons,{SUFFIX}"), "ou=people", false, None).unwrap().rc, 0);
+    assert_eq!(c.modifydn(&groups, "ou=teams", false, None).unwrap().rc, 66, "subtree renames are refused for now");
     assert_eq!(c.modifydn(&moved, "bad", false, None).unwrap().rc, 34);
     // Case-only rename stays the same entry.
     assert_eq!(c.modifydn(&moved, "uid=MOVED", false, None).unwrap().rc, 0);
-    assert_eq!(
-        get_entry(&mut c, &moved, vec![]).unwrap().dn,
-        format!("uid=MOVED,{groups}")
-    );
+    assert_eq!(get_entry(&mut c, &moved, vec![]).unwrap().dn, format!("uid=MOVED,{groups}"));
 }
 
 #[test]
@@ -335,28 +173,11 @@ fn compare_result_codes() {
     assert_eq!(add_user(&mut c, "cmp").rc, 0);
     let dn = format!("uid=cmp,{PEOPLE}");
     let mut anon = s.conn();
-    assert_eq!(
-        anon.compare(&dn, "sn", "user").unwrap().0.rc,
-        6,
-        "compareTrue, case-insensitive"
-    );
+    assert_eq!(anon.compare(&dn, "sn", "user").unwrap().0.rc, 6, "compareTrue, case-insensitive");
     assert_eq!(anon.compare(&dn, "surname", "other").unwrap().0.rc, 5);
     assert_eq!(anon.compare(&dn, "mail", "x").unwrap().0.rc, 16);
-    assert_eq!(
-        anon.compare(&format!("uid=ghost,{PEOPLE}"), "sn", "x")
-            .unwrap()
-            .0
-            .rc,
-        32
-    );
-    assert_eq!(
-        anon.compare(&dn, "userPassword", "pw-cmp").unwrap().0.rc,
-        50
-    );
-    assert_eq!(
-        c.compare(&dn, "userPassword", "pw-cmp").unwrap().0.rc,
-        6,
-        "verified against the hash"
-    );
+    assert_eq!(anon.compare(&format!("uid=ghost,{PEOPLE}"), "sn", "x").unwrap().0.rc, 32);
+    assert_eq!(anon.compare(&dn, "userPassword", "pw-cmp").unwrap().0.rc, 50);
+    assert_eq!(c.compare(&dn, "userPassword", "pw-cmp").unwrap().0.rc, 6, "verified against the hash");
     assert_eq!(c.compare(&dn, "userPassword", "nope").unwrap().0.rc, 5);
 }

@@ -36,12 +36,9 @@ fn storage_error(e: heed::Error) -> Error {
 
 impl LmdbStore {
     pub fn open(dir: &Path, sync: SyncMode, map_size: usize) -> Result<LmdbStore> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| Error::other(format!("{}: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir).map_err(|e| Error::other(format!("{}: {e}", dir.display())))?;
         let mut opts = EnvOpenOptions::new().read_txn_without_tls();
-        opts.map_size(map_size)
-            .max_dbs(TREES.len() as u32)
-            .max_readers(1024);
+        opts.map_size(map_size).max_dbs(TREES.len() as u32).max_readers(1024);
         if sync != SyncMode::Always {
             // SAFETY: NO_SYNC only weakens durability, never memory safety.
             unsafe { opts.flags(EnvFlags::NO_SYNC | EnvFlags::NO_META_SYNC) };
@@ -75,17 +72,11 @@ impl Store for LmdbStore {
     type Write<'a> = LmdbWrite<'a>;
 
     fn read(&self) -> Result<LmdbRead<'_>> {
-        Ok(LmdbRead {
-            txn: self.env.read_txn().map_err(storage_error)?,
-            dbs: &self.dbs,
-        })
+        Ok(LmdbRead { txn: self.env.read_txn().map_err(storage_error)?, dbs: &self.dbs })
     }
 
     fn write(&self) -> Result<LmdbWrite<'_>> {
-        Ok(LmdbWrite {
-            txn: self.env.write_txn().map_err(storage_error)?,
-            dbs: &self.dbs,
-        })
+        Ok(LmdbWrite { txn: self.env.write_txn().map_err(storage_error)?, dbs: &self.dbs })
     }
 
     fn sync(&self) -> Result<()> {
@@ -123,13 +114,7 @@ impl ReadTxn for LmdbRead<'_> {
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<&[u8]>> {
         get(&self.dbs[idx(tree)], &self.txn, key)
     }
-    fn scan(
-        &self,
-        tree: Tree,
-        prefix: &[u8],
-        from: &[u8],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<()> {
+    fn scan(&self, tree: Tree, prefix: &[u8], from: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
         scan(&self.dbs[idx(tree)], &self.txn, prefix, from, visit)
     }
 }
@@ -138,27 +123,17 @@ impl ReadTxn for LmdbWrite<'_> {
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<&[u8]>> {
         get(&self.dbs[idx(tree)], &self.txn, key)
     }
-    fn scan(
-        &self,
-        tree: Tree,
-        prefix: &[u8],
-        from: &[u8],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<()> {
+    fn scan(&self, tree: Tree, prefix: &[u8], from: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
         scan(&self.dbs[idx(tree)], &self.txn, prefix, from, visit)
     }
 }
 
 impl WriteTxn for LmdbWrite<'_> {
     fn put(&mut self, tree: Tree, key: &[u8], value: &[u8]) -> Result<()> {
-        self.dbs[idx(tree)]
-            .put(&mut self.txn, key, value)
-            .map_err(storage_error)
+        self.dbs[idx(tree)].put(&mut self.txn, key, value).map_err(storage_error)
     }
     fn delete(&mut self, tree: Tree, key: &[u8]) -> Result<bool> {
-        self.dbs[idx(tree)]
-            .delete(&mut self.txn, key)
-            .map_err(storage_error)
+        self.dbs[idx(tree)].delete(&mut self.txn, key).map_err(storage_error)
     }
     fn commit(self) -> Result<()> {
         self.txn.commit().map_err(storage_error)

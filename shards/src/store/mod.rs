@@ -76,13 +76,7 @@ pub trait ReadTxn {
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<&[u8]>>;
     /// Visits, in key order, the pairs whose key starts with `prefix` and is
     /// at least `from`, until `visit` returns false.
-    fn scan(
-        &self,
-        tree: Tree,
-        prefix: &[u8],
-        from: &[u8],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<()>;
+    fn scan(&self, tree: Tree, prefix: &[u8], from: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()>;
 }
 
 pub trait WriteTxn: ReadTxn {
