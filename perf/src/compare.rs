@@ -1,5 +1,451 @@
-pub fn run(_a: Args) -> anyhow::Result<()> {
-    anyhow::bail!("compare: not written yet")
-}
+//! `coredir-perf compare`: coredir and OpenLDAP slapd side by side, on the
+//! same machine, the same data and the same load.
+//!
+//! For each data-set size: generate the LDIF, bulk-load slapd (`slapadd`)
+//! and coredir (parallel `ldapadd` until coredir has an offline import),
+//! start slapd back-mdb, coredir with 1 shard (both pinned to CPU 0) and
+//! coredir with 2 shards (all CPUs), plus slapd back-null as the protocol
+//! ceiling; then run every scenario against each server in alternation
+//! (A B C A B C …), with the load pinned to CPU 1 (unpinned against the
+//! 2-shard server, which uses both CPUs). Each run records throughput,
+//! latency and the server's CPU time; the table gives medians with
+//! min–max and the ratio coredir/slapd.
+
+use crate::load::{self, Opts, Report, Scenario};
+use anyhow::{anyhow, bail, Context, Result};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Data-set sizes (users).
+    #[arg(long, value_delimiter = ',', default_values_t = [10_000usize, 100_000])]
+    users: Vec<usize>,
+    /// Runs per scenario and server.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Measured seconds per run.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
+    #[arg(long, default_value_t = 32)]
+    conns: usize,
+    #[arg(long, value_delimiter = ',', default_value = "bind,bindnew,search,read,modify,add,latency,mixed")]
+    scenarios: Vec<String>,
+    /// Where the table and the JSON lines are written.
+    #[arg(long, default_value = "perf/results")]
+    out: PathBuf,
+}
+
+const SUFFIX: &str = "dc=example,dc=com";
+const ROOT_DN: &str = "cn=admin,dc=example,dc=com";
+const ROOT_PW: &str = "secret";
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    SlapdMdb,
+    SlapdNull,
+    Coredir(usize),
+}
+
+struct Server {
+    name: &'static str,
+    kind: Kind,
+    port: u16,
+    pid: u32,
+    child: Option<Child>,
+    load_seconds: Option<f64>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SAFETY: signalling a process we started.
+        unsafe { libc::kill(self.pid as i32, libc::SIGTERM) };
+        if let Some(c) = &mut self.child {
+            let _ = c.wait();
+        }
+    }
+}
+
+pub fn run(args: Args) -> Result<()> {
+    ensure_packages()?;
+    let coredir = std::env::current_exe()?.with_file_name("coredir");
+    if !coredir.exists() {
+        bail!("{} is missing: run `cargo build --release --workspace` first (perf/compare does)", coredir.display());
+    }
+    std::fs::create_dir_all(&args.out)?;
+    let mut report = String::new();
+    writeln!(report, "{}", machine())?;
+    for &users in &args.users {
+        let work = tempdir()?;
+        eprintln!("== {users} users (work dir {})", work.display());
+        let table = one_size(&args, &coredir, &work, users)?;
+        writeln!(report, "\n### {users} users\n\n{table}")?;
+        let _ = std::fs::remove_dir_all(&work);
+    }
+    let path = args.out.join("latest.md");
+    std::fs::write(&path, &report)?;
+    println!("{report}");
+    eprintln!("written to {}", path.display());
+    Ok(())
+}
+
+fn ensure_packages() -> Result<()> {
+    if Path::new("/usr/sbin/slapd").exists() && Path::new("/usr/bin/ldapadd").exists() {
+        return Ok(());
+    }
+    eprintln!("installing slapd and ldap-utils with apt-get");
+    let ok = Command::new("sh")
+        .args(["-c", "apt-get install -y slapd ldap-utils || (apt-get update && apt-get install -y slapd ldap-utils)"])
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .status()?
+        .success();
+    // The package starts a system slapd on port 389; it is not ours.
+    let _ = Command::new("sh").args(["-c", "service slapd stop || true"]).status();
+    if !ok {
+        bail!("could not install slapd and ldap-utils");
+    }
+    Ok(())
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_default();
+    let slapd = Command::new("/usr/sbin/slapd")
+        .arg("-VV")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stderr).lines().next().unwrap_or("").trim().to_string())
+        .unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!(
+        "machine: {} CPUs ({cpu}), kernel {}; {slapd}",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        kernel.trim()
+    )
+}
+
+fn tempdir() -> Result<PathBuf> {
+    let out = Command::new("mktemp").args(["-d", "/tmp/coredir-compare.XXXXXX"]).output()?;
+    Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn one_size(args: &Args, coredir: &Path, work: &Path, users: usize) -> Result<String> {
+    let full = work.join("full.ldif");
+    let nobase = work.join("users.ldif");
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&full)?);
+    crate::ldif::write(&mut f, SUFFIX, users, 100, true)?;
+    drop(f);
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&nobase)?);
+    crate::ldif::write(&mut f, SUFFIX, users, 100, false)?;
+    drop(f);
+    let mut servers = vec![
+        start_slapd(work, Kind::SlapdMdb, &full)?,
+        start_coredir(coredir, work, 1, &nobase)?,
+        start_coredir(coredir, work, 2, &nobase)?,
+        start_slapd(work, Kind::SlapdNull, &full)?,
+    ];
+    let mut results: BTreeMap<(String, &'static str), Vec<Sample>> = BTreeMap::new();
+    for scenario in &args.scenarios {
+        for run in 0..args.runs {
+            for server in &mut servers {
+                if server.kind == Kind::SlapdNull
+                    && !matches!(scenario.as_str(), "bind" | "bindnew" | "search" | "latency")
+                {
+                    continue;
+                }
+                eprintln!("   {scenario} run {} on {}", run + 1, server.name);
+                let s = measure(args, server, scenario, users, run)?;
+                let line = serde_json::json!({"users": users, "server": server.name, "scenario": scenario, "run": run,
+                    "ops_per_s": s.report.ops_per_s, "p50_us": s.report.p50_us, "p99_us": s.report.p99_us,
+                    "p999_us": s.report.p999_us, "errors": s.report.errors, "server_cpu_s": s.cpu_seconds,
+                    "seconds": s.report.seconds});
+                append(&args.out.join("runs.jsonl"), &line.to_string())?;
+                if s.report.errors > 0 {
+                    eprintln!("   {} errors; first: {:?}", s.report.errors, s.report.first_error);
+                }
+                results.entry((scenario.clone(), server.name)).or_default().push(s);
+            }
+        }
+    }
+    let rss: Vec<(&str, u64)> = servers.iter().map(|s| (s.name, peak_rss_kib(s.pid))).collect();
+    Ok(table(args, &servers, &results, &rss))
+}
+
+fn append(path: &Path, line: &str) -> Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+    writeln!(f, "{line}")?;
+    Ok(())
+}
+
+fn slapd_conf(dir: &Path, kind: Kind) -> String {
+    let d = dir.display();
+    let head = format!(
+        "include /etc/ldap/schema/core.schema\ninclude /etc/ldap/schema/cosine.schema\n\
+         include /etc/ldap/schema/inetorgperson.schema\ninclude /etc/ldap/schema/nis.schema\n\
+         modulepath /usr/lib/ldap\nmoduleload {}\npidfile {d}/slapd.pid\nargsfile {d}/slapd.args\nloglevel 0\nthreads 16\n",
+        if kind == Kind::SlapdNull { "back_null" } else { "back_mdb" }
+    );
+    match kind {
+        Kind::SlapdNull => format!("{head}database null\nsuffix \"{SUFFIX}\"\nrootdn \"{ROOT_DN}\"\nbind on\ndosearch on\n"),
+        _ => format!(
+            "{head}access to attrs=userPassword\n  by self write\n  by anonymous auth\n  by * none\naccess to *\n  by * read\n\
+             database mdb\nsuffix \"{SUFFIX}\"\nrootdn \"{ROOT_DN}\"\nrootpw {ROOT_PW}\ndirectory {d}/db\nmaxsize 10737418240\n\
+             index objectClass eq\nindex uid eq\nindex cn eq,sub\nindex mail eq\nindex uidNumber eq\nindex memberUid eq\n"
+        ),
+    }
+}
+
+fn start_slapd(work: &Path, kind: Kind, ldif: &Path) -> Result<Server> {
+    let name = if kind == Kind::SlapdNull { "slapd-null" } else { "slapd-mdb" };
+    let dir = work.join(name);
+    std::fs::create_dir_all(dir.join("db"))?;
+    let conf = dir.join("slapd.conf");
+    std::fs::write(&conf, slapd_conf(&dir, kind))?;
+    let mut load_seconds = None;
+    if kind == Kind::SlapdMdb {
+        let t = Instant::now();
+        let out = Command::new("taskset")
+            .args(["-c", "0", "/usr/sbin/slapadd", "-q", "-f"])
+            .arg(&conf)
+            .arg("-l")
+            .arg(ldif)
+            .output()?;
+        if !out.status.success() {
+            bail!("slapadd failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        load_seconds = Some(t.elapsed().as_secs_f64());
+    }
+    let port = free_port()?;
+    let out = Command::new("taskset")
+        .args(["-c", "0", "/usr/sbin/slapd", "-h", &format!("ldap://127.0.0.1:{port}/"), "-f"])
+        .arg(&conf)
+        .output()?;
+    if !out.status.success() {
+        bail!("slapd failed to start: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let pidfile = dir.join("slapd.pid");
+    let pid = wait_for(|| std::fs::read_to_string(&pidfile).ok().and_then(|p| p.trim().parse().ok()))
+        .ok_or_else(|| anyhow!("slapd wrote no pid file"))?;
+    wait_for(|| std::net::TcpStream::connect(("127.0.0.1", port)).ok())
+        .ok_or_else(|| anyhow!("slapd does not listen"))?;
+    Ok(Server { name, kind, port, pid, child: None, load_seconds })
+}
+
+fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    for _ in 0..200 {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+fn start_coredir(coredir: &Path, work: &Path, shards: usize, ldif: &Path) -> Result<Server> {
+    let name = if shards == 1 { "coredir-1" } else { "coredir-2" };
+    let dir = work.join(name);
+    let port = free_port()?;
+    let mut cmd = if shards == 1 {
+        let mut c = Command::new("taskset");
+        c.args(["-c", "0"]).arg(coredir);
+        c
+    } else {
+        Command::new(coredir)
+    };
+    let mut child = cmd
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--shards", &shards.to_string(), "--data"])
+        .arg(&dir)
+        .env("COREDIR_ROOT_PASSWORD", ROOT_PW)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    loop {
+        match lines.next() {
+            Some(Ok(l)) if l.starts_with("coredir: listening on") => break,
+            Some(Ok(_)) => {}
+            _ => bail!("coredir ({shards} shards) did not start"),
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    let pid = child.id();
+    // Until coredir has its offline import: four parallel ldapadd clients.
+    let t = Instant::now();
+    let text = std::fs::read_to_string(ldif)?;
+    let records: Vec<&str> = text.split("\n\n").filter(|r| r.starts_with("dn:")).collect();
+    let parts: Vec<String> =
+        (0..4).map(|i| records.iter().skip(i).step_by(4).map(|r| format!("{r}\n\n")).collect()).collect();
+    let loaders: Vec<_> = parts
+        .into_iter()
+        .map(|part| {
+            let mut c = Command::new("ldapadd")
+                .args(["-x", "-H", &format!("ldap://127.0.0.1:{port}"), "-D", ROOT_DN, "-w", ROOT_PW])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("ldapadd");
+            let mut stdin = c.stdin.take().unwrap();
+            std::thread::spawn(move || std::io::Write::write_all(&mut stdin, part.as_bytes()));
+            c
+        })
+        .collect();
+    for l in loaders {
+        let out = l.wait_with_output()?;
+        if !out.status.success() {
+            bail!("ldapadd into {name} failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    let load_seconds = Some(t.elapsed().as_secs_f64());
+    Ok(Server { name, kind: Kind::Coredir(shards), port, pid, child: Some(child), load_seconds })
+}
+
+struct Sample {
+    report: Report,
+    cpu_seconds: f64,
+}
+
+fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn measure(args: &Args, server: &Server, scenario: &str, users: usize, run: usize) -> Result<Sample> {
+    let (scn, conns) = match scenario {
+        "latency" => (Scenario::Search, 1),
+        "mixed" => (Scenario::Mixed, 8),
+        other => (
+            <Scenario as clap::ValueEnum>::from_str(other, true).map_err(|e| anyhow!("scenario {other}: {e}"))?,
+            args.conns,
+        ),
+    };
+    let opts = Opts {
+        addr: format!("127.0.0.1:{}", server.port),
+        scenario: scn,
+        conns,
+        depth: 1,
+        duration: Duration::from_secs_f64(args.duration),
+        warmup: Duration::from_secs_f64(args.warmup),
+        users,
+        base: SUFFIX.into(),
+        bind_dn: ROOT_DN.into(),
+        bind_pw: ROOT_PW.into(),
+        // The 2-shard server uses both CPUs; the load then shares them.
+        cpu: (server.kind != Kind::Coredir(2)).then_some(1),
+        tag: format!("{}-{run}-{}", server.name, rand::random::<u32>()),
+        check_dn: server.kind != Kind::SlapdNull,
+        server_pid: Some(server.pid),
+    };
+    let report = load::run(opts).context(format!("{scenario} against {}", server.name))?;
+    Ok(Sample { cpu_seconds: report.server_cpu_s, report })
+}
+
+fn median_range(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(|a, b| a.total_cmp(b));
+    (v[v.len() / 2], v[0], v[v.len() - 1])
+}
+
+fn fmt(v: (f64, f64, f64), unit: &str) -> String {
+    if v.0 >= 100.0 {
+        format!("{:.0}{unit} ({:.0}–{:.0})", v.0, v.1, v.2)
+    } else {
+        format!("{:.2}{unit} ({:.2}–{:.2})", v.0, v.1, v.2)
+    }
+}
+
+fn table(
+    args: &Args,
+    servers: &[Server],
+    results: &BTreeMap<(String, &'static str), Vec<Sample>>,
+    rss: &[(&str, u64)],
+) -> String {
+    let names: Vec<&str> = servers.iter().map(|s| s.name).collect();
+    let mut t = String::new();
+    let _ = writeln!(t, "| figure | {} | coredir-1 / slapd-mdb | coredir-2 / slapd-mdb |", names.join(" | "));
+    let _ = writeln!(t, "|---|{}---|---|", "---|".repeat(names.len()));
+    let mut row = |label: String, cell: &dyn Fn(&str) -> Option<(f64, f64, f64)>, unit: &str, lower_is_better: bool| {
+        let vals: Vec<Option<(f64, f64, f64)>> = names.iter().map(|n| cell(n)).collect();
+        let ratio = |i: usize| match (vals[i], vals[0]) {
+            (Some(c), Some(s)) if s.0 > 0.0 => {
+                let r = c.0 / s.0;
+                format!("{r:.2}×{}", if lower_is_better { " (lower is better)" } else { "" })
+            }
+            _ => "–".into(),
+        };
+        let cells: Vec<String> = vals.iter().map(|v| v.map(|v| fmt(v, unit)).unwrap_or("–".into())).collect();
+        let _ = writeln!(t, "| {label} | {} | {} | {} |", cells.join(" | "), ratio(1), ratio(2));
+    };
+    let load = |n: &str| servers.iter().find(|s| s.name == n).and_then(|s| s.load_seconds).map(|v| (v, v, v));
+    row("bulk load (s; slapadd vs 4× ldapadd)".into(), &load, " s", true);
+    for scenario in &args.scenarios {
+        let get = |n: &str| results.get(&(scenario.clone(), names.iter().copied().find(|x| *x == n).unwrap()));
+        match scenario.as_str() {
+            "latency" => {
+                row(
+                    "latency, 1 conn, search p50 (µs)".into(),
+                    &|n| get(n).map(|s| median_range(s.iter().map(|x| x.report.p50_us).collect())),
+                    "",
+                    true,
+                );
+                row(
+                    "latency, 1 conn, search p99 (µs)".into(),
+                    &|n| get(n).map(|s| median_range(s.iter().map(|x| x.report.p99_us).collect())),
+                    "",
+                    true,
+                );
+            }
+            "mixed" => {
+                row(
+                    "mixed sequence ×2, 8 conns (s)".into(),
+                    &|n| get(n).map(|s| median_range(s.iter().map(|x| x.report.seconds).collect())),
+                    " s",
+                    true,
+                );
+            }
+            _ => {
+                row(
+                    format!("{scenario} ops/s, {} conns", args.conns),
+                    &|n| get(n).map(|s| median_range(s.iter().map(|x| x.report.ops_per_s).collect())),
+                    "",
+                    false,
+                );
+                row(
+                    format!("{scenario} ops per server CPU-second"),
+                    &|n| {
+                        get(n).map(|s| {
+                            median_range(s.iter().map(|x| x.report.ops as f64 / x.cpu_seconds.max(1e-9)).collect())
+                        })
+                    },
+                    "",
+                    false,
+                );
+            }
+        }
+    }
+    row(
+        "peak RSS (MiB)".into(),
+        &|n| rss.iter().find(|r| r.0 == n).map(|r| (r.1 as f64 / 1024.0, r.1 as f64 / 1024.0, r.1 as f64 / 1024.0)),
+        "",
+        true,
+    );
+    t
+}

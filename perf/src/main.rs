@@ -63,6 +63,9 @@ struct LoadArgs {
     /// Label for the output.
     #[arg(long, default_value = "server")]
     label: String,
+    /// Do not check the DN of search results (for slapd's back-null).
+    #[arg(long)]
+    any_dn: bool,
 }
 
 #[derive(Subcommand)]
@@ -132,6 +135,8 @@ fn opts(a: &LoadArgs) -> Opts {
         bind_pw: a.bind_pw.clone(),
         cpu: a.cpu,
         tag: format!("{}-{}", std::process::id(), rand::random::<u32>()),
+        check_dn: !a.any_dn,
+        server_pid: None,
     }
 }
 

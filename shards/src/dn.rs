@@ -176,6 +176,15 @@ impl Rdn {
     }
 
     fn from_avas(mut avas: Vec<Ava>) -> Rdn {
+        if avas.len() == 1 {
+            let attr = matching::canonical(&avas[0].attr);
+            let value = matching::normalize(&attr, &avas[0].value);
+            let mut norm = String::with_capacity(attr.len() + value.len() + 1);
+            norm.push_str(&attr);
+            norm.push('=');
+            escape_value(&value, &mut norm);
+            return Rdn { avas, norm };
+        }
         let mut parts: Vec<String> = avas
             .iter()
             .map(|a| {

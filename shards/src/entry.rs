@@ -157,7 +157,10 @@ impl Entry {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Entry> {
-        let view = EntryView::new(bytes)?;
+        Entry::decode_view(&EntryView::new(bytes)?)
+    }
+
+    pub fn decode_view(view: &EntryView<'_>) -> Result<Entry> {
         Ok(Entry {
             dn: view.dn().to_string(),
             attrs: view

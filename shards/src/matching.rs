@@ -70,9 +70,17 @@ pub fn canonical(name: &str) -> Cow<'_, str> {
     lower
 }
 
-/// Whether two attribute descriptions name the same type.
+/// Whether two attribute descriptions name the same type (allocation-free:
+/// it runs for every attribute an entry is searched for).
 pub fn same_attr(a: &str, b: &str) -> bool {
-    a.eq_ignore_ascii_case(b) || canonical(a) == canonical(b)
+    if a.eq_ignore_ascii_case(b) {
+        return true;
+    }
+    let alias = |n: &str| ALIASES.iter().position(|(s, l)| n.eq_ignore_ascii_case(s) || n.eq_ignore_ascii_case(l));
+    match alias(a) {
+        Some(i) => alias(b) == Some(i),
+        None => false,
+    }
 }
 
 pub fn is_operational(name: &str) -> bool {

@@ -8,7 +8,7 @@
 //! answers every request of the batch only after the commit: group commit,
 //! with the reactor serving reads meanwhile and never waiting on fsync.
 
-use crate::entry::Entry;
+use crate::entry::{Entry, EntryView};
 use crate::error::{Error, Result};
 use crate::manifest::Manifest;
 use crate::store::{Engine, ReadTxn, Store, SyncMode, Tree};
@@ -126,13 +126,17 @@ impl Shard {
 
     /// Reads an entry through a snapshot of its owner's store.
     pub fn get_entry(&self, key: &[u8]) -> Result<Option<Entry>> {
+        self.with_entry(key, Entry::decode_view)?.transpose()
+    }
+
+    /// Runs `f` on an entry in place, inside a snapshot of its owner's
+    /// store (no copy of the entry); `None` when there is no such entry.
+    pub fn with_entry<R>(&self, key: &[u8], f: impl FnOnce(&EntryView<'_>) -> R) -> Result<Option<R>> {
         let txn = self.store_for(key).read()?;
-        let Some(id) = txn.get(Tree::Dn2id, key)? else {
-            return Ok(None);
-        };
+        let Some(id) = txn.get(Tree::Dn2id, key)? else { return Ok(None) };
         let bytes =
             txn.get(Tree::Id2entry, id)?.ok_or_else(|| Error::other("dn2id names a missing id2entry record"))?;
-        Entry::decode(bytes).map(Some)
+        Ok(Some(f(&EntryView::new(bytes)?)))
     }
 
     /// Sends a write to the owner of `key` and waits for its durable result.

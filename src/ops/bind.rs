@@ -10,6 +10,7 @@ use crate::ops::result;
 use ldap3_proto::proto::{LdapBindCred, LdapBindRequest, LdapResult};
 use ldap3_proto::LdapResultCode;
 use shards::dn::Dn;
+use shards::matching::same_attr;
 use shards::{password, Error, Result};
 use std::rc::Rc;
 
@@ -51,13 +52,15 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Identity> {
             Err(invalid())
         };
     }
-    let entry = ctx.shard.get_entry(&dn.key())?.ok_or_else(invalid)?;
-    let ok = entry.get("userPassword").is_some_and(|a| a.vals.iter().any(|v| password::verify(v, password)));
-    if ok {
-        Ok(Identity::User(Rc::from(entry.dn.as_str())))
-    } else {
-        Err(invalid())
-    }
+    // Checked in place in the snapshot: a bind copies nothing but the DN.
+    let bound = ctx.shard.with_entry(&dn.key(), |e| {
+        let ok = e
+            .attrs()
+            .filter(|a| same_attr(a.name, "userPassword"))
+            .any(|a| a.vals().any(|v| password::verify(v, password)));
+        ok.then(|| Rc::from(e.dn()))
+    })?;
+    bound.flatten().map(Identity::User).ok_or_else(invalid)
 }
 
 fn invalid() -> Error {
