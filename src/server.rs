@@ -73,6 +73,11 @@ pub fn serve(config: Config) -> Result<()> {
     if created {
         bootstrap(&config, &manifest, &stores)?;
     }
+    let fixed = shards::repair::children_counts(&manifest, &stores)
+        .map_err(|e| anyhow!("checking child counts: {}", e.message))?;
+    if fixed > 0 {
+        eprintln!("coredir: corrected {fixed} child counts left by an interrupted write");
+    }
 
     let mut addr = config.listen_addr()?;
     let mut fds = Vec::with_capacity(n_shards);

@@ -6,8 +6,8 @@
 //! start slapd back-mdb, coredir with 1 shard (both pinned to CPU 0) and
 //! coredir with 2 shards (all CPUs), plus slapd back-null as the protocol
 //! ceiling; then run every scenario against each server in alternation
-//! (A B C A B C …), with the load pinned to CPU 1 (unpinned against the
-//! 2-shard server, which uses both CPUs). Each run records throughput,
+//! (A B C A B C …), with the load pinned to CPU 1 (against the 2-shard
+//! server, which uses both CPUs, one load reactor on each CPU). Each run records throughput,
 //! latency and the server's CPU time; the table gives medians with
 //! min–max and the ratio coredir/slapd.
 
@@ -159,7 +159,14 @@ fn one_size(args: &Args, coredir: &Path, work: &Path, users: usize) -> Result<St
         start_slapd(work, Kind::SlapdNull, &full)?,
     ];
     let mut results: BTreeMap<(String, &'static str), Vec<Sample>> = BTreeMap::new();
+    // Memory is compared on the loaded data set before any write scenario
+    // grows it (a faster server adds more entries in the same time).
+    let mut rss_loaded: Vec<(&str, u64)> = Vec::new();
+    let writes = |s: &str| matches!(s, "modify" | "add" | "mixed");
     for scenario in &args.scenarios {
+        if writes(scenario) && rss_loaded.is_empty() {
+            rss_loaded = servers.iter().map(|s| (s.name, rss_kib(s.pid, "VmHWM:"))).collect();
+        }
         for run in 0..args.runs {
             for server in &mut servers {
                 if server.kind == Kind::SlapdNull
@@ -181,8 +188,19 @@ fn one_size(args: &Args, coredir: &Path, work: &Path, users: usize) -> Result<St
             }
         }
     }
-    let rss: Vec<(&str, u64)> = servers.iter().map(|s| (s.name, peak_rss_kib(s.pid))).collect();
-    Ok(table(args, &servers, &results, &rss))
+    if rss_loaded.is_empty() {
+        rss_loaded = servers.iter().map(|s| (s.name, rss_kib(s.pid, "VmHWM:"))).collect();
+    }
+    let rss_end: Vec<(&str, u64)> = servers.iter().map(|s| (s.name, rss_kib(s.pid, "VmHWM:"))).collect();
+    Ok(table(
+        args,
+        &servers,
+        &results,
+        &[
+            ("peak RSS, loaded data set, before writes (MiB)", rss_loaded),
+            ("peak RSS at the end, after the write scenarios (MiB)", rss_end),
+        ],
+    ))
 }
 
 fn append(path: &Path, line: &str) -> Result<()> {
@@ -320,12 +338,11 @@ struct Sample {
     cpu_seconds: f64,
 }
 
-fn peak_rss_kib(pid: u32) -> u64 {
+/// A memory figure of /proc/PID/status (`VmHWM:` is the peak RSS), in KiB.
+fn rss_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
+        .and_then(|s| s.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
         .unwrap_or(0)
 }
 
@@ -349,8 +366,10 @@ fn measure(args: &Args, server: &Server, scenario: &str, users: usize, run: usiz
         base: SUFFIX.into(),
         bind_dn: ROOT_DN.into(),
         bind_pw: ROOT_PW.into(),
-        // The 2-shard server uses both CPUs; the load then shares them.
-        cpu: (server.kind != Kind::Coredir(2)).then_some(1),
+        // The 2-shard server uses both CPUs; the load then shares them, one
+        // reactor per CPU, so that SO_INCOMING_CPU steers connections to
+        // both shards.
+        cpus: if server.kind == Kind::Coredir(2) { vec![0, 1] } else { vec![1] },
         tag: format!("{}-{run}-{}", server.name, rand::random::<u32>()),
         check_dn: server.kind != Kind::SlapdNull,
         server_pid: Some(server.pid),
@@ -376,7 +395,7 @@ fn table(
     args: &Args,
     servers: &[Server],
     results: &BTreeMap<(String, &'static str), Vec<Sample>>,
-    rss: &[(&str, u64)],
+    rss: &[(&str, Vec<(&str, u64)>)],
 ) -> String {
     let names: Vec<&str> = servers.iter().map(|s| s.name).collect();
     let mut t = String::new();
@@ -441,11 +460,9 @@ fn table(
             }
         }
     }
-    row(
-        "peak RSS (MiB)".into(),
-        &|n| rss.iter().find(|r| r.0 == n).map(|r| (r.1 as f64 / 1024.0, r.1 as f64 / 1024.0, r.1 as f64 / 1024.0)),
-        "",
-        true,
-    );
+    for (label, values) in rss {
+        let mib = |n: &str| values.iter().find(|r| r.0 == n).map(|r| r.1 as f64 / 1024.0).map(|v| (v, v, v));
+        row(label.to_string(), &mib, "", true);
+    }
     t
 }

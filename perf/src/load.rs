@@ -37,7 +37,9 @@ pub struct Opts {
     pub base: String,
     pub bind_dn: String,
     pub bind_pw: String,
-    pub cpu: Option<usize>,
+    /// One load reactor pinned to each of these CPUs (connections split
+    /// between them); none: one unpinned reactor. Mixed uses the first only.
+    pub cpus: Vec<usize>,
     /// Distinguishes the DNs of entries added by different runs.
     pub tag: String,
     /// Check that searches return the expected DN (off for slapd's
@@ -110,17 +112,46 @@ impl Shared {
 }
 
 pub fn run(opts: Opts) -> Result<Report> {
-    let placement = opts.cpu.map(Placement::Fixed).unwrap_or(Placement::Unbound);
-    LocalExecutorBuilder::new(placement)
-        .name("coredir-perf")
-        .io_memory(512 << 10)
-        .spawn(move || async move { drive(opts).await })
-        .map_err(|e| anyhow!("starting the load reactor: {e}"))?
-        .join()
-        .map_err(|e| anyhow!("load reactor: {e:?}"))?
+    let n = if opts.scenario == Scenario::Mixed { 1 } else { opts.cpus.len().max(1) };
+    let handles = (0..n)
+        .map(|i| {
+            let mut o = opts.clone();
+            o.conns = opts.conns / n + usize::from(i < opts.conns % n);
+            o.tag = format!("{}-{i}", opts.tag);
+            // The first reactor samples the server's CPU time.
+            o.server_pid = opts.server_pid.filter(|_| i == 0);
+            let placement = opts.cpus.get(i).map_or(Placement::Unbound, |c| Placement::Fixed(*c));
+            LocalExecutorBuilder::new(placement)
+                .name("coredir-perf")
+                .io_memory(512 << 10)
+                .spawn(move || async move { drive(o).await })
+                .map_err(|e| anyhow!("starting a load reactor: {e}"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut parts = Vec::new();
+    for h in handles {
+        parts.push(h.join().map_err(|e| anyhow!("load reactor: {e:?}"))??);
+    }
+    Ok(merge(parts))
 }
 
-async fn drive(opts: Opts) -> Result<Report> {
+/// One report from several reactors' (reports, histograms).
+fn merge(parts: Vec<(Report, Histogram<u64>)>) -> Report {
+    let mut iter = parts.into_iter();
+    let (mut total, mut hist) = iter.next().expect("at least one reactor");
+    for (r, h) in iter {
+        let _ = hist.add(&h);
+        total.ops += r.ops;
+        total.errors += r.errors;
+        total.ops_per_s += r.ops_per_s;
+        total.first_error = total.first_error.or(r.first_error);
+    }
+    let q = |p: f64| if hist.is_empty() { 0.0 } else { hist.value_at_quantile(p) as f64 };
+    (total.p50_us, total.p99_us, total.p999_us) = (q(0.5), q(0.99), q(0.999));
+    total
+}
+
+async fn drive(opts: Opts) -> Result<(Report, Histogram<u64>)> {
     let shared = Rc::new(Shared {
         opts: opts.clone(),
         hist: RefCell::new(Histogram::new_with_bounds(1, 60_000_000, 3)?),
@@ -161,7 +192,8 @@ async fn drive(opts: Opts) -> Result<Report> {
     }
     let mut r = report(&shared, seconds);
     r.server_cpu_s = cpu1 - cpu0;
-    Ok(r)
+    let hist = shared.hist.borrow().clone();
+    Ok((r, hist))
 }
 
 fn report(shared: &Shared, seconds: f64) -> Report {
@@ -387,7 +419,7 @@ async fn connection(shared: &Shared, conn: usize) -> Result<()> {
 }
 
 /// The classic mixed sequence, twice; reports the total and per-phase times.
-async fn mixed(shared: Rc<Shared>) -> Result<Report> {
+async fn mixed(shared: Rc<Shared>) -> Result<(Report, Histogram<u64>)> {
     let mut conns = Vec::new();
     for _ in 0..shared.opts.conns {
         conns.push(Rc::new(RefCell::new(Conn::open(&shared, true).await?)));
@@ -427,7 +459,8 @@ async fn mixed(shared: Rc<Shared>) -> Result<Report> {
     let mut r = report(&shared, seconds);
     r.phases = phases;
     r.server_cpu_s = shared.opts.server_pid.map(cpu_seconds).unwrap_or(0.0) - cpu0;
-    Ok(r)
+    let hist = shared.hist.borrow().clone();
+    Ok((r, hist))
 }
 
 async fn run_phase(shared: &Shared, c: &mut Conn) -> Result<()> {

@@ -57,9 +57,10 @@ struct LoadArgs {
     bind_dn: String,
     #[arg(long, default_value = "secret")]
     bind_pw: String,
-    /// Pin the load reactor to this CPU.
-    #[arg(long)]
-    cpu: Option<usize>,
+    /// Run one load reactor pinned to each of these CPUs (e.g. `1` or `0,1`);
+    /// without it, one unpinned reactor.
+    #[arg(long, value_delimiter = ',')]
+    cpus: Vec<usize>,
     /// Label for the output.
     #[arg(long, default_value = "server")]
     label: String,
@@ -133,7 +134,7 @@ fn opts(a: &LoadArgs) -> Opts {
         base: a.base.clone(),
         bind_dn: a.bind_dn.clone(),
         bind_pw: a.bind_pw.clone(),
-        cpu: a.cpu,
+        cpus: a.cpus.clone(),
         tag: format!("{}-{}", std::process::id(), rand::random::<u32>()),
         check_dn: !a.any_dn,
         server_pid: None,

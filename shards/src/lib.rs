@@ -23,6 +23,7 @@
 //! - `store`: the `Store` trait (trees `dn2id`, `id2entry`, `children`,
 //!   `meta`) and its LMDB engine.
 //! - `write`: `WriteOp`s as applied by an owner inside one transaction.
+//! - `repair`: start-up recount of child counts after a crash.
 //! - `shard`: `Shard`, routing of writes to owners over the mesh, and the
 //!   group-commit loop.
 //!
@@ -44,6 +45,7 @@ pub mod index;
 pub mod manifest;
 pub mod matching;
 pub mod password;
+pub mod repair;
 pub mod shard;
 pub mod store;
 pub mod write;

@@ -41,20 +41,6 @@ pub const OPERATIONAL: &[&str] = &[
     "structuralobjectclass",
 ];
 
-/// Operational attributes a client may not write.
-pub const NO_USER_MODIFICATION: &[&str] = &[
-    "entryuuid",
-    "entrydn",
-    "createtimestamp",
-    "modifytimestamp",
-    "creatorsname",
-    "modifiersname",
-    "hassubordinates",
-    "numsubordinates",
-    "subschemasubentry",
-    "structuralobjectclass",
-];
-
 /// The canonical lower-case short name of an attribute type.
 pub fn canonical(name: &str) -> Cow<'_, str> {
     let lower: Cow<'_, str> = if name.bytes().any(|b| b.is_ascii_uppercase()) {
@@ -87,8 +73,10 @@ pub fn is_operational(name: &str) -> bool {
     OPERATIONAL.contains(&canonical(name).as_ref())
 }
 
+/// Every operational attribute this server knows is maintained by the
+/// server itself (RFC 4512 NO-USER-MODIFICATION).
 pub fn is_no_user_modification(name: &str) -> bool {
-    NO_USER_MODIFICATION.contains(&canonical(name).as_ref())
+    is_operational(name)
 }
 
 fn case_exact(attr: &str) -> bool {

@@ -100,7 +100,8 @@ fn scan(
     visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
 ) -> Result<()> {
     let start = if from > prefix { from } else { prefix };
-    let range = (Bound::Included(start), Bound::Unbounded);
+    // LMDB refuses empty keys, so an empty start means the first key.
+    let range = (if start.is_empty() { Bound::Unbounded } else { Bound::Included(start) }, Bound::Unbounded);
     for item in db.range(txn, &range).map_err(storage_error)? {
         let (k, v) = item.map_err(storage_error)?;
         if !k.starts_with(prefix) || !visit(k, v) {
