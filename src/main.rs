@@ -14,7 +14,7 @@
 //!
 //! ## Entry points
 //!
-//! - `main` -> `run`: the command line (`coredir serve`).
+//! - `main` -> `run`: the command line (`coredir serve`, `import`, `export`).
 //! - `server::serve`: start-up, one reactor per shard, readiness.
 //! - `listener::run` -> `conn::serve`: accept, then one connection's read
 //!   loop; `ops::dispatch` is the one `match` over LDAP operations.
@@ -24,6 +24,7 @@
 //! - `config`: the TOML configuration and its validation.
 //! - `server`: data directory, manifest, stores, reactors, `Ctx`.
 //! - `listener`: per-shard socket (socket2) and accept loop.
+//! - `import`, `export`: offline LDIF load (parallel per shard) and dump.
 //! - `conn`: framing with PDU limits, read loop, writer task, `Identity`.
 //! - `ber`: direct BER encoding of search entries; PDU header peeking.
 //! - `ops/`: one file per LDAP operation (`bind`, `search`, `add`,
@@ -46,6 +47,8 @@
 mod ber;
 mod config;
 mod conn;
+mod export;
+mod import;
 mod listener;
 mod ops;
 mod server;
@@ -78,6 +81,31 @@ enum Command {
         #[arg(long)]
         shards: Option<usize>,
     },
+    /// Load an LDIF file offline (like slapadd); creates the database when
+    /// the data directory is empty.
+    Import {
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long)]
+        data: Option<PathBuf>,
+        #[arg(long)]
+        shards: Option<usize>,
+        /// The LDIF file (content records only).
+        file: PathBuf,
+    },
+    /// Write the directory as LDIF (like slapcat), offline or while serving.
+    Export {
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Output file; standard output by default.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Leave out operational attributes (entryUUID, timestamps, ...).
+        #[arg(long)]
+        no_operational: bool,
+    },
 }
 
 fn main() {
@@ -90,20 +118,30 @@ fn main() {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Serve { config, listen, data, shards } => {
-            let mut config = config::Config::load(config.as_deref())?;
+            let mut config = load_config(config, data, shards)?;
             if let Some(listen) = listen {
                 config.server.listen = listen;
             }
-            if let Some(data) = data {
-                config.server.data = data;
-            }
-            if let Some(shards) = shards {
-                if shards == 0 {
-                    anyhow::bail!("--shards: must be at least 1");
-                }
-                config.server.shards = shards;
-            }
             server::serve(config)
         }
+        Command::Import { config, data, shards, file } => import::run(load_config(config, data, shards)?, &file),
+        Command::Export { config, data, out, no_operational } => {
+            export::run(load_config(config, data, None)?, out.as_deref(), !no_operational)
+        }
     }
+}
+
+/// The configuration file (or the defaults) with the common flags on top.
+fn load_config(file: Option<PathBuf>, data: Option<PathBuf>, shards: Option<usize>) -> Result<config::Config> {
+    let mut config = config::Config::load(file.as_deref())?;
+    if let Some(data) = data {
+        config.server.data = data;
+    }
+    if let Some(shards) = shards {
+        if shards == 0 {
+            anyhow::bail!("--shards: must be at least 1");
+        }
+        config.server.shards = shards;
+    }
+    Ok(config)
 }

@@ -53,23 +53,54 @@ pub fn allowed_cpus() -> Vec<usize> {
     }
 }
 
-pub fn serve(config: Config) -> Result<()> {
-    config.validate()?;
-    let cpus = allowed_cpus();
-    let n_shards = if config.server.shards == 0 { cpus.len() } else { config.server.shards };
-    if n_shards > 1024 {
-        bail!("server.shards: {n_shards} is more than 1024");
+/// The number of shards a start asks for: the configuration's, or one per
+/// CPU this process may run on.
+pub fn shard_count(config: &Config) -> usize {
+    if config.server.shards == 0 {
+        allowed_cpus().len()
+    } else {
+        config.server.shards
     }
-    let data = config.server.data.clone();
-    let (manifest, created) = open_manifest(&config, &data, n_shards)?;
-    let manifest = Arc::new(manifest);
+}
+
+/// Opens every shard's store of a data directory.
+pub fn open_stores(config: &Config, data: &Path, n_shards: usize) -> Result<Arc<Vec<Arc<Engine>>>> {
     let sync = config.sync_mode()?;
     let map_size = config.storage.map_size_mb << 20;
     let stores: Vec<Arc<Engine>> = (0..n_shards)
         .map(|i| Engine::open(&data.join(format!("shard-{i}")), sync, map_size).map(Arc::new))
         .collect::<shards::Result<_>>()
         .map_err(|e| anyhow!("opening the stores in {}: {}", data.display(), e.message))?;
-    let stores = Arc::new(stores);
+    Ok(Arc::new(stores))
+}
+
+/// Takes the data directory's lock for the life of the returned file, so a
+/// server and an offline tool never write the same directory at once.
+pub fn lock_data_dir(data: &Path) -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    std::fs::create_dir_all(data).with_context(|| format!("creating {}", data.display()))?;
+    let path = data.join("lock");
+    let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path)?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        bail!("{} is in use by another coredir process (a running server or an import); stop it first", data.display());
+    }
+    Ok(f)
+}
+
+pub fn serve(config: Config) -> Result<()> {
+    config.validate()?;
+    let cpus = allowed_cpus();
+    let n_shards = shard_count(&config);
+    if n_shards > 1024 {
+        bail!("server.shards: {n_shards} is more than 1024");
+    }
+    let data = config.server.data.clone();
+    let _lock = lock_data_dir(&data)?;
+    let (manifest, created) = open_manifest(&config, &data, n_shards)?;
+    let manifest = Arc::new(manifest);
+    let sync = config.sync_mode()?;
+    let stores = open_stores(&config, &data, n_shards)?;
     if created {
         bootstrap(&config, &manifest, &stores)?;
     }
@@ -141,7 +172,7 @@ pub fn serve(config: Config) -> Result<()> {
 
 /// Loads the manifest, or creates the database when the directory has none
 /// (then the second value is true).
-fn open_manifest(config: &Config, data: &Path, n_shards: usize) -> Result<(Manifest, bool)> {
+pub fn open_manifest(config: &Config, data: &Path, n_shards: usize) -> Result<(Manifest, bool)> {
     std::fs::create_dir_all(data).with_context(|| format!("creating {}", data.display()))?;
     if let Some(m) = Manifest::load(data).map_err(|e| anyhow!(e.message))? {
         if m.shards as usize != n_shards {
@@ -155,6 +186,10 @@ fn open_manifest(config: &Config, data: &Path, n_shards: usize) -> Result<(Manif
             );
         }
         return Ok((m, false));
+    }
+    // A lone lock file is not a database.
+    if std::fs::read_dir(data)?.flatten().any(|e| e.file_name() != "lock") {
+        bail!("{} is not empty and holds no {}; refusing to create a database there", data.display(), shards::manifest::FILE);
     }
     let password = match std::env::var("COREDIR_ROOT_PASSWORD") {
         Ok(p) if !p.is_empty() => p,

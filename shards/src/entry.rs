@@ -56,6 +56,23 @@ impl Entry {
         }
     }
 
+    /// The checks every new entry passes (add and import): an object class,
+    /// and the values of its RDN present among its attributes.
+    pub fn check_new(&self, dn: &crate::dn::Dn) -> Result<()> {
+        if self.get("objectClass").is_none() {
+            return Err(Error::new(LdapResultCode::ObjectClassViolation, "no objectClass attribute"));
+        }
+        for ava in dn.rdn().map(|r| r.avas.as_slice()).unwrap_or_default() {
+            if !self.has_value(&ava.attr, &ava.value) {
+                return Err(Error::new(
+                    LdapResultCode::NamingViolation,
+                    format!("value of naming attribute '{}' is not present in entry", ava.attr),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     pub fn has_value(&self, name: &str, value: &[u8]) -> bool {
         self.get(name).is_some_and(|a| a.vals.iter().any(|v| matching::values_equal(name, v, value)))
     }

@@ -18,6 +18,7 @@
 //! - `matching`: attribute aliases and value normalization (interim, until
 //!   the schema issue lands).
 //! - `index`: equality indexes and filter -> candidate ids.
+//! - `ldif`: RFC 2849 reading and writing (import and export).
 //! - `password`: `userPassword` schemes.
 //! - `manifest`: the data directory's identity and partition map.
 //! - `store`: the `Store` trait (trees `dn2id`, `id2entry`, `children`,
@@ -42,6 +43,7 @@ pub mod entry;
 pub mod error;
 pub mod filter;
 pub mod index;
+pub mod ldif;
 pub mod manifest;
 pub mod matching;
 pub mod password;

@@ -40,17 +40,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest) -> Result<()> {
         }
         entry.add_values(&a.atype, &a.vals)?;
     }
-    if entry.get("objectClass").is_none() {
-        return Err(Error::new(LdapResultCode::ObjectClassViolation, "no objectClass attribute"));
-    }
-    for ava in dn.rdn().map(|r| r.avas.as_slice()).unwrap_or_default() {
-        if !entry.has_value(&ava.attr, &ava.value) {
-            return Err(Error::new(
-                LdapResultCode::NamingViolation,
-                format!("value of naming attribute '{}' is not present in entry", ava.attr),
-            ));
-        }
-    }
+    entry.check_new(&dn)?;
     hash_passwords(entry.attrs.iter_mut());
     let creator = conn.identity.borrow().dn().to_string();
     stamp_new(&mut entry, &creator);
@@ -69,14 +59,20 @@ pub fn hash_passwords<'a>(attrs: impl Iterator<Item = &'a mut Attr>) {
     }
 }
 
-/// Sets the operational attributes of a new entry.
+/// Sets the operational attributes of a new entry that it does not carry
+/// yet (an import keeps those of the LDIF; a client cannot send them).
 pub fn stamp_new(entry: &mut Entry, creator: &str) {
     let now = now_generalized();
-    entry.set("entryUUID", vec![uuid::Uuid::new_v4().to_string().into_bytes()]);
-    entry.set("creatorsName", vec![creator.as_bytes().to_vec()]);
-    entry.set("createTimestamp", vec![now.clone().into_bytes()]);
-    entry.set("modifiersName", vec![creator.as_bytes().to_vec()]);
-    entry.set("modifyTimestamp", vec![now.into_bytes()]);
+    let mut missing = |name: &str, value: &dyn Fn() -> String| {
+        if entry.get(name).is_none() {
+            entry.set(name, vec![value().into_bytes()]);
+        }
+    };
+    missing("entryUUID", &|| uuid::Uuid::new_v4().to_string());
+    missing("creatorsName", &|| creator.to_string());
+    missing("createTimestamp", &|| now.clone());
+    missing("modifiersName", &|| creator.to_string());
+    missing("modifyTimestamp", &|| now.clone());
 }
 
 /// Inserts an entry, counting it on its parent first (see the module doc).

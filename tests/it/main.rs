@@ -10,4 +10,5 @@ mod protocol;
 mod search;
 mod sharding;
 mod support;
+mod tools;
 mod write;

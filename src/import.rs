@@ -1,0 +1,150 @@
+//! `coredir import`: the offline bulk load of an LDIF file (like slapadd).
+//!
+//! The main thread parses the LDIF and routes every entry as the server
+//! would (an add counted on its parent's owner, inserted on its own), into
+//! per-shard batches; one thread per shard commits its batches as large
+//! write transactions, in order, so a parent's insert always commits before
+//! the counts of its children on the same owner. Entries keep the
+//! `entryUUID`, `entryCSN` and timestamps they carry; missing ones are
+//! created. The first error stops the import and names its LDIF line.
+
+use crate::config::Config;
+use crate::ops::add::stamp_new;
+use crate::server;
+use anyhow::{anyhow, bail, Context, Result};
+use shards::dn::Dn;
+use shards::entry::Entry;
+use shards::ldif;
+use shards::manifest::Manifest;
+use shards::write::{run_batch, Parent, WriteOp};
+use std::path::Path;
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Operations per write transaction.
+const BATCH: usize = 10_000;
+
+type Batch = Vec<(usize, WriteOp)>;
+
+pub fn run(config: Config, file: &Path) -> Result<()> {
+    config.validate()?;
+    let data = config.server.data.clone();
+    let _lock = server::lock_data_dir(&data)?;
+    let n_shards = server::shard_count(&config);
+    let (manifest, _) = server::open_manifest(&config, &data, n_shards)?;
+    let manifest = Arc::new(manifest);
+    let stores = server::open_stores(&config, &data, n_shards)?;
+    let input = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
+    let suffix = Dn::parse(&config.directory.suffix)?;
+    let started = Instant::now();
+
+    let mut senders = Vec::new();
+    let mut writers = Vec::new();
+    for store in stores.iter() {
+        let (tx, rx) = sync_channel::<Batch>(2);
+        let (store, manifest) = (store.clone(), manifest.clone());
+        writers.push(std::thread::spawn(move || -> Result<(), String> {
+            for batch in rx {
+                let (lines, ops): (Vec<usize>, Vec<WriteOp>) = batch.into_iter().unzip();
+                for (line, res) in lines.into_iter().zip(run_batch(&*store, |k| manifest.partition_of(k), &ops)) {
+                    res.map_err(|e| format!("line {line}: {}", e.message))?;
+                }
+            }
+            Ok(())
+        }));
+        senders.push(tx);
+    }
+    let progress = indicatif::ProgressBar::new_spinner();
+    progress.set_style(indicatif::ProgressStyle::with_template("{spinner} {pos} entries, {per_sec}, {elapsed}").unwrap());
+    let mut router = Router { manifest: &manifest, senders: &senders, pending: vec![Vec::new(); n_shards], sent_ok: true };
+    let parsed = ldif::read(std::io::BufReader::new(input), |rec| {
+        let line = rec.line;
+        let (dn, entry) = entry_of(rec, &suffix).map_err(|e| format!("line {line}: {e}"))?;
+        router.route(line, &dn, entry, dn == suffix);
+        progress.inc(1);
+        if router.sent_ok {
+            Ok(())
+        } else {
+            Err("stopped".into())
+        }
+    });
+    router.flush_all();
+    drop(router);
+    drop(senders);
+    progress.finish_and_clear();
+    // A writer's error explains a stop better than the parser's.
+    let mut first_error = None;
+    for w in writers {
+        if let Err(e) = w.join().map_err(|_| "a writer thread panicked".to_string()).and_then(|r| r) {
+            first_error.get_or_insert(e);
+        }
+    }
+    if let Some(e) = first_error {
+        bail!("{}: {e} (entries before that line may be committed)", file.display());
+    }
+    let n = parsed.map_err(|e| anyhow!("{}: {e}", file.display()))?;
+    shards::repair::children_counts(&manifest, &stores).map_err(|e| anyhow!("recounting children: {}", e.message))?;
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!("coredir: imported {n} entries in {secs:.2} s ({:.0} entries/s) into {}", n as f64 / secs, data.display());
+    Ok(())
+}
+
+/// Builds and checks an entry from an LDIF record.
+fn entry_of(rec: ldif::Record, suffix: &Dn) -> Result<(Dn, Entry), String> {
+    let dn = Dn::parse(&rec.dn).map_err(|e| e.message)?;
+    if !dn.is_within(suffix) {
+        return Err(format!("{} is outside the naming context {}", rec.dn, suffix.to_string_form()));
+    }
+    let mut entry = Entry { dn: rec.dn, attrs: Vec::new() };
+    for (name, value) in rec.attrs {
+        entry.add_values(&name, &[value]).map_err(|e| e.message)?;
+    }
+    entry.check_new(&dn).map_err(|e| e.message)?;
+    stamp_new(&mut entry, "");
+    Ok((dn, entry))
+}
+
+/// Routes entries to their owners' batches, as `ops::add::insert` does online.
+struct Router<'a> {
+    manifest: &'a Manifest,
+    senders: &'a [SyncSender<Batch>],
+    pending: Vec<Batch>,
+    sent_ok: bool,
+}
+
+impl Router<'_> {
+    fn route(&mut self, line: usize, dn: &Dn, entry: Entry, is_suffix: bool) {
+        let key = dn.key();
+        let owner = self.manifest.owner_of(&key);
+        let parent = (!is_suffix).then(|| Parent { key: dn.parent().key(), dn: dn.parent().to_string_form() });
+        match parent {
+            Some(p) if self.manifest.owner_of(&p.key) != owner => {
+                let parent_owner = self.manifest.owner_of(&p.key);
+                self.push(parent_owner, line, WriteOp::Child { parent: p, delta: 1 });
+                self.push(owner, line, WriteOp::Add { key, parent: None, entry });
+            }
+            parent => self.push(owner, line, WriteOp::Add { key, parent, entry }),
+        }
+    }
+
+    fn push(&mut self, shard: usize, line: usize, op: WriteOp) {
+        self.pending[shard].push((line, op));
+        if self.pending[shard].len() >= BATCH {
+            self.flush(shard);
+        }
+    }
+
+    fn flush(&mut self, shard: usize) {
+        let batch = std::mem::take(&mut self.pending[shard]);
+        if !batch.is_empty() && self.senders[shard].send(batch).is_err() {
+            self.sent_ok = false;
+        }
+    }
+
+    fn flush_all(&mut self) {
+        for shard in 0..self.pending.len() {
+            self.flush(shard);
+        }
+    }
+}

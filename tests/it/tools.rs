@@ -1,0 +1,112 @@
+//! The offline tools: `coredir import` and `coredir export`.
+
+use crate::support::*;
+use ldap3::Scope;
+use std::path::Path;
+use std::process::Command;
+
+fn coredir(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_coredir")).args(args).env("COREDIR_ROOT_PASSWORD", ROOT_PW).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// The suffix, two ous, `n` users with binary photos, long descriptions and
+/// non-ASCII names, written with base64 and folding where LDIF needs them.
+fn write_ldif(path: &Path, n: usize) {
+    let mut out = Vec::new();
+    let rec = |out: &mut Vec<u8>, dn: &str, attrs: &[(&str, Vec<u8>)]| {
+        shards::ldif::write_line(out, "dn", dn.as_bytes()).unwrap();
+        for (name, v) in attrs {
+            shards::ldif::write_line(out, name, v).unwrap();
+        }
+        out.push(b'\n');
+    };
+    let s = |v: &str| v.as_bytes().to_vec();
+    rec(&mut out, SUFFIX, &[("objectClass", s("top")), ("objectClass", s("dcObject")), ("objectClass", s("organization")), ("dc", s("example")), ("o", s("Example"))]);
+    rec(&mut out, PEOPLE, &[("objectClass", s("organizationalUnit")), ("ou", s("people"))]);
+    rec(&mut out, &format!("ou=groups,{SUFFIX}"), &[("objectClass", s("organizationalUnit")), ("ou", s("groups"))]);
+    for i in 0..n {
+        let cn = format!("Jürgen Ñandú {i}");
+        let photo: Vec<u8> = (0..64u8).map(|b| b.wrapping_mul(i as u8 | 1)).chain([0, 0xff, b'\n']).collect();
+        rec(
+            &mut out,
+            &format!("cn={cn},{PEOPLE}"),
+            &[
+                ("objectClass", s("inetOrgPerson")),
+                ("cn", s(&cn)),
+                ("sn", s("Ñandú")),
+                ("uid", s(&format!("u{i}"))),
+                ("description", s(&format!("{i} {}", "long text ".repeat(40)))),
+                ("jpegPhoto", photo),
+                ("userPassword", s("{SSHA}+RFhsab2AfzZ0VfEdyknXtUT06RhYmNk")),
+            ],
+        );
+    }
+    std::fs::write(path, out).unwrap();
+}
+
+#[test]
+fn import_export_round_trip_is_byte_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    write_ldif(dir.path().join("in.ldif").as_path(), 10_000);
+    let (ok, err) = coredir(&["import", "--data", &p("d1"), "--shards", "2", &p("in.ldif")]);
+    assert!(ok, "{err}");
+    assert!(err.contains("imported 10003 entries"), "{err}");
+    let (ok, err) = coredir(&["export", "--data", &p("d1"), "--out", &p("e1.ldif")]);
+    assert!(ok, "{err}");
+    let (ok, err) = coredir(&["import", "--data", &p("d2"), "--shards", "1", &p("e1.ldif")]);
+    assert!(ok, "{err}");
+    let (ok, err) = coredir(&["export", "--data", &p("d2"), "--out", &p("e2.ldif")]);
+    assert!(ok, "{err}");
+    let (e1, e2) = (std::fs::read(p("e1.ldif")).unwrap(), std::fs::read(p("e2.ldif")).unwrap());
+    assert!(e1 == e2, "export -> import -> export differs");
+    let text = String::from_utf8(e1).unwrap();
+    assert_eq!(text.matches("\ndn").count() + 1, 10_003);
+    assert!(text.contains("entryUUID: ") && text.lines().all(|l| l.len() <= 76));
+    // Without operational attributes, the export is the input.
+    let (ok, _) = coredir(&["export", "--data", &p("d1"), "--no-operational", "--out", &p("e3.ldif")]);
+    assert!(ok);
+    let mut want: Vec<String> = std::fs::read_to_string(p("in.ldif")).unwrap().split("\n\n").map(str::to_string).collect();
+    let mut got: Vec<String> = std::fs::read_to_string(p("e3.ldif")).unwrap().split("\n\n").map(str::to_string).collect();
+    want.sort();
+    got.sort();
+    assert_eq!(want, got);
+    // The imported directory serves.
+    let (mut child, port) = spawn(Path::new(&p("d1")), 2, &dir.path().join("err"), &[]).unwrap_or_else(|e| panic!("{e}"));
+    let url = format!("ldap://127.0.0.1:{port}");
+    let mut c = ldap3::LdapConn::new(&url).unwrap();
+    assert_eq!(search_dns(&mut c, PEOPLE, Scope::Subtree, "(uid=u9999)").len(), 1);
+    let dn = format!("cn=Jürgen Ñandú 7,{PEOPLE}");
+    assert_eq!(ldap3::LdapConn::new(&url).unwrap().simple_bind(&dn, "secret").unwrap().rc, 0);
+    assert_eq!(get_entry(&mut c, PEOPLE, vec!["numSubordinates"]).unwrap().attrs["numSubordinates"], vec!["10000"]);
+    // Export works while the server runs; import does not.
+    let (ok, err) = coredir(&["export", "--data", &p("d1"), "--out", &p("e4.ldif")]);
+    assert!(ok, "{err}");
+    assert_eq!(std::fs::read(p("e4.ldif")).unwrap(), std::fs::read(p("e1.ldif")).unwrap());
+    let (ok, err) = coredir(&["import", "--data", &p("d1"), &p("in.ldif")]);
+    assert!(!ok && err.contains("in use"), "{err}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn import_errors_name_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let base = format!("dn: {SUFFIX}\nobjectClass: dcObject\nobjectClass: organization\ndc: example\no: x\n\n");
+    for (body, line, why) in [
+        (format!("{base}dn: cn=a,ou=missing,{SUFFIX}\nobjectClass: device\ncn: a\n"), 7, "no such entry"),
+        (format!("{base}dn: cn=a,{SUFFIX}\nchangetype: add\ncn: a\n"), 8, "change records"),
+        (format!("{base}dn: cn=a,{SUFFIX}\nobjectClass: device\ncn: b\n"), 7, "naming attribute"),
+        (format!("{base}dn: cn=a,dc=elsewhere\nobjectClass: device\ncn: a\n"), 7, "outside the naming context"),
+        (format!("{base}dn: cn=a,{SUFFIX}\ncn:: %%%\n"), 8, "base64"),
+        (format!("{base}{base}"), 7, "already exists"),
+    ] {
+        let data = p(&format!("d{line}{}", why.len()));
+        std::fs::write(p("bad.ldif"), &body).unwrap();
+        let (ok, err) = coredir(&["import", "--data", &data, "--shards", "2", &p("bad.ldif")]);
+        assert!(!ok, "{body}");
+        assert!(err.contains(&format!("line {line}:")) && err.contains(why), "expected line {line} ({why}): {err}");
+    }
+}
