@@ -6,7 +6,8 @@
 //! write transactions, in order, so a parent's insert always commits before
 //! the counts of its children on the same owner. Entries keep the
 //! `entryUUID`, `entryCSN` and timestamps they carry; missing ones are
-//! created. The first error stops the import and names its LDIF line.
+//! created. The first error stops the import and names its LDIF line
+//! (entries before it stay committed: remove the data directory to redo).
 
 use crate::config::Config;
 use crate::ops::add::stamp_new;
@@ -16,6 +17,7 @@ use shards::dn::Dn;
 use shards::entry::Entry;
 use shards::ldif;
 use shards::manifest::Manifest;
+use shards::store::Store;
 use shards::write::{run_batch, Parent, WriteOp};
 use std::path::Path;
 use std::sync::mpsc::{sync_channel, SyncSender};
@@ -34,7 +36,11 @@ pub fn run(config: Config, file: &Path) -> Result<()> {
     let n_shards = server::shard_count(&config);
     let (manifest, _) = server::open_manifest(&config, &data, n_shards)?;
     let manifest = Arc::new(manifest);
-    let stores = server::open_stores(&config, &data, n_shards)?;
+    // Like `slapadd -q`: no sync per batch, one sync of every store at the
+    // end. An interrupted import is redone from an empty directory anyway.
+    let mut unsynced = config.clone();
+    unsynced.storage.sync = "never".into();
+    let stores = server::open_stores(&unsynced, &data, n_shards)?;
     let input = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
     let suffix = Dn::parse(&config.directory.suffix)?;
     let started = Instant::now();
@@ -56,8 +62,10 @@ pub fn run(config: Config, file: &Path) -> Result<()> {
         senders.push(tx);
     }
     let progress = indicatif::ProgressBar::new_spinner();
-    progress.set_style(indicatif::ProgressStyle::with_template("{spinner} {pos} entries, {per_sec}, {elapsed}").unwrap());
-    let mut router = Router { manifest: &manifest, senders: &senders, pending: vec![Vec::new(); n_shards], sent_ok: true };
+    progress
+        .set_style(indicatif::ProgressStyle::with_template("{spinner} {pos} entries, {per_sec}, {elapsed}").unwrap());
+    let mut router =
+        Router { manifest: &manifest, senders: &senders, pending: vec![Vec::new(); n_shards], sent_ok: true };
     let parsed = ldif::read(std::io::BufReader::new(input), |rec| {
         let line = rec.line;
         let (dn, entry) = entry_of(rec, &suffix).map_err(|e| format!("line {line}: {e}"))?;
@@ -85,8 +93,15 @@ pub fn run(config: Config, file: &Path) -> Result<()> {
     }
     let n = parsed.map_err(|e| anyhow!("{}: {e}", file.display()))?;
     shards::repair::children_counts(&manifest, &stores).map_err(|e| anyhow!("recounting children: {}", e.message))?;
+    for store in stores.iter() {
+        store.sync().map_err(|e| anyhow!("syncing the stores: {}", e.message))?;
+    }
     let secs = started.elapsed().as_secs_f64();
-    eprintln!("coredir: imported {n} entries in {secs:.2} s ({:.0} entries/s) into {}", n as f64 / secs, data.display());
+    eprintln!(
+        "coredir: imported {n} entries in {secs:.2} s ({:.0} entries/s) into {}",
+        n as f64 / secs,
+        data.display()
+    );
     Ok(())
 }
 
@@ -96,9 +111,17 @@ fn entry_of(rec: ldif::Record, suffix: &Dn) -> Result<(Dn, Entry), String> {
     if !dn.is_within(suffix) {
         return Err(format!("{} is outside the naming context {}", rec.dn, suffix.to_string_form()));
     }
-    let mut entry = Entry { dn: rec.dn, attrs: Vec::new() };
+    // Values grouped per attribute first, so duplicate checks are one pass.
+    let mut grouped: Vec<(String, Vec<Vec<u8>>)> = Vec::new();
     for (name, value) in rec.attrs {
-        entry.add_values(&name, &[value]).map_err(|e| e.message)?;
+        match grouped.iter_mut().find(|(n, _)| shards::matching::same_attr(n, &name)) {
+            Some((_, vals)) => vals.push(value),
+            None => grouped.push((name, vec![value])),
+        }
+    }
+    let mut entry = Entry { dn: rec.dn, attrs: Vec::with_capacity(grouped.len() + 5) };
+    for (name, vals) in grouped {
+        entry.add_values(&name, &vals).map_err(|e| e.message)?;
     }
     entry.check_new(&dn).map_err(|e| e.message)?;
     stamp_new(&mut entry, "");

@@ -189,7 +189,11 @@ pub fn open_manifest(config: &Config, data: &Path, n_shards: usize) -> Result<(M
     }
     // A lone lock file is not a database.
     if std::fs::read_dir(data)?.flatten().any(|e| e.file_name() != "lock") {
-        bail!("{} is not empty and holds no {}; refusing to create a database there", data.display(), shards::manifest::FILE);
+        bail!(
+            "{} is not empty and holds no {}; refusing to create a database there",
+            data.display(),
+            shards::manifest::FILE
+        );
     }
     let password = match std::env::var("COREDIR_ROOT_PASSWORD") {
         Ok(p) if !p.is_empty() => p,

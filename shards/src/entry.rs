@@ -11,6 +11,7 @@
 use crate::error::{Error, Result};
 use crate::matching;
 use ldap3_proto::LdapResultCode;
+use std::collections::HashSet;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Attr {
@@ -77,7 +78,8 @@ impl Entry {
         self.get(name).is_some_and(|a| a.vals.iter().any(|v| matching::values_equal(name, v, value)))
     }
 
-    /// Adds values, refusing a value that is already present.
+    /// Adds values, refusing a value that is already present (compared in
+    /// normal form, through a set: groups carry thousands of members).
     pub fn add_values(&mut self, name: &str, vals: &[Vec<u8>]) -> Result<()> {
         let i = match self.position(name) {
             Some(i) => i,
@@ -86,9 +88,10 @@ impl Entry {
                 self.attrs.len() - 1
             }
         };
+        let attr = &mut self.attrs[i];
+        let mut seen: HashSet<Vec<u8>> = attr.vals.iter().map(|v| matching::normalize(name, v).into_owned()).collect();
         for v in vals {
-            let attr = &mut self.attrs[i];
-            if attr.vals.iter().any(|old| matching::values_equal(name, old, v)) {
+            if !seen.insert(matching::normalize(name, v).into_owned()) {
                 return Err(Error::new(
                     LdapResultCode::AttributeOrValueExists,
                     format!("{name}: value #{} provided more than once", attr.vals.len()),

@@ -179,7 +179,8 @@ mod tests {
     #[test]
     fn writes_what_it_reads() {
         let long = "x".repeat(200);
-        let values: Vec<&[u8]> = vec![b"plain", b" lead", b"trail ", b":colon", b"<lt", "ünï".as_bytes(), b"a\nb", b"", long.as_bytes()];
+        let values: Vec<&[u8]> =
+            vec![b"plain", b" lead", b"trail ", b":colon", b"<lt", "ünï".as_bytes(), b"a\nb", b"", long.as_bytes()];
         let mut out = Vec::new();
         write_line(&mut out, "dn", b"cn=a,dc=x").unwrap();
         for v in &values {

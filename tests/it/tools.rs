@@ -6,7 +6,8 @@ use std::path::Path;
 use std::process::Command;
 
 fn coredir(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_coredir")).args(args).env("COREDIR_ROOT_PASSWORD", ROOT_PW).output().unwrap();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_coredir")).args(args).env("COREDIR_ROOT_PASSWORD", ROOT_PW).output().unwrap();
     (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
@@ -22,7 +23,17 @@ fn write_ldif(path: &Path, n: usize) {
         out.push(b'\n');
     };
     let s = |v: &str| v.as_bytes().to_vec();
-    rec(&mut out, SUFFIX, &[("objectClass", s("top")), ("objectClass", s("dcObject")), ("objectClass", s("organization")), ("dc", s("example")), ("o", s("Example"))]);
+    rec(
+        &mut out,
+        SUFFIX,
+        &[
+            ("objectClass", s("top")),
+            ("objectClass", s("dcObject")),
+            ("objectClass", s("organization")),
+            ("dc", s("example")),
+            ("o", s("Example")),
+        ],
+    );
     rec(&mut out, PEOPLE, &[("objectClass", s("organizationalUnit")), ("ou", s("people"))]);
     rec(&mut out, &format!("ou=groups,{SUFFIX}"), &[("objectClass", s("organizationalUnit")), ("ou", s("groups"))]);
     for i in 0..n {
@@ -67,13 +78,16 @@ fn import_export_round_trip_is_byte_identical() {
     // Without operational attributes, the export is the input.
     let (ok, _) = coredir(&["export", "--data", &p("d1"), "--no-operational", "--out", &p("e3.ldif")]);
     assert!(ok);
-    let mut want: Vec<String> = std::fs::read_to_string(p("in.ldif")).unwrap().split("\n\n").map(str::to_string).collect();
-    let mut got: Vec<String> = std::fs::read_to_string(p("e3.ldif")).unwrap().split("\n\n").map(str::to_string).collect();
+    let mut want: Vec<String> =
+        std::fs::read_to_string(p("in.ldif")).unwrap().split("\n\n").map(str::to_string).collect();
+    let mut got: Vec<String> =
+        std::fs::read_to_string(p("e3.ldif")).unwrap().split("\n\n").map(str::to_string).collect();
     want.sort();
     got.sort();
     assert_eq!(want, got);
     // The imported directory serves.
-    let (mut child, port) = spawn(Path::new(&p("d1")), 2, &dir.path().join("err"), &[]).unwrap_or_else(|e| panic!("{e}"));
+    let (mut child, port) =
+        spawn(Path::new(&p("d1")), 2, &dir.path().join("err"), &[]).unwrap_or_else(|e| panic!("{e}"));
     let url = format!("ldap://127.0.0.1:{port}");
     let mut c = ldap3::LdapConn::new(&url).unwrap();
     assert_eq!(search_dns(&mut c, PEOPLE, Scope::Subtree, "(uid=u9999)").len(), 1);
