@@ -1,9 +1,8 @@
 //! `coredir-perf compare`: coredir and OpenLDAP slapd side by side, on the
 //! same machine, the same data and the same load.
 //!
-//! For each data-set size: generate the LDIF, bulk-load slapd (`slapadd`)
-//! and coredir (parallel `ldapadd` until coredir has an offline import),
-//! start slapd back-mdb, coredir with 1 shard (both pinned to CPU 0) and
+//! For each data-set size: generate the LDIF, bulk-load slapd (`slapadd -q`)
+//! and coredir (`coredir import`), both timed, start slapd back-mdb, coredir with 1 shard (both pinned to CPU 0) and
 //! coredir with 2 shards (all CPUs), plus slapd back-null as the protocol
 //! ceiling; then run every scenario against each server in alternation
 //! (A B C A B C …), with the load pinned to CPU 1 (against the 2-shard
@@ -145,17 +144,13 @@ fn free_port() -> Result<u16> {
 
 fn one_size(args: &Args, coredir: &Path, work: &Path, users: usize) -> Result<String> {
     let full = work.join("full.ldif");
-    let nobase = work.join("users.ldif");
     let mut f = std::io::BufWriter::new(std::fs::File::create(&full)?);
     crate::ldif::write(&mut f, SUFFIX, users, 100, true)?;
     drop(f);
-    let mut f = std::io::BufWriter::new(std::fs::File::create(&nobase)?);
-    crate::ldif::write(&mut f, SUFFIX, users, 100, false)?;
-    drop(f);
     let mut servers = vec![
         start_slapd(work, Kind::SlapdMdb, &full)?,
-        start_coredir(coredir, work, 1, &nobase)?,
-        start_coredir(coredir, work, 2, &nobase)?,
+        start_coredir(coredir, work, 1, &full)?,
+        start_coredir(coredir, work, 2, &full)?,
         start_slapd(work, Kind::SlapdNull, &full)?,
     ];
     let mut results: BTreeMap<(String, &'static str), Vec<Sample>> = BTreeMap::new();
@@ -277,18 +272,27 @@ fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
 fn start_coredir(coredir: &Path, work: &Path, shards: usize, ldif: &Path) -> Result<Server> {
     let name = if shards == 1 { "coredir-1" } else { "coredir-2" };
     let dir = work.join(name);
+    let cpus = if shards == 1 { "0" } else { "0-1" };
+    // The offline import, pinned like the server that will serve the data.
+    let t = Instant::now();
+    let out = Command::new("taskset")
+        .args(["-c", cpus])
+        .arg(coredir)
+        .args(["import", "--shards", &shards.to_string(), "--data"])
+        .arg(&dir)
+        .arg(ldif)
+        .env("COREDIR_ROOT_PASSWORD", ROOT_PW)
+        .output()?;
+    if !out.status.success() {
+        bail!("coredir import ({name}) failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let load_seconds = Some(t.elapsed().as_secs_f64());
     let port = free_port()?;
-    let mut cmd = if shards == 1 {
-        let mut c = Command::new("taskset");
-        c.args(["-c", "0"]).arg(coredir);
-        c
-    } else {
-        Command::new(coredir)
-    };
-    let mut child = cmd
+    let mut child = Command::new("taskset")
+        .args(["-c", cpus])
+        .arg(coredir)
         .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--shards", &shards.to_string(), "--data"])
         .arg(&dir)
-        .env("COREDIR_ROOT_PASSWORD", ROOT_PW)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()?;
@@ -301,36 +305,7 @@ fn start_coredir(coredir: &Path, work: &Path, shards: usize, ldif: &Path) -> Res
         }
     }
     std::thread::spawn(move || for _ in lines {});
-    let pid = child.id();
-    // Until coredir has its offline import: four parallel ldapadd clients.
-    let t = Instant::now();
-    let text = std::fs::read_to_string(ldif)?;
-    let records: Vec<&str> = text.split("\n\n").filter(|r| r.starts_with("dn:")).collect();
-    let parts: Vec<String> =
-        (0..4).map(|i| records.iter().skip(i).step_by(4).map(|r| format!("{r}\n\n")).collect()).collect();
-    let loaders: Vec<_> = parts
-        .into_iter()
-        .map(|part| {
-            let mut c = Command::new("ldapadd")
-                .args(["-x", "-H", &format!("ldap://127.0.0.1:{port}"), "-D", ROOT_DN, "-w", ROOT_PW])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("ldapadd");
-            let mut stdin = c.stdin.take().unwrap();
-            std::thread::spawn(move || std::io::Write::write_all(&mut stdin, part.as_bytes()));
-            c
-        })
-        .collect();
-    for l in loaders {
-        let out = l.wait_with_output()?;
-        if !out.status.success() {
-            bail!("ldapadd into {name} failed: {}", String::from_utf8_lossy(&out.stderr));
-        }
-    }
-    let load_seconds = Some(t.elapsed().as_secs_f64());
-    Ok(Server { name, kind: Kind::Coredir(shards), port, pid, child: Some(child), load_seconds })
+    Ok(Server { name, kind: Kind::Coredir(shards), port, pid: child.id(), child: Some(child), load_seconds })
 }
 
 struct Sample {
@@ -414,7 +389,7 @@ fn table(
         let _ = writeln!(t, "| {label} | {} | {} | {} |", cells.join(" | "), ratio(1), ratio(2));
     };
     let load = |n: &str| servers.iter().find(|s| s.name == n).and_then(|s| s.load_seconds).map(|v| (v, v, v));
-    row("bulk load (s; slapadd vs 4× ldapadd)".into(), &load, " s", true);
+    row("bulk load of the LDIF (s; slapadd -q vs coredir import)".into(), &load, " s", true);
     for scenario in &args.scenarios {
         let get = |n: &str| results.get(&(scenario.clone(), names.iter().copied().find(|x| *x == n).unwrap()));
         match scenario.as_str() {
