@@ -48,7 +48,9 @@ fn acknowledged_writes_survive_kill_9() {
         .collect();
     // Kill once the writers have something acknowledged.
     let mut probe = s.conn();
-    while search_dns(&mut probe, PEOPLE, Scope::OneLevel, "(uid=k*)").len() < 200 {}
+    while search_dns(&mut probe, PEOPLE, Scope::OneLevel, "(uid=k*)").len() < 200 {
+        assert!(!writers.iter().all(|w| w.is_finished()), "the writers stopped before the kill");
+    }
     s.kill9();
     let acked: Vec<String> = writers.into_iter().flat_map(|w| w.join().unwrap()).collect();
     assert!(acked.len() >= 100, "only {} acknowledged", acked.len());

@@ -4,8 +4,8 @@
 //! through snapshots (`ReadTxn`, any shard, no lock) and written through one
 //! write transaction at a time (`WriteTxn`, the owner's group-commit thread
 //! only). Transactions are synchronous and must never be held across an
-//! `.await`. `lmdb` (heed) is the engine; a second engine implements the
-//! same trait.
+//! `.await`. `lmdb` (heed) is the only engine so far; `Engine` names the
+//! one the server is built with, so a second engine (sled) plugs in here.
 //!
 //! Trees, named after back-mdb's:
 //! - `dn2id`: DN key (`Dn::key`, root first) -> entry id (u64 big-endian);
