@@ -2,8 +2,8 @@
 //! (back-mdb's `index.c` and `filterindex.c`).
 //!
 //! One tree, `index`, holds for every indexed attribute value of every
-//! entry the key `attr \0 normalized-value \0 id` and, as value, the
-//! entry's DN key (so a search checks scope without reading the entry).
+//! entry the key `attr \0 normalized-value \0 id`, with an empty value:
+//! a search reads each candidate entry anyway, and checks its scope there.
 //! Values are cut at `MAX_VALUE` bytes; a lookup is therefore a superset of
 //! the matches, and every candidate is checked against the whole filter.
 //!
@@ -64,9 +64,9 @@ fn keys(entry: &Entry, id: &[u8]) -> Vec<Vec<u8>> {
     out
 }
 
-pub fn add<T: WriteTxn>(txn: &mut T, entry: &Entry, id: &[u8], dn_key: &[u8]) -> Result<()> {
+pub fn add<T: WriteTxn>(txn: &mut T, entry: &Entry, id: &[u8]) -> Result<()> {
     for k in keys(entry, id) {
-        txn.put(Tree::Index, &k, dn_key)?;
+        txn.put(Tree::Index, &k, b"")?;
     }
     Ok(())
 }
@@ -78,8 +78,8 @@ pub fn remove<T: WriteTxn>(txn: &mut T, entry: &Entry, id: &[u8]) -> Result<()> 
     Ok(())
 }
 
-/// A candidate from an index: entry id and DN key.
-pub type Candidate = (Vec<u8>, Vec<u8>);
+/// A candidate from an index: an entry id.
+pub type Candidate = [u8; 8];
 
 /// Candidates for `filter` from this store's indexes, or `None` when the
 /// filter cannot be answered from them (the caller scans instead).
@@ -119,9 +119,9 @@ pub fn candidates<T: ReadTxn>(txn: &T, filter: &LdapFilter) -> Result<Option<Vec
 fn lookup<T: ReadTxn>(txn: &T, attr: &str, value: &[u8]) -> Result<Vec<Candidate>> {
     let prefix = prefix(attr, value);
     let mut out = Vec::new();
-    txn.scan(Tree::Index, &prefix, &prefix, &mut |k, v| {
-        if k.len() >= prefix.len() + 8 {
-            out.push((k[k.len() - 8..].to_vec(), v.to_vec()));
+    txn.scan(Tree::Index, &prefix, &prefix, &mut |k, _| {
+        if let Some(id) = k.len().checked_sub(8).filter(|at| *at >= prefix.len()).map(|at| &k[at..]) {
+            out.push(id.try_into().expect("8 bytes"));
         }
         true
     })?;

@@ -147,7 +147,7 @@ fn apply<T: WriteTxn>(
             let mut buf = Vec::with_capacity(256);
             entry.encode(&mut buf);
             index::remove(txn, &old, &id)?;
-            index::add(txn, &entry, &id, key)?;
+            index::add(txn, &entry, &id)?;
             txn.put(Tree::Id2entry, &id, &buf)?;
             Ok(Outcome::Done)
         }
@@ -200,7 +200,7 @@ fn insert<T: WriteTxn>(
     *next_id += 1;
     let mut buf = Vec::with_capacity(256);
     entry.encode(&mut buf);
-    index::add(txn, entry, &id, key)?;
+    index::add(txn, entry, &id)?;
     txn.put(Tree::Dn2id, key, &id)?;
     txn.put(Tree::Id2entry, &id, &buf)
 }

@@ -17,7 +17,7 @@ use crate::ops::{parse_dn, result, rootdse, with_matched};
 use bytes::BytesMut;
 use ldap3_proto::proto::{LdapFilter, LdapMsg, LdapOp, LdapSearchRequest, LdapSearchScope};
 use ldap3_proto::LdapResultCode;
-use shards::dn::{key_depth, KEY_SEPARATOR};
+use shards::dn::{key_depth, Dn, KEY_SEPARATOR};
 use shards::entry::{encode_vals, EntryView, Vals};
 use shards::store::{Engine, ReadTxn, Store, Tree};
 use shards::write::children;
@@ -186,19 +186,22 @@ enum Visit {
 impl Emit<'_> {
     /// Checks one candidate entry and writes it when it matches.
     fn visit<T: ReadTxn>(&mut self, txn: &T, key: &[u8], id: &[u8]) -> Result<Visit> {
+        let Some(bytes) = txn.get(Tree::Id2entry, id)? else { return Ok(Visit::Next) };
+        self.visit_view(txn, key, &EntryView::new(bytes)?)
+    }
+
+    /// Checks one entry already read and writes it when it matches.
+    fn visit_view<T: ReadTxn>(&mut self, txn: &T, key: &[u8], view: &EntryView<'_>) -> Result<Visit> {
         if self.limits.deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(Visit::Stop(LdapResultCode::TimeLimitExceeded));
         }
-        // An index candidate may have been deleted since the lookup.
-        let Some(bytes) = txn.get(Tree::Id2entry, id)? else { return Ok(Visit::Next) };
-        let view = EntryView::new(bytes)?;
-        if !filter::matches(self.filter, &view) {
+        if !filter::matches(self.filter, view) {
             return Ok(Visit::Next);
         }
         if self.sent == self.limits.size {
             return Ok(Visit::Stop(LdapResultCode::SizeLimitExceeded));
         }
-        write_entry(self.out, self.msgid, &view, children(txn, key)?, self.sel);
+        write_entry(self.out, self.msgid, view, children(txn, key)?, self.sel);
         self.sent += 1;
         Ok(Visit::Next)
     }
@@ -229,8 +232,17 @@ impl Emit<'_> {
                 }
             }
             let txn = store.read()?;
-            for (id, key) in chunk.iter().filter(|(_, key)| scope.contains(key)) {
-                if let Visit::Stop(code) = self.visit(&txn, key, id)? {
+            for id in chunk {
+                // A candidate may have been deleted since the lookup; the
+                // index holds ids only, so the entry's DN decides its scope.
+                let Some(bytes) = txn.get(Tree::Id2entry, id)? else { continue };
+                let view = EntryView::new(bytes)?;
+                let Ok(dn) = Dn::parse(view.dn()) else { continue };
+                let key = dn.key();
+                if !scope.contains(&key) {
+                    continue;
+                }
+                if let Visit::Stop(code) = self.visit_view(&txn, &key, &view)? {
                     return Ok(Some(code));
                 }
             }
