@@ -103,11 +103,16 @@ async fn run(
     }
     let base = parse_dn(&req.base)?;
     let is_root = conn.identity.borrow().is_root();
-    let filter = if is_root { Cow::Borrowed(&req.filter) } else { Cow::Owned(redact(&req.filter)) };
+    // Filters are copied only when they name userPassword (rare).
+    let filter = if is_root || !mentions_password(&req.filter) {
+        Cow::Borrowed(&req.filter)
+    } else {
+        Cow::Owned(redact(&req.filter))
+    };
     let sel = Selection::new(&req.attrs, is_root, req.typesonly);
     if base.is_root() {
         if req.scope != LdapSearchScope::Base {
-            return Err(Error::no_such_object("").with_matched(String::new()));
+            return Err(Error::new(LdapResultCode::NoSuchObject, "only a base search can read the root DSE"));
         }
         rootdse::write(out, msgid, ctx, &filter, &sel);
         return Ok(());
@@ -323,6 +328,21 @@ fn computed_attrs(dn: &str, n_children: u64, sel: &Selection) -> Vec<(&'static s
     add("numSubordinates", n_children.to_string().as_bytes());
     add("entryDN", dn.as_bytes());
     res
+}
+
+fn mentions_password(f: &LdapFilter) -> bool {
+    let pw = |a: &str| matching::same_attr(a, "userPassword");
+    match f {
+        LdapFilter::And(fs) | LdapFilter::Or(fs) => fs.iter().any(mentions_password),
+        LdapFilter::Not(inner) => mentions_password(inner),
+        LdapFilter::Equality(a, _)
+        | LdapFilter::Substring(a, _)
+        | LdapFilter::GreaterOrEqual(a, _)
+        | LdapFilter::LessOrEqual(a, _)
+        | LdapFilter::Present(a)
+        | LdapFilter::Approx(a, _) => pw(a),
+        LdapFilter::Extensible(m) => m.type_.as_deref().is_none_or(pw),
+    }
 }
 
 /// Replaces assertions on `userPassword` with a constant false, so a filter
