@@ -18,7 +18,7 @@ use shards::entry::Entry;
 use shards::ldif;
 use shards::manifest::Manifest;
 use shards::store::Store;
-use shards::write::{run_batch, Parent, WriteOp};
+use shards::write::{add_ops, run_batch, WriteOp};
 use std::path::Path;
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
@@ -138,16 +138,8 @@ struct Router<'a> {
 
 impl Router<'_> {
     fn route(&mut self, line: usize, dn: &Dn, entry: Entry, is_suffix: bool) {
-        let key = dn.key();
-        let owner = self.manifest.owner_of(&key);
-        let parent = (!is_suffix).then(|| Parent { key: dn.parent().key(), dn: dn.parent().to_string_form() });
-        match parent {
-            Some(p) if self.manifest.owner_of(&p.key) != owner => {
-                let parent_owner = self.manifest.owner_of(&p.key);
-                self.push(parent_owner, line, WriteOp::Child { parent: p, delta: 1 });
-                self.push(owner, line, WriteOp::Add { key, parent: None, entry });
-            }
-            parent => self.push(owner, line, WriteOp::Add { key, parent, entry }),
+        for (shard, op) in add_ops(self.manifest, dn, entry, is_suffix) {
+            self.push(shard, line, op);
         }
     }
 

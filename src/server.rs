@@ -15,7 +15,7 @@ use shards::dn::Dn;
 use shards::entry::{Attr, Entry};
 use shards::manifest::Manifest;
 use shards::store::Engine;
-use shards::write::{run_batch, Parent, WriteOp};
+use shards::write::{add_ops, run_batch};
 use shards::{password, Shard};
 use std::path::Path;
 use std::rc::Rc;
@@ -227,17 +227,19 @@ fn bootstrap(config: &Config, manifest: &Manifest, stores: &[Arc<Engine>]) -> Re
     let suffix = Dn::parse(&config.directory.suffix)?;
     let rdn = &suffix.rdns()[0].avas[0];
     let rdn_value = String::from_utf8_lossy(&rdn.value).to_string();
-    let mut top = vec![("objectClass", vec!["top", "dcObject", "organization"]), ("o", vec![rdn_value.as_str()])];
-    top.insert(1, (rdn.attr.as_str(), vec![rdn_value.as_str()]));
-    let mut entries = vec![(suffix.clone(), top)];
+    let mut entries = vec![(
+        suffix.clone(),
+        vec![
+            ("objectClass", vec!["top", "dcObject", "organization"]),
+            (rdn.attr.as_str(), vec![rdn_value.as_str()]),
+            ("o", vec![rdn_value.as_str()]),
+        ],
+    )];
     for ou in ["people", "groups"] {
         let dn = Dn::parse(&format!("ou={ou},{}", config.directory.suffix))?;
         entries.push((dn, vec![("objectClass", vec!["top", "organizationalUnit"]), ("ou", vec![ou])]));
     }
     for (dn, attrs) in entries {
-        let key = dn.key();
-        let parent = (dn != suffix).then(|| Parent { key: dn.parent().key(), dn: dn.parent().to_string_form() });
-        let owner = manifest.owner_of(&key);
         let mut entry = Entry {
             dn: dn.to_string_form(),
             attrs: attrs
@@ -246,24 +248,11 @@ fn bootstrap(config: &Config, manifest: &Manifest, stores: &[Arc<Engine>]) -> Re
                 .collect(),
         };
         crate::ops::add::stamp_new(&mut entry, &config.directory.root_dn);
-        let mut ops = Vec::new();
-        if let Some(p) = &parent {
-            if manifest.owner_of(&p.key) != owner {
-                let res = run_batch(
-                    &*stores[manifest.owner_of(&p.key)],
-                    |k| manifest.partition_of(k),
-                    &[WriteOp::Child { parent: p.clone(), delta: 1 }],
-                );
-                res.into_iter().next().unwrap().map_err(|e| anyhow!(e.message))?;
-                ops.push(WriteOp::Add { key, parent: None, entry });
-            } else {
-                ops.push(WriteOp::Add { key, parent: parent.clone(), entry });
+        let is_suffix = dn == suffix;
+        for (owner, op) in add_ops(manifest, &dn, entry, is_suffix) {
+            for r in run_batch(&*stores[owner], |k| manifest.partition_of(k), &[op]) {
+                r.map_err(|e| anyhow!("creating {}: {}", dn.to_string_form(), e.message))?;
             }
-        } else {
-            ops.push(WriteOp::Add { key, parent: None, entry });
-        }
-        for r in run_batch(&*stores[owner], |k| manifest.partition_of(k), &ops) {
-            r.map_err(|e| anyhow!("creating {}: {}", dn.to_string_form(), e.message))?;
         }
     }
     Ok(())

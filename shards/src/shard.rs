@@ -12,7 +12,7 @@ use crate::entry::{Entry, EntryView};
 use crate::error::{Error, Result};
 use crate::manifest::Manifest;
 use crate::store::{Engine, ReadTxn, Store, SyncMode, Tree};
-use crate::write::{run_batch, Outcome, WriteOp};
+use crate::write::{run_batch, WriteOp};
 use futures_channel::oneshot;
 use glommio::channels::channel_mesh::{MeshBuilder, Senders};
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
@@ -28,13 +28,13 @@ pub const MAX_BATCH: usize = 1024;
 /// What crosses cores: write requests to an owner and their results.
 pub enum MeshMsg {
     Request { from: usize, id: u64, op: WriteOp },
-    Response { id: u64, result: Result<Outcome> },
+    Response { id: u64, result: Result<()> },
 }
 
 pub type Mesh = MeshBuilder<MeshMsg, glommio::channels::channel_mesh::Full>;
 
 enum Reply {
-    Local(oneshot::Sender<Result<Outcome>>),
+    Local(oneshot::Sender<Result<()>>),
     Remote { to: usize, id: u64 },
 }
 
@@ -43,24 +43,14 @@ struct Pending {
     reply: Reply,
 }
 
-/// Counters a shard keeps for itself (read by the front end and admin).
-#[derive(Default)]
-pub struct ShardStats {
-    pub commits: Cell<u64>,
-    pub committed_ops: Cell<u64>,
-    pub mesh_in: Cell<u64>,
-    pub mesh_out: Cell<u64>,
-}
-
 pub struct Shard {
     pub id: usize,
     pub manifest: Arc<Manifest>,
     /// Every shard's store, indexed by shard id; only `stores[id]` is written here.
     pub stores: Arc<Vec<Arc<Engine>>>,
-    pub stats: ShardStats,
     queue: LocalSender<Pending>,
     mesh: Option<Senders<MeshMsg>>,
-    waiting: RefCell<HashMap<u64, oneshot::Sender<Result<Outcome>>>>,
+    waiting: RefCell<HashMap<u64, oneshot::Sender<Result<()>>>>,
     next_request: Cell<u64>,
 }
 
@@ -87,7 +77,6 @@ impl Shard {
             id,
             manifest,
             stores,
-            stats: ShardStats::default(),
             queue,
             mesh: senders,
             waiting: RefCell::new(HashMap::new()),
@@ -140,8 +129,12 @@ impl Shard {
     }
 
     /// Sends a write to the owner of `key` and waits for its durable result.
-    pub async fn submit(&self, key: &[u8], op: WriteOp) -> Result<Outcome> {
-        let owner = self.owner_of(key);
+    pub async fn submit(&self, key: &[u8], op: WriteOp) -> Result<()> {
+        self.submit_to(self.owner_of(key), op).await
+    }
+
+    /// Sends a write to shard `owner` and waits for its durable result.
+    pub async fn submit_to(&self, owner: usize, op: WriteOp) -> Result<()> {
         let (tx, rx) = oneshot::channel();
         if owner == self.id {
             let _ = self.queue.try_send(Pending { op, reply: Reply::Local(tx) });
@@ -150,7 +143,6 @@ impl Shard {
             let id = self.next_request.get();
             self.next_request.set(id + 1);
             self.waiting.borrow_mut().insert(id, tx);
-            self.stats.mesh_out.set(self.stats.mesh_out.get() + 1);
             if mesh.send_to(owner, MeshMsg::Request { from: self.id, id, op }).await.is_err() {
                 self.waiting.borrow_mut().remove(&id);
                 return Err(Error::unavailable("the owning shard is not reachable"));
@@ -161,7 +153,6 @@ impl Shard {
 
     /// Handles one message from another shard; never waits, so the mesh drains.
     fn on_mesh(&self, msg: MeshMsg) {
-        self.stats.mesh_in.set(self.stats.mesh_in.get() + 1);
         match msg {
             MeshMsg::Request { from, id, op } => {
                 let _ = self.queue.try_send(Pending { op, reply: Reply::Remote { to: from, id } });
@@ -174,14 +165,13 @@ impl Shard {
         }
     }
 
-    async fn reply(&self, reply: Reply, result: Result<Outcome>) {
+    async fn reply(&self, reply: Reply, result: Result<()>) {
         match reply {
             Reply::Local(tx) => {
                 let _ = tx.send(result);
             }
             Reply::Remote { to, id } => {
                 if let Some(mesh) = &self.mesh {
-                    self.stats.mesh_out.set(self.stats.mesh_out.get() + 1);
                     let _ = mesh.send_to(to, MeshMsg::Response { id, result }).await;
                 }
             }
@@ -201,11 +191,8 @@ async fn commit_loop(shard: Rc<Shard>, rx: LocalReceiver<Pending>) {
         let (ops, replies): (Vec<WriteOp>, Vec<Reply>) = batch.into_iter().map(|p| (p.op, p.reply)).unzip();
         let store = shard.stores[shard.id].clone();
         let manifest = shard.manifest.clone();
-        let n = ops.len() as u64;
         let results =
             glommio::executor().spawn_blocking(move || run_batch(&*store, |k| manifest.partition_of(k), &ops)).await;
-        shard.stats.commits.set(shard.stats.commits.get() + 1);
-        shard.stats.committed_ops.set(shard.stats.committed_ops.get() + n);
         for (reply, result) in replies.into_iter().zip(results) {
             shard.reply(reply, result).await;
         }

@@ -8,9 +8,10 @@
 //! move between shards) are split by the caller into ops that each touch one
 //! owner, ordered so the parent's child count always protects the tree.
 
-use crate::dn::key_depth;
+use crate::dn::Dn;
 use crate::entry::{Entry, Mod};
 use crate::error::{Error, Result};
+use crate::manifest::Manifest;
 use crate::store::{ReadTxn, Store, Tree, WriteTxn};
 use crate::{index, matching};
 use ldap3_proto::LdapResultCode;
@@ -46,23 +47,42 @@ pub struct Parent {
     pub dn: String,
 }
 
+impl Parent {
+    /// The parent of `dn` (not the root).
+    pub fn of(dn: &Dn) -> Parent {
+        let parent = dn.parent();
+        Parent { key: parent.key(), dn: parent.to_string_form() }
+    }
+}
+
+/// The ops that insert a new entry, with the shard each goes to: one `Add`
+/// that also counts the child when entry and parent share an owner,
+/// otherwise the parent's count first, then the `Add` (as `ops::add` does
+/// online, without its undo; used by import and database creation).
+pub fn add_ops(manifest: &Manifest, dn: &Dn, entry: Entry, is_suffix: bool) -> Vec<(usize, WriteOp)> {
+    let key = dn.key();
+    let owner = manifest.owner_of(&key);
+    match (!is_suffix).then(|| Parent::of(dn)) {
+        Some(p) if manifest.owner_of(&p.key) != owner => {
+            vec![
+                (manifest.owner_of(&p.key), WriteOp::Child { parent: p, delta: 1 }),
+                (owner, WriteOp::Add { key, parent: None, entry }),
+            ]
+        }
+        parent => vec![(owner, WriteOp::Add { key, parent, entry })],
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Stamp {
     pub modifier: String,
     pub time: String,
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
-    Done,
-    /// The entry as it was removed (cross-shard moves need it back on failure).
-    Removed(Entry),
-}
-
 const NEXT_ID: &[u8] = b"next_id";
 
 /// Runs a batch in one write transaction and commits it; one result per op.
-pub fn run_batch<S: Store>(store: &S, partition_of: impl Fn(&[u8]) -> u32, ops: &[WriteOp]) -> Vec<Result<Outcome>> {
+pub fn run_batch<S: Store>(store: &S, partition_of: impl Fn(&[u8]) -> u32, ops: &[WriteOp]) -> Vec<Result<()>> {
     let fail_all = |e: Error| vec![Err(e); ops.len()];
     let mut txn = match store.write() {
         Ok(t) => t,
@@ -97,7 +117,7 @@ fn apply<T: WriteTxn>(
     op: &WriteOp,
     partition_of: &impl Fn(&[u8]) -> u32,
     next_id: &mut u64,
-) -> Result<Outcome> {
+) -> Result<()> {
     match op {
         WriteOp::Add { key, parent, entry } => {
             check_key(key, &entry.dn)?;
@@ -108,9 +128,9 @@ fn apply<T: WriteTxn>(
                 child(txn, p, 1)?;
             }
             insert(txn, key, entry, partition_of, next_id)?;
-            Ok(Outcome::Done)
+            Ok(())
         }
-        WriteOp::Child { parent, delta } => child(txn, parent, *delta).map(|_| Outcome::Done),
+        WriteOp::Child { parent, delta } => child(txn, parent, *delta),
         WriteOp::Delete { key, dn, parent } => {
             let id = leaf_id(txn, key, dn)?;
             let old = Entry::decode(txn.get(Tree::Id2entry, &id)?.unwrap_or_default())?;
@@ -120,7 +140,7 @@ fn apply<T: WriteTxn>(
             index::remove(txn, &old, &id)?;
             txn.delete(Tree::Dn2id, key)?;
             txn.delete(Tree::Id2entry, &id)?;
-            Ok(Outcome::Removed(old))
+            Ok(())
         }
         WriteOp::Modify { key, dn, mods, rdn, stamp } => {
             let id = txn.get(Tree::Dn2id, key)?.ok_or_else(|| Error::no_such_object(dn))?.to_vec();
@@ -149,7 +169,7 @@ fn apply<T: WriteTxn>(
             index::remove(txn, &old, &id)?;
             index::add(txn, &entry, &id)?;
             txn.put(Tree::Id2entry, &id, &buf)?;
-            Ok(Outcome::Done)
+            Ok(())
         }
         WriteOp::Move { old_key, old_dn, old_parent, new_key, new_parent, entry } => {
             check_key(new_key, &entry.dn)?;
@@ -168,7 +188,7 @@ fn apply<T: WriteTxn>(
             txn.delete(Tree::Dn2id, old_key)?;
             txn.delete(Tree::Id2entry, &id)?;
             insert(txn, new_key, entry, partition_of, next_id)?;
-            Ok(Outcome::Done)
+            Ok(())
         }
     }
 }
@@ -222,11 +242,6 @@ fn child<T: WriteTxn>(txn: &mut T, parent: &Parent, delta: i64) -> Result<()> {
 /// Number of children recorded for the entry with this key.
 pub fn children<T: ReadTxn>(txn: &T, key: &[u8]) -> Result<u64> {
     Ok(txn.get(Tree::Children, key)?.map_or(0, be_u64))
-}
-
-/// Whether a key lies in the scope below `base` (used by scans).
-pub fn in_scope(key: &[u8], base: &[u8], one_level: bool) -> bool {
-    !one_level || key_depth(key) == key_depth(base) + 1
 }
 
 /// Whether an attribute may be written by a client.

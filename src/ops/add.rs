@@ -13,7 +13,7 @@ use ldap3_proto::proto::LdapAddRequest;
 use ldap3_proto::LdapResultCode;
 use shards::dn::Dn;
 use shards::entry::{Attr, Entry};
-use shards::write::{user_modifiable, Parent, WriteOp};
+use shards::write::{add_ops, user_modifiable, WriteOp};
 use shards::{now_generalized, password, Error, Result, Shard};
 use std::rc::Rc;
 
@@ -77,18 +77,16 @@ pub fn stamp_new(entry: &mut Entry, creator: &str) {
 
 /// Inserts an entry, counting it on its parent first (see the module doc).
 pub async fn insert(shard: &Shard, dn: &Dn, entry: Entry, is_suffix: bool) -> Result<()> {
-    let key = dn.key();
-    if is_suffix {
-        return shard.submit(&key, WriteOp::Add { key: key.clone(), parent: None, entry }).await.map(drop);
-    }
-    let parent = Parent { key: dn.parent().key(), dn: dn.parent().to_string_form() };
-    if shard.owner_of(&parent.key) == shard.owner_of(&key) {
-        return shard.submit(&key, WriteOp::Add { key: key.clone(), parent: Some(parent), entry }).await.map(drop);
-    }
-    shard.submit(&parent.key, WriteOp::Child { parent: parent.clone(), delta: 1 }).await?;
-    let res = shard.submit(&key, WriteOp::Add { key: key.clone(), parent: None, entry }).await;
+    let mut ops = add_ops(&shard.manifest, dn, entry, is_suffix).into_iter();
+    let (owner, first) = ops.next().expect("an add has at least one op");
+    let Some((entry_owner, add)) = ops.next() else { return shard.submit_to(owner, first).await };
+    // `first` counted the child on the parent's owner: give it back if the insert fails.
+    let WriteOp::Child { parent, .. } = &first else { unreachable!("add_ops counts the parent first") };
+    let parent = parent.clone();
+    shard.submit_to(owner, first).await?;
+    let res = shard.submit_to(entry_owner, add).await;
     if res.is_err() {
-        let _ = shard.submit(&parent.key.clone(), WriteOp::Child { parent, delta: -1 }).await;
+        let _ = shard.submit_to(owner, WriteOp::Child { parent, delta: -1 }).await;
     }
-    res.map(drop)
+    res
 }

@@ -43,5 +43,5 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest) -> Result<()> {
     let stamp = Stamp { modifier: conn.identity.borrow().dn().to_string(), time: now_generalized() };
     let key = dn.key();
     let op = WriteOp::Modify { key: key.clone(), dn: req.dn.clone(), mods, rdn, stamp };
-    conn.ctx.shard.submit(&key, op).await.map(drop).map_err(|e| with_matched(&conn, &dn, e))
+    conn.ctx.shard.submit(&key, op).await.map_err(|e| with_matched(&conn, &dn, e))
 }

@@ -79,8 +79,8 @@ fn rename_entry(entry: &mut Entry, old: &Dn, new: &Dn, delete_old_rdn: bool, mod
 
 async fn move_entry(shard: &Shard, old: &Dn, old_text: &str, new: &Dn, entry: Entry) -> Result<()> {
     let (old_key, new_key) = (old.key(), new.key());
-    let old_parent = Parent { key: old.parent().key(), dn: old.parent().to_string_form() };
-    let new_parent = Parent { key: new.parent().key(), dn: new.parent().to_string_form() };
+    let old_parent = Parent::of(old);
+    let new_parent = Parent::of(new);
     let parent_changed = old_parent.key != new_parent.key;
     if shard.owner_of(&old_key) == shard.owner_of(&new_key) {
         if parent_changed {
