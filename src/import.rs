@@ -123,7 +123,7 @@ fn entry_of(rec: ldif::Record, suffix: &Dn) -> Result<(Dn, Entry), String> {
     for (name, vals) in grouped {
         entry.add_values(&name, &vals).map_err(|e| e.message)?;
     }
-    entry.check_new(&dn).map_err(|e| e.message)?;
+    crate::ops::add::check_new(&mut entry, &dn).map_err(|e| e.message)?;
     stamp_new(&mut entry, "");
     Ok((dn, entry))
 }

@@ -227,14 +227,19 @@ fn bootstrap(config: &Config, manifest: &Manifest, stores: &[Arc<Engine>]) -> Re
     let suffix = Dn::parse(&config.directory.suffix)?;
     let rdn = &suffix.rdns()[0].avas[0];
     let rdn_value = String::from_utf8_lossy(&rdn.value).to_string();
-    let mut entries = vec![(
-        suffix.clone(),
-        vec![
-            ("objectClass", vec!["top", "dcObject", "organization"]),
-            (rdn.attr.as_str(), vec![rdn_value.as_str()]),
-            ("o", vec![rdn_value.as_str()]),
-        ],
-    )];
+    let v = rdn_value.as_str();
+    let suffix_attrs = match shards::matching::canonical(&rdn.attr).as_ref() {
+        "dc" => vec![("objectClass", vec!["top", "dcObject", "organization"]), ("dc", vec![v]), ("o", vec![v])],
+        "o" => vec![("objectClass", vec!["top", "organization"]), ("o", vec![v])],
+        "ou" => vec![("objectClass", vec!["top", "organizationalUnit"]), ("ou", vec![v])],
+        "c" => vec![("objectClass", vec!["top", "country"]), ("c", vec![v])],
+        other => bail!(
+            "cannot create the suffix entry {}: its RDN attribute '{other}' is not dc, o, ou or c; \
+             create it with `coredir import`",
+            config.directory.suffix
+        ),
+    };
+    let mut entries = vec![(suffix.clone(), suffix_attrs)];
     for ou in ["people", "groups"] {
         let dn = Dn::parse(&format!("ou={ou},{}", config.directory.suffix))?;
         entries.push((dn, vec![("objectClass", vec!["top", "organizationalUnit"]), ("ou", vec![ou])]));
@@ -247,6 +252,8 @@ fn bootstrap(config: &Config, manifest: &Manifest, stores: &[Arc<Engine>]) -> Re
                 .map(|(n, vs)| Attr { name: n.into(), vals: vs.into_iter().map(|v| v.as_bytes().to_vec()).collect() })
                 .collect(),
         };
+        crate::ops::add::check_new(&mut entry, &dn)
+            .map_err(|e| anyhow!("creating {}: {}", dn.to_string_form(), e.message))?;
         crate::ops::add::stamp_new(&mut entry, &config.directory.root_dn);
         let is_suffix = dn == suffix;
         for (owner, op) in add_ops(manifest, &dn, entry, is_suffix) {

@@ -47,7 +47,7 @@ impl Entry {
     pub fn set(&mut self, name: &str, vals: Vec<Vec<u8>>) {
         match self.position(name) {
             Some(i) => self.attrs[i].vals = vals,
-            None => self.attrs.push(Attr { name: name.to_string(), vals }),
+            None => self.attrs.push(Attr { name: matching::stored_name(name).into_owned(), vals }),
         }
     }
 
@@ -55,23 +55,6 @@ impl Entry {
         if let Some(i) = self.position(name) {
             self.attrs.remove(i);
         }
-    }
-
-    /// The checks every new entry passes (add and import): an object class,
-    /// and the values of its RDN present among its attributes.
-    pub fn check_new(&self, dn: &crate::dn::Dn) -> Result<()> {
-        if self.get("objectClass").is_none() {
-            return Err(Error::new(LdapResultCode::ObjectClassViolation, "no objectClass attribute"));
-        }
-        for ava in dn.rdn().map(|r| r.avas.as_slice()).unwrap_or_default() {
-            if !self.has_value(&ava.attr, &ava.value) {
-                return Err(Error::new(
-                    LdapResultCode::NamingViolation,
-                    format!("value of naming attribute '{}' is not present in entry", ava.attr),
-                ));
-            }
-        }
-        Ok(())
     }
 
     pub fn has_value(&self, name: &str, value: &[u8]) -> bool {
@@ -84,7 +67,7 @@ impl Entry {
         let i = match self.position(name) {
             Some(i) => i,
             None => {
-                self.attrs.push(Attr { name: name.to_string(), vals: Vec::new() });
+                self.attrs.push(Attr { name: matching::stored_name(name).into_owned(), vals: Vec::new() });
                 self.attrs.len() - 1
             }
         };

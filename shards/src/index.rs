@@ -1,79 +1,234 @@
-//! Equality indexes, kept beside the entries in each shard's store
+//! Attribute indexes, kept beside the entries in each shard's store
 //! (back-mdb's `index.c` and `filterindex.c`).
 //!
-//! One tree, `index`, holds for every indexed attribute value of every
-//! entry the key `attr \0 normalized-value \0 id`, with an empty value:
-//! a search reads each candidate entry anyway, and checks its scope there.
-//! Values are cut at `MAX_VALUE` bytes; a lookup is therefore a superset of
-//! the matches, and every candidate is checked against the whole filter.
+//! One tree, `index`, holds every key of every indexed value of every entry,
+//! with an empty value; the entry id ends the key, so one key range lists
+//! the candidates for one assertion:
 //!
-//! Indexed attributes (equality): the defaults operators expect from an
-//! OpenLDAP configuration; configurable indexes and `reindex` come with the
-//! schema work.
+//! - `eq`: `type \0 e normalized-value \0 id` (values cut at `MAX_VALUE`);
+//! - `pres`: `type \0 p \0 id`;
+//! - `sub`: `type \0 s piece \0 id` for every suffix of the normalized value
+//!   starting at a character boundary, plus the whole value anchored with
+//!   `\x01`, each ending in `\x02` and cut at `SUB_LEN` bytes. A substring
+//!   piece is then one prefix scan: `initial` scans `\x01initial`, `final`
+//!   scans `final\x02`, `any` scans `any`; the cost follows the number of
+//!   matches, not the size of the directory;
+//! - `ordering`: `type \0 o order-key \0 id`, so `>=` and `<=` are range scans.
+//!
+//! Cut keys make a lookup a superset of the matches; every candidate is
+//! checked against the whole filter, so indexes only ever narrow the work.
+//! Which attributes are indexed is configuration (`[indexes]`), installed
+//! once at start like the schema; the data directory records the indexes
+//! it was built with, and `coredir reindex` rebuilds them when that changes.
 
 use crate::entry::Entry;
 use crate::error::Result;
-use crate::matching::{self, normalize};
+use crate::filter::{Names, Node};
+use crate::schema;
 use crate::store::{ReadTxn, Tree, WriteTxn};
-use ldap3_proto::proto::LdapFilter;
-
-pub const EQUALITY: &[&str] = &[
-    "objectclass",
-    "uid",
-    "cn",
-    "sn",
-    "mail",
-    "member",
-    "uniquemember",
-    "memberuid",
-    "uidnumber",
-    "gidnumber",
-    "entryuuid",
-];
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 const MAX_VALUE: usize = 256;
+const SUB_LEN: usize = 24;
+const ANCHOR_START: u8 = 0x01;
+const ANCHOR_END: u8 = 0x02;
 
-fn indexed(attr: &str) -> Option<String> {
-    let canon = matching::canonical(attr);
-    EQUALITY.contains(&canon.as_ref()).then(|| canon.into_owned())
+/// Index types of one attribute.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Kinds {
+    pub eq: bool,
+    pub pres: bool,
+    pub sub: bool,
+    pub ordering: bool,
 }
 
-fn prefix(attr: &str, value: &[u8]) -> Vec<u8> {
-    let norm = normalize(attr, value);
-    let norm = &norm[..norm.len().min(MAX_VALUE)];
-    let mut key = Vec::with_capacity(attr.len() + norm.len() + 10);
-    key.extend_from_slice(attr.as_bytes());
-    key.push(0);
-    key.extend_from_slice(norm);
-    key.push(0);
-    key
+/// Which attribute types are indexed, and how, by type key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    by_key: BTreeMap<String, Kinds>,
 }
 
-/// The index keys of an entry.
-fn keys(entry: &Entry, id: &[u8]) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
+/// The defaults: what an OpenLDAP directory for logins and address books indexes.
+pub const DEFAULTS: &[(&str, &str)] = &[
+    ("objectClass", "eq"),
+    ("uid", "eq,sub"),
+    ("cn", "eq,sub"),
+    ("sn", "eq,sub"),
+    ("mail", "eq,sub"),
+    ("member", "eq"),
+    ("uniqueMember", "eq"),
+    ("memberUid", "eq"),
+    ("uidNumber", "eq"),
+    ("gidNumber", "eq"),
+    ("entryUUID", "eq"),
+];
+
+impl Config {
+    /// Builds and checks an index configuration: known attribute types,
+    /// known index types, and the matching rule each index needs.
+    pub fn new<'a>(spec: impl IntoIterator<Item = (&'a str, &'a str)>) -> std::result::Result<Config, String> {
+        let schema = schema::get();
+        let mut by_key = BTreeMap::new();
+        for (attr, kinds) in spec {
+            let at = schema.attr(attr).ok_or_else(|| format!("indexes.{attr}: unknown attribute type"))?;
+            let mut k = Kinds::default();
+            for kind in kinds.split(',').map(str::trim) {
+                let (flag, has_rule) = match kind {
+                    "eq" | "approx" => (&mut k.eq, at.equality.is_some()),
+                    "pres" => (&mut k.pres, true),
+                    "sub" => (&mut k.sub, at.substr.is_some()),
+                    "ordering" => (&mut k.ordering, at.ordering.is_some()),
+                    other => {
+                        return Err(format!("indexes.{attr}: unknown index type '{other}' (eq, pres, sub, ordering)"))
+                    }
+                };
+                if !has_rule {
+                    return Err(format!("indexes.{attr}: '{kind}' needs a matching rule the attribute type lacks"));
+                }
+                *flag = true;
+            }
+            by_key.insert(at.key.clone(), k);
+        }
+        Ok(Config { by_key })
+    }
+
+    pub fn defaults() -> Config {
+        Config::new(DEFAULTS.iter().copied()).expect("the default indexes are valid")
+    }
+
+    /// A stable description, recorded in the data directory's manifest.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        for (key, k) in &self.by_key {
+            let kinds: Vec<&str> = [("eq", k.eq), ("pres", k.pres), ("sub", k.sub), ("ordering", k.ordering)]
+                .iter()
+                .filter(|(_, on)| *on)
+                .map(|(n, _)| *n)
+                .collect();
+            parts.push(format!("{key} {}", kinds.join(",")));
+        }
+        parts.join("; ")
+    }
+
+    fn kinds(&self, key: &str) -> Option<Kinds> {
+        self.by_key.get(key).copied()
+    }
+}
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+
+/// The process-wide index configuration (the defaults unless installed).
+pub fn config() -> &'static Config {
+    CONFIG.get_or_init(Config::defaults)
+}
+
+pub fn install(c: Config) -> std::result::Result<(), String> {
+    CONFIG.set(c).map_err(|_| "the index configuration was already in use".to_string())
+}
+
+fn head(key: &str, kind: u8) -> Vec<u8> {
+    let mut k = Vec::with_capacity(key.len() + 40);
+    k.extend_from_slice(key.as_bytes());
+    k.push(0);
+    k.push(kind);
+    k
+}
+
+/// Every index key of an entry (without the id).
+fn keys(entry: &Entry, out: &mut Vec<Vec<u8>>) {
+    let schema = schema::get();
+    let config = config();
     for a in &entry.attrs {
-        if let Some(canon) = indexed(&a.name) {
-            for v in &a.vals {
-                let mut k = prefix(&canon, v);
-                k.extend_from_slice(id);
+        let Some(at) = schema.attr(&a.name) else { continue };
+        let Some(kinds) = config.kinds(&at.key) else { continue };
+        if kinds.pres {
+            let mut k = head(&at.key, b'p');
+            k.push(0);
+            out.push(k);
+        }
+        for v in &a.vals {
+            if let Some(norm) = kinds.eq.then(|| at.equality.and_then(|r| r.normalize(v))).flatten() {
+                let mut k = head(&at.key, b'e');
+                k.extend_from_slice(&norm[..norm.len().min(MAX_VALUE)]);
+                k.push(0);
                 out.push(k);
+            }
+            if let Some(rule) = at.ordering.filter(|_| kinds.ordering) {
+                if let Some(norm) = rule.normalize(v) {
+                    let ord = rule.order_key(&norm);
+                    let mut k = head(&at.key, b'o');
+                    k.extend_from_slice(&ord[..ord.len().min(MAX_VALUE)]);
+                    k.push(0);
+                    out.push(k);
+                }
+            }
+            if let Some(norm) = at.substr.filter(|_| kinds.sub).and_then(|r| r.normalize(v)) {
+                sub_keys(&at.key, &norm, out);
             }
         }
     }
-    out
+    out.sort();
+    out.dedup();
+}
+
+fn sub_keys(key: &str, norm: &[u8], out: &mut Vec<Vec<u8>>) {
+    let piece = |anchored: bool, from: &[u8]| {
+        let mut k = head(key, b's');
+        let body = k.len();
+        if anchored {
+            k.push(ANCHOR_START);
+        }
+        k.extend_from_slice(from);
+        k.push(ANCHOR_END);
+        k.truncate(body + SUB_LEN);
+        k.push(0);
+        k
+    };
+    out.push(piece(true, norm));
+    for i in 0..norm.len() {
+        // Suffixes start at character boundaries (not UTF-8 continuation bytes).
+        if norm[i] & 0xC0 != 0x80 {
+            out.push(piece(false, &norm[i..]));
+        }
+    }
 }
 
 pub fn add<T: WriteTxn>(txn: &mut T, entry: &Entry, id: &[u8]) -> Result<()> {
-    for k in keys(entry, id) {
+    let mut ks = Vec::new();
+    keys(entry, &mut ks);
+    for mut k in ks {
+        k.extend_from_slice(id);
         txn.put(Tree::Index, &k, b"")?;
     }
     Ok(())
 }
 
 pub fn remove<T: WriteTxn>(txn: &mut T, entry: &Entry, id: &[u8]) -> Result<()> {
-    for k in keys(entry, id) {
+    let mut ks = Vec::new();
+    keys(entry, &mut ks);
+    for mut k in ks {
+        k.extend_from_slice(id);
         txn.delete(Tree::Index, &k)?;
+    }
+    Ok(())
+}
+
+/// Moves an entry's index keys from `old` to `new` (a modify): only the
+/// keys that differ are written.
+pub fn update<T: WriteTxn>(txn: &mut T, old: &Entry, new: &Entry, id: &[u8]) -> Result<()> {
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    keys(old, &mut before);
+    keys(new, &mut after);
+    for k in before.iter().filter(|k| after.binary_search(k).is_err()) {
+        let mut k = k.clone();
+        k.extend_from_slice(id);
+        txn.delete(Tree::Index, &k)?;
+    }
+    for k in after.iter().filter(|k| before.binary_search(k).is_err()) {
+        let mut k = k.clone();
+        k.extend_from_slice(id);
+        txn.put(Tree::Index, &k, b"")?;
     }
     Ok(())
 }
@@ -81,26 +236,46 @@ pub fn remove<T: WriteTxn>(txn: &mut T, entry: &Entry, id: &[u8]) -> Result<()> 
 /// A candidate from an index: an entry id.
 pub type Candidate = [u8; 8];
 
-/// Candidates for `filter` from this store's indexes, or `None` when the
-/// filter cannot be answered from them (the caller scans instead).
-pub fn candidates<T: ReadTxn>(txn: &T, filter: &LdapFilter) -> Result<Option<Vec<Candidate>>> {
+/// Candidates for a compiled filter from this store's indexes, sorted, or
+/// `None` when the filter cannot be answered from them (the caller scans).
+pub fn candidates<T: ReadTxn>(txn: &T, filter: &Node) -> Result<Option<Vec<Candidate>>> {
+    let config = config();
+    let indexed = |attr: &Names, f: fn(Kinds) -> bool| attr.keys.iter().all(|k| config.kinds(k).is_some_and(f));
     Ok(match filter {
-        LdapFilter::Equality(a, v) => match indexed(a) {
-            Some(canon) => Some(lookup(txn, &canon, v.as_bytes())?),
-            None => None,
-        },
-        LdapFilter::And(fs) => {
-            let mut best: Option<Vec<Candidate>> = None;
+        Node::Undefined => Some(Vec::new()),
+        Node::Equal { attr, rule, value } if indexed(attr, |k| k.eq) => {
+            let _ = rule;
+            let v = &value[..value.len().min(MAX_VALUE)];
+            Some(union(txn, attr, b'e', |p| {
+                p.extend_from_slice(v);
+                p.push(0);
+            })?)
+        }
+        Node::Present(attr) if indexed(attr, |k| k.pres) => Some(union(txn, attr, b'p', |p| p.push(0))?),
+        Node::Substrings { attr, initial, any, last, .. } if indexed(attr, |k| k.sub) => {
+            let piece = best_piece(initial.as_deref(), any, last.as_deref());
+            Some(union(txn, attr, b's', |p| p.extend_from_slice(&piece[..piece.len().min(SUB_LEN)]))?)
+        }
+        Node::Order { attr, key, greater, .. } if indexed(attr, |k| k.ordering) => {
+            Some(range(txn, attr, &key[..key.len().min(MAX_VALUE)], *greater)?)
+        }
+        Node::And(fs) => {
+            let mut sets = Vec::new();
             for f in fs {
                 if let Some(c) = candidates(txn, f)? {
-                    if best.as_ref().is_none_or(|b| c.len() < b.len()) {
-                        best = Some(c);
-                    }
+                    sets.push(c);
                 }
             }
-            best
+            sets.sort_by_key(Vec::len);
+            let mut it = sets.into_iter();
+            it.next().map(|mut best| {
+                for other in it {
+                    best.retain(|id| other.binary_search(id).is_ok());
+                }
+                best
+            })
         }
-        LdapFilter::Or(fs) if !fs.is_empty() => {
+        Node::Or(fs) if !fs.is_empty() => {
             let mut all = Vec::new();
             for f in fs {
                 match candidates(txn, f)? {
@@ -108,7 +283,7 @@ pub fn candidates<T: ReadTxn>(txn: &T, filter: &LdapFilter) -> Result<Option<Vec
                     None => return Ok(None),
                 }
             }
-            all.sort();
+            all.sort_unstable();
             all.dedup();
             Some(all)
         }
@@ -116,14 +291,87 @@ pub fn candidates<T: ReadTxn>(txn: &T, filter: &LdapFilter) -> Result<Option<Vec
     })
 }
 
-fn lookup<T: ReadTxn>(txn: &T, attr: &str, value: &[u8]) -> Result<Vec<Candidate>> {
-    let prefix = prefix(attr, value);
+/// The most selective piece of a substring assertion, as a `sub` key prefix.
+fn best_piece(initial: Option<&[u8]>, any: &[Vec<u8>], last: Option<&[u8]>) -> Vec<u8> {
+    let mut options: Vec<Vec<u8>> = any.iter().cloned().collect();
+    if let Some(i) = initial {
+        let mut p = vec![ANCHOR_START];
+        p.extend_from_slice(i);
+        options.push(p);
+    }
+    if let Some(l) = last {
+        let mut p = l.to_vec();
+        p.push(ANCHOR_END);
+        options.push(p);
+    }
+    options.into_iter().max_by_key(Vec::len).unwrap_or_default()
+}
+
+/// The ids under one key prefix for the type and each of its subtypes.
+fn union<T: ReadTxn>(txn: &T, attr: &Names, kind: u8, finish: impl Fn(&mut Vec<u8>)) -> Result<Vec<Candidate>> {
     let mut out = Vec::new();
-    txn.scan(Tree::Index, &prefix, &prefix, &mut |k, _| {
-        if let Some(id) = k.len().checked_sub(8).filter(|at| *at >= prefix.len()).map(|at| &k[at..]) {
-            out.push(id.try_into().expect("8 bytes"));
-        }
-        true
-    })?;
+    for key in &attr.keys {
+        let mut prefix = head(key, kind);
+        finish(&mut prefix);
+        txn.scan(Tree::Index, &prefix, &prefix, &mut |k, _| {
+            if let Some(id) = k.len().checked_sub(8).filter(|at| *at >= prefix.len()).map(|at| &k[at..]) {
+                out.push(id.try_into().expect("8 bytes"));
+            }
+            true
+        })?;
+    }
+    out.sort_unstable();
+    out.dedup();
     Ok(out)
+}
+
+/// The ids whose order key is `>= bound` (or `<= bound`).
+fn range<T: ReadTxn>(txn: &T, attr: &Names, bound: &[u8], greater: bool) -> Result<Vec<Candidate>> {
+    let mut out = Vec::new();
+    for key in &attr.keys {
+        let prefix = head(key, b'o');
+        let mut from = prefix.clone();
+        if greater {
+            from.extend_from_slice(bound);
+        }
+        txn.scan(Tree::Index, &prefix, &from, &mut |k, _| {
+            let Some(end) = k.len().checked_sub(9).filter(|e| *e >= prefix.len()) else { return true };
+            if !greater && &k[prefix.len()..end] > bound {
+                return false;
+            }
+            out.push(k[end + 1..].try_into().expect("8 bytes"));
+            true
+        })?;
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_checks() {
+        assert!(Config::new([("uid", "eq,sub,pres")]).is_ok());
+        assert!(Config::new([("uidNumber", "ordering")]).is_ok());
+        let err = |spec: (&str, &str)| Config::new([spec]).unwrap_err();
+        assert!(err(("nope", "eq")).contains("unknown attribute type"));
+        assert!(err(("uid", "fuzzy")).contains("unknown index type"));
+        assert!(err(("homeDirectory", "sub")).contains("needs a matching rule"));
+        assert_eq!(Config::new([("commonName", "eq"), ("UID", "sub,eq")]).unwrap().describe(), "cn eq; uid eq,sub");
+    }
+
+    #[test]
+    fn sub_keys_cover_every_suffix() {
+        let mut out = Vec::new();
+        sub_keys("cn", b"abc", &mut out);
+        let parts: Vec<Vec<u8>> = out.iter().map(|k| k[4..k.len() - 1].to_vec()).collect();
+        assert_eq!(parts, vec![b"\x01abc\x02".to_vec(), b"abc\x02".to_vec(), b"bc\x02".to_vec(), b"c\x02".to_vec()]);
+        out.clear();
+        sub_keys("cn", "é".repeat(40).as_bytes(), &mut out);
+        assert_eq!(out.len(), 41, "one key per character plus the anchored one");
+        assert!(out.iter().all(|k| k.len() <= 4 + SUB_LEN + 1));
+    }
 }

@@ -14,10 +14,13 @@
 //! - `dn`: DN parsing, normalization and the root-first storage key.
 //! - `entry`: the owned `Entry`, Modify semantics, and `EntryView`, the
 //!   zero-copy view of an encoded `id2entry` record.
-//! - `filter`: search filter evaluation on an `EntryView`.
-//! - `matching`: attribute aliases and value normalization (interim, until
-//!   the schema issue lands).
-//! - `index`: equality indexes and filter -> candidate ids.
+//! - `filter`: search filters compiled against the schema, evaluated on an
+//!   `EntryView` (three-valued).
+//! - `schema`: attribute types, object classes and syntaxes (built-in and
+//!   custom files), entry checks, `cn=Subschema`.
+//! - `matching`: matching rules (normal forms, ordering) and attribute names.
+//! - `index`: configurable eq/pres/sub/ordering indexes and filter ->
+//!   candidate ids.
 //! - `ldif`: RFC 2849 reading and writing (import and export).
 //! - `password`: `userPassword` schemes.
 //! - `manifest`: the data directory's identity and partition map.
@@ -48,6 +51,7 @@ pub mod manifest;
 pub mod matching;
 pub mod password;
 pub mod repair;
+pub mod schema;
 pub mod shard;
 pub mod store;
 pub mod write;

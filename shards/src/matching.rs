@@ -1,104 +1,224 @@
-//! Attribute names and value matching until the schema arrives.
+//! Matching rules (RFC 4517 §4.2, string preparation after RFC 4518) and the
+//! attribute-name helpers every other module uses.
 //!
-//! Interim rules, stated plainly so nobody mistakes them for schema-driven
-//! matching: attribute names match case-insensitively and through the alias
-//! table below; values of every attribute compare as directory strings
-//! (case-folded, insignificant spaces removed) except the octet-string
-//! attributes listed in `CASE_EXACT`, which compare byte for byte.
+//! A rule turns a value into its normal form; equality is equality of normal
+//! forms, ordering compares `order_key`s bytewise, substring matching works
+//! on normal forms too. A value that is not valid for the rule has no normal
+//! form (`None`): a filter on it evaluates to Undefined (RFC 4511 §4.5.1.7).
+//! String rules fold case (the caseIgnore family), remove leading and
+//! trailing spaces and collapse inner runs of spaces; telephone numbers also
+//! drop hyphens, numeric strings drop every space. `approx` (`~=`) is
+//! equality under the attribute's equality rule: there is no phonetic match.
+//!
+//! Index keys, duplicate-value detection, DN normalization, filters,
+//! Compare and server-side sorting all go through `normalize`/`order_key`
+//! here, so they can never disagree.
 
+use crate::dn::Dn;
+use crate::schema::{self, AttributeType};
 use std::borrow::Cow;
+use std::cmp::Ordering;
 
-/// Short name and long alias pairs from RFC 4519 / 4524 / 2798.
-const ALIASES: &[(&str, &str)] = &[
-    ("cn", "commonname"),
-    ("sn", "surname"),
-    ("c", "countryname"),
-    ("l", "localityname"),
-    ("st", "stateorprovincename"),
-    ("o", "organizationname"),
-    ("ou", "organizationalunitname"),
-    ("uid", "userid"),
-    ("mail", "rfc822mailbox"),
-    ("gn", "givenname"),
-    ("dc", "domaincomponent"),
-    ("street", "streetaddress"),
+/// The matching rules this server implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    ObjectIdentifier,
+    DistinguishedName,
+    CaseIgnore,
+    CaseIgnoreOrdering,
+    CaseIgnoreSubstrings,
+    CaseExact,
+    CaseExactOrdering,
+    CaseExactSubstrings,
+    NumericString,
+    NumericStringOrdering,
+    NumericStringSubstrings,
+    CaseIgnoreList,
+    CaseIgnoreListSubstrings,
+    Boolean,
+    Integer,
+    IntegerOrdering,
+    BitString,
+    OctetString,
+    OctetStringOrdering,
+    TelephoneNumber,
+    TelephoneNumberSubstrings,
+    UniqueMember,
+    GeneralizedTime,
+    GeneralizedTimeOrdering,
+    IntegerFirstComponent,
+    ObjectIdentifierFirstComponent,
+    DirectoryStringFirstComponent,
+    CaseExactIA5,
+    CaseIgnoreIA5,
+    CaseIgnoreIA5Substrings,
+    CaseExactIA5Substrings,
+    Uuid,
+    UuidOrdering,
+}
+
+/// What a rule is used for (the EQUALITY, ORDERING or SUBSTR slot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Usage {
+    Equality,
+    Ordering,
+    Substrings,
+}
+
+pub struct RuleInfo {
+    pub rule: Rule,
+    pub name: &'static str,
+    pub oid: &'static str,
+    /// The syntax of the assertion value.
+    pub syntax: &'static str,
+    pub usage: Usage,
+}
+
+const fn r(rule: Rule, name: &'static str, oid: &'static str, syntax: &'static str, usage: Usage) -> RuleInfo {
+    RuleInfo { rule, name, oid, syntax, usage }
+}
+
+const S: &str = "1.3.6.1.4.1.1466.115.121.1.";
+use Usage::{Equality as EQ, Ordering as ORD, Substrings as SUB};
+
+/// Every rule with its RFC 4517 (or RFC 4530, OpenLDAP) name and OID, as
+/// published in `cn=Subschema`.
+pub const RULES: &[RuleInfo] = &[
+    r(Rule::ObjectIdentifier, "objectIdentifierMatch", "2.5.13.0", "38", EQ),
+    r(Rule::DistinguishedName, "distinguishedNameMatch", "2.5.13.1", "12", EQ),
+    r(Rule::CaseIgnore, "caseIgnoreMatch", "2.5.13.2", "15", EQ),
+    r(Rule::CaseIgnoreOrdering, "caseIgnoreOrderingMatch", "2.5.13.3", "15", ORD),
+    r(Rule::CaseIgnoreSubstrings, "caseIgnoreSubstringsMatch", "2.5.13.4", "58", SUB),
+    r(Rule::CaseExact, "caseExactMatch", "2.5.13.5", "15", EQ),
+    r(Rule::CaseExactOrdering, "caseExactOrderingMatch", "2.5.13.6", "15", ORD),
+    r(Rule::CaseExactSubstrings, "caseExactSubstringsMatch", "2.5.13.7", "58", SUB),
+    r(Rule::NumericString, "numericStringMatch", "2.5.13.8", "36", EQ),
+    r(Rule::NumericStringOrdering, "numericStringOrderingMatch", "2.5.13.9", "36", ORD),
+    r(Rule::NumericStringSubstrings, "numericStringSubstringsMatch", "2.5.13.10", "58", SUB),
+    r(Rule::CaseIgnoreList, "caseIgnoreListMatch", "2.5.13.11", "41", EQ),
+    r(Rule::CaseIgnoreListSubstrings, "caseIgnoreListSubstringsMatch", "2.5.13.12", "58", SUB),
+    r(Rule::Boolean, "booleanMatch", "2.5.13.13", "7", EQ),
+    r(Rule::Integer, "integerMatch", "2.5.13.14", "27", EQ),
+    r(Rule::IntegerOrdering, "integerOrderingMatch", "2.5.13.15", "27", ORD),
+    r(Rule::BitString, "bitStringMatch", "2.5.13.16", "6", EQ),
+    r(Rule::OctetString, "octetStringMatch", "2.5.13.17", "40", EQ),
+    r(Rule::OctetStringOrdering, "octetStringOrderingMatch", "2.5.13.18", "40", ORD),
+    r(Rule::TelephoneNumber, "telephoneNumberMatch", "2.5.13.20", "50", EQ),
+    r(Rule::TelephoneNumberSubstrings, "telephoneNumberSubstringsMatch", "2.5.13.21", "58", SUB),
+    r(Rule::UniqueMember, "uniqueMemberMatch", "2.5.13.23", "34", EQ),
+    r(Rule::GeneralizedTime, "generalizedTimeMatch", "2.5.13.27", "24", EQ),
+    r(Rule::GeneralizedTimeOrdering, "generalizedTimeOrderingMatch", "2.5.13.28", "24", ORD),
+    r(Rule::IntegerFirstComponent, "integerFirstComponentMatch", "2.5.13.29", "27", EQ),
+    r(Rule::ObjectIdentifierFirstComponent, "objectIdentifierFirstComponentMatch", "2.5.13.30", "38", EQ),
+    r(Rule::DirectoryStringFirstComponent, "directoryStringFirstComponentMatch", "2.5.13.31", "15", EQ),
+    r(Rule::CaseExactIA5, "caseExactIA5Match", "1.3.6.1.4.1.1466.109.114.1", "26", EQ),
+    r(Rule::CaseIgnoreIA5, "caseIgnoreIA5Match", "1.3.6.1.4.1.1466.109.114.2", "26", EQ),
+    r(Rule::CaseIgnoreIA5Substrings, "caseIgnoreIA5SubstringsMatch", "1.3.6.1.4.1.1466.109.114.3", "58", SUB),
+    r(Rule::CaseExactIA5Substrings, "caseExactIA5SubstringsMatch", "1.3.6.1.4.1.4203.1.2.1", "58", SUB),
+    r(Rule::Uuid, "uuidMatch", "1.3.6.1.1.16.2", "1.3.6.1.1.16.1", EQ),
+    r(Rule::UuidOrdering, "uuidOrderingMatch", "1.3.6.1.1.16.3", "1.3.6.1.1.16.1", ORD),
 ];
 
-/// Attributes whose values are compared as octets (passwords, binary data).
-const CASE_EXACT: &[&str] = &["userpassword", "jpegphoto", "usercertificate", "entryuuid"];
-
-/// Attributes the server maintains; returned for `+`, never for `*`.
-pub const OPERATIONAL: &[&str] = &[
-    "entryuuid",
-    "entrydn",
-    "createtimestamp",
-    "modifytimestamp",
-    "creatorsname",
-    "modifiersname",
-    "hassubordinates",
-    "numsubordinates",
-    "subschemasubentry",
-    "structuralobjectclass",
-];
-
-/// The canonical lower-case short name of an attribute type.
-pub fn canonical(name: &str) -> Cow<'_, str> {
-    let lower: Cow<'_, str> = if name.bytes().any(|b| b.is_ascii_uppercase()) {
-        Cow::Owned(name.to_ascii_lowercase())
-    } else {
-        Cow::Borrowed(name)
-    };
-    for (short, long) in ALIASES {
-        if lower == *long {
-            return Cow::Borrowed(short);
+impl RuleInfo {
+    /// The full OID of the assertion syntax.
+    pub fn syntax_oid(&self) -> String {
+        if self.syntax.contains('.') {
+            self.syntax.to_string()
+        } else {
+            format!("{S}{}", self.syntax)
         }
     }
-    lower
 }
 
-/// Whether two attribute descriptions name the same type (allocation-free:
-/// it runs for every attribute an entry is searched for).
-pub fn same_attr(a: &str, b: &str) -> bool {
-    if a.eq_ignore_ascii_case(b) {
-        return true;
+/// A rule by name or OID (case-insensitive), as filters and schema files name them.
+pub fn rule_named(name: &str) -> Option<&'static RuleInfo> {
+    RULES.iter().find(|r| r.name.eq_ignore_ascii_case(name) || r.oid == name)
+}
+
+impl Rule {
+    pub fn info(self) -> &'static RuleInfo {
+        RULES.iter().find(|r| r.rule == self).expect("every rule is listed")
     }
-    let alias = |n: &str| ALIASES.iter().position(|(s, l)| n.eq_ignore_ascii_case(s) || n.eq_ignore_ascii_case(l));
-    match alias(a) {
-        Some(i) => alias(b) == Some(i),
-        None => false,
+
+    /// The normal form of `value`, or `None` when the value is not valid
+    /// for this rule.
+    pub fn normalize(self, value: &[u8]) -> Option<Cow<'_, [u8]>> {
+        use Rule::*;
+        match self {
+            CaseIgnore
+            | CaseIgnoreOrdering
+            | CaseIgnoreSubstrings
+            | CaseIgnoreIA5
+            | CaseIgnoreIA5Substrings
+            | DirectoryStringFirstComponent => Some(prep(value, true, true)),
+            CaseExact | CaseExactOrdering | CaseExactSubstrings | CaseExactIA5 | CaseExactIA5Substrings => {
+                Some(prep(value, false, true))
+            }
+            NumericString | NumericStringOrdering | NumericStringSubstrings => Some(strip(value, |b| b == b' ')),
+            TelephoneNumber | TelephoneNumberSubstrings => {
+                let stripped = strip(value, |b| b == b' ' || b == b'-');
+                Some(match prep(&stripped, true, false) {
+                    Cow::Borrowed(_) => stripped,
+                    Cow::Owned(v) => Cow::Owned(v),
+                })
+            }
+            CaseIgnoreList | CaseIgnoreListSubstrings => Some(list(value)),
+            Boolean => match value {
+                b"TRUE" | b"FALSE" => Some(Cow::Borrowed(value)),
+                v if v.eq_ignore_ascii_case(b"true") => Some(Cow::Borrowed(b"TRUE")),
+                v if v.eq_ignore_ascii_case(b"false") => Some(Cow::Borrowed(b"FALSE")),
+                _ => None,
+            },
+            Integer | IntegerOrdering => integer(value).map(Cow::Owned),
+            IntegerFirstComponent => first_component(value).and_then(|c| integer(c.as_bytes())).map(Cow::Owned),
+            BitString | OctetString | OctetStringOrdering => Some(Cow::Borrowed(value)),
+            DistinguishedName => dn(value).map(|d| Cow::Owned(d.into_bytes())),
+            UniqueMember => unique_member(value).map(Cow::Owned),
+            GeneralizedTime | GeneralizedTimeOrdering => generalized_time(value).map(|t| Cow::Owned(t.into_bytes())),
+            ObjectIdentifier => std::str::from_utf8(value).ok().and_then(oid).map(Cow::Owned),
+            ObjectIdentifierFirstComponent => first_component(value).and_then(oid).map(Cow::Owned),
+            Uuid | UuidOrdering => uuid(value).map(Cow::Owned),
+        }
+    }
+
+    /// The normal form of one piece of a substring assertion: prepared like
+    /// a value but not trimmed (spaces at a piece's edge are significant).
+    pub fn normalize_piece(self, piece: &[u8]) -> Cow<'_, [u8]> {
+        use Rule::*;
+        match self {
+            CaseExact | CaseExactOrdering | CaseExactSubstrings | CaseExactIA5 | CaseExactIA5Substrings => {
+                prep(piece, false, false)
+            }
+            NumericString | NumericStringOrdering | NumericStringSubstrings => strip(piece, |b| b == b' '),
+            TelephoneNumber | TelephoneNumberSubstrings => {
+                Cow::Owned(prep(&strip(piece, |b| b == b' ' || b == b'-'), true, false).into_owned())
+            }
+            OctetString | OctetStringOrdering | BitString => Cow::Borrowed(piece),
+            _ => prep(piece, true, false),
+        }
+    }
+
+    /// A key whose bytewise order is the rule's order (integers are
+    /// encoded sign, length, digits; every other normal form already sorts).
+    pub fn order_key(self, norm: &[u8]) -> Cow<'_, [u8]> {
+        match self {
+            Rule::Integer | Rule::IntegerOrdering | Rule::IntegerFirstComponent => Cow::Owned(integer_key(norm)),
+            _ => Cow::Borrowed(norm),
+        }
+    }
+
+    pub fn compare(self, a: &[u8], b: &[u8]) -> Ordering {
+        self.order_key(a).cmp(&self.order_key(b))
     }
 }
 
-pub fn is_operational(name: &str) -> bool {
-    OPERATIONAL.contains(&canonical(name).as_ref())
-}
-
-/// Every operational attribute this server knows is maintained by the
-/// server itself (RFC 4512 NO-USER-MODIFICATION).
-pub fn is_no_user_modification(name: &str) -> bool {
-    is_operational(name)
-}
-
-fn case_exact(attr: &str) -> bool {
-    CASE_EXACT.contains(&canonical(attr).as_ref())
-}
-
-/// The normal form of a value of `attr`, used for equality, ordering and
-/// substring matching and for duplicate detection.
-pub fn normalize<'a>(attr: &str, value: &'a [u8]) -> Cow<'a, [u8]> {
-    if case_exact(attr) {
-        Cow::Borrowed(value)
-    } else {
-        fold(value)
-    }
-}
-
-/// caseIgnore normalization: trim, collapse inner runs of spaces, fold case.
-pub fn fold(value: &[u8]) -> Cow<'_, [u8]> {
-    let trimmed = trim_spaces(value);
+/// String preparation: optionally fold case, collapse runs of spaces and
+/// (for whole values) trim them. Borrows when nothing changes.
+fn prep(value: &[u8], fold_case: bool, trim: bool) -> Cow<'_, [u8]> {
+    let trimmed = if trim { trim_spaces(value) } else { value };
     let clean = trimmed.len() == value.len()
         && !trimmed.windows(2).any(|w| w == b"  ")
-        && !trimmed.iter().any(|b| b.is_ascii_uppercase() || *b >= 0x80);
+        && !(fold_case && trimmed.iter().any(|b| b.is_ascii_uppercase() || *b >= 0x80));
     if clean {
         return Cow::Borrowed(value);
     }
@@ -113,10 +233,19 @@ pub fn fold(value: &[u8]) -> Cow<'_, [u8]> {
             last_space = true;
         } else {
             last_space = false;
-            out.extend(ch.to_lowercase());
+            if fold_case {
+                out.extend(ch.to_lowercase());
+            } else {
+                out.push(ch);
+            }
         }
     }
     Cow::Owned(out.into_bytes())
+}
+
+/// caseIgnore preparation of a whole value (also used for unknown attributes).
+pub fn fold(value: &[u8]) -> Cow<'_, [u8]> {
+    prep(value, true, true)
 }
 
 fn trim_spaces(v: &[u8]) -> &[u8] {
@@ -125,7 +254,264 @@ fn trim_spaces(v: &[u8]) -> &[u8] {
     &v[start..end]
 }
 
-/// Equality under the attribute's (interim) matching rule.
+fn strip(value: &[u8], drop: impl Fn(u8) -> bool) -> Cow<'_, [u8]> {
+    if value.iter().any(|b| drop(*b)) {
+        Cow::Owned(value.iter().copied().filter(|b| !drop(*b)).collect())
+    } else {
+        Cow::Borrowed(value)
+    }
+}
+
+/// Postal Address: lines separated by `$`, each compared as caseIgnore.
+fn list(value: &[u8]) -> Cow<'_, [u8]> {
+    let lines: Vec<Cow<'_, [u8]>> = value.split(|b| *b == b'$').map(fold).collect();
+    Cow::Owned(lines.join(&b'$'))
+}
+
+/// The canonical decimal form: optional `-`, no leading zeros, no `-0`.
+pub fn integer(value: &[u8]) -> Option<Vec<u8>> {
+    let (neg, digits) = match value {
+        [b'-', rest @ ..] => (true, rest),
+        [b'+', rest @ ..] => (false, rest),
+        v => (false, v),
+    };
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let start = digits.iter().position(|b| *b != b'0').unwrap_or(digits.len());
+    let digits = &digits[start..];
+    if digits.is_empty() {
+        return Some(b"0".to_vec());
+    }
+    let mut out = Vec::with_capacity(digits.len() + 1);
+    if neg {
+        out.push(b'-');
+    }
+    out.extend_from_slice(digits);
+    Some(out)
+}
+
+/// Sign byte, then the digit count (inverted for negatives), then digits
+/// (nine's complement for negatives): bytewise order is numeric order.
+fn integer_key(norm: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(norm.len() + 3);
+    match norm {
+        [b'-', digits @ ..] => {
+            out.push(0);
+            out.extend_from_slice(&(u16::MAX - digits.len() as u16).to_be_bytes());
+            out.extend(digits.iter().map(|d| b'9' - d + b'0'));
+        }
+        b"0" => out.push(1),
+        digits => {
+            out.push(2);
+            out.extend_from_slice(&(digits.len() as u16).to_be_bytes());
+            out.extend_from_slice(digits);
+        }
+    }
+    out
+}
+
+fn dn(value: &[u8]) -> Option<String> {
+    Dn::parse(std::str::from_utf8(value).ok()?).ok().map(|d| d.norm())
+}
+
+/// Name and Optional UID: `DN` or `DN#'0101'B`.
+fn unique_member(value: &[u8]) -> Option<Vec<u8>> {
+    let text = std::str::from_utf8(value).ok()?;
+    let (name, uid) = match text.rfind("#'") {
+        Some(at) if text.ends_with("'B") => (&text[..at], Some(&text[at..])),
+        _ => (text, None),
+    };
+    let mut out = dn(name.as_bytes())?.into_bytes();
+    if let Some(uid) = uid {
+        out.extend_from_slice(uid.as_bytes());
+    }
+    Some(out)
+}
+
+/// The first component of a schema description value: `( 2.5.4.3 NAME …`.
+fn first_component(value: &[u8]) -> Option<&str> {
+    let text = std::str::from_utf8(value).ok()?.trim();
+    let text = text.strip_prefix('(').unwrap_or(text).trim_start();
+    text.split_whitespace().next()
+}
+
+/// An OID in numeric form: descriptors resolve through the schema.
+fn oid(text: &str) -> Option<Vec<u8>> {
+    let text = text.trim();
+    if is_numeric_oid(text) {
+        return Some(text.as_bytes().to_vec());
+    }
+    if !is_descriptor(text) {
+        return None;
+    }
+    let schema = schema::get();
+    Some(match schema.oid_of(text) {
+        Some(oid) => oid.as_bytes().to_vec(),
+        None => text.to_ascii_lowercase().into_bytes(),
+    })
+}
+
+pub fn is_numeric_oid(s: &str) -> bool {
+    !s.is_empty()
+        && s.split('.').all(|part| {
+            !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) && (part == "0" || !part.starts_with('0'))
+        })
+        && s.contains('.')
+}
+
+pub fn is_descriptor(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    bytes.next().is_some_and(|b| b.is_ascii_alphabetic()) && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
+fn uuid(value: &[u8]) -> Option<Vec<u8>> {
+    let ok = value.len() == 36
+        && value.iter().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => *b == b'-',
+            _ => b.is_ascii_hexdigit(),
+        });
+    ok.then(|| value.to_ascii_lowercase())
+}
+
+/// Generalized Time (RFC 4517 §3.3.13) in UTC as `YYYYMMDDHHMMSS` followed
+/// by the fraction's significant digits: one string per instant, and its
+/// bytewise order is time order.
+pub fn generalized_time(value: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(value).ok()?;
+    let (body, offset_secs) = if let Some(b) = text.strip_suffix('Z') {
+        (b, 0i64)
+    } else {
+        let at = text.rfind(['+', '-'])?;
+        let (b, off) = text.split_at(at);
+        let digits = &off[1..];
+        if !(digits.len() == 2 || digits.len() == 4) || !digits.bytes().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+        let h: i64 = digits[..2].parse().ok()?;
+        let m: i64 = if digits.len() == 4 { digits[2..].parse().ok()? } else { 0 };
+        if h > 23 || m > 59 {
+            return None;
+        }
+        let sign = if off.starts_with('-') { -1 } else { 1 };
+        (b, sign * (h * 3600 + m * 60))
+    };
+    let (whole, frac) = match body.find(['.', ',']) {
+        Some(at) => (&body[..at], Some(&body[at + 1..])),
+        None => (body, None),
+    };
+    if !whole.bytes().all(|c| c.is_ascii_digit()) || !matches!(whole.len(), 10 | 12 | 14) {
+        return None;
+    }
+    if let Some(f) = frac {
+        if f.is_empty() || !f.bytes().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+    }
+    let num = |r: std::ops::Range<usize>| whole[r].parse::<u32>().ok();
+    let (year, month, day, hour) = (num(0..4)? as i32, num(4..6)?, num(6..8)?, num(8..10)?);
+    let minute = if whole.len() >= 12 { num(10..12)? } else { 0 };
+    let second = if whole.len() == 14 { num(12..14)? } else { 0 };
+    // The fraction applies to the last unit given, in nanoseconds of a second.
+    let unit_nanos: u128 = match whole.len() {
+        10 => 3_600_000_000_000,
+        12 => 60_000_000_000,
+        _ => 1_000_000_000,
+    };
+    let frac_nanos = frac.map_or(0, |f| {
+        let f = &f[..f.len().min(18)];
+        let n: u128 = f.parse().unwrap_or(0);
+        n * unit_nanos / 10u128.pow(f.len() as u32)
+    });
+    let month = time::Month::try_from(month as u8).ok()?;
+    let date = time::Date::from_calendar_date(year, month, day as u8).ok()?;
+    // Leap second 60 is allowed by the syntax; fold it into the next minute.
+    let (second, leap) = if second == 60 { (59, 1) } else { (second, 0) };
+    let t = time::Time::from_hms(hour as u8, minute as u8, second as u8).ok()?;
+    let at = time::PrimitiveDateTime::new(date, t).assume_utc()
+        + time::Duration::seconds(leap - offset_secs)
+        + time::Duration::nanoseconds(frac_nanos as i64);
+    let mut out = format!(
+        "{:04}{:02}{:02}{:02}{:02}{:02}",
+        at.year(),
+        at.month() as u8,
+        at.day(),
+        at.hour(),
+        at.minute(),
+        at.second()
+    );
+    if at.nanosecond() > 0 {
+        let nanos = format!("{:09}", at.nanosecond());
+        out.push_str(nanos.trim_end_matches('0'));
+    }
+    Some(out)
+}
+
+// ---- attribute names ------------------------------------------------------
+
+/// The attribute type an attribute description names (options ignored).
+pub fn attr_type(name: &str) -> Option<&'static AttributeType> {
+    schema::get().attr(name)
+}
+
+/// The canonical lower-case name of an attribute type (DN keys, index
+/// keys): the schema's first name, or the given name when unknown.
+pub fn canonical(name: &str) -> Cow<'_, str> {
+    match attr_type(name) {
+        Some(at) => Cow::Borrowed(at.key.as_str()),
+        None if name.bytes().any(|b| b.is_ascii_uppercase()) => Cow::Owned(name.to_ascii_lowercase()),
+        None => Cow::Borrowed(name),
+    }
+}
+
+/// The name an entry stores an attribute under: the schema's first name
+/// with the description's options, as OpenLDAP returns it.
+pub fn stored_name(name: &str) -> Cow<'_, str> {
+    let (base, options) = match name.find(';') {
+        Some(at) => name.split_at(at),
+        None => (name, ""),
+    };
+    match attr_type(base) {
+        Some(at) if at.name() != base => Cow::Owned(format!("{}{}", at.name(), options)),
+        _ => Cow::Borrowed(name),
+    }
+}
+
+/// Whether two attribute descriptions name the same type (allocation-free:
+/// it runs for every attribute an entry is searched for).
+pub fn same_attr(a: &str, b: &str) -> bool {
+    if a.eq_ignore_ascii_case(b) {
+        return true;
+    }
+    match (attr_type(a), attr_type(b)) {
+        (Some(x), Some(y)) => std::ptr::eq(x, y),
+        _ => false,
+    }
+}
+
+/// Whether the attribute is operational (returned for `+`, not for `*`).
+pub fn is_operational(name: &str) -> bool {
+    attr_type(name).is_some_and(|at| at.usage.is_operational())
+}
+
+pub fn is_no_user_modification(name: &str) -> bool {
+    attr_type(name).is_some_and(|at| at.no_user_modification)
+}
+
+/// The equality normal form of a value of `attr`. Values the rule refuses
+/// and unknown attributes keep a caseIgnore form, so DNs that name them
+/// still get one stable key.
+pub fn normalize<'a>(attr: &str, value: &'a [u8]) -> Cow<'a, [u8]> {
+    match attr_type(attr) {
+        Some(at) => match at.equality {
+            Some(rule) => rule.normalize(value).unwrap_or(Cow::Borrowed(value)),
+            None => Cow::Borrowed(value),
+        },
+        None => fold(value),
+    }
+}
+
+/// Equality under the attribute's equality rule.
 pub fn values_equal(attr: &str, a: &[u8], b: &[u8]) -> bool {
     a == b || normalize(attr, a) == normalize(attr, b)
 }
@@ -134,20 +520,87 @@ pub fn values_equal(attr: &str, a: &[u8], b: &[u8]) -> bool {
 mod tests {
     use super::*;
 
+    fn norm(rule: Rule, v: &str) -> Option<String> {
+        rule.normalize(v.as_bytes()).map(|c| String::from_utf8_lossy(&c).into_owned())
+    }
+
     #[test]
-    fn fold_table() {
-        for (input, want) in [("abc", "abc"), ("  Abc  ", "abc"), ("A  B   c", "a b c"), ("ÄÖü", "äöü"), ("", "")]
-        {
-            assert_eq!(fold(input.as_bytes()).as_ref(), want.as_bytes(), "{input:?}");
+    fn normal_forms() {
+        use Rule::*;
+        let table: &[(Rule, &str, Option<&str>)] = &[
+            (CaseIgnore, "abc", Some("abc")),
+            (CaseIgnore, "  Abc  ", Some("abc")),
+            (CaseIgnore, "A  B   c", Some("a b c")),
+            (CaseIgnore, "ÄÖü", Some("äöü")),
+            (CaseExact, " A  B ", Some("A B")),
+            (CaseIgnoreIA5, "Foo@Example.COM", Some("foo@example.com")),
+            (CaseExactIA5, "/home/Foo", Some("/home/Foo")),
+            (NumericString, " 12 34 5 ", Some("12345")),
+            (TelephoneNumber, "+1 555-0100 X", Some("+15550100x")),
+            (CaseIgnoreList, "1 Main St $ Springfield", Some("1 main st$springfield")),
+            (Boolean, "TRUE", Some("TRUE")),
+            (Boolean, "false", Some("FALSE")),
+            (Boolean, "yes", None),
+            (Integer, "0042", Some("42")),
+            (Integer, "-0", Some("0")),
+            (Integer, "-17", Some("-17")),
+            (Integer, "+5", Some("5")),
+            (Integer, "4x", None),
+            (Integer, "", None),
+            (GeneralizedTime, "20261129214500Z", Some("20261129214500")),
+            (GeneralizedTime, "202611292145Z", Some("20261129214500")),
+            (GeneralizedTime, "2026112921Z", Some("20261129210000")),
+            (GeneralizedTime, "20261129234500+0200", Some("20261129214500")),
+            (GeneralizedTime, "20261129214500.500Z", Some("202611292145005")),
+            (GeneralizedTime, "2026112921.5Z", Some("20261129213000")),
+            (GeneralizedTime, "20261329214500Z", None),
+            (GeneralizedTime, "20261129214500", None),
+            (DistinguishedName, "CN=John  Doe , DC=Example,dc=COM", Some("cn=john doe,dc=example,dc=com")),
+            (DistinguishedName, "not a dn", None),
+            (UniqueMember, "UID=a,DC=x#'0101'B", Some("uid=a,dc=x#'0101'B")),
+            (ObjectIdentifier, "inetOrgPerson", Some("2.16.840.1.113730.3.2.2")),
+            (ObjectIdentifier, "2.5.6.6", Some("2.5.6.6")),
+            (ObjectIdentifier, "1..2", None),
+            (ObjectIdentifierFirstComponent, "( 2.5.4.3 NAME 'cn' )", Some("2.5.4.3")),
+            (OctetString, "Secret", Some("Secret")),
+            (Uuid, "6BA7B810-9DAD-11D1-80B4-00C04FD430C8", Some("6ba7b810-9dad-11d1-80b4-00c04fd430c8")),
+            (Uuid, "6ba7b810", None),
+        ];
+        for (rule, input, want) in table {
+            assert_eq!(norm(*rule, input).as_deref(), *want, "{rule:?} {input:?}");
         }
     }
 
     #[test]
-    fn aliases() {
+    fn orderings() {
+        let int = |a: &str, b: &str| {
+            let (x, y) = (integer(a.as_bytes()).unwrap(), integer(b.as_bytes()).unwrap());
+            Rule::IntegerOrdering.compare(&x, &y)
+        };
+        assert_eq!(int("9", "10"), Ordering::Less);
+        assert_eq!(int("-9", "-10"), Ordering::Greater);
+        assert_eq!(int("-1", "0"), Ordering::Less);
+        assert_eq!(int("0", "1"), Ordering::Less);
+        assert_eq!(int("007", "7"), Ordering::Equal);
+        assert_eq!(int("-100", "99"), Ordering::Less);
+        let t = |v: &str| generalized_time(v.as_bytes()).unwrap();
+        assert!(t("20260101000000Z") < t("20260101000000.5Z"));
+        assert!(t("20260101000000.5Z") < t("20260101000001Z"));
+        assert!(t("20260101010000+0200") < t("20260101000000Z"));
+    }
+
+    #[test]
+    fn names() {
         assert!(same_attr("cn", "commonName"));
         assert!(same_attr("SURNAME", "sn"));
+        assert!(same_attr("2.5.4.3", "CN"));
         assert!(!same_attr("cn", "sn"));
+        assert_eq!(canonical("commonName"), "cn");
+        assert_eq!(stored_name("commonName;lang-de"), "cn;lang-de");
+        assert_eq!(stored_name("objectclass"), "objectClass");
         assert!(values_equal("cn", b"Foo Bar", b"foo  bar"));
         assert!(!values_equal("userPassword", b"Secret", b"secret"));
+        assert!(values_equal("uidNumber", b"010", b"10"));
+        assert!(is_operational("entryUUID") && !is_operational("cn"));
     }
 }

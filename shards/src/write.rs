@@ -13,7 +13,7 @@ use crate::entry::{Entry, Mod};
 use crate::error::{Error, Result};
 use crate::manifest::Manifest;
 use crate::store::{ReadTxn, Store, Tree, WriteTxn};
-use crate::{index, matching};
+use crate::{index, matching, schema};
 use ldap3_proto::LdapResultCode;
 
 /// LMDB's default maximum key size is 511 bytes; DN keys above this are refused.
@@ -155,19 +155,13 @@ fn apply<T: WriteTxn>(
                     ));
                 }
             }
-            if entry.attrs.iter().any(|a| a.name.eq_ignore_ascii_case("objectClass")) {
-                entry.set("modifiersName", vec![stamp.modifier.clone().into_bytes()]);
-                entry.set("modifyTimestamp", vec![stamp.time.clone().into_bytes()]);
-            } else {
-                return Err(Error::new(
-                    LdapResultCode::ObjectClassViolation,
-                    "objectClass: an entry must keep an object class",
-                ));
-            }
+            let structural = schema::check::check_entry(&entry, &Dn::parse(dn)?)?;
+            keep_structural_class(&old, &mut entry, &structural)?;
+            entry.set("modifiersName", vec![stamp.modifier.clone().into_bytes()]);
+            entry.set("modifyTimestamp", vec![stamp.time.clone().into_bytes()]);
             let mut buf = Vec::with_capacity(256);
             entry.encode(&mut buf);
-            index::remove(txn, &old, &id)?;
-            index::add(txn, &entry, &id)?;
+            index::update(txn, &old, &entry, &id)?;
             txn.put(Tree::Id2entry, &id, &buf)?;
             Ok(())
         }
@@ -188,6 +182,25 @@ fn apply<T: WriteTxn>(
             txn.delete(Tree::Dn2id, old_key)?;
             txn.delete(Tree::Id2entry, &id)?;
             insert(txn, new_key, entry, partition_of, next_id)?;
+            Ok(())
+        }
+    }
+}
+
+/// A modify may add auxiliary classes but not change the structural one
+/// (RFC 4512 §2.4.2: `objectClassModsProhibited`).
+fn keep_structural_class(old: &Entry, entry: &mut Entry, structural: &str) -> Result<()> {
+    match old.get("structuralObjectClass").and_then(|a| a.vals.first()) {
+        Some(was) if !matching::values_equal("objectClass", was, structural.as_bytes()) => Err(Error::new(
+            LdapResultCode::ObjectClassModsProhibited,
+            format!(
+                "structural object class modification from '{}' to '{structural}' not allowed",
+                String::from_utf8_lossy(was)
+            ),
+        )),
+        Some(_) => Ok(()),
+        None => {
+            entry.set("structuralObjectClass", vec![structural.as_bytes().to_vec()]);
             Ok(())
         }
     }

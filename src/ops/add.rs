@@ -40,12 +40,22 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest) -> Result<()> {
         }
         entry.add_values(&a.atype, &a.vals)?;
     }
-    entry.check_new(&dn)?;
+    check_new(&mut entry, &dn)?;
     hash_passwords(entry.attrs.iter_mut());
     let creator = conn.identity.borrow().dn().to_string();
     stamp_new(&mut entry, &creator);
     let is_suffix = ctx.is_suffix(&dn);
     insert(&ctx.shard, &dn, entry, is_suffix).await.map_err(|e| with_matched(&conn, &dn, e))
+}
+
+/// The schema checks of a new entry (add and import); records its
+/// structural object class.
+pub fn check_new(entry: &mut Entry, dn: &Dn) -> Result<()> {
+    let structural = shards::schema::check::check_entry(entry, dn)?;
+    if entry.get("structuralObjectClass").is_none() {
+        entry.set("structuralObjectClass", vec![structural.into_bytes()]);
+    }
+    Ok(())
 }
 
 /// Hashes cleartext `userPassword` values ({SSHA}) before they are stored.

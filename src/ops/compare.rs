@@ -10,6 +10,18 @@ use shards::{matching, password, Error, Result};
 
 pub fn handle(conn: &Conn, req: &LdapCompareRequest) -> Result<LdapResultCode> {
     let dn = parse_dn(&req.dn)?;
+    let Some(at) = matching::attr_type(&req.atype) else {
+        return Err(Error::new(
+            LdapResultCode::UndefinedAttributeType,
+            format!("{}: attribute type undefined", req.atype),
+        ));
+    };
+    let Some(rule) = at.equality else {
+        return Err(Error::new(
+            LdapResultCode::InappropriateMatching,
+            format!("{}: attribute type has no equality matching rule", req.atype),
+        ));
+    };
     let is_password = matching::same_attr(&req.atype, "userPassword");
     if is_password && !conn.identity.borrow().is_root() {
         return Err(Error::new(LdapResultCode::InsufficentAccessRights, "userPassword: compare not allowed"));
@@ -19,12 +31,16 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest) -> Result<LdapResultCode> {
     let attr = entry
         .get(&req.atype)
         .ok_or_else(|| Error::new(LdapResultCode::NoSuchAttribute, format!("{}: no such attribute", req.atype)))?;
-    let found = attr.vals.iter().any(|v| {
-        if is_password {
-            password::verify(v, &req.val)
-        } else {
-            matching::values_equal(&req.atype, v, &req.val)
-        }
-    });
+    let found = if is_password {
+        attr.vals.iter().any(|v| password::verify(v, &req.val))
+    } else {
+        let Some(want) = rule.normalize(&req.val) else {
+            return Err(Error::new(
+                LdapResultCode::InvalidAttributeSyntax,
+                format!("{}: assertion value invalid per syntax", req.atype),
+            ));
+        };
+        attr.vals.iter().any(|v| rule.normalize(v).is_some_and(|n| n == want))
+    };
     Ok(if found { LdapResultCode::CompareTrue } else { LdapResultCode::CompareFalse })
 }

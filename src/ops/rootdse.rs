@@ -1,23 +1,18 @@
 //! The root DSE (RFC 4512 §5.1): what this server is and supports.
 //!
 //! As in OpenLDAP, only `objectClass` is a user attribute; the rest is
-//! returned for `+` or when asked for by name.
+//! operational in the schema, returned for `+` or when asked for by name.
 
-use crate::ber::{self, OutAttr};
 use crate::ops::extended;
-use crate::ops::search::Selection;
 use crate::server::Ctx;
-use bytes::BytesMut;
-use ldap3_proto::proto::LdapFilter;
-use shards::entry::{Attr, Entry, EntryView};
-use shards::filter;
+use shards::entry::{Attr, Entry};
 
 /// ManageDsaIT (RFC 3296): accepted; there are no referral objects yet.
 pub const SUPPORTED_CONTROLS: &[&str] = &["2.16.840.1.113730.3.4.2"];
 /// All operational attributes (RFC 3673) and Modify-Increment (RFC 4525).
 pub const SUPPORTED_FEATURES: &[&str] = &["1.3.6.1.4.1.4203.1.5.1", "1.3.6.1.1.14"];
 
-fn entry(ctx: &Ctx) -> Entry {
+pub fn entry(ctx: &Ctx) -> Entry {
     let attr = |name: &str, vals: Vec<String>| Attr {
         name: name.into(),
         vals: vals.into_iter().map(String::into_bytes).collect(),
@@ -34,21 +29,7 @@ fn entry(ctx: &Ctx) -> Entry {
             attr("supportedFeatures", strs(SUPPORTED_FEATURES)),
             attr("vendorName", vec!["coredir".into()]),
             attr("vendorVersion", vec![format!("coredir {}", env!("CARGO_PKG_VERSION"))]),
+            attr("subschemaSubentry", vec![shards::schema::subschema::DN.into()]),
         ],
     }
-}
-
-pub fn write(out: &mut BytesMut, msgid: i32, ctx: &Ctx, f: &LdapFilter, sel: &Selection) {
-    let mut bytes = Vec::new();
-    entry(ctx).encode(&mut bytes);
-    let view = EntryView::new(&bytes).expect("encoded just now");
-    if !filter::matches(f, &view) {
-        return;
-    }
-    let attrs: Vec<_> = view
-        .attrs()
-        .filter(|a| sel.wants(a.name, !a.name.eq_ignore_ascii_case("objectClass")))
-        .map(|a| OutAttr { name: a.name, vals: a.vals() })
-        .collect();
-    ber::search_entry(out, msgid, "", &attrs, sel.types_only);
 }

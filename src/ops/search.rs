@@ -18,7 +18,8 @@ use bytes::BytesMut;
 use ldap3_proto::proto::{LdapFilter, LdapMsg, LdapOp, LdapSearchRequest, LdapSearchScope};
 use ldap3_proto::LdapResultCode;
 use shards::dn::{key_depth, Dn, KEY_SEPARATOR};
-use shards::entry::{encode_vals, EntryView, Vals};
+use shards::entry::{encode_vals, Entry, EntryView, Vals};
+use shards::schema::subschema;
 use shards::store::{Engine, ReadTxn, Store, Tree};
 use shards::write::children;
 use shards::{filter, index, matching, Error, Result};
@@ -110,11 +111,18 @@ async fn run(
         Cow::Owned(redact(&req.filter))
     };
     let sel = Selection::new(&req.attrs, is_root, req.typesonly);
+    let node = filter::compile(&filter);
+    if subschema::is_subschema(&base.norm()) {
+        if req.scope != LdapSearchScope::OneLevel {
+            write_computed(out, msgid, &subschema::entry(), &node, &sel);
+        }
+        return Ok(());
+    }
     if base.is_root() {
         if req.scope != LdapSearchScope::Base {
             return Err(Error::new(LdapResultCode::NoSuchObject, "only a base search can read the root DSE"));
         }
-        rootdse::write(out, msgid, ctx, &filter, &sel);
+        write_computed(out, msgid, &rootdse::entry(ctx), &node, &sel);
         return Ok(());
     }
     let limits = Limits {
@@ -123,7 +131,7 @@ async fn run(
     };
     let shard = &ctx.shard;
     let base_key = base.key();
-    let mut emit = Emit { msgid, filter: &filter, sel: &sel, limits, out, sent: 0 };
+    let mut emit = Emit { msgid, filter: &node, sel: &sel, limits, out, sent: 0 };
     {
         let txn = shard.store_for(&base_key).read()?;
         let Some(id) = txn.get(Tree::Dn2id, &base_key)? else {
@@ -143,7 +151,7 @@ async fn run(
     let one_level = req.scope == LdapSearchScope::OneLevel;
     let scope = Scope { depth: one_level.then(|| key_depth(&prefix)), prefix };
     for store in shard.stores.iter() {
-        let candidates = index::candidates(&store.read()?, &filter)?;
+        let candidates = index::candidates(&store.read()?, &node)?;
         let stop = match candidates {
             Some(c) => emit.from_index(conn, store, &scope, &c, abandoned).await?,
             None => emit.from_range(conn, store, &scope, abandoned).await?,
@@ -175,7 +183,7 @@ impl Scope {
 /// and what has been written so far.
 struct Emit<'a> {
     msgid: i32,
-    filter: &'a LdapFilter,
+    filter: &'a filter::Node,
     sel: &'a Selection,
     limits: Limits,
     out: &'a mut BytesMut,
@@ -200,7 +208,7 @@ impl Emit<'_> {
         if self.limits.deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(Visit::Stop(LdapResultCode::TimeLimitExceeded));
         }
-        if !filter::matches(self.filter, view) {
+        if !self.filter.matches(view) {
             return Ok(Visit::Next);
         }
         if self.sent == self.limits.size {
@@ -327,7 +335,25 @@ fn computed_attrs(dn: &str, n_children: u64, sel: &Selection) -> Vec<(&'static s
     add("hasSubordinates", if n_children > 0 { b"TRUE" } else { b"FALSE" });
     add("numSubordinates", n_children.to_string().as_bytes());
     add("entryDN", dn.as_bytes());
+    add("subschemaSubentry", subschema::DN.as_bytes());
     res
+}
+
+/// Writes an entry the server computes (root DSE, `cn=Subschema`) when it
+/// matches: only `objectClass` and other user attributes for `*`.
+fn write_computed(out: &mut BytesMut, msgid: i32, entry: &Entry, filter: &filter::Node, sel: &Selection) {
+    let mut bytes = Vec::new();
+    entry.encode(&mut bytes);
+    let view = EntryView::new(&bytes).expect("encoded just now");
+    if !filter.matches(&view) {
+        return;
+    }
+    let attrs: Vec<_> = view
+        .attrs()
+        .filter(|a| sel.wants(a.name, matching::is_operational(a.name)))
+        .map(|a| OutAttr { name: a.name, vals: a.vals() })
+        .collect();
+    ber::search_entry(out, msgid, entry.dn.as_str(), &attrs, sel.types_only);
 }
 
 fn mentions_password(f: &LdapFilter) -> bool {

@@ -18,6 +18,8 @@ fn populated() -> Server {
                     ("cn", [cn.as_str()].into()),
                     ("sn", [if i % 2 == 0 { "Even" } else { "Odd" }].into()),
                     ("uidNumber", [num.as_str()].into()),
+                    ("gidNumber", ["100"].into()),
+                    ("homeDirectory", [format!("/home/u{i}").as_str()].into()),
                     ("mail", [format!("U{i}@Example.COM").as_str()].into()),
                     ("userPassword", ["secret"].into()),
                 ],

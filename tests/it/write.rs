@@ -13,15 +13,22 @@ fn add_result_codes() {
     assert_eq!(add_user(&mut c, "a").rc, 0);
     assert_eq!(add_user(&mut c, "a").rc, 68, "entryAlreadyExists");
     let res = c
-        .add(&format!("uid=x,ou=nowhere,{SUFFIX}"), vec![("objectClass", ["person"].into()), ("uid", ["x"].into())])
+        .add(
+            &format!("cn=x,ou=nowhere,{SUFFIX}"),
+            vec![("objectClass", ["person"].into()), ("cn", ["x"].into()), ("sn", ["x"].into())],
+        )
         .unwrap();
     assert_eq!(res.rc, 32, "parent missing");
     assert_eq!(res.matched.to_lowercase(), SUFFIX);
     assert_eq!(c.add("uid=x,dc=other", vec![("objectClass", ["person"].into())]).unwrap().rc, 32, "outside the suffix");
     assert_eq!(c.add("nodn", vec![("objectClass", ["person"].into())]).unwrap().rc, 34);
     assert_eq!(c.add(&format!("uid=y,{PEOPLE}"), vec![("uid", ["y"].into())]).unwrap().rc, 65, "no objectClass");
-    let res =
-        c.add(&format!("uid=z,{PEOPLE}"), vec![("objectClass", ["person"].into()), ("cn", ["z"].into())]).unwrap();
+    let res = c
+        .add(
+            &format!("uid=z,{PEOPLE}"),
+            vec![("objectClass", ["inetOrgPerson"].into()), ("cn", ["z"].into()), ("sn", ["z"].into())],
+        )
+        .unwrap();
     assert_eq!(res.rc, 64, "RDN value missing: {res:?}");
     let res = c
         .add(
@@ -55,6 +62,9 @@ fn modify_result_codes() {
                 Mod::Replace("sn", HashSet::from(["Changed"])),
                 Mod::Add("description", HashSet::from(["one"])),
                 Mod::Delete("description", HashSet::new()),
+                Mod::Add("objectClass", HashSet::from(["posixAccount"])),
+                Mod::Add("gidNumber", HashSet::from(["10"])),
+                Mod::Add("homeDirectory", HashSet::from(["/home/m"])),
                 Mod::Replace("uidNumber", HashSet::from(["10"])),
                 Mod::Increment("uidNumber", "5"),
             ],

@@ -1,0 +1,195 @@
+//! Schema checks of an entry as it will be stored (after an add, a modify or
+//! a rename): object classes, required and allowed attributes, single
+//! values, syntaxes and the RDN. Each violation has its own result code and
+//! a message naming the attribute, as OpenLDAP words them.
+
+use super::{get, ClassKind, Schema};
+use crate::dn::Dn;
+use crate::entry::Entry;
+use crate::error::{Error, Result};
+use ldap3_proto::LdapResultCode as Code;
+
+/// Checks `entry` (named `dn`) against the schema; returns the name of its
+/// structural object class, for `structuralObjectClass`.
+pub fn check_entry(entry: &Entry, dn: &Dn) -> Result<String> {
+    let schema = get();
+    let classes = classes(schema, entry)?;
+    let structural = structural(schema, &classes)?;
+    let extensible = classes.iter().any(|c| schema.classes[*c].oid == "1.3.6.1.4.1.1466.101.120.111");
+    let mut allowed = Vec::new();
+    for c in &classes {
+        let oc = &schema.classes[*c];
+        for must in &oc.must {
+            if !entry.attrs.iter().any(|a| schema.attr_index(&a.name) == Some(*must)) {
+                return Err(Error::new(
+                    Code::ObjectClassViolation,
+                    format!("object class '{}' requires attribute '{}'", oc.name(), schema.attrs[*must].name()),
+                ));
+            }
+        }
+        allowed.extend(oc.must.iter().chain(&oc.may));
+    }
+    for a in &entry.attrs {
+        let Some(i) = schema.attr_index(&a.name) else {
+            return Err(Error::new(Code::UndefinedAttributeType, format!("{}: attribute type undefined", a.name)));
+        };
+        let at = &schema.attrs[i];
+        if !extensible && !at.usage.is_operational() && !allowed.iter().any(|x| schema.is_subtype(i, *x)) {
+            return Err(Error::new(Code::ObjectClassViolation, format!("attribute '{}' not allowed", a.name)));
+        }
+        check_values(schema, &a.name, &a.vals)?;
+    }
+    check_rdn(entry, dn)?;
+    Ok(schema.classes[structural].name().to_string())
+}
+
+/// Values of one attribute: single-value and syntax.
+pub fn check_values(schema: &Schema, name: &str, vals: &[Vec<u8>]) -> Result<()> {
+    let Some(at) = schema.attr(name) else {
+        return Err(Error::new(Code::UndefinedAttributeType, format!("{name}: attribute type undefined")));
+    };
+    if at.single_value && vals.len() > 1 {
+        return Err(Error::new(Code::ConstraintViolation, format!("attribute '{name}' cannot have multiple values")));
+    }
+    let syntax = super::syntax::find(&at.syntax).expect("syntaxes are checked at load");
+    for (i, v) in vals.iter().enumerate() {
+        if !(syntax.valid)(v) {
+            return Err(Error::new(
+                Code::InvalidAttributeSyntax,
+                format!("{name}: value #{i} invalid per syntax ({})", syntax.desc),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The entry's object classes with all their superclasses.
+fn classes(schema: &Schema, entry: &Entry) -> Result<Vec<usize>> {
+    let Some(oc) = entry.get("objectClass") else {
+        return Err(Error::new(Code::ObjectClassViolation, "no objectClass attribute"));
+    };
+    let mut out = Vec::new();
+    for (i, v) in oc.vals.iter().enumerate() {
+        let name = String::from_utf8_lossy(v);
+        let Some(c) = schema.class_index(&name) else {
+            return Err(Error::new(
+                Code::InvalidAttributeSyntax,
+                format!("objectClass: value #{i} invalid per syntax (unknown object class '{name}')"),
+            ));
+        };
+        schema.closure(c, &mut out);
+    }
+    Ok(out)
+}
+
+/// The one most specific structural class: every other structural class of
+/// the entry must be one of its superclasses.
+fn structural(schema: &Schema, classes: &[usize]) -> Result<usize> {
+    let structurals: Vec<usize> =
+        classes.iter().copied().filter(|c| schema.classes[*c].kind == ClassKind::Structural).collect();
+    if structurals.is_empty() {
+        return Err(Error::new(Code::ObjectClassViolation, "no structural object class provided"));
+    }
+    for s in &structurals {
+        let mut chain = Vec::new();
+        schema.closure(*s, &mut chain);
+        if structurals.iter().all(|o| chain.contains(o)) {
+            return Ok(*s);
+        }
+    }
+    let names: Vec<&str> = structurals.iter().map(|s| schema.classes[*s].name()).collect();
+    Err(Error::new(Code::ObjectClassViolation, format!("invalid structural object class chain ({})", names.join("/"))))
+}
+
+fn check_rdn(entry: &Entry, dn: &Dn) -> Result<()> {
+    let schema = get();
+    for ava in dn.rdn().map(|r| r.avas.as_slice()).unwrap_or_default() {
+        let Some(at) = schema.attr(&ava.attr) else {
+            return Err(Error::new(
+                Code::UndefinedAttributeType,
+                format!("{}: attribute type undefined (in the RDN)", ava.attr),
+            ));
+        };
+        if at.equality.is_none() {
+            return Err(Error::new(
+                Code::NamingViolation,
+                format!("naming attribute '{}' has no equality matching rule", ava.attr),
+            ));
+        }
+        if !entry.has_value(&ava.attr, &ava.value) {
+            return Err(Error::new(
+                Code::NamingViolation,
+                format!("value of naming attribute '{}' is not present in entry", ava.attr),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entry::Attr;
+
+    fn entry(dn: &str, attrs: &[(&str, &[&str])]) -> (Entry, Dn) {
+        let mut e = Entry { dn: dn.into(), attrs: Vec::new() };
+        for (n, vs) in attrs {
+            e.attrs.push(Attr { name: n.to_string(), vals: vs.iter().map(|v| v.as_bytes().to_vec()).collect() });
+        }
+        (e, Dn::parse(dn).unwrap())
+    }
+
+    #[test]
+    fn violations_have_their_codes() {
+        let person: &[(&str, &[&str])] =
+            &[("objectClass", &["top", "inetOrgPerson"]), ("uid", &["jdoe"]), ("cn", &["J"]), ("sn", &["D"])];
+        let dn = "uid=jdoe,ou=people,dc=example,dc=com";
+        let check = |extra: &[(&str, &[&str])], drop: &str| {
+            let mut attrs: Vec<(&str, &[&str])> = person.iter().filter(|(n, _)| *n != drop).copied().collect();
+            attrs.extend_from_slice(extra);
+            let (e, d) = entry(dn, &attrs);
+            check_entry(&e, &d).map_err(|e| (e.code, e.message))
+        };
+        assert_eq!(check(&[], ""), Ok("inetOrgPerson".into()));
+        let table: &[(&[(&str, &[&str])], &str, Code, &str)] = &[
+            (&[], "sn", Code::ObjectClassViolation, "requires attribute 'sn'"),
+            (&[], "objectClass", Code::ObjectClassViolation, "no objectClass"),
+            (&[("fooBar", &["x"])], "", Code::UndefinedAttributeType, "fooBar"),
+            (&[("uidNumber", &["1"])], "", Code::ObjectClassViolation, "'uidNumber' not allowed"),
+            (&[("displayName", &["a", "b"])], "", Code::ConstraintViolation, "displayName"),
+            (&[("mail", &["jöhn@x"])], "", Code::InvalidAttributeSyntax, "mail: value #0"),
+            (&[("manager", &["not a dn"])], "", Code::InvalidAttributeSyntax, "manager"),
+            (&[("objectClass", &["posixGroup"])], "", Code::ObjectClassViolation, "structural object class chain"),
+            (&[("objectClass", &["noSuchClass"])], "", Code::InvalidAttributeSyntax, "noSuchClass"),
+        ];
+        for (extra, drop, code, msg) in table {
+            let mut attrs: Vec<(&str, &[&str])> = person.iter().filter(|(n, _)| n != drop).copied().collect();
+            // A second objectClass attribute in the table extends the first.
+            let mut e = entry(dn, &attrs).0;
+            for (n, vs) in extra.iter() {
+                let vals: Vec<Vec<u8>> = vs.iter().map(|v| v.as_bytes().to_vec()).collect();
+                if e.get(n).is_some() {
+                    e.add_values(n, &vals).unwrap();
+                } else {
+                    e.attrs.push(Attr { name: n.to_string(), vals });
+                }
+            }
+            attrs.clear();
+            let err = check_entry(&e, &Dn::parse(dn).unwrap()).unwrap_err();
+            assert_eq!(err.code, *code, "{extra:?} -{drop}: {}", err.message);
+            assert!(err.message.contains(msg), "{} should contain {msg}", err.message);
+        }
+        let (e, d) = entry("uid=other,dc=example,dc=com", person);
+        assert_eq!(check_entry(&e, &d).unwrap_err().code, Code::NamingViolation);
+        let (e, d) = entry(
+            "cn=x,dc=example,dc=com",
+            &[("objectClass", &["device", "extensibleObject"]), ("cn", &["x"]), ("uidNumber", &["5"])],
+        );
+        assert!(check_entry(&e, &d).is_ok(), "extensibleObject allows any attribute");
+        let (e, d) = entry(
+            "cn=g,dc=example,dc=com",
+            &[("objectClass", &["posixGroup"]), ("cn", &["g"]), ("gidNumber", &["5"]), ("memberUid", &["a", "b"])],
+        );
+        assert_eq!(check_entry(&e, &d).unwrap(), "posixGroup");
+    }
+}

@@ -1,0 +1,239 @@
+//! The schema (RFC 4512 §4): attribute types, object classes, syntaxes and
+//! matching rules, and the entry checks that use them.
+//!
+//! The built-in schema (`builtin.schema`, written from the RFCs) and the
+//! operator's files named in `schema.files` are parsed by one parser
+//! (`parse`) into one `Schema`, built once at start and installed as the
+//! process-wide, read-only schema (`install`, `get`): every core reads it
+//! without a lock, and nothing changes it while serving.
+//!
+//! - `parse`: RFC 4512 descriptions, OpenLDAP `.schema` files with
+//!   `objectidentifier` macros, and the `olcAttributeTypes` LDIF form.
+//! - `syntax`: the LDAP syntaxes and their value checks.
+//! - `check`: the checks of add, modify and modify-DN.
+//! - `subschema`: the `cn=Subschema` entry.
+
+pub mod check;
+pub mod parse;
+pub mod subschema;
+pub mod syntax;
+
+use crate::matching::Rule;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::OnceLock;
+
+/// The built-in schema text.
+pub const BUILTIN: &str = include_str!("builtin.schema");
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttrUsage {
+    UserApplications,
+    DirectoryOperation,
+    DistributedOperation,
+    DsaOperation,
+}
+
+impl AttrUsage {
+    pub fn is_operational(self) -> bool {
+        self != AttrUsage::UserApplications
+    }
+
+    pub fn keyword(self) -> &'static str {
+        match self {
+            AttrUsage::UserApplications => "userApplications",
+            AttrUsage::DirectoryOperation => "directoryOperation",
+            AttrUsage::DistributedOperation => "distributedOperation",
+            AttrUsage::DsaOperation => "dSAOperation",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClassKind {
+    Abstract,
+    Structural,
+    Auxiliary,
+}
+
+#[derive(Debug, Clone)]
+pub struct AttributeType {
+    pub oid: String,
+    pub names: Vec<String>,
+    /// The lower-case first name (or the OID): DN and index keys use it.
+    pub key: String,
+    pub desc: Option<String>,
+    pub obsolete: bool,
+    /// The supertype, by index into `Schema::attrs`.
+    pub sup: Option<usize>,
+    /// Matching rules and syntax, inherited from the supertype when absent.
+    pub equality: Option<Rule>,
+    pub ordering: Option<Rule>,
+    pub substr: Option<Rule>,
+    pub syntax: String,
+    pub syntax_len: Option<u32>,
+    pub single_value: bool,
+    pub collective: bool,
+    pub no_user_modification: bool,
+    pub usage: AttrUsage,
+    /// The definition in RFC 4512 form, as published in `cn=Subschema`.
+    pub definition: String,
+}
+
+impl AttributeType {
+    /// The name entries store and return it under.
+    pub fn name(&self) -> &str {
+        self.names.first().map_or(&self.oid, String::as_str)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ObjectClass {
+    pub oid: String,
+    pub names: Vec<String>,
+    pub desc: Option<String>,
+    pub obsolete: bool,
+    pub sup: Vec<usize>,
+    pub kind: ClassKind,
+    /// Required and allowed attributes, by index into `Schema::attrs`,
+    /// own ones only (`Schema::closure` adds the superclasses').
+    pub must: Vec<usize>,
+    pub may: Vec<usize>,
+    pub definition: String,
+}
+
+impl ObjectClass {
+    pub fn name(&self) -> &str {
+        self.names.first().map_or(&self.oid, String::as_str)
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Schema {
+    pub attrs: Vec<AttributeType>,
+    pub classes: Vec<ObjectClass>,
+    attr_by_name: HashMap<String, usize>,
+    class_by_name: HashMap<String, usize>,
+}
+
+/// Lower-cases a short name into a stack buffer (names are looked up on
+/// every request; this keeps the lookup allocation-free).
+fn with_lower<R>(name: &str, f: impl FnOnce(&str) -> R) -> R {
+    if !name.bytes().any(|b| b.is_ascii_uppercase()) {
+        return f(name);
+    }
+    let mut buf = [0u8; 64];
+    if name.len() <= buf.len() {
+        let lower = &mut buf[..name.len()];
+        lower.copy_from_slice(name.as_bytes());
+        lower.make_ascii_lowercase();
+        // ASCII lower-casing keeps UTF-8 valid.
+        return f(std::str::from_utf8(lower).expect("still UTF-8"));
+    }
+    f(&name.to_ascii_lowercase())
+}
+
+impl Schema {
+    /// The built-in schema alone.
+    pub fn builtin() -> Schema {
+        let mut b = parse::Builder::default();
+        b.add_text("builtin.schema", BUILTIN).expect("the built-in schema is valid");
+        b.build().expect("the built-in schema is consistent")
+    }
+
+    /// The built-in schema plus the operator's files, in order; the first
+    /// bad definition is refused with `file:line: why`.
+    pub fn load(files: &[impl AsRef<Path>]) -> Result<Schema, String> {
+        let mut b = parse::Builder::default();
+        b.add_text("builtin.schema", BUILTIN)?;
+        for f in files {
+            let path = f.as_ref();
+            let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            b.add_text(&path.display().to_string(), &text)?;
+        }
+        b.build()
+    }
+
+    /// An attribute type by name, alias or OID; options (`;lang-de`) are ignored.
+    pub fn attr(&self, name: &str) -> Option<&AttributeType> {
+        let base = name.split(';').next().unwrap_or(name);
+        with_lower(base, |n| self.attr_by_name.get(n)).map(|i| &self.attrs[*i])
+    }
+
+    pub fn attr_index(&self, name: &str) -> Option<usize> {
+        let base = name.split(';').next().unwrap_or(name);
+        with_lower(base, |n| self.attr_by_name.get(n).copied())
+    }
+
+    pub fn class(&self, name: &str) -> Option<&ObjectClass> {
+        self.class_index(name).map(|i| &self.classes[i])
+    }
+
+    pub fn class_index(&self, name: &str) -> Option<usize> {
+        with_lower(name.trim(), |n| self.class_by_name.get(n).copied())
+    }
+
+    /// The OID a descriptor names (object class first, then attribute type).
+    pub fn oid_of(&self, name: &str) -> Option<&str> {
+        self.class(name).map(|c| c.oid.as_str()).or_else(|| self.attr(name).map(|a| a.oid.as_str()))
+    }
+
+    /// Whether attribute type `sub` is `sup` or one of its subtypes.
+    pub fn is_subtype(&self, mut sub: usize, sup: usize) -> bool {
+        loop {
+            if sub == sup {
+                return true;
+            }
+            match self.attrs[sub].sup {
+                Some(s) => sub = s,
+                None => return false,
+            }
+        }
+    }
+
+    /// A class and all its superclasses.
+    pub fn closure(&self, class: usize, out: &mut Vec<usize>) {
+        if out.contains(&class) {
+            return;
+        }
+        out.push(class);
+        for s in &self.classes[class].sup {
+            self.closure(*s, out);
+        }
+    }
+
+    pub(super) fn index_attr_names(&mut self) -> Result<(), String> {
+        for (i, at) in self.attrs.iter().enumerate() {
+            for n in at.names.iter().chain(std::iter::once(&at.oid)) {
+                if self.attr_by_name.insert(n.to_ascii_lowercase(), i).is_some() {
+                    return Err(format!("attribute type name or OID '{n}' is defined twice"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn index_class_names(&mut self) -> Result<(), String> {
+        for (i, oc) in self.classes.iter().enumerate() {
+            for n in oc.names.iter().chain(std::iter::once(&oc.oid)) {
+                if self.class_by_name.insert(n.to_ascii_lowercase(), i).is_some() {
+                    return Err(format!("object class name or OID '{n}' is defined twice"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+static SCHEMA: OnceLock<Schema> = OnceLock::new();
+
+/// The process-wide schema: the installed one, or the built-in schema when
+/// nothing was installed (tools and unit tests).
+pub fn get() -> &'static Schema {
+    SCHEMA.get_or_init(Schema::builtin)
+}
+
+/// Installs the schema for this process; must run before the first `get`.
+pub fn install(schema: Schema) -> Result<(), String> {
+    SCHEMA.set(schema).map_err(|_| "the schema was already in use when the configured one was installed".to_string())
+}

@@ -1,0 +1,693 @@
+//! Schema definitions in RFC 4512 description form, as found in OpenLDAP
+//! `.schema` files (`attributetype`, `objectclass`, `objectidentifier`
+//! macros) and in its LDIF form (`olcAttributeTypes`, `olcObjectClasses`,
+//! `olcObjectIdentifier`, or `attributeTypes`/`objectClasses` as a
+//! `cn=Subschema` dump has them). Every error names `file:line`.
+
+use super::{syntax, AttrUsage, AttributeType, ClassKind, ObjectClass, Schema};
+use crate::matching::{self, Rule, Usage};
+use base64::Engine;
+use std::collections::HashMap;
+
+#[derive(Debug, Clone, PartialEq)]
+enum Token {
+    Open,
+    Close,
+    Dollar,
+    Quoted(String),
+    Word(String),
+}
+
+fn tokenize(text: &str) -> Result<Vec<Token>, String> {
+    let mut out = Vec::new();
+    let mut chars = text.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
+        match c {
+            c if c.is_whitespace() => {}
+            '(' => out.push(Token::Open),
+            ')' => out.push(Token::Close),
+            '$' => out.push(Token::Dollar),
+            '\'' => {
+                let mut s = String::new();
+                loop {
+                    match chars.next() {
+                        Some((_, '\'')) => break,
+                        // RFC 4512 escapes: \27 is a quote, \5C a backslash.
+                        Some((_, '\\')) => {
+                            let hex: String = (0..2).filter_map(|_| chars.next().map(|(_, c)| c)).collect();
+                            match hex.to_ascii_lowercase().as_str() {
+                                "27" => s.push('\''),
+                                "5c" => s.push('\\'),
+                                _ => return Err(format!("bad escape \\{hex} in quoted string")),
+                            }
+                        }
+                        Some((_, c)) => s.push(c),
+                        None => return Err(format!("unterminated quoted string at column {}", at + 1)),
+                    }
+                }
+                out.push(Token::Quoted(s));
+            }
+            _ => {
+                let mut end = at + c.len_utf8();
+                while let Some((i, c)) = chars.peek() {
+                    if c.is_whitespace() || matches!(c, '(' | ')' | '$' | '\'') {
+                        break;
+                    }
+                    end = i + c.len_utf8();
+                    chars.next();
+                }
+                out.push(Token::Word(text[at..end].to_string()));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One parsed description: its OID (still unexpanded) and keyword fields.
+#[derive(Debug, Default)]
+struct Desc {
+    oid: String,
+    fields: Vec<(String, Vec<String>)>,
+}
+
+impl Desc {
+    fn get(&self, key: &str) -> Option<&[String]> {
+        self.fields.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)).map(|(_, v)| v.as_slice())
+    }
+    fn one(&self, key: &str) -> Option<&str> {
+        self.get(key).and_then(|v| v.first()).map(String::as_str)
+    }
+    fn flag(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Attr,
+    Class,
+}
+
+const FLAGS: &[&str] =
+    &["OBSOLETE", "SINGLE-VALUE", "COLLECTIVE", "NO-USER-MODIFICATION", "ABSTRACT", "STRUCTURAL", "AUXILIARY"];
+
+fn parse_desc(text: &str, kind: Kind) -> Result<Desc, String> {
+    let tokens = tokenize(text)?;
+    let mut it = tokens.into_iter().peekable();
+    if it.next() != Some(Token::Open) {
+        return Err("a definition starts with '('".into());
+    }
+    let mut desc = Desc::default();
+    match it.next() {
+        Some(Token::Word(oid)) => desc.oid = oid,
+        _ => return Err("the OID must follow '('".into()),
+    }
+    loop {
+        let key = match it.next() {
+            Some(Token::Close) => break,
+            Some(Token::Word(w)) => w.to_ascii_uppercase(),
+            Some(t) => return Err(format!("unexpected {t:?} where a keyword belongs")),
+            None => return Err("missing ')' at the end of the definition".into()),
+        };
+        if desc.get(&key).is_some() {
+            return Err(format!("{key} appears twice"));
+        }
+        let values = match key.as_str() {
+            k if FLAGS.contains(&k) => Vec::new(),
+            "NAME" | "DESC" => quoted_list(&mut it, &key)?,
+            k if k.starts_with("X-") => quoted_list(&mut it, &key)?,
+            "SUP" | "MUST" | "MAY" => oid_list(&mut it, &key)?,
+            "EQUALITY" | "ORDERING" | "SUBSTR" | "SYNTAX" | "USAGE" if kind == Kind::Attr => {
+                vec![word(&mut it, &key)?]
+            }
+            _ => return Err(format!("unknown keyword {key}")),
+        };
+        if key == "DESC" && values.len() != 1 {
+            return Err("DESC takes one quoted string".into());
+        }
+        desc.fields.push((key, values));
+    }
+    if it.next().is_some() {
+        return Err("text after the closing ')'".into());
+    }
+    Ok(desc)
+}
+
+type Tokens = std::iter::Peekable<std::vec::IntoIter<Token>>;
+
+fn word(it: &mut Tokens, key: &str) -> Result<String, String> {
+    match it.next() {
+        Some(Token::Word(w)) => Ok(w),
+        _ => Err(format!("{key} needs a value")),
+    }
+}
+
+fn quoted_list(it: &mut Tokens, key: &str) -> Result<Vec<String>, String> {
+    match it.next() {
+        Some(Token::Quoted(s)) => Ok(vec![s]),
+        Some(Token::Open) => {
+            let mut out = Vec::new();
+            loop {
+                match it.next() {
+                    Some(Token::Quoted(s)) => out.push(s),
+                    Some(Token::Close) if !out.is_empty() => return Ok(out),
+                    _ => return Err(format!("{key} takes quoted strings")),
+                }
+            }
+        }
+        _ => Err(format!("{key} takes a quoted string")),
+    }
+}
+
+fn oid_list(it: &mut Tokens, key: &str) -> Result<Vec<String>, String> {
+    match it.next() {
+        Some(Token::Word(w)) => Ok(vec![w]),
+        Some(Token::Open) => {
+            let mut out = Vec::new();
+            loop {
+                match it.next() {
+                    Some(Token::Word(w)) => out.push(w),
+                    Some(Token::Dollar) if !out.is_empty() => {}
+                    Some(Token::Close) if !out.is_empty() => return Ok(out),
+                    _ => return Err(format!("{key} takes a name or '( name $ name … )'")),
+                }
+            }
+        }
+        _ => Err(format!("{key} takes a name")),
+    }
+}
+
+/// A definition waiting to be resolved, with where it came from.
+struct Pending {
+    at: String,
+    desc: Desc,
+}
+
+/// Collects definitions from any number of files, then resolves them into
+/// a `Schema`.
+#[derive(Default)]
+pub struct Builder {
+    macros: HashMap<String, String>,
+    attrs: Vec<Pending>,
+    classes: Vec<Pending>,
+}
+
+impl Builder {
+    /// Adds a file's definitions, in `.schema` or LDIF form.
+    pub fn add_text(&mut self, file: &str, text: &str) -> Result<(), String> {
+        let is_ldif = text.lines().any(|l| l.to_ascii_lowercase().starts_with("dn:"));
+        let defs = if is_ldif { ldif_definitions(text) } else { schema_file_definitions(text) };
+        for (line, keyword, body) in defs.map_err(|(line, why)| format!("{file}:{line}: {why}"))? {
+            let at = format!("{file}:{line}: ");
+            self.add(&at, &keyword, &body).map_err(|why| format!("{at}{why}"))?;
+        }
+        Ok(())
+    }
+
+    fn add(&mut self, at: &str, keyword: &str, body: &str) -> Result<(), String> {
+        let at = at.to_string();
+        match keyword.to_ascii_lowercase().as_str() {
+            "objectidentifier" => {
+                let mut parts = body.split_whitespace();
+                let (Some(name), Some(value), None) = (parts.next(), parts.next(), parts.next()) else {
+                    return Err("objectidentifier takes a name and an OID".into());
+                };
+                let oid = self.expand(value)?;
+                self.macros.insert(name.to_ascii_lowercase(), oid);
+            }
+            "attributetype" | "attributetypes" => {
+                let mut desc = parse_desc(body, Kind::Attr)?;
+                desc.oid = self.expand(&desc.oid)?;
+                if let Some(syn) = desc.fields.iter_mut().find(|(k, _)| k == "SYNTAX") {
+                    syn.1[0] = self.expand_syntax(&syn.1[0])?;
+                }
+                self.attrs.push(Pending { at, desc });
+            }
+            "objectclass" | "objectclasses" => {
+                let mut desc = parse_desc(body, Kind::Class)?;
+                desc.oid = self.expand(&desc.oid)?;
+                self.classes.push(Pending { at, desc });
+            }
+            other => return Err(format!("unsupported schema statement '{other}'")),
+        }
+        Ok(())
+    }
+
+    /// Expands `macro` and `macro:suffix` into a numeric OID.
+    fn expand(&self, text: &str) -> Result<String, String> {
+        if matching::is_numeric_oid(text) {
+            return Ok(text.to_string());
+        }
+        let (name, suffix) = match text.split_once(':') {
+            Some((n, s)) => (n, Some(s)),
+            None => (text, None),
+        };
+        let base = self
+            .macros
+            .get(&name.to_ascii_lowercase())
+            .ok_or_else(|| format!("'{text}' is not a numeric OID and no objectidentifier defines '{name}'"))?;
+        let oid = match suffix {
+            Some(s) => format!("{base}.{s}"),
+            None => base.clone(),
+        };
+        if !matching::is_numeric_oid(&oid) {
+            return Err(format!("'{text}' expands to '{oid}', which is not a numeric OID"));
+        }
+        Ok(oid)
+    }
+
+    fn expand_syntax(&self, text: &str) -> Result<String, String> {
+        let (oid, len) = match text.find('{') {
+            Some(at) => text.split_at(at),
+            None => (text, ""),
+        };
+        Ok(format!("{}{len}", self.expand(oid)?))
+    }
+
+    pub fn build(self) -> Result<Schema, String> {
+        let mut schema = Schema::default();
+        let attr_names = names_map(&self.attrs);
+        let mut order = Vec::new();
+        let mut state = vec![0u8; self.attrs.len()];
+        for i in 0..self.attrs.len() {
+            visit_attr(i, &self.attrs, &attr_names, &mut state, &mut order)?;
+        }
+        // Supertypes come first in `order`, so inherited fields are resolved.
+        let mut slots: Vec<Option<AttributeType>> = vec![None; self.attrs.len()];
+        for i in order {
+            let at = resolve_attr(&self.attrs[i].desc, &attr_names, &slots).map_err(|e| annotate(&self.attrs[i], e))?;
+            slots[i] = Some(at);
+        }
+        schema.attrs = slots.into_iter().map(|a| a.expect("every type resolved")).collect();
+        schema.index_attr_names()?;
+        let class_names = names_map(&self.classes);
+        for p in &self.classes {
+            let oc = resolve_class(&p.desc, &class_names, &schema).map_err(|e| annotate(p, e))?;
+            schema.classes.push(oc);
+        }
+        schema.index_class_names()?;
+        Ok(schema)
+    }
+}
+
+fn annotate(p: &Pending, e: String) -> String {
+    let name = p.desc.get("NAME").and_then(|n| n.first()).cloned().unwrap_or_else(|| p.desc.oid.clone());
+    format!("{}{name}: {e}", p.at)
+}
+
+fn names_map(defs: &[Pending]) -> HashMap<String, usize> {
+    let mut m = HashMap::new();
+    for (i, p) in defs.iter().enumerate() {
+        m.insert(p.desc.oid.to_ascii_lowercase(), i);
+        for n in p.desc.get("NAME").unwrap_or_default() {
+            m.insert(n.to_ascii_lowercase(), i);
+        }
+    }
+    m
+}
+
+fn visit_attr(
+    i: usize,
+    defs: &[Pending],
+    names: &HashMap<String, usize>,
+    state: &mut [u8],
+    order: &mut Vec<usize>,
+) -> Result<(), String> {
+    match state[i] {
+        2 => return Ok(()),
+        1 => return Err(annotate(&defs[i], "its SUP chain loops back to itself".into())),
+        _ => {}
+    }
+    state[i] = 1;
+    if let Some(sup) = defs[i].desc.one("SUP") {
+        let s = *names
+            .get(&sup.to_ascii_lowercase())
+            .ok_or_else(|| annotate(&defs[i], format!("unknown supertype '{sup}'")))?;
+        visit_attr(s, defs, names, state, order)?;
+    }
+    state[i] = 2;
+    order.push(i);
+    Ok(())
+}
+
+fn rule(desc: &Desc, key: &str, usage: Usage) -> Result<Option<Rule>, String> {
+    let Some(name) = desc.one(key) else { return Ok(None) };
+    let info = matching::rule_named(name).ok_or_else(|| format!("unknown matching rule '{name}' in {key}"))?;
+    if info.usage != usage {
+        return Err(format!("'{name}' cannot be used as {key}"));
+    }
+    Ok(Some(info.rule))
+}
+
+fn resolve_attr(
+    desc: &Desc,
+    names: &HashMap<String, usize>,
+    done: &[Option<AttributeType>],
+) -> Result<AttributeType, String> {
+    let sup = desc.one("SUP").map(|s| names[&s.to_ascii_lowercase()]);
+    let parent = sup.map(|s| done[s].as_ref().expect("supertypes resolve first"));
+    let (syntax, syntax_len) = match desc.one("SYNTAX") {
+        Some(s) => {
+            let (oid, len) = match s.split_once('{') {
+                Some((o, l)) => {
+                    let len = l.strip_suffix('}').and_then(|l| l.parse().ok()).ok_or("bad {length} in SYNTAX")?;
+                    (o.to_string(), Some(len))
+                }
+                None => (s.to_string(), None),
+            };
+            if syntax::find(&oid).is_none() {
+                return Err(format!("unknown syntax {oid}"));
+            }
+            (oid, len)
+        }
+        None => match parent {
+            Some(p) => (p.syntax.clone(), p.syntax_len),
+            None => return Err("needs a SYNTAX or a SUP to inherit one from".into()),
+        },
+    };
+    let usage = match desc.one("USAGE") {
+        None => AttrUsage::UserApplications,
+        Some(u) => match u.to_ascii_lowercase().as_str() {
+            "userapplications" => AttrUsage::UserApplications,
+            "directoryoperation" => AttrUsage::DirectoryOperation,
+            "distributedoperation" => AttrUsage::DistributedOperation,
+            "dsaoperation" => AttrUsage::DsaOperation,
+            _ => return Err(format!("unknown USAGE '{u}'")),
+        },
+    };
+    let no_user_modification = desc.flag("NO-USER-MODIFICATION");
+    if no_user_modification && usage == AttrUsage::UserApplications {
+        return Err("NO-USER-MODIFICATION requires an operational USAGE".into());
+    }
+    let names: Vec<String> = desc.get("NAME").unwrap_or_default().to_vec();
+    for n in &names {
+        if !matching::is_descriptor(n) {
+            return Err(format!("'{n}' is not a valid attribute name"));
+        }
+    }
+    let inherit = |own: Option<Rule>, f: fn(&AttributeType) -> Option<Rule>| own.or_else(|| parent.and_then(f));
+    let mut at = AttributeType {
+        key: names.first().unwrap_or(&desc.oid).to_ascii_lowercase(),
+        oid: desc.oid.clone(),
+        names,
+        desc: desc.one("DESC").map(str::to_string),
+        obsolete: desc.flag("OBSOLETE"),
+        sup,
+        equality: inherit(rule(desc, "EQUALITY", Usage::Equality)?, |p| p.equality),
+        ordering: inherit(rule(desc, "ORDERING", Usage::Ordering)?, |p| p.ordering),
+        substr: inherit(rule(desc, "SUBSTR", Usage::Substrings)?, |p| p.substr),
+        syntax,
+        syntax_len,
+        single_value: desc.flag("SINGLE-VALUE"),
+        collective: desc.flag("COLLECTIVE"),
+        no_user_modification,
+        usage,
+        definition: String::new(),
+    };
+    at.definition = render_attr(desc, &at, parent);
+    Ok(at)
+}
+
+fn render_attr(desc: &Desc, at: &AttributeType, parent: Option<&AttributeType>) -> String {
+    let mut s = format!("( {}", at.oid);
+    push_names(&mut s, &at.names);
+    if let Some(d) = &at.desc {
+        s.push_str(&format!(" DESC '{}'", quote(d)));
+    }
+    if at.obsolete {
+        s.push_str(" OBSOLETE");
+    }
+    if let Some(p) = parent {
+        s.push_str(&format!(" SUP {}", p.name()));
+    }
+    for (key, usage) in [("EQUALITY", Usage::Equality), ("ORDERING", Usage::Ordering), ("SUBSTR", Usage::Substrings)] {
+        if let Ok(Some(r)) = rule(desc, key, usage) {
+            s.push_str(&format!(" {key} {}", r.info().name));
+        }
+    }
+    if desc.one("SYNTAX").is_some() {
+        s.push_str(&format!(" SYNTAX {}", at.syntax));
+        if let Some(l) = at.syntax_len {
+            s.push_str(&format!("{{{l}}}"));
+        }
+    }
+    for (flag, on) in [
+        ("SINGLE-VALUE", at.single_value),
+        ("COLLECTIVE", at.collective),
+        ("NO-USER-MODIFICATION", at.no_user_modification),
+    ] {
+        if on {
+            s.push(' ');
+            s.push_str(flag);
+        }
+    }
+    if at.usage != AttrUsage::UserApplications {
+        s.push_str(&format!(" USAGE {}", at.usage.keyword()));
+    }
+    push_extensions(&mut s, desc);
+    s.push_str(" )");
+    s
+}
+
+fn resolve_class(desc: &Desc, names: &HashMap<String, usize>, schema: &Schema) -> Result<ObjectClass, String> {
+    let mut sup = Vec::new();
+    for s in desc.get("SUP").unwrap_or_default() {
+        sup.push(*names.get(&s.to_ascii_lowercase()).ok_or_else(|| format!("unknown superclass '{s}'"))?);
+    }
+    let kinds =
+        [("ABSTRACT", ClassKind::Abstract), ("STRUCTURAL", ClassKind::Structural), ("AUXILIARY", ClassKind::Auxiliary)];
+    let given: Vec<ClassKind> = kinds.iter().filter(|(k, _)| desc.flag(k)).map(|(_, v)| *v).collect();
+    let kind = match given.as_slice() {
+        [] => ClassKind::Structural,
+        [k] => *k,
+        _ => return Err("a class is only one of ABSTRACT, STRUCTURAL, AUXILIARY".into()),
+    };
+    let attrs = |key: &str| -> Result<Vec<usize>, String> {
+        desc.get(key)
+            .unwrap_or_default()
+            .iter()
+            .map(|a| schema.attr_index(a).ok_or_else(|| format!("{key} names unknown attribute type '{a}'")))
+            .collect()
+    };
+    let must = attrs("MUST")?;
+    let may = attrs("MAY")?;
+    let names_v: Vec<String> = desc.get("NAME").unwrap_or_default().to_vec();
+    let mut s = format!("( {}", desc.oid);
+    push_names(&mut s, &names_v);
+    if let Some(d) = desc.one("DESC") {
+        s.push_str(&format!(" DESC '{}'", quote(d)));
+    }
+    if desc.flag("OBSOLETE") {
+        s.push_str(" OBSOLETE");
+    }
+    push_oids(&mut s, "SUP", desc.get("SUP").unwrap_or_default());
+    s.push_str(match kind {
+        ClassKind::Abstract => " ABSTRACT",
+        ClassKind::Structural => " STRUCTURAL",
+        ClassKind::Auxiliary => " AUXILIARY",
+    });
+    let attr_names = |v: &[usize]| v.iter().map(|i| schema.attrs[*i].name().to_string()).collect::<Vec<_>>();
+    push_oids(&mut s, "MUST", &attr_names(&must));
+    push_oids(&mut s, "MAY", &attr_names(&may));
+    push_extensions(&mut s, desc);
+    s.push_str(" )");
+    Ok(ObjectClass {
+        oid: desc.oid.clone(),
+        names: names_v,
+        desc: desc.one("DESC").map(str::to_string),
+        obsolete: desc.flag("OBSOLETE"),
+        sup,
+        kind,
+        must,
+        may,
+        definition: s,
+    })
+}
+
+fn quote(s: &str) -> String {
+    s.replace('\\', "\\5C").replace('\'', "\\27")
+}
+
+fn push_names(s: &mut String, names: &[String]) {
+    match names {
+        [] => {}
+        [one] => s.push_str(&format!(" NAME '{one}'")),
+        many => {
+            s.push_str(" NAME (");
+            for n in many {
+                s.push_str(&format!(" '{n}'"));
+            }
+            s.push_str(" )");
+        }
+    }
+}
+
+fn push_oids(s: &mut String, key: &str, oids: &[String]) {
+    match oids {
+        [] => {}
+        [one] => s.push_str(&format!(" {key} {one}")),
+        many => s.push_str(&format!(" {key} ( {} )", many.join(" $ "))),
+    }
+}
+
+fn push_extensions(s: &mut String, desc: &Desc) {
+    for (k, vals) in desc.fields.iter().filter(|(k, _)| k.starts_with("X-")) {
+        let quoted: Vec<String> = vals.iter().map(|v| format!("'{}'", quote(v))).collect();
+        match quoted.as_slice() {
+            [one] => s.push_str(&format!(" {k} {one}")),
+            many => s.push_str(&format!(" {k} ( {} )", many.join(" "))),
+        }
+    }
+}
+
+type Defs = Result<Vec<(usize, String, String)>, (usize, String)>;
+
+/// `.schema` syntax: a statement starts at the beginning of a line and
+/// continues on lines that start with white space; `#` starts a comment line.
+fn schema_file_definitions(text: &str) -> Defs {
+    let mut out: Vec<(usize, String, String)> = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line_no = n + 1;
+        if line.trim().is_empty() || line.trim_start().starts_with('#') {
+            continue;
+        }
+        if line.starts_with([' ', '\t']) {
+            match out.last_mut() {
+                Some(last) => {
+                    last.2.push(' ');
+                    last.2.push_str(line.trim());
+                }
+                None => return Err((line_no, "continuation line before any statement".into())),
+            }
+            continue;
+        }
+        let (keyword, rest) = line.trim().split_once(char::is_whitespace).unwrap_or((line.trim(), ""));
+        out.push((line_no, keyword.to_string(), rest.trim().to_string()));
+    }
+    Ok(out)
+}
+
+/// LDIF form: the values of `olcAttributeTypes`, `olcObjectClasses` and
+/// `olcObjectIdentifier` (with their `{N}` order prefixes), folded lines
+/// and base64 values included.
+fn ldif_definitions(text: &str) -> Defs {
+    let mut logical: Vec<(usize, String)> = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if let Some(cont) = line.strip_prefix(' ') {
+            if let Some(last) = logical.last_mut() {
+                last.1.push_str(cont);
+                continue;
+            }
+        }
+        logical.push((n + 1, line.to_string()));
+    }
+    let mut out = Vec::new();
+    for (line_no, line) in logical {
+        let Some((name, rest)) = line.split_once(':') else { continue };
+        let keyword = match name.to_ascii_lowercase().as_str() {
+            "olcattributetypes" | "attributetypes" => "attributetype",
+            "olcobjectclasses" | "objectclasses" => "objectclass",
+            "olcobjectidentifier" => "objectidentifier",
+            _ => continue,
+        };
+        let value = match rest.strip_prefix(':') {
+            Some(b64) => {
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(b64.trim())
+                    .map_err(|e| (line_no, format!("bad base64 value: {e}")))?;
+                String::from_utf8(bytes).map_err(|_| (line_no, "value is not UTF-8".to_string()))?
+            }
+            None => rest.trim().to_string(),
+        };
+        let value = match value.strip_prefix('{').and_then(|v| v.split_once('}')) {
+            Some((n, v)) if n.bytes().all(|b| b.is_ascii_digit()) => v.trim().to_string(),
+            _ => value,
+        };
+        out.push((line_no, keyword.to_string(), value));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn build(file: &str, text: &str) -> Result<Schema, String> {
+        let mut b = Builder::default();
+        b.add_text("builtin.schema", super::super::BUILTIN)?;
+        b.add_text(file, text)?;
+        b.build()
+    }
+
+    #[test]
+    fn builtin_schema_resolves() {
+        let s = Schema::builtin();
+        let cn = s.attr("commonName").unwrap();
+        assert_eq!(cn.oid, "2.5.4.3");
+        assert_eq!(cn.equality, Some(Rule::CaseIgnore), "inherited from name");
+        assert_eq!(cn.syntax, "1.3.6.1.4.1.1466.115.121.1.15");
+        assert_eq!(cn.definition, "( 2.5.4.3 NAME ( 'cn' 'commonName' ) SUP name )");
+        assert!(s.attr("2.5.4.4").is_some());
+        assert_eq!(s.attr("uidNumber").unwrap().oid, "1.3.6.1.1.1.1.0");
+        let person = s.class("inetorgperson").unwrap();
+        assert_eq!(person.kind, ClassKind::Structural);
+        assert!(s.attr("entryUUID").unwrap().no_user_modification);
+    }
+
+    #[test]
+    fn custom_schema_file() {
+        let text = "# a comment\n\
+objectidentifier myOID 1.3.6.1.4.1.99999\n\
+objectIdentifier myAttrs myOID:1\n\
+attributetype ( myAttrs:1 NAME 'mailRoute'\n\
+\tDESC 'where mail goes'\n\
+\tEQUALITY caseIgnoreIA5Match SYNTAX 1.3.6.1.4.1.1466.115.121.1.26{256} SINGLE-VALUE )\n\
+objectclass ( myOID:2.1 NAME 'mailRecipient' SUP top AUXILIARY MAY mailRoute )\n";
+        let s = build("site.schema", text).unwrap();
+        let at = s.attr("MAILROUTE").unwrap();
+        assert_eq!(at.oid, "1.3.6.1.4.1.99999.1.1");
+        assert_eq!(at.syntax_len, Some(256));
+        assert!(at.single_value);
+        assert_eq!(s.class("mailRecipient").unwrap().kind, ClassKind::Auxiliary);
+    }
+
+    #[test]
+    fn ldif_schema_file() {
+        let text = "dn: cn=site,cn=schema,cn=config\nobjectClass: olcSchemaConfig\ncn: site\n\
+olcObjectIdentifier: {0}siteOID 1.3.6.1.4.1.99998\n\
+olcAttributeTypes: {0}( siteOID:1 NAME 'badgeNumber' EQUALITY integerMatch\n  SYNTAX 1.3.6.1.4.1.1466.115.121.1.27 )\n\
+olcObjectClasses: {0}( siteOID:2 NAME 'badged' AUXILIARY MUST badgeNumber )\n";
+        let s = build("site.ldif", text).unwrap();
+        assert_eq!(s.attr("badgeNumber").unwrap().equality, Some(Rule::Integer));
+        assert_eq!(s.class("badged").unwrap().must.len(), 1);
+    }
+
+    #[test]
+    fn bad_definitions_name_file_and_line() {
+        for (text, want) in [
+            (
+                "\nattributetype ( 1.2.3 NAME 'x' EQUALITY noSuchMatch SYNTAX 1.3.6.1.4.1.1466.115.121.1.15 )",
+                "f.schema:2: x: unknown matching rule 'noSuchMatch'",
+            ),
+            ("attributetype ( 1.2.3 NAME 'x' SYNTAX 9.9.9 )", "f.schema:1: x: unknown syntax 9.9.9"),
+            (
+                "attributetype ( foo:1 NAME 'x' SYNTAX 1.3.6.1.4.1.1466.115.121.1.15 )",
+                "f.schema:1: 'foo:1' is not a numeric OID",
+            ),
+            (
+                "objectclass ( 1.2.4 NAME 'y' MUST noSuchAttr )",
+                "f.schema:1: y: MUST names unknown attribute type 'noSuchAttr'",
+            ),
+            ("attributetype ( 1.2.3 NAME 'x' SYNTAX 1.3.6.1.4.1.1466.115.121.1.15", "f.schema:1: missing ')'"),
+            ("attributetype ( 1.2.3 NAME 'cn' SYNTAX 1.3.6.1.4.1.1466.115.121.1.15 )", "'cn' is defined twice"),
+            (
+                "attributetype ( 1.2.3 NAME 'x' ORDERING caseIgnoreMatch SYNTAX 1.3.6.1.4.1.1466.115.121.1.15 )",
+                "cannot be used as ORDERING",
+            ),
+            ("ditcontentrule ( 1.2.3 )", "f.schema:1: unsupported schema statement"),
+        ] {
+            let err = build("f.schema", text).unwrap_err();
+            assert!(err.contains(want), "{err:?} should contain {want:?}");
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! The subschema subentry (RFC 4512 §4.2): `cn=Subschema`, which every
+//! entry and the root DSE name in `subschemaSubentry`.
+
+use super::{get, syntax::SYNTAXES};
+use crate::entry::{Attr, Entry};
+use crate::matching::RULES;
+
+pub const DN: &str = "cn=Subschema";
+
+/// Whether a (normalized) DN names the subschema subentry.
+pub fn is_subschema(norm_dn: &str) -> bool {
+    norm_dn == "cn=subschema"
+}
+
+/// The subschema entry; its schema attributes are operational
+/// (`directoryOperation`), so clients ask for them by name or with `+`.
+pub fn entry() -> Entry {
+    let schema = get();
+    let attr = |name: &str, vals: Vec<String>| Attr {
+        name: name.into(),
+        vals: vals.into_iter().map(String::into_bytes).collect(),
+    };
+    let syntaxes = SYNTAXES
+        .iter()
+        .map(|s| {
+            let binary = if s.binary { " X-NOT-HUMAN-READABLE 'TRUE'" } else { "" };
+            format!("( {} DESC '{}'{binary} )", s.oid, s.desc)
+        })
+        .collect();
+    let rules = RULES.iter().map(|r| format!("( {} NAME '{}' SYNTAX {} )", r.oid, r.name, r.syntax_oid())).collect();
+    Entry {
+        dn: DN.into(),
+        attrs: vec![
+            attr("objectClass", vec!["top".into(), "subentry".into(), "subschema".into(), "extensibleObject".into()]),
+            attr("cn", vec!["Subschema".into()]),
+            attr("structuralObjectClass", vec!["subentry".into()]),
+            attr("subtreeSpecification", vec!["{}".into()]),
+            attr("ldapSyntaxes", syntaxes),
+            attr("matchingRules", rules),
+            attr("attributeTypes", schema.attrs.iter().map(|a| a.definition.clone()).collect()),
+            attr("objectClasses", schema.classes.iter().map(|c| c.definition.clone()).collect()),
+            attr("entryDN", vec![DN.into()]),
+            attr("subschemaSubentry", vec![DN.into()]),
+        ],
+    }
+}

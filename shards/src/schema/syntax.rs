@@ -1,0 +1,204 @@
+//! LDAP syntaxes (RFC 4517 §3.3, RFC 4530) and their value checks.
+//!
+//! The common syntaxes are validated exactly; binary syntaxes (certificates,
+//! JPEG, fax) accept any octets, and the rarely used structured ones
+//! (Guide, Delivery Method, Telex, …) only need valid UTF-8, as the table
+//! says.
+
+use crate::dn::Dn;
+use crate::matching;
+
+pub struct Syntax {
+    pub oid: &'static str,
+    pub desc: &'static str,
+    /// Binary values: transferred as `;binary`, never case-folded.
+    pub binary: bool,
+    pub valid: fn(&[u8]) -> bool,
+}
+
+const fn s(oid: &'static str, desc: &'static str, valid: fn(&[u8]) -> bool) -> Syntax {
+    Syntax { oid, desc, binary: false, valid }
+}
+
+const fn bin(oid: &'static str, desc: &'static str) -> Syntax {
+    Syntax { oid, desc, binary: true, valid: any }
+}
+
+pub const SYNTAXES: &[Syntax] = &[
+    s("1.3.6.1.4.1.1466.115.121.1.3", "Attribute Type Description", utf8),
+    bin("1.3.6.1.4.1.1466.115.121.1.4", "Audio"),
+    bin("1.3.6.1.4.1.1466.115.121.1.5", "Binary"),
+    s("1.3.6.1.4.1.1466.115.121.1.6", "Bit String", bit_string),
+    s("1.3.6.1.4.1.1466.115.121.1.7", "Boolean", boolean),
+    bin("1.3.6.1.4.1.1466.115.121.1.8", "Certificate"),
+    bin("1.3.6.1.4.1.1466.115.121.1.9", "Certificate List"),
+    bin("1.3.6.1.4.1.1466.115.121.1.10", "Certificate Pair"),
+    s("1.3.6.1.4.1.1466.115.121.1.11", "Country String", country),
+    s("1.3.6.1.4.1.1466.115.121.1.12", "DN", dn),
+    s("1.3.6.1.4.1.1466.115.121.1.14", "Delivery Method", utf8),
+    s("1.3.6.1.4.1.1466.115.121.1.15", "Directory String", directory_string),
+    s("1.3.6.1.4.1.1466.115.121.1.16", "DIT Content Rule Description", utf8),
+    s("1.3.6.1.4.1.1466.115.121.1.17", "DIT Structure Rule Description", utf8),
+    s("1.3.6.1.4.1.1466.115.121.1.21", "Enhanced Guide", utf8),
+    s("1.3.6.1.4.1.1466.115.121.1.22", "Facsimile Telephone Number", utf8),
+    bin("1.3.6.1.4.1.1466.115.121.1.23", "Fax"),
+    s("1.3.6.1.4.1.1466.115.121.1.24", "Generalized Time", generalized_time),
+    s("1.3.6.1.4.1.1466.115.121.1.25", "Guide", utf8),
+    s("1.3.6.1.4.1.1466.115.121.1.26", "IA5 String", ia5),
+    s("1.3.6.1.4.1.1466.115.121.1.27", "INTEGER", integer),
+    bin("1.3.6.1.4.1.1466.115.121.1.28", "JPEG"),
+    s("1.3.6.1.4.1.1466.115.121.1.30", "Matching Rule Description", utf8),
+    s("1.3.6.1.4.1.1466.115.121.1.31", "Matching Rule Use Description", utf8),
+    s("1.3.6.1.4.1.1466.115.121.1.34", "Name And Optional UID", name_and_uid),
+    s("1.3.6.1.4.1.1466.115.121.1.35", "Name Form Description", utf8),
+    s("1.3.6.1.4.1.1466.115.121.1.36", "Numeric String", numeric_string),
+    s("1.3.6.1.4.1.1466.115.121.1.37", "Object Class Description", utf8),
+    s("1.3.6.1.4.1.1466.115.121.1.38", "OID", oid),
+    s("1.3.6.1.4.1.1466.115.121.1.39", "Other Mailbox", utf8),
+    s("1.3.6.1.4.1.1466.115.121.1.40", "Octet String", any),
+    s("1.3.6.1.4.1.1466.115.121.1.41", "Postal Address", postal_address),
+    s("1.3.6.1.4.1.1466.115.121.1.44", "Printable String", printable_string),
+    s("1.3.6.1.4.1.1466.115.121.1.45", "Subtree Specification", utf8),
+    s("1.3.6.1.4.1.1466.115.121.1.50", "Telephone Number", telephone_number),
+    s("1.3.6.1.4.1.1466.115.121.1.51", "Teletex Terminal Identifier", utf8),
+    s("1.3.6.1.4.1.1466.115.121.1.52", "Telex Number", utf8),
+    s("1.3.6.1.4.1.1466.115.121.1.54", "LDAP Syntax Description", utf8),
+    s("1.3.6.1.4.1.1466.115.121.1.58", "Substring Assertion", utf8),
+    s("1.3.6.1.1.16.1", "UUID", uuid),
+];
+
+pub fn find(oid: &str) -> Option<&'static Syntax> {
+    SYNTAXES.iter().find(|s| s.oid == oid)
+}
+
+fn any(_: &[u8]) -> bool {
+    true
+}
+
+fn utf8(v: &[u8]) -> bool {
+    std::str::from_utf8(v).is_ok()
+}
+
+fn directory_string(v: &[u8]) -> bool {
+    !v.is_empty() && utf8(v)
+}
+
+fn ia5(v: &[u8]) -> bool {
+    v.is_ascii()
+}
+
+const PRINTABLE_EXTRA: &[u8] = b"'()+,-./:? =";
+
+fn printable(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || PRINTABLE_EXTRA.contains(&b)
+}
+
+fn printable_string(v: &[u8]) -> bool {
+    !v.is_empty() && v.iter().all(|b| printable(*b))
+}
+
+fn country(v: &[u8]) -> bool {
+    v.len() == 2 && v.iter().all(|b| printable(*b))
+}
+
+fn numeric_string(v: &[u8]) -> bool {
+    !v.is_empty() && v.iter().all(|b| b.is_ascii_digit() || *b == b' ')
+}
+
+fn telephone_number(v: &[u8]) -> bool {
+    printable_string(v)
+}
+
+fn boolean(v: &[u8]) -> bool {
+    v == b"TRUE" || v == b"FALSE"
+}
+
+/// RFC 4517 §3.3.16: no leading zeros, no `-0`.
+fn integer(v: &[u8]) -> bool {
+    match v {
+        b"0" => true,
+        [b'-', rest @ ..] => !rest.is_empty() && rest[0] != b'0' && rest.iter().all(u8::is_ascii_digit),
+        [first, ..] => *first != b'0' && v.iter().all(u8::is_ascii_digit),
+        [] => false,
+    }
+}
+
+fn dn(v: &[u8]) -> bool {
+    std::str::from_utf8(v).is_ok_and(|s| Dn::parse(s).is_ok())
+}
+
+fn name_and_uid(v: &[u8]) -> bool {
+    matching::Rule::UniqueMember.normalize(v).is_some()
+}
+
+fn generalized_time(v: &[u8]) -> bool {
+    matching::generalized_time(v).is_some()
+}
+
+fn oid(v: &[u8]) -> bool {
+    std::str::from_utf8(v).is_ok_and(|s| matching::is_numeric_oid(s) || matching::is_descriptor(s))
+}
+
+fn bit_string(v: &[u8]) -> bool {
+    v.len() >= 3 && v[0] == b'\'' && v.ends_with(b"'B") && v[1..v.len() - 2].iter().all(|b| *b == b'0' || *b == b'1')
+}
+
+fn postal_address(v: &[u8]) -> bool {
+    utf8(v) && v.split(|b| *b == b'$').all(|line| !line.is_empty())
+}
+
+fn uuid(v: &[u8]) -> bool {
+    matching::Rule::Uuid.normalize(v).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts() {
+        let syn = |n: &str| find(&format!("1.3.6.1.4.1.1466.115.121.1.{n}")).unwrap();
+        let table: &[(&str, &str, bool)] = &[
+            ("15", "Jöhn Doe", true),
+            ("15", "", false),
+            ("26", "user@example.com", true),
+            ("26", "jöhn", false),
+            ("44", "Hello (World)", true),
+            ("44", "semi;colon", false),
+            ("36", "123 456", true),
+            ("36", "12a", false),
+            ("27", "42", true),
+            ("27", "-7", true),
+            ("27", "0", true),
+            ("27", "007", false),
+            ("27", "-0", false),
+            ("27", "4.2", false),
+            ("7", "TRUE", true),
+            ("7", "true", false),
+            ("12", "uid=a,dc=example,dc=com", true),
+            ("12", "", true),
+            ("12", "no equals sign", false),
+            ("24", "20261130120000Z", true),
+            ("24", "20261130120000", false),
+            ("50", "+1 555 0100", true),
+            ("50", "", false),
+            ("38", "2.5.4.3", true),
+            ("38", "inetOrgPerson", true),
+            ("38", "1.", false),
+            ("40", "\u{0}\u{ff}", true),
+            ("41", "1 Main St$Springfield", true),
+            ("41", "1 Main St$$x", false),
+            ("11", "DE", true),
+            ("11", "DEU", false),
+            ("6", "'0101'B", true),
+            ("6", "0101", false),
+            ("34", "uid=a,dc=x#'01'B", true),
+        ];
+        for (n, value, ok) in table {
+            assert_eq!((syn(n).valid)(value.as_bytes()), *ok, "syntax {n} value {value:?}");
+        }
+        let uuid = find("1.3.6.1.1.16.1").unwrap();
+        assert!((uuid.valid)(b"6ba7b810-9dad-11d1-80b4-00c04fd430c8"));
+        assert!(!(uuid.valid)(b"6ba7b810-9dad-11d1-80b4"));
+    }
+}
