@@ -7,6 +7,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
 use shards::dn::Dn;
 use shards::store::SyncMode;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -17,6 +18,19 @@ pub struct Config {
     pub directory: Directory,
     pub storage: Storage,
     pub limits: Limits,
+    pub schema: SchemaFiles,
+    /// Indexed attributes and their index types (`uid = "eq,sub"`); when
+    /// present it replaces the default list entirely, like slapd's `index`
+    /// lines.
+    pub indexes: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchemaFiles {
+    /// Schema files loaded after the built-in schema, in order: OpenLDAP
+    /// `.schema` syntax or its LDIF form (`olcAttributeTypes`, ...).
+    pub files: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -69,6 +83,11 @@ pub struct Limits {
     pub max_pdu_bytes_anonymous: usize,
     /// Deepest filter nesting accepted.
     pub max_filter_depth: usize,
+    /// Entries a search may examine without an index (everyone but the
+    /// root DN), like 389-ds's look-through limit; 0 means no limit.
+    pub unindexed_lookthrough: usize,
+    /// The result past that limit: "adminLimitExceeded" or "unwillingToPerform".
+    pub unindexed_result: String,
 }
 
 impl Default for Config {
@@ -78,6 +97,8 @@ impl Default for Config {
             directory: Directory::default(),
             storage: Storage::default(),
             limits: Limits::default(),
+            schema: SchemaFiles::default(),
+            indexes: None,
         }
     }
 }
@@ -112,7 +133,13 @@ impl Default for Storage {
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { max_pdu_bytes: 4 << 20, max_pdu_bytes_anonymous: 256 << 10, max_filter_depth: 64 }
+        Limits {
+            max_pdu_bytes: 4 << 20,
+            max_pdu_bytes_anonymous: 256 << 10,
+            max_filter_depth: 64,
+            unindexed_lookthrough: 100_000,
+            unindexed_result: "adminLimitExceeded".into(),
+        }
     }
 }
 
@@ -162,10 +189,37 @@ impl Config {
         if self.limits.max_filter_depth == 0 {
             bail!("limits.max_filter_depth: must be at least 1");
         }
+        self.unindexed_result()?;
         if self.server.backlog <= 0 {
             bail!("server.backlog: must be positive");
         }
         Ok(())
+    }
+
+    pub fn unindexed_result(&self) -> Result<ldap3_proto::LdapResultCode> {
+        use ldap3_proto::LdapResultCode as Code;
+        Ok(match self.limits.unindexed_result.as_str() {
+            "adminLimitExceeded" => Code::AdminLimitExceeded,
+            "unwillingToPerform" => Code::UnwillingToPerform,
+            other => bail!("limits.unindexed_result: {other:?} is not \"adminLimitExceeded\" or \"unwillingToPerform\""),
+        })
+    }
+
+    /// The index configuration: `[indexes]` or the defaults.
+    pub fn index_config(&self) -> Result<shards::index::Config> {
+        let made = match &self.indexes {
+            Some(map) => shards::index::Config::new(map.iter().map(|(a, k)| (a.as_str(), k.as_str()))),
+            None => Ok(shards::index::Config::defaults()),
+        };
+        made.map_err(|e| anyhow!(e))
+    }
+
+    /// Loads the schema files and the index configuration and installs
+    /// them for this process (before anything reads the schema).
+    pub fn install_schema(&self) -> Result<()> {
+        let schema = shards::schema::Schema::load(&self.schema.files).map_err(|e| anyhow!("schema: {e}"))?;
+        shards::schema::install(schema).map_err(|e| anyhow!(e))?;
+        shards::index::install(self.index_config()?).map_err(|e| anyhow!(e))
     }
 
     pub fn listen_addr(&self) -> Result<SocketAddr> {

@@ -35,6 +35,7 @@ pub fn run(config: Config, file: &Path) -> Result<()> {
     let _lock = server::lock_data_dir(&data)?;
     let n_shards = server::shard_count(&config);
     let (manifest, _) = server::open_manifest(&config, &data, n_shards)?;
+    manifest.check_indexes().map_err(|e| anyhow!("{}: {e}", data.display()))?;
     let manifest = Arc::new(manifest);
     // Like `slapadd -q`: no sync per batch, one sync of every store at the
     // end. An interrupted import is redone from an empty directory anyway.

@@ -14,7 +14,7 @@
 //!
 //! ## Entry points
 //!
-//! - `main` -> `run`: the command line (`coredir serve`, `import`, `export`).
+//! - `main` -> `run`: the command line (`coredir serve`, `import`, `export`, `reindex`).
 //! - `server::serve`: start-up, one reactor per shard, readiness.
 //! - `listener::run` -> `conn::serve`: accept, then one connection's read
 //!   loop; `ops::dispatch` is the one `match` over LDAP operations.
@@ -25,6 +25,7 @@
 //! - `server`: data directory, manifest, stores, reactors, `Ctx`.
 //! - `listener`: per-shard socket (socket2) and accept loop.
 //! - `import`, `export`: offline LDIF load (parallel per shard) and dump.
+//! - `reindex`: offline index rebuild after `[indexes]` changed.
 //! - `conn`: framing with PDU limits, read loop, writer task, `Identity`.
 //! - `ber`: direct BER encoding of search entries; PDU header peeking.
 //! - `ops/`: one file per LDAP operation (`bind`, `search`, `add`,
@@ -51,6 +52,7 @@ mod export;
 mod import;
 mod listener;
 mod ops;
+mod reindex;
 mod server;
 
 use anyhow::Result;
@@ -106,6 +108,13 @@ enum Command {
         #[arg(long)]
         no_operational: bool,
     },
+    /// Rebuild the indexes offline after `[indexes]` changed (like slapindex).
+    Reindex {
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long)]
+        data: Option<PathBuf>,
+    },
 }
 
 fn main() {
@@ -128,6 +137,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Export { config, data, out, no_operational } => {
             export::run(load_config(config, data, None)?, out.as_deref(), !no_operational)
         }
+        Command::Reindex { config, data } => reindex::run(load_config(config, data, None)?),
     }
 }
 
@@ -143,5 +153,6 @@ fn load_config(file: Option<PathBuf>, data: Option<PathBuf>, shards: Option<usiz
         }
         config.server.shards = shards;
     }
+    config.install_schema()?;
     Ok(config)
 }

@@ -29,6 +29,7 @@ pub struct Ctx {
     pub root_password_hash: String,
     pub suffixes: Vec<Dn>,
     pub limits: Limits,
+    pub unindexed_result: ldap3_proto::LdapResultCode,
 }
 
 impl Ctx {
@@ -98,6 +99,7 @@ pub fn serve(config: Config) -> Result<()> {
     let data = config.server.data.clone();
     let _lock = lock_data_dir(&data)?;
     let (manifest, created) = open_manifest(&config, &data, n_shards)?;
+    manifest.check_indexes().map_err(|e| anyhow!("{}: {e}", data.display()))?;
     let manifest = Arc::new(manifest);
     let sync = config.sync_mode()?;
     let stores = open_stores(&config, &data, n_shards)?;
@@ -148,6 +150,7 @@ pub fn serve(config: Config) -> Result<()> {
                     root_password_hash,
                     suffixes: vec![Dn::parse(&config.directory.suffix).expect("validated")],
                     limits: config.limits.clone(),
+                    unindexed_result: config.unindexed_result().expect("validated"),
                 });
                 let _ = ready.send(Ok(i));
                 listener::run(fd, ctx).await;

@@ -12,7 +12,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 pub const FILE: &str = "manifest.toml";
-pub const FORMAT: u32 = 1;
+/// 2: index keys carry their index type (`index.rs`); `indexes` recorded.
+pub const FORMAT: u32 = 2;
 pub const DEFAULT_PARTITIONS: u32 = 256;
 pub const HASH_NAME: &str = "fnv1a-64/v1";
 
@@ -30,6 +31,9 @@ pub struct Manifest {
     pub suffixes: Vec<String>,
     pub root_dn: String,
     pub root_password_hash: String,
+    /// The index configuration the stores' indexes were built with
+    /// (`index::Config::describe`); `coredir reindex` rewrites it.
+    pub indexes: String,
 }
 
 impl Manifest {
@@ -45,6 +49,7 @@ impl Manifest {
             suffixes,
             root_dn,
             root_password_hash,
+            indexes: crate::index::config().describe(),
         }
     }
 
@@ -76,6 +81,19 @@ impl Manifest {
         }
         if self.shards == 0 || self.owners.iter().any(|o| *o >= self.shards) {
             return Err("owners name a shard that does not exist".into());
+        }
+        Ok(())
+    }
+
+    /// Refuses to serve with indexes other than those the stores hold.
+    pub fn check_indexes(&self) -> std::result::Result<(), String> {
+        let configured = crate::index::config().describe();
+        if configured != self.indexes {
+            return Err(format!(
+                "the index configuration changed: the database was indexed with [{}] and the configuration asks \
+                 for [{configured}]; stop the server and run `coredir reindex` with this configuration",
+                self.indexes
+            ));
         }
         Ok(())
     }

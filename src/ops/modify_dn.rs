@@ -38,6 +38,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest) -> Result<()> {
     let shard = &ctx.shard;
     let mut entry = read_leaf(shard, &old, &req.dn).map_err(|e| with_matched(&conn, &old, e))?;
     rename_entry(&mut entry, &old, &new, req.deleteoldrdn, conn.identity.borrow().dn());
+    shards::schema::check::check_entry(&entry, &new)?;
     move_entry(shard, &old, &req.dn, &new, entry).await.map_err(|e| with_matched(&conn, &new, e))
 }
 

@@ -89,6 +89,9 @@ impl Selection {
 struct Limits {
     size: usize,
     deadline: Option<Instant>,
+    /// Entries an unindexed search may examine, and the result past it.
+    lookthrough: usize,
+    lookthrough_code: LdapResultCode,
 }
 
 async fn run(
@@ -128,10 +131,16 @@ async fn run(
     let limits = Limits {
         size: if req.sizelimit > 0 { req.sizelimit as usize } else { usize::MAX },
         deadline: (req.timelimit > 0).then(|| Instant::now() + Duration::from_secs(req.timelimit as u64)),
+        lookthrough: match ctx.limits.unindexed_lookthrough {
+            0 => usize::MAX,
+            _ if is_root => usize::MAX,
+            n => n,
+        },
+        lookthrough_code: ctx.unindexed_result.clone(),
     };
     let shard = &ctx.shard;
     let base_key = base.key();
-    let mut emit = Emit { msgid, filter: &node, sel: &sel, limits, out, sent: 0 };
+    let mut emit = Emit { msgid, filter: &node, sel: &sel, limits, out, sent: 0, examined: 0 };
     {
         let txn = shard.store_for(&base_key).read()?;
         let Some(id) = txn.get(Tree::Dn2id, &base_key)? else {
@@ -157,7 +166,16 @@ async fn run(
             None => emit.from_range(conn, store, &scope, abandoned).await?,
         };
         if let Some(code) = stop {
-            return Err(Error::new(code, ""));
+            let why = if emit.examined > emit.limits.lookthrough {
+                format!(
+                    "the filter is not indexed and the search examined more than {} entries \
+                     (limits.unindexed_lookthrough)",
+                    emit.limits.lookthrough
+                )
+            } else {
+                String::new()
+            };
+            return Err(Error::new(code, why));
         }
         if abandoned.get() {
             return Ok(());
@@ -188,6 +206,8 @@ struct Emit<'a> {
     limits: Limits,
     out: &'a mut BytesMut,
     sent: usize,
+    /// Entries examined without an index.
+    examined: usize,
 }
 
 /// What visiting one candidate decided.
@@ -286,6 +306,11 @@ impl Emit<'_> {
                     }
                     if !scope.contains(key) {
                         return true;
+                    }
+                    self.examined += 1;
+                    if self.examined > self.limits.lookthrough {
+                        outcome = Ok(Visit::Stop(self.limits.lookthrough_code.clone()));
+                        return false;
                     }
                     outcome = self.visit(&txn, key, id);
                     matches!(outcome, Ok(Visit::Next))

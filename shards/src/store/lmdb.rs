@@ -136,6 +136,9 @@ impl WriteTxn for LmdbWrite<'_> {
     fn delete(&mut self, tree: Tree, key: &[u8]) -> Result<bool> {
         self.dbs[idx(tree)].delete(&mut self.txn, key).map_err(storage_error)
     }
+    fn clear(&mut self, tree: Tree) -> Result<()> {
+        self.dbs[idx(tree)].clear(&mut self.txn).map_err(storage_error)
+    }
     fn commit(self) -> Result<()> {
         self.txn.commit().map_err(storage_error)
     }

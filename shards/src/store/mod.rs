@@ -13,7 +13,7 @@
 //!   in the id's top 16 bits, so a partition is a key range here;
 //! - `children`: DN key of a parent -> number of children (u64 BE);
 //!   kept on the parent's owner, it serializes adds against deletes;
-//! - `index`: equality index keys (`index.rs`);
+//! - `index`: attribute index keys (`index.rs`);
 //! - `meta`: engine-level counters such as the next entry id.
 
 pub mod lmdb;
@@ -82,6 +82,8 @@ pub trait ReadTxn {
 pub trait WriteTxn: ReadTxn {
     fn put(&mut self, tree: Tree, key: &[u8], value: &[u8]) -> Result<()>;
     fn delete(&mut self, tree: Tree, key: &[u8]) -> Result<bool>;
+    /// Removes every key of a tree (`coredir reindex`).
+    fn clear(&mut self, tree: Tree) -> Result<()>;
     fn commit(self) -> Result<()>;
 }
 
