@@ -1,0 +1,174 @@
+//! Property test: for random entries and random filters, the candidates the
+//! indexes give, checked against the filter, are exactly the entries a full
+//! scan with the same filter finds; also after random modifies and deletes.
+//! Seeds are fixed, so a failure reproduces.
+
+use ldap3_proto::proto::{LdapFilter, LdapSubstringFilter};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use shards::dn::Dn;
+use shards::entry::{Attr, Entry, EntryView, Mod};
+use shards::store::lmdb::LmdbStore;
+use shards::store::{ReadTxn, Store, SyncMode, Tree};
+use shards::write::{run_batch, Stamp, WriteOp};
+use shards::{filter, index};
+use std::collections::BTreeSet;
+
+const FIRST: &[&str] = &["Alice", "alice", "Bob", "Carol", "Dave", "Ève", "Zoë"];
+const LAST: &[&str] = &["Smith", "SMITH", "Smithson", "Jones", "de  la Cruz", "Müller", "O'Neil"];
+
+fn pick<'a>(rng: &mut SmallRng, from: &[&'a str]) -> &'a str {
+    from[rng.gen_range(0..from.len())]
+}
+
+fn attr(name: &str, vals: Vec<String>) -> Attr {
+    Attr { name: name.into(), vals: vals.into_iter().map(String::into_bytes).collect() }
+}
+
+fn random_entry(rng: &mut SmallRng, i: usize) -> Entry {
+    let (first, last) = (pick(rng, FIRST), pick(rng, LAST));
+    let mut attrs = vec![
+        attr("objectClass", vec!["top".into(), "inetOrgPerson".into(), "extensibleObject".into()]),
+        attr("uid", vec![format!("u{}", rng.gen_range(0..40))]),
+        attr("cn", vec![format!("{first} {last}")]),
+        attr("sn", vec![last.to_string()]),
+    ];
+    if rng.gen_bool(0.7) {
+        attrs.push(attr("mail", vec![format!("{}.{}@Example.com", first.to_lowercase(), rng.gen_range(0..9))]));
+    }
+    if rng.gen_bool(0.6) {
+        attrs.push(attr("uidNumber", vec![rng.gen_range(-20..60).to_string()]));
+    }
+    if rng.gen_bool(0.5) {
+        attrs.push(attr("description", vec![format!("{last} team")]));
+    }
+    // The id decides the DN: `uid` values repeat, DNs may not.
+    Entry { dn: format!("cn=e{i},dc=example,dc=com"), attrs }
+}
+
+fn random_item(rng: &mut SmallRng) -> LdapFilter {
+    let attrs = ["uid", "cn", "sn", "mail", "uidNumber", "description", "objectClass", "commonName", "name"];
+    let a = pick(rng, &attrs).to_string();
+    let word = |rng: &mut SmallRng| {
+        let w = match rng.gen_range(0..4) {
+            0 => pick(rng, FIRST).to_string(),
+            1 => pick(rng, LAST).to_string(),
+            2 => format!("u{}", rng.gen_range(0..40)),
+            _ => rng.gen_range(-20..60).to_string(),
+        };
+        let cut = rng.gen_range(1..=w.chars().count());
+        w.chars().take(cut).collect::<String>()
+    };
+    match rng.gen_range(0..6) {
+        0 => LdapFilter::Equality(a, word(rng)),
+        1 => LdapFilter::Present(a),
+        2 => LdapFilter::GreaterOrEqual(a, rng.gen_range(-20..60).to_string()),
+        3 => LdapFilter::LessOrEqual(a, rng.gen_range(-20..60).to_string()),
+        _ => LdapFilter::Substring(
+            a,
+            LdapSubstringFilter {
+                initial: rng.gen_bool(0.5).then(|| word(rng)),
+                any: (0..rng.gen_range(0..2)).map(|_| word(rng)).collect(),
+                final_: rng.gen_bool(0.4).then(|| word(rng)),
+            },
+        ),
+    }
+}
+
+fn random_filter(rng: &mut SmallRng, depth: usize) -> LdapFilter {
+    if depth == 0 || rng.gen_bool(0.4) {
+        return random_item(rng);
+    }
+    let kids = |rng: &mut SmallRng| (0..rng.gen_range(1..4)).map(|_| random_filter(rng, depth - 1)).collect();
+    match rng.gen_range(0..3) {
+        0 => LdapFilter::And(kids(rng)),
+        1 => LdapFilter::Or(kids(rng)),
+        _ => LdapFilter::Not(Box::new(random_filter(rng, depth - 1))),
+    }
+}
+
+/// Compares the indexed and the scanned answer of `n` random filters;
+/// returns how many were answered from indexes.
+fn compare(store: &LmdbStore, rng: &mut SmallRng, n: usize) -> usize {
+    let txn = store.read().unwrap();
+    let mut all: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    txn.scan(Tree::Id2entry, b"", b"", &mut |k, v| {
+        all.push((k.to_vec(), v.to_vec()));
+        true
+    })
+    .unwrap();
+    let mut from_index = 0;
+    for _ in 0..n {
+        let f = random_filter(rng, 3);
+        let node = filter::compile(&f);
+        let scanned: BTreeSet<Vec<u8>> = all
+            .iter()
+            .filter(|(_, bytes)| node.matches(&EntryView::new(bytes).unwrap()))
+            .map(|(id, _)| id.clone())
+            .collect();
+        let Some(candidates) = index::candidates(&txn, &node).unwrap() else { continue };
+        from_index += 1;
+        let candidates: BTreeSet<Vec<u8>> = candidates.iter().map(|c| c.to_vec()).collect();
+        assert!(scanned.is_subset(&candidates), "index missed matches of {f:?}");
+        let checked: BTreeSet<Vec<u8>> = candidates
+            .into_iter()
+            .filter(|id| {
+                let bytes = txn.get(Tree::Id2entry, id).unwrap().expect("a candidate exists");
+                node.matches(&EntryView::new(bytes).unwrap())
+            })
+            .collect();
+        assert_eq!(checked, scanned, "{f:?}");
+    }
+    from_index
+}
+
+#[test]
+fn indexed_search_equals_full_scan() {
+    index::install(
+        index::Config::new([
+            ("objectClass", "eq"),
+            ("uid", "eq,sub,pres"),
+            ("cn", "eq,sub"),
+            ("sn", "eq,sub,pres"),
+            ("mail", "eq,sub"),
+            ("uidNumber", "eq,ordering,pres"),
+        ])
+        .unwrap(),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = LmdbStore::open(dir.path(), SyncMode::Never, 64 << 20).unwrap();
+    let mut rng = SmallRng::seed_from_u64(4);
+    let entries: Vec<Entry> = (0..400).map(|i| random_entry(&mut rng, i)).collect();
+    let ops: Vec<WriteOp> = entries
+        .iter()
+        .map(|e| WriteOp::Add { key: Dn::parse(&e.dn).unwrap().key(), parent: None, entry: e.clone() })
+        .collect();
+    assert!(run_batch(&store, |_| 0, &ops).iter().all(|r| r.is_ok()));
+    let used = compare(&store, &mut rng, 600);
+    assert!(used > 250, "only {used} of 600 filters used an index");
+
+    // Modifies and deletes must keep the indexes exact.
+    let stamp = Stamp { modifier: "cn=admin".into(), time: "20261130000000Z".into() };
+    let mut ops = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        let key = Dn::parse(&e.dn).unwrap().key();
+        match i % 4 {
+            0 => ops.push(WriteOp::Delete { key, dn: e.dn.clone(), parent: None }),
+            1 => {
+                let other = random_entry(&mut rng, i);
+                let mods = vec![
+                    Mod::Replace(other.get("sn").unwrap().clone()),
+                    Mod::Replace(attr("cn", vec![format!("e{i}"), "Changed Name".into()])),
+                    Mod::Replace(attr("uidNumber", vec![rng.gen_range(-20..60).to_string()])),
+                    Mod::Replace(attr("mail", vec![])),
+                ];
+                ops.push(WriteOp::Modify { key, dn: e.dn.clone(), mods, rdn: Vec::new(), stamp: stamp.clone() });
+            }
+            _ => {}
+        }
+    }
+    let results = run_batch(&store, |_| 0, &ops);
+    assert!(results.iter().all(|r| r.is_ok()), "{:?}", results.iter().find(|r| r.is_err()));
+    compare(&store, &mut rng, 600);
+}
