@@ -201,7 +201,9 @@ impl Config {
         Ok(match self.limits.unindexed_result.as_str() {
             "adminLimitExceeded" => Code::AdminLimitExceeded,
             "unwillingToPerform" => Code::UnwillingToPerform,
-            other => bail!("limits.unindexed_result: {other:?} is not \"adminLimitExceeded\" or \"unwillingToPerform\""),
+            other => {
+                bail!("limits.unindexed_result: {other:?} is not \"adminLimitExceeded\" or \"unwillingToPerform\"")
+            }
         })
     }
 

@@ -155,8 +155,12 @@ fn apply<T: WriteTxn>(
                     ));
                 }
             }
-            let structural = schema::check::check_entry(&entry, &Dn::parse(dn)?)?;
-            keep_structural_class(&old, &mut entry, &structural)?;
+            // The structural class is checked first, as slapd does: a
+            // changed class makes every other complaint beside the point.
+            if let Ok(structural) = schema::check::structural_class(&entry) {
+                keep_structural_class(&old, &mut entry, &structural)?;
+            }
+            schema::check::check_entry(&entry, &Dn::parse(dn)?)?;
             entry.set("modifiersName", vec![stamp.modifier.clone().into_bytes()]);
             entry.set("modifyTimestamp", vec![stamp.time.clone().into_bytes()]);
             let mut buf = Vec::with_capacity(256);

@@ -7,6 +7,7 @@ mod config;
 mod durability;
 mod interop;
 mod protocol;
+mod schema;
 mod search;
 mod sharding;
 mod support;

@@ -19,15 +19,33 @@ pub struct Server {
     pub shards: usize,
     pub dir: tempfile::TempDir,
     pub stderr: PathBuf,
+    /// Extra `serve` arguments (`--config FILE`).
+    pub extra: Vec<String>,
 }
 
 impl Server {
     pub fn start(shards: usize) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let stderr = dir.path().join("stderr.log");
-        let mut s = Server { child: None, port: 0, shards, dir, stderr };
+        let mut s = Server { child: None, port: 0, shards, dir, stderr, extra: Vec::new() };
         s.launch();
         s
+    }
+
+    /// A server with this TOML configuration file.
+    pub fn start_with_config(shards: usize, toml: &str) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let stderr = dir.path().join("stderr.log");
+        let config = dir.path().join("coredir.toml");
+        std::fs::write(&config, toml).unwrap();
+        let extra = vec!["--config".to_string(), config.display().to_string()];
+        let mut s = Server { child: None, port: 0, shards, dir, stderr, extra };
+        s.launch();
+        s
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("coredir.toml")
     }
 
     pub fn data(&self) -> PathBuf {
@@ -37,7 +55,8 @@ impl Server {
     /// Runs `coredir serve` on the existing data directory and waits for
     /// its `listening on` line.
     pub fn launch(&mut self) {
-        let (child, port) = spawn(&self.data(), self.shards, &self.stderr, &[]).unwrap_or_else(|e| panic!("{e}"));
+        let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
+        let (child, port) = spawn(&self.data(), self.shards, &self.stderr, &extra).unwrap_or_else(|e| panic!("{e}"));
         self.child = Some(child);
         self.port = port;
     }
@@ -62,6 +81,11 @@ impl Server {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// Stops the server (SIGKILL) and leaves it stopped.
+    pub fn stop(&mut self) {
+        self.kill9();
     }
 
     pub fn restart(&mut self) {

@@ -15,9 +15,21 @@ pub fn check_entry(entry: &Entry, dn: &Dn) -> Result<String> {
     let schema = get();
     let classes = classes(schema, entry)?;
     let structural = structural(schema, &classes)?;
+    check_contents(schema, entry, dn, &classes)?;
+    Ok(schema.classes[structural].name().to_string())
+}
+
+/// The name of the entry's structural object class.
+pub fn structural_class(entry: &Entry) -> Result<String> {
+    let schema = get();
+    Ok(schema.classes[structural(schema, &classes(schema, entry)?)?].name().to_string())
+}
+
+/// Required and allowed attributes, values, RDN.
+fn check_contents(schema: &Schema, entry: &Entry, dn: &Dn, classes: &[usize]) -> Result<()> {
     let extensible = classes.iter().any(|c| schema.classes[*c].oid == "1.3.6.1.4.1.1466.101.120.111");
     let mut allowed = Vec::new();
-    for c in &classes {
+    for c in classes {
         let oc = &schema.classes[*c];
         for must in &oc.must {
             if !entry.attrs.iter().any(|a| schema.attr_index(&a.name) == Some(*must)) {
@@ -39,8 +51,7 @@ pub fn check_entry(entry: &Entry, dn: &Dn) -> Result<String> {
         }
         check_values(schema, &a.name, &a.vals)?;
     }
-    check_rdn(entry, dn)?;
-    Ok(schema.classes[structural].name().to_string())
+    check_rdn(entry, dn)
 }
 
 /// Values of one attribute: single-value and syntax.
