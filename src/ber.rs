@@ -54,31 +54,36 @@ fn int_bytes(v: i32) -> ([u8; 4], usize) {
     (b, skip)
 }
 
-/// Appends `SearchResultEntry` for `dn` with `attrs` (values omitted when
-/// `types_only`).
-pub fn search_entry<'a, I>(out: &mut BytesMut, msgid: i32, dn: &str, attrs: &[OutAttr<'a, I>], types_only: bool)
+fn attr_len<'a, I: Iterator<Item = &'a [u8]> + Clone>(a: &OutAttr<'a, I>, types_only: bool) -> (usize, usize) {
+    let set: usize = if types_only { 0 } else { a.vals.clone().map(|v| tlv(v.len())).sum() };
+    (tlv(tlv(a.name.len()) + tlv(set)), set)
+}
+
+/// Length of the `[APPLICATION 4]` body for `dn` and `attrs`, and of its attribute list.
+fn entry_body<'a, I: Iterator<Item = &'a [u8]> + Clone>(
+    dn: &str,
+    attrs: &[OutAttr<'a, I>],
+    types_only: bool,
+) -> (usize, usize) {
+    let list: usize = attrs.iter().map(|a| attr_len(a, types_only).0).sum();
+    (tlv(dn.len()) + tlv(list), list)
+}
+
+/// Appends the `SearchResultEntry` protocol op alone (`[APPLICATION 4]`),
+/// as Pre-/Post-Read controls carry it.
+pub fn entry_op<'a, I>(out: &mut BytesMut, dn: &str, attrs: &[OutAttr<'a, I>], types_only: bool)
 where
     I: Iterator<Item = &'a [u8]> + Clone,
 {
-    let attr_len = |a: &OutAttr<'a, I>| {
-        let set: usize = if types_only { 0 } else { a.vals.clone().map(|v| tlv(v.len())).sum() };
-        tlv(tlv(a.name.len()) + tlv(set))
-    };
-    let list: usize = attrs.iter().map(attr_len).sum();
-    let body = tlv(dn.len()) + tlv(list);
-    let (id, skip) = int_bytes(msgid);
-    let msg = tlv(4 - skip) + tlv(body);
-    out.reserve(tlv(msg));
-    out.put_u8(0x30);
-    put_len(out, msg);
-    put_tlv(out, 0x02, &id[skip..]);
+    let (body, list) = entry_body(dn, attrs, types_only);
+    out.reserve(tlv(body));
     out.put_u8(0x64); // [APPLICATION 4]
     put_len(out, body);
     put_tlv(out, 0x04, dn.as_bytes());
     out.put_u8(0x30);
     put_len(out, list);
     for a in attrs {
-        let set: usize = if types_only { 0 } else { a.vals.clone().map(|v| tlv(v.len())).sum() };
+        let set = attr_len(a, types_only).1;
         out.put_u8(0x30);
         put_len(out, tlv(a.name.len()) + tlv(set));
         put_tlv(out, 0x04, a.name.as_bytes());
@@ -90,6 +95,22 @@ where
             }
         }
     }
+}
+
+/// Appends the LDAPMessage `SearchResultEntry` for `dn` with `attrs`
+/// (values omitted when `types_only`).
+pub fn search_entry<'a, I>(out: &mut BytesMut, msgid: i32, dn: &str, attrs: &[OutAttr<'a, I>], types_only: bool)
+where
+    I: Iterator<Item = &'a [u8]> + Clone,
+{
+    let (body, _) = entry_body(dn, attrs, types_only);
+    let (id, skip) = int_bytes(msgid);
+    let msg = tlv(4 - skip) + tlv(body);
+    out.reserve(tlv(msg));
+    out.put_u8(0x30);
+    put_len(out, msg);
+    put_tlv(out, 0x02, &id[skip..]);
+    entry_op(out, dn, attrs, types_only);
 }
 
 /// What the BER header at the front of `buf` says about the next PDU.

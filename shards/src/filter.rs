@@ -15,29 +15,35 @@ use crate::matching::{self, Rule};
 use crate::schema::{self, Schema};
 use ldap3_proto::proto::{LdapFilter, LdapMatchingRuleAssertion};
 
-/// An attribute type as a filter item names it: the names stored entries
-/// use for it and for its subtypes, and their lower-case keys (index keys).
-#[derive(Debug, Clone)]
+/// An attribute type as a filter item names it: the type and its subtypes
+/// (indexes into the schema's attribute types), resolved once per request.
+#[derive(Debug, Clone, Copy)]
 pub struct Names {
-    /// Index keys of the type and its subtypes.
-    pub keys: Vec<&'static str>,
-    pub names: Vec<&'static str>,
+    schema: &'static Schema,
+    types: &'static [usize],
 }
 
 impl Names {
-    fn of(schema: &'static Schema, attr: &str) -> Option<Names> {
-        let i = schema.attr_index(attr)?;
-        let types: Vec<usize> = (0..schema.attrs.len()).filter(|s| schema.is_subtype(*s, i)).collect();
-        Some(Names {
-            keys: types.iter().map(|s| schema.attrs[*s].key.as_str()).collect(),
-            names: types.iter().map(|s| schema.attrs[*s].name()).collect(),
-        })
+    /// The type an attribute description names, with its subtypes.
+    pub fn new(attr: &str) -> Option<Names> {
+        Names::of(schema::get(), attr)
     }
 
-    /// Whether a stored attribute description (maybe with options) is ours.
+    fn of(schema: &'static Schema, attr: &str) -> Option<Names> {
+        let i = schema.attr_index(attr)?;
+        Some(Names { schema, types: &schema.subtypes[i] })
+    }
+
+    /// Index keys of the type and its subtypes.
+    pub fn keys(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.types.iter().map(|t| self.schema.attrs[*t].key.as_str())
+    }
+
+    /// Whether a stored attribute description (maybe with options) is ours:
+    /// entries store types under their first name, so this is a byte compare.
     pub fn covers(&self, stored: &str) -> bool {
         let base = stored.split(';').next().unwrap_or(stored);
-        self.names.iter().any(|n| n.eq_ignore_ascii_case(base))
+        self.types.iter().any(|t| self.schema.attrs[*t].name().eq_ignore_ascii_case(base))
     }
 }
 

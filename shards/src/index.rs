@@ -240,7 +240,7 @@ pub type Candidate = [u8; 8];
 /// `None` when the filter cannot be answered from them (the caller scans).
 pub fn candidates<T: ReadTxn>(txn: &T, filter: &Node) -> Result<Option<Vec<Candidate>>> {
     let config = config();
-    let indexed = |attr: &Names, f: fn(Kinds) -> bool| attr.keys.iter().all(|k| config.kinds(k).is_some_and(f));
+    let indexed = |attr: &Names, f: fn(Kinds) -> bool| attr.keys().all(|k| config.kinds(k).is_some_and(f));
     Ok(match filter {
         Node::Undefined => Some(Vec::new()),
         Node::Equal { attr, rule, value } if indexed(attr, |k| k.eq) => {
@@ -310,7 +310,7 @@ fn best_piece(initial: Option<&[u8]>, any: &[Vec<u8>], last: Option<&[u8]>) -> V
 /// The ids under one key prefix for the type and each of its subtypes.
 fn union<T: ReadTxn>(txn: &T, attr: &Names, kind: u8, finish: impl Fn(&mut Vec<u8>)) -> Result<Vec<Candidate>> {
     let mut out = Vec::new();
-    for key in &attr.keys {
+    for key in attr.keys() {
         let mut prefix = head(key, kind);
         finish(&mut prefix);
         txn.scan(Tree::Index, &prefix, &prefix, &mut |k, _| {
@@ -328,7 +328,7 @@ fn union<T: ReadTxn>(txn: &T, attr: &Names, kind: u8, finish: impl Fn(&mut Vec<u
 /// The ids whose order key is `>= bound` (or `<= bound`).
 fn range<T: ReadTxn>(txn: &T, attr: &Names, bound: &[u8], greater: bool) -> Result<Vec<Candidate>> {
     let mut out = Vec::new();
-    for key in &attr.keys {
+    for key in attr.keys() {
         let prefix = head(key, b'o');
         let mut from = prefix.clone();
         if greater {

@@ -12,7 +12,7 @@ use crate::entry::{Entry, EntryView};
 use crate::error::{Error, Result};
 use crate::manifest::Manifest;
 use crate::store::{Engine, ReadTxn, Store, SyncMode, Tree};
-use crate::write::{run_batch, WriteOp};
+use crate::write::{run_batch, Outcome, WriteOp};
 use futures_channel::oneshot;
 use glommio::channels::channel_mesh::{MeshBuilder, Senders};
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
@@ -28,13 +28,13 @@ pub const MAX_BATCH: usize = 1024;
 /// What crosses cores: write requests to an owner and their results.
 pub enum MeshMsg {
     Request { from: usize, id: u64, op: WriteOp },
-    Response { id: u64, result: Result<()> },
+    Response { id: u64, result: Outcome },
 }
 
 pub type Mesh = MeshBuilder<MeshMsg, glommio::channels::channel_mesh::Full>;
 
 enum Reply {
-    Local(oneshot::Sender<Result<()>>),
+    Local(oneshot::Sender<Outcome>),
     Remote { to: usize, id: u64 },
 }
 
@@ -50,7 +50,7 @@ pub struct Shard {
     pub stores: Arc<Vec<Arc<Engine>>>,
     queue: LocalSender<Pending>,
     mesh: Option<Senders<MeshMsg>>,
-    waiting: RefCell<HashMap<u64, oneshot::Sender<Result<()>>>>,
+    waiting: RefCell<HashMap<u64, oneshot::Sender<Outcome>>>,
     next_request: Cell<u64>,
 }
 
@@ -135,6 +135,11 @@ impl Shard {
 
     /// Sends a write to shard `owner` and waits for its durable result.
     pub async fn submit_to(&self, owner: usize, op: WriteOp) -> Result<()> {
+        self.submit_for(owner, op).await.map(|_| ())
+    }
+
+    /// Submits an op to its owner and returns the images it was asked for.
+    pub async fn submit_for(&self, owner: usize, op: WriteOp) -> Outcome {
         let (tx, rx) = oneshot::channel();
         if owner == self.id {
             let _ = self.queue.try_send(Pending { op, reply: Reply::Local(tx) });
@@ -165,7 +170,7 @@ impl Shard {
         }
     }
 
-    async fn reply(&self, reply: Reply, result: Result<()>) {
+    async fn reply(&self, reply: Reply, result: Outcome) {
         match reply {
             Reply::Local(tx) => {
                 let _ = tx.send(result);

@@ -13,7 +13,8 @@ use crate::entry::{Entry, Mod};
 use crate::error::{Error, Result};
 use crate::manifest::Manifest;
 use crate::store::{ReadTxn, Store, Tree, WriteTxn};
-use crate::{index, matching, schema};
+use crate::{filter, index, matching, schema};
+use ldap3_proto::proto::LdapFilter;
 use ldap3_proto::LdapResultCode;
 
 /// LMDB's default maximum key size is 511 bytes; DN keys above this are refused.
@@ -27,9 +28,9 @@ pub enum WriteOp {
     /// Raises (checking the parent exists) or lowers a parent's child count.
     Child { parent: Parent, delta: i64 },
     /// Removes a leaf entry; with `parent`, also lowers the local parent's count.
-    Delete { key: Vec<u8>, dn: String, parent: Option<Parent> },
+    Delete { key: Vec<u8>, dn: String, parent: Option<Parent>, extras: Extras },
     /// Applies modifications; `stamp` holds the modifiersName/modifyTimestamp values.
-    Modify { key: Vec<u8>, dn: String, mods: Vec<Mod>, rdn: Vec<(String, Vec<u8>)>, stamp: Stamp },
+    Modify { key: Vec<u8>, dn: String, mods: Vec<Mod>, rdn: Vec<(String, Vec<u8>)>, stamp: Stamp, extras: Extras },
     /// Renames an entry whose old and new DNs have the same owner, atomically.
     Move {
         old_key: Vec<u8>,
@@ -40,6 +41,26 @@ pub enum WriteOp {
         entry: Entry,
     },
 }
+
+/// What an update checks and hands back inside the owner's transaction:
+/// the Assertion control's filter (RFC 4528) and the entry before and
+/// after it (Pre-/Post-Read, RFC 4527).
+#[derive(Debug, Clone, Default)]
+pub struct Extras {
+    pub assertion: Option<LdapFilter>,
+    pub before: bool,
+    pub after: bool,
+}
+
+/// The entry images an op was asked for.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Images {
+    pub before: Option<Entry>,
+    pub after: Option<Entry>,
+}
+
+/// An op's result: success with the images it was asked for, or why not.
+pub type Outcome = Result<Option<Box<Images>>>;
 
 #[derive(Debug, Clone)]
 pub struct Parent {
@@ -82,7 +103,7 @@ pub struct Stamp {
 const NEXT_ID: &[u8] = b"next_id";
 
 /// Runs a batch in one write transaction and commits it; one result per op.
-pub fn run_batch<S: Store>(store: &S, partition_of: impl Fn(&[u8]) -> u32, ops: &[WriteOp]) -> Vec<Result<()>> {
+pub fn run_batch<S: Store>(store: &S, partition_of: impl Fn(&[u8]) -> u32, ops: &[WriteOp]) -> Vec<Outcome> {
     let fail_all = |e: Error| vec![Err(e); ops.len()];
     let mut txn = match store.write() {
         Ok(t) => t,
@@ -112,12 +133,7 @@ pub fn be_u64(v: &[u8]) -> u64 {
     v.try_into().map(u64::from_be_bytes).unwrap_or(0)
 }
 
-fn apply<T: WriteTxn>(
-    txn: &mut T,
-    op: &WriteOp,
-    partition_of: &impl Fn(&[u8]) -> u32,
-    next_id: &mut u64,
-) -> Result<()> {
+fn apply<T: WriteTxn>(txn: &mut T, op: &WriteOp, partition_of: &impl Fn(&[u8]) -> u32, next_id: &mut u64) -> Outcome {
     match op {
         WriteOp::Add { key, parent, entry } => {
             check_key(key, &entry.dn)?;
@@ -128,23 +144,25 @@ fn apply<T: WriteTxn>(
                 child(txn, p, 1)?;
             }
             insert(txn, key, entry, partition_of, next_id)?;
-            Ok(())
+            Ok(None)
         }
-        WriteOp::Child { parent, delta } => child(txn, parent, *delta),
-        WriteOp::Delete { key, dn, parent } => {
+        WriteOp::Child { parent, delta } => child(txn, parent, *delta).map(|_| None),
+        WriteOp::Delete { key, dn, parent, extras } => {
             let id = leaf_id(txn, key, dn)?;
             let old = Entry::decode(txn.get(Tree::Id2entry, &id)?.unwrap_or_default())?;
+            check_assertion(extras, &old)?;
             if let Some(p) = parent {
                 child(txn, p, -1)?;
             }
             index::remove(txn, &old, &id)?;
             txn.delete(Tree::Dn2id, key)?;
             txn.delete(Tree::Id2entry, &id)?;
-            Ok(())
+            Ok(images(extras, Some(old), None))
         }
-        WriteOp::Modify { key, dn, mods, rdn, stamp } => {
+        WriteOp::Modify { key, dn, mods, rdn, stamp, extras } => {
             let id = txn.get(Tree::Dn2id, key)?.ok_or_else(|| Error::no_such_object(dn))?.to_vec();
             let old = Entry::decode(txn.get(Tree::Id2entry, &id)?.unwrap_or_default())?;
+            check_assertion(extras, &old)?;
             let mut entry = old.clone();
             entry.apply(mods)?;
             for (attr, value) in rdn {
@@ -167,7 +185,7 @@ fn apply<T: WriteTxn>(
             entry.encode(&mut buf);
             index::update(txn, &old, &entry, &id)?;
             txn.put(Tree::Id2entry, &id, &buf)?;
-            Ok(())
+            Ok(images(extras, Some(old), Some(entry)))
         }
         WriteOp::Move { old_key, old_dn, old_parent, new_key, new_parent, entry } => {
             check_key(new_key, &entry.dn)?;
@@ -186,9 +204,25 @@ fn apply<T: WriteTxn>(
             txn.delete(Tree::Dn2id, old_key)?;
             txn.delete(Tree::Id2entry, &id)?;
             insert(txn, new_key, entry, partition_of, next_id)?;
-            Ok(())
+            Ok(None)
         }
     }
+}
+
+fn check_assertion(extras: &Extras, entry: &Entry) -> Result<()> {
+    let Some(f) = &extras.assertion else { return Ok(()) };
+    let mut bytes = Vec::new();
+    entry.encode(&mut bytes);
+    if filter::matches(f, &crate::entry::EntryView::new(&bytes)?) {
+        Ok(())
+    } else {
+        Err(Error::new(LdapResultCode::AssertionFailed, "the assertion control's filter does not match"))
+    }
+}
+
+fn images(extras: &Extras, before: Option<Entry>, after: Option<Entry>) -> Option<Box<Images>> {
+    (extras.before || extras.after)
+        .then(|| Box::new(Images { before: before.filter(|_| extras.before), after: after.filter(|_| extras.after) }))
 }
 
 /// A modify may add auxiliary classes but not change the structural one

@@ -8,7 +8,9 @@
 //! count is given back.
 
 use crate::conn::Conn;
+use crate::ops::controls::{self, Controls, POST_READ};
 use crate::ops::{check_write_access, parse_dn, with_matched};
+use ldap3_proto::control::LdapControl;
 use ldap3_proto::proto::LdapAddRequest;
 use ldap3_proto::LdapResultCode;
 use shards::dn::Dn;
@@ -17,7 +19,7 @@ use shards::write::{add_ops, user_modifiable, WriteOp};
 use shards::{now_generalized, password, Error, Result, Shard};
 use std::rc::Rc;
 
-pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest) -> Result<()> {
+pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Result<Vec<LdapControl>> {
     check_write_access(&conn)?;
     let dn = parse_dn(&req.dn)?;
     let ctx = &conn.ctx;
@@ -41,11 +43,18 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest) -> Result<()> {
         entry.add_values(&a.atype, &a.vals)?;
     }
     check_new(&mut entry, &dn)?;
+    controls::check_assertion(ctrls.assertion.as_ref(), &entry)?;
     hash_passwords(entry.attrs.iter_mut());
-    let creator = conn.identity.borrow().dn().to_string();
+    let (creator, is_root) = {
+        let id = conn.identity.borrow();
+        (id.dn().to_string(), id.is_root())
+    };
     stamp_new(&mut entry, &creator);
+    // The stored entry is exactly this one: Post-Read needs no owner round trip.
+    let post = ctrls.post_read.as_ref().map(|attrs| controls::read_entry_control(POST_READ, &entry, attrs, is_root));
     let is_suffix = ctx.is_suffix(&dn);
-    insert(&ctx.shard, &dn, entry, is_suffix).await.map_err(|e| with_matched(&conn, &dn, e))
+    insert(&ctx.shard, &dn, entry, is_suffix).await.map_err(|e| with_matched(&conn, &dn, e))?;
+    Ok(post.into_iter().collect())
 }
 
 /// The schema checks of a new entry (add and import); records its

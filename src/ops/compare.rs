@@ -3,12 +3,13 @@
 //! passwords, and only the root DN may compare them.
 
 use crate::conn::Conn;
+use crate::ops::controls::{self, Controls};
 use crate::ops::{parse_dn, with_matched};
 use ldap3_proto::proto::LdapCompareRequest;
 use ldap3_proto::LdapResultCode;
 use shards::{matching, password, Error, Result};
 
-pub fn handle(conn: &Conn, req: &LdapCompareRequest) -> Result<LdapResultCode> {
+pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result<LdapResultCode> {
     let dn = parse_dn(&req.dn)?;
     let Some(at) = matching::attr_type(&req.atype) else {
         return Err(Error::new(
@@ -28,6 +29,7 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest) -> Result<LdapResultCode> {
     }
     let entry =
         conn.ctx.shard.get_entry(&dn.key())?.ok_or_else(|| with_matched(conn, &dn, Error::no_such_object(&req.dn)))?;
+    controls::check_assertion(ctrls.assertion.as_ref(), &entry)?;
     let attr = entry
         .get(&req.atype)
         .ok_or_else(|| Error::new(LdapResultCode::NoSuchAttribute, format!("{}: no such attribute", req.atype)))?;

@@ -5,24 +5,30 @@
 //! by a second message to the parent's owner afterwards.
 
 use crate::conn::Conn;
+use crate::ops::controls::{self, Controls};
 use crate::ops::{check_write_access, parse_dn, with_matched};
+use ldap3_proto::control::LdapControl;
 use shards::dn::Dn;
-use shards::write::{Parent, WriteOp};
+use shards::write::{Extras, Outcome, Parent, WriteOp};
 use shards::{Error, Result, Shard};
 use std::rc::Rc;
 
-pub async fn handle(conn: Rc<Conn>, dn_text: String) -> Result<()> {
+pub async fn handle(conn: Rc<Conn>, dn_text: String, ctrls: Controls) -> Result<Vec<LdapControl>> {
     check_write_access(&conn)?;
     let dn = parse_dn(&dn_text)?;
     if dn.is_root() {
         return Err(Error::unwilling("the root DSE cannot be deleted"));
     }
     let is_suffix = conn.ctx.is_suffix(&dn);
-    remove(&conn.ctx.shard, &dn, &dn_text, is_suffix).await.map_err(|e| with_matched(&conn, &dn, e))
+    let extras = Extras { assertion: ctrls.assertion, before: ctrls.pre_read.is_some(), after: false };
+    let images =
+        remove(&conn.ctx.shard, &dn, &dn_text, is_suffix, extras).await.map_err(|e| with_matched(&conn, &dn, e))?;
+    Ok(controls::read_entry_controls(&conn, images, &ctrls.pre_read, &None))
 }
 
-/// Removes a leaf entry and uncounts it on its parent.
-pub async fn remove(shard: &Shard, dn: &Dn, dn_text: &str, is_suffix: bool) -> Result<()> {
+/// Removes a leaf entry and uncounts it on its parent; returns the images
+/// `extras` asked for.
+pub async fn remove(shard: &Shard, dn: &Dn, dn_text: &str, is_suffix: bool, extras: Extras) -> Outcome {
     let key = dn.key();
     let parent = (!is_suffix).then(|| Parent::of(dn));
     let local_parent = parent.as_ref().is_some_and(|p| shard.owner_of(&p.key) == shard.owner_of(&key));
@@ -30,10 +36,11 @@ pub async fn remove(shard: &Shard, dn: &Dn, dn_text: &str, is_suffix: bool) -> R
         key: key.clone(),
         dn: dn_text.to_string(),
         parent: if local_parent { parent.clone() } else { None },
+        extras,
     };
-    shard.submit(&key, op).await?;
+    let images = shard.submit_for(shard.owner_of(&key), op).await?;
     if let (Some(p), false) = (parent, local_parent) {
         shard.submit(&p.key.clone(), WriteOp::Child { parent: p, delta: -1 }).await?;
     }
-    Ok(())
+    Ok(images)
 }

@@ -10,12 +10,15 @@ pub mod abandon;
 pub mod add;
 pub mod bind;
 pub mod compare;
+pub mod controls;
 pub mod delete;
 pub mod extended;
 pub mod modify;
 pub mod modify_dn;
+pub mod paging;
 pub mod rootdse;
 pub mod search;
+pub mod sort;
 
 use crate::conn::{encode, Conn};
 use bytes::BytesMut;
@@ -34,29 +37,34 @@ pub enum Flow {
 
 pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
     let msgid = msg.msgid;
-    if let Err(e) = check_controls(&msg.ctrl) {
-        if let Some(op) = error_response(&msg.op, e) {
-            encode(out, LdapMsg::new(msgid, op));
+    let ctrls = match controls::parse(&msg.ctrl, &msg.op) {
+        Ok(c) => c,
+        Err(e) => {
+            if let Some(op) = error_response(&msg.op, e) {
+                encode(out, LdapMsg::new(msgid, op));
+            }
+            return Flow::Continue;
         }
-        return Flow::Continue;
-    }
+    };
     match msg.op {
         LdapOp::BindRequest(req) => {
             let (res, creds) = bind::handle(conn, &req);
             encode(out, LdapMsg::new(msgid, LdapOp::BindResponse(LdapBindResponse { res, saslcreds: creds })));
         }
         LdapOp::UnbindRequest => return Flow::Close,
-        LdapOp::SearchRequest(req) => search::start(conn, msgid, req),
-        LdapOp::AddRequest(req) => spawn_write(conn, msgid, LdapOp::AddResponse, add::handle(conn.clone(), req)),
+        LdapOp::SearchRequest(req) => search::start(conn, msgid, req, ctrls),
+        LdapOp::AddRequest(req) => spawn_write(conn, msgid, LdapOp::AddResponse, add::handle(conn.clone(), req, ctrls)),
         LdapOp::ModifyRequest(req) => {
-            spawn_write(conn, msgid, LdapOp::ModifyResponse, modify::handle(conn.clone(), req))
+            spawn_write(conn, msgid, LdapOp::ModifyResponse, modify::handle(conn.clone(), req, ctrls))
         }
-        LdapOp::DelRequest(dn) => spawn_write(conn, msgid, LdapOp::DelResponse, delete::handle(conn.clone(), dn)),
+        LdapOp::DelRequest(dn) => {
+            spawn_write(conn, msgid, LdapOp::DelResponse, delete::handle(conn.clone(), dn, ctrls))
+        }
         LdapOp::ModifyDNRequest(req) => {
-            spawn_write(conn, msgid, LdapOp::ModifyDNResponse, modify_dn::handle(conn.clone(), req))
+            spawn_write(conn, msgid, LdapOp::ModifyDNResponse, modify_dn::handle(conn.clone(), req, ctrls))
         }
         LdapOp::CompareRequest(req) => {
-            let res = match compare::handle(conn, &req) {
+            let res = match compare::handle(conn, &req, &ctrls) {
                 Ok(code) => LdapResult { code, matcheddn: String::new(), message: String::new(), referral: vec![] },
                 Err(e) => result(Err(e)),
             };
@@ -75,51 +83,27 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
     Flow::Continue
 }
 
-/// Runs a write as its own task and sends its response when it is durable.
+/// Runs a write as its own task and sends its response (with its response
+/// controls) when it is durable.
 fn spawn_write(
     conn: &Rc<Conn>,
     msgid: i32,
     response: fn(LdapResult) -> LdapOp,
-    fut: impl Future<Output = Result<()>> + 'static,
+    fut: impl Future<Output = Result<Vec<LdapControl>>> + 'static,
 ) {
     let conn = conn.clone();
     glommio::spawn_local(async move {
-        let res = result(fut.await);
+        let (res, ctrl) = match fut.await {
+            Ok(ctrl) => (result(Ok(())), ctrl),
+            Err(e) => (result(Err(e)), Vec::new()),
+        };
         let mut out = BytesMut::new();
-        encode(&mut out, LdapMsg::new(msgid, response(res)));
+        let mut msg = LdapMsg::new(msgid, response(res));
+        msg.ctrl = ctrl;
+        encode(&mut out, msg);
         conn.send(out).await;
     })
     .detach();
-}
-
-/// RFC 4511 §4.1.11: an unrecognized critical control fails the operation.
-/// ldap3_proto drops the criticality of the controls it parses without it
-/// (paged results, sort); those are treated as non-critical and ignored.
-fn check_controls(ctrls: &[LdapControl]) -> Result<()> {
-    for c in ctrls {
-        let critical = match c {
-            LdapControl::ManageDsaIT { .. } => false,
-            LdapControl::Unknown { criticality, .. }
-            | LdapControl::SyncRequest { criticality, .. }
-            | LdapControl::PasswordPolicyRequest { criticality }
-            | LdapControl::SearchOptions { criticality, .. }
-            | LdapControl::ShowDeleted { criticality }
-            | LdapControl::SdFlags { criticality, .. }
-            | LdapControl::ExtendedDn { criticality, .. } => *criticality,
-            _ => false,
-        };
-        if critical {
-            let oid = match c {
-                LdapControl::Unknown { oid, .. } => oid.clone(),
-                other => format!("{other:?}"),
-            };
-            return Err(Error::new(
-                LdapResultCode::UnavailableCriticalExtension,
-                format!("critical control {oid} is not supported"),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// The response carrying an error for a request, if the request has one.

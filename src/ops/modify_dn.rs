@@ -9,17 +9,19 @@
 
 use crate::conn::Conn;
 use crate::ops::add::insert;
+use crate::ops::controls::{self, Controls};
 use crate::ops::delete::remove;
 use crate::ops::{check_write_access, parse_dn, with_matched};
+use ldap3_proto::control::LdapControl;
 use ldap3_proto::proto::LdapModifyDNRequest;
 use shards::dn::{Dn, Rdn};
 use shards::entry::Entry;
 use shards::store::Store;
-use shards::write::{children, Parent, WriteOp};
+use shards::write::{children, Extras, Images, Parent, WriteOp};
 use shards::{now_generalized, Error, Result, Shard};
 use std::rc::Rc;
 
-pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest) -> Result<()> {
+pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -> Result<Vec<LdapControl>> {
     check_write_access(&conn)?;
     let old = parse_dn(&req.dn)?;
     let rdn = Rdn::parse(&req.newrdn)?;
@@ -37,9 +39,15 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest) -> Result<()> {
     }
     let shard = &ctx.shard;
     let mut entry = read_leaf(shard, &old, &req.dn).map_err(|e| with_matched(&conn, &old, e))?;
+    // Checked on the entry as read: a rename is not one owner transaction.
+    controls::check_assertion(ctrls.assertion.as_ref(), &entry)?;
+    let before = ctrls.pre_read.as_ref().map(|_| entry.clone());
     rename_entry(&mut entry, &old, &new, req.deleteoldrdn, conn.identity.borrow().dn());
     shards::schema::check::check_entry(&entry, &new)?;
-    move_entry(shard, &old, &req.dn, &new, entry).await.map_err(|e| with_matched(&conn, &new, e))
+    let after = ctrls.post_read.as_ref().map(|_| entry.clone());
+    move_entry(shard, &old, &req.dn, &new, entry).await.map_err(|e| with_matched(&conn, &new, e))?;
+    let images = Some(Box::new(Images { before, after }));
+    Ok(controls::read_entry_controls(&conn, images, &ctrls.pre_read, &ctrls.post_read))
 }
 
 fn read_leaf(shard: &Shard, dn: &Dn, dn_text: &str) -> Result<Entry> {
@@ -103,8 +111,8 @@ async fn move_entry(shard: &Shard, old: &Dn, old_text: &str, new: &Dn, entry: En
         }
     } else {
         insert(shard, new, entry, false).await?;
-        if let Err(e) = remove(shard, old, old_text, false).await {
-            let _ = remove(shard, new, &new.to_string_form(), false).await;
+        if let Err(e) = remove(shard, old, old_text, false, Extras::default()).await {
+            let _ = remove(shard, new, &new.to_string_form(), false, Extras::default()).await;
             return Err(e);
         }
         return Ok(());

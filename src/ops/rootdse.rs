@@ -3,12 +3,10 @@
 //! As in OpenLDAP, only `objectClass` is a user attribute; the rest is
 //! operational in the schema, returned for `+` or when asked for by name.
 
-use crate::ops::extended;
+use crate::ops::{controls, extended};
 use crate::server::Ctx;
 use shards::entry::{Attr, Entry};
 
-/// ManageDsaIT (RFC 3296): accepted; there are no referral objects yet.
-pub const SUPPORTED_CONTROLS: &[&str] = &["2.16.840.1.113730.3.4.2"];
 /// All operational attributes (RFC 3673) and Modify-Increment (RFC 4525).
 pub const SUPPORTED_FEATURES: &[&str] = &["1.3.6.1.4.1.4203.1.5.1", "1.3.6.1.1.14"];
 
@@ -25,7 +23,7 @@ pub fn entry(ctx: &Ctx) -> Entry {
             attr("namingContexts", ctx.suffixes.iter().map(|s| s.to_string_form()).collect()),
             attr("supportedLDAPVersion", vec!["3".into()]),
             attr("supportedExtension", strs(extended::SUPPORTED)),
-            attr("supportedControl", strs(SUPPORTED_CONTROLS)),
+            attr("supportedControl", strs(controls::SUPPORTED)),
             attr("supportedFeatures", strs(SUPPORTED_FEATURES)),
             attr("vendorName", vec!["coredir".into()]),
             attr("vendorVersion", vec![format!("coredir {}", env!("CARGO_PKG_VERSION"))]),

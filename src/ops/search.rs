@@ -13,8 +13,12 @@
 
 use crate::ber::{self, OutAttr};
 use crate::conn::{encode, Conn};
+use crate::ops::controls::Controls;
+use crate::ops::paging::{self, Position};
+use crate::ops::sort::Sorter;
 use crate::ops::{parse_dn, result, rootdse, with_matched};
 use bytes::BytesMut;
+use ldap3_proto::control::{LdapControl, ServerSortResult};
 use ldap3_proto::proto::{LdapFilter, LdapMsg, LdapOp, LdapSearchRequest, LdapSearchScope};
 use ldap3_proto::LdapResultCode;
 use shards::dn::{key_depth, Dn, KEY_SEPARATOR};
@@ -33,7 +37,7 @@ const CHUNK_BYTES: usize = 64 << 10;
 /// Candidates examined before the scan pauses to let other tasks run.
 const CHUNK_SCANNED: usize = 2048;
 
-pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest) {
+pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest, ctrls: Controls) {
     let abandoned = Rc::new(Cell::new(false));
     conn.running.borrow_mut().insert(msgid, abandoned.clone());
     let conn = conn.clone();
@@ -41,12 +45,15 @@ pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest) {
         // Entries still buffered when the search ends leave in the same
         // write as SearchResultDone: one send for a typical search.
         let mut out = BytesMut::new();
-        let res = run(&conn, msgid, &req, &abandoned, &mut out).await;
+        let mut done_ctrls = Vec::new();
+        let res = run(&conn, msgid, &req, &ctrls, &abandoned, &mut out, &mut done_ctrls).await;
         conn.running.borrow_mut().remove(&msgid);
         if abandoned.get() {
             return;
         }
-        encode(&mut out, LdapMsg::new(msgid, LdapOp::SearchResultDone(result(res))));
+        let mut done = LdapMsg::new(msgid, LdapOp::SearchResultDone(result(res)));
+        done.ctrl = done_ctrls;
+        encode(&mut out, done);
         conn.send(out).await;
     })
     .detach();
@@ -98,8 +105,10 @@ async fn run(
     conn: &Conn,
     msgid: i32,
     req: &LdapSearchRequest,
+    ctrls: &Controls,
     abandoned: &Cell<bool>,
     out: &mut BytesMut,
+    done_ctrls: &mut Vec<LdapControl>,
 ) -> Result<()> {
     let ctx = &conn.ctx;
     if filter::depth(&req.filter) > ctx.limits.max_filter_depth {
@@ -138,34 +147,38 @@ async fn run(
         },
         lookthrough_code: ctx.unindexed_result.clone(),
     };
-    let shard = &ctx.shard;
-    let base_key = base.key();
-    let mut emit = Emit { msgid, filter: &node, sel: &sel, limits, out, sent: 0, examined: 0 };
-    {
-        let txn = shard.store_for(&base_key).read()?;
-        let Some(id) = txn.get(Tree::Dn2id, &base_key)? else {
-            return Err(with_matched(conn, &base, Error::no_such_object(&req.base)));
-        };
-        if matches!(req.scope, LdapSearchScope::Base | LdapSearchScope::Subtree) {
-            if let Visit::Stop(code) = emit.visit(&txn, &base_key, id)? {
-                return Err(Error::new(code, ""));
-            }
+    let (page_size, position) = match &ctrls.paged {
+        Some((size, cookie)) => (Some((*size).max(0) as usize), paging::decode(req, cookie)?),
+        None => (None, Position::Start),
+    };
+    let mut sorter = None;
+    if let Some(keys) = &ctrls.sort {
+        match Sorter::new(keys) {
+            Ok(s) => sorter = Some(s),
+            Err(sort_result) => done_ctrls.push(LdapControl::ServerSortResult { sort_result }),
         }
     }
-    if req.scope == LdapSearchScope::Base {
+    if page_size == Some(0) {
+        // RFC 2696: a page size of 0 abandons the paged search.
+        done_ctrls.push(LdapControl::SimplePagedResults { size: 0, cookie: Vec::new() });
         return Ok(());
     }
-    let mut prefix = base_key;
-    prefix.push(KEY_SEPARATOR);
-    let one_level = req.scope == LdapSearchScope::OneLevel;
-    let scope = Scope { depth: one_level.then(|| key_depth(&prefix)), prefix };
-    for store in shard.stores.iter() {
-        let candidates = index::candidates(&store.read()?, &node)?;
-        let stop = match candidates {
-            Some(c) => emit.from_index(conn, store, &scope, &c, abandoned).await?,
-            None => emit.from_range(conn, store, &scope, abandoned).await?,
-        };
-        if let Some(code) = stop {
+    let sorting = sorter.is_some();
+    let mut emit = Emit {
+        msgid,
+        filter: &node,
+        sel: &sel,
+        limits,
+        out,
+        sent: 0,
+        examined: 0,
+        page_left: if sorting { None } else { page_size },
+        sorter,
+    };
+    let walked = walk(conn, &mut emit, req, ctrls, &base, position.clone(), abandoned).await;
+    let stopped = match walked {
+        Ok(s) => s,
+        Err(e) if e.code == LdapResultCode::AdminLimitExceeded || e.code == LdapResultCode::UnwillingToPerform => {
             let why = if emit.examined > emit.limits.lookthrough {
                 format!(
                     "the filter is not indexed and the search examined more than {} entries \
@@ -173,15 +186,117 @@ async fn run(
                     emit.limits.lookthrough
                 )
             } else {
-                String::new()
+                e.message.clone()
             };
-            return Err(Error::new(code, why));
+            return Err(Error::new(e.code, why));
         }
-        if abandoned.get() {
-            return Ok(());
+        Err(e) => return Err(e),
+    };
+    if let Some(sorter) = emit.sorter.take() {
+        let rows = sorter.finish();
+        done_ctrls.push(LdapControl::ServerSortResult {
+            sort_result: ServerSortResult { result_code: LdapResultCode::Success, attribute_type: None },
+        });
+        let skip = match position {
+            Position::Offset(n) => n as usize,
+            _ => 0,
+        };
+        let take = page_size.unwrap_or(usize::MAX);
+        for row in rows.iter().skip(skip).take(take) {
+            emit.out.extend_from_slice(row);
         }
+        if page_size.is_some() {
+            let next = skip.saturating_add(take);
+            let cookie =
+                if next < rows.len() { paging::encode(req, &Position::Offset(next as u64)) } else { Vec::new() };
+            done_ctrls.push(LdapControl::SimplePagedResults { size: 0, cookie });
+        }
+        return Ok(());
+    }
+    if page_size.is_some() {
+        let cookie = stopped.as_ref().map(|p| paging::encode(req, p)).unwrap_or_default();
+        done_ctrls.push(LdapControl::SimplePagedResults { size: 0, cookie });
     }
     Ok(())
+}
+
+/// Visits the base entry and the stores in order from `position`; returns
+/// where a full page stopped.
+async fn walk(
+    conn: &Conn,
+    emit: &mut Emit<'_>,
+    req: &LdapSearchRequest,
+    ctrls: &Controls,
+    base: &Dn,
+    position: Position,
+    abandoned: &Cell<bool>,
+) -> Result<Option<Position>> {
+    let shard = &conn.ctx.shard;
+    let base_key = base.key();
+    {
+        let txn = shard.store_for(&base_key).read()?;
+        let Some(id) = txn.get(Tree::Dn2id, &base_key)? else {
+            return Err(with_matched(conn, base, Error::no_such_object(&req.base)));
+        };
+        if let Some(assertion) = &ctrls.assertion {
+            let bytes = txn.get(Tree::Id2entry, id)?.unwrap_or_default();
+            if !filter::matches(assertion, &EntryView::new(bytes)?) {
+                return Err(Error::new(
+                    LdapResultCode::AssertionFailed,
+                    "the assertion control's filter does not match",
+                ));
+            }
+        }
+        let base_wanted = matches!(req.scope, LdapSearchScope::Base | LdapSearchScope::Subtree);
+        if base_wanted && matches!(position, Position::Start | Position::Offset(_)) {
+            match emit.visit(&txn, &base_key, id)? {
+                Visit::Next => {}
+                Visit::Stop(code) => return Err(Error::new(code, "")),
+                Visit::PageFull => return Ok(Some(Position::AfterBase)),
+            }
+        }
+    }
+    if req.scope == LdapSearchScope::Base {
+        return Ok(None);
+    }
+    let mut prefix = base_key;
+    prefix.push(KEY_SEPARATOR);
+    let one_level = req.scope == LdapSearchScope::OneLevel;
+    let scope = Scope { depth: one_level.then(|| key_depth(&prefix)), prefix };
+    let first = match &position {
+        Position::Range { store, .. } | Position::Index { store, .. } => *store,
+        _ => 0,
+    };
+    for (i, store) in shard.stores.iter().enumerate().skip(first) {
+        let candidates = index::candidates(&store.read()?, emit.filter)?;
+        let stop = match candidates {
+            Some(c) => {
+                let after = match &position {
+                    Position::Index { store, after } if *store == i => Some(*after),
+                    _ => None,
+                };
+                let from = after.map_or(0, |a| c.partition_point(|id| *id <= a));
+                emit.from_index(conn, store, &scope, &c[from..], abandoned).await?
+            }
+            None => {
+                let after = match &position {
+                    Position::Range { store, after } if *store == i => Some(after.clone()),
+                    _ => None,
+                };
+                emit.from_range(conn, store, &scope, after, abandoned).await?
+            }
+        };
+        match stop {
+            None => {}
+            Some(Stop::Code(code)) => return Err(Error::new(code, "")),
+            Some(Stop::PageAtId(after)) => return Ok(Some(Position::Index { store: i, after })),
+            Some(Stop::PageAtKey(after)) => return Ok(Some(Position::Range { store: i, after })),
+        }
+        if abandoned.get() {
+            return Ok(None);
+        }
+    }
+    Ok(None)
 }
 
 /// Which DN keys a one-level, subtree or children search covers.
@@ -208,12 +323,25 @@ struct Emit<'a> {
     sent: usize,
     /// Entries examined without an index.
     examined: usize,
+    /// Entries the current page still takes (paged results).
+    page_left: Option<usize>,
+    /// Collects entries instead of writing them (server-side sort).
+    sorter: Option<Sorter>,
 }
 
 /// What visiting one candidate decided.
 enum Visit {
     Next,
     Stop(LdapResultCode),
+    /// The entry just written filled the page.
+    PageFull,
+}
+
+/// Why a walk over one store stopped early.
+enum Stop {
+    Code(LdapResultCode),
+    PageAtId([u8; 8]),
+    PageAtKey(Vec<u8>),
 }
 
 impl Emit<'_> {
@@ -234,8 +362,22 @@ impl Emit<'_> {
         if self.sent == self.limits.size {
             return Ok(Visit::Stop(LdapResultCode::SizeLimitExceeded));
         }
-        write_entry(self.out, self.msgid, view, children(txn, key)?, self.sel);
+        let n_children = children(txn, key)?;
+        match &mut self.sorter {
+            Some(sorter) => {
+                let mut buf = BytesMut::new();
+                write_entry(&mut buf, self.msgid, view, n_children, self.sel);
+                sorter.push(view, buf)?;
+            }
+            None => write_entry(self.out, self.msgid, view, n_children, self.sel),
+        }
         self.sent += 1;
+        if let Some(left) = &mut self.page_left {
+            *left -= 1;
+            if *left == 0 {
+                return Ok(Visit::PageFull);
+            }
+        }
         Ok(Visit::Next)
     }
 
@@ -256,7 +398,7 @@ impl Emit<'_> {
         scope: &Scope,
         candidates: &[index::Candidate],
         abandoned: &Cell<bool>,
-    ) -> Result<Option<LdapResultCode>> {
+    ) -> Result<Option<Stop>> {
         for (i, chunk) in candidates.chunks(CHUNK_SCANNED).enumerate() {
             if i > 0 {
                 self.flush(conn).await;
@@ -275,26 +417,31 @@ impl Emit<'_> {
                 if !scope.contains(&key) {
                     continue;
                 }
-                if let Visit::Stop(code) = self.visit_view(&txn, &key, &view)? {
-                    return Ok(Some(code));
+                match self.visit_view(&txn, &key, &view)? {
+                    Visit::Next => {}
+                    Visit::Stop(code) => return Ok(Some(Stop::Code(code))),
+                    Visit::PageFull => return Ok(Some(Stop::PageAtId(*id))),
                 }
             }
         }
         Ok(None)
     }
 
-    /// Walks the store's `dn2id` range below the base, in chunks.
+    /// Walks the store's `dn2id` range below the base (after `after`, when
+    /// resuming a page), in chunks.
     async fn from_range(
         &mut self,
         conn: &Conn,
         store: &Engine,
         scope: &Scope,
+        after: Option<Vec<u8>>,
         abandoned: &Cell<bool>,
-    ) -> Result<Option<LdapResultCode>> {
-        let mut from = scope.prefix.clone();
+    ) -> Result<Option<Stop>> {
+        let mut from = after.clone().unwrap_or_else(|| scope.prefix.clone());
         loop {
             let mut resume = None;
             let mut outcome = Ok(Visit::Next);
+            let mut last = Vec::new();
             {
                 let txn = store.read()?;
                 let mut scanned = 0;
@@ -304,7 +451,7 @@ impl Emit<'_> {
                         resume = Some(key.to_vec());
                         return false;
                     }
-                    if !scope.contains(key) {
+                    if !scope.contains(key) || after.as_deref() == Some(key) {
                         return true;
                     }
                     self.examined += 1;
@@ -313,11 +460,16 @@ impl Emit<'_> {
                         return false;
                     }
                     outcome = self.visit(&txn, key, id);
+                    if matches!(outcome, Ok(Visit::PageFull)) {
+                        last = key.to_vec();
+                    }
                     matches!(outcome, Ok(Visit::Next))
                 })?;
             }
-            if let Visit::Stop(code) = outcome? {
-                return Ok(Some(code));
+            match outcome? {
+                Visit::Next => {}
+                Visit::Stop(code) => return Ok(Some(Stop::Code(code))),
+                Visit::PageFull => return Ok(Some(Stop::PageAtKey(last))),
             }
             match resume {
                 Some(key) => {

@@ -4,6 +4,7 @@
 
 mod bind;
 mod config;
+mod controls;
 mod durability;
 mod interop;
 mod protocol;

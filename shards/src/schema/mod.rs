@@ -112,6 +112,9 @@ impl ObjectClass {
 pub struct Schema {
     pub attrs: Vec<AttributeType>,
     pub classes: Vec<ObjectClass>,
+    /// For each attribute type, itself and all its subtypes (filters on
+    /// `name` match `cn` and `sn`).
+    pub subtypes: Vec<Vec<usize>>,
     attr_by_name: HashMap<String, usize>,
     class_by_name: HashMap<String, usize>,
 }
@@ -203,6 +206,8 @@ impl Schema {
     }
 
     pub(super) fn index_attr_names(&mut self) -> Result<(), String> {
+        self.subtypes =
+            (0..self.attrs.len()).map(|t| (0..self.attrs.len()).filter(|s| self.is_subtype(*s, t)).collect()).collect();
         for (i, at) in self.attrs.iter().enumerate() {
             for n in at.names.iter().chain(std::iter::once(&at.oid)) {
                 if self.attr_by_name.insert(n.to_ascii_lowercase(), i).is_some() {

@@ -1,0 +1,209 @@
+//! Request controls (RFC 4511 §4.1.11) this server implements, parsed once
+//! per request, and the response controls it returns.
+//!
+//! - Simple Paged Results (RFC 2696), Server-Side Sort (RFC 2891): search.
+//! - Assertion (RFC 4528): search (on the base entry), compare, add (on the
+//!   new entry), modify and delete (on the entry, inside the owner's
+//!   transaction), modify-DN (on the entry as read before the rename).
+//! - Pre-Read / Post-Read (RFC 4527): modify and delete / modify, add and
+//!   modify-DN; the images come from the owner's transaction.
+//! - ManageDsaIT (RFC 3296): accepted (there are no referral objects).
+//!
+//! An unknown control marked critical, or a known one on an operation it
+//! does not apply to, fails the operation with
+//! `unavailableCriticalExtension` when critical and is ignored otherwise.
+//! ldap3_proto drops the criticality of paged-results and sort requests;
+//! both are implemented, so nothing is lost.
+
+use crate::ber::{self, OutAttr};
+use crate::conn::Conn;
+use crate::ops::search::Selection;
+use bytes::BytesMut;
+use ldap3_proto::control::{LdapControl, ServerSortRequet};
+use ldap3_proto::proto::{LdapFilter, LdapOp};
+use ldap3_proto::LdapResultCode;
+use shards::entry::{Entry, EntryView};
+use shards::write::Images;
+use shards::{Error, Result};
+
+pub const PAGED_RESULTS: &str = "1.2.840.113556.1.4.319";
+pub const SORT_REQUEST: &str = "1.2.840.113556.1.4.473";
+pub const ASSERTION: &str = "1.3.6.1.1.12";
+pub const PRE_READ: &str = "1.3.6.1.1.13.1";
+pub const POST_READ: &str = "1.3.6.1.1.13.2";
+pub const MANAGE_DSA_IT: &str = "2.16.840.1.113730.3.4.2";
+
+/// What `supportedControl` lists: exactly what works.
+pub const SUPPORTED: &[&str] = &[PAGED_RESULTS, SORT_REQUEST, ASSERTION, PRE_READ, POST_READ, MANAGE_DSA_IT];
+
+#[derive(Debug, Default)]
+pub struct Controls {
+    pub paged: Option<(i64, Vec<u8>)>,
+    pub sort: Option<Vec<ServerSortRequet>>,
+    pub assertion: Option<LdapFilter>,
+    /// Attributes of the Pre-Read and Post-Read controls.
+    pub pre_read: Option<Vec<String>>,
+    pub post_read: Option<Vec<String>>,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Search,
+    Compare,
+    Add,
+    Modify,
+    Delete,
+    ModifyDn,
+    Other,
+}
+
+fn kind(op: &LdapOp) -> Kind {
+    match op {
+        LdapOp::SearchRequest(_) => Kind::Search,
+        LdapOp::CompareRequest(_) => Kind::Compare,
+        LdapOp::AddRequest(_) => Kind::Add,
+        LdapOp::ModifyRequest(_) => Kind::Modify,
+        LdapOp::DelRequest(_) => Kind::Delete,
+        LdapOp::ModifyDNRequest(_) => Kind::ModifyDn,
+        _ => Kind::Other,
+    }
+}
+
+fn unavailable(oid: &str, why: &str) -> Error {
+    Error::new(LdapResultCode::UnavailableCriticalExtension, format!("critical control {oid} {why}"))
+}
+
+/// Parses the controls of a request for operation `op`.
+pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
+    let k = kind(op);
+    let mut out = Controls::default();
+    for c in ctrls {
+        match c {
+            LdapControl::SimplePagedResults { size, cookie } if k == Kind::Search => {
+                out.paged = Some((*size, cookie.clone()));
+            }
+            LdapControl::ServerSort { sort_requests } if k == Kind::Search => out.sort = Some(sort_requests.clone()),
+            LdapControl::ManageDsaIT { .. } => {}
+            LdapControl::Unknown { oid, criticality, value } => {
+                let applies = match oid.as_str() {
+                    ASSERTION => k != Kind::Other,
+                    PRE_READ => matches!(k, Kind::Modify | Kind::Delete | Kind::ModifyDn),
+                    POST_READ => matches!(k, Kind::Modify | Kind::Add | Kind::ModifyDn),
+                    _ => false,
+                };
+                if !applies {
+                    if *criticality {
+                        return Err(unavailable(oid, "is not supported with this operation"));
+                    }
+                    continue;
+                }
+                let value = value.as_deref().unwrap_or_default();
+                match oid.as_str() {
+                    ASSERTION => out.assertion = Some(parse_filter(value)?),
+                    PRE_READ => out.pre_read = Some(parse_attr_list(value)?),
+                    _ => out.post_read = Some(parse_attr_list(value)?),
+                }
+            }
+            other => {
+                if criticality(other) {
+                    return Err(unavailable(oid_of(other), "is not supported with this operation"));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn criticality(c: &LdapControl) -> bool {
+    match c {
+        LdapControl::SyncRequest { criticality, .. }
+        | LdapControl::PasswordPolicyRequest { criticality }
+        | LdapControl::SearchOptions { criticality, .. }
+        | LdapControl::ShowDeleted { criticality }
+        | LdapControl::SdFlags { criticality, .. }
+        | LdapControl::ExtendedDn { criticality, .. } => *criticality,
+        _ => false,
+    }
+}
+
+fn oid_of(c: &LdapControl) -> &'static str {
+    match c {
+        LdapControl::SyncRequest { .. } => "1.3.6.1.4.1.4203.1.9.1.1",
+        LdapControl::PasswordPolicyRequest { .. } => "1.3.6.1.4.1.42.2.27.8.5.1",
+        LdapControl::SearchOptions { .. } => "1.2.840.113556.1.4.1340",
+        LdapControl::ShowDeleted { .. } => "1.2.840.113556.1.4.417",
+        LdapControl::SdFlags { .. } => "1.2.840.113556.1.4.801",
+        LdapControl::ExtendedDn { .. } => "1.2.840.113556.1.4.529",
+        _ => "(response control)",
+    }
+}
+
+fn protocol(what: &str) -> Error {
+    Error::protocol(format!("malformed {what} control value"))
+}
+
+/// The Assertion control's value: one BER-encoded Filter.
+fn parse_filter(value: &[u8]) -> Result<LdapFilter> {
+    let (rest, tag) = ldap3_lber::parse::Parser::default().parse(value).map_err(|_| protocol("assertion"))?;
+    if !rest.is_empty() {
+        return Err(protocol("assertion"));
+    }
+    LdapFilter::try_from(tag).map_err(|_| protocol("assertion"))
+}
+
+/// The Pre-/Post-Read value: `SEQUENCE OF LDAPString` (attribute selection).
+fn parse_attr_list(value: &[u8]) -> Result<Vec<String>> {
+    let (rest, tag) = ldap3_lber::parse::Parser::default().parse(value).map_err(|_| protocol("read entry"))?;
+    let items = tag.expect_constructed().filter(|_| rest.is_empty()).ok_or_else(|| protocol("read entry"))?;
+    items
+        .into_iter()
+        .map(|t| t.expect_primitive().and_then(|b| String::from_utf8(b).ok()).ok_or_else(|| protocol("read entry")))
+        .collect()
+}
+
+/// Fails with `assertionFailed` unless the entry matches the assertion.
+pub fn check_assertion(assertion: Option<&LdapFilter>, entry: &Entry) -> Result<()> {
+    let Some(f) = assertion else { return Ok(()) };
+    let mut bytes = Vec::new();
+    entry.encode(&mut bytes);
+    let view = EntryView::new(&bytes)?;
+    if shards::filter::matches(f, &view) {
+        Ok(())
+    } else {
+        Err(Error::new(LdapResultCode::AssertionFailed, "the assertion control's filter does not match"))
+    }
+}
+
+/// The Pre-Read and Post-Read response controls for an update's images.
+pub fn read_entry_controls(
+    conn: &Conn,
+    images: Option<Box<Images>>,
+    pre: &Option<Vec<String>>,
+    post: &Option<Vec<String>>,
+) -> Vec<LdapControl> {
+    let Some(images) = images else { return Vec::new() };
+    let passwords = conn.identity.borrow().is_root();
+    let mut out = Vec::new();
+    if let (Some(attrs), Some(e)) = (pre, &images.before) {
+        out.push(read_entry_control(PRE_READ, e, attrs, passwords));
+    }
+    if let (Some(attrs), Some(e)) = (post, &images.after) {
+        out.push(read_entry_control(POST_READ, e, attrs, passwords));
+    }
+    out
+}
+
+/// A Pre-Read or Post-Read response control carrying `entry` with the
+/// selected attributes.
+pub fn read_entry_control(oid: &str, entry: &Entry, attrs: &[String], passwords: bool) -> LdapControl {
+    let sel = Selection::new(attrs, passwords, false);
+    let out: Vec<OutAttr<'_, _>> = entry
+        .attrs
+        .iter()
+        .filter(|a| sel.wants(&a.name, shards::matching::is_operational(&a.name)))
+        .map(|a| OutAttr { name: a.name.as_str(), vals: a.vals.iter().map(Vec::as_slice) })
+        .collect();
+    let mut value = BytesMut::new();
+    ber::entry_op(&mut value, &entry.dn, &out, false);
+    LdapControl::Unknown { oid: oid.to_string(), criticality: false, value: Some(value.to_vec()) }
+}

@@ -1,0 +1,96 @@
+//! Server-Side Sort (RFC 2891): the matching entries of a search are
+//! collected with their sort keys, ordered with each key's ordering rule,
+//! then sent. At most `MAX_SORTED` entries are sorted
+//! (`adminLimitExceeded` past it). Multi-valued attributes sort by their
+//! least value (greatest when reversed); entries without the attribute come
+//! last.
+
+use bytes::BytesMut;
+use ldap3_proto::control::{ServerSortRequet, ServerSortResult};
+use ldap3_proto::LdapResultCode;
+use shards::entry::EntryView;
+use shards::filter::Names;
+use shards::matching::{self, Rule};
+use shards::{Error, Result};
+use std::cmp::Ordering;
+
+pub const MAX_SORTED: usize = 100_000;
+
+struct Key {
+    attr: Names,
+    rule: Rule,
+    reverse: bool,
+}
+
+/// Sorted output in the making.
+pub struct Sorter {
+    keys: Vec<Key>,
+    rows: Vec<(Vec<Option<Vec<u8>>>, BytesMut)>,
+}
+
+impl Sorter {
+    /// A sorter for the request's keys, or the sortResult explaining why
+    /// the results cannot be sorted (they are then sent unsorted).
+    pub fn new(requests: &[ServerSortRequet]) -> std::result::Result<Sorter, ServerSortResult> {
+        let mut keys = Vec::new();
+        for r in requests {
+            let fail = |code| ServerSortResult { result_code: code, attribute_type: Some(r.attribute_name.clone()) };
+            let Some(attr) = Names::new(&r.attribute_name) else { return Err(fail(LdapResultCode::NoSuchAttribute)) };
+            let at = matching::attr_type(&r.attribute_name).expect("Names resolved it");
+            let rule = match &r.ordering_rule {
+                Some(name) => matching::rule_named(name).map(|i| i.rule),
+                None => at.ordering,
+            };
+            let Some(rule) = rule else { return Err(fail(LdapResultCode::InappropriateMatching)) };
+            keys.push(Key { attr, rule, reverse: r.reverse_order });
+        }
+        Ok(Sorter { keys, rows: Vec::new() })
+    }
+
+    pub fn push(&mut self, view: &EntryView<'_>, encoded: BytesMut) -> Result<()> {
+        if self.rows.len() == MAX_SORTED {
+            return Err(Error::new(
+                LdapResultCode::AdminLimitExceeded,
+                format!("more than {MAX_SORTED} entries to sort; narrow the search"),
+            ));
+        }
+        let keys = self.keys.iter().map(|k| sort_key(view, k)).collect();
+        self.rows.push((keys, encoded));
+        Ok(())
+    }
+
+    /// The encoded entries in order.
+    pub fn finish(mut self) -> Vec<BytesMut> {
+        let keys = &self.keys;
+        self.rows.sort_by(|(a, _), (b, _)| {
+            for (i, k) in keys.iter().enumerate() {
+                let ord = match (&a[i], &b[i]) {
+                    (Some(x), Some(y)) if k.reverse => y.cmp(x),
+                    (Some(x), Some(y)) => x.cmp(y),
+                    (Some(_), None) => Ordering::Less,
+                    (None, Some(_)) => Ordering::Greater,
+                    (None, None) => Ordering::Equal,
+                };
+                if ord != Ordering::Equal {
+                    return ord;
+                }
+            }
+            Ordering::Equal
+        });
+        self.rows.into_iter().map(|(_, bytes)| bytes).collect()
+    }
+}
+
+/// The entry's order key for one sort key: its least value (greatest when reversed).
+fn sort_key(view: &EntryView<'_>, k: &Key) -> Option<Vec<u8>> {
+    let values = view
+        .attrs()
+        .filter(|a| k.attr.covers(a.name))
+        .flat_map(|a| a.vals())
+        .filter_map(|v| k.rule.normalize(v).map(|n| k.rule.order_key(&n).into_owned()));
+    if k.reverse {
+        values.max()
+    } else {
+        values.min()
+    }
+}

@@ -1,0 +1,254 @@
+use crate::support::*;
+use ldap3::controls::{
+    Assertion, MakeCritical, PagedResults, PostRead, PostReadResp, PreRead, PreReadResp, RawControl,
+};
+use ldap3::{LdapConn, Mod, Scope, SearchEntry};
+use std::collections::{HashMap, HashSet};
+use std::process::Command;
+
+const FAST: &str = "[storage]\nsync = \"never\"\n";
+
+/// `n` users p0..p{n-1} with posixAccount, uidNumber descending from 10000.
+fn users(s: &Server, n: usize) {
+    let mut c = s.admin();
+    for i in 0..n {
+        let (uid, num, cn) = (format!("p{i}"), (10_000 - i * 7 % 1000).to_string(), format!("Name {}", i % 17));
+        let res = c
+            .add(
+                &format!("uid={uid},{PEOPLE}"),
+                vec![
+                    ("objectClass", HashSet::from(["inetOrgPerson", "posixAccount"])),
+                    ("uid", HashSet::from([uid.as_str()])),
+                    ("cn", HashSet::from([cn.as_str()])),
+                    ("sn", HashSet::from(["User"])),
+                    ("uidNumber", HashSet::from([num.as_str()])),
+                    ("gidNumber", HashSet::from(["100"])),
+                    ("homeDirectory", HashSet::from(["/home"])),
+                ],
+            )
+            .unwrap();
+        assert_eq!(res.rc, 0, "{res:?}");
+    }
+}
+
+/// Pages through a search; returns the DNs in order and the page sizes.
+fn paged(c: &mut LdapConn, filter: &str, size: i32, sort: Option<RawControl>) -> (Vec<String>, Vec<usize>) {
+    let (mut dns, mut pages, mut cookie) = (Vec::new(), Vec::new(), Vec::new());
+    loop {
+        let mut ctrls: Vec<RawControl> = vec![PagedResults { size, cookie: cookie.clone() }.critical().into()];
+        ctrls.extend(sort.clone());
+        let res = c.with_controls(ctrls).search(PEOPLE, Scope::Subtree, filter, vec!["1.1"]).unwrap();
+        let (entries, done) = res.success().unwrap();
+        pages.push(entries.len());
+        dns.extend(entries.into_iter().map(|e| SearchEntry::construct(e).dn));
+        let ctrl = done.ctrls.iter().find(|c| c.1.ctype == "1.2.840.113556.1.4.319").expect("a paged response");
+        cookie = ctrl.1.parse::<PagedResults>().cookie;
+        if cookie.is_empty() {
+            return (dns, pages);
+        }
+        assert!(pages.len() < 1000, "paging does not end");
+    }
+}
+
+#[test]
+fn paged_results_return_every_entry_once() {
+    let s = Server::start_with_config(2, FAST);
+    users(&s, 2000);
+    let mut c = s.admin();
+    for filter in ["(objectClass=*)", "(uid=p*)", "(!(uid=nobody))", "(|(uid=p1*)(uid=p2*))"] {
+        let (dns, pages) = paged(&mut c, filter, 100, None);
+        let unique: HashSet<&String> = dns.iter().collect();
+        assert_eq!(unique.len(), dns.len(), "{filter}: an entry came twice");
+        let want = match filter {
+            "(objectClass=*)" | "(!(uid=nobody))" => 2001,
+            "(uid=p*)" => 2000,
+            _ => 1111 + 111,
+        };
+        assert_eq!(dns.len(), want, "{filter}");
+        assert!(pages.iter().all(|p| *p <= 100), "{filter}: {pages:?}");
+        assert!(pages.len() >= want / 100, "{filter}: {pages:?}");
+    }
+    // A cookie belongs to its search.
+    let res = c
+        .with_controls(RawControl::from(PagedResults { size: 10, cookie: Vec::new() }.critical()))
+        .search(PEOPLE, Scope::Subtree, "(uid=p*)", vec!["1.1"])
+        .unwrap();
+    let cookie = res.1.ctrls[0].1.parse::<PagedResults>().cookie;
+    let res = c
+        .with_controls(RawControl::from(PagedResults { size: 10, cookie }.critical()))
+        .search(PEOPLE, Scope::Subtree, "(uid=q*)", vec!["1.1"])
+        .unwrap();
+    assert_eq!(res.1.rc, 53, "{:?}", res.1);
+
+    ldap_utils();
+    let out = Command::new("ldapsearch")
+        .args(["-x", "-LLL", "-H", &s.url(), "-D", ROOT_DN, "-w", ROOT_PW, "-b", PEOPLE, "-E", "pr=100/noprompt"])
+        .args(["(uid=*)", "uid"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let uids: HashSet<&str> = text.lines().filter_map(|l| l.strip_prefix("uid: ")).collect();
+    assert_eq!(uids.len(), 2000);
+    assert_eq!(text.lines().filter(|l| l.starts_with("dn: ")).count(), 2000);
+}
+
+/// The Server-Side Sort request control (RFC 2891) for one key.
+fn sort_control(attr: &str, rule: Option<&str>, reverse: bool) -> RawControl {
+    let mut key = vec![0x04, attr.len() as u8];
+    key.extend_from_slice(attr.as_bytes());
+    if let Some(r) = rule {
+        key.extend_from_slice(&[0x80, r.len() as u8]);
+        key.extend_from_slice(r.as_bytes());
+    }
+    if reverse {
+        key.extend_from_slice(&[0x81, 0x01, 0xff]);
+    }
+    let mut inner = vec![0x30, key.len() as u8];
+    inner.extend(key);
+    let mut val = vec![0x30, inner.len() as u8];
+    val.extend(inner);
+    RawControl { ctype: "1.2.840.113556.1.4.473".into(), crit: true, val: Some(val) }
+}
+
+fn sorted(c: &mut LdapConn, ctrl: RawControl, attr: &str) -> (Vec<String>, Vec<u8>) {
+    let res = c.with_controls(vec![ctrl]).search(PEOPLE, Scope::OneLevel, "(uid=p*)", vec![attr]).unwrap();
+    let (entries, done) = res.success().unwrap();
+    let sort = done.ctrls.iter().find(|c| c.1.ctype == "1.2.840.113556.1.4.474").expect("a sort response");
+    let vals = entries.into_iter().map(|e| SearchEntry::construct(e).attrs[attr][0].clone()).collect();
+    (vals, sort.1.val.clone().unwrap())
+}
+
+#[test]
+fn sorted_results() {
+    let s = Server::start_with_config(2, FAST);
+    users(&s, 60);
+    let mut c = s.admin();
+    let num = |v: &String| v.parse::<i64>().unwrap();
+    let (vals, done) = sorted(&mut c, sort_control("uidNumber", None, false), "uidNumber");
+    assert_eq!(done[2..5], [0x0a, 0x01, 0x00], "sortResult success");
+    assert_eq!(vals.len(), 60);
+    assert!(vals.windows(2).all(|w| num(&w[0]) <= num(&w[1])), "{vals:?}");
+    let (vals, _) = sorted(&mut c, sort_control("uidNumber", None, true), "uidNumber");
+    assert!(vals.windows(2).all(|w| num(&w[0]) >= num(&w[1])), "{vals:?}");
+    let (vals, _) = sorted(&mut c, sort_control("cn", Some("caseIgnoreOrderingMatch"), false), "cn");
+    assert!(vals.windows(2).all(|w| w[0].to_lowercase() <= w[1].to_lowercase()), "{vals:?}");
+    // cn has no ORDERING rule: the entries come unsorted, with inappropriateMatching.
+    let (vals, done) = sorted(&mut c, sort_control("cn", None, false), "cn");
+    assert_eq!(vals.len(), 60);
+    assert_eq!(done[2..5], [0x0a, 0x01, 18]);
+    // Sorted and paged: pages of 7 make up the sorted whole.
+    let (all, _) = sorted(&mut c, sort_control("uidNumber", None, false), "uid");
+    let (dns, pages) = paged(&mut c, "(uid=p*)", 7, Some(sort_control("uidNumber", None, false)));
+    assert_eq!(pages.iter().sum::<usize>(), 60);
+    let uids: Vec<String> =
+        dns.iter().map(|d| d.split(',').next().unwrap().trim_start_matches("uid=").to_string()).collect();
+    assert_eq!(uids, all);
+
+    ldap_utils();
+    let out = Command::new("ldapsearch")
+        .args(["-x", "-LLL", "-H", &s.url(), "-b", PEOPLE, "-E", "sss=-uidNumber", "(uid=p*)", "uidNumber"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let nums: Vec<i64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("uidNumber: ").map(|v| v.parse().unwrap()))
+        .collect();
+    assert_eq!(nums.len(), 60);
+    assert!(nums.windows(2).all(|w| w[0] >= w[1]), "{nums:?}");
+}
+
+#[test]
+fn assertion_control() {
+    let s = Server::start(2);
+    let mut c = s.admin();
+    assert_eq!(add_user(&mut c, "a").rc, 0);
+    let dn = format!("uid=a,{PEOPLE}");
+    let assert = |f: &str| {
+        let mut ctrl = Assertion::new(f.to_string());
+        ctrl.crit = true;
+        vec![ctrl]
+    };
+    let m = || vec![Mod::Replace("sn", HashSet::from(["Changed"]))];
+    assert_eq!(c.with_controls(assert("(sn=Wrong)")).modify(&dn, m()).unwrap().rc, 122);
+    assert_eq!(get_entry(&mut c, &dn, vec!["sn"]).unwrap().attrs["sn"], vec!["User"]);
+    assert_eq!(c.with_controls(assert("(sn=user)")).modify(&dn, m()).unwrap().rc, 0);
+    assert_eq!(c.with_controls(assert("(sn=User)")).compare(&dn, "sn", "Changed").unwrap().0.rc, 122);
+    let res = c.with_controls(assert("(sn=User)")).search(&dn, Scope::Base, "(objectClass=*)", vec!["1.1"]).unwrap();
+    assert_eq!(res.1.rc, 122);
+    let res = c.with_controls(assert("(sn=Changed)")).search(&dn, Scope::Base, "(objectClass=*)", vec!["1.1"]).unwrap();
+    assert_eq!(res.success().unwrap().0.len(), 1);
+    assert_eq!(c.with_controls(assert("(cn=nobody)")).delete(&dn).unwrap().rc, 122);
+    assert_eq!(c.with_controls(assert("(cn=nobody)")).modifydn(&dn, "uid=b", true, None).unwrap().rc, 122);
+    let attrs = vec![
+        ("objectClass", HashSet::from(["inetOrgPerson"])),
+        ("uid", HashSet::from(["n"])),
+        ("cn", HashSet::from(["N"])),
+        ("sn", HashSet::from(["N"])),
+    ];
+    assert_eq!(c.with_controls(assert("(sn=Other)")).add(&format!("uid=n,{PEOPLE}"), attrs.clone()).unwrap().rc, 122);
+    assert_eq!(c.with_controls(assert("(sn=N)")).add(&format!("uid=n,{PEOPLE}"), attrs).unwrap().rc, 0);
+    assert_eq!(c.with_controls(assert("(cn=Changed*)")).delete(&dn).unwrap().rc, 122);
+    assert_eq!(c.with_controls(assert("(sn=Changed)")).delete(&dn).unwrap().rc, 0);
+    // An unknown critical control fails the operation; a non-critical one is ignored.
+    let unknown = |crit| vec![RawControl { ctype: "1.2.3.4.5".into(), crit, val: None }];
+    assert_eq!(c.with_controls(unknown(true)).compare(PEOPLE, "ou", "people").unwrap().0.rc, 12);
+    assert_eq!(c.with_controls(unknown(false)).compare(PEOPLE, "ou", "people").unwrap().0.rc, 6);
+}
+
+fn read_entry(res: &ldap3::LdapResult, oid: &str) -> HashMap<String, Vec<String>> {
+    let ctrl = res.ctrls.iter().find(|c| c.1.ctype == oid).unwrap_or_else(|| panic!("no {oid} in {res:?}"));
+    let entry: PreReadResp = ctrl.1.parse();
+    entry.attrs
+}
+
+#[test]
+fn pre_and_post_read() {
+    let s = Server::start(2);
+    let mut c = s.admin();
+    assert_eq!(add_user(&mut c, "a").rc, 0);
+    let dn = format!("uid=a,{PEOPLE}");
+    let ctrls = vec![PreRead::new(vec!["sn"]), PostRead::new(vec!["sn", "modifiersName"])];
+    let res = c.with_controls(ctrls).modify(&dn, vec![Mod::Replace("sn", HashSet::from(["Changed"]))]).unwrap();
+    assert_eq!(res.rc, 0);
+    assert_eq!(read_entry(&res, "1.3.6.1.1.13.1")["sn"], vec!["User"]);
+    let after = read_entry(&res, "1.3.6.1.1.13.2");
+    assert_eq!(after["sn"], vec!["Changed"]);
+    assert_eq!(after["modifiersName"], vec![ROOT_DN]);
+
+    let attrs = vec![
+        ("objectClass", HashSet::from(["inetOrgPerson"])),
+        ("uid", HashSet::from(["n"])),
+        ("cn", HashSet::from(["N"])),
+        ("sn", HashSet::from(["N"])),
+    ];
+    let res = c.with_controls(PostRead::new(vec!["entryUUID", "cn"])).add(&format!("uid=n,{PEOPLE}"), attrs).unwrap();
+    assert_eq!(res.rc, 0);
+    let after: PostReadResp = res.ctrls[0].1.parse();
+    assert_eq!(after.attrs["cn"], vec!["N"]);
+    assert_eq!(after.attrs["entryUUID"][0].len(), 36);
+
+    let res = c.with_controls(PostRead::new(vec!["uid"])).modifydn(&dn, "uid=b", true, None).unwrap();
+    assert_eq!(res.rc, 0);
+    assert_eq!(read_entry(&res, "1.3.6.1.1.13.2")["uid"], vec!["b"]);
+    let res = c.with_controls(PreRead::new(vec!["*"])).delete(&format!("uid=b,{PEOPLE}")).unwrap();
+    assert_eq!(res.rc, 0);
+    let before = read_entry(&res, "1.3.6.1.1.13.1");
+    assert_eq!(before["sn"], vec!["Changed"]);
+    assert_eq!(before["uid"], vec!["b"]);
+
+    let root = get_entry(&mut c, "", vec!["supportedControl"]).unwrap();
+    let mut listed = root.attrs["supportedControl"].clone();
+    listed.sort();
+    let mut want = vec![
+        "1.2.840.113556.1.4.319",
+        "1.2.840.113556.1.4.473",
+        "1.3.6.1.1.12",
+        "1.3.6.1.1.13.1",
+        "1.3.6.1.1.13.2",
+        "2.16.840.1.113730.3.4.2",
+    ];
+    want.sort();
+    assert_eq!(listed, want);
+}
