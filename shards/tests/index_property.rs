@@ -154,7 +154,7 @@ fn indexed_search_equals_full_scan() {
     for (i, e) in entries.iter().enumerate() {
         let key = Dn::parse(&e.dn).unwrap().key();
         match i % 4 {
-            0 => ops.push(WriteOp::Delete { key, dn: e.dn.clone(), parent: None }),
+            0 => ops.push(WriteOp::Delete { key, dn: e.dn.clone(), parent: None, extras: Default::default() }),
             1 => {
                 let other = random_entry(&mut rng, i);
                 let mods = vec![
@@ -163,7 +163,14 @@ fn indexed_search_equals_full_scan() {
                     Mod::Replace(attr("uidNumber", vec![rng.gen_range(-20..60).to_string()])),
                     Mod::Replace(attr("mail", vec![])),
                 ];
-                ops.push(WriteOp::Modify { key, dn: e.dn.clone(), mods, rdn: Vec::new(), stamp: stamp.clone() });
+                ops.push(WriteOp::Modify {
+                    key,
+                    dn: e.dn.clone(),
+                    mods,
+                    rdn: Vec::new(),
+                    stamp: stamp.clone(),
+                    extras: Default::default(),
+                });
             }
             _ => {}
         }
