@@ -36,11 +36,13 @@ pub enum Mod {
 
 impl Entry {
     pub fn get(&self, name: &str) -> Option<&Attr> {
-        self.attrs.iter().find(|a| matching::same_attr(&a.name, name))
+        let want = matching::AttrName::new(name);
+        self.attrs.iter().find(|a| want.is(&a.name))
     }
 
     fn position(&self, name: &str) -> Option<usize> {
-        self.attrs.iter().position(|a| matching::same_attr(&a.name, name))
+        let want = matching::AttrName::new(name);
+        self.attrs.iter().position(|a| want.is(&a.name))
     }
 
     /// Sets an attribute to exactly these values, keeping its position.
@@ -258,7 +260,8 @@ impl<'a> EntryView<'a> {
     }
 
     pub fn get(&self, name: &str) -> Option<AttrView<'a>> {
-        self.attrs().find(|a| matching::same_attr(a.name, name))
+        let want = matching::AttrName::new(name);
+        self.attrs().find(|a| want.is(a.name))
     }
 }
 

@@ -477,16 +477,33 @@ pub fn stored_name(name: &str) -> Cow<'_, str> {
     }
 }
 
-/// Whether two attribute descriptions name the same type (allocation-free:
-/// it runs for every attribute an entry is searched for).
+/// An attribute description resolved once, then compared with many stored
+/// names without further lookups: entries store each type under its first
+/// name, so the first comparison usually decides.
+#[derive(Clone, Copy)]
+pub struct AttrName<'a> {
+    name: &'a str,
+    at: Option<&'static AttributeType>,
+}
+
+impl<'a> AttrName<'a> {
+    pub fn new(name: &'a str) -> AttrName<'a> {
+        AttrName { name, at: attr_type(name) }
+    }
+
+    /// Whether a stored attribute description names this type.
+    pub fn is(&self, stored: &str) -> bool {
+        let base = schema::base_type(stored);
+        match self.at {
+            Some(at) => at.names.iter().any(|n| n.eq_ignore_ascii_case(base)) || at.oid == base,
+            None => self.name.eq_ignore_ascii_case(stored),
+        }
+    }
+}
+
+/// Whether two attribute descriptions name the same type.
 pub fn same_attr(a: &str, b: &str) -> bool {
-    if a.eq_ignore_ascii_case(b) {
-        return true;
-    }
-    match (attr_type(a), attr_type(b)) {
-        (Some(x), Some(y)) => std::ptr::eq(x, y),
-        _ => false,
-    }
+    a.eq_ignore_ascii_case(b) || AttrName::new(a).is(b)
 }
 
 /// Whether the attribute is operational (returned for `+`, not for `*`).

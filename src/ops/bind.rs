@@ -10,7 +10,7 @@ use crate::ops::result;
 use ldap3_proto::proto::{LdapBindCred, LdapBindRequest, LdapResult};
 use ldap3_proto::LdapResultCode;
 use shards::dn::Dn;
-use shards::matching::same_attr;
+use shards::schema::base_type;
 use shards::{password, Error, Result};
 use std::rc::Rc;
 
@@ -56,7 +56,8 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Identity> {
     let bound = ctx.shard.with_entry(&dn.key(), |e| {
         let ok = e
             .attrs()
-            .filter(|a| same_attr(a.name, "userPassword"))
+            // Entries store the type under its schema name.
+            .filter(|a| base_type(a.name).eq_ignore_ascii_case("userPassword"))
             .any(|a| a.vals().any(|v| password::verify(v, password)));
         ok.then(|| Rc::from(e.dn()))
     })?;

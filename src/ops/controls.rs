@@ -200,7 +200,7 @@ pub fn read_entry_control(oid: &str, entry: &Entry, attrs: &[String], passwords:
     let out: Vec<OutAttr<'_, _>> = entry
         .attrs
         .iter()
-        .filter(|a| sel.wants(&a.name, shards::matching::is_operational(&a.name)))
+        .filter(|a| sel.wants(&a.name))
         .map(|a| OutAttr { name: a.name.as_str(), vals: a.vals.iter().map(Vec::as_slice) })
         .collect();
     let mut value = BytesMut::new();

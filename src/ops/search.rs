@@ -23,7 +23,7 @@ use ldap3_proto::proto::{LdapFilter, LdapMsg, LdapOp, LdapSearchRequest, LdapSea
 use ldap3_proto::LdapResultCode;
 use shards::dn::{key_depth, Dn, KEY_SEPARATOR};
 use shards::entry::{encode_vals, Entry, EntryView, Vals};
-use shards::schema::subschema;
+use shards::schema::{self, subschema};
 use shards::store::{Engine, ReadTxn, Store, Tree};
 use shards::write::children;
 use shards::{filter, index, matching, Error, Result};
@@ -59,18 +59,19 @@ pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest, ctrls: Control
     .detach();
 }
 
-/// Which attributes a search returns.
-pub struct Selection {
+/// Which attributes a search returns, with the requested names resolved
+/// once per request.
+pub struct Selection<'a> {
     user: bool,
     operational: bool,
-    names: Vec<String>,
+    names: Vec<matching::AttrName<'a>>,
     /// Whether the requester may see `userPassword`.
     pub passwords: bool,
     pub types_only: bool,
 }
 
-impl Selection {
-    pub fn new(attrs: &[String], passwords: bool, types_only: bool) -> Selection {
+impl<'a> Selection<'a> {
+    pub fn new(attrs: &'a [String], passwords: bool, types_only: bool) -> Selection<'a> {
         let mut sel =
             Selection { user: attrs.is_empty(), operational: false, names: Vec::new(), passwords, types_only };
         for a in attrs {
@@ -78,18 +79,34 @@ impl Selection {
                 "*" => sel.user = true,
                 "+" => sel.operational = true,
                 "1.1" => {}
-                name => sel.names.push(name.to_string()),
+                name => sel.names.push(matching::AttrName::new(name)),
             }
         }
         sel
     }
 
-    pub fn wants(&self, name: &str, operational: bool) -> bool {
-        if !self.passwords && matching::same_attr(name, "userPassword") {
+    /// Whether a stored attribute is returned. Entries store each type
+    /// under its schema name, so `userPassword` is a plain comparison.
+    pub fn wants(&self, name: &str) -> bool {
+        if !self.passwords && schema::base_type(name).eq_ignore_ascii_case("userPassword") {
             return false;
         }
-        (if operational { self.operational } else { self.user })
-            || self.names.iter().any(|n| matching::same_attr(n, name))
+        if self.names.iter().any(|n| n.is(name)) {
+            return true;
+        }
+        if self.user == self.operational {
+            return self.user;
+        }
+        if matching::is_operational(name) {
+            self.operational
+        } else {
+            self.user
+        }
+    }
+
+    /// Whether an operational attribute computed at read time is returned.
+    pub fn wants_computed(&self, name: &str) -> bool {
+        self.operational || self.names.iter().any(|n| n.is(name))
     }
 }
 
@@ -317,7 +334,7 @@ impl Scope {
 struct Emit<'a> {
     msgid: i32,
     filter: &'a filter::Node,
-    sel: &'a Selection,
+    sel: &'a Selection<'a>,
     limits: Limits,
     out: &'a mut BytesMut,
     sent: usize,
@@ -487,11 +504,8 @@ impl Emit<'_> {
 
 /// Writes one SearchResultEntry with the selected stored and computed attributes.
 fn write_entry(out: &mut BytesMut, msgid: i32, view: &EntryView<'_>, n_children: u64, sel: &Selection) {
-    let mut attrs: Vec<OutAttr<'_, Vals<'_>>> = view
-        .attrs()
-        .filter(|a| sel.wants(a.name, matching::is_operational(a.name)))
-        .map(|a| OutAttr { name: a.name, vals: a.vals() })
-        .collect();
+    let mut attrs: Vec<OutAttr<'_, Vals<'_>>> =
+        view.attrs().filter(|a| sel.wants(a.name)).map(|a| OutAttr { name: a.name, vals: a.vals() }).collect();
     let computed = computed_attrs(view.dn(), n_children, sel);
     for (name, buf) in &computed {
         attrs.push(OutAttr { name, vals: Vals::from_encoded(buf, 1) });
@@ -503,7 +517,7 @@ fn write_entry(out: &mut BytesMut, msgid: i32, view: &EntryView<'_>, n_children:
 fn computed_attrs(dn: &str, n_children: u64, sel: &Selection) -> Vec<(&'static str, Vec<u8>)> {
     let mut res = Vec::new();
     let mut add = |name: &'static str, value: &[u8]| {
-        if sel.wants(name, true) {
+        if sel.wants_computed(name) {
             let mut buf = Vec::with_capacity(value.len() + 4);
             encode_vals(&[value], &mut buf);
             res.push((name, buf));
@@ -525,11 +539,8 @@ fn write_computed(out: &mut BytesMut, msgid: i32, entry: &Entry, filter: &filter
     if !filter.matches(&view) {
         return;
     }
-    let attrs: Vec<_> = view
-        .attrs()
-        .filter(|a| sel.wants(a.name, matching::is_operational(a.name)))
-        .map(|a| OutAttr { name: a.name, vals: a.vals() })
-        .collect();
+    let attrs: Vec<_> =
+        view.attrs().filter(|a| sel.wants(a.name)).map(|a| OutAttr { name: a.name, vals: a.vals() }).collect();
     ber::search_entry(out, msgid, entry.dn.as_str(), &attrs, sel.types_only);
 }
 

@@ -3,7 +3,7 @@
 //! values, syntaxes and the RDN. Each violation has its own result code and
 //! a message naming the attribute, as OpenLDAP words them.
 
-use super::{get, ClassKind, Schema};
+use super::{get, AttributeType, ClassKind, Schema};
 use crate::dn::Dn;
 use crate::entry::Entry;
 use crate::error::{Error, Result};
@@ -27,31 +27,54 @@ pub fn structural_class(entry: &Entry) -> Result<String> {
 
 /// Required and allowed attributes, values, RDN.
 fn check_contents(schema: &Schema, entry: &Entry, dn: &Dn, classes: &[usize]) -> Result<()> {
+    // Each attribute's type, resolved once.
+    let mut types = Vec::with_capacity(entry.attrs.len());
+    for a in &entry.attrs {
+        match schema.attr_index(&a.name) {
+            Some(i) => types.push(i),
+            None => {
+                return Err(Error::new(Code::UndefinedAttributeType, format!("{}: attribute type undefined", a.name)))
+            }
+        }
+    }
     let extensible = classes.iter().any(|c| schema.classes[*c].oid == "1.3.6.1.4.1.1466.101.120.111");
-    let mut allowed = Vec::new();
+    let mut allowed = vec![false; schema.attrs.len()];
     for c in classes {
         let oc = &schema.classes[*c];
         for must in &oc.must {
-            if !entry.attrs.iter().any(|a| schema.attr_index(&a.name) == Some(*must)) {
+            if !types.contains(must) {
                 return Err(Error::new(
                     Code::ObjectClassViolation,
                     format!("object class '{}' requires attribute '{}'", oc.name(), schema.attrs[*must].name()),
                 ));
             }
         }
-        allowed.extend(oc.must.iter().chain(&oc.may));
+        for t in oc.must.iter().chain(&oc.may) {
+            allowed[*t] = true;
+        }
     }
-    for a in &entry.attrs {
-        let Some(i) = schema.attr_index(&a.name) else {
-            return Err(Error::new(Code::UndefinedAttributeType, format!("{}: attribute type undefined", a.name)));
-        };
-        let at = &schema.attrs[i];
-        if !extensible && !at.usage.is_operational() && !allowed.iter().any(|x| schema.is_subtype(i, *x)) {
+    for (a, t) in entry.attrs.iter().zip(&types) {
+        let at = &schema.attrs[*t];
+        if !extensible && !at.usage.is_operational() && !allowed_or_supertype(schema, &allowed, *t) {
             return Err(Error::new(Code::ObjectClassViolation, format!("attribute '{}' not allowed", a.name)));
         }
-        check_values(schema, &a.name, &a.vals)?;
+        check_type_values(at, &a.name, &a.vals)?;
     }
     check_rdn(entry, dn)
+}
+
+/// Whether a type or one of its supertypes is allowed (a class that
+/// allows `name` allows `cn`).
+fn allowed_or_supertype(schema: &Schema, allowed: &[bool], mut t: usize) -> bool {
+    loop {
+        if allowed[t] {
+            return true;
+        }
+        match schema.attrs[t].sup {
+            Some(s) => t = s,
+            None => return false,
+        }
+    }
 }
 
 /// Values of one attribute: single-value and syntax.
@@ -59,15 +82,18 @@ pub fn check_values(schema: &Schema, name: &str, vals: &[Vec<u8>]) -> Result<()>
     let Some(at) = schema.attr(name) else {
         return Err(Error::new(Code::UndefinedAttributeType, format!("{name}: attribute type undefined")));
     };
+    check_type_values(at, name, vals)
+}
+
+fn check_type_values(at: &AttributeType, name: &str, vals: &[Vec<u8>]) -> Result<()> {
     if at.single_value && vals.len() > 1 {
         return Err(Error::new(Code::ConstraintViolation, format!("attribute '{name}' cannot have multiple values")));
     }
-    let syntax = super::syntax::find(&at.syntax).expect("syntaxes are checked at load");
     for (i, v) in vals.iter().enumerate() {
-        if !(syntax.valid)(v) {
+        if !(at.syntax_ref.valid)(v) {
             return Err(Error::new(
                 Code::InvalidAttributeSyntax,
-                format!("{name}: value #{i} invalid per syntax ({})", syntax.desc),
+                format!("{name}: value #{i} invalid per syntax ({})", at.syntax_ref.desc),
             ));
         }
     }

@@ -19,7 +19,7 @@ pub mod subschema;
 pub mod syntax;
 
 use crate::matching::Rule;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::path::Path;
 use std::sync::OnceLock;
 
@@ -71,6 +71,7 @@ pub struct AttributeType {
     pub ordering: Option<Rule>,
     pub substr: Option<Rule>,
     pub syntax: String,
+    pub syntax_ref: &'static syntax::Syntax,
     pub syntax_len: Option<u32>,
     pub single_value: bool,
     pub collective: bool,
@@ -115,8 +116,18 @@ pub struct Schema {
     /// For each attribute type, itself and all its subtypes (filters on
     /// `name` match `cn` and `sn`).
     pub subtypes: Vec<Vec<usize>>,
-    attr_by_name: HashMap<String, usize>,
-    class_by_name: HashMap<String, usize>,
+    // Looked up for every attribute of every entry a request touches:
+    // FxHash, not SipHash (the keys are the schema's own names).
+    attr_by_name: FxHashMap<String, usize>,
+    class_by_name: FxHashMap<String, usize>,
+}
+
+/// The attribute type of a description: what precedes its options (`cn;lang-de`).
+pub fn base_type(name: &str) -> &str {
+    match name.as_bytes().iter().position(|b| *b == b';') {
+        Some(at) => &name[..at],
+        None => name,
+    }
 }
 
 /// Lower-cases a short name into a stack buffer (names are looked up on
@@ -130,8 +141,9 @@ fn with_lower<R>(name: &str, f: impl FnOnce(&str) -> R) -> R {
         let lower = &mut buf[..name.len()];
         lower.copy_from_slice(name.as_bytes());
         lower.make_ascii_lowercase();
-        // ASCII lower-casing keeps UTF-8 valid.
-        return f(std::str::from_utf8(lower).expect("still UTF-8"));
+        // SAFETY: ASCII lower-casing of valid UTF-8 only changes ASCII
+        // bytes into ASCII bytes, so the buffer is still valid UTF-8.
+        return f(unsafe { std::str::from_utf8_unchecked(lower) });
     }
     f(&name.to_ascii_lowercase())
 }
@@ -159,13 +171,11 @@ impl Schema {
 
     /// An attribute type by name, alias or OID; options (`;lang-de`) are ignored.
     pub fn attr(&self, name: &str) -> Option<&AttributeType> {
-        let base = name.split(';').next().unwrap_or(name);
-        with_lower(base, |n| self.attr_by_name.get(n)).map(|i| &self.attrs[*i])
+        self.attr_index(name).map(|i| &self.attrs[i])
     }
 
     pub fn attr_index(&self, name: &str) -> Option<usize> {
-        let base = name.split(';').next().unwrap_or(name);
-        with_lower(base, |n| self.attr_by_name.get(n).copied())
+        with_lower(base_type(name), |n| self.attr_by_name.get(n).copied())
     }
 
     pub fn class(&self, name: &str) -> Option<&ObjectClass> {

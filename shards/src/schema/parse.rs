@@ -396,6 +396,7 @@ fn resolve_attr(
         equality: inherit(rule(desc, "EQUALITY", Usage::Equality)?, |p| p.equality),
         ordering: inherit(rule(desc, "ORDERING", Usage::Ordering)?, |p| p.ordering),
         substr: inherit(rule(desc, "SUBSTR", Usage::Substrings)?, |p| p.substr),
+        syntax_ref: syntax::find(&syntax).expect("checked above"),
         syntax,
         syntax_len,
         single_value: desc.flag("SINGLE-VALUE"),

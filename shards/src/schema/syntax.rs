@@ -8,6 +8,7 @@
 use crate::dn::Dn;
 use crate::matching;
 
+#[derive(Debug)]
 pub struct Syntax {
     pub oid: &'static str,
     pub desc: &'static str,
