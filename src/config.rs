@@ -6,7 +6,7 @@
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
 use shards::dn::Dn;
-use shards::store::SyncMode;
+use shards::store::{EngineKind, Options, SyncMode};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -64,7 +64,7 @@ pub struct Directory {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Storage {
-    /// Storage engine: "lmdb".
+    /// Storage engine: "lmdb" (default) or "sled".
     pub engine: String,
     /// "always" (default), "interval" or "never"; see README.
     pub sync: String,
@@ -72,6 +72,8 @@ pub struct Storage {
     pub sync_interval_ms: u64,
     /// Address space reserved for each shard's LMDB map.
     pub map_size_mb: usize,
+    /// sled's page cache per shard.
+    pub sled_cache_mb: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -127,7 +129,13 @@ impl Default for Directory {
 
 impl Default for Storage {
     fn default() -> Storage {
-        Storage { engine: "lmdb".into(), sync: "always".into(), sync_interval_ms: 1000, map_size_mb: 64 * 1024 }
+        Storage {
+            engine: "lmdb".into(),
+            sync: "always".into(),
+            sync_interval_ms: 1000,
+            map_size_mb: 64 * 1024,
+            sled_cache_mb: 256,
+        }
     }
 }
 
@@ -166,12 +174,9 @@ impl Config {
                 bail!("directory.root_password_hash: expected an {{SSHA}} or {{SHA}} hash");
             }
         }
-        match self.storage.engine.as_str() {
-            "lmdb" => {}
-            "sled" => {
-                bail!("storage.engine: \"sled\" is not available in this build yet; use \"lmdb\"")
-            }
-            other => bail!("storage.engine: unknown engine {other:?} (expected \"lmdb\")"),
+        self.engine_kind()?;
+        if self.storage.sled_cache_mb == 0 {
+            bail!("storage.sled_cache_mb: must be at least 1");
         }
         self.sync_mode()?;
         if self.storage.sync_interval_ms == 0 {
@@ -229,6 +234,25 @@ impl Config {
             .listen
             .parse()
             .map_err(|_| anyhow!("server.listen: {:?} is not an address like 127.0.0.1:3389", self.server.listen))
+    }
+
+    pub fn engine_kind(&self) -> Result<EngineKind> {
+        Ok(match self.storage.engine.as_str() {
+            "lmdb" => EngineKind::Lmdb,
+            "sled" => EngineKind::Sled,
+            other => bail!("storage.engine: unknown engine {other:?} (expected \"lmdb\" or \"sled\")"),
+        })
+    }
+
+    /// How to open this configuration's stores.
+    pub fn store_options(&self) -> Result<Options> {
+        Ok(Options {
+            kind: self.engine_kind()?,
+            sync: self.sync_mode()?,
+            sync_interval_ms: self.storage.sync_interval_ms,
+            map_size: self.storage.map_size_mb << 20,
+            sled_cache_bytes: self.storage.sled_cache_mb << 20,
+        })
     }
 
     pub fn sync_mode(&self) -> Result<SyncMode> {

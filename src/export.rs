@@ -18,7 +18,7 @@ pub fn run(config: Config, out: Option<&Path>, operational: bool) -> Result<()> 
     let Some(manifest) = Manifest::load(data).map_err(|e| anyhow!(e.message))? else {
         bail!("there is no database in {}", data.display());
     };
-    let stores = server::open_stores(&config, data, manifest.shards as usize)?;
+    let stores = server::open_stores(&config, data, &manifest)?;
     let txns = stores.iter().map(|s| s.read()).collect::<shards::Result<Vec<_>>>().map_err(|e| anyhow!(e.message))?;
     // Keys are root-first, so sorting them puts every parent before its children.
     let mut keys: Vec<(Vec<u8>, usize, Vec<u8>)> = Vec::new();

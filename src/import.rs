@@ -41,7 +41,7 @@ pub fn run(config: Config, file: &Path) -> Result<()> {
     // end. An interrupted import is redone from an empty directory anyway.
     let mut unsynced = config.clone();
     unsynced.storage.sync = "never".into();
-    let stores = server::open_stores(&unsynced, &data, n_shards)?;
+    let stores = server::open_stores(&unsynced, &data, &manifest)?;
     let input = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
     let suffix = Dn::parse(&config.directory.suffix)?;
     let started = Instant::now();

@@ -21,7 +21,7 @@ pub fn run(config: Config) -> Result<()> {
     let Some(mut manifest) = Manifest::load(&data).map_err(|e| anyhow!(e.message))? else {
         bail!("{} holds no database ({} is missing)", data.display(), shards::manifest::FILE);
     };
-    let stores = server::open_stores(&config, &data, manifest.shards as usize)?;
+    let stores = server::open_stores(&config, &data, &manifest)?;
     let started = Instant::now();
     let mut total = 0;
     for (i, store) in stores.iter().enumerate() {

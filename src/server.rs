@@ -64,12 +64,16 @@ pub fn shard_count(config: &Config) -> usize {
     }
 }
 
-/// Opens every shard's store of a data directory.
-pub fn open_stores(config: &Config, data: &Path, n_shards: usize) -> Result<Arc<Vec<Arc<Engine>>>> {
-    let sync = config.sync_mode()?;
-    let map_size = config.storage.map_size_mb << 20;
-    let stores: Vec<Arc<Engine>> = (0..n_shards)
-        .map(|i| Engine::open(&data.join(format!("shard-{i}")), sync, map_size).map(Arc::new))
+/// Opens every shard's store of a data directory, with the engine the
+/// manifest names and the configuration's sync and size settings.
+pub fn open_stores(config: &Config, data: &Path, manifest: &Manifest) -> Result<Arc<Vec<Arc<Engine>>>> {
+    let mut options = config.store_options()?;
+    options.kind = match manifest.engine.as_str() {
+        "sled" => shards::store::EngineKind::Sled,
+        _ => shards::store::EngineKind::Lmdb,
+    };
+    let stores: Vec<Arc<Engine>> = (0..manifest.shards as usize)
+        .map(|i| Engine::open(&data.join(format!("shard-{i}")), options).map(Arc::new))
         .collect::<shards::Result<_>>()
         .map_err(|e| anyhow!("opening the stores in {}: {}", data.display(), e.message))?;
     Ok(Arc::new(stores))
@@ -102,7 +106,7 @@ pub fn serve(config: Config) -> Result<()> {
     manifest.check_indexes().map_err(|e| anyhow!("{}: {e}", data.display()))?;
     let manifest = Arc::new(manifest);
     let sync = config.sync_mode()?;
-    let stores = open_stores(&config, &data, n_shards)?;
+    let stores = open_stores(&config, &data, &manifest)?;
     if created {
         bootstrap(&config, &manifest, &stores)?;
     }
@@ -188,6 +192,7 @@ pub fn open_manifest(config: &Config, data: &Path, n_shards: usize) -> Result<(M
                 m.shards
             );
         }
+        m.check_engine(&config.storage.engine).map_err(|e| anyhow!("{}: {e}", data.display()))?;
         return Ok((m, false));
     }
     // A lone lock file is not a database.
@@ -207,12 +212,13 @@ pub fn open_manifest(config: &Config, data: &Path, n_shards: usize) -> Result<(M
             p
         }
     };
-    let m = Manifest::new(
+    let mut m = Manifest::new(
         n_shards as u32,
         vec![config.directory.suffix.clone()],
         config.directory.root_dn.clone(),
         password::hash_ssha(password.as_bytes()),
     );
+    m.engine = config.storage.engine.clone();
     m.save(data).map_err(|e| anyhow!(e.message))?;
     Ok((m, true))
 }

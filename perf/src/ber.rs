@@ -75,7 +75,16 @@ pub fn unbind(out: &mut Vec<u8>, msgid: i32) {
 
 /// A search with an equality filter (`attr=value`), or a presence filter
 /// on objectClass when `eq` is None; all user attributes.
-pub fn search(out: &mut Vec<u8>, msgid: i32, base: &str, scope: u8, eq: Option<(&str, &str)>) {
+/// The filter of a benchmark search.
+pub enum Filter<'a> {
+    Present(&'a str),
+    Eq(&'a str, &'a str),
+    /// `(attr=initial*)` or `(attr=*final)`.
+    Initial(&'a str, &'a str),
+    Final(&'a str, &'a str),
+}
+
+pub fn search(out: &mut Vec<u8>, msgid: i32, base: &str, scope: u8, filter: Filter<'_>) {
     message(out, msgid, |o| {
         tlv(o, 0x63, |o| {
             octets(o, 0x04, base.as_bytes());
@@ -84,12 +93,19 @@ pub fn search(out: &mut Vec<u8>, msgid: i32, base: &str, scope: u8, eq: Option<(
             int(o, 0x02, 0);
             int(o, 0x02, 0);
             octets(o, 0x01, &[0]);
-            match eq {
-                Some((a, v)) => tlv(o, 0xa3, |o| {
+            match filter {
+                Filter::Eq(a, v) => tlv(o, 0xa3, |o| {
                     octets(o, 0x04, a.as_bytes());
                     octets(o, 0x04, v.as_bytes());
                 }),
-                None => octets(o, 0x87, b"objectClass"),
+                Filter::Initial(a, v) | Filter::Final(a, v) => {
+                    let tag = if matches!(filter, Filter::Initial(..)) { 0x80 } else { 0x82 };
+                    tlv(o, 0xa4, |o| {
+                        octets(o, 0x04, a.as_bytes());
+                        tlv(o, 0x30, |o| octets(o, tag, v.as_bytes()));
+                    })
+                }
+                Filter::Present(a) => octets(o, 0x87, a.as_bytes()),
             }
             tlv(o, 0x30, |_| {});
         })
@@ -204,7 +220,7 @@ mod tests {
     fn long_lengths_are_fixed_up() {
         let mut out = Vec::new();
         let long = "x".repeat(300);
-        search(&mut out, 7, &long, 2, Some(("uid", "u1")));
+        search(&mut out, 7, &long, 2, Filter::Eq("uid", "u1"));
         assert_eq!(frame_len(&out), Some(out.len()));
         let mut out = Vec::new();
         bind(&mut out, 1, "cn=a", "b");

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 pub struct Args {
     /// Data-set sizes (users).
     #[arg(long, value_delimiter = ',', default_values_t = [10_000usize, 100_000])]
@@ -33,7 +33,7 @@ pub struct Args {
     warmup: f64,
     #[arg(long, default_value_t = 32)]
     conns: usize,
-    #[arg(long, value_delimiter = ',', default_value = "bind,bindnew,search,read,modify,add,latency,mixed")]
+    #[arg(long, value_delimiter = ',', default_value = "bind,bindnew,search,substring,read,modify,add,latency,mixed")]
     scenarios: Vec<String>,
     /// Where the table and the JSON lines are written.
     #[arg(long, default_value = "perf/results")]
@@ -205,6 +205,23 @@ fn append(path: &Path, line: &str) -> Result<()> {
     Ok(())
 }
 
+/// The indexes both servers keep: the same set, so loads, sizes and
+/// searches compare like with like.
+const INDEXES: &[(&str, &str)] = &[
+    ("objectClass", "eq"),
+    ("uid", "eq,sub"),
+    ("cn", "eq,sub"),
+    ("mail", "eq,sub"),
+    ("uidNumber", "eq"),
+    ("memberUid", "eq"),
+    ("member", "eq"),
+];
+
+fn coredir_conf() -> String {
+    let lines: String = INDEXES.iter().map(|(a, k)| format!("{a} = \"{k}\"\n")).collect();
+    format!("[indexes]\n{lines}")
+}
+
 fn slapd_conf(dir: &Path, kind: Kind) -> String {
     let d = dir.display();
     let head = format!(
@@ -218,7 +235,8 @@ fn slapd_conf(dir: &Path, kind: Kind) -> String {
         _ => format!(
             "{head}access to attrs=userPassword\n  by self write\n  by anonymous auth\n  by * none\naccess to *\n  by * read\n\
              database mdb\nsuffix \"{SUFFIX}\"\nrootdn \"{ROOT_DN}\"\nrootpw {ROOT_PW}\ndirectory {d}/db\nmaxsize 10737418240\n\
-             index objectClass eq\nindex uid eq\nindex cn eq,sub\nindex mail eq\nindex uidNumber eq\nindex memberUid eq\n"
+             {}",
+            INDEXES.iter().map(|(a, k)| format!("index {a} {k}\n")).collect::<String>()
         ),
     }
 }
@@ -271,14 +289,33 @@ fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
 
 fn start_coredir(coredir: &Path, work: &Path, shards: usize, ldif: &Path) -> Result<Server> {
     let name = if shards == 1 { "coredir-1" } else { "coredir-2" };
+    start_coredir_as(coredir, work, shards, ldif, name, "")
+}
+
+/// Imports the LDIF into a new data directory and serves it, with `extra`
+/// appended to the configuration.
+fn start_coredir_as(
+    coredir: &Path,
+    work: &Path,
+    shards: usize,
+    ldif: &Path,
+    name: &'static str,
+    extra: &str,
+) -> Result<Server> {
     let dir = work.join(name);
     let cpus = if shards == 1 { "0" } else { "0-1" };
+    std::fs::create_dir_all(work)?;
+    let conf = work.join(format!("{name}.toml"));
+    std::fs::write(&conf, format!("{}{extra}", coredir_conf()))?;
     // The offline import, pinned like the server that will serve the data.
     let t = Instant::now();
     let out = Command::new("taskset")
         .args(["-c", cpus])
         .arg(coredir)
-        .args(["import", "--shards", &shards.to_string(), "--data"])
+        .arg("import")
+        .arg("--config")
+        .arg(&conf)
+        .args(["--shards", &shards.to_string(), "--data"])
         .arg(&dir)
         .arg(ldif)
         .env("COREDIR_ROOT_PASSWORD", ROOT_PW)
@@ -291,7 +328,10 @@ fn start_coredir(coredir: &Path, work: &Path, shards: usize, ldif: &Path) -> Res
     let mut child = Command::new("taskset")
         .args(["-c", cpus])
         .arg(coredir)
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--shards", &shards.to_string(), "--data"])
+        .arg("serve")
+        .arg("--config")
+        .arg(&conf)
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--shards", &shards.to_string(), "--data"])
         .arg(&dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -351,6 +391,77 @@ fn measure(args: &Args, server: &Server, scenario: &str, users: usize, run: usiz
     };
     let report = load::run(opts).context(format!("{scenario} against {}", server.name))?;
     Ok(Sample { cpu_seconds: report.server_cpu_s, report })
+}
+
+#[derive(clap::Args)]
+pub struct CommitArgs {
+    #[arg(long, default_value_t = 10_000)]
+    users: usize,
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Where the table and the JSON lines are written.
+    #[arg(long, default_value = "perf/results")]
+    out: PathBuf,
+}
+
+/// `coredir-perf commit`: group commit measured. One shard with
+/// `storage.sync = "always"` and one with `"never"`, both pinned to CPU 0,
+/// take modifies from 1 and from 32 connections in alternation: writes per
+/// second and the latency of an acknowledged write (which, with `always`,
+/// includes the shared durable sync).
+pub fn commit(args: CommitArgs) -> Result<()> {
+    let coredir = std::env::current_exe()?.with_file_name("coredir");
+    std::fs::create_dir_all(&args.out)?;
+    let work = tempdir()?;
+    let ldif = work.join("full.ldif");
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&ldif)?);
+    crate::ldif::write(&mut f, SUFFIX, args.users, 100, true)?;
+    drop(f);
+    let servers = [
+        start_coredir_as(&coredir, &work, 1, &ldif, "sync-always", "[storage]\nsync = \"always\"\n")?,
+        start_coredir_as(&coredir, &work, 1, &ldif, "sync-never", "[storage]\nsync = \"never\"\n")?,
+    ];
+    let base = Args {
+        users: vec![args.users],
+        runs: args.runs,
+        duration: args.duration,
+        warmup: args.warmup,
+        conns: 1,
+        scenarios: vec![],
+        out: args.out.clone(),
+    };
+    let mut table = String::from("| connections | sync | writes/s | p50 µs | p99 µs |\n|---|---|---|---|---|\n");
+    for conns in [1, 32] {
+        let mut samples: BTreeMap<&str, Vec<Sample>> = BTreeMap::new();
+        for run in 0..args.runs {
+            for server in &servers {
+                eprintln!("   modify ×{conns} run {} on {}", run + 1, server.name);
+                let a = Args { conns, ..base.clone() };
+                let s = measure(&a, server, "modify", args.users, run)?;
+                let line = serde_json::json!({"users": args.users, "server": server.name, "scenario": "modify",
+                    "conns": conns, "run": run, "ops_per_s": s.report.ops_per_s, "p50_us": s.report.p50_us,
+                    "p99_us": s.report.p99_us, "errors": s.report.errors});
+                append(&args.out.join("commit.jsonl"), &line.to_string())?;
+                samples.entry(server.name).or_default().push(s);
+            }
+        }
+        for server in &servers {
+            let v = &samples[server.name];
+            let ops = median_range(v.iter().map(|s| s.report.ops_per_s).collect());
+            let p50 = median_range(v.iter().map(|s| s.report.p50_us as f64).collect());
+            let p99 = median_range(v.iter().map(|s| s.report.p99_us as f64).collect());
+            writeln!(table, "| {conns} | {} | {} | {} | {} |", server.name, fmt(ops, ""), fmt(p50, ""), fmt(p99, ""))?;
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work);
+    let report = format!("{}\n\n{table}", machine());
+    std::fs::write(args.out.join("commit.md"), &report)?;
+    println!("{report}");
+    Ok(())
 }
 
 fn median_range(mut v: Vec<f64>) -> (f64, f64, f64) {

@@ -2,7 +2,7 @@
 //! connections, each keeping `depth` requests in flight; every response is
 //! checked and every operation's latency recorded.
 
-use crate::ber;
+use crate::ber::{self, Filter};
 use anyhow::{anyhow, bail, Result};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
@@ -19,6 +19,9 @@ pub enum Scenario {
     Bind,
     Bindnew,
     Search,
+    /// Substring searches answered by one entry: `(uid=*serN)`,
+    /// `(mail=userN@*)`, `(cn=* N)` in turn.
+    Substring,
     Read,
     Modify,
     Add,
@@ -77,6 +80,7 @@ enum Expect {
 enum Op {
     Bind(usize),
     Search(usize),
+    Substring(usize),
     Read(usize),
     Modify(usize, u64),
     Add(usize),
@@ -220,6 +224,7 @@ fn next_op(shared: &Shared, rng: &mut SmallRng, conn: usize, seq: &mut usize) ->
     match shared.opts.scenario {
         Scenario::Bind | Scenario::Bindnew => Op::Bind(user),
         Scenario::Search => Op::Search(user),
+        Scenario::Substring => Op::Substring(user),
         Scenario::Read => Op::Read(user),
         Scenario::Modify => Op::Modify(user, rng.gen()),
         Scenario::Add => Op::Add(conn * 100_000_000 + *seq),
@@ -235,12 +240,23 @@ fn encode(shared: &Shared, op: Op, msgid: i32, out: &mut Vec<u8>) -> Expect {
             Expect::Result(ber::BIND_RESPONSE)
         }
         Op::Search(u) => {
-            ber::search(out, msgid, &format!("ou=people,{base}"), 2, Some(("uid", &format!("user{u}"))));
+            ber::search(out, msgid, &format!("ou=people,{base}"), 2, Filter::Eq("uid", &format!("user{u}")));
+            Expect::OneEntry(shared.user_dn(u).to_ascii_lowercase())
+        }
+        Op::Substring(u) => {
+            let people = format!("ou=people,{base}");
+            let (uid, mail, cn) = (format!("ser{u}"), format!("user{u}@"), format!(" {u}"));
+            let filter = match u % 3 {
+                0 => Filter::Final("uid", &uid),
+                1 => Filter::Initial("mail", &mail),
+                _ => Filter::Final("cn", &cn),
+            };
+            ber::search(out, msgid, &people, 2, filter);
             Expect::OneEntry(shared.user_dn(u).to_ascii_lowercase())
         }
         Op::Read(u) => {
             let dn = shared.user_dn(u);
-            ber::search(out, msgid, &dn, 0, None);
+            ber::search(out, msgid, &dn, 0, Filter::Present("objectClass"));
             Expect::OneEntry(dn.to_ascii_lowercase())
         }
         Op::Modify(u, v) => {

@@ -7,6 +7,7 @@
 //! - `coredir-perf gen-ldif`: the benchmark data set.
 //! - `coredir-perf compare`: the whole side-by-side run against OpenLDAP
 //!   slapd (what `perf/compare` calls).
+//! - `coredir-perf commit`: group commit, `storage.sync` always vs never.
 //!
 //! Code map: `ber` (hand-written requests, allocation-free response
 //! parsing), `load` (the engine), `ldif` (data set), `compare`
@@ -89,6 +90,8 @@ enum Command {
     },
     /// The side-by-side benchmark against OpenLDAP slapd.
     Compare(compare::Args),
+    /// Group commit: writes/s and write latency, storage.sync always vs never.
+    Commit(compare::CommitArgs),
 }
 
 fn main() {
@@ -119,6 +122,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Compare(args) => compare::run(args),
+        Command::Commit(args) => compare::commit(args),
     }
 }
 

@@ -7,12 +7,12 @@
 //!
 //! - `eq`: `type \0 e normalized-value \0 id` (values cut at `MAX_VALUE`);
 //! - `pres`: `type \0 p \0 id`;
-//! - `sub`: `type \0 s piece \0 id` for every suffix of the normalized value
-//!   starting at a character boundary, plus the whole value anchored with
-//!   `\x01`, each ending in `\x02` and cut at `SUB_LEN` bytes. A substring
-//!   piece is then one prefix scan: `initial` scans `\x01initial`, `final`
-//!   scans `final\x02`, `any` scans `any`; the cost follows the number of
-//!   matches, not the size of the directory;
+//! - `sub`: `type \0 s suffix \0 id` for every suffix of the normalized
+//!   value that starts at a character boundary, ending in `\x02` and cut at
+//!   `SUB_LEN` bytes. A substring piece is then one prefix scan: `final`
+//!   scans `final\x02`, `initial` and `any` scan the piece (for `initial`
+//!   a superset: the piece may also occur later in a value); the cost
+//!   follows the number of matches, not the size of the directory;
 //! - `ordering`: `type \0 o order-key \0 id`, so `>=` and `<=` are range scans.
 //!
 //! Cut keys make a lookup a superset of the matches; every candidate is
@@ -30,8 +30,9 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 const MAX_VALUE: usize = 256;
-const SUB_LEN: usize = 24;
-const ANCHOR_START: u8 = 0x01;
+/// Long enough to tell `user12345@` from its neighbours; every byte more
+/// is paid once per character of every indexed value.
+const SUB_LEN: usize = 12;
 const ANCHOR_END: u8 = 0x02;
 
 /// Index types of one attribute.
@@ -173,23 +174,19 @@ fn keys(entry: &Entry, out: &mut Vec<Vec<u8>>) {
 }
 
 fn sub_keys(key: &str, norm: &[u8], out: &mut Vec<Vec<u8>>) {
-    let piece = |anchored: bool, from: &[u8]| {
+    let piece = |from: &[u8]| {
         let mut k = head(key, b's');
         let body = k.len();
-        if anchored {
-            k.push(ANCHOR_START);
-        }
         k.extend_from_slice(from);
         k.push(ANCHOR_END);
         k.truncate(body + SUB_LEN);
         k.push(0);
         k
     };
-    out.push(piece(true, norm));
     for i in 0..norm.len() {
         // Suffixes start at character boundaries (not UTF-8 continuation bytes).
         if norm[i] & 0xC0 != 0x80 {
-            out.push(piece(false, &norm[i..]));
+            out.push(piece(&norm[i..]));
         }
     }
 }
@@ -294,11 +291,7 @@ pub fn candidates<T: ReadTxn>(txn: &T, filter: &Node) -> Result<Option<Vec<Candi
 /// The most selective piece of a substring assertion, as a `sub` key prefix.
 fn best_piece(initial: Option<&[u8]>, any: &[Vec<u8>], last: Option<&[u8]>) -> Vec<u8> {
     let mut options: Vec<Vec<u8>> = any.iter().cloned().collect();
-    if let Some(i) = initial {
-        let mut p = vec![ANCHOR_START];
-        p.extend_from_slice(i);
-        options.push(p);
-    }
+    options.extend(initial.map(<[u8]>::to_vec));
     if let Some(l) = last {
         let mut p = l.to_vec();
         p.push(ANCHOR_END);
@@ -368,10 +361,10 @@ mod tests {
         let mut out = Vec::new();
         sub_keys("cn", b"abc", &mut out);
         let parts: Vec<Vec<u8>> = out.iter().map(|k| k[4..k.len() - 1].to_vec()).collect();
-        assert_eq!(parts, vec![b"\x01abc\x02".to_vec(), b"abc\x02".to_vec(), b"bc\x02".to_vec(), b"c\x02".to_vec()]);
+        assert_eq!(parts, vec![b"abc\x02".to_vec(), b"bc\x02".to_vec(), b"c\x02".to_vec()]);
         out.clear();
         sub_keys("cn", "é".repeat(40).as_bytes(), &mut out);
-        assert_eq!(out.len(), 41, "one key per character plus the anchored one");
+        assert_eq!(out.len(), 40, "one key per character");
         assert!(out.iter().all(|k| k.len() <= 4 + SUB_LEN + 1));
     }
 }

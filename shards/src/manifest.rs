@@ -31,6 +31,8 @@ pub struct Manifest {
     pub suffixes: Vec<String>,
     pub root_dn: String,
     pub root_password_hash: String,
+    /// The storage engine of the stores ("lmdb" or "sled").
+    pub engine: String,
     /// The index configuration the stores' indexes were built with
     /// (`index::Config::describe`); `coredir reindex` rewrites it.
     pub indexes: String,
@@ -49,6 +51,7 @@ impl Manifest {
             suffixes,
             root_dn,
             root_password_hash,
+            engine: "lmdb".into(),
             indexes: crate::index::config().describe(),
         }
     }
@@ -81,6 +84,18 @@ impl Manifest {
         }
         if self.shards == 0 || self.owners.iter().any(|o| *o >= self.shards) {
             return Err("owners name a shard that does not exist".into());
+        }
+        Ok(())
+    }
+
+    /// Refuses to open the stores with another engine than created them.
+    pub fn check_engine(&self, configured: &str) -> std::result::Result<(), String> {
+        if configured != self.engine {
+            return Err(format!(
+                "the database was created with storage.engine = {:?} and the configuration says {configured:?}; \
+                 export it and import it into an empty directory to change engines",
+                self.engine
+            ));
         }
         Ok(())
     }

@@ -70,7 +70,7 @@ mod tests {
     use super::*;
     use crate::dn::Dn;
     use crate::entry::{Attr, Entry};
-    use crate::store::SyncMode;
+    use crate::store::{EngineKind, Options, SyncMode};
     use crate::write::{children, run_batch, Parent, WriteOp};
     use std::sync::Arc;
 
@@ -83,7 +83,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let manifest = Manifest::new(2, vec!["dc=x".into()], "cn=admin,dc=x".into(), String::new());
         let stores: Vec<Arc<Engine>> = (0..2)
-            .map(|i| Arc::new(Engine::open(&dir.path().join(i.to_string()), SyncMode::Never, 1 << 26).unwrap()))
+            .map(|i| {
+                Arc::new(
+                    Engine::open(&dir.path().join(i.to_string()), Options::new(EngineKind::Lmdb, SyncMode::Never))
+                        .unwrap(),
+                )
+            })
             .collect();
         let put = |dn: &str, parent: Option<Parent>| {
             let key = Dn::parse(dn).unwrap().key();

@@ -8,8 +8,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use shards::dn::Dn;
 use shards::entry::{Attr, Entry, EntryView, Mod};
-use shards::store::lmdb::LmdbStore;
-use shards::store::{ReadTxn, Store, SyncMode, Tree};
+use shards::store::{Engine, EngineKind, Options, ReadTxn, Store, SyncMode, Tree};
 use shards::write::{run_batch, Stamp, WriteOp};
 use shards::{filter, index};
 use std::collections::BTreeSet;
@@ -89,7 +88,7 @@ fn random_filter(rng: &mut SmallRng, depth: usize) -> LdapFilter {
 
 /// Compares the indexed and the scanned answer of `n` random filters;
 /// returns how many were answered from indexes.
-fn compare(store: &LmdbStore, rng: &mut SmallRng, n: usize) -> usize {
+fn compare<S: Store>(store: &S, rng: &mut SmallRng, n: usize) -> usize {
     let txn = store.read().unwrap();
     let mut all: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     txn.scan(Tree::Id2entry, b"", b"", &mut |k, v| {
@@ -124,6 +123,14 @@ fn compare(store: &LmdbStore, rng: &mut SmallRng, n: usize) -> usize {
 
 #[test]
 fn indexed_search_equals_full_scan() {
+    install_indexes();
+    for kind in [EngineKind::Lmdb, EngineKind::Sled] {
+        let dir = tempfile::tempdir().unwrap();
+        property(&Engine::open(dir.path(), Options::new(kind, SyncMode::Never)).unwrap());
+    }
+}
+
+fn install_indexes() {
     index::install(
         index::Config::new([
             ("objectClass", "eq"),
@@ -136,16 +143,18 @@ fn indexed_search_equals_full_scan() {
         .unwrap(),
     )
     .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let store = LmdbStore::open(dir.path(), SyncMode::Never, 64 << 20).unwrap();
+}
+
+/// Random entries, random filters, then random modifies and deletes.
+fn property<S: Store>(store: &S) {
     let mut rng = SmallRng::seed_from_u64(4);
     let entries: Vec<Entry> = (0..400).map(|i| random_entry(&mut rng, i)).collect();
     let ops: Vec<WriteOp> = entries
         .iter()
         .map(|e| WriteOp::Add { key: Dn::parse(&e.dn).unwrap().key(), parent: None, entry: e.clone() })
         .collect();
-    assert!(run_batch(&store, |_| 0, &ops).iter().all(|r| r.is_ok()));
-    let used = compare(&store, &mut rng, 600);
+    assert!(run_batch(store, |_| 0, &ops).iter().all(|r| r.is_ok()));
+    let used = compare(store, &mut rng, 600);
     assert!(used > 250, "only {used} of 600 filters used an index");
 
     // Modifies and deletes must keep the indexes exact.
@@ -175,7 +184,7 @@ fn indexed_search_equals_full_scan() {
             _ => {}
         }
     }
-    let results = run_batch(&store, |_| 0, &ops);
+    let results = run_batch(store, |_| 0, &ops);
     assert!(results.iter().all(|r| r.is_ok()), "{:?}", results.iter().find(|r| r.is_err()));
-    compare(&store, &mut rng, 600);
+    compare(store, &mut rng, 600);
 }

@@ -5,7 +5,9 @@
 mod bind;
 mod config;
 mod controls;
+mod crash;
 mod durability;
+mod engines;
 mod interop;
 mod protocol;
 mod schema;

@@ -250,7 +250,11 @@ fn index_changes_need_reindex() {
     }
     drop(c);
     s.stop();
-    std::fs::write(s.config_path(), "[indexes]\nuid = \"eq\"\nsn = \"eq,pres\"\ndescription = \"eq,sub\"\n").unwrap();
+    std::fs::write(
+        s.config_path(),
+        with_engine("[indexes]\nuid = \"eq\"\nsn = \"eq,pres\"\ndescription = \"eq,sub\"\n"),
+    )
+    .unwrap();
     let extra: Vec<&str> = s.extra.iter().map(String::as_str).collect();
     let err = spawn(&s.data(), 2, &s.stderr, &extra).unwrap_err();
     assert!(err.contains("index configuration changed") && err.contains("coredir reindex"), "{err}");

@@ -2,7 +2,7 @@ use crate::support::*;
 use ldap3::{Mod, Scope};
 use shards::dn::Dn;
 use shards::manifest::Manifest;
-use shards::store::{Engine, ReadTxn, Store, SyncMode, Tree};
+use shards::store::{Engine, EngineKind, Options, ReadTxn, Store, SyncMode, Tree};
 use std::collections::HashSet;
 
 #[test]
@@ -52,7 +52,8 @@ fn two_shards_split_the_directory_and_serve_every_operation() {
     let manifest = Manifest::load(&s.data()).unwrap().unwrap();
     let mut per_shard = [0, 0];
     for i in 0..2 {
-        let store = Engine::open(&s.data().join(format!("shard-{i}")), SyncMode::Always, 1 << 30).unwrap();
+        let kind = if manifest.engine == "sled" { EngineKind::Sled } else { EngineKind::Lmdb };
+        let store = Engine::open(&s.data().join(format!("shard-{i}")), Options::new(kind, SyncMode::Always)).unwrap();
         let txn = store.read().unwrap();
         for dn in &added {
             let key = Dn::parse(dn).unwrap().key();

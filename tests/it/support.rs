@@ -23,21 +23,32 @@ pub struct Server {
     pub extra: Vec<String>,
 }
 
+/// The storage engine the integration tests run against: `lmdb`, or the
+/// one named by `COREDIR_TEST_ENGINE` (the `engines` test re-runs the whole
+/// suite with `sled`).
+pub fn engine() -> String {
+    std::env::var("COREDIR_TEST_ENGINE").unwrap_or_else(|_| "lmdb".into())
+}
+
+/// A configuration text with `storage.engine` set to the engine under test.
+pub fn with_engine(toml: &str) -> String {
+    let mut table: toml::Table = toml.parse().expect("test configuration is TOML");
+    let storage = table.entry("storage").or_insert_with(|| toml::Value::Table(Default::default()));
+    storage.as_table_mut().expect("[storage] is a table").insert("engine".into(), engine().into());
+    table.to_string()
+}
+
 impl Server {
     pub fn start(shards: usize) -> Server {
-        let dir = tempfile::tempdir().unwrap();
-        let stderr = dir.path().join("stderr.log");
-        let mut s = Server { child: None, port: 0, shards, dir, stderr, extra: Vec::new() };
-        s.launch();
-        s
+        Server::start_with_config(shards, "")
     }
 
-    /// A server with this TOML configuration file.
+    /// A server with this TOML configuration file (plus the engine under test).
     pub fn start_with_config(shards: usize, toml: &str) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let stderr = dir.path().join("stderr.log");
         let config = dir.path().join("coredir.toml");
-        std::fs::write(&config, toml).unwrap();
+        std::fs::write(&config, with_engine(toml)).unwrap();
         let extra = vec!["--config".to_string(), config.display().to_string()];
         let mut s = Server { child: None, port: 0, shards, dir, stderr, extra };
         s.launch();

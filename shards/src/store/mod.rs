@@ -4,8 +4,8 @@
 //! through snapshots (`ReadTxn`, any shard, no lock) and written through one
 //! write transaction at a time (`WriteTxn`, the owner's group-commit thread
 //! only). Transactions are synchronous and must never be held across an
-//! `.await`. `lmdb` (heed) is the only engine so far; `Engine` names the
-//! one the server is built with, so a second engine (sled) plugs in here.
+//! `.await`. Two engines implement it: `lmdb` (heed, the default) and
+//! `sled`; `Engine` is the one a server opened (`storage.engine`).
 //!
 //! Trees, named after back-mdb's:
 //! - `dn2id`: DN key (`Dn::key`, root first) -> entry id (u64 big-endian);
@@ -17,6 +17,7 @@
 //! - `meta`: engine-level counters such as the next entry id.
 
 pub mod lmdb;
+pub mod sled;
 
 use crate::error::Result;
 
@@ -87,5 +88,146 @@ pub trait WriteTxn: ReadTxn {
     fn commit(self) -> Result<()>;
 }
 
-/// The engine this build serves with.
-pub type Engine = lmdb::LmdbStore;
+/// Which engine a data directory uses (`storage.engine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineKind {
+    Lmdb,
+    Sled,
+}
+
+/// How to open a store.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    pub kind: EngineKind,
+    pub sync: SyncMode,
+    pub sync_interval_ms: u64,
+    /// LMDB's map size (address space reserved).
+    pub map_size: usize,
+    /// sled's page cache.
+    pub sled_cache_bytes: u64,
+}
+
+impl Options {
+    /// Small defaults for tools and tests: 1 GiB map, 16 MiB sled cache.
+    pub fn new(kind: EngineKind, sync: SyncMode) -> Options {
+        Options { kind, sync, sync_interval_ms: 1000, map_size: 1 << 30, sled_cache_bytes: 16 << 20 }
+    }
+}
+
+/// The engine a server runs with, chosen at start. One `match` per call
+/// (perfectly predicted: a process uses one engine).
+pub enum Engine {
+    Lmdb(lmdb::LmdbStore),
+    Sled(sled::SledStore),
+}
+
+pub enum EngineRead<'a> {
+    Lmdb(lmdb::LmdbRead<'a>),
+    Sled(sled::SledRead<'a>),
+}
+
+pub enum EngineWrite<'a> {
+    Lmdb(lmdb::LmdbWrite<'a>),
+    Sled(sled::SledWrite<'a>),
+}
+
+impl Engine {
+    pub fn open(dir: &std::path::Path, o: Options) -> Result<Engine> {
+        Ok(match o.kind {
+            EngineKind::Lmdb => Engine::Lmdb(lmdb::LmdbStore::open(dir, o.sync, o.map_size)?),
+            EngineKind::Sled => {
+                Engine::Sled(sled::SledStore::open(dir, o.sync, o.sync_interval_ms, o.sled_cache_bytes)?)
+            }
+        })
+    }
+}
+
+impl Store for Engine {
+    type Read<'a> = EngineRead<'a>;
+    type Write<'a> = EngineWrite<'a>;
+
+    fn read(&self) -> Result<EngineRead<'_>> {
+        Ok(match self {
+            Engine::Lmdb(s) => EngineRead::Lmdb(s.read()?),
+            Engine::Sled(s) => EngineRead::Sled(s.read()?),
+        })
+    }
+
+    fn write(&self) -> Result<EngineWrite<'_>> {
+        Ok(match self {
+            Engine::Lmdb(s) => EngineWrite::Lmdb(s.write()?),
+            Engine::Sled(s) => EngineWrite::Sled(s.write()?),
+        })
+    }
+
+    fn sync(&self) -> Result<()> {
+        match self {
+            Engine::Lmdb(s) => s.sync(),
+            Engine::Sled(s) => s.sync(),
+        }
+    }
+
+    fn size(&self) -> u64 {
+        match self {
+            Engine::Lmdb(s) => s.size(),
+            Engine::Sled(s) => s.size(),
+        }
+    }
+}
+
+impl ReadTxn for EngineRead<'_> {
+    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<&[u8]>> {
+        match self {
+            EngineRead::Lmdb(t) => t.get(tree, key),
+            EngineRead::Sled(t) => t.get(tree, key),
+        }
+    }
+    fn scan(&self, tree: Tree, prefix: &[u8], from: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+        match self {
+            EngineRead::Lmdb(t) => t.scan(tree, prefix, from, visit),
+            EngineRead::Sled(t) => t.scan(tree, prefix, from, visit),
+        }
+    }
+}
+
+impl ReadTxn for EngineWrite<'_> {
+    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<&[u8]>> {
+        match self {
+            EngineWrite::Lmdb(t) => t.get(tree, key),
+            EngineWrite::Sled(t) => t.get(tree, key),
+        }
+    }
+    fn scan(&self, tree: Tree, prefix: &[u8], from: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+        match self {
+            EngineWrite::Lmdb(t) => t.scan(tree, prefix, from, visit),
+            EngineWrite::Sled(t) => t.scan(tree, prefix, from, visit),
+        }
+    }
+}
+
+impl WriteTxn for EngineWrite<'_> {
+    fn put(&mut self, tree: Tree, key: &[u8], value: &[u8]) -> Result<()> {
+        match self {
+            EngineWrite::Lmdb(t) => t.put(tree, key, value),
+            EngineWrite::Sled(t) => t.put(tree, key, value),
+        }
+    }
+    fn delete(&mut self, tree: Tree, key: &[u8]) -> Result<bool> {
+        match self {
+            EngineWrite::Lmdb(t) => t.delete(tree, key),
+            EngineWrite::Sled(t) => t.delete(tree, key),
+        }
+    }
+    fn clear(&mut self, tree: Tree) -> Result<()> {
+        match self {
+            EngineWrite::Lmdb(t) => t.clear(tree),
+            EngineWrite::Sled(t) => t.clear(tree),
+        }
+    }
+    fn commit(self) -> Result<()> {
+        match self {
+            EngineWrite::Lmdb(t) => t.commit(),
+            EngineWrite::Sled(t) => t.commit(),
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! The whole integration suite against the second storage engine: this
+//! test runs the test binary again with `COREDIR_TEST_ENGINE=sled`, so
+//! `cargo test` covers both engines with one command.
+
+#[test]
+fn the_suite_passes_on_sled() {
+    if std::env::var("COREDIR_TEST_ENGINE").is_ok() {
+        return; // already the inner run
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .env("COREDIR_TEST_ENGINE", "sled")
+        .args(["--skip", "engines::", "--test-threads", "4"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "the suite failed on sled:\n{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("test result: ok"), "{text}");
+}
