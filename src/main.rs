@@ -14,7 +14,8 @@
 //!
 //! ## Entry points
 //!
-//! - `main` -> `run`: the command line (`coredir serve`, `import`, `export`, `reindex`).
+//! - `main` -> `run`: the command line (`coredir serve`, `import`, `export`, `reindex`,
+//!   `backup`, `restore`, `reshard`).
 //! - `server::serve`: start-up, one reactor per shard, readiness.
 //! - `listener::run` -> `conn::serve`: accept, then one connection's read
 //!   loop; `ops::dispatch` is the one `match` over LDAP operations.
@@ -26,6 +27,7 @@
 //! - `listener`: per-shard socket (socket2) and accept loop.
 //! - `import`, `export`: offline LDIF load (parallel per shard) and dump.
 //! - `reindex`: offline index rebuild after `[indexes]` changed.
+//! - `backup`: `backup`, `restore` and `reshard`, tree-by-tree store copies.
 //! - `conn`: framing with PDU limits, read loop, writer task, `Identity`.
 //! - `ber`: direct BER encoding of search entries; PDU header peeking.
 //! - `ops/`: one file per LDAP operation (`bind`, `search`, `add`,
@@ -45,6 +47,7 @@
 //!    an Unbind closes a connection.
 //! 6. A write is acknowledged only once durable under `storage.sync`.
 
+mod backup;
 mod ber;
 mod config;
 mod conn;
@@ -108,6 +111,34 @@ enum Command {
         #[arg(long)]
         no_operational: bool,
     },
+    /// Copy the whole database into a new directory (while serving, with LMDB).
+    Backup {
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// A new or empty directory; it becomes a data directory.
+        dest: PathBuf,
+    },
+    /// Copy a backup into an empty data directory (offline).
+    Restore {
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// A directory written by `coredir backup`.
+        backup: PathBuf,
+    },
+    /// Change the number of shards of a database (offline).
+    Reshard {
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// The new number of shards.
+        #[arg(long)]
+        shards: usize,
+    },
     /// Rebuild the indexes offline after `[indexes]` changed (like slapindex).
     Reindex {
         #[arg(long)]
@@ -138,6 +169,9 @@ fn run(cli: Cli) -> Result<()> {
             export::run(load_config(config, data, None)?, out.as_deref(), !no_operational)
         }
         Command::Reindex { config, data } => reindex::run(load_config(config, data, None)?),
+        Command::Backup { config, data, dest } => backup::backup(load_config(config, data, None)?, &dest),
+        Command::Restore { config, data, backup } => backup::restore(load_config(config, data, None)?, &backup),
+        Command::Reshard { config, data, shards } => backup::reshard(load_config(config, data, None)?, shards),
     }
 }
 

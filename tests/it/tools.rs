@@ -1,4 +1,4 @@
-//! The offline tools: `coredir import` and `coredir export`.
+//! The offline tools: `coredir import`, `export`, `backup`, `restore`, `reshard`.
 
 use crate::support::*;
 use ldap3::Scope;
@@ -122,5 +122,60 @@ fn import_errors_name_the_line() {
         let (ok, err) = coredir(&["import", "--data", &data, "--shards", "2", &p("bad.ldif")]);
         assert!(!ok, "{body}");
         assert!(err.contains(&format!("line {line}:")) && err.contains(why), "expected line {line} ({why}): {err}");
+    }
+}
+
+#[test]
+fn backup_restore_and_reshard_keep_every_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    std::fs::write(p("conf.toml"), with_engine("")).unwrap();
+    let conf = p("conf.toml");
+    write_ldif(dir.path().join("in.ldif").as_path(), 2_000);
+    let (ok, err) = coredir(&["import", "--config", &conf, "--data", &p("d1"), "--shards", "2", &p("in.ldif")]);
+    assert!(ok, "{err}");
+    let export = |data: &str, out: &str| {
+        let (ok, err) = coredir(&["export", "--config", &conf, "--data", &p(data), "--out", &p(out)]);
+        assert!(ok, "{err}");
+        std::fs::read(p(out)).unwrap()
+    };
+    let original = export("d1", "e1.ldif");
+
+    // LMDB backs up while serving; sled needs the server stopped.
+    let (mut child, _) = spawn(Path::new(&p("d1")), 2, &dir.path().join("err"), &["--config", &conf]).unwrap();
+    if engine() == "sled" {
+        let (ok, err) = coredir(&["backup", "--config", &conf, "--data", &p("d1"), &p("b1")]);
+        assert!(!ok && err.contains("stop it"), "{err}");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let (ok, err) = coredir(&["backup", "--config", &conf, "--data", &p("d1"), &p("b1")]);
+    assert!(ok && err.contains("backed up 2003 entries"), "{err}");
+    let _ = child.kill();
+    let _ = child.wait();
+    let (ok, err) = coredir(&["backup", "--config", &conf, "--data", &p("d1"), &p("b1")]);
+    assert!(!ok && err.contains("not empty"), "{err}");
+
+    let (ok, err) = coredir(&["restore", "--config", &conf, "--data", &p("d2"), &p("b1")]);
+    assert!(ok && err.contains("restored 2003 entries"), "{err}");
+    assert!(export("d2", "e2.ldif") == original, "the restored database differs");
+
+    for shards in [1, 3] {
+        let (ok, err) = coredir(&["reshard", "--config", &conf, "--data", &p("d2"), "--shards", &shards.to_string()]);
+        assert!(ok && err.contains("resharded 2003 entries"), "{err}");
+        assert!(export("d2", "e3.ldif") == original, "resharding to {shards} changed the data");
+        let (mut child, port) =
+            spawn(Path::new(&p("d2")), shards, &dir.path().join("err"), &["--config", &conf]).unwrap();
+        let url = format!("ldap://127.0.0.1:{port}");
+        let mut c = ldap3::LdapConn::new(&url).unwrap();
+        assert_eq!(search_dns(&mut c, PEOPLE, Scope::Subtree, "(uid=u1999)").len(), 1);
+        let n = &get_entry(&mut c, PEOPLE, vec!["numSubordinates"]).unwrap().attrs["numSubordinates"];
+        assert_eq!(n, &vec!["2000"]);
+        let mut admin = ldap3::LdapConn::new(&url).unwrap();
+        admin.simple_bind(ROOT_DN, ROOT_PW).unwrap().success().unwrap();
+        assert_eq!(add_user(&mut admin, &format!("new{shards}")).rc, 0, "writes go on after resharding");
+        assert_eq!(admin.delete(&format!("uid=new{shards},{PEOPLE}")).unwrap().rc, 0);
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }

@@ -1,0 +1,219 @@
+//! `coredir backup`, `coredir restore` and `coredir reshard`: whole-store
+//! copies, tree by tree.
+//!
+//! - `backup DEST` copies every shard's trees from one read snapshot per
+//!   shard into new stores under DEST, plus the manifest: DEST is a data
+//!   directory. With LMDB it runs while the server serves (snapshots; a
+//!   child count cut between two shards' snapshots is repaired when a server
+//!   starts on the copy); sled allows one process per store, so a sled
+//!   backup needs the server stopped (or use `coredir export`).
+//! - `restore BACKUP` copies a backup into an empty data directory.
+//! - `reshard --shards N` moves every partition to its owner under N
+//!   shards (partition p goes to shard p mod N): each key goes to the store
+//!   of its partition, found from the DN key (`dn2id`, `children`) or from
+//!   the entry id's top bits (`id2entry`, `index`). The new stores are
+//!   written beside the old ones and swapped in at the end; the old
+//!   directory is kept, renamed, until the operator deletes it.
+
+use crate::config::Config;
+use crate::server;
+use anyhow::{anyhow, bail, Context, Result};
+use shards::manifest::Manifest;
+use shards::store::{Engine, ReadTxn, Store, Tree, WriteTxn, TREES};
+use shards::write::be_u64;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Keys written per transaction while copying.
+const BATCH: usize = 20_000;
+const NEXT_ID: &[u8] = b"next_id";
+
+fn err(e: shards::Error) -> anyhow::Error {
+    anyhow!(e.message)
+}
+
+/// An empty (or absent) directory to write a data directory into.
+fn empty_target(dir: &Path) -> Result<()> {
+    if dir.exists() && std::fs::read_dir(dir)?.flatten().any(|e| e.file_name() != "lock") {
+        bail!("{} is not empty; give a new or empty directory", dir.display());
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
+}
+
+fn load_manifest(dir: &Path) -> Result<Manifest> {
+    Manifest::load(dir).map_err(err)?.ok_or_else(|| anyhow!("{} holds no database (no manifest.toml)", dir.display()))
+}
+
+/// New, unsynced stores for `manifest` under `dir` (synced once at the end).
+fn create_stores(config: &Config, dir: &Path, manifest: &Manifest) -> Result<Arc<Vec<Arc<Engine>>>> {
+    let mut unsynced = config.clone();
+    unsynced.storage.sync = "never".into();
+    server::open_stores(&unsynced, dir, manifest)
+}
+
+/// Copies every key of every tree of `from` into the stores `to`, each key
+/// into the store `route` names; `meta`'s next id becomes the largest seen.
+fn copy(from: &[Arc<Engine>], to: &[Arc<Engine>], route: impl Fn(Tree, &[u8]) -> usize) -> Result<u64> {
+    let mut entries = 0u64;
+    let mut next_id = 0u64;
+    for store in from {
+        let txn = store.read().map_err(err)?;
+        for tree in TREES {
+            let mut pending: Vec<Vec<(Vec<u8>, Vec<u8>)>> = vec![Vec::new(); to.len()];
+            let mut failed = None;
+            txn.scan(tree, b"", b"", &mut |k, v| {
+                if tree == Tree::Meta {
+                    if k == NEXT_ID {
+                        next_id = next_id.max(be_u64(v));
+                    }
+                    return true;
+                }
+                if tree == Tree::Id2entry {
+                    entries += 1;
+                }
+                let target = route(tree, k);
+                pending[target].push((k.to_vec(), v.to_vec()));
+                if pending[target].len() >= BATCH {
+                    if let Err(e) = write_all(&to[target], tree, &mut pending[target]) {
+                        failed = Some(e);
+                        return false;
+                    }
+                }
+                true
+            })
+            .map_err(err)?;
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            for (target, batch) in pending.iter_mut().enumerate() {
+                write_all(&to[target], tree, batch)?;
+            }
+        }
+    }
+    for store in to {
+        let mut txn = store.write().map_err(err)?;
+        txn.put(Tree::Meta, NEXT_ID, &next_id.to_be_bytes()).map_err(err)?;
+        txn.commit().map_err(err)?;
+        store.sync().map_err(err)?;
+    }
+    Ok(entries)
+}
+
+fn write_all(store: &Engine, tree: Tree, batch: &mut Vec<(Vec<u8>, Vec<u8>)>) -> Result<()> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let mut txn = store.write().map_err(err)?;
+    for (k, v) in batch.drain(..) {
+        txn.put(tree, &k, &v).map_err(err)?;
+    }
+    txn.commit().map_err(err)
+}
+
+/// The shard that keeps `key` of `tree` under `manifest`.
+fn owner(manifest: &Manifest, tree: Tree, key: &[u8]) -> usize {
+    let by_id = |id: &[u8]| {
+        let partition = u16::from_be_bytes([id[0], id[1]]) as usize;
+        manifest.owners[partition % manifest.owners.len()] as usize
+    };
+    match tree {
+        Tree::Dn2id | Tree::Children => manifest.owner_of(key),
+        Tree::Id2entry if key.len() == 8 => by_id(key),
+        Tree::Index if key.len() >= 8 => by_id(&key[key.len() - 8..]),
+        _ => 0,
+    }
+}
+
+pub fn backup(config: Config, dest: &Path) -> Result<()> {
+    config.validate()?;
+    let data = config.server.data.clone();
+    let manifest = load_manifest(&data)?;
+    if manifest.engine == "sled" && server::lock_data_dir(&data).is_err() {
+        bail!("a sled database cannot be read while its server runs; stop it, or use `coredir export` instead");
+    }
+    empty_target(dest)?;
+    let started = Instant::now();
+    let from = server::open_stores(&config, &data, &manifest)?;
+    let to = create_stores(&config, dest, &manifest)?;
+    // Every key goes back to its owner's store: the same shard as it came from.
+    let entries = copy(&from, &to, |tree, key| owner(&manifest, tree, key))?;
+    manifest.save(dest).map_err(err)?;
+    eprintln!(
+        "coredir: backed up {entries} entries ({} shards) from {} into {} in {:.2} s",
+        manifest.shards,
+        data.display(),
+        dest.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+pub fn restore(config: Config, backup: &Path) -> Result<()> {
+    config.validate()?;
+    let data = config.server.data.clone();
+    let _lock = server::lock_data_dir(&data)?;
+    empty_target(&data)?;
+    let manifest = load_manifest(backup)?;
+    let started = Instant::now();
+    let from = server::open_stores(&config, backup, &manifest)?;
+    let to = create_stores(&config, &data, &manifest)?;
+    let entries = copy(&from, &to, |tree, key| owner(&manifest, tree, key))?;
+    manifest.save(&data).map_err(err)?;
+    eprintln!(
+        "coredir: restored {entries} entries from {} into {} in {:.2} s",
+        backup.display(),
+        data.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+pub fn reshard(config: Config, shards: usize) -> Result<()> {
+    config.validate()?;
+    if shards == 0 || shards > 1024 {
+        bail!("--shards: must be between 1 and 1024");
+    }
+    let data = config.server.data.clone();
+    let lock = server::lock_data_dir(&data)?;
+    let old = load_manifest(&data)?;
+    if old.shards as usize == shards {
+        bail!("{} already has {shards} shards", data.display());
+    }
+    let mut new = old.clone();
+    new.shards = shards as u32;
+    new.owners = (0..new.partitions).map(|p| p % new.shards).collect();
+    let staging = sibling(&data, "reshard")?;
+    empty_target(&staging)?;
+    let started = Instant::now();
+    let entries = {
+        let from = server::open_stores(&config, &data, &old)?;
+        let to = create_stores(&config, &staging, &new)?;
+        copy(&from, &to, |tree, key| owner(&new, tree, key))?
+    };
+    new.save(&staging).map_err(err)?;
+    // Swap: the old directory is kept beside, renamed.
+    let kept = sibling(&data, "pre-reshard")?;
+    drop(lock);
+    std::fs::rename(&data, &kept).with_context(|| format!("renaming {}", data.display()))?;
+    std::fs::rename(&staging, &data).with_context(|| format!("renaming {}", staging.display()))?;
+    eprintln!(
+        "coredir: resharded {entries} entries from {} to {shards} shards in {:.2} s; the old stores are kept in {} \
+         until you delete them",
+        old.shards,
+        started.elapsed().as_secs_f64(),
+        kept.display()
+    );
+    Ok(())
+}
+
+/// A new name `DIR.what-<unix time>[-n]` next to `DIR`.
+fn sibling(dir: &Path, what: &str) -> Result<PathBuf> {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
+    let name = dir.file_name().ok_or_else(|| anyhow!("{} has no directory name", dir.display()))?;
+    let base = format!("{}.{what}-{secs}", name.to_string_lossy());
+    (0..1000)
+        .map(|n| dir.with_file_name(if n == 0 { base.clone() } else { format!("{base}-{n}") }))
+        .find(|p| !p.exists())
+        .ok_or_else(|| anyhow!("no free name like {base} next to {}", dir.display()))
+}
