@@ -7,7 +7,8 @@
 //!   child count cut between two shards' snapshots is repaired when a server
 //!   starts on the copy); sled allows one process per store, so a sled
 //!   backup needs the server stopped (or use `coredir export`).
-//! - `restore BACKUP` copies a backup into an empty data directory.
+//! - `restore BACKUP` copies a backup into an empty data directory and
+//!   records in the manifest that (and when) the data was restored.
 //! - `reshard --shards N` moves every partition to its owner under N
 //!   shards (partition p goes to shard p mod N): each key goes to the store
 //!   of its partition, found from the DN key (`dn2id`, `children`) or from
@@ -154,11 +155,12 @@ pub fn restore(config: Config, backup: &Path) -> Result<()> {
     let data = config.server.data.clone();
     let _lock = server::lock_data_dir(&data)?;
     empty_target(&data)?;
-    let manifest = load_manifest(backup)?;
+    let mut manifest = load_manifest(backup)?;
     let started = Instant::now();
     let from = server::open_stores(&config, backup, &manifest)?;
     let to = create_stores(&config, &data, &manifest)?;
     let entries = copy(&from, &to, |tree, key| owner(&manifest, tree, key))?;
+    manifest.restored_from = Some(format!("{} {}", shards::now_generalized(), backup.display()));
     manifest.save(&data).map_err(err)?;
     eprintln!(
         "coredir: restored {entries} entries from {} into {} in {:.2} s",

@@ -1,13 +1,16 @@
 //! `coredir import`: the offline bulk load of an LDIF file (like slapadd).
 //!
-//! The main thread parses the LDIF and routes every entry as the server
-//! would (an add counted on its parent's owner, inserted on its own), into
-//! per-shard batches; one thread per shard commits its batches as large
-//! write transactions, in order, so a parent's insert always commits before
-//! the counts of its children on the same owner. Entries keep the
-//! `entryUUID`, `entryCSN` and timestamps they carry; missing ones are
-//! created. The first error stops the import and names its LDIF line
-//! (entries before it stay committed: remove the data directory to redo).
+//! The main thread parses and checks the LDIF (schema, parents before
+//! children, no duplicate DN) and routes every entry to its owner's thread.
+//! Into a new database (the usual case) each owner gathers its entries in
+//! memory and writes every tree once, in key order, with appends
+//! (`write::BulkLoad`): nothing is written if any entry is refused, and the
+//! directory is left empty again. Into an existing database the entries go
+//! in as the server would add them (an add counted on its parent's owner,
+//! inserted on its own), in large write transactions, in order; entries
+//! before a refused one then stay committed. Entries keep the `entryUUID`,
+//! `entryCSN` and timestamps they carry; missing ones are created. The
+//! first error stops the import and names its LDIF line.
 
 use crate::config::Config;
 use crate::ops::add::stamp_new;
@@ -17,8 +20,10 @@ use shards::dn::Dn;
 use shards::entry::Entry;
 use shards::ldif;
 use shards::manifest::Manifest;
-use shards::store::Store;
-use shards::write::{add_ops, run_batch, WriteOp};
+use shards::store::{Engine, Store};
+use shards::write::{add_ops, run_batch, BulkLoad, WriteOp};
+use shards::Error;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
@@ -34,7 +39,7 @@ pub fn run(config: Config, file: &Path) -> Result<()> {
     let data = config.server.data.clone();
     let _lock = server::lock_data_dir(&data)?;
     let n_shards = server::shard_count(&config);
-    let (manifest, _) = server::open_manifest(&config, &data, n_shards)?;
+    let (manifest, created) = server::open_manifest(&config, &data, n_shards)?;
     manifest.check_indexes().map_err(|e| anyhow!("{}: {e}", data.display()))?;
     let manifest = Arc::new(manifest);
     // Like `slapadd -q`: no sync per batch, one sync of every store at the
@@ -45,6 +50,19 @@ pub fn run(config: Config, file: &Path) -> Result<()> {
     let input = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
     let suffix = Dn::parse(&config.directory.suffix)?;
     let started = Instant::now();
+    if created {
+        let res = bulk(&manifest, &stores, input, &suffix);
+        if res.is_err() {
+            // Nothing was written: leave the directory as empty as it was.
+            drop(stores);
+            let _ = std::fs::remove_file(Manifest::path(&data));
+            for i in 0..n_shards {
+                let _ = std::fs::remove_dir_all(data.join(format!("shard-{i}")));
+            }
+        }
+        let n = res.map_err(|e| anyhow!("{}: {e}", file.display()))?;
+        return done(n, started, &data);
+    }
 
     let mut senders = Vec::new();
     let mut writers = Vec::new();
@@ -97,6 +115,10 @@ pub fn run(config: Config, file: &Path) -> Result<()> {
     for store in stores.iter() {
         store.sync().map_err(|e| anyhow!("syncing the stores: {}", e.message))?;
     }
+    done(n, started, &data)
+}
+
+fn done(n: usize, started: Instant, data: &Path) -> Result<()> {
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
         "coredir: imported {n} entries in {secs:.2} s ({:.0} entries/s) into {}",
@@ -104,6 +126,98 @@ pub fn run(config: Config, file: &Path) -> Result<()> {
         data.display()
     );
     Ok(())
+}
+
+/// What the parser sends an owner's thread in a bulk load.
+enum Bulk {
+    Entries(Vec<(Vec<u8>, u32, Entry)>),
+    Children(Vec<(Vec<u8>, u64)>),
+}
+
+/// The bulk load into a new database (see the module doc).
+fn bulk(manifest: &Arc<Manifest>, stores: &Arc<Vec<Arc<Engine>>>, input: std::fs::File, suffix: &Dn) -> Result<usize> {
+    let mut senders = Vec::new();
+    let mut writers = Vec::new();
+    for store in stores.iter() {
+        let (tx, rx) = sync_channel::<Bulk>(4);
+        let store = store.clone();
+        writers.push(std::thread::spawn(move || -> Result<(), String> {
+            let mut load = BulkLoad::new();
+            for msg in rx {
+                match msg {
+                    Bulk::Entries(entries) => {
+                        for (key, partition, entry) in entries {
+                            load.add(key, partition, &entry);
+                        }
+                    }
+                    Bulk::Children(counts) => counts.into_iter().for_each(|(k, n)| load.children(k, n)),
+                }
+            }
+            load.write(&*store).map_err(|e| e.message)
+        }));
+        senders.push(tx);
+    }
+    let progress = indicatif::ProgressBar::new_spinner();
+    progress
+        .set_style(indicatif::ProgressStyle::with_template("{spinner} {pos} entries, {per_sec}, {elapsed}").unwrap());
+    let n_shards = stores.len();
+    let mut seen: HashSet<Vec<u8>> = HashSet::new();
+    let mut children: HashMap<Vec<u8>, u64> = HashMap::new();
+    let mut pending: Vec<Vec<(Vec<u8>, u32, Entry)>> = vec![Vec::new(); n_shards];
+    let send = |shard: usize, batch: Vec<(Vec<u8>, u32, Entry)>| senders[shard].send(Bulk::Entries(batch)).is_ok();
+    let parsed = ldif::read(std::io::BufReader::new(input), |rec| {
+        let line = rec.line;
+        let (dn, entry) = entry_of(rec, suffix).map_err(|e| format!("line {line}: {e}"))?;
+        let key = dn.key();
+        if dn != *suffix {
+            let parent = dn.parent().key();
+            if !seen.contains(&parent) {
+                return Err(format!("line {line}: {}", Error::no_such_object(&dn.parent().to_string_form()).message));
+            }
+            *children.entry(parent).or_default() += 1;
+        }
+        if !seen.insert(key.clone()) {
+            return Err(format!("line {line}: {}", Error::already_exists(&entry.dn).message));
+        }
+        let owner = manifest.owner_of(&key);
+        let partition = manifest.partition_of(&key);
+        pending[owner].push((key, partition, entry));
+        if pending[owner].len() >= BATCH && !send(owner, std::mem::take(&mut pending[owner])) {
+            return Err("stopped: a writer failed".into());
+        }
+        progress.inc(1);
+        Ok(())
+    });
+    for (shard, batch) in pending.into_iter().enumerate() {
+        send(shard, batch);
+    }
+    let mut counts: Vec<Vec<(Vec<u8>, u64)>> = vec![Vec::new(); n_shards];
+    for (key, n) in children {
+        counts[manifest.owner_of(&key)].push((key, n));
+    }
+    let n = match parsed {
+        Ok(n) => {
+            for (shard, c) in counts.into_iter().enumerate() {
+                let _ = senders[shard].send(Bulk::Children(c));
+            }
+            drop(senders);
+            n
+        }
+        Err(e) => {
+            drop(senders);
+            progress.finish_and_clear();
+            let _ = writers.into_iter().map(|w| w.join()).count();
+            bail!("{e}");
+        }
+    };
+    progress.finish_and_clear();
+    for w in writers {
+        w.join().map_err(|_| anyhow!("a writer thread panicked"))?.map_err(|e| anyhow!("{e}"))?;
+    }
+    for store in stores.iter() {
+        store.sync().map_err(|e| anyhow!("syncing the stores: {}", e.message))?;
+    }
+    Ok(n)
 }
 
 /// Builds and checks an entry from an LDIF record.

@@ -185,8 +185,8 @@ pub fn open_manifest(config: &Config, data: &Path, n_shards: usize) -> Result<(M
         if m.shards as usize != n_shards {
             bail!(
                 "the data directory {} was created with {} shards and this start asks for {n_shards}; \
-                 start with --shards {} (moving partitions between shard counts needs `coredir reshard`, \
-                 which is not available in this version)",
+                 start with --shards {}, or move the partitions with `coredir reshard --shards {n_shards}` \
+                 (offline)",
                 data.display(),
                 m.shards,
                 m.shards

@@ -64,8 +64,10 @@ impl Entry {
     }
 
     /// Adds values, refusing a value that is already present (compared in
-    /// normal form, through a set: groups carry thousands of members).
+    /// normal form; through a set once there are many: groups carry
+    /// thousands of members).
     pub fn add_values(&mut self, name: &str, vals: &[Vec<u8>]) -> Result<()> {
+        let norm = matching::normalizer(name);
         let i = match self.position(name) {
             Some(i) => i,
             None => {
@@ -74,13 +76,24 @@ impl Entry {
             }
         };
         let attr = &mut self.attrs[i];
-        let mut seen: HashSet<Vec<u8>> = attr.vals.iter().map(|v| matching::normalize(name, v).into_owned()).collect();
+        let dup = |at: usize| {
+            Error::new(LdapResultCode::AttributeOrValueExists, format!("{name}: value #{at} provided more than once"))
+        };
+        if attr.vals.len() + vals.len() <= 8 {
+            // Few values (the usual case): pairwise, without a set.
+            for v in vals {
+                let n = norm(v);
+                if attr.vals.iter().any(|old| norm(old) == n) {
+                    return Err(dup(attr.vals.len()));
+                }
+                attr.vals.push(v.clone());
+            }
+            return Ok(());
+        }
+        let mut seen: HashSet<Vec<u8>> = attr.vals.iter().map(|v| norm(v).into_owned()).collect();
         for v in vals {
-            if !seen.insert(matching::normalize(name, v).into_owned()) {
-                return Err(Error::new(
-                    LdapResultCode::AttributeOrValueExists,
-                    format!("{name}: value #{} provided more than once", attr.vals.len()),
-                ));
+            if !seen.insert(norm(v).into_owned()) {
+                return Err(dup(attr.vals.len()));
             }
             attr.vals.push(v.clone());
         }

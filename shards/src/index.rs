@@ -191,6 +191,11 @@ fn sub_keys(key: &str, norm: &[u8], out: &mut Vec<Vec<u8>>) {
     }
 }
 
+/// Every index key of an entry, without the id (bulk loads group ids per key).
+pub fn entry_keys(entry: &Entry, out: &mut Vec<Vec<u8>>) {
+    keys(entry, out)
+}
+
 pub fn add<T: WriteTxn>(txn: &mut T, entry: &Entry, id: &[u8]) -> Result<()> {
     let mut ks = Vec::new();
     keys(entry, &mut ks);

@@ -33,6 +33,10 @@ pub struct Manifest {
     pub root_password_hash: String,
     /// The storage engine of the stores ("lmdb" or "sled").
     pub engine: String,
+    /// Set by `coredir restore`: when and from which backup (replication
+    /// treats restored data as a new incarnation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_from: Option<String>,
     /// The index configuration the stores' indexes were built with
     /// (`index::Config::describe`); `coredir reindex` rewrites it.
     pub indexes: String,
@@ -52,6 +56,7 @@ impl Manifest {
             root_dn,
             root_password_hash,
             engine: "lmdb".into(),
+            restored_from: None,
             indexes: crate::index::config().describe(),
         }
     }

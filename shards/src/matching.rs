@@ -528,6 +528,20 @@ pub fn normalize<'a>(attr: &str, value: &'a [u8]) -> Cow<'a, [u8]> {
     }
 }
 
+/// The equality normal form for values of one attribute, with the type
+/// resolved once (for loops over many values).
+pub fn normalizer(attr: &str) -> impl Fn(&[u8]) -> Cow<'_, [u8]> {
+    let rule = match attr_type(attr) {
+        Some(at) => at.equality.map(Some),
+        None => Some(None),
+    };
+    move |value: &[u8]| match rule {
+        Some(Some(r)) => r.normalize(value).unwrap_or(Cow::Borrowed(value)),
+        Some(None) => fold(value),
+        None => Cow::Borrowed(value),
+    }
+}
+
 /// Equality under the attribute's equality rule.
 pub fn values_equal(attr: &str, a: &[u8], b: &[u8]) -> bool {
     a == b || normalize(attr, a) == normalize(attr, b)

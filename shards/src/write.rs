@@ -94,6 +94,125 @@ pub fn add_ops(manifest: &Manifest, dn: &Dn, entry: Entry, is_suffix: bool) -> V
     }
 }
 
+/// A bulk load into an empty store (`coredir import` into a new database):
+/// entries gathered in memory, then every tree written in key order with
+/// appends, so LMDB never searches and never splits a page twice.
+#[derive(Default)]
+pub struct BulkLoad {
+    next_id: u64,
+    dn2id: Vec<(Vec<u8>, [u8; 8])>,
+    id2entry: Vec<([u8; 8], Vec<u8>)>,
+    /// Index keys (without the id) laid end to end: millions of keys,
+    /// no allocation each.
+    arena: Vec<u8>,
+    index: Vec<IndexRow>,
+    keys: Vec<Vec<u8>>,
+    children: Vec<(Vec<u8>, u64)>,
+}
+
+impl BulkLoad {
+    pub fn new() -> BulkLoad {
+        BulkLoad { next_id: 1, ..Default::default() }
+    }
+
+    /// Adds an entry (already checked: new DN, existing parent).
+    pub fn add(&mut self, key: Vec<u8>, partition: u32, entry: &Entry) {
+        let id = (((partition as u64) << 48) | self.next_id).to_be_bytes();
+        self.next_id += 1;
+        let mut buf = Vec::with_capacity(256);
+        entry.encode(&mut buf);
+        self.keys.clear();
+        index::entry_keys(entry, &mut self.keys);
+        for k in self.keys.drain(..) {
+            let mut head = [0u8; HEAD];
+            let n = k.len().min(HEAD);
+            head[..n].copy_from_slice(&k[..n]);
+            self.index.push(IndexRow { head, at: self.arena.len() as u32, len: k.len() as u32, id });
+            self.arena.extend_from_slice(&k);
+        }
+        self.dn2id.push((key, id));
+        self.id2entry.push((id, buf));
+    }
+
+    /// Records the child count of a parent this store owns.
+    pub fn children(&mut self, key: Vec<u8>, count: u64) {
+        self.children.push((key, count));
+    }
+
+    pub fn len(&self) -> usize {
+        self.dn2id.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.dn2id.is_empty()
+    }
+
+    /// Sorts and appends everything into `store`, which must be empty.
+    pub fn write<S: Store>(mut self, store: &S) -> Result<()> {
+        self.dn2id.sort_unstable();
+        self.id2entry.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        self.children.sort_unstable();
+        let arena = &self.arena;
+        let key = |r: &IndexRow| &arena[r.at as usize..(r.at + r.len) as usize];
+        // The first HEAD bytes, zero-padded, order like the keys; most
+        // comparisons end there without touching the arena.
+        self.index.sort_unstable_by(|a, b| a.head.cmp(&b.head).then_with(|| key(a).cmp(key(b))).then(a.id.cmp(&b.id)));
+        let mut w = Appender { store, txn: Some(store.write()?), in_txn: 0 };
+        for (k, v) in &self.dn2id {
+            w.append(Tree::Dn2id, k, v)?;
+        }
+        for (k, v) in &self.id2entry {
+            w.append(Tree::Id2entry, k, v)?;
+        }
+        let mut full = Vec::new();
+        for r in &self.index {
+            full.clear();
+            full.extend_from_slice(key(r));
+            full.extend_from_slice(&r.id);
+            w.append(Tree::Index, &full, b"")?;
+        }
+        for (k, n) in &self.children {
+            w.append(Tree::Children, k, &n.to_be_bytes())?;
+        }
+        let mut txn = w.txn.take().expect("open");
+        txn.put(Tree::Meta, NEXT_ID, &self.next_id.to_be_bytes())?;
+        txn.commit()
+    }
+}
+
+/// One index key of a bulk load: its first bytes for sorting, where it
+/// lies in the arena, and the entry id that ends it.
+const HEAD: usize = 24;
+
+struct IndexRow {
+    head: [u8; HEAD],
+    at: u32,
+    len: u32,
+    id: [u8; 8],
+}
+
+/// Appends in transactions of bounded size (LMDB's dirty page list).
+struct Appender<'a, S: Store> {
+    store: &'a S,
+    txn: Option<S::Write<'a>>,
+    in_txn: usize,
+}
+
+impl<S: Store> Appender<'_, S> {
+    fn append(&mut self, tree: Tree, key: &[u8], value: &[u8]) -> Result<()> {
+        const PER_TXN: usize = 200_000;
+        self.txn.as_mut().expect("open").append(tree, key, value)?;
+        self.in_txn += 1;
+        if self.in_txn == PER_TXN {
+            // One write transaction at a time: commit before opening the next.
+            self.txn.take().expect("open").commit()?;
+            self.txn = Some(self.store.write()?);
+            self.in_txn = 0;
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Stamp {
     pub modifier: String,

@@ -122,7 +122,21 @@ fn import_errors_name_the_line() {
         let (ok, err) = coredir(&["import", "--data", &data, "--shards", "2", &p("bad.ldif")]);
         assert!(!ok, "{body}");
         assert!(err.contains(&format!("line {line}:")) && err.contains(why), "expected line {line} ({why}): {err}");
+        // A refused import into a new database writes nothing: the same
+        // directory takes a good file next.
+        std::fs::write(p("good.ldif"), &base).unwrap();
+        let (ok, err) = coredir(&["import", "--data", &data, "--shards", "2", &p("good.ldif")]);
+        assert!(ok && err.contains("imported 1 entries"), "{err}");
     }
+    // Into an existing database the entries go in as adds.
+    let data = p("d-existing");
+    std::fs::write(p("base.ldif"), &base).unwrap();
+    assert!(coredir(&["import", "--data", &data, "--shards", "2", &p("base.ldif")]).0);
+    std::fs::write(p("more.ldif"), format!("dn: cn=a,{SUFFIX}\nobjectClass: device\ncn: a\n")).unwrap();
+    let (ok, err) = coredir(&["import", "--data", &data, "--shards", "2", &p("more.ldif")]);
+    assert!(ok && err.contains("imported 1 entries"), "{err}");
+    let (ok, err) = coredir(&["import", "--data", &data, "--shards", "2", &p("more.ldif")]);
+    assert!(!ok && err.contains("line 1:") && err.contains("already exists"), "{err}");
 }
 
 #[test]
@@ -158,9 +172,12 @@ fn backup_restore_and_reshard_keep_every_entry() {
 
     let (ok, err) = coredir(&["restore", "--config", &conf, "--data", &p("d2"), &p("b1")]);
     assert!(ok && err.contains("restored 2003 entries"), "{err}");
+    let manifest = std::fs::read_to_string(dir.path().join("d2/manifest.toml")).unwrap();
+    assert!(manifest.contains("restored_from"), "{manifest}");
     assert!(export("d2", "e2.ldif") == original, "the restored database differs");
 
-    for shards in [1, 3] {
+    // 2 -> 1 -> 2 shards, each time with the same export.
+    for shards in [1, 2] {
         let (ok, err) = coredir(&["reshard", "--config", &conf, "--data", &p("d2"), "--shards", &shards.to_string()]);
         assert!(ok && err.contains("resharded 2003 entries"), "{err}");
         assert!(export("d2", "e3.ldif") == original, "resharding to {shards} changed the data");

@@ -8,7 +8,7 @@
 use super::{ReadTxn, Store, SyncMode, Tree, WriteTxn, TREES};
 use crate::error::{Error, Result};
 use heed::types::Bytes;
-use heed::{CommitOrAbort, Database, Env, EnvFlags, EnvOpenOptions, RoTxn, RwTxn, WithoutTls};
+use heed::{CommitOrAbort, Database, Env, EnvFlags, EnvOpenOptions, PutFlags, RoTxn, RwTxn, WithoutTls};
 use std::ops::Bound;
 use std::path::Path;
 
@@ -135,6 +135,9 @@ impl WriteTxn for LmdbWrite<'_> {
     }
     fn delete(&mut self, tree: Tree, key: &[u8]) -> Result<bool> {
         self.dbs[idx(tree)].delete(&mut self.txn, key).map_err(storage_error)
+    }
+    fn append(&mut self, tree: Tree, key: &[u8], value: &[u8]) -> Result<()> {
+        self.dbs[idx(tree)].put_with_flags(&mut self.txn, PutFlags::APPEND, key, value).map_err(storage_error)
     }
     fn clear(&mut self, tree: Tree) -> Result<()> {
         self.dbs[idx(tree)].clear(&mut self.txn).map_err(storage_error)

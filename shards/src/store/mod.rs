@@ -85,6 +85,9 @@ pub trait WriteTxn: ReadTxn {
     fn delete(&mut self, tree: Tree, key: &[u8]) -> Result<bool>;
     /// Removes every key of a tree (`coredir reindex`).
     fn clear(&mut self, tree: Tree) -> Result<()>;
+    /// Puts a key greater than every key of the tree (bulk loads into an
+    /// empty store: LMDB appends without searching).
+    fn append(&mut self, tree: Tree, key: &[u8], value: &[u8]) -> Result<()>;
     fn commit(self) -> Result<()>;
 }
 
@@ -222,6 +225,12 @@ impl WriteTxn for EngineWrite<'_> {
         match self {
             EngineWrite::Lmdb(t) => t.clear(tree),
             EngineWrite::Sled(t) => t.clear(tree),
+        }
+    }
+    fn append(&mut self, tree: Tree, key: &[u8], value: &[u8]) -> Result<()> {
+        match self {
+            EngineWrite::Lmdb(t) => t.append(tree, key, value),
+            EngineWrite::Sled(t) => t.append(tree, key, value),
         }
     }
     fn commit(self) -> Result<()> {

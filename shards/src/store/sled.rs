@@ -184,6 +184,10 @@ impl WriteTxn for SledWrite<'_> {
         Ok(existed)
     }
 
+    fn append(&mut self, tree: Tree, key: &[u8], value: &[u8]) -> Result<()> {
+        self.put(tree, key, value)
+    }
+
     fn clear(&mut self, tree: Tree) -> Result<()> {
         let i = idx(tree);
         self.overlay[i].clear();
