@@ -19,10 +19,27 @@ pub struct Config {
     pub storage: Storage,
     pub limits: Limits,
     pub schema: SchemaFiles,
+    pub passwords: Passwords,
     /// Indexed attributes and their index types (`uid = "eq,sub"`); when
     /// present it replaces the default list entirely, like slapd's `index`
     /// lines.
     pub indexes: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Passwords {
+    /// The scheme cleartext passwords are hashed with when written
+    /// (add, modify, Password Modify), like slapd's `password-hash`.
+    pub default_scheme: String,
+    /// Whether a `userPassword` value without a `{SCHEME}` verifies.
+    pub allow_cleartext: bool,
+}
+
+impl Default for Passwords {
+    fn default() -> Passwords {
+        Passwords { default_scheme: shards::password::DEFAULT_SCHEME.into(), allow_cleartext: false }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -100,6 +117,7 @@ impl Default for Config {
             storage: Storage::default(),
             limits: Limits::default(),
             schema: SchemaFiles::default(),
+            passwords: Passwords::default(),
             indexes: None,
         }
     }
@@ -170,9 +188,16 @@ impl Config {
         }
         Dn::parse(&self.directory.root_dn).map_err(|e| anyhow!("directory.root_dn: {}", e.message))?;
         if let Some(h) = &self.directory.root_password_hash {
-            if !h.starts_with("{SSHA}") && !h.starts_with("{SHA}") {
-                bail!("directory.root_password_hash: expected an {{SSHA}} or {{SHA}} hash");
+            if !shards::password::is_hashed(h.as_bytes()) {
+                bail!("directory.root_password_hash: expected a hash such as {{SSHA}}… or {{PBKDF2-SHA512}}… (see `coredir hash-password`)");
             }
+        }
+        if !shards::password::WRITABLE.iter().any(|w| w.eq_ignore_ascii_case(&self.passwords.default_scheme)) {
+            bail!(
+                "passwords.default_scheme: {:?} is not one of {}",
+                self.passwords.default_scheme,
+                shards::password::WRITABLE.join(", ")
+            );
         }
         self.engine_kind()?;
         if self.storage.sled_cache_mb == 0 {

@@ -15,7 +15,7 @@
 //! ## Entry points
 //!
 //! - `main` -> `run`: the command line (`coredir serve`, `import`, `export`, `reindex`,
-//!   `backup`, `restore`, `reshard`).
+//!   `backup`, `restore`, `reshard`, `hash-password`).
 //! - `server::serve`: start-up, one reactor per shard, readiness.
 //! - `listener::run` -> `conn::serve`: accept, then one connection's read
 //!   loop; `ops::dispatch` is the one `match` over LDAP operations.
@@ -139,6 +139,14 @@ enum Command {
         #[arg(long)]
         shards: usize,
     },
+    /// Print a userPassword hash (like slappasswd); reads the password from
+    /// standard input when it is not given.
+    HashPassword {
+        /// The scheme, e.g. '{PBKDF2-SHA512}' (the default), '{SSHA}', '{ARGON2}'.
+        #[arg(long, default_value = shards::password::DEFAULT_SCHEME)]
+        scheme: String,
+        password: Option<String>,
+    },
     /// Rebuild the indexes offline after `[indexes]` changed (like slapindex).
     Reindex {
         #[arg(long)]
@@ -169,10 +177,27 @@ fn run(cli: Cli) -> Result<()> {
             export::run(load_config(config, data, None)?, out.as_deref(), !no_operational)
         }
         Command::Reindex { config, data } => reindex::run(load_config(config, data, None)?),
+        Command::HashPassword { scheme, password } => hash_password(&scheme, password),
         Command::Backup { config, data, dest } => backup::backup(load_config(config, data, None)?, &dest),
         Command::Restore { config, data, backup } => backup::restore(load_config(config, data, None)?, &backup),
         Command::Reshard { config, data, shards } => backup::reshard(load_config(config, data, None)?, shards),
     }
+}
+
+fn hash_password(scheme: &str, password: Option<String>) -> Result<()> {
+    let password = match password {
+        Some(p) => p,
+        None => {
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line)?;
+            line.trim_end_matches(['\n', '\r']).to_string()
+        }
+    };
+    if password.is_empty() {
+        anyhow::bail!("the password is empty");
+    }
+    println!("{}", shards::password::hash(scheme, password.as_bytes()).map_err(|e| anyhow::anyhow!(e))?);
+    Ok(())
 }
 
 /// The configuration file (or the defaults) with the common flags on top.

@@ -30,6 +30,7 @@ pub struct Ctx {
     pub suffixes: Vec<Dn>,
     pub limits: Limits,
     pub unindexed_result: ldap3_proto::LdapResultCode,
+    pub passwords: crate::config::Passwords,
 }
 
 impl Ctx {
@@ -155,6 +156,7 @@ pub fn serve(config: Config) -> Result<()> {
                     suffixes: vec![Dn::parse(&config.directory.suffix).expect("validated")],
                     limits: config.limits.clone(),
                     unindexed_result: config.unindexed_result().expect("validated"),
+                    passwords: config.passwords.clone(),
                 });
                 let _ = ready.send(Ok(i));
                 listener::run(fd, ctx).await;

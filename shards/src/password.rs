@@ -1,59 +1,145 @@
-//! `userPassword` verification and hashing.
+//! `userPassword` schemes: verification of the hashes OpenLDAP and 389-ds
+//! write, and hashing of new passwords.
 //!
-//! Schemes verified now: `{SSHA}`, `{SHA}` and cleartext (a value without a
-//! `{SCHEME}` prefix). A value with any other scheme never matches, so an
-//! unsupported hash fails closed. New hashes are `{SSHA}` with an 8-byte
-//! random salt, as `slappasswd` writes them.
+//! Verified: `{SSHA}`, `{SHA}`, `{SSHA256}`, `{SSHA384}`, `{SSHA512}`,
+//! `{SHA256}`, `{SHA384}`, `{SHA512}` (digest, then salt, in base64, as
+//! slapd's pw-sha2 writes them); `{PBKDF2}`/`{PBKDF2-SHA1}`,
+//! `{PBKDF2-SHA256}`, `{PBKDF2-SHA512}` in the `iterations$salt$hash` form
+//! of slapd's pw-pbkdf2 and 389-ds's pwdchan (adapted base64: `.` for `+`,
+//! no padding); 389-ds's older `{PBKDF2_SHA256}` (base64 of a 4-byte
+//! iteration count, 64 bytes of salt, 256 bytes of hash); `{ARGON2}` with a
+//! PHC string; `{CRYPT}` with `$1$`, `$5$`, `$6$`, `$2b$`/`$2y$` (and
+//! traditional DES). A value without a scheme is cleartext and matches
+//! only where the configuration allows cleartext. A value with an unknown
+//! scheme never matches: unsupported hashes fail closed.
+//!
+//! Slow schemes (PBKDF2, Argon2, bcrypt, sha-crypt) are `is_slow`: the
+//! server verifies and hashes them off the reactor.
 
-use base64::engine::general_purpose::STANDARD;
+use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD};
 use base64::Engine;
 use rand::RngCore;
-use sha1::{Digest, Sha1};
+use sha1::Sha1;
+use sha2::{Digest, Sha256, Sha384, Sha512};
 
-pub fn verify(stored: &[u8], given: &[u8]) -> bool {
-    if let Some(rest) = strip_scheme(stored, b"{SSHA}") {
-        let Ok(raw) = STANDARD.decode(trim(rest)) else {
-            return false;
-        };
-        if raw.len() <= 20 {
-            return false;
-        }
-        let (digest, salt) = raw.split_at(20);
-        let mut h = Sha1::new();
-        h.update(given);
-        h.update(salt);
-        return constant_time_eq(&h.finalize(), digest);
+/// The scheme new passwords get unless `passwords.default_scheme` says otherwise.
+pub const DEFAULT_SCHEME: &str = "{PBKDF2-SHA512}";
+/// PBKDF2 iterations of new hashes (slapd's pw-pbkdf2 default).
+pub const PBKDF2_ITERATIONS: u32 = 10_000;
+
+/// The schemes `hash` can write (`coredir hash-password --scheme`).
+pub const WRITABLE: &[&str] = &[
+    "{SSHA}",
+    "{SHA}",
+    "{SSHA256}",
+    "{SSHA384}",
+    "{SSHA512}",
+    "{SHA256}",
+    "{SHA384}",
+    "{SHA512}",
+    "{PBKDF2}",
+    "{PBKDF2-SHA1}",
+    "{PBKDF2-SHA256}",
+    "{PBKDF2-SHA512}",
+    "{ARGON2}",
+    "{CRYPT}",
+    "{CLEARTEXT}",
+];
+
+/// Verifies `given` against a stored value; cleartext values match only
+/// when `cleartext` allows them.
+pub fn verify_with(stored: &[u8], given: &[u8], cleartext: bool) -> bool {
+    let Some((scheme, rest)) = split_scheme(stored) else {
+        return cleartext && constant_time_eq(stored, given);
+    };
+    let rest = trim(rest);
+    match scheme.to_ascii_uppercase().as_str() {
+        "SSHA" => salted::<Sha1>(rest, given),
+        "SSHA256" => salted::<Sha256>(rest, given),
+        "SSHA384" => salted::<Sha384>(rest, given),
+        "SSHA512" => salted::<Sha512>(rest, given),
+        "SHA" => plain::<Sha1>(rest, given),
+        "SHA256" => plain::<Sha256>(rest, given),
+        "SHA384" => plain::<Sha384>(rest, given),
+        "SHA512" => plain::<Sha512>(rest, given),
+        "PBKDF2" | "PBKDF2-SHA1" => pbkdf2_openldap(Prf::Sha1, rest, given),
+        "PBKDF2-SHA256" => pbkdf2_openldap(Prf::Sha256, rest, given),
+        "PBKDF2-SHA512" => pbkdf2_openldap(Prf::Sha512, rest, given),
+        "PBKDF2_SHA256" => pbkdf2_389(rest, given),
+        "ARGON2" => argon2_verify(rest, given),
+        "CRYPT" => std::str::from_utf8(rest).is_ok_and(|h| pwhash::unix::verify(given, h)),
+        _ => false,
     }
-    if let Some(rest) = strip_scheme(stored, b"{SHA}") {
-        let Ok(raw) = STANDARD.decode(trim(rest)) else {
-            return false;
-        };
-        return constant_time_eq(&Sha1::digest(given), &raw);
-    }
-    if stored.first() == Some(&b'{') && stored.contains(&b'}') {
-        return false;
-    }
-    constant_time_eq(stored, given)
 }
 
+/// Verification as the directory does it by default: no cleartext.
+pub fn verify(stored: &[u8], given: &[u8]) -> bool {
+    verify_with(stored, given, false)
+}
+
+/// Whether verifying this value costs milliseconds (key stretching).
+pub fn is_slow(stored: &[u8]) -> bool {
+    match split_scheme(stored) {
+        Some((s, _)) => {
+            let s = s.to_ascii_uppercase();
+            s.starts_with("PBKDF2") || s == "ARGON2" || s == "CRYPT"
+        }
+        None => false,
+    }
+}
+
+/// Hashes a password with a scheme of `WRITABLE`.
+pub fn hash(scheme: &str, password: &[u8]) -> Result<String, String> {
+    let salt = |n: usize| {
+        let mut s = vec![0u8; n];
+        rand::thread_rng().fill_bytes(&mut s);
+        s
+    };
+    let upper = scheme.to_ascii_uppercase();
+    Ok(match upper.as_str() {
+        "{SSHA}" => salted_hash::<Sha1>("{SSHA}", password, &salt(8)),
+        "{SSHA256}" => salted_hash::<Sha256>("{SSHA256}", password, &salt(8)),
+        "{SSHA384}" => salted_hash::<Sha384>("{SSHA384}", password, &salt(8)),
+        "{SSHA512}" => salted_hash::<Sha512>("{SSHA512}", password, &salt(8)),
+        "{SHA}" => format!("{{SHA}}{}", STANDARD.encode(Sha1::digest(password))),
+        "{SHA256}" => format!("{{SHA256}}{}", STANDARD.encode(Sha256::digest(password))),
+        "{SHA384}" => format!("{{SHA384}}{}", STANDARD.encode(Sha384::digest(password))),
+        "{SHA512}" => format!("{{SHA512}}{}", STANDARD.encode(Sha512::digest(password))),
+        "{PBKDF2}" | "{PBKDF2-SHA1}" => pbkdf2_hash(Prf::Sha1, &upper, password, &salt(16), 20),
+        "{PBKDF2-SHA256}" => pbkdf2_hash(Prf::Sha256, &upper, password, &salt(16), 32),
+        "{PBKDF2-SHA512}" => pbkdf2_hash(Prf::Sha512, &upper, password, &salt(16), 64),
+        "{ARGON2}" => {
+            use argon2::password_hash::{PasswordHasher, SaltString};
+            let salt = SaltString::generate(&mut argon2::password_hash::rand_core::OsRng);
+            let phc = argon2::Argon2::default().hash_password(password, &salt).map_err(|e| e.to_string())?;
+            format!("{{ARGON2}}{phc}")
+        }
+        "{CRYPT}" => {
+            let h = pwhash::sha512_crypt::hash(password).map_err(|e| e.to_string())?;
+            format!("{{CRYPT}}{h}")
+        }
+        "{CLEARTEXT}" => String::from_utf8(password.to_vec()).map_err(|_| "the password is not UTF-8".to_string())?,
+        _ => return Err(format!("unknown password scheme {scheme} (one of {})", WRITABLE.join(", "))),
+    })
+}
+
+/// SSHA with an 8-byte salt, as `slappasswd` writes it.
 pub fn hash_ssha(password: &[u8]) -> String {
-    let mut salt = [0u8; 8];
-    rand::thread_rng().fill_bytes(&mut salt);
-    let mut h = Sha1::new();
-    h.update(password);
-    h.update(salt);
-    let mut raw = h.finalize().to_vec();
-    raw.extend_from_slice(&salt);
-    format!("{{SSHA}}{}", STANDARD.encode(raw))
+    hash("{SSHA}", password).expect("SSHA is always available")
 }
 
 /// Whether a value is already in `{SCHEME}` form.
 pub fn is_hashed(value: &[u8]) -> bool {
-    value.first() == Some(&b'{') && value.iter().take(32).any(|b| *b == b'}')
+    split_scheme(value).is_some()
 }
 
-fn strip_scheme<'a>(v: &'a [u8], scheme: &[u8]) -> Option<&'a [u8]> {
-    (v.len() >= scheme.len() && v[..scheme.len()].eq_ignore_ascii_case(scheme)).then(|| &v[scheme.len()..])
+fn split_scheme(v: &[u8]) -> Option<(&str, &[u8])> {
+    if v.first() != Some(&b'{') {
+        return None;
+    }
+    let end = v.iter().take(32).position(|b| *b == b'}')?;
+    let name = std::str::from_utf8(&v[1..end]).ok()?;
+    (!name.is_empty()).then_some((name, &v[end + 1..]))
 }
 
 fn trim(v: &[u8]) -> &[u8] {
@@ -65,21 +151,165 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// `base64(digest(password + salt) + salt)`.
+fn salted<D: Digest>(rest: &[u8], given: &[u8]) -> bool {
+    let Ok(raw) = STANDARD.decode(rest) else { return false };
+    let n = <D as Digest>::output_size();
+    if raw.len() <= n {
+        return false;
+    }
+    let (digest, salt) = raw.split_at(n);
+    let mut h = D::new();
+    h.update(given);
+    h.update(salt);
+    constant_time_eq(&h.finalize(), digest)
+}
+
+fn salted_hash<D: Digest>(scheme: &str, password: &[u8], salt: &[u8]) -> String {
+    let mut h = D::new();
+    h.update(password);
+    h.update(salt);
+    let mut raw = h.finalize().to_vec();
+    raw.extend_from_slice(salt);
+    format!("{scheme}{}", STANDARD.encode(raw))
+}
+
+fn plain<D: Digest>(rest: &[u8], given: &[u8]) -> bool {
+    STANDARD.decode(rest).is_ok_and(|raw| constant_time_eq(&D::digest(given), &raw))
+}
+
+/// Adapted base64 (passlib's "ab64"): `.` instead of `+`, no padding.
+fn ab64_decode(s: &str) -> Option<Vec<u8>> {
+    STANDARD_NO_PAD.decode(s.replace('.', "+").trim_end_matches('=')).ok()
+}
+
+fn ab64_encode(b: &[u8]) -> String {
+    STANDARD_NO_PAD.encode(b).replace('+', ".")
+}
+
+/// The HMAC a PBKDF2 scheme uses.
+#[derive(Clone, Copy)]
+enum Prf {
+    Sha1,
+    Sha256,
+    Sha512,
+}
+
+fn derive(prf: Prf, password: &[u8], salt: &[u8], rounds: u32, out: &mut [u8]) {
+    match prf {
+        Prf::Sha1 => pbkdf2::pbkdf2_hmac::<Sha1>(password, salt, rounds, out),
+        Prf::Sha256 => pbkdf2::pbkdf2_hmac::<Sha256>(password, salt, rounds, out),
+        Prf::Sha512 => pbkdf2::pbkdf2_hmac::<Sha512>(password, salt, rounds, out),
+    }
+}
+
+fn pbkdf2_openldap(prf: Prf, rest: &[u8], given: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(rest) else { return false };
+    let mut parts = text.split('$');
+    let (Some(iter), Some(salt), Some(hash), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    let (Ok(iter), Some(salt), Some(want)) = (iter.parse::<u32>(), ab64_decode(salt), ab64_decode(hash)) else {
+        return false;
+    };
+    if iter == 0 || want.is_empty() || want.len() > 1024 {
+        return false;
+    }
+    let mut got = vec![0u8; want.len()];
+    derive(prf, given, &salt, iter, &mut got);
+    constant_time_eq(&got, &want)
+}
+
+fn pbkdf2_hash(prf: Prf, scheme: &str, password: &[u8], salt: &[u8], len: usize) -> String {
+    let mut out = vec![0u8; len];
+    derive(prf, password, salt, PBKDF2_ITERATIONS, &mut out);
+    format!("{scheme}{PBKDF2_ITERATIONS}${}${}", ab64_encode(salt), ab64_encode(&out))
+}
+
+/// 389-ds's `{PBKDF2_SHA256}`: base64 of iterations (u32, big-endian),
+/// 64 bytes of salt and 256 bytes of PBKDF2-HMAC-SHA256 output.
+fn pbkdf2_389(rest: &[u8], given: &[u8]) -> bool {
+    let Ok(raw) = STANDARD.decode(rest.iter().copied().filter(|b| !b.is_ascii_whitespace()).collect::<Vec<u8>>())
+    else {
+        return false;
+    };
+    if raw.len() != 4 + 64 + 256 {
+        return false;
+    }
+    let iter = u32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]);
+    if iter == 0 {
+        return false;
+    }
+    let (salt, want) = raw[4..].split_at(64);
+    let mut got = vec![0u8; 256];
+    derive(Prf::Sha256, given, salt, iter, &mut got);
+    constant_time_eq(&got, want)
+}
+
+fn argon2_verify(rest: &[u8], given: &[u8]) -> bool {
+    use argon2::password_hash::{PasswordHash, PasswordVerifier};
+    let Ok(text) = std::str::from_utf8(rest) else { return false };
+    let Ok(parsed) = PasswordHash::new(text) else { return false };
+    argon2::Argon2::default().verify_password(given, &parsed).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Hashes of "secret" as other servers and tools wrote them.
+    const FOREIGN: &[&str] = &[
+        "{SHA}5en6G6MezRroT3XKqkdPOmY/BfQ=",
+        "{SHA512}vSsar3708Jvp9Szi2NWZZ02Bqp1qRCFpbcTZPdBhnWgs5WtNZKnvCXdhztmeD2cmW192CF5bDufKRpayrW/isg==",
+        "{PBKDF2-SHA512}10000$/oQ4xZi382mk7kvCd3ZdkA$2wqjpuyV2l0U/a1QwoQPOtlQL.UcJGNACj1O24balruqQb/NgPW6OCvvrrJP8.SzA3/5iYvLnwWPzeX8IK/bEQ",
+        "{PBKDF2-SHA256}10000$jq40ImWtmpTE.aYDYV1GfQ$mpiL4ui02ACmYOAnCjp/MI1gQk50xLbZ54RZneU0fCg",
+        "{PBKDF2-SHA1}10000$QJTEclnXgh9Cz3ChCWpdAg$9.s98jwFJM.NXJK9ca/oJ5AyoAQ",
+        "{PBKDF2}10000$QJTEclnXgh9Cz3ChCWpdAg$9.s98jwFJM.NXJK9ca/oJ5AyoAQ",
+    ];
+
+    /// A 389-ds `{PBKDF2_SHA256}` hash of "Password123".
+    const DS389: &str = "{PBKDF2_SHA256}AAAnEGTxXtnR/oox922/jZyjH6fmiIdW4AwIYZE2LfCVL/SUz5GbAHfjRj4NbN2u8ul0/j/dUzJ4gQSawGALGHZV74nOAtPttoZDTsh7BeGCLD/Ps7vRugwDdz9uPARXzF3bD/8qCpumvRGb4pehzfQsk+FnGgTwi0rUeVaN8a7Kbv8ZpRfU2sd+208F/YL42BWAh/2tv0I4vY7ZsrCZcrUJtgKWy5Nr+t78zmPkrZsX/kgfnGdXhr50kN10cmkLQ0/cZOXo9CAkpeZyFu+wQ5vQdUaES2Vd5kBjJYPCkr4b2ocr4ETQi3IGO2GGCoCetmMIETsudRVSxUNBbva+Vgxin5Apu4wIP/0ZyuGK6TuWLqLnNpmK3RkRx0xjqJ4nN2Ok0ul0XYBJcYIBt4UoaVM2uSa/Etw28Uy+zAsUv2AOiRo5";
+
     #[test]
-    fn schemes() {
-        let h = hash_ssha(b"secret");
-        assert!(verify(h.as_bytes(), b"secret"));
-        assert!(!verify(h.as_bytes(), b"Secret"));
-        // printf secret | sha1sum | xxd -r -p | base64
-        assert!(verify(b"{SHA}5en6G6MezRroT3XKqkdPOmY/BfQ=", b"secret"));
-        assert!(!verify(b"{SHA}5en6G6MezRroT3XKqkdPOmY/BfQ=", b"secrets"));
-        assert!(verify(b"plain", b"plain"));
-        assert!(!verify(b"plain", b"plainx"));
-        assert!(!verify(b"{MD5}whatever", b"{MD5}whatever"));
-        assert!(is_hashed(h.as_bytes()));
+    fn ds389_pbkdf2_sha256_verifies() {
+        assert!(verify(DS389.as_bytes(), b"Password123"));
+        assert!(!verify(DS389.as_bytes(), b"Password124"));
+    }
+
+    #[test]
+    fn foreign_hashes_verify() {
+        for h in FOREIGN {
+            assert!(verify(h.as_bytes(), b"secret"), "{h}");
+            assert!(!verify(h.as_bytes(), b"Secret"), "{h}");
+        }
+    }
+
+    #[test]
+    fn every_writable_scheme_round_trips() {
+        for scheme in WRITABLE {
+            let h = hash(scheme, b"s3cret pw").unwrap();
+            let cleartext = *scheme == "{CLEARTEXT}";
+            assert!(verify_with(h.as_bytes(), b"s3cret pw", cleartext), "{scheme}: {h}");
+            assert!(!verify_with(h.as_bytes(), b"s3cret pW", cleartext), "{scheme}");
+            assert_eq!(is_hashed(h.as_bytes()), !cleartext, "{scheme}");
+        }
+        assert!(hash("{MD5}", b"x").is_err());
+    }
+
+    #[test]
+    fn crypt_and_cleartext() {
+        for h in [
+            pwhash::md5_crypt::hash("secret").unwrap(),
+            pwhash::sha256_crypt::hash("secret").unwrap(),
+            pwhash::sha512_crypt::hash("secret").unwrap(),
+            pwhash::bcrypt::hash("secret").unwrap(),
+        ] {
+            let stored = format!("{{CRYPT}}{h}");
+            assert!(verify(stored.as_bytes(), b"secret"), "{stored}");
+            assert!(!verify(stored.as_bytes(), b"secreT"), "{stored}");
+        }
+        assert!(!verify(b"plain", b"plain"), "cleartext is off by default");
+        assert!(verify_with(b"plain", b"plain", true));
+        assert!(!verify_with(b"{MD5}whatever", b"{MD5}whatever", true), "unknown schemes fail closed");
     }
 }

@@ -44,7 +44,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     }
     check_new(&mut entry, &dn)?;
     controls::check_assertion(ctrls.assertion.as_ref(), &entry)?;
-    hash_passwords(entry.attrs.iter_mut());
+    hash_passwords(&conn, &mut entry.attrs).await?;
     let (creator, is_root) = {
         let id = conn.identity.borrow();
         (id.dn().to_string(), id.is_root())
@@ -67,15 +67,35 @@ pub fn check_new(entry: &mut Entry, dn: &Dn) -> Result<()> {
     Ok(())
 }
 
-/// Hashes cleartext `userPassword` values ({SSHA}) before they are stored.
-pub fn hash_passwords<'a>(attrs: impl Iterator<Item = &'a mut Attr>) {
-    for a in attrs.filter(|a| shards::matching::same_attr(&a.name, "userPassword")) {
-        for v in &mut a.vals {
-            if !password::is_hashed(v) {
-                *v = password::hash_ssha(v).into_bytes();
-            }
-        }
+/// Hashes cleartext `userPassword` values with `passwords.default_scheme`
+/// before they are stored, on a blocking thread (key stretching takes
+/// milliseconds). Values already in `{SCHEME}` form are kept as given.
+pub async fn hash_passwords(conn: &Conn, attrs: &mut [Attr]) -> Result<()> {
+    let scheme = &conn.ctx.passwords.default_scheme;
+    if scheme.eq_ignore_ascii_case("{CLEARTEXT}") {
+        return Ok(());
     }
+    for a in attrs.iter_mut().filter(|a| shards::schema::base_type(&a.name).eq_ignore_ascii_case("userPassword")) {
+        if a.vals.iter().all(|v| password::is_hashed(v)) {
+            continue;
+        }
+        let (vals, scheme) = (std::mem::take(&mut a.vals), scheme.clone());
+        let hashed: std::result::Result<Vec<Vec<u8>>, String> = glommio::executor()
+            .spawn_blocking(move || {
+                vals.into_iter()
+                    .map(|v| {
+                        if password::is_hashed(&v) {
+                            Ok(v)
+                        } else {
+                            password::hash(&scheme, &v).map(String::into_bytes)
+                        }
+                    })
+                    .collect()
+            })
+            .await;
+        a.vals = hashed.map_err(Error::other)?;
+    }
+    Ok(())
 }
 
 /// Sets the operational attributes of a new entry that it does not carry

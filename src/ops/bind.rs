@@ -14,16 +14,64 @@ use shards::schema::base_type;
 use shards::{password, Error, Result};
 use std::rc::Rc;
 
-pub fn handle(conn: &Conn, req: &LdapBindRequest) -> (LdapResult, Option<Vec<u8>>) {
-    let outcome = authenticate(conn, req);
-    *conn.identity.borrow_mut() = match &outcome {
-        Ok(id) => id.clone(),
-        Err(_) => Identity::Anonymous,
-    };
-    (result(outcome.map(|_| ())), None)
+/// What a bind decided: now, or after a slow hash is verified off the reactor.
+pub enum Outcome {
+    Now(LdapResult),
+    Later(Pending),
 }
 
-fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Identity> {
+/// A bind waiting for a key-stretching verification (PBKDF2, Argon2,
+/// crypt): milliseconds of CPU that must not stall the reactor's other
+/// connections.
+pub struct Pending {
+    identity: Identity,
+    check: Check,
+}
+
+/// What the blocking thread needs (and nothing reactor-local).
+struct Check {
+    hashes: Vec<Vec<u8>>,
+    password: Vec<u8>,
+    cleartext: bool,
+}
+
+impl Check {
+    fn verify(&self) -> bool {
+        self.hashes.iter().any(|h| password::verify_with(h, &self.password, self.cleartext))
+    }
+}
+
+pub fn handle(conn: &Conn, req: &LdapBindRequest) -> Outcome {
+    // A bind starts by making the connection anonymous (RFC 4511 §4.2.1).
+    *conn.identity.borrow_mut() = Identity::Anonymous;
+    match authenticate(conn, req) {
+        Ok(Step::Done(id)) => {
+            *conn.identity.borrow_mut() = id;
+            Outcome::Now(result(Ok(())))
+        }
+        Ok(Step::Slow(p)) => Outcome::Later(p),
+        Err(e) => Outcome::Now(result(Err(e))),
+    }
+}
+
+/// Verifies a pending bind on a blocking thread, then sets the identity.
+pub async fn finish(conn: &Conn, pending: Pending) -> LdapResult {
+    let check = pending.check;
+    let ok = glommio::executor().spawn_blocking(move || check.verify()).await;
+    if ok {
+        *conn.identity.borrow_mut() = pending.identity;
+        result(Ok(()))
+    } else {
+        result(Err(invalid()))
+    }
+}
+
+enum Step {
+    Done(Identity),
+    Slow(Pending),
+}
+
+fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Step> {
     if req.version != 3 {
         return Err(Error::protocol(format!("LDAP version {} is not supported", req.version)));
     }
@@ -38,32 +86,45 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Identity> {
         _ => return Err(Error::new(LdapResultCode::AuthMethodNotSupported, "authentication method not supported")),
     };
     if req.dn.is_empty() {
-        return if password.is_empty() { Ok(Identity::Anonymous) } else { Err(invalid()) };
+        return if password.is_empty() { Ok(Step::Done(Identity::Anonymous)) } else { Err(invalid()) };
     }
     if password.is_empty() {
         return Err(Error::unwilling("unauthenticated bind (DN with no password) disallowed"));
     }
     let dn = Dn::parse(&req.dn)?;
     let ctx = &conn.ctx;
+    let cleartext = ctx.passwords.allow_cleartext;
     if dn == ctx.root_dn {
-        return if password::verify(ctx.root_password_hash.as_bytes(), password) {
-            Ok(Identity::Root(Rc::from(req.dn.as_str())))
+        let identity = Identity::Root(Rc::from(req.dn.as_str()));
+        let hash = ctx.root_password_hash.as_bytes();
+        if password::is_slow(hash) {
+            let check = Check { hashes: vec![hash.to_vec()], password: password.to_vec(), cleartext };
+            return Ok(Step::Slow(Pending { identity, check }));
+        }
+        return if password::verify_with(hash, password, cleartext) {
+            Ok(Step::Done(identity))
         } else {
             Err(invalid())
         };
     }
-    // Checked in place in the snapshot: a bind copies nothing but the DN.
-    let bound = ctx.shard.with_entry(&dn.key(), |e| {
-        let ok = e
-            .attrs()
-            // Entries store the type under its schema name.
-            .filter(|a| base_type(a.name).eq_ignore_ascii_case("userPassword"))
-            .any(|a| a.vals().any(|v| password::verify(v, password)));
-        ok.then(|| Rc::from(e.dn()))
+    // Checked in place in the snapshot: a bind copies nothing but the DN,
+    // unless a slow hash has to go to a blocking thread.
+    let step = ctx.shard.with_entry(&dn.key(), |e| {
+        // Entries store the type under its schema name.
+        let values =
+            || e.attrs().filter(|a| base_type(a.name).eq_ignore_ascii_case("userPassword")).flat_map(|a| a.vals());
+        if values().any(password::is_slow) {
+            let check =
+                Check { hashes: values().map(<[u8]>::to_vec).collect(), password: password.to_vec(), cleartext };
+            return Some(Step::Slow(Pending { identity: Identity::User(Rc::from(e.dn())), check }));
+        }
+        values()
+            .any(|v| password::verify_with(v, password, cleartext))
+            .then(|| Step::Done(Identity::User(Rc::from(e.dn()))))
     })?;
-    bound.flatten().map(Identity::User).ok_or_else(invalid)
+    step.flatten().ok_or_else(invalid)
 }
 
-fn invalid() -> Error {
+pub fn invalid() -> Error {
     Error::new(LdapResultCode::InvalidCredentials, "")
 }

@@ -34,7 +34,7 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
         .get(&req.atype)
         .ok_or_else(|| Error::new(LdapResultCode::NoSuchAttribute, format!("{}: no such attribute", req.atype)))?;
     let found = if is_password {
-        attr.vals.iter().any(|v| password::verify(v, &req.val))
+        attr.vals.iter().any(|v| password::verify_with(v, &req.val, conn.ctx.passwords.allow_cleartext))
     } else {
         let Some(want) = rule.normalize(&req.val) else {
             return Err(Error::new(

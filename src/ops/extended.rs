@@ -1,26 +1,124 @@
-//! Extended operations (RFC 4511 §4.12): WhoAmI (RFC 4532).
+//! Extended operations (RFC 4511 §4.12): WhoAmI (RFC 4532) and Password
+//! Modify (RFC 3062).
 //!
-//! StartTLS and Password Modify are not available in this version; they and
-//! any other name get `protocolError` with a message naming the OID.
+//! Password Modify: a bound user changes their own password (the old one
+//! is required and checked), the root DN sets anyone's; without a new
+//! password the server generates one and returns it. The new value is
+//! hashed with `passwords.default_scheme` on a blocking thread and written
+//! like a modify. StartTLS is not available in this version; it and any
+//! other name get `protocolError` naming the OID.
 
-use crate::conn::Conn;
-use crate::ops::result;
-use ldap3_proto::proto::{LdapExtendedRequest, LdapExtendedResponse, OID_WHOAMI};
-use shards::Error;
+use crate::conn::{Conn, Identity};
+use crate::ops::{parse_dn, result, with_matched};
+use ldap3_proto::proto::{
+    LdapExtendedRequest, LdapExtendedResponse, LdapPasswordModifyRequest, LdapPasswordModifyResponse,
+    OID_PASSWORD_MODIFY, OID_WHOAMI,
+};
+use ldap3_proto::LdapResultCode;
+use shards::entry::{Attr, Mod};
+use shards::write::{Stamp, WriteOp};
+use shards::{now_generalized, password, Error, Result};
 
-pub const SUPPORTED: &[&str] = &[OID_WHOAMI];
+pub const SUPPORTED: &[&str] = &[OID_WHOAMI, OID_PASSWORD_MODIFY];
 
-pub fn handle(conn: &Conn, req: &LdapExtendedRequest) -> LdapExtendedResponse {
-    match req.name.as_str() {
+/// Answers at once, or `None` for Password Modify (see `password_modify`).
+pub fn handle(conn: &Conn, req: &LdapExtendedRequest) -> Option<LdapExtendedResponse> {
+    Some(match req.name.as_str() {
         OID_WHOAMI => {
             let dn = conn.identity.borrow().dn().to_string();
             let authz = if dn.is_empty() { String::new() } else { format!("dn:{dn}") };
             LdapExtendedResponse { res: result(Ok(())), name: None, value: Some(authz.into_bytes()) }
         }
+        OID_PASSWORD_MODIFY => return None,
         other => LdapExtendedResponse {
             res: result(Err(Error::protocol(format!("extended operation {other} is not supported")))),
             name: None,
             value: None,
         },
+    })
+}
+
+pub async fn password_modify(conn: &Conn, req: &LdapExtendedRequest) -> LdapExtendedResponse {
+    let outcome = match LdapPasswordModifyRequest::try_from(req) {
+        Ok(pm) => change(conn, pm).await,
+        Err(_) => Err(Error::protocol("malformed Password Modify request value")),
+    };
+    let (res, gen_password) = match outcome {
+        Ok(generated) => (result(Ok(())), generated),
+        Err(e) => (result(Err(e)), None),
+    };
+    let generated = gen_password.is_some();
+    let mut resp: LdapExtendedResponse = LdapPasswordModifyResponse { res, gen_password }.into();
+    // RFC 3062 §2: without a generated password the response value is
+    // absent (ldap3_proto would send an empty SEQUENCE, which clients such
+    // as the ldap3 crate reject).
+    if !generated {
+        resp.value = None;
     }
+    resp
+}
+
+async fn change(conn: &Conn, req: LdapPasswordModifyRequest) -> Result<Option<String>> {
+    let identity = conn.identity.borrow().clone();
+    let own = match &identity {
+        Identity::Anonymous => {
+            return Err(Error::unwilling("only an authenticated user may change a password"));
+        }
+        Identity::Root(dn) | Identity::User(dn) => dn.to_string(),
+    };
+    let target = match req.user_identity.as_deref() {
+        None | Some("") => own.clone(),
+        Some(id) => match id.strip_prefix("dn:") {
+            Some(dn) => dn.to_string(),
+            None if id.starts_with("u:") => {
+                return Err(Error::unwilling("user identities of the form u:NAME are not supported; use dn:DN"))
+            }
+            None => id.to_string(),
+        },
+    };
+    let dn = parse_dn(&target)?;
+    let is_root = identity.is_root();
+    if dn == conn.ctx.root_dn {
+        return Err(Error::unwilling("the root DN's password is set in the configuration, not in the directory"));
+    }
+    let self_change = parse_dn(&own).is_ok_and(|o| o == dn);
+    if !self_change && !is_root {
+        return Err(Error::new(LdapResultCode::InsufficentAccessRights, "only the root DN may set another's password"));
+    }
+    let shard = &conn.ctx.shard;
+    let entry = shard.get_entry(&dn.key())?.ok_or_else(|| with_matched(conn, &dn, Error::no_such_object(&target)))?;
+    let scheme = conn.ctx.passwords.default_scheme.clone();
+    let cleartext = conn.ctx.passwords.allow_cleartext;
+    let stored: Vec<Vec<u8>> = entry.get("userPassword").map(|a| a.vals.clone()).unwrap_or_default();
+    if self_change && !is_root && req.old_password.is_none() {
+        return Err(Error::unwilling("the old password is required to change one's own password"));
+    }
+    let generated = req.new_password.is_none().then(generate);
+    let new = req.new_password.clone().or_else(|| generated.clone()).expect("one of them");
+    let old = req.old_password.clone();
+    // Verifying the old password and hashing the new one take milliseconds: off the reactor.
+    let (old_ok, hashed) = glommio::executor()
+        .spawn_blocking(move || {
+            let old_ok = old.is_none_or(|o| stored.iter().any(|h| password::verify_with(h, o.as_bytes(), cleartext)));
+            (old_ok, password::hash(&scheme, new.as_bytes()))
+        })
+        .await;
+    if !old_ok {
+        return Err(Error::new(LdapResultCode::InvalidCredentials, "the old password does not match"));
+    }
+    let hashed = hashed.map_err(Error::other)?;
+    let mods = vec![Mod::Replace(Attr { name: "userPassword".into(), vals: vec![hashed.into_bytes()] })];
+    let stamp = Stamp { modifier: own, time: now_generalized() };
+    let key = dn.key();
+    let op = WriteOp::Modify { key: key.clone(), dn: target, mods, rdn: Vec::new(), stamp, extras: Default::default() };
+    shard.submit(&key, op).await?;
+    Ok(generated)
+}
+
+/// A generated password: 16 characters without look-alikes.
+fn generate() -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
+    let mut rng = rand::thread_rng();
+    (0..16).map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char).collect()
 }

@@ -47,10 +47,24 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
         }
     };
     match msg.op {
-        LdapOp::BindRequest(req) => {
-            let (res, creds) = bind::handle(conn, &req);
-            encode(out, LdapMsg::new(msgid, LdapOp::BindResponse(LdapBindResponse { res, saslcreds: creds })));
-        }
+        LdapOp::BindRequest(req) => match bind::handle(conn, &req) {
+            bind::Outcome::Now(res) => {
+                encode(out, LdapMsg::new(msgid, LdapOp::BindResponse(LdapBindResponse { res, saslcreds: None })))
+            }
+            bind::Outcome::Later(pending) => {
+                let conn = conn.clone();
+                glommio::spawn_local(async move {
+                    let res = bind::finish(&conn, pending).await;
+                    let mut out = BytesMut::new();
+                    encode(
+                        &mut out,
+                        LdapMsg::new(msgid, LdapOp::BindResponse(LdapBindResponse { res, saslcreds: None })),
+                    );
+                    conn.send(out).await;
+                })
+                .detach();
+            }
+        },
         LdapOp::UnbindRequest => return Flow::Close,
         LdapOp::SearchRequest(req) => search::start(conn, msgid, req, ctrls),
         LdapOp::AddRequest(req) => spawn_write(conn, msgid, LdapOp::AddResponse, add::handle(conn.clone(), req, ctrls)),
@@ -71,9 +85,19 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
             encode(out, LdapMsg::new(msgid, LdapOp::CompareResult(res)));
         }
         LdapOp::AbandonRequest(id) => abandon::handle(conn, id),
-        LdapOp::ExtendedRequest(req) => {
-            encode(out, LdapMsg::new(msgid, LdapOp::ExtendedResponse(extended::handle(conn, &req))))
-        }
+        LdapOp::ExtendedRequest(req) => match extended::handle(conn, &req) {
+            Some(res) => encode(out, LdapMsg::new(msgid, LdapOp::ExtendedResponse(res))),
+            None => {
+                let conn = conn.clone();
+                glommio::spawn_local(async move {
+                    let res = extended::password_modify(&conn, &req).await;
+                    let mut out = BytesMut::new();
+                    encode(&mut out, LdapMsg::new(msgid, LdapOp::ExtendedResponse(res)));
+                    conn.send(out).await;
+                })
+                .detach();
+            }
+        },
         other => {
             let e = Error::protocol(format!("{} is not a request", op_name(&other)));
             encode(out, ldap3_proto::simple::DisconnectionNotice::gen_response(e.code, &e.message));

@@ -30,12 +30,12 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
         }
         mods.push(match change.operation {
             LdapModifyType::Add => {
-                hash_passwords(std::iter::once(&mut attr));
+                hash_passwords(&conn, std::slice::from_mut(&mut attr)).await?;
                 Mod::Add(attr)
             }
             LdapModifyType::Delete => Mod::Delete(attr),
             LdapModifyType::Replace => {
-                hash_passwords(std::iter::once(&mut attr));
+                hash_passwords(&conn, std::slice::from_mut(&mut attr)).await?;
                 Mod::Replace(attr)
             }
             LdapModifyType::Increment => Mod::Increment(attr),

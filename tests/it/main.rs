@@ -9,6 +9,7 @@ mod crash;
 mod durability;
 mod engines;
 mod interop;
+mod passwords;
 mod protocol;
 mod schema;
 mod search;

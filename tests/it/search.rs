@@ -143,7 +143,7 @@ fn attribute_selection() {
     assert_eq!(e.attrs["hasSubordinates"], vec!["TRUE"]);
     let mut admin = s.admin();
     let e = get_entry(&mut admin, &dn, vec!["userPassword"]).unwrap();
-    assert!(e.attrs["userPassword"][0].starts_with("{SSHA}"), "cleartext is hashed on add");
+    assert!(e.attrs["userPassword"][0].starts_with("{PBKDF2-SHA512}"), "cleartext is hashed on add");
     // typesOnly
     let opts = SearchOptions::new().typesonly(true);
     let (entries, _) =

@@ -1,0 +1,143 @@
+use crate::support::*;
+use ldap3::exop::{PasswordModify, PasswordModifyResp};
+use ldap3::LdapConn;
+use std::collections::HashSet;
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+fn hash_password(scheme: &str, password: &str) -> String {
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_coredir")).args(["hash-password", "--scheme", scheme, password]).output();
+    let out = out.unwrap();
+    assert!(out.status.success(), "{scheme}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// Adds `uid` with exactly this `userPassword` value (hashes are kept as given).
+fn user_with(c: &mut LdapConn, uid: &str, value: &str) {
+    let res = c
+        .add(
+            &format!("uid={uid},{PEOPLE}"),
+            vec![
+                ("objectClass", HashSet::from(["inetOrgPerson"])),
+                ("uid", HashSet::from([uid])),
+                ("cn", HashSet::from([uid])),
+                ("sn", HashSet::from(["P"])),
+                ("userPassword", HashSet::from([value])),
+            ],
+        )
+        .unwrap();
+    assert_eq!(res.rc, 0, "{res:?}");
+}
+
+fn bind(s: &Server, uid: &str, pw: &str) -> u32 {
+    s.conn().simple_bind(&format!("uid={uid},{PEOPLE}"), pw).unwrap().rc
+}
+
+#[test]
+fn every_scheme_verifies_on_bind() {
+    let s = Server::start(2);
+    let mut c = s.admin();
+    let mut users = Vec::new();
+    for (i, scheme) in
+        ["{SSHA}", "{SHA}", "{SSHA256}", "{SSHA512}", "{SHA256}", "{SHA512}", "{PBKDF2}", "{PBKDF2-SHA256}"]
+            .iter()
+            .chain(&["{PBKDF2-SHA512}", "{ARGON2}", "{CRYPT}"])
+            .enumerate()
+    {
+        let h = hash_password(scheme, "pass word");
+        assert!(h.to_ascii_uppercase().starts_with(&scheme.to_ascii_uppercase()), "{h}");
+        users.push((format!("s{i}"), h));
+    }
+    // Written by other servers: OpenLDAP's pw-pbkdf2 ("secret") and 389-ds ("Password123").
+    users.push((
+        "ol".into(),
+        "{PBKDF2-SHA256}10000$jq40ImWtmpTE.aYDYV1GfQ$mpiL4ui02ACmYOAnCjp/MI1gQk50xLbZ54RZneU0fCg".into(),
+    ));
+    for (uid, h) in &users {
+        user_with(&mut c, uid, h);
+    }
+    for (uid, h) in &users {
+        let right = if uid == "ol" { "secret" } else { "pass word" };
+        assert_eq!(bind(&s, uid, right), 0, "{h}");
+        assert_eq!(bind(&s, uid, "wrong"), 49, "{h}");
+    }
+    // Reading the password from standard input, like slappasswd.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_coredir"))
+        .args(["hash-password", "--scheme", "{SSHA512}"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"from stdin\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let h = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    user_with(&mut c, "stdin", &h);
+    assert_eq!(bind(&s, "stdin", "from stdin"), 0);
+    let out = Command::new(env!("CARGO_BIN_EXE_coredir")).args(["hash-password", "--scheme", "{MD4}", "x"]).output();
+    assert!(!out.unwrap().status.success());
+}
+
+#[test]
+fn new_passwords_get_the_default_scheme_and_cleartext_is_off() {
+    let s = Server::start(1);
+    let mut c = s.admin();
+    assert_eq!(add_user(&mut c, "d").rc, 0);
+    let e = get_entry(&mut c, &format!("uid=d,{PEOPLE}"), vec!["userPassword"]).unwrap();
+    assert!(e.attrs["userPassword"][0].starts_with("{PBKDF2-SHA512}10000$"), "{:?}", e.attrs);
+    assert_eq!(bind(&s, "d", "pw-d"), 0);
+
+    // Stored as cleartext: verified only where the configuration allows it.
+    for (allow, want) in [(false, 49), (true, 0)] {
+        let config = format!("[passwords]\ndefault_scheme = \"{{CLEARTEXT}}\"\nallow_cleartext = {allow}\n");
+        let s = Server::start_with_config(1, &config);
+        let mut c = s.admin();
+        assert_eq!(add_user(&mut c, "t").rc, 0);
+        let e = get_entry(&mut c, &format!("uid=t,{PEOPLE}"), vec!["userPassword"]).unwrap();
+        assert_eq!(e.attrs["userPassword"], vec!["pw-t"]);
+        assert_eq!(bind(&s, "t", "pw-t"), want, "allow_cleartext = {allow}");
+    }
+}
+
+#[test]
+fn password_modify() {
+    let s = Server::start(2);
+    let mut admin = s.admin();
+    for uid in ["a", "b"] {
+        assert_eq!(add_user(&mut admin, uid).rc, 0);
+    }
+    let (a, b) = (format!("uid=a,{PEOPLE}"), format!("uid=b,{PEOPLE}"));
+    let mut user = s.conn();
+    user.simple_bind(&a, "pw-a").unwrap().success().unwrap();
+    let pm = |c: &mut LdapConn, id: Option<&str>, old: Option<&str>, new: Option<&str>| {
+        let ldap3::result::ExopResult(exop, res) =
+            c.extended(PasswordModify { user_id: id, old_pass: old, new_pass: new }).unwrap();
+        (res.rc, exop.val.is_some().then(|| exop.parse::<PasswordModifyResp>().gen_pass))
+    };
+    assert_eq!(pm(&mut user, None, Some("wrong"), Some("n1")).0, 49, "old password checked");
+    assert_eq!(pm(&mut user, None, None, Some("n1")).0, 53, "old password required");
+    assert_eq!(pm(&mut user, None, Some("pw-a"), Some("n1")).0, 0);
+    assert_eq!(bind(&s, "a", "n1"), 0);
+    assert_eq!(bind(&s, "a", "pw-a"), 49);
+    assert_eq!(pm(&mut user, Some(&format!("dn:{b}")), Some("pw-b"), Some("x")).0, 50, "not another's");
+    assert_eq!(pm(&mut s.conn(), Some(&b), None, Some("x")).0, 53, "anonymous");
+    // The root DN resets anyone's; without a new password one is generated.
+    assert_eq!(pm(&mut admin, Some(&b), None, Some("reset")).0, 0);
+    assert_eq!(bind(&s, "b", "reset"), 0);
+    let (rc, generated) = pm(&mut admin, Some(&format!("dn:{b}")), None, None);
+    assert_eq!(rc, 0);
+    let generated = generated.expect("a generated password");
+    assert_eq!(generated.len(), 16);
+    assert_eq!(bind(&s, "b", &generated), 0);
+    let stored = get_entry(&mut admin, &b, vec!["userPassword"]).unwrap().attrs["userPassword"][0].clone();
+    assert!(stored.starts_with("{PBKDF2-SHA512}"), "{stored}");
+
+    // OpenLDAP's ldappasswd.
+    ldap_utils();
+    let out = Command::new("ldappasswd")
+        .args(["-x", "-H", &s.url(), "-D", &a, "-w", "n1", "-a", "n1", "-s", "from-ldappasswd"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(bind(&s, "a", "from-ldappasswd"), 0);
+}
