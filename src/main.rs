@@ -32,7 +32,8 @@
 //! - `ber`: direct BER encoding of search entries; PDU header peeking.
 //! - `ops/`: one file per LDAP operation (`bind`, `search`, `add`,
 //!   `modify`, `delete`, `modify_dn`, `compare`, `abandon`, `extended`),
-//!   plus `rootdse` (root DSE and subschema) and `mod.rs` (dispatch and the
+//!   plus `rootdse` (root DSE), `controls` (request/response controls),
+//!   `paging` and `sort` (search controls) and `mod.rs` (dispatch and the
 //!   one place errors become responses).
 //! - `shards` (crate): everything a shard owns: DNs, entries, filters,
 //!   stores, write ops, routing, the mesh and group commit.

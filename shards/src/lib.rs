@@ -22,11 +22,12 @@
 //! - `index`: configurable eq/pres/sub/ordering indexes and filter ->
 //!   candidate ids.
 //! - `ldif`: RFC 2849 reading and writing (import and export).
-//! - `password`: `userPassword` schemes.
+//! - `password`: `userPassword` schemes (verify, hash).
 //! - `manifest`: the data directory's identity and partition map.
 //! - `store`: the `Store` trait (trees `dn2id`, `id2entry`, `children`,
-//!   `meta`) and its LMDB engine.
-//! - `write`: `WriteOp`s as applied by an owner inside one transaction.
+//!   `index`, `meta`), its LMDB and sled engines and `Engine`.
+//! - `write`: `WriteOp`s as applied by an owner inside one transaction;
+//!   `BulkLoad` for imports into a new database.
 //! - `repair`: start-up recount of child counts after a crash.
 //! - `shard`: `Shard`, routing of writes to owners over the mesh, and the
 //!   group-commit loop.
@@ -35,7 +36,7 @@
 //!
 //! 1. Only a partition's owner writes it; other shards only read snapshots.
 //! 2. Values cross cores only as `MeshMsg`s; nothing here is `Mutex`ed.
-//! 3. Only `store` touches LMDB; no transaction is held across an `.await`.
+//! 3. Only `store` touches LMDB or sled; no transaction is held across an `.await`.
 //! 4. A write op checks before it changes: a refused op leaves no trace in a
 //!    shared batch, and every op of a batch is answered only after commit.
 //! 5. This crate uses ldap3_proto's data types (filters, result codes) but
