@@ -107,6 +107,15 @@ pub struct Limits {
     pub unindexed_lookthrough: usize,
     /// The result past that limit: "adminLimitExceeded" or "unwillingToPerform".
     pub unindexed_result: String,
+    /// Entries a search returns to anyone but the root DN (slapd's
+    /// `sizelimit`); a client may ask for fewer. 0: no limit.
+    pub size_limit: usize,
+    /// Seconds a search may run for anyone but the root DN (slapd's
+    /// `timelimit`); a client may ask for less. 0: no limit.
+    pub time_limit_s: u64,
+    /// Seconds a connection may stay idle (no request and none running)
+    /// before it is closed (slapd's `idletimeout`). 0: never.
+    pub idle_timeout_s: u64,
 }
 
 impl Default for Config {
@@ -165,6 +174,9 @@ impl Default for Limits {
             max_filter_depth: 64,
             unindexed_lookthrough: 100_000,
             unindexed_result: "adminLimitExceeded".into(),
+            size_limit: 500,
+            time_limit_s: 3600,
+            idle_timeout_s: 0,
         }
     }
 }

@@ -23,6 +23,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::rc::Rc;
+use std::time::Duration;
 use tokio_util::codec::{Decoder, Encoder};
 
 /// Frames queued for the writer before request tasks wait (backpressure
@@ -138,7 +139,19 @@ async fn read_loop(mut stream: TcpStream, conn: &Rc<Conn>) {
             }
         }
         conn.send(inline).await;
-        match stream.read(&mut scratch).await {
+        let idle = limits.idle_timeout_s;
+        let read = if idle > 0 && conn.running.borrow().is_empty() {
+            // Idle: nothing running and nothing sent for `idle_timeout_s`.
+            let timed =
+                glommio::timer::timeout(Duration::from_secs(idle), async { Ok(stream.read(&mut scratch).await) });
+            match timed.await {
+                Ok(r) => r,
+                Err(_) => return,
+            }
+        } else {
+            stream.read(&mut scratch).await
+        };
+        match read {
             Ok(0) | Err(_) => return,
             Ok(n) => rbuf.extend_from_slice(&scratch[..n]),
         }

@@ -155,8 +155,11 @@ async fn run(
         return Ok(());
     }
     let limits = Limits {
-        size: if req.sizelimit > 0 { req.sizelimit as usize } else { usize::MAX },
-        deadline: (req.timelimit > 0).then(|| Instant::now() + Duration::from_secs(req.timelimit as u64)),
+        size: effective(req.sizelimit, ctx.limits.size_limit, is_root),
+        deadline: match effective(req.timelimit, ctx.limits.time_limit_s as usize, is_root) {
+            usize::MAX => None,
+            secs => Some(Instant::now() + Duration::from_secs(secs as u64)),
+        },
         lookthrough: match ctx.limits.unindexed_lookthrough {
             0 => usize::MAX,
             _ if is_root => usize::MAX,
@@ -314,6 +317,17 @@ async fn walk(
         }
     }
     Ok(None)
+}
+
+/// A size or time limit: the client's request, capped by the server's
+/// configured limit for everyone but the root DN (0 means none).
+fn effective(requested: i32, configured: usize, is_root: bool) -> usize {
+    let requested = if requested > 0 { requested as usize } else { usize::MAX };
+    if is_root || configured == 0 {
+        requested
+    } else {
+        requested.min(configured)
+    }
 }
 
 /// Which DN keys a one-level, subtree or children search covers.

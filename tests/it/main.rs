@@ -9,6 +9,7 @@ mod crash;
 mod durability;
 mod engines;
 mod interop;
+mod limits;
 mod passwords;
 mod protocol;
 mod schema;
