@@ -116,6 +116,11 @@ pub struct Limits {
     /// Seconds a connection may stay idle (no request and none running)
     /// before it is closed (slapd's `idletimeout`). 0: never.
     pub idle_timeout_s: u64,
+    /// Searches and writes one anonymous connection may have running at
+    /// once (slapd's `conn_max_pending`); past it `busy`. 0: no limit.
+    pub max_pending: usize,
+    /// The same once bound (slapd's `conn_max_pending_auth`).
+    pub max_pending_auth: usize,
 }
 
 impl Default for Config {
@@ -177,6 +182,8 @@ impl Default for Limits {
             size_limit: 500,
             time_limit_s: 3600,
             idle_timeout_s: 0,
+            max_pending: 100,
+            max_pending_auth: 1000,
         }
     }
 }

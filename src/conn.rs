@@ -56,7 +56,26 @@ pub struct Conn {
     pub identity: RefCell<Identity>,
     /// Running searches by message id; setting the flag abandons one.
     pub running: RefCell<HashMap<i32, Rc<Cell<bool>>>>,
+    /// Operations running as tasks (searches and writes), for the
+    /// `max_pending` limits.
+    pub pending: Cell<usize>,
     out: LocalSender<BytesMut>,
+}
+
+/// Counts one running operation of a connection while it lives.
+pub struct InFlight(Rc<Conn>);
+
+impl InFlight {
+    pub fn new(conn: &Rc<Conn>) -> InFlight {
+        conn.pending.set(conn.pending.get() + 1);
+        InFlight(conn.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.pending.set(self.0.pending.get() - 1);
+    }
 }
 
 impl Conn {
@@ -95,8 +114,13 @@ pub async fn serve(stream: TcpStream, ctx: Rc<Ctx>) {
         let _ = writer.close().await;
     })
     .detach();
-    let conn =
-        Rc::new(Conn { ctx, identity: RefCell::new(Identity::Anonymous), running: RefCell::new(HashMap::new()), out });
+    let conn = Rc::new(Conn {
+        ctx,
+        identity: RefCell::new(Identity::Anonymous),
+        running: RefCell::new(HashMap::new()),
+        pending: Cell::new(0),
+        out,
+    });
     read_loop(stream, &conn).await;
     for flag in conn.running.borrow().values() {
         flag.set(true);
@@ -140,8 +164,8 @@ async fn read_loop(mut stream: TcpStream, conn: &Rc<Conn>) {
         }
         conn.send(inline).await;
         let idle = limits.idle_timeout_s;
-        let read = if idle > 0 && conn.running.borrow().is_empty() {
-            // Idle: nothing running and nothing sent for `idle_timeout_s`.
+        let read = if idle > 0 && conn.pending.get() == 0 {
+            // Idle: no request for `idle_timeout_s` and no operation running.
             let timed =
                 glommio::timer::timeout(Duration::from_secs(idle), async { Ok(stream.read(&mut scratch).await) });
             match timed.await {

@@ -46,6 +46,12 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
             return Flow::Continue;
         }
     };
+    if let Err(e) = check_pending(conn, &msg.op) {
+        if let Some(op) = error_response(&msg.op, e) {
+            encode(out, LdapMsg::new(msgid, op));
+        }
+        return Flow::Continue;
+    }
     match msg.op {
         LdapOp::BindRequest(req) => match bind::handle(conn, &req) {
             bind::Outcome::Now(res) => {
@@ -107,6 +113,33 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
     Flow::Continue
 }
 
+/// Searches and writes run as tasks; a connection may have at most
+/// `limits.max_pending` of them running (`max_pending_auth` once bound),
+/// like slapd's `conn_max_pending`. Past it: `busy`.
+fn check_pending(conn: &Conn, op: &LdapOp) -> Result<()> {
+    let spawns = matches!(
+        op,
+        LdapOp::SearchRequest(_)
+            | LdapOp::AddRequest(_)
+            | LdapOp::ModifyRequest(_)
+            | LdapOp::DelRequest(_)
+            | LdapOp::ModifyDNRequest(_)
+    );
+    let limits = &conn.ctx.limits;
+    let max = if matches!(*conn.identity.borrow(), crate::conn::Identity::Anonymous) {
+        limits.max_pending
+    } else {
+        limits.max_pending_auth
+    };
+    if spawns && max > 0 && conn.pending.get() >= max {
+        return Err(Error::new(
+            LdapResultCode::Busy,
+            format!("too many operations in progress on this connection (limit {max})"),
+        ));
+    }
+    Ok(())
+}
+
 /// Runs a write as its own task and sends its response (with its response
 /// controls) when it is durable.
 fn spawn_write(
@@ -115,8 +148,10 @@ fn spawn_write(
     response: fn(LdapResult) -> LdapOp,
     fut: impl Future<Output = Result<Vec<LdapControl>>> + 'static,
 ) {
+    let in_flight = crate::conn::InFlight::new(conn);
     let conn = conn.clone();
     glommio::spawn_local(async move {
+        let _in_flight = in_flight;
         let (res, ctrl) = match fut.await {
             Ok(ctrl) => (result(Ok(())), ctrl),
             Err(e) => (result(Err(e)), Vec::new()),

@@ -40,8 +40,10 @@ const CHUNK_SCANNED: usize = 2048;
 pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest, ctrls: Controls) {
     let abandoned = Rc::new(Cell::new(false));
     conn.running.borrow_mut().insert(msgid, abandoned.clone());
+    let in_flight = crate::conn::InFlight::new(conn);
     let conn = conn.clone();
     glommio::spawn_local(async move {
+        let _in_flight = in_flight;
         // Entries still buffered when the search ends leave in the same
         // write as SearchResultDone: one send for a typical search.
         let mut out = BytesMut::new();

@@ -255,3 +255,43 @@ fn unbind_closes() {
     r.send(vec![LdapMsg::new(1, LdapOp::UnbindRequest)]);
     assert!(r.recv().is_none());
 }
+
+#[test]
+fn too_many_pending_operations_get_busy() {
+    let s = Server::start_with_config(1, "[storage]\nsync = \"never\"\n[limits]\nmax_pending = 3\nsize_limit = 0\n");
+    let mut c = s.admin();
+    let desc = "x".repeat(200);
+    for i in 0..1200 {
+        let name = format!("p{i}");
+        let attrs = vec![
+            ("objectClass", ["device"].into()),
+            ("cn", [name.as_str()].into()),
+            ("description", [desc.as_str()].into()),
+        ];
+        assert_eq!(c.add(&format!("cn={name},{PEOPLE}"), attrs).unwrap().rc, 0);
+    }
+    // Twenty large searches in one packet: each needs several chunks, so
+    // the first three are still running when the others arrive.
+    let mut r = Raw::connect(&s);
+    r.send((1..=20).map(|id| LdapMsg::new(id, search(PEOPLE, LdapSearchScope::Subtree))).collect());
+    let (mut ok, mut busy) = (0, 0);
+    while ok + busy < 20 {
+        let m = r.recv().expect("connection closed early");
+        match result_code(&m.op) {
+            Some(LdapResultCode::Success) => ok += 1,
+            Some(LdapResultCode::Busy) => busy += 1,
+            Some(other) => panic!("{other:?}"),
+            None => {}
+        }
+    }
+    assert_eq!((ok, busy), (3, 17));
+    // Once they are done the connection takes new work again.
+    r.send(vec![LdapMsg::new(21, search(PEOPLE, LdapSearchScope::Base))]);
+    loop {
+        let m = r.recv().expect("closed");
+        if let Some(code) = result_code(&m.op) {
+            assert_eq!((m.msgid, code), (21, LdapResultCode::Success));
+            break;
+        }
+    }
+}
