@@ -14,7 +14,7 @@ use glommio::{LocalExecutorBuilder, Placement};
 use shards::dn::Dn;
 use shards::entry::{Attr, Entry};
 use shards::manifest::Manifest;
-use shards::store::Engine;
+use shards::store::{Engine, Store};
 use shards::write::{add_ops, run_batch};
 use shards::{password, Shard};
 use std::path::Path;
@@ -115,6 +115,10 @@ pub fn serve(config: Config) -> Result<()> {
         .map_err(|e| anyhow!("checking child counts: {}", e.message))?;
     if fixed > 0 {
         eprintln!("coredir: corrected {fixed} child counts left by an interrupted write");
+    }
+    for (i, store) in stores.iter().enumerate() {
+        let mib = store.size() as f64 / (1 << 20) as f64;
+        eprintln!("coredir: shard {i}: {mib:.1} MiB of data ({} engine)", manifest.engine);
     }
 
     let mut addr = config.listen_addr()?;

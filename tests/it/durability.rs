@@ -17,6 +17,9 @@ fn data_survives_a_restart() {
     assert_eq!(s.conn().simple_bind(&format!("uid=r7,{PEOPLE}"), "pw-r7").unwrap().rc, 0);
     assert_eq!(add_user(&mut c, "r0").rc, 0, "writes continue after restart");
     assert_eq!(add_user(&mut c, "r1").rc, 68);
+    // Each start reports every shard's data size.
+    let log = std::fs::read_to_string(&s.stderr).unwrap();
+    assert!(log.contains("coredir: shard 0: ") && log.contains("coredir: shard 1: "), "{log}");
 }
 
 #[test]
