@@ -80,9 +80,7 @@ pub fn run(config: Config, file: &Path) -> Result<()> {
         }));
         senders.push(tx);
     }
-    let progress = indicatif::ProgressBar::new_spinner();
-    progress
-        .set_style(indicatif::ProgressStyle::with_template("{spinner} {pos} entries, {per_sec}, {elapsed}").unwrap());
+    let progress = progress_bar();
     let mut router =
         Router { manifest: &manifest, senders: &senders, pending: vec![Vec::new(); n_shards], sent_ok: true };
     let parsed = ldif::read(std::io::BufReader::new(input), |rec| {
@@ -157,9 +155,7 @@ fn bulk(manifest: &Arc<Manifest>, stores: &Arc<Vec<Arc<Engine>>>, input: std::fs
         }));
         senders.push(tx);
     }
-    let progress = indicatif::ProgressBar::new_spinner();
-    progress
-        .set_style(indicatif::ProgressStyle::with_template("{spinner} {pos} entries, {per_sec}, {elapsed}").unwrap());
+    let progress = progress_bar();
     let n_shards = stores.len();
     let mut seen: HashSet<Vec<u8>> = HashSet::new();
     let mut children: HashMap<Vec<u8>, u64> = HashMap::new();
@@ -218,6 +214,14 @@ fn bulk(manifest: &Arc<Manifest>, stores: &Arc<Vec<Arc<Engine>>>, input: std::fs
         store.sync().map_err(|e| anyhow!("syncing the stores: {}", e.message))?;
     }
     Ok(n)
+}
+
+/// A spinner with entries per second (drawn only on a terminal).
+fn progress_bar() -> indicatif::ProgressBar {
+    let progress = indicatif::ProgressBar::new_spinner();
+    progress
+        .set_style(indicatif::ProgressStyle::with_template("{spinner} {pos} entries, {per_sec}, {elapsed}").unwrap());
+    progress
 }
 
 /// Builds and checks an entry from an LDIF record.

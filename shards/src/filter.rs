@@ -269,6 +269,18 @@ fn extensible_eval(e: &EntryView<'_>, attr: &Option<Names>, rule: Rule, want: &[
     Some(false)
 }
 
+/// The Assertion control (RFC 4528): `assertionFailed` unless the entry
+/// matches the control's filter.
+pub fn check_assertion(assertion: Option<&LdapFilter>, entry: &EntryView<'_>) -> crate::Result<()> {
+    match assertion {
+        Some(f) if !matches(f, entry) => Err(crate::Error::new(
+            ldap3_proto::LdapResultCode::AssertionFailed,
+            "the assertion control's filter does not match",
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Evaluates an uncompiled filter once (the root DSE, `cn=Subschema`).
 pub fn matches(f: &LdapFilter, e: &EntryView<'_>) -> bool {
     compile(f).matches(e)

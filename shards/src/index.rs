@@ -136,8 +136,8 @@ fn head(key: &str, kind: u8) -> Vec<u8> {
     k
 }
 
-/// Every index key of an entry (without the id).
-fn keys(entry: &Entry, out: &mut Vec<Vec<u8>>) {
+/// Every index key of an entry (without the id), sorted.
+pub fn entry_keys(entry: &Entry, out: &mut Vec<Vec<u8>>) {
     let schema = schema::get();
     let config = config();
     for a in &entry.attrs {
@@ -191,14 +191,9 @@ fn sub_keys(key: &str, norm: &[u8], out: &mut Vec<Vec<u8>>) {
     }
 }
 
-/// Every index key of an entry, without the id (bulk loads group ids per key).
-pub fn entry_keys(entry: &Entry, out: &mut Vec<Vec<u8>>) {
-    keys(entry, out)
-}
-
 pub fn add<T: WriteTxn>(txn: &mut T, entry: &Entry, id: &[u8]) -> Result<()> {
     let mut ks = Vec::new();
-    keys(entry, &mut ks);
+    entry_keys(entry, &mut ks);
     for mut k in ks {
         k.extend_from_slice(id);
         txn.put(Tree::Index, &k, b"")?;
@@ -208,7 +203,7 @@ pub fn add<T: WriteTxn>(txn: &mut T, entry: &Entry, id: &[u8]) -> Result<()> {
 
 pub fn remove<T: WriteTxn>(txn: &mut T, entry: &Entry, id: &[u8]) -> Result<()> {
     let mut ks = Vec::new();
-    keys(entry, &mut ks);
+    entry_keys(entry, &mut ks);
     for mut k in ks {
         k.extend_from_slice(id);
         txn.delete(Tree::Index, &k)?;
@@ -220,8 +215,8 @@ pub fn remove<T: WriteTxn>(txn: &mut T, entry: &Entry, id: &[u8]) -> Result<()> 
 /// keys that differ are written.
 pub fn update<T: WriteTxn>(txn: &mut T, old: &Entry, new: &Entry, id: &[u8]) -> Result<()> {
     let (mut before, mut after) = (Vec::new(), Vec::new());
-    keys(old, &mut before);
-    keys(new, &mut after);
+    entry_keys(old, &mut before);
+    entry_keys(new, &mut after);
     for k in before.iter().filter(|k| after.binary_search(k).is_err()) {
         let mut k = k.clone();
         k.extend_from_slice(id);

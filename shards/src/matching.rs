@@ -501,6 +501,13 @@ impl<'a> AttrName<'a> {
     }
 }
 
+/// Whether a stored attribute description is `userPassword`: entries store
+/// each type under its schema name, so this is a comparison, not a lookup
+/// (it runs for every attribute of every entry a bind or search reads).
+pub fn is_user_password(stored: &str) -> bool {
+    schema::base_type(stored).eq_ignore_ascii_case("userPassword")
+}
+
 /// Whether two attribute descriptions name the same type.
 pub fn same_attr(a: &str, b: &str) -> bool {
     a.eq_ignore_ascii_case(b) || AttrName::new(a).is(b)
@@ -519,13 +526,7 @@ pub fn is_no_user_modification(name: &str) -> bool {
 /// and unknown attributes keep a caseIgnore form, so DNs that name them
 /// still get one stable key.
 pub fn normalize<'a>(attr: &str, value: &'a [u8]) -> Cow<'a, [u8]> {
-    match attr_type(attr) {
-        Some(at) => match at.equality {
-            Some(rule) => rule.normalize(value).unwrap_or(Cow::Borrowed(value)),
-            None => Cow::Borrowed(value),
-        },
-        None => fold(value),
-    }
+    normalizer(attr)(value)
 }
 
 /// The equality normal form for values of one attribute, with the type

@@ -9,7 +9,7 @@
 //! owner, ordered so the parent's child count always protects the tree.
 
 use crate::dn::Dn;
-use crate::entry::{Entry, Mod};
+use crate::entry::{Entry, EntryView, Mod};
 use crate::error::{Error, Result};
 use crate::manifest::Manifest;
 use crate::store::{ReadTxn, Store, Tree, WriteTxn};
@@ -139,14 +139,6 @@ impl BulkLoad {
         self.children.push((key, count));
     }
 
-    pub fn len(&self) -> usize {
-        self.dn2id.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.dn2id.is_empty()
-    }
-
     /// Sorts and appends everything into `store`, which must be empty.
     pub fn write<S: Store>(mut self, store: &S) -> Result<()> {
         self.dn2id.sort_unstable();
@@ -268,8 +260,7 @@ fn apply<T: WriteTxn>(txn: &mut T, op: &WriteOp, partition_of: &impl Fn(&[u8]) -
         WriteOp::Child { parent, delta } => child(txn, parent, *delta).map(|_| None),
         WriteOp::Delete { key, dn, parent, extras } => {
             let id = leaf_id(txn, key, dn)?;
-            let old = Entry::decode(txn.get(Tree::Id2entry, &id)?.unwrap_or_default())?;
-            check_assertion(extras, &old)?;
+            let old = read_checked(txn, &id, extras)?;
             if let Some(p) = parent {
                 child(txn, p, -1)?;
             }
@@ -280,8 +271,7 @@ fn apply<T: WriteTxn>(txn: &mut T, op: &WriteOp, partition_of: &impl Fn(&[u8]) -
         }
         WriteOp::Modify { key, dn, mods, rdn, stamp, extras } => {
             let id = txn.get(Tree::Dn2id, key)?.ok_or_else(|| Error::no_such_object(dn))?.to_vec();
-            let old = Entry::decode(txn.get(Tree::Id2entry, &id)?.unwrap_or_default())?;
-            check_assertion(extras, &old)?;
+            let old = read_checked(txn, &id, extras)?;
             let mut entry = old.clone();
             entry.apply(mods)?;
             for (attr, value) in rdn {
@@ -328,15 +318,11 @@ fn apply<T: WriteTxn>(txn: &mut T, op: &WriteOp, partition_of: &impl Fn(&[u8]) -
     }
 }
 
-fn check_assertion(extras: &Extras, entry: &Entry) -> Result<()> {
-    let Some(f) = &extras.assertion else { return Ok(()) };
-    let mut bytes = Vec::new();
-    entry.encode(&mut bytes);
-    if filter::matches(f, &crate::entry::EntryView::new(&bytes)?) {
-        Ok(())
-    } else {
-        Err(Error::new(LdapResultCode::AssertionFailed, "the assertion control's filter does not match"))
-    }
+/// The stored entry `id`, checked against the Assertion control first.
+fn read_checked<T: ReadTxn>(txn: &T, id: &[u8], extras: &Extras) -> Result<Entry> {
+    let view = EntryView::new(txn.get(Tree::Id2entry, id)?.unwrap_or_default())?;
+    filter::check_assertion(extras.assertion.as_ref(), &view)?;
+    Entry::decode_view(&view)
 }
 
 fn images(extras: &Extras, before: Option<Entry>, after: Option<Entry>) -> Option<Box<Images>> {

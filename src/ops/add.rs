@@ -75,7 +75,7 @@ pub async fn hash_passwords(conn: &Conn, attrs: &mut [Attr]) -> Result<()> {
     if scheme.eq_ignore_ascii_case("{CLEARTEXT}") {
         return Ok(());
     }
-    for a in attrs.iter_mut().filter(|a| shards::schema::base_type(&a.name).eq_ignore_ascii_case("userPassword")) {
+    for a in attrs.iter_mut().filter(|a| shards::matching::is_user_password(&a.name)) {
         if a.vals.iter().all(|v| password::is_hashed(v)) {
             continue;
         }

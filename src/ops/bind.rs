@@ -10,7 +10,7 @@ use crate::ops::result;
 use ldap3_proto::proto::{LdapBindCred, LdapBindRequest, LdapResult};
 use ldap3_proto::LdapResultCode;
 use shards::dn::Dn;
-use shards::schema::base_type;
+use shards::matching::is_user_password;
 use shards::{password, Error, Result};
 use std::rc::Rc;
 
@@ -110,9 +110,7 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Step> {
     // Checked in place in the snapshot: a bind copies nothing but the DN,
     // unless a slow hash has to go to a blocking thread.
     let step = ctx.shard.with_entry(&dn.key(), |e| {
-        // Entries store the type under its schema name.
-        let values =
-            || e.attrs().filter(|a| base_type(a.name).eq_ignore_ascii_case("userPassword")).flat_map(|a| a.vals());
+        let values = || e.attrs().filter(|a| is_user_password(a.name)).flat_map(|a| a.vals());
         if values().any(password::is_slow) {
             let check =
                 Check { hashes: values().map(<[u8]>::to_vec).collect(), password: password.to_vec(), cleartext };

@@ -166,12 +166,7 @@ pub fn check_assertion(assertion: Option<&LdapFilter>, entry: &Entry) -> Result<
     let Some(f) = assertion else { return Ok(()) };
     let mut bytes = Vec::new();
     entry.encode(&mut bytes);
-    let view = EntryView::new(&bytes)?;
-    if shards::filter::matches(f, &view) {
-        Ok(())
-    } else {
-        Err(Error::new(LdapResultCode::AssertionFailed, "the assertion control's filter does not match"))
-    }
+    shards::filter::check_assertion(Some(f), &EntryView::new(&bytes)?)
 }
 
 /// The Pre-Read and Post-Read response controls for an update's images.

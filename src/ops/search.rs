@@ -23,7 +23,7 @@ use ldap3_proto::proto::{LdapFilter, LdapMsg, LdapOp, LdapSearchRequest, LdapSea
 use ldap3_proto::LdapResultCode;
 use shards::dn::{key_depth, Dn, KEY_SEPARATOR};
 use shards::entry::{encode_vals, Entry, EntryView, Vals};
-use shards::schema::{self, subschema};
+use shards::schema::subschema;
 use shards::store::{Engine, ReadTxn, Store, Tree};
 use shards::write::children;
 use shards::{filter, index, matching, Error, Result};
@@ -87,10 +87,9 @@ impl<'a> Selection<'a> {
         sel
     }
 
-    /// Whether a stored attribute is returned. Entries store each type
-    /// under its schema name, so `userPassword` is a plain comparison.
+    /// Whether a stored attribute is returned.
     pub fn wants(&self, name: &str) -> bool {
-        if !self.passwords && schema::base_type(name).eq_ignore_ascii_case("userPassword") {
+        if !self.passwords && matching::is_user_password(name) {
             return false;
         }
         if self.names.iter().any(|n| n.is(name)) {
@@ -197,23 +196,7 @@ async fn run(
         page_left: if sorting { None } else { page_size },
         sorter,
     };
-    let walked = walk(conn, &mut emit, req, ctrls, &base, position.clone(), abandoned).await;
-    let stopped = match walked {
-        Ok(s) => s,
-        Err(e) if e.code == LdapResultCode::AdminLimitExceeded || e.code == LdapResultCode::UnwillingToPerform => {
-            let why = if emit.examined > emit.limits.lookthrough {
-                format!(
-                    "the filter is not indexed and the search examined more than {} entries \
-                     (limits.unindexed_lookthrough)",
-                    emit.limits.lookthrough
-                )
-            } else {
-                e.message.clone()
-            };
-            return Err(Error::new(e.code, why));
-        }
-        Err(e) => return Err(e),
-    };
+    let stopped = walk(conn, &mut emit, req, ctrls, &base, position.clone(), abandoned).await?;
     if let Some(sorter) = emit.sorter.take() {
         let rows = sorter.finish();
         done_ctrls.push(LdapControl::ServerSortResult {
@@ -260,14 +243,9 @@ async fn walk(
         let Some(id) = txn.get(Tree::Dn2id, &base_key)? else {
             return Err(with_matched(conn, base, Error::no_such_object(&req.base)));
         };
-        if let Some(assertion) = &ctrls.assertion {
-            let bytes = txn.get(Tree::Id2entry, id)?.unwrap_or_default();
-            if !filter::matches(assertion, &EntryView::new(bytes)?) {
-                return Err(Error::new(
-                    LdapResultCode::AssertionFailed,
-                    "the assertion control's filter does not match",
-                ));
-            }
+        if ctrls.assertion.is_some() {
+            let view = EntryView::new(txn.get(Tree::Id2entry, id)?.unwrap_or_default())?;
+            filter::check_assertion(ctrls.assertion.as_ref(), &view)?;
         }
         let base_wanted = matches!(req.scope, LdapSearchScope::Base | LdapSearchScope::Subtree);
         if base_wanted && matches!(position, Position::Start | Position::Offset(_)) {
@@ -489,7 +467,14 @@ impl Emit<'_> {
                     }
                     self.examined += 1;
                     if self.examined > self.limits.lookthrough {
-                        outcome = Ok(Visit::Stop(self.limits.lookthrough_code.clone()));
+                        outcome = Err(Error::new(
+                            self.limits.lookthrough_code.clone(),
+                            format!(
+                                "the filter is not indexed and the search examined more than {} entries \
+                                 (limits.unindexed_lookthrough)",
+                                self.limits.lookthrough
+                            ),
+                        ));
                         return false;
                     }
                     outcome = self.visit(&txn, key, id);
