@@ -20,6 +20,7 @@ pub struct Config {
     pub limits: Limits,
     pub schema: SchemaFiles,
     pub passwords: Passwords,
+    pub access: AccessRules,
     /// Indexed attributes and their index types (`uid = "eq,sub"`); when
     /// present it replaces the default list entirely, like slapd's `index`
     /// lines.
@@ -40,6 +41,14 @@ impl Default for Passwords {
     fn default() -> Passwords {
         Passwords { default_scheme: shards::password::DEFAULT_SCHEME.into(), allow_cleartext: false }
     }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AccessRules {
+    /// Access rules in slapd's syntax (`to <what> by <who> <level> ...`),
+    /// first match wins; absent: `acl::DEFAULT_RULES`.
+    pub rules: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -132,6 +141,7 @@ impl Default for Config {
             limits: Limits::default(),
             schema: SchemaFiles::default(),
             passwords: Passwords::default(),
+            access: AccessRules::default(),
             indexes: None,
         }
     }
@@ -254,6 +264,20 @@ impl Config {
                 bail!("limits.unindexed_result: {other:?} is not \"adminLimitExceeded\" or \"unwillingToPerform\"")
             }
         })
+    }
+
+    /// The compiled access rules (after `install_schema`: rules name
+    /// attribute types and filters).
+    pub fn acl(&self) -> Result<crate::acl::Acl> {
+        let defaults: Vec<String>;
+        let rules = match &self.access.rules {
+            Some(r) => r,
+            None => {
+                defaults = crate::acl::DEFAULT_RULES.iter().map(|s| s.to_string()).collect();
+                &defaults
+            }
+        };
+        crate::acl::parse::compile(rules).map_err(|e| anyhow!("access.rules: {e}"))
     }
 
     /// The index configuration: `[indexes]` or the defaults.

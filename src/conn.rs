@@ -36,18 +36,35 @@ const READ_CHUNK: usize = 64 << 10;
 pub enum Identity {
     Anonymous,
     Root(Rc<str>),
-    User(Rc<str>),
+    User(Rc<Bound>),
+}
+
+/// A user bound with an entry's password: the DN as stored and its key.
+#[derive(Debug)]
+pub struct Bound {
+    pub dn: String,
+    pub key: Vec<u8>,
 }
 
 impl Identity {
     pub fn dn(&self) -> &str {
         match self {
             Identity::Anonymous => "",
-            Identity::Root(dn) | Identity::User(dn) => dn,
+            Identity::Root(dn) => dn,
+            Identity::User(b) => &b.dn,
         }
     }
+
     pub fn is_root(&self) -> bool {
         matches!(self, Identity::Root(_))
+    }
+
+    /// The DN key of a bound user, for access decisions.
+    pub fn key(&self) -> Option<&[u8]> {
+        match self {
+            Identity::User(b) => Some(&b.key),
+            _ => None,
+        }
     }
 }
 
@@ -59,6 +76,10 @@ pub struct Conn {
     /// Operations running as tasks (searches and writes), for the
     /// `max_pending` limits.
     pub pending: Cell<usize>,
+    /// Security strength of TLS on this connection (0 without).
+    pub tls_ssf: Cell<u32>,
+    /// Of the transport (71 for the local socket, as slapd; 0 for TCP).
+    pub transport_ssf: u32,
     out: LocalSender<BytesMut>,
 }
 
@@ -119,6 +140,8 @@ pub async fn serve(stream: TcpStream, ctx: Rc<Ctx>) {
         identity: RefCell::new(Identity::Anonymous),
         running: RefCell::new(HashMap::new()),
         pending: Cell::new(0),
+        tls_ssf: Cell::new(0),
+        transport_ssf: 0,
         out,
     });
     read_loop(stream, &conn).await;

@@ -15,7 +15,7 @@
 //! ## Entry points
 //!
 //! - `main` -> `run`: the command line (`coredir serve`, `import`, `export`, `reindex`,
-//!   `backup`, `restore`, `reshard`, `hash-password`).
+//!   `backup`, `restore`, `reshard`, `hash-password`, `acl check`).
 //! - `server::serve`: start-up, one reactor per shard, readiness.
 //! - `listener::run` -> `conn::serve`: accept, then one connection's read
 //!   loop; `ops::dispatch` is the one `match` over LDAP operations.
@@ -23,6 +23,8 @@
 //! ## Code map
 //!
 //! - `config`: the TOML configuration and its validation.
+//! - `acl`: access rules (slapd's `access to ... by ...`), compiled at
+//!   start; `ops::access` applies them per operation.
 //! - `server`: data directory, manifest, stores, reactors, `Ctx`.
 //! - `listener`: per-shard socket (socket2) and accept loop.
 //! - `import`, `export`: offline LDIF load (parallel per shard) and dump.
@@ -48,6 +50,7 @@
 //!    an Unbind closes a connection.
 //! 6. A write is acknowledged only once durable under `storage.sync`.
 
+mod acl;
 mod backup;
 mod ber;
 mod config;
@@ -148,12 +151,44 @@ enum Command {
         scheme: String,
         password: Option<String>,
     },
+    /// Access control tools.
+    Acl {
+        #[command(subcommand)]
+        command: AclCommand,
+    },
     /// Rebuild the indexes offline after `[indexes]` changed (like slapindex).
     Reindex {
         #[arg(long)]
         config: Option<PathBuf>,
         #[arg(long)]
         data: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum AclCommand {
+    /// Print one access decision and the rule that made it (like slapacl);
+    /// exits 0 when granted, 1 when denied.
+    Check {
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// The requester's DN ('anonymous' or '' for none).
+        #[arg(long = "as")]
+        as_dn: String,
+        /// The entry's DN.
+        #[arg(long)]
+        entry: String,
+        /// An attribute type, or the pseudo-attributes 'entry' and 'children'.
+        #[arg(long)]
+        attr: String,
+        /// none, disclose, auth, compare, search, read, write or manage.
+        #[arg(long)]
+        level: String,
+        /// Decide as over TLS with this security strength.
+        #[arg(long, default_value_t = 0)]
+        tls_ssf: u32,
     },
 }
 
@@ -182,6 +217,14 @@ fn run(cli: Cli) -> Result<()> {
         Command::Backup { config, data, dest } => backup::backup(load_config(config, data, None)?, &dest),
         Command::Restore { config, data, backup } => backup::restore(load_config(config, data, None)?, &backup),
         Command::Reshard { config, data, shards } => backup::reshard(load_config(config, data, None)?, shards),
+        Command::Acl { command: AclCommand::Check { config, data, as_dn, entry, attr, level, tls_ssf } } => {
+            let config = load_config(config, data, None)?;
+            let req = acl::check::Request { as_dn, entry, attr, level, tls_ssf };
+            if !acl::check::run(&config, &req)? {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
     }
 }
 

@@ -31,6 +31,7 @@ pub struct Ctx {
     pub limits: Limits,
     pub unindexed_result: ldap3_proto::LdapResultCode,
     pub passwords: crate::config::Passwords,
+    pub acl: Arc<crate::acl::Acl>,
 }
 
 impl Ctx {
@@ -96,6 +97,7 @@ pub fn lock_data_dir(data: &Path) -> Result<std::fs::File> {
 
 pub fn serve(config: Config) -> Result<()> {
     config.validate()?;
+    let acl = Arc::new(config.acl()?);
     let cpus = allowed_cpus();
     let n_shards = shard_count(&config);
     if n_shards > 1024 {
@@ -140,6 +142,7 @@ pub fn serve(config: Config) -> Result<()> {
         let (manifest, stores, mesh, ready) = (manifest.clone(), stores.clone(), mesh.clone(), ready_tx.clone());
         let config = config.clone();
         let root_password_hash = root_password_hash.clone();
+        let acl = acl.clone();
         let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .name(&format!("shard-{i}"))
             .io_memory(512 << 10)
@@ -161,6 +164,7 @@ pub fn serve(config: Config) -> Result<()> {
                     limits: config.limits.clone(),
                     unindexed_result: config.unindexed_result().expect("validated"),
                     passwords: config.passwords.clone(),
+                    acl,
                 });
                 let _ = ready.send(Ok(i));
                 listener::run(fd, ctx).await;

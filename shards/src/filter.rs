@@ -20,6 +20,9 @@ use ldap3_proto::proto::{LdapFilter, LdapMatchingRuleAssertion};
 #[derive(Debug, Clone, Copy)]
 pub struct Names {
     schema: &'static Schema,
+    /// The type named.
+    ty: usize,
+    /// It and its subtypes.
     types: &'static [usize],
 }
 
@@ -31,7 +34,12 @@ impl Names {
 
     fn of(schema: &'static Schema, attr: &str) -> Option<Names> {
         let i = schema.attr_index(attr)?;
-        Some(Names { schema, types: &schema.subtypes[i] })
+        Some(Names { schema, ty: i, types: &schema.subtypes[i] })
+    }
+
+    /// The type's schema name (as entries store it).
+    pub fn name(&self) -> &'static str {
+        self.schema.attrs[self.ty].name()
     }
 
     /// Index keys of the type and its subtypes.
@@ -81,6 +89,18 @@ pub enum Node {
         value: Vec<u8>,
         dn_attributes: bool,
     },
+    /// An assertion on an attribute the requester may search in some
+    /// entries only (access control decides per entry, see `eval_with`).
+    Guarded(Names, Box<Node>),
+}
+
+/// Whether a requester may search an attribute (access control).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Searchable {
+    Yes,
+    No,
+    /// It depends on the entry.
+    Depends,
 }
 
 pub fn compile(f: &LdapFilter) -> Node {
@@ -160,11 +180,18 @@ fn extensible(schema: &'static Schema, m: &LdapMatchingRuleAssertion) -> Option<
 /// Three-valued AND / OR / NOT.
 impl Node {
     pub fn eval(&self, e: &EntryView<'_>) -> Option<bool> {
+        self.eval_with(e, &|_| true)
+    }
+
+    /// Evaluates with `can_search` deciding each `Guarded` assertion for
+    /// this entry: one the requester may not search is Undefined, so a
+    /// filter never discloses what access control hides.
+    pub fn eval_with<G: Fn(&Names) -> bool>(&self, e: &EntryView<'_>, can_search: &G) -> Option<bool> {
         match self {
             Node::And(ns) => {
                 let mut undefined = false;
                 for n in ns {
-                    match n.eval(e) {
+                    match n.eval_with(e, can_search) {
                         Some(false) => return Some(false),
                         None => undefined = true,
                         Some(true) => {}
@@ -175,7 +202,7 @@ impl Node {
             Node::Or(ns) => {
                 let mut undefined = false;
                 for n in ns {
-                    match n.eval(e) {
+                    match n.eval_with(e, can_search) {
                         Some(true) => return Some(true),
                         None => undefined = true,
                         Some(false) => {}
@@ -183,7 +210,14 @@ impl Node {
                 }
                 (!undefined).then_some(false)
             }
-            Node::Not(n) => n.eval(e).map(|b| !b),
+            Node::Not(n) => n.eval_with(e, can_search).map(|b| !b),
+            Node::Guarded(attr, n) => {
+                if can_search(attr) {
+                    n.eval_with(e, can_search)
+                } else {
+                    None
+                }
+            }
             Node::True => Some(true),
             Node::Undefined => None,
             Node::Present(attr) => Some(e.attrs().any(|a| attr.covers(a.name))),
@@ -202,6 +236,32 @@ impl Node {
             Node::Extensible { attr, rule, value, dn_attributes } => {
                 extensible_eval(e, attr, *rule, value, *dn_attributes)
             }
+        }
+    }
+
+    /// Applies what a requester may search: assertions on attributes they
+    /// may never search become Undefined, those that depend on the entry
+    /// are `Guarded`. An extensible match over all attributes (no type) is
+    /// Undefined unless everything is searchable.
+    pub fn restrict(self, searchable: &impl Fn(Option<&Names>) -> Searchable) -> Node {
+        let wrap = |attr: Option<Names>, node: Node| match searchable(attr.as_ref()) {
+            Searchable::Yes => node,
+            Searchable::No => Node::Undefined,
+            Searchable::Depends => match attr {
+                Some(a) => Node::Guarded(a, Box::new(node)),
+                None => Node::Undefined,
+            },
+        };
+        match self {
+            Node::And(ns) => Node::And(ns.into_iter().map(|n| n.restrict(searchable)).collect()),
+            Node::Or(ns) => Node::Or(ns.into_iter().map(|n| n.restrict(searchable)).collect()),
+            Node::Not(n) => Node::Not(Box::new(n.restrict(searchable))),
+            Node::True | Node::Undefined | Node::Guarded(..) => self,
+            Node::Present(a) => wrap(Some(a), self),
+            Node::Equal { attr, .. } | Node::Substrings { attr, .. } | Node::Order { attr, .. } => {
+                wrap(Some(attr), self)
+            }
+            Node::Extensible { attr, .. } => wrap(attr, self),
         }
     }
 
@@ -286,6 +346,167 @@ pub fn matches(f: &LdapFilter, e: &EntryView<'_>) -> bool {
     compile(f).matches(e)
 }
 
+/// Parses a filter's string form (RFC 4515), as access rules and tools
+/// write it: `(&(objectClass=person)(uid=j*))`, `\2a` escapes, extensible
+/// `(cn:caseExactMatch:=Jo)`. Errors say what is wrong and where.
+pub fn parse(text: &str) -> Result<LdapFilter, String> {
+    let mut p = Text { s: text.trim().as_bytes(), pos: 0 };
+    let f = p.filter(0)?;
+    if p.pos != p.s.len() {
+        return Err(format!("unexpected text after the filter at offset {}", p.pos));
+    }
+    Ok(f)
+}
+
+struct Text<'a> {
+    s: &'a [u8],
+    pos: usize,
+}
+
+impl Text<'_> {
+    fn filter(&mut self, depth: usize) -> Result<LdapFilter, String> {
+        if depth > 256 {
+            return Err("filter nested too deeply".into());
+        }
+        self.expect(b'(')?;
+        let f = match self.s.get(self.pos) {
+            Some(b'&') | Some(b'|') => {
+                let and = self.s[self.pos] == b'&';
+                self.pos += 1;
+                let mut items = Vec::new();
+                while self.s.get(self.pos) == Some(&b'(') {
+                    items.push(self.filter(depth + 1)?);
+                }
+                if and {
+                    LdapFilter::And(items)
+                } else {
+                    LdapFilter::Or(items)
+                }
+            }
+            Some(b'!') => {
+                self.pos += 1;
+                LdapFilter::Not(Box::new(self.filter(depth + 1)?))
+            }
+            _ => self.item()?,
+        };
+        self.expect(b')')?;
+        Ok(f)
+    }
+
+    fn expect(&mut self, c: u8) -> Result<(), String> {
+        if self.s.get(self.pos) == Some(&c) {
+            self.pos += 1;
+            Ok(())
+        } else {
+            Err(format!("expected '{}' at offset {}", c as char, self.pos))
+        }
+    }
+
+    /// `attr op value`, with the value running to the closing parenthesis.
+    fn item(&mut self) -> Result<LdapFilter, String> {
+        let start = self.pos;
+        while self.pos < self.s.len() && !b"=~<>)(".contains(&self.s[self.pos]) {
+            self.pos += 1;
+        }
+        let left = std::str::from_utf8(&self.s[start..self.pos]).map_err(|_| "attribute is not UTF-8")?.trim();
+        if left.is_empty() {
+            return Err(format!("missing attribute description at offset {start}"));
+        }
+        let op = match self.s.get(self.pos..self.pos + 2) {
+            Some(b"~=") => "~=",
+            Some(b">=") => ">=",
+            Some(b"<=") => "<=",
+            _ if self.s.get(self.pos) == Some(&b'=') => "=",
+            _ => return Err(format!("expected '=', '~=', '>=' or '<=' at offset {}", self.pos)),
+        };
+        self.pos += op.len();
+        let vstart = self.pos;
+        while self.pos < self.s.len() && self.s[self.pos] != b')' {
+            if self.s[self.pos] == b'(' {
+                return Err(format!("unescaped '(' in a value at offset {}", self.pos));
+            }
+            self.pos += 1;
+        }
+        let raw = &self.s[vstart..self.pos];
+        if let Some(attr) = left.strip_suffix(':') {
+            return extensible_text(attr, &unescape(raw)?);
+        }
+        let attr = left.to_string();
+        Ok(match op {
+            "~=" => LdapFilter::Approx(attr, unescape(raw)?),
+            ">=" => LdapFilter::GreaterOrEqual(attr, unescape(raw)?),
+            "<=" => LdapFilter::LessOrEqual(attr, unescape(raw)?),
+            _ if raw == b"*" => LdapFilter::Present(attr),
+            _ if raw.contains(&b'*') => {
+                let parts: Vec<&[u8]> = raw.split(|b| *b == b'*').collect();
+                let piece = |p: &[u8]| if p.is_empty() { Ok(None) } else { unescape(p).map(Some) };
+                let mut any = Vec::new();
+                for p in &parts[1..parts.len() - 1] {
+                    if !p.is_empty() {
+                        any.push(unescape(p)?);
+                    }
+                }
+                LdapFilter::Substring(
+                    attr,
+                    ldap3_proto::proto::LdapSubstringFilter {
+                        initial: piece(parts[0])?,
+                        any,
+                        final_: piece(parts[parts.len() - 1])?,
+                    },
+                )
+            }
+            _ => LdapFilter::Equality(attr, unescape(raw)?),
+        })
+    }
+}
+
+/// `attr[:dn][:rule]:=value` or `[:dn]:rule:=value` (the trailing ':' is
+/// already cut off `left`).
+fn extensible_text(left: &str, value: &str) -> Result<LdapFilter, String> {
+    let mut parts = left.split(':');
+    let first = parts.next().unwrap_or("");
+    let type_ = (!first.is_empty()).then(|| first.to_string());
+    let mut dn_attributes = false;
+    let mut matching_rule = None;
+    for p in parts {
+        if p.eq_ignore_ascii_case("dn") && matching_rule.is_none() {
+            dn_attributes = true;
+        } else if !p.is_empty() && matching_rule.is_none() {
+            matching_rule = Some(p.to_string());
+        } else {
+            return Err(format!("malformed extensible match {left:?}"));
+        }
+    }
+    if type_.is_none() && matching_rule.is_none() {
+        return Err("an extensible match needs an attribute or a matching rule".into());
+    }
+    Ok(LdapFilter::Extensible(LdapMatchingRuleAssertion {
+        matching_rule,
+        type_,
+        match_value: value.to_string(),
+        dn_attributes,
+    }))
+}
+
+/// Undoes RFC 4515 `\\XX` escapes; the value must be UTF-8.
+fn unescape(raw: &[u8]) -> Result<String, String> {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        if raw[i] == b'\\' {
+            let hex = raw.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+            let byte =
+                hex.and_then(|h| u8::from_str_radix(h, 16).ok()).ok_or("a '\\' must be followed by two hex digits")?;
+            out.push(byte);
+            i += 3;
+        } else {
+            out.push(raw[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| "value is not UTF-8".to_string())
+}
+
 /// Nesting depth of a filter, for the configured maximum.
 pub fn depth(f: &LdapFilter) -> usize {
     match f {
@@ -331,6 +552,26 @@ mod tests {
     fn eval(f: &LdapFilter) -> Option<bool> {
         let buf = view_of(&sample());
         compile(f).eval(&EntryView::new(&buf).unwrap())
+    }
+
+    #[test]
+    fn parse_text() {
+        let f =
+            parse("(&(objectClass=person)(|(uid=j*doe*x)(!(cn=a\\2ab)))(age>=3)(mail=*)(cn:dn:caseExactMatch:=Jo))")
+                .unwrap();
+        let LdapFilter::And(items) = f else { panic!("{f:?}") };
+        assert_eq!(items.len(), 5);
+        assert!(matches!(&items[1], LdapFilter::Or(v) if matches!(&v[0],
+            LdapFilter::Substring(_, s) if s.initial.as_deref() == Some("j") && s.any == ["doe"] && s.final_.as_deref() == Some("x"))));
+        assert!(matches!(&items[1], LdapFilter::Or(v) if matches!(&v[1],
+            LdapFilter::Not(n) if **n == LdapFilter::Equality("cn".into(), "a*b".into()))));
+        assert_eq!(items[3], LdapFilter::Present("mail".into()));
+        assert!(
+            matches!(&items[4], LdapFilter::Extensible(m) if m.dn_attributes && m.matching_rule.as_deref() == Some("caseExactMatch"))
+        );
+        for bad in ["", "(", "(cn=a", "cn=a", "(cn=a))", "(=a)", "(cn=\\zz)", "(cn=a(b)"] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

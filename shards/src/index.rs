@@ -240,6 +240,8 @@ pub fn candidates<T: ReadTxn>(txn: &T, filter: &Node) -> Result<Option<Vec<Candi
     let indexed = |attr: &Names, f: fn(Kinds) -> bool| attr.keys().all(|k| config.kinds(k).is_some_and(f));
     Ok(match filter {
         Node::Undefined => Some(Vec::new()),
+        // The guard only narrows: the assertion's candidates are a superset.
+        Node::Guarded(_, inner) => candidates(txn, inner)?,
         Node::Equal { attr, rule, value } if indexed(attr, |k| k.eq) => {
             let _ = rule;
             let v = &value[..value.len().min(MAX_VALUE)];

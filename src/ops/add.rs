@@ -7,9 +7,10 @@
 //! deleted), then the entry's owner inserts the entry; if that fails the
 //! count is given back.
 
+use crate::acl::{self, Level::Write as WRITE};
 use crate::conn::Conn;
 use crate::ops::controls::{self, Controls, POST_READ};
-use crate::ops::{check_write_access, parse_dn, with_matched};
+use crate::ops::{access, parse_dn, with_matched};
 use ldap3_proto::control::LdapControl;
 use ldap3_proto::proto::LdapAddRequest;
 use ldap3_proto::LdapResultCode;
@@ -20,7 +21,6 @@ use shards::{now_generalized, password, Error, Result, Shard};
 use std::rc::Rc;
 
 pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Result<Vec<LdapControl>> {
-    check_write_access(&conn)?;
     let dn = parse_dn(&req.dn)?;
     let ctx = &conn.ctx;
     if dn.is_root() {
@@ -42,17 +42,29 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
         }
         entry.add_values(&a.atype, &a.vals)?;
     }
+    let is_suffix = ctx.is_suffix(&dn);
+    let identity = conn.identity.borrow().clone();
+    let access = conn.access(&identity);
+    if let Some(a) = &access {
+        if !is_suffix {
+            access::require(
+                a,
+                &ctx.shard,
+                &dn.parent().key(),
+                &[(acl::Attr::Children, "children of the parent")],
+                WRITE,
+            )?;
+        }
+        access::require_new(a, &dn.key(), &entry, WRITE)?;
+    }
     check_new(&mut entry, &dn)?;
     controls::check_assertion(ctrls.assertion.as_ref(), &entry)?;
     hash_passwords(&conn, &mut entry.attrs).await?;
-    let (creator, is_root) = {
-        let id = conn.identity.borrow();
-        (id.dn().to_string(), id.is_root())
-    };
-    stamp_new(&mut entry, &creator);
+    stamp_new(&mut entry, identity.dn());
     // The stored entry is exactly this one: Post-Read needs no owner round trip.
-    let post = ctrls.post_read.as_ref().map(|attrs| controls::read_entry_control(POST_READ, &entry, attrs, is_root));
-    let is_suffix = ctx.is_suffix(&dn);
+    let post = ctrls.post_read.as_ref().map(|attrs| {
+        controls::read_entry_control(POST_READ, &entry, attrs, &access::readable(access.as_ref(), &entry))
+    });
     insert(&ctx.shard, &dn, entry, is_suffix).await.map_err(|e| with_matched(&conn, &dn, e))?;
     Ok(post.into_iter().collect())
 }

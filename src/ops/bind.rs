@@ -5,7 +5,8 @@
 //! empty password is an unauthenticated bind, refused as RFC 4513 §5.1.2
 //! advises. A failed bind leaves the connection anonymous.
 
-use crate::conn::{Conn, Identity};
+use crate::acl::{Access, Level, Subject, Target};
+use crate::conn::{Bound, Conn, Identity};
 use crate::ops::result;
 use ldap3_proto::proto::{LdapBindCred, LdapBindRequest, LdapResult};
 use ldap3_proto::LdapResultCode;
@@ -107,18 +108,26 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Step> {
             Err(invalid())
         };
     }
+    // A bind is decided as anonymous (as slapd): `auth` on userPassword.
+    let subject = Subject { key: None, tls_ssf: conn.tls_ssf.get(), transport_ssf: conn.transport_ssf };
+    let access = Access::new(&ctx.acl, subject, &*ctx.shard);
+    let password_class = ctx.acl.class("userPassword");
+    let key = dn.key();
+    let bound =
+        |e: &shards::entry::EntryView<'_>| Identity::User(Rc::new(Bound { dn: e.dn().to_string(), key: key.clone() }));
     // Checked in place in the snapshot: a bind copies nothing but the DN,
     // unless a slow hash has to go to a blocking thread.
-    let step = ctx.shard.with_entry(&dn.key(), |e| {
+    let step = ctx.shard.with_entry(&key, |e| {
+        if !access.allows(&Target { key: &key, entry: Some(e) }, password_class, Level::Auth) {
+            return None;
+        }
         let values = || e.attrs().filter(|a| is_user_password(a.name)).flat_map(|a| a.vals());
         if values().any(password::is_slow) {
             let check =
                 Check { hashes: values().map(<[u8]>::to_vec).collect(), password: password.to_vec(), cleartext };
-            return Some(Step::Slow(Pending { identity: Identity::User(Rc::from(e.dn())), check }));
+            return Some(Step::Slow(Pending { identity: bound(e), check }));
         }
-        values()
-            .any(|v| password::verify_with(v, password, cleartext))
-            .then(|| Step::Done(Identity::User(Rc::from(e.dn()))))
+        values().any(|v| password::verify_with(v, password, cleartext)).then(|| Step::Done(bound(e)))
     })?;
     step.flatten().ok_or_else(invalid)
 }

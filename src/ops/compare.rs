@@ -1,8 +1,11 @@
 //! Compare (RFC 4511 §4.10): `compareTrue`/`compareFalse` under the
 //! attribute's matching rule; `userPassword` values are verified as
-//! passwords, and only the root DN may compare them.
+//! passwords. Needs `compare` access to the attribute; without even
+//! `disclose` on the entry the answer is `noSuchObject`.
 
+use crate::acl::{Attr, Level};
 use crate::conn::Conn;
+use crate::ops::access;
 use crate::ops::controls::{self, Controls};
 use crate::ops::{parse_dn, with_matched};
 use ldap3_proto::proto::LdapCompareRequest;
@@ -24,11 +27,20 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
         ));
     };
     let is_password = matching::same_attr(&req.atype, "userPassword");
-    if is_password && !conn.identity.borrow().is_root() {
-        return Err(Error::new(LdapResultCode::InsufficentAccessRights, "userPassword: compare not allowed"));
-    }
+    let key = dn.key();
     let entry =
-        conn.ctx.shard.get_entry(&dn.key())?.ok_or_else(|| with_matched(conn, &dn, Error::no_such_object(&req.dn)))?;
+        conn.ctx.shard.get_entry(&key)?.ok_or_else(|| with_matched(conn, &dn, Error::no_such_object(&req.dn)))?;
+    let identity = conn.identity.borrow().clone();
+    if let Some(access) = conn.access(&identity) {
+        let shard = &conn.ctx.shard;
+        let attr = [(access.acl().class(&req.atype), req.atype.as_str())];
+        if access::require(&access, shard, &key, &attr, Level::Compare).is_err() {
+            if access::require(&access, shard, &key, &[(Attr::Entry, "entry")], Level::Disclose).is_err() {
+                return Err(with_matched(conn, &dn, Error::no_such_object(&req.dn)));
+            }
+            return Err(access::denied(Level::Compare, &req.atype));
+        }
+    }
     controls::check_assertion(ctrls.assertion.as_ref(), &entry)?;
     let attr = entry
         .get(&req.atype)

@@ -17,6 +17,7 @@
 
 use crate::ber::{self, OutAttr};
 use crate::conn::Conn;
+use crate::ops::access::readable;
 use crate::ops::search::Selection;
 use bytes::BytesMut;
 use ldap3_proto::control::{LdapControl, ServerSortRequet};
@@ -177,25 +178,28 @@ pub fn read_entry_controls(
     post: &Option<Vec<String>>,
 ) -> Vec<LdapControl> {
     let Some(images) = images else { return Vec::new() };
-    let passwords = conn.identity.borrow().is_root();
+    let identity = conn.identity.borrow().clone();
+    let access = conn.access(&identity);
     let mut out = Vec::new();
     if let (Some(attrs), Some(e)) = (pre, &images.before) {
-        out.push(read_entry_control(PRE_READ, e, attrs, passwords));
+        out.push(read_entry_control(PRE_READ, e, attrs, &readable(access.as_ref(), e)));
     }
     if let (Some(attrs), Some(e)) = (post, &images.after) {
-        out.push(read_entry_control(POST_READ, e, attrs, passwords));
+        out.push(read_entry_control(POST_READ, e, attrs, &readable(access.as_ref(), e)));
     }
     out
 }
 
 /// A Pre-Read or Post-Read response control carrying `entry` with the
-/// selected attributes.
-pub fn read_entry_control(oid: &str, entry: &Entry, attrs: &[String], passwords: bool) -> LdapControl {
-    let sel = Selection::new(attrs, passwords, false);
+/// selected attributes the requester may read (`readable`, in order).
+pub fn read_entry_control(oid: &str, entry: &Entry, attrs: &[String], readable: &[bool]) -> LdapControl {
+    let sel = Selection::new(attrs, false);
     let out: Vec<OutAttr<'_, _>> = entry
         .attrs
         .iter()
-        .filter(|a| sel.wants(&a.name))
+        .zip(readable)
+        .filter(|(a, ok)| **ok && sel.wants(&a.name))
+        .map(|(a, _)| a)
         .map(|a| OutAttr { name: a.name.as_str(), vals: a.vals.iter().map(Vec::as_slice) })
         .collect();
     let mut value = BytesMut::new();

@@ -4,9 +4,10 @@
 //! lowered in the same transaction when the parent has the same owner, or
 //! by a second message to the parent's owner afterwards.
 
+use crate::acl::{Attr, Level};
 use crate::conn::Conn;
 use crate::ops::controls::{self, Controls};
-use crate::ops::{check_write_access, parse_dn, with_matched};
+use crate::ops::{access, parse_dn, with_matched};
 use ldap3_proto::control::LdapControl;
 use shards::dn::Dn;
 use shards::write::{Extras, Outcome, Parent, WriteOp};
@@ -14,12 +15,25 @@ use shards::{Error, Result, Shard};
 use std::rc::Rc;
 
 pub async fn handle(conn: Rc<Conn>, dn_text: String, ctrls: Controls) -> Result<Vec<LdapControl>> {
-    check_write_access(&conn)?;
     let dn = parse_dn(&dn_text)?;
     if dn.is_root() {
         return Err(Error::unwilling("the root DSE cannot be deleted"));
     }
     let is_suffix = conn.ctx.is_suffix(&dn);
+    let identity = conn.identity.borrow().clone();
+    if let Some(a) = conn.access(&identity) {
+        let shard = &conn.ctx.shard;
+        access::require(&a, shard, &dn.key(), &[(Attr::Entry, "entry")], Level::Write)?;
+        if !is_suffix {
+            access::require(
+                &a,
+                shard,
+                &dn.parent().key(),
+                &[(Attr::Children, "children of the parent")],
+                Level::Write,
+            )?;
+        }
+    }
     let extras = Extras { assertion: ctrls.assertion, before: ctrls.pre_read.is_some(), after: false };
     let images =
         remove(&conn.ctx.shard, &dn, &dn_text, is_suffix, extras).await.map_err(|e| with_matched(&conn, &dn, e))?;

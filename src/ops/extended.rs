@@ -2,14 +2,16 @@
 //! Modify (RFC 3062).
 //!
 //! Password Modify: a bound user changes their own password (the old one
-//! is required and checked), the root DN sets anyone's; without a new
-//! password the server generates one and returns it. The new value is
+//! is required and checked); the root DN, and whoever the access rules
+//! give `write` on another's `userPassword`, sets it without the old one.
+//! Without a new password the server generates one and returns it. The new value is
 //! hashed with `passwords.default_scheme` on a blocking thread and written
 //! like a modify. StartTLS is not available in this version; it and any
 //! other name get `protocolError` naming the OID.
 
+use crate::acl::Level;
 use crate::conn::{Conn, Identity};
-use crate::ops::{parse_dn, result, with_matched};
+use crate::ops::{access, parse_dn, result, with_matched};
 use ldap3_proto::proto::{
     LdapExtendedRequest, LdapExtendedResponse, LdapPasswordModifyRequest, LdapPasswordModifyResponse,
     OID_PASSWORD_MODIFY, OID_WHOAMI,
@@ -64,7 +66,7 @@ async fn change(conn: &Conn, req: LdapPasswordModifyRequest) -> Result<Option<St
         Identity::Anonymous => {
             return Err(Error::unwilling("only an authenticated user may change a password"));
         }
-        Identity::Root(dn) | Identity::User(dn) => dn.to_string(),
+        id => id.dn().to_string(),
     };
     let target = match req.user_identity.as_deref() {
         None | Some("") => own.clone(),
@@ -82,10 +84,11 @@ async fn change(conn: &Conn, req: LdapPasswordModifyRequest) -> Result<Option<St
         return Err(Error::unwilling("the root DN's password is set in the configuration, not in the directory"));
     }
     let self_change = parse_dn(&own).is_ok_and(|o| o == dn);
-    if !self_change && !is_root {
-        return Err(Error::new(LdapResultCode::InsufficentAccessRights, "only the root DN may set another's password"));
-    }
     let shard = &conn.ctx.shard;
+    if let Some(a) = conn.access(&identity) {
+        let attr = [(a.acl().class("userPassword"), "userPassword")];
+        access::require(&a, shard, &dn.key(), &attr, Level::Write)?;
+    }
     let entry = shard.get_entry(&dn.key())?.ok_or_else(|| with_matched(conn, &dn, Error::no_such_object(&target)))?;
     let scheme = conn.ctx.passwords.default_scheme.clone();
     let cleartext = conn.ctx.passwords.allow_cleartext;

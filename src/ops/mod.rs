@@ -7,6 +7,7 @@
 //! the same connection.
 
 pub mod abandon;
+pub mod access;
 pub mod add;
 pub mod bind;
 pub mod compare;
@@ -202,18 +203,6 @@ fn op_name(op: &LdapOp) -> &'static str {
         }
         LdapOp::IntermediateResponse(_) => "IntermediateResponse",
         _ => "this message",
-    }
-}
-
-/// Only the root DN writes until access control lands (safe default).
-pub fn check_write_access(conn: &Conn) -> Result<()> {
-    if conn.identity.borrow().is_root() {
-        Ok(())
-    } else {
-        Err(Error::new(
-            LdapResultCode::InsufficentAccessRights,
-            "only the root DN may write (access rules are not configurable in this version)",
-        ))
     }
 }
 

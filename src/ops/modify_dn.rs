@@ -7,11 +7,12 @@
 //! also proves it exists) and the old parent uncounted last. Entries with
 //! children cannot be renamed yet (`notAllowedOnNonLeaf`).
 
+use crate::acl::{Attr, Level};
 use crate::conn::Conn;
 use crate::ops::add::insert;
 use crate::ops::controls::{self, Controls};
 use crate::ops::delete::remove;
-use crate::ops::{check_write_access, parse_dn, with_matched};
+use crate::ops::{access, parse_dn, with_matched};
 use ldap3_proto::control::LdapControl;
 use ldap3_proto::proto::LdapModifyDNRequest;
 use shards::dn::{Dn, Rdn};
@@ -22,7 +23,6 @@ use shards::{now_generalized, Error, Result, Shard};
 use std::rc::Rc;
 
 pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -> Result<Vec<LdapControl>> {
-    check_write_access(&conn)?;
     let old = parse_dn(&req.dn)?;
     let rdn = Rdn::parse(&req.newrdn)?;
     let superior = match &req.new_superior {
@@ -38,11 +38,25 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
         return Err(Error::unwilling(format!("{} is outside every naming context", new.to_string_form())));
     }
     let shard = &ctx.shard;
+    let identity = conn.identity.borrow().clone();
+    if let Some(a) = conn.access(&identity) {
+        // As slapd: write on the entry, on both parents' children and on
+        // the new RDN's attributes.
+        let mut attrs = vec![(Attr::Entry, "entry")];
+        let rdn = new.rdn().expect("a renamed entry has an RDN");
+        attrs.extend(rdn.avas.iter().map(|ava| (a.acl().class(&ava.attr), ava.attr.as_str())));
+        access::require(&a, shard, &old.key(), &attrs, Level::Write)?;
+        let children = [(Attr::Children, "children of the parent")];
+        access::require(&a, shard, &old.parent().key(), &children, Level::Write)?;
+        if superior != old.parent() {
+            access::require(&a, shard, &superior.key(), &children, Level::Write)?;
+        }
+    }
     let mut entry = read_leaf(shard, &old, &req.dn).map_err(|e| with_matched(&conn, &old, e))?;
     // Checked on the entry as read: a rename is not one owner transaction.
     controls::check_assertion(ctrls.assertion.as_ref(), &entry)?;
     let before = ctrls.pre_read.as_ref().map(|_| entry.clone());
-    rename_entry(&mut entry, &old, &new, req.deleteoldrdn, conn.identity.borrow().dn());
+    rename_entry(&mut entry, &old, &new, req.deleteoldrdn, identity.dn());
     shards::schema::check::check_entry(&entry, &new)?;
     let after = ctrls.post_read.as_ref().map(|_| entry.clone());
     move_entry(shard, &old, &req.dn, &new, entry).await.map_err(|e| with_matched(&conn, &new, e))?;

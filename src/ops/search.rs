@@ -11,6 +11,7 @@
 //! reactor between chunks (so other requests on the same connection and
 //! other connections progress), and Abandon is checked there.
 
+use crate::acl::{Level, ReadPlan, Target};
 use crate::ber::{self, OutAttr};
 use crate::conn::{encode, Conn};
 use crate::ops::controls::Controls;
@@ -19,7 +20,7 @@ use crate::ops::sort::Sorter;
 use crate::ops::{parse_dn, result, rootdse, with_matched};
 use bytes::BytesMut;
 use ldap3_proto::control::{LdapControl, ServerSortResult};
-use ldap3_proto::proto::{LdapFilter, LdapMsg, LdapOp, LdapSearchRequest, LdapSearchScope};
+use ldap3_proto::proto::{LdapMsg, LdapOp, LdapSearchRequest, LdapSearchScope};
 use ldap3_proto::LdapResultCode;
 use shards::dn::{key_depth, Dn, KEY_SEPARATOR};
 use shards::entry::{encode_vals, Entry, EntryView, Vals};
@@ -27,7 +28,6 @@ use shards::schema::subschema;
 use shards::store::{Engine, ReadTxn, Store, Tree};
 use shards::write::children;
 use shards::{filter, index, matching, Error, Result};
-use std::borrow::Cow;
 use std::cell::Cell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -67,15 +67,12 @@ pub struct Selection<'a> {
     user: bool,
     operational: bool,
     names: Vec<matching::AttrName<'a>>,
-    /// Whether the requester may see `userPassword`.
-    pub passwords: bool,
     pub types_only: bool,
 }
 
 impl<'a> Selection<'a> {
-    pub fn new(attrs: &'a [String], passwords: bool, types_only: bool) -> Selection<'a> {
-        let mut sel =
-            Selection { user: attrs.is_empty(), operational: false, names: Vec::new(), passwords, types_only };
+    pub fn new(attrs: &'a [String], types_only: bool) -> Selection<'a> {
+        let mut sel = Selection { user: attrs.is_empty(), operational: false, names: Vec::new(), types_only };
         for a in attrs {
             match a.as_str() {
                 "*" => sel.user = true,
@@ -89,9 +86,6 @@ impl<'a> Selection<'a> {
 
     /// Whether a stored attribute is returned.
     pub fn wants(&self, name: &str) -> bool {
-        if !self.passwords && matching::is_user_password(name) {
-            return false;
-        }
         if self.names.iter().any(|n| n.is(name)) {
             return true;
         }
@@ -133,15 +127,15 @@ async fn run(
         return Err(Error::new(LdapResultCode::AdminLimitExceeded, "filter nesting is too deep"));
     }
     let base = parse_dn(&req.base)?;
-    let is_root = conn.identity.borrow().is_root();
-    // Filters are copied only when they name userPassword (rare).
-    let filter = if is_root || !mentions_password(&req.filter) {
-        Cow::Borrowed(&req.filter)
-    } else {
-        Cow::Owned(redact(&req.filter))
-    };
-    let sel = Selection::new(&req.attrs, is_root, req.typesonly);
-    let node = filter::compile(&filter);
+    let identity = conn.identity.borrow().clone();
+    let is_root = identity.is_root();
+    let plan = conn.access(&identity).map(ReadPlan::new);
+    let sel = Selection::new(&req.attrs, req.typesonly);
+    let mut node = filter::compile(&req.filter);
+    if let Some(plan) = &plan {
+        // Assertions on attributes the requester may not search are Undefined.
+        node = node.restrict(&|names| plan.searchable(names));
+    }
     if subschema::is_subschema(&base.norm()) {
         if req.scope != LdapSearchScope::OneLevel {
             write_computed(out, msgid, &subschema::entry(), &node, &sel);
@@ -189,6 +183,7 @@ async fn run(
         msgid,
         filter: &node,
         sel: &sel,
+        plan: plan.as_ref(),
         limits,
         out,
         sent: 0,
@@ -329,6 +324,8 @@ struct Emit<'a> {
     msgid: i32,
     filter: &'a filter::Node,
     sel: &'a Selection<'a>,
+    /// Access control for the requester (`None` for the root DN).
+    plan: Option<&'a ReadPlan<'a>>,
     limits: Limits,
     out: &'a mut BytesMut,
     sent: usize,
@@ -367,20 +364,30 @@ impl Emit<'_> {
         if self.limits.deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(Visit::Stop(LdapResultCode::TimeLimitExceeded));
         }
-        if !self.filter.matches(view) {
+        let target = Target { key, entry: Some(view) };
+        let matched = match self.plan {
+            None => self.filter.matches(view),
+            Some(plan) => {
+                plan.entry_readable(&target)
+                    && self.filter.eval_with(view, &|names| plan.can_search(&target, names)) == Some(true)
+            }
+        };
+        if !matched {
             return Ok(Visit::Next);
         }
         if self.sent == self.limits.size {
             return Ok(Visit::Stop(LdapResultCode::SizeLimitExceeded));
         }
         let n_children = children(txn, key)?;
+        let plan = self.plan;
+        let readable = |name: &str| plan.is_none_or(|p| p.allows(&target, name, Level::Read));
         match &mut self.sorter {
             Some(sorter) => {
                 let mut buf = BytesMut::new();
-                write_entry(&mut buf, self.msgid, view, n_children, self.sel);
+                write_entry(&mut buf, self.msgid, view, n_children, self.sel, &readable);
                 sorter.push(view, buf)?;
             }
-            None => write_entry(self.out, self.msgid, view, n_children, self.sel),
+            None => write_entry(self.out, self.msgid, view, n_children, self.sel, &readable),
         }
         self.sent += 1;
         if let Some(left) = &mut self.page_left {
@@ -503,11 +510,23 @@ impl Emit<'_> {
     }
 }
 
-/// Writes one SearchResultEntry with the selected stored and computed attributes.
-fn write_entry(out: &mut BytesMut, msgid: i32, view: &EntryView<'_>, n_children: u64, sel: &Selection) {
-    let mut attrs: Vec<OutAttr<'_, Vals<'_>>> =
-        view.attrs().filter(|a| sel.wants(a.name)).map(|a| OutAttr { name: a.name, vals: a.vals() }).collect();
-    let computed = computed_attrs(view.dn(), n_children, sel);
+/// Writes one SearchResultEntry with the selected stored and computed
+/// attributes the requester may read.
+fn write_entry(
+    out: &mut BytesMut,
+    msgid: i32,
+    view: &EntryView<'_>,
+    n_children: u64,
+    sel: &Selection,
+    readable: &impl Fn(&str) -> bool,
+) {
+    let mut attrs: Vec<OutAttr<'_, Vals<'_>>> = view
+        .attrs()
+        .filter(|a| sel.wants(a.name) && readable(a.name))
+        .map(|a| OutAttr { name: a.name, vals: a.vals() })
+        .collect();
+    let mut computed = computed_attrs(view.dn(), n_children, sel);
+    computed.retain(|(name, _)| readable(name));
     for (name, buf) in &computed {
         attrs.push(OutAttr { name, vals: Vals::from_encoded(buf, 1) });
     }
@@ -543,43 +562,4 @@ fn write_computed(out: &mut BytesMut, msgid: i32, entry: &Entry, filter: &filter
     let attrs: Vec<_> =
         view.attrs().filter(|a| sel.wants(a.name)).map(|a| OutAttr { name: a.name, vals: a.vals() }).collect();
     ber::search_entry(out, msgid, entry.dn.as_str(), &attrs, sel.types_only);
-}
-
-fn mentions_password(f: &LdapFilter) -> bool {
-    let pw = |a: &str| matching::same_attr(a, "userPassword");
-    match f {
-        LdapFilter::And(fs) | LdapFilter::Or(fs) => fs.iter().any(mentions_password),
-        LdapFilter::Not(inner) => mentions_password(inner),
-        LdapFilter::Equality(a, _)
-        | LdapFilter::Substring(a, _)
-        | LdapFilter::GreaterOrEqual(a, _)
-        | LdapFilter::LessOrEqual(a, _)
-        | LdapFilter::Present(a)
-        | LdapFilter::Approx(a, _) => pw(a),
-        LdapFilter::Extensible(m) => m.type_.as_deref().is_none_or(pw),
-    }
-}
-
-/// Replaces assertions on `userPassword` with a constant false, so a filter
-/// cannot probe a password the requester may not read.
-fn redact(f: &LdapFilter) -> LdapFilter {
-    let never = || LdapFilter::Or(Vec::new());
-    let pw = |a: &str| matching::same_attr(a, "userPassword");
-    match f {
-        LdapFilter::And(fs) => LdapFilter::And(fs.iter().map(redact).collect()),
-        LdapFilter::Or(fs) => LdapFilter::Or(fs.iter().map(redact).collect()),
-        LdapFilter::Not(inner) => LdapFilter::Not(Box::new(redact(inner))),
-        LdapFilter::Equality(a, _)
-        | LdapFilter::Substring(a, _)
-        | LdapFilter::GreaterOrEqual(a, _)
-        | LdapFilter::LessOrEqual(a, _)
-        | LdapFilter::Present(a)
-        | LdapFilter::Approx(a, _)
-            if pw(a) =>
-        {
-            never()
-        }
-        LdapFilter::Extensible(m) if m.type_.as_deref().is_none_or(pw) => never(),
-        other => other.clone(),
-    }
 }

@@ -2,6 +2,7 @@
 //! (each test its own port and data directory) and drives it with real
 //! clients: the `ldap3` crate, raw BER over TCP, and OpenLDAP's tools.
 
+mod access;
 mod bind;
 mod config;
 mod controls;

@@ -1,0 +1,219 @@
+//! Access control end to end: the default rules, a group's rights, the
+//! result code of every refused operation, and `coredir acl check`.
+
+use crate::support::*;
+use ldap3::exop::PasswordModify;
+use ldap3::{LdapConn, Mod, Scope, SearchEntry};
+use std::collections::HashSet;
+use std::process::Command;
+
+const ADMINS: &str = "cn=admins,ou=groups,dc=example,dc=com";
+
+fn dn(uid: &str) -> String {
+    format!("uid={uid},{PEOPLE}")
+}
+
+fn as_user(s: &Server, uid: &str) -> LdapConn {
+    let mut c = s.conn();
+    c.simple_bind(&dn(uid), &format!("pw-{uid}")).unwrap().success().unwrap();
+    c
+}
+
+/// alice, bob and carol, with bob in cn=admins.
+fn populate(s: &Server) {
+    let mut c = s.admin();
+    for uid in ["alice", "bob", "carol"] {
+        assert_eq!(add_user(&mut c, uid).rc, 0);
+    }
+    let bob = dn("bob");
+    let res = c
+        .add(
+            ADMINS,
+            vec![
+                ("objectClass", HashSet::from(["groupOfNames"])),
+                ("cn", HashSet::from(["admins"])),
+                ("member", HashSet::from([bob.as_str()])),
+            ],
+        )
+        .unwrap();
+    assert_eq!(res.rc, 0, "{res:?}");
+}
+
+fn all_attrs(c: &mut LdapConn, base: &str, filter: &str) -> Vec<SearchEntry> {
+    let (entries, _) =
+        c.search(base, Scope::Subtree, filter, vec!["*", "+", "userPassword"]).unwrap().success().unwrap();
+    entries.into_iter().map(SearchEntry::construct).collect()
+}
+
+fn has_password(e: &SearchEntry) -> bool {
+    e.attrs.keys().chain(e.bin_attrs.keys()).any(|k| k.eq_ignore_ascii_case("userPassword"))
+}
+
+#[test]
+fn default_rules_hide_password_hashes() {
+    let s = Server::start(2);
+    populate(&s);
+    // Anonymous: every entry readable, no hash, and filters cannot probe it.
+    let mut anon = s.conn();
+    let entries = all_attrs(&mut anon, SUFFIX, "(objectClass=*)");
+    assert!(entries.len() >= 6, "{}", entries.len());
+    assert!(entries.iter().all(|e| !has_password(e)));
+    assert!(all_attrs(&mut anon, SUFFIX, "(userPassword=*)").is_empty());
+    assert!(all_attrs(&mut anon, SUFFIX, "(!(userPassword=nothing))").is_empty(), "Undefined, not true");
+    assert_eq!(all_attrs(&mut anon, SUFFIX, "(|(uid=alice)(userPassword=*))").len(), 1);
+    // Another user: no hash either; one's own entry: the hash.
+    let mut alice = as_user(&s, "alice");
+    let people = all_attrs(&mut alice, PEOPLE, "(uid=*)");
+    assert_eq!(people.len(), 3);
+    for e in &people {
+        assert_eq!(has_password(e), e.dn == dn("alice"), "{}", e.dn);
+    }
+    assert_eq!(search_dns(&mut alice, PEOPLE, Scope::Subtree, "(userPassword=*)"), vec![dn("alice")]);
+    // The root DN sees everything.
+    let mut root = s.admin();
+    assert!(all_attrs(&mut root, PEOPLE, "(uid=*)").iter().all(has_password));
+    // Compare on a hash: only with compare access (self), never anonymous.
+    let cmp = anon.compare(&dn("alice"), "userPassword", "pw-alice").unwrap();
+    assert_eq!(cmp.0.rc, 50, "{cmp:?}");
+    let cmp = alice.compare(&dn("alice"), "userPassword", "pw-alice").unwrap();
+    assert_eq!(cmp.0.rc, 6, "compareTrue: {cmp:?}");
+    let cmp = alice.compare(&dn("bob"), "userPassword", "pw-bob").unwrap();
+    assert_eq!(cmp.0.rc, 50, "{cmp:?}");
+}
+
+#[test]
+fn users_change_only_their_own_password() {
+    let s = Server::start(2);
+    populate(&s);
+    let mut alice = as_user(&s, "alice");
+    let pm = |old: Option<&'static str>, user: Option<String>, new: &'static str| {
+        let user = user.map(|u| Box::leak(u.into_boxed_str()) as &str);
+        PasswordModify { user_id: user, old_pass: old, new_pass: Some(new) }
+    };
+    let res = alice.extended(pm(Some("pw-alice"), None, "alice-2")).unwrap().1;
+    assert_eq!(res.rc, 0, "{res:?}");
+    let res = alice.extended(pm(None, Some(dn("bob")), "stolen")).unwrap().1;
+    assert_eq!(res.rc, 50, "{res:?}");
+    // With modify: one's own userPassword yes, anything else no.
+    let res = alice.modify(&dn("alice"), vec![Mod::Replace("userPassword", HashSet::from(["alice-3"]))]).unwrap();
+    assert_eq!(res.rc, 0, "{res:?}");
+    let res = alice.modify(&dn("alice"), vec![Mod::Replace("cn", HashSet::from(["Queen"]))]).unwrap();
+    assert_eq!(res.rc, 50, "{res:?}");
+    let res = alice.modify(&dn("bob"), vec![Mod::Replace("userPassword", HashSet::from(["x"]))]).unwrap();
+    assert_eq!(res.rc, 50, "{res:?}");
+    assert_eq!(s.conn().simple_bind(&dn("alice"), "alice-3").unwrap().rc, 0);
+    assert_eq!(s.conn().simple_bind(&dn("bob"), "pw-bob").unwrap().rc, 0, "bob's password is unchanged");
+}
+
+/// The group's rights, and the exact code of each refused operation.
+#[test]
+fn group_members_get_the_groups_rights() {
+    let rules = format!(
+        r#"
+[access]
+rules = [
+  'to dn.subtree="{PEOPLE}" by group="{ADMINS}" write by * break',
+  'to attrs=userPassword by self write by anonymous auth by * none',
+  'to dn.base="uid=carol,{PEOPLE}" by users search by * none',
+  'to * by users read by * none',
+]
+"#
+    );
+    let s = Server::start_with_config(2, &rules);
+    let mut root = s.admin();
+    for uid in ["alice", "bob", "carol"] {
+        assert_eq!(add_user(&mut root, uid).rc, 0);
+    }
+    let bob_dn = dn("bob");
+    let group = vec![
+        ("objectClass", HashSet::from(["groupOfNames"])),
+        ("cn", HashSet::from(["admins"])),
+        ("member", HashSet::from([bob_dn.as_str()])),
+    ];
+    assert_eq!(root.add(ADMINS, group).unwrap().rc, 0);
+    let mut bob = as_user(&s, "bob");
+    let mut alice = as_user(&s, "alice");
+    let mut anon = s.conn();
+    let cn = |v: &'static str| vec![Mod::Replace("cn", HashSet::from([v]))];
+    // (who, operation, expected result code)
+    let table: Vec<(&str, &mut LdapConn, Box<dyn Fn(&mut LdapConn) -> u32>, u32)> = vec![
+        ("bob modifies alice", &mut bob, Box::new(move |c| c.modify(&dn("alice"), cn("By Bob")).unwrap().rc), 0),
+        ("alice modifies bob", &mut alice, Box::new(move |c| c.modify(&dn("bob"), cn("By Alice")).unwrap().rc), 50),
+        ("anonymous modifies", &mut anon, Box::new(move |c| c.modify(&dn("bob"), cn("x")).unwrap().rc), 50),
+    ];
+    for (what, c, op, want) in table {
+        assert_eq!(op(c), want, "{what}");
+    }
+    // Adds and deletes need write on the parent's children and the entry.
+    let mut bob = as_user(&s, "bob");
+    let mut alice = as_user(&s, "alice");
+    assert_eq!(add_user(&mut bob, "dave").rc, 0, "a group member adds");
+    assert_eq!(add_user(&mut alice, "eve").rc, 50, "a non-member may not");
+    assert_eq!(alice.delete(&dn("dave")).unwrap().rc, 50);
+    assert_eq!(bob.delete(&dn("dave")).unwrap().rc, 0);
+    assert_eq!(alice.modifydn(&dn("carol"), "uid=caroline", true, None).unwrap().rc, 50);
+    // carol: searchable by users but not readable: not returned.
+    assert!(search_dns(&mut alice, PEOPLE, Scope::Subtree, "(uid=carol)").is_empty());
+    assert_eq!(search_dns(&mut alice, PEOPLE, Scope::OneLevel, "(uid=alice)"), vec![dn("alice")]);
+    // Anonymous reads nothing under these rules but may still bind.
+    assert!(search_dns(&mut anon, SUFFIX, Scope::Subtree, "(objectClass=*)").is_empty());
+    assert_eq!(s.conn().simple_bind(&dn("alice"), "pw-alice").unwrap().rc, 0);
+    let cmp = alice.compare(&dn("carol"), "cn", "User carol").unwrap();
+    assert_eq!(cmp.0.rc, 6, "search includes compare: {cmp:?}");
+    let cmp = anon.compare(&dn("carol"), "cn", "User carol").unwrap();
+    assert_eq!(cmp.0.rc, 32, "without disclose the entry does not exist: {cmp:?}");
+}
+
+#[test]
+fn acl_check_prints_the_deciding_rule() {
+    let s = Server::start(1);
+    populate(&s);
+    let run = |as_dn: &str, entry: &str, attr: &str, level: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_coredir"))
+            .args(["acl", "check", "--config"])
+            .arg(s.config_path())
+            .arg("--data")
+            .arg(s.data())
+            .args(["--as", as_dn, "--entry", entry, "--attr", attr, "--level", level])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, out, err) = run("anonymous", &dn("alice"), "userPassword", "auth");
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("ALLOWED (granted: auth)"), "{out}");
+    assert!(out.contains("by rule 0: to attrs=userPassword,shadowLastChange"), "{out}");
+    assert!(out.contains("clause 1: by anonymous auth"), "{out}");
+    let (code, out, _) = run(&dn("bob"), &dn("alice"), "userPassword", "read");
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("DENIED (granted: none)") && out.contains("clause 2: by * none"), "{out}");
+    let (code, out, _) = run(&dn("alice"), &dn("alice"), "userPassword", "write");
+    assert_eq!(code, Some(0), "{out}");
+    let (code, out, _) = run(ROOT_DN, &dn("alice"), "userPassword", "manage");
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("root DN bypasses"), "{out}");
+    let (code, _, err) = run("anonymous", &dn("alice"), "cn", "snoop");
+    assert_eq!(code, Some(1));
+    assert!(err.contains("--level"), "{err}");
+}
+
+#[test]
+fn a_bad_rule_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.toml");
+    std::fs::write(&config, "[access]\nrules = ['to * by * read', 'to attrs=nosuch by * read']\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_coredir"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .arg("--data")
+        .arg(dir.path().join("data"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("access.rules: access rule 1") && err.contains("nosuch"), "{err}");
+}
