@@ -21,6 +21,7 @@ pub struct Config {
     pub schema: SchemaFiles,
     pub passwords: Passwords,
     pub access: AccessRules,
+    pub tls: TlsConfig,
     /// Indexed attributes and their index types (`uid = "eq,sub"`); when
     /// present it replaces the default list entirely, like slapd's `index`
     /// lines.
@@ -41,6 +42,21 @@ impl Default for Passwords {
     fn default() -> Passwords {
         Passwords { default_scheme: shards::password::DEFAULT_SCHEME.into(), allow_cleartext: false }
     }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    /// PEM certificate chain (slapd's TLSCertificateFile); with `key_file`
+    /// it enables StartTLS on the plain listener.
+    pub certificate_file: Option<PathBuf>,
+    /// PEM private key (TLSCertificateKeyFile).
+    pub key_file: Option<PathBuf>,
+    /// An `ldaps://` listen address (TLS from the first byte), if any.
+    pub listen: Option<String>,
+    /// Simple binds with a password, and writes, only over TLS or the
+    /// local socket; `confidentialityRequired` otherwise.
+    pub required: bool,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -73,6 +89,9 @@ pub struct Server {
     /// How long an idle reactor spins before parking (µs); trades idle CPU
     /// for lower cross-core latency.
     pub spin_before_park_us: u64,
+    /// Path of a local (Unix) socket listener, slapd's `ldapi://`; it counts
+    /// as a protected transport (ssf 71). None by default.
+    pub ldapi: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -130,6 +149,19 @@ pub struct Limits {
     pub max_pending: usize,
     /// The same once bound (slapd's `conn_max_pending_auth`).
     pub max_pending_auth: usize,
+    /// Seconds a client may leave a response unread before it is
+    /// disconnected (slapd's `writetimeout`); 0: never.
+    pub write_timeout_s: u64,
+    /// Connections open at once in this process; past it new ones get a
+    /// Notice of Disconnection (`busy`). 0: no limit.
+    pub max_connections: usize,
+    /// The same per client IP address. 0: no limit.
+    pub max_connections_per_ip: usize,
+    /// Per-identity overrides of `size_limit` and `time_limit_s`, in
+    /// slapd's `limits` syntax: `'<who> size=N|unlimited time=N|unlimited'`
+    /// with `<who>` = anonymous, users, dn.<style>=DN or group=DN; the
+    /// first that matches applies.
+    pub by_identity: Vec<String>,
 }
 
 impl Default for Config {
@@ -142,6 +174,7 @@ impl Default for Config {
             schema: SchemaFiles::default(),
             passwords: Passwords::default(),
             access: AccessRules::default(),
+            tls: TlsConfig::default(),
             indexes: None,
         }
     }
@@ -155,6 +188,7 @@ impl Default for Server {
             shards: 0,
             backlog: 1024,
             spin_before_park_us: 0,
+            ldapi: None,
         }
     }
 }
@@ -194,6 +228,10 @@ impl Default for Limits {
             idle_timeout_s: 0,
             max_pending: 100,
             max_pending_auth: 1000,
+            write_timeout_s: 60,
+            max_connections: 0,
+            max_connections_per_ip: 0,
+            by_identity: Vec::new(),
         }
     }
 }
@@ -249,6 +287,16 @@ impl Config {
             bail!("limits.max_filter_depth: must be at least 1");
         }
         self.unindexed_result()?;
+        match (&self.tls.certificate_file, &self.tls.key_file) {
+            (Some(_), Some(_)) | (None, None) => {}
+            _ => bail!("tls: certificate_file and key_file go together"),
+        }
+        if self.tls.certificate_file.is_none() && (self.tls.listen.is_some() || self.tls.required) {
+            bail!("tls: listen and required need certificate_file and key_file");
+        }
+        if let Some(l) = &self.tls.listen {
+            l.parse::<SocketAddr>().map_err(|_| anyhow!("tls.listen: {l:?} is not an address like 127.0.0.1:3636"))?;
+        }
         if self.server.backlog <= 0 {
             bail!("server.backlog: must be positive");
         }

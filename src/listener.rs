@@ -8,10 +8,17 @@
 use crate::conn;
 use crate::server::Ctx;
 use anyhow::{Context, Result};
+use bytes::BytesMut;
+use futures_lite::AsyncWriteExt;
+use ldap3_proto::simple::DisconnectionNotice;
+use ldap3_proto::LdapResultCode;
 use socket2::{Domain, Protocol, Socket, Type};
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 /// Binds one shard's listening socket (called for every shard before the
 /// reactors start, so a busy port fails the start, not one shard).
@@ -33,17 +40,135 @@ pub fn local_addr(fd: &OwnedFd) -> Result<SocketAddr> {
     socket.local_addr()?.as_socket().context("listening socket has no IP address")
 }
 
+/// Which protocol a listener speaks.
+#[derive(Clone, Copy)]
+pub enum Kind {
+    Ldap,
+    Ldaps,
+}
+
+/// Connection counts for `limits.max_connections` and
+/// `max_connections_per_ip`, shared by every shard's accept loop. They are
+/// touched once when a connection opens and once when it closes, never per
+/// request; the per-IP map is only kept when that limit is set.
+#[derive(Default)]
+pub struct Admission {
+    max_total: usize,
+    max_per_ip: usize,
+    open: AtomicUsize,
+    per_ip: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// Holds a connection's place until dropped.
+pub struct Admitted {
+    admission: std::sync::Arc<Admission>,
+    ip: Option<IpAddr>,
+}
+
+impl Admission {
+    pub fn new(max_total: usize, max_per_ip: usize) -> Admission {
+        Admission { max_total, max_per_ip, ..Admission::default() }
+    }
+
+    /// A place for a new connection from `ip`, or why there is none.
+    pub fn admit(self: &std::sync::Arc<Self>, ip: Option<IpAddr>) -> Result<Admitted, String> {
+        let open = self.open.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut admitted = Admitted { admission: self.clone(), ip: None };
+        if self.max_total > 0 && open > self.max_total {
+            return Err(format!("too many connections (limit {})", self.max_total));
+        }
+        let (Some(ip), true) = (ip, self.max_per_ip > 0) else { return Ok(admitted) };
+        let mut map = self.per_ip.lock().unwrap_or_else(|e| e.into_inner());
+        let n = map.entry(ip).or_insert(0);
+        if *n >= self.max_per_ip {
+            return Err(format!("too many connections from {ip} (limit {})", self.max_per_ip));
+        }
+        *n += 1;
+        admitted.ip = Some(ip);
+        Ok(admitted)
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.admission.open.fetch_sub(1, Ordering::Relaxed);
+        if let Some(ip) = self.ip {
+            let mut map = self.admission.per_ip.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(n) = map.get_mut(&ip) {
+                *n -= 1;
+                if *n == 0 {
+                    map.remove(&ip);
+                }
+            }
+        }
+    }
+}
+
 /// Accepts connections until the process ends; each runs as its own task.
-pub async fn run(fd: OwnedFd, ctx: Rc<Ctx>) {
+pub async fn run(fd: OwnedFd, ctx: Rc<Ctx>, kind: Kind) {
     // SAFETY: the descriptor is a bound, listening TCP socket handed over whole.
     let listener = unsafe { glommio::net::TcpListener::from_raw_fd(fd.into_raw_fd()) };
     loop {
         match listener.accept().await {
             Ok(stream) => {
-                glommio::spawn_local(conn::serve(stream, ctx.clone())).detach();
+                let ip = stream.peer_addr().ok().map(|a| a.ip());
+                let ctx = ctx.clone();
+                glommio::spawn_local(async move {
+                    let _admitted = match ctx.admission.admit(ip) {
+                        Ok(a) => a,
+                        Err(why) => return refuse(stream, &why).await,
+                    };
+                    match kind {
+                        Kind::Ldap => conn::serve_tcp(stream, ctx).await,
+                        Kind::Ldaps => conn::serve_tls(stream, ctx).await,
+                    }
+                })
+                .detach();
             }
             Err(e) => {
                 eprintln!("coredir: shard {}: accept failed: {e}", ctx.shard.id);
+                glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+/// Turns a connection away with a Notice of Disconnection (`busy`). On
+/// ldaps the notice is written before any TLS, which clients report as a
+/// failed handshake: the connection is closed either way.
+async fn refuse(mut stream: glommio::net::TcpStream, why: &str) {
+    let mut out = BytesMut::new();
+    conn::encode(&mut out, DisconnectionNotice::gen_response(LdapResultCode::Busy, why));
+    let _ = stream.write_all(&out).await;
+    let _ = stream.close().await;
+}
+
+/// The local socket (ldapi) listener, on one shard: a stale socket file
+/// left by a crash is replaced, a live server's is not.
+pub fn bind_local(path: &std::path::Path) -> Result<glommio::net::UnixListener> {
+    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+        anyhow::bail!("server.ldapi: {} is in use by a running server", path.display());
+    }
+    let _ = std::fs::remove_file(path);
+    glommio::net::UnixListener::bind(path).map_err(|e| anyhow::anyhow!("server.ldapi: binding {}: {e}", path.display()))
+}
+
+pub async fn run_local(listener: glommio::net::UnixListener, ctx: Rc<Ctx>) {
+    loop {
+        match listener.accept().await {
+            Ok(stream) => {
+                let ctx = ctx.clone();
+                glommio::spawn_local(async move {
+                    let _admitted = match ctx.admission.admit(None) {
+                        Ok(a) => a,
+                        Err(_) => return,
+                    };
+                    conn::serve_unix(stream, ctx).await
+                })
+                .detach();
+            }
+            Err(e) => {
+                eprintln!("coredir: shard {}: accept on the local socket failed: {e}", ctx.shard.id);
                 glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
             }
         }

@@ -61,6 +61,7 @@ mod listener;
 mod ops;
 mod reindex;
 mod server;
+mod tls;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};

@@ -32,6 +32,10 @@ pub struct Ctx {
     pub unindexed_result: ldap3_proto::LdapResultCode,
     pub passwords: crate::config::Passwords,
     pub acl: Arc<crate::acl::Acl>,
+    pub tls: Option<Arc<crate::tls::Tls>>,
+    pub tls_required: bool,
+    /// Connection counts shared by the shards' accept loops.
+    pub admission: Arc<listener::Admission>,
 }
 
 impl Ctx {
@@ -123,14 +127,22 @@ pub fn serve(config: Config) -> Result<()> {
         eprintln!("coredir: shard {i}: {mib:.1} MiB of data ({} engine)", manifest.engine);
     }
 
-    let mut addr = config.listen_addr()?;
-    let mut fds = Vec::with_capacity(n_shards);
-    for i in 0..n_shards {
-        let fd = listener::bind(addr, cpus[i % cpus.len()], config.server.backlog)?;
-        if addr.port() == 0 {
-            addr = listener::local_addr(&fd)?;
+    let tls = match (&config.tls.certificate_file, &config.tls.key_file) {
+        (Some(cert), Some(key)) => Some(Arc::new(crate::tls::Tls::load(cert, key)?)),
+        _ => None,
+    };
+    let admission =
+        Arc::new(listener::Admission::new(config.limits.max_connections, config.limits.max_connections_per_ip));
+    let (addr, fds) = bind_all(config.listen_addr()?, &cpus, n_shards, config.server.backlog)?;
+    let (tls_addr, mut tls_fds) = match &config.tls.listen {
+        Some(l) => {
+            let (a, fds) = bind_all(l.parse()?, &cpus, n_shards, config.server.backlog)?;
+            (Some(a), fds.into_iter().map(Some).collect())
         }
-        fds.push(fd);
+        None => (None, (0..n_shards).map(|_| None).collect::<Vec<_>>()),
+    };
+    if let Some(tls) = &tls {
+        reload_on_sighup(tls.clone())?;
     }
 
     let mesh = (n_shards > 1).then(|| MeshBuilder::full(n_shards, 4096));
@@ -142,7 +154,8 @@ pub fn serve(config: Config) -> Result<()> {
         let (manifest, stores, mesh, ready) = (manifest.clone(), stores.clone(), mesh.clone(), ready_tx.clone());
         let config = config.clone();
         let root_password_hash = root_password_hash.clone();
-        let acl = acl.clone();
+        let (acl, tls, admission) = (acl.clone(), tls.clone(), admission.clone());
+        let tls_fd = tls_fds[i].take();
         let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .name(&format!("shard-{i}"))
             .io_memory(512 << 10)
@@ -165,9 +178,26 @@ pub fn serve(config: Config) -> Result<()> {
                     unindexed_result: config.unindexed_result().expect("validated"),
                     passwords: config.passwords.clone(),
                     acl,
+                    tls_required: config.tls.required,
+                    tls,
+                    admission,
                 });
+                if let (0, Some(path)) = (i, &config.server.ldapi) {
+                    match listener::bind_local(path) {
+                        Ok(l) => {
+                            glommio::spawn_local(listener::run_local(l, ctx.clone())).detach();
+                        }
+                        Err(e) => {
+                            let _ = ready.send(Err(format!("{e:#}")));
+                            return;
+                        }
+                    }
+                }
+                if let Some(fd) = tls_fd {
+                    glommio::spawn_local(listener::run(fd, ctx.clone(), listener::Kind::Ldaps)).detach();
+                }
                 let _ = ready.send(Ok(i));
-                listener::run(fd, ctx).await;
+                listener::run(fd, ctx, listener::Kind::Ldap).await;
             })
             .map_err(|e| anyhow!("starting the reactor of shard {i} on CPU {cpu}: {e}"))?;
         handles.push(handle);
@@ -180,10 +210,50 @@ pub fn serve(config: Config) -> Result<()> {
             Err(_) => bail!("a shard stopped during start-up"),
         }
     }
+    if let Some(a) = tls_addr {
+        println!("coredir: ldaps on {a}");
+    }
+    if let Some(p) = &config.server.ldapi {
+        println!("coredir: ldapi on {}", p.display());
+    }
     println!("coredir: listening on {addr} ({n_shards} shards, data in {})", data.display());
     for h in handles {
         let _ = h.join();
     }
+    Ok(())
+}
+
+/// Binds one socket per shard on `addr` (port 0: the kernel picks one port,
+/// then every shard binds that one); returns the address bound.
+fn bind_all(
+    mut addr: std::net::SocketAddr,
+    cpus: &[usize],
+    n_shards: usize,
+    backlog: i32,
+) -> Result<(std::net::SocketAddr, Vec<std::os::fd::OwnedFd>)> {
+    let mut fds = Vec::with_capacity(n_shards);
+    for i in 0..n_shards {
+        let fd = listener::bind(addr, cpus[i % cpus.len()], backlog)?;
+        if addr.port() == 0 {
+            addr = listener::local_addr(&fd)?;
+        }
+        fds.push(fd);
+    }
+    Ok((addr, fds))
+}
+
+/// SIGHUP re-reads the TLS certificate and key (a bad pair keeps the old
+/// one); established connections are not touched.
+fn reload_on_sighup(tls: Arc<crate::tls::Tls>) -> Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP])?;
+    std::thread::Builder::new().name("sighup".into()).spawn(move || {
+        for _ in signals.forever() {
+            match tls.reload() {
+                Ok(()) => eprintln!("coredir: SIGHUP: TLS certificate reloaded"),
+                Err(e) => eprintln!("coredir: SIGHUP: keeping the old TLS certificate: {e:#}"),
+            }
+        }
+    })?;
     Ok(())
 }
 

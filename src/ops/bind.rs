@@ -92,6 +92,7 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Step> {
     if password.is_empty() {
         return Err(Error::unwilling("unauthenticated bind (DN with no password) disallowed"));
     }
+    crate::ops::check_confidential(conn)?;
     let dn = Dn::parse(&req.dn)?;
     let ctx = &conn.ctx;
     let cleartext = ctx.passwords.allow_cleartext;

@@ -6,8 +6,8 @@
 //! give `write` on another's `userPassword`, sets it without the old one.
 //! Without a new password the server generates one and returns it. The new value is
 //! hashed with `passwords.default_scheme` on a blocking thread and written
-//! like a modify. StartTLS is not available in this version; it and any
-//! other name get `protocolError` naming the OID.
+//! like a modify. StartTLS is answered by `start_tls` (the connection
+//! does the handshake); any other name gets `protocolError` naming the OID.
 
 use crate::acl::Level;
 use crate::conn::{Conn, Identity};
@@ -21,7 +21,32 @@ use shards::entry::{Attr, Mod};
 use shards::write::{Stamp, WriteOp};
 use shards::{now_generalized, password, Error, Result};
 
-pub const SUPPORTED: &[&str] = &[OID_WHOAMI, OID_PASSWORD_MODIFY];
+pub const OID_START_TLS: &str = "1.3.6.1.4.1.1466.20037";
+pub const SUPPORTED: &[&str] = &[OID_WHOAMI, OID_PASSWORD_MODIFY, OID_START_TLS];
+
+/// StartTLS (RFC 4511 §4.14): accepted on a plain connection with TLS
+/// configured and no operation in progress; the handshake follows the
+/// response.
+pub fn start_tls(conn: &Conn) -> LdapExtendedResponse {
+    let refuse = |code, why: &str| LdapExtendedResponse {
+        res: result(Err(Error::new(code, why))),
+        name: Some(OID_START_TLS.to_string()),
+        value: None,
+    };
+    if conn.ctx.tls.is_none() {
+        return refuse(LdapResultCode::Unavailable, "TLS is not configured on this server");
+    }
+    if conn.tls_ssf.get() > 0 {
+        return refuse(LdapResultCode::OperationsError, "TLS is already established");
+    }
+    if conn.transport_ssf > 0 {
+        return refuse(LdapResultCode::OperationsError, "StartTLS is not available on the local socket");
+    }
+    if conn.pending.get() > 0 {
+        return refuse(LdapResultCode::OperationsError, "operations are in progress on this connection");
+    }
+    LdapExtendedResponse { res: result(Ok(())), name: Some(OID_START_TLS.to_string()), value: None }
+}
 
 /// Answers at once, or `None` for Password Modify (see `password_modify`).
 pub fn handle(conn: &Conn, req: &LdapExtendedRequest) -> Option<LdapExtendedResponse> {
@@ -61,6 +86,7 @@ pub async fn password_modify(conn: &Conn, req: &LdapExtendedRequest) -> LdapExte
 }
 
 async fn change(conn: &Conn, req: LdapPasswordModifyRequest) -> Result<Option<String>> {
+    crate::ops::check_confidential(conn)?;
     let identity = conn.identity.borrow().clone();
     let own = match &identity {
         Identity::Anonymous => {

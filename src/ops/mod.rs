@@ -34,6 +34,9 @@ use std::rc::Rc;
 pub enum Flow {
     Continue,
     Close,
+    /// StartTLS accepted: its response is in the batch; the TLS handshake
+    /// follows once it is written.
+    StartTls,
 }
 
 pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
@@ -59,8 +62,10 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
                 encode(out, LdapMsg::new(msgid, LdapOp::BindResponse(LdapBindResponse { res, saslcreds: None })))
             }
             bind::Outcome::Later(pending) => {
+                let in_flight = crate::conn::InFlight::new(conn);
                 let conn = conn.clone();
                 glommio::spawn_local(async move {
+                    let _in_flight = in_flight;
                     let res = bind::finish(&conn, pending).await;
                     let mut out = BytesMut::new();
                     encode(
@@ -92,11 +97,21 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
             encode(out, LdapMsg::new(msgid, LdapOp::CompareResult(res)));
         }
         LdapOp::AbandonRequest(id) => abandon::handle(conn, id),
+        LdapOp::ExtendedRequest(req) if req.name == extended::OID_START_TLS => {
+            let res = extended::start_tls(conn);
+            let accepted = res.res.code == LdapResultCode::Success;
+            encode(out, LdapMsg::new(msgid, LdapOp::ExtendedResponse(res)));
+            if accepted {
+                return Flow::StartTls;
+            }
+        }
         LdapOp::ExtendedRequest(req) => match extended::handle(conn, &req) {
             Some(res) => encode(out, LdapMsg::new(msgid, LdapOp::ExtendedResponse(res))),
             None => {
+                let in_flight = crate::conn::InFlight::new(conn);
                 let conn = conn.clone();
                 glommio::spawn_local(async move {
+                    let _in_flight = in_flight;
                     let res = extended::password_modify(&conn, &req).await;
                     let mut out = BytesMut::new();
                     encode(&mut out, LdapMsg::new(msgid, LdapOp::ExtendedResponse(res)));
@@ -150,10 +165,15 @@ fn spawn_write(
     fut: impl Future<Output = Result<Vec<LdapControl>>> + 'static,
 ) {
     let in_flight = crate::conn::InFlight::new(conn);
+    let confidential = check_confidential(conn);
     let conn = conn.clone();
     glommio::spawn_local(async move {
         let _in_flight = in_flight;
-        let (res, ctrl) = match fut.await {
+        let outcome = match confidential {
+            Ok(()) => fut.await,
+            Err(e) => Err(e),
+        };
+        let (res, ctrl) = match outcome {
             Ok(ctrl) => (result(Ok(())), ctrl),
             Err(e) => (result(Err(e)), Vec::new()),
         };
@@ -164,6 +184,19 @@ fn spawn_write(
         conn.send(out).await;
     })
     .detach();
+}
+
+/// With `tls.required`, simple binds and writes need TLS or the local
+/// socket (`confidentialityRequired` otherwise), as slapd's
+/// `security simple_bind=` and `update_ssf=`.
+pub fn check_confidential(conn: &Conn) -> Result<()> {
+    if conn.ctx.tls_required && !conn.is_confidential() {
+        return Err(Error::new(
+            LdapResultCode::ConfidentialityRequired,
+            "TLS is required for this operation (use StartTLS or ldaps://)",
+        ));
+    }
+    Ok(())
 }
 
 /// The response carrying an error for a request, if the request has one.

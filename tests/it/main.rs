@@ -17,5 +17,6 @@ mod schema;
 mod search;
 mod sharding;
 mod support;
+mod tls;
 mod tools;
 mod write;

@@ -1,50 +1,10 @@
 //! Wire-level behaviour, with hand-built PDUs over a plain TCP socket.
 
 use crate::support::*;
-use bytes::BytesMut;
 use ldap3_proto::control::LdapControl;
 use ldap3_proto::proto::*;
-use ldap3_proto::{LdapCodec, LdapResultCode};
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
-use tokio_util::codec::{Decoder, Encoder};
-
-struct Raw {
-    sock: TcpStream,
-    buf: BytesMut,
-}
-
-impl Raw {
-    fn connect(s: &Server) -> Raw {
-        let sock = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
-        sock.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        Raw { sock, buf: BytesMut::new() }
-    }
-
-    fn send(&mut self, msgs: Vec<LdapMsg>) {
-        let mut out = BytesMut::new();
-        for m in msgs {
-            LdapCodec::default().encode(m, &mut out).unwrap();
-        }
-        self.sock.write_all(&out).unwrap();
-    }
-
-    /// The next message, or None once the server closed the connection.
-    fn recv(&mut self) -> Option<LdapMsg> {
-        let mut codec = LdapCodec::new(Some(64 << 20), None);
-        loop {
-            if let Some(m) = codec.decode(&mut self.buf).unwrap() {
-                return Some(m);
-            }
-            let mut chunk = [0u8; 65536];
-            match self.sock.read(&mut chunk) {
-                Ok(0) | Err(_) => return None,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-            }
-        }
-    }
-}
+use ldap3_proto::LdapResultCode;
+use std::io::Write;
 
 fn search(base: &str, scope: LdapSearchScope) -> LdapOp {
     LdapOp::SearchRequest(LdapSearchRequest {

@@ -2,11 +2,18 @@
 //! directory and its own port (the kernel picks it; the server prints it),
 //! driven by real clients.
 
+use bytes::BytesMut;
 use ldap3::{LdapConn, Scope, SearchEntry};
+use ldap3_proto::proto::LdapMsg;
+use ldap3_proto::LdapCodec;
+use std::io::Write;
 use std::io::{BufRead, BufReader, Read};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
+use std::time::Duration;
+use tokio_util::codec::{Decoder, Encoder};
 
 pub const ROOT_DN: &str = "cn=admin,dc=example,dc=com";
 pub const ROOT_PW: &str = "test-root-secret";
@@ -21,6 +28,8 @@ pub struct Server {
     pub stderr: PathBuf,
     /// Extra `serve` arguments (`--config FILE`).
     pub extra: Vec<String>,
+    /// What the server printed before its `listening on` line.
+    pub banner: String,
 }
 
 /// The storage engine the integration tests run against: `lmdb`, or the
@@ -50,7 +59,7 @@ impl Server {
         let config = dir.path().join("coredir.toml");
         std::fs::write(&config, with_engine(toml)).unwrap();
         let extra = vec!["--config".to_string(), config.display().to_string()];
-        let mut s = Server { child: None, port: 0, shards, dir, stderr, extra };
+        let mut s = Server { child: None, port: 0, shards, dir, stderr, extra, banner: String::new() };
         s.launch();
         s
     }
@@ -67,9 +76,15 @@ impl Server {
     /// its `listening on` line.
     pub fn launch(&mut self) {
         let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
-        let (child, port) = spawn(&self.data(), self.shards, &self.stderr, &extra).unwrap_or_else(|e| panic!("{e}"));
+        let (child, port, banner) =
+            spawn_with_banner(&self.data(), self.shards, &self.stderr, &extra).unwrap_or_else(|e| panic!("{e}"));
         self.child = Some(child);
         self.port = port;
+        self.banner = banner;
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
     }
 
     pub fn url(&self) -> String {
@@ -113,6 +128,16 @@ impl Drop for Server {
 
 /// Starts the server binary; returns it and its port, or what it printed.
 pub fn spawn(data: &Path, shards: usize, stderr: &Path, extra: &[&str]) -> Result<(Child, u16), String> {
+    spawn_with_banner(data, shards, stderr, extra).map(|(c, p, _)| (c, p))
+}
+
+/// `spawn`, also returning the lines printed before `listening on`.
+pub fn spawn_with_banner(
+    data: &Path,
+    shards: usize,
+    stderr: &Path,
+    extra: &[&str],
+) -> Result<(Child, u16, String), String> {
     let err_file = std::fs::File::create(stderr).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_coredir"))
         .args(["serve", "--listen", "127.0.0.1:0", "--data"])
@@ -132,7 +157,7 @@ pub fn spawn(data: &Path, shards: usize, stderr: &Path, extra: &[&str]) -> Resul
             let port = addr.rsplit(':').next().unwrap().parse().unwrap();
             // Keep draining stdout so the server never blocks on it.
             std::thread::spawn(move || for _ in lines {});
-            return Ok((child, port));
+            return Ok((child, port, seen));
         }
         seen.push_str(&line);
         seen.push('\n');
@@ -240,5 +265,50 @@ pub fn allowed_cpus() -> Vec<usize> {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
         (0..libc::CPU_SETSIZE as usize).filter(|c| libc::CPU_ISSET(*c, &set)).collect()
+    }
+}
+
+/// A byte stream a `Raw` client can use.
+pub trait Stream: std::io::Read + std::io::Write {}
+impl<T: std::io::Read + std::io::Write> Stream for T {}
+
+/// An LDAP client that sends and reads raw messages, over TCP or TLS.
+pub struct Raw {
+    pub sock: Box<dyn Stream>,
+    buf: BytesMut,
+}
+
+impl Raw {
+    pub fn connect(s: &Server) -> Raw {
+        let sock = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        Raw::over(sock)
+    }
+
+    pub fn over(sock: impl Stream + 'static) -> Raw {
+        Raw { sock: Box::new(sock), buf: BytesMut::new() }
+    }
+
+    pub fn send(&mut self, msgs: Vec<LdapMsg>) {
+        let mut out = BytesMut::new();
+        for m in msgs {
+            LdapCodec::default().encode(m, &mut out).unwrap();
+        }
+        self.sock.write_all(&out).unwrap();
+    }
+
+    /// The next message, or None once the server closed the connection.
+    pub fn recv(&mut self) -> Option<LdapMsg> {
+        let mut codec = LdapCodec::new(Some(64 << 20), None);
+        loop {
+            if let Some(m) = codec.decode(&mut self.buf).unwrap() {
+                return Some(m);
+            }
+            let mut chunk = [0u8; 65536];
+            match self.sock.read(&mut chunk) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
     }
 }

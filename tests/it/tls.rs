@@ -1,0 +1,241 @@
+//! TLS with a CA generated at test time: StartTLS (`ldapwhoami -ZZ`),
+//! `ldaps://`, `tls.required`, and a certificate reload on SIGHUP that
+//! leaves an established session working.
+
+use crate::support::*;
+use ldap3_proto::proto::*;
+use ldap3_proto::LdapResultCode;
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A CA and a server certificate for 127.0.0.1 and localhost it signed.
+struct Pki {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+fn make_pki(dir: &Path, name: &str) -> Pki {
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(DnType::CommonName, format!("coredir test CA {name}"));
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let leaf_key = KeyPair::generate().unwrap();
+    let mut leaf_params = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
+    leaf_params.distinguished_name.push(DnType::CommonName, "127.0.0.1");
+    let leaf = leaf_params.signed_by(&leaf_key, &ca, &ca_key).unwrap();
+    let pki = Pki {
+        ca: dir.join(format!("{name}-ca.pem")),
+        cert: dir.join(format!("{name}-cert.pem")),
+        key: dir.join(format!("{name}-key.pem")),
+    };
+    std::fs::write(&pki.ca, ca.pem()).unwrap();
+    std::fs::write(&pki.cert, leaf.pem()).unwrap();
+    std::fs::write(&pki.key, leaf_key.serialize_pem()).unwrap();
+    pki
+}
+
+/// A server with TLS on StartTLS and on an ldaps port; the files it reads
+/// are `live-cert.pem` and `live-key.pem` (copies of `pki`'s), so a test
+/// can replace them.
+fn tls_server(pki: &Pki, dir: &Path, required: bool) -> (Server, u16) {
+    let (cert, key) = (dir.join("live-cert.pem"), dir.join("live-key.pem"));
+    std::fs::copy(&pki.cert, &cert).unwrap();
+    std::fs::copy(&pki.key, &key).unwrap();
+    let config = format!(
+        "[tls]\ncertificate_file = {:?}\nkey_file = {:?}\nlisten = \"127.0.0.1:0\"\nrequired = {required}\n",
+        cert.display().to_string(),
+        key.display().to_string()
+    );
+    let s = Server::start_with_config(2, &config);
+    let line = s.banner.lines().find_map(|l| l.strip_prefix("coredir: ldaps on ")).expect("ldaps line");
+    let port = line.rsplit(':').next().unwrap().parse().unwrap();
+    assert_eq!(s.admin_over_tls(&pki.ca).add_user_raw("alice"), LdapResultCode::Success);
+    (s, port)
+}
+
+/// Runs an OpenLDAP tool trusting `ca`.
+fn tool_with_ca(ca: &Path, name: &str, args: &[&str]) -> (i32, String, String) {
+    ldap_utils();
+    let out = std::process::Command::new(name)
+        .args(args)
+        .env("LDAPTLS_CACERT", ca)
+        .env("LDAPTLS_REQCERT", "demand")
+        .env("LDAPCONF", "/dev/null")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+const ALICE: &str = "uid=alice,ou=people,dc=example,dc=com";
+
+#[test]
+fn starttls_and_ldaps() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path(), "one");
+    let (s, tls_port) = tls_server(&pki, dir.path(), false);
+    let url = s.url();
+    let (code, out, err) =
+        tool_with_ca(&pki.ca, "ldapwhoami", &["-ZZ", "-x", "-H", &url, "-D", ALICE, "-w", "pw-alice"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(out.trim(), format!("dn:{ALICE}"));
+    let ldaps = format!("ldaps://127.0.0.1:{tls_port}");
+    let (code, out, err) =
+        tool_with_ca(&pki.ca, "ldapsearch", &["-x", "-H", &ldaps, "-LLL", "-b", PEOPLE, "(uid=alice)", "uid"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(&format!("dn: {ALICE}")) && out.contains("uid: alice"), "{out}");
+    // A client that does not trust the CA gets no session.
+    let other = make_pki(dir.path(), "other");
+    let (code, _, err) = tool_with_ca(&other.ca, "ldapwhoami", &["-ZZ", "-x", "-H", &url]);
+    assert_ne!(code, 0, "{err}");
+    // StartTLS twice is refused; the session goes on.
+    let mut c = s.raw_tls(&pki.ca);
+    c.send(vec![LdapMsg::new(9, start_tls())]);
+    let reply = c.recv().unwrap();
+    assert!(matches!(&reply.op, LdapOp::ExtendedResponse(r) if r.res.code == LdapResultCode::OperationsError));
+    assert_eq!(c.whoami(10), "");
+}
+
+#[test]
+fn cleartext_binds_and_writes_refused_when_tls_is_required() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path(), "one");
+    let (s, _) = tls_server(&pki, dir.path(), true);
+    let url = s.url();
+    let (code, out, err) = tool_with_ca(&pki.ca, "ldapwhoami", &["-x", "-H", &url, "-D", ALICE, "-w", "pw-alice"]);
+    assert_eq!(code, 13, "confidentialityRequired: {out}{err}");
+    assert!(err.contains("Confidentiality required"), "{err}");
+    let (code, out, err) =
+        tool_with_ca(&pki.ca, "ldapwhoami", &["-ZZ", "-x", "-H", &url, "-D", ALICE, "-w", "pw-alice"]);
+    assert_eq!(code, 0, "{out}{err}");
+    // Anonymous reads stay open; an anonymous write is refused for TLS first.
+    let mut plain = s.conn();
+    assert_eq!(search_dns(&mut plain, PEOPLE, ldap3::Scope::Subtree, "(uid=alice)"), vec![ALICE.to_string()]);
+    assert_eq!(plain.delete(ALICE).unwrap().rc, 13);
+}
+
+#[test]
+fn sighup_reloads_the_certificate_without_dropping_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = make_pki(dir.path(), "one");
+    let two = make_pki(dir.path(), "two");
+    let (s, _) = tls_server(&one, dir.path(), false);
+    let url = s.url();
+    let mut session = s.raw_tls(&one.ca);
+    bind_raw(&mut session, 2, ALICE, "pw-alice");
+    // Replace the files, then SIGHUP.
+    std::fs::copy(&two.cert, dir.path().join("live-cert.pem")).unwrap();
+    std::fs::copy(&two.key, dir.path().join("live-key.pem")).unwrap();
+    s.signal(libc::SIGHUP);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&s.stderr).unwrap().contains("TLS certificate reloaded") {
+        assert!(Instant::now() < deadline, "no reload logged");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (code, _, err) = tool_with_ca(&two.ca, "ldapwhoami", &["-ZZ", "-x", "-H", &url]);
+    assert_eq!(code, 0, "the new certificate: {err}");
+    let (code, _, _) = tool_with_ca(&one.ca, "ldapwhoami", &["-ZZ", "-x", "-H", &url]);
+    assert_ne!(code, 0, "the old CA no longer verifies");
+    assert_eq!(session.whoami(3), format!("dn:{ALICE}"), "the established session goes on");
+    // A broken pair is refused and the current certificate kept.
+    std::fs::write(dir.path().join("live-key.pem"), "not a key").unwrap();
+    s.signal(libc::SIGHUP);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&s.stderr).unwrap().contains("keeping the old TLS certificate") {
+        assert!(Instant::now() < deadline, "no refusal logged");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (code, _, err) = tool_with_ca(&two.ca, "ldapwhoami", &["-ZZ", "-x", "-H", &url]);
+    assert_eq!(code, 0, "{err}");
+}
+
+fn start_tls() -> LdapOp {
+    LdapOp::ExtendedRequest(LdapExtendedRequest { name: "1.3.6.1.4.1.1466.20037".into(), value: None })
+}
+
+fn bind_raw(c: &mut Raw, id: i32, dn: &str, pw: &str) {
+    c.send(vec![LdapMsg::new(
+        id,
+        LdapOp::BindRequest(LdapBindRequest { version: 3, dn: dn.into(), cred: LdapBindCred::Simple(pw.into()) }),
+    )]);
+    let reply = c.recv().unwrap();
+    assert!(matches!(&reply.op, LdapOp::BindResponse(r) if r.res.code == LdapResultCode::Success), "{reply:?}");
+}
+
+impl Raw {
+    fn whoami(&mut self, id: i32) -> String {
+        self.send(vec![LdapMsg::new(
+            id,
+            LdapOp::ExtendedRequest(LdapExtendedRequest { name: OID_WHOAMI.into(), value: None }),
+        )]);
+        match self.recv().map(|m| m.op) {
+            Some(LdapOp::ExtendedResponse(r)) => String::from_utf8(r.value.unwrap_or_default()).unwrap(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn add_user_raw(&mut self, uid: &str) -> LdapResultCode {
+        let attr = |n: &str, v: &str| LdapPartialAttribute { atype: n.into(), vals: vec![v.as_bytes().to_vec()] };
+        self.send(vec![LdapMsg::new(
+            50,
+            LdapOp::AddRequest(LdapAddRequest {
+                dn: format!("uid={uid},{PEOPLE}"),
+                attributes: vec![
+                    attr("objectClass", "inetOrgPerson"),
+                    attr("uid", uid),
+                    attr("cn", uid),
+                    attr("sn", "User"),
+                    attr("userPassword", &format!("pw-{uid}")),
+                ],
+            }),
+        )]);
+        match self.recv().map(|m| m.op) {
+            Some(LdapOp::AddResponse(r)) => r.code,
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+impl Server {
+    /// A raw client after StartTLS, trusting `ca`.
+    fn raw_tls(&self, ca: &Path) -> Raw {
+        let mut plain = Raw::connect(self);
+        plain.send(vec![LdapMsg::new(1, start_tls())]);
+        let reply = plain.recv().unwrap();
+        assert!(matches!(&reply.op, LdapOp::ExtendedResponse(r) if r.res.code == LdapResultCode::Success), "{reply:?}");
+        let Raw { sock, .. } = plain;
+        let mut roots = rustls::RootCertStore::empty();
+        use rustls::pki_types::pem::PemObject;
+        for c in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+        Raw::over(rustls::StreamOwned::new(conn, sock))
+    }
+
+    /// The root DN over StartTLS.
+    fn admin_over_tls(&self, ca: &Path) -> Raw {
+        let mut c = self.raw_tls(ca);
+        bind_raw(&mut c, 2, ROOT_DN, ROOT_PW);
+        c
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.pid() as i32, sig) };
+    }
+}
