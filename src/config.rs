@@ -325,7 +325,9 @@ impl Config {
                 &defaults
             }
         };
-        crate::acl::parse::compile(rules).map_err(|e| anyhow!("access.rules: {e}"))
+        let mut acl = crate::acl::parse::compile(rules).map_err(|e| anyhow!("access.rules: {e}"))?;
+        crate::acl::parse::compile_limits(&mut acl, &self.limits.by_identity).map_err(|e| anyhow!("limits: {e}"))?;
+        Ok(acl)
     }
 
     /// The index configuration: `[indexes]` or the defaults.

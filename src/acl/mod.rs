@@ -172,10 +172,21 @@ pub struct Rule {
     pub text: String,
 }
 
+/// A per-identity override of the search limits (slapd's `limits`):
+/// `Some(0)` is unlimited, `None` keeps the server's limit.
+#[derive(Debug)]
+pub struct LimitRule {
+    pub who: Vec<Who>,
+    pub size: Option<usize>,
+    pub time_s: Option<u64>,
+}
+
 /// The compiled rule list.
 #[derive(Debug, Default)]
 pub struct Acl {
     pub rules: Vec<Rule>,
+    /// `limits.by_identity`, first match applies.
+    pub limits: Vec<LimitRule>,
     /// Every attribute type some rule names, so an attribute can be
     /// classified once (`class`) and most decisions cached by class.
     pub named: Vec<Names>,
@@ -366,6 +377,12 @@ impl<'a> Access<'a> {
             return decision;
         }
         decision
+    }
+
+    /// The size and time limit overrides of the first `limits.by_identity`
+    /// rule that matches the requester (`self` never does).
+    pub fn limits(&self) -> Option<&LimitRule> {
+        self.acl.limits.iter().find(|l| matches!(self.who_matches(&l.who), Matches::Yes))
     }
 
     /// The level on `attr` when it is the same for every entry (no rule

@@ -26,6 +26,45 @@ pub fn compile(rules: &[String]) -> Result<Acl, String> {
     Ok(acl)
 }
 
+/// Compiles `limits.by_identity`: `<who> [size=N|unlimited] [time=N|unlimited]`.
+pub fn compile_limits(acl: &mut Acl, rules: &[String]) -> Result<(), String> {
+    for (i, text) in rules.iter().enumerate() {
+        let limit = limit_rule(acl, text).map_err(|e| format!("limits.by_identity {i} ({text:?}): {e}"))?;
+        acl.limits.push(limit);
+    }
+    Ok(())
+}
+
+fn limit_rule(acl: &mut Acl, text: &str) -> Result<super::LimitRule, String> {
+    let mut rule = super::LimitRule { who: Vec::new(), size: None, time_s: None };
+    for t in tokenize(text)? {
+        let value = |v: &str| match v {
+            "unlimited" => Ok(0),
+            n => n
+                .parse::<u64>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| format!("{t:?}: expected a positive number or 'unlimited'")),
+        };
+        if let Some(v) = t.strip_prefix("size=") {
+            rule.size = Some(value(v)? as usize);
+        } else if let Some(v) = t.strip_prefix("time=") {
+            rule.time_s = Some(value(v)?);
+        } else if t.starts_with("size.") || t.starts_with("time.") {
+            return Err(format!("{t:?}: only size= and time= are supported"));
+        } else {
+            rule.who.push(who_part(acl, &t)?);
+        }
+    }
+    if rule.who.is_empty() {
+        return Err("names nobody (anonymous, users, dn.<style>=, group=, *)".into());
+    }
+    if rule.size.is_none() && rule.time_s.is_none() {
+        return Err("sets neither size= nor time=".into());
+    }
+    Ok(rule)
+}
+
 fn rule(acl: &mut Acl, text: &str) -> Result<Rule, String> {
     // `{N}` from an olcAccess value and a leading `access` are accepted.
     let body = match text.trim_start().strip_prefix('{').and_then(|t| t.split_once('}')) {

@@ -149,9 +149,15 @@ async fn run(
         write_computed(out, msgid, &rootdse::entry(ctx), &node, &sel);
         return Ok(());
     }
+    // The server's limits, or the requester's override (`limits.by_identity`).
+    let (mut size_limit, mut time_limit) = (ctx.limits.size_limit, ctx.limits.time_limit_s);
+    if let Some(over) = plan.as_ref().and_then(|p| p.access.limits()) {
+        size_limit = over.size.unwrap_or(size_limit);
+        time_limit = over.time_s.unwrap_or(time_limit);
+    }
     let limits = Limits {
-        size: effective(req.sizelimit, ctx.limits.size_limit, is_root),
-        deadline: match effective(req.timelimit, ctx.limits.time_limit_s as usize, is_root) {
+        size: effective(req.sizelimit, size_limit, is_root),
+        deadline: match effective(req.timelimit, time_limit as usize, is_root) {
             usize::MAX => None,
             secs => Some(Instant::now() + Duration::from_secs(secs as u64)),
         },

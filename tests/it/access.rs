@@ -168,7 +168,7 @@ rules = [
 fn acl_check_prints_the_deciding_rule() {
     let mut s = Server::start(1);
     populate(&s);
-    // Offline, like slapacl (an LDMB database could be read while serving; sled's cannot).
+    // Offline, like slapacl (an LMDB database could be read while serving; sled's cannot).
     s.stop();
     let run = |as_dn: &str, entry: &str, attr: &str, level: &str| {
         let out = Command::new(env!("CARGO_BIN_EXE_coredir"))

@@ -33,3 +33,50 @@ fn idle_connections_are_closed() {
         assert_eq!(search_dns(&mut c, PEOPLE, Scope::Base, "(objectClass=*)").len(), 1);
     }
 }
+
+#[test]
+fn limits_by_identity_override_the_server_limits() {
+    let config = format!(
+        "[limits]\nsize_limit = 2\nby_identity = ['dn.exact=\"uid=l0,{PEOPLE}\" size=unlimited', 'users size=4']\n"
+    );
+    let s = Server::start_with_config(1, &config);
+    let mut admin = s.admin();
+    for i in 0..8 {
+        assert_eq!(add_user(&mut admin, &format!("l{i}")).rc, 0);
+    }
+    let count = |c: &mut ldap3::LdapConn| {
+        let res = c.search(PEOPLE, Scope::OneLevel, "(uid=l*)", vec!["1.1"]).unwrap();
+        (res.1.rc, res.0.len())
+    };
+    assert_eq!(count(&mut s.conn()), (4, 2), "anonymous: the server's limit");
+    let mut user = s.conn();
+    user.simple_bind(&format!("uid=l5,{PEOPLE}"), "pw-l5").unwrap().success().unwrap();
+    assert_eq!(count(&mut user), (4, 4), "users: their override");
+    let mut l0 = s.conn();
+    l0.simple_bind(&format!("uid=l0,{PEOPLE}"), "pw-l0").unwrap().success().unwrap();
+    assert_eq!(count(&mut l0), (0, 8), "the first matching rule: unlimited");
+}
+
+#[test]
+fn connections_beyond_the_caps_get_busy() {
+    let s = Server::start_with_config(2, "[limits]\nmax_connections_per_ip = 3\n");
+    let held: Vec<_> = (0..3).map(|_| s.conn()).collect();
+    let mut sock = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
+    let mut notice = Vec::new();
+    sock.read_to_end(&mut notice).unwrap();
+    let text = String::from_utf8_lossy(&notice);
+    assert!(text.contains("1.3.6.1.4.1.1466.20036"), "a Notice of Disconnection: {text:?}");
+    assert!(text.contains("too many connections from 127.0.0.1"), "{text:?}");
+    drop(held);
+    // Places are given back when connections close.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let mut c = s.conn();
+        match c.simple_bind("", "") {
+            Ok(r) if r.rc == 0 => break,
+            _ => assert!(std::time::Instant::now() < deadline, "the caps never came back"),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
