@@ -9,6 +9,7 @@ mod controls;
 mod crash;
 mod durability;
 mod engines;
+mod hostile;
 mod interop;
 mod limits;
 mod passwords;

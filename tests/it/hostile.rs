@@ -1,0 +1,200 @@
+//! Hostile clients: deep nesting, invalid UTF-8, and a client that sends
+//! without reading. Each gets its error or a disconnection, and a
+//! well-behaved client on another connection is served throughout.
+
+use crate::support::*;
+use ldap3_proto::proto::*;
+use ldap3_proto::LdapResultCode;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+/// A BER length field.
+fn ber_len(n: usize, out: &mut Vec<u8>) {
+    if n < 0x80 {
+        out.push(n as u8);
+    } else {
+        let bytes = (n as u32).to_be_bytes();
+        let skip = bytes.iter().take_while(|b| **b == 0).count();
+        out.push(0x80 | (4 - skip) as u8);
+        out.extend_from_slice(&bytes[skip..]);
+    }
+}
+
+fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag];
+    ber_len(content.len(), &mut out);
+    out.extend_from_slice(content);
+    out
+}
+
+/// A SearchRequest (msgid 2) whose filter is `depth` nested NOTs around `(cn=x)`.
+fn nested_not_search(depth: usize) -> Vec<u8> {
+    let mut filter = tlv(0xa3, &[tlv(0x04, b"cn"), tlv(0x04, b"x")].concat());
+    for _ in 0..depth {
+        filter = tlv(0xa2, &filter);
+    }
+    let body = [
+        tlv(0x04, PEOPLE.as_bytes()),
+        tlv(0x0a, &[2]),
+        tlv(0x0a, &[0]),
+        tlv(0x02, &[0]),
+        tlv(0x02, &[0]),
+        tlv(0x01, &[0]),
+        filter,
+        tlv(0x30, &[]),
+    ]
+    .concat();
+    tlv(0x30, &[tlv(0x02, &[2]), tlv(0x63, &body)].concat())
+}
+
+/// The next message or None when the server closed the connection.
+fn outcome(r: &mut Raw) -> Option<LdapMsg> {
+    r.recv()
+}
+
+fn is_disconnect(m: &Option<LdapMsg>) -> bool {
+    match m {
+        None => true,
+        Some(m) => matches!(&m.op, LdapOp::ExtendedResponse(e) if e.name.as_deref() == Some("1.3.6.1.4.1.1466.20036")),
+    }
+}
+
+fn bound_raw(s: &Server) -> Raw {
+    let mut r = Raw::connect(s);
+    r.send(vec![LdapMsg::new(
+        1,
+        LdapOp::BindRequest(LdapBindRequest {
+            version: 3,
+            dn: ROOT_DN.into(),
+            cred: LdapBindCred::Simple(ROOT_PW.into()),
+        }),
+    )]);
+    assert!(matches!(r.recv().unwrap().op, LdapOp::BindResponse(b) if b.res.code == LdapResultCode::Success));
+    r
+}
+
+#[test]
+fn deep_nesting_and_bad_utf8() {
+    let s = Server::start(2);
+    let mut good = s.admin();
+    // 100,000 nested NOTs: over the anonymous PDU limit, and after a bind
+    // refused by nesting depth before it is decoded.
+    for bound in [false, true] {
+        let mut r = if bound { bound_raw(&s) } else { Raw::connect(&s) };
+        r.sock.write_all(&nested_not_search(100_000)).unwrap();
+        let m = outcome(&mut r);
+        assert!(is_disconnect(&m), "bound={bound}: {m:?}");
+    }
+    // 100 NOTs decode and get adminLimitExceeded (the filter depth limit).
+    let mut r = bound_raw(&s);
+    r.sock.write_all(&nested_not_search(100)).unwrap();
+    let m = outcome(&mut r).expect("a result");
+    assert!(matches!(&m.op, LdapOp::SearchResultDone(d) if d.code == LdapResultCode::AdminLimitExceeded), "{m:?}");
+    // Invalid UTF-8 in a DN and in a filter value.
+    let bad_dn = {
+        let body = [
+            tlv(0x04, b"uid=\xff\xfe,ou=people"),
+            tlv(0x0a, &[0]),
+            tlv(0x0a, &[0]),
+            tlv(0x02, &[0]),
+            tlv(0x02, &[0]),
+            tlv(0x01, &[0]),
+            tlv(0x87, b"objectClass"),
+            tlv(0x30, &[]),
+        ]
+        .concat();
+        tlv(0x30, &[tlv(0x02, &[3]), tlv(0x63, &body)].concat())
+    };
+    let bad_filter = {
+        let filter = tlv(0xa3, &[tlv(0x04, b"cn"), tlv(0x04, b"\xc3\x28")].concat());
+        let body = [
+            tlv(0x04, PEOPLE.as_bytes()),
+            tlv(0x0a, &[2]),
+            tlv(0x0a, &[0]),
+            tlv(0x02, &[0]),
+            tlv(0x02, &[0]),
+            tlv(0x01, &[0]),
+            filter,
+            tlv(0x30, &[]),
+        ]
+        .concat();
+        tlv(0x30, &[tlv(0x02, &[4]), tlv(0x63, &body)].concat())
+    };
+    for pdu in [bad_dn, bad_filter] {
+        let mut r = Raw::connect(&s);
+        r.sock.write_all(&pdu).unwrap();
+        let m = outcome(&mut r);
+        let answered = matches!(&m, Some(m) if matches!(&m.op, LdapOp::SearchResultDone(d)
+            if matches!(d.code, LdapResultCode::InvalidDNSyntax | LdapResultCode::ProtocolError | LdapResultCode::NoSuchObject)));
+        assert!(answered || is_disconnect(&m), "{m:?}");
+    }
+    assert_eq!(search_dns(&mut good, PEOPLE, ldap3::Scope::Base, "(objectClass=*)").len(), 1);
+}
+
+#[test]
+fn a_client_that_never_reads_is_dropped() {
+    let s = Server::start_with_config(1, "[limits]\nwrite_timeout_s = 2\n");
+    let mut admin = s.admin();
+    for i in 0..50 {
+        assert_eq!(add_user(&mut admin, &format!("r{i}")).rc, 0);
+    }
+    let rss = || {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", s.pid())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap().to_string();
+        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap()
+    };
+    let before = rss();
+    // 10,000 subtree searches of all 50 users, and never a read.
+    let port = s.port;
+    let flood = std::thread::spawn(move || {
+        let mut sock = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let mut sent = 0;
+        for id in 1..=10_000 {
+            let req = LdapMsg::new(
+                id,
+                LdapOp::SearchRequest(LdapSearchRequest {
+                    base: PEOPLE.into(),
+                    scope: LdapSearchScope::Subtree,
+                    aliases: LdapDerefAliases::Never,
+                    sizelimit: 0,
+                    timelimit: 0,
+                    typesonly: false,
+                    filter: LdapFilter::Present("objectClass".into()),
+                    attrs: vec![],
+                }),
+            );
+            let mut out = bytes::BytesMut::new();
+            tokio_util::codec::Encoder::encode(&mut ldap3_proto::LdapCodec::default(), req, &mut out).unwrap();
+            if sock.write_all(&out).is_err() {
+                break;
+            }
+            sent += 1;
+        }
+        // Whatever was sent, the server must close the connection.
+        sock.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+        let _ = sock.shutdown(std::net::Shutdown::Write);
+        let mut sink = [0u8; 1 << 16];
+        let start = Instant::now();
+        loop {
+            // Draining slowly would keep it alive; we only check for the end.
+            match std::io::Read::read(&mut sock, &mut sink) {
+                Ok(0) | Err(_) => break,
+                Ok(_) if start.elapsed() > Duration::from_secs(120) => panic!("never dropped"),
+                Ok(_) => {}
+            }
+        }
+        sent
+    });
+    // Meanwhile a well-behaved client is served.
+    let mut good = s.conn();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !flood.is_finished() {
+        assert_eq!(search_dns(&mut good, PEOPLE, ldap3::Scope::OneLevel, "(uid=r1)").len(), 1);
+        assert!(Instant::now() < deadline, "the flooding connection was never dropped");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let sent = flood.join().unwrap();
+    assert!(sent > 0);
+    assert!(rss() < before + 256 * 1024, "RSS grew from {before} kB to {} kB", rss());
+    assert_eq!(search_dns(&mut good, PEOPLE, ldap3::Scope::OneLevel, "(uid=r2)").len(), 1);
+}
