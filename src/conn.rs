@@ -195,6 +195,19 @@ pub async fn serve_unix(stream: UnixStream, ctx: Rc<Ctx>) {
     finish(conn, writer_task).await;
 }
 
+/// Serves a client that sent `data` and closed its side, discarding the
+/// responses: the fuzz target's way in (`crate::harness`). Returns once
+/// every operation the bytes started has finished.
+pub async fn serve_bytes(data: Vec<u8>, ctx: Rc<Ctx>) {
+    let (conn, frames) = Conn::new(ctx, 0);
+    let writer_task = spawn_writer(futures_lite::io::sink(), frames, -1, &conn);
+    let _ = read_loop(&mut futures_lite::io::Cursor::new(data), &conn).await;
+    while conn.pending.get() > 0 {
+        glommio::timer::sleep(Duration::from_micros(50)).await;
+    }
+    finish(conn, writer_task).await;
+}
+
 /// slapd's security strength for the local socket.
 const LOCAL_SSF: u32 = 71;
 /// How long a client may take to complete a TLS handshake.

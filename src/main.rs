@@ -50,18 +50,7 @@
 //!    an Unbind closes a connection.
 //! 6. A write is acknowledged only once durable under `storage.sync`.
 
-mod acl;
-mod backup;
-mod ber;
-mod config;
-mod conn;
-mod export;
-mod import;
-mod listener;
-mod ops;
-mod reindex;
-mod server;
-mod tls;
+use coredir::{acl, backup, config, export, import, reindex, server};
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};

@@ -38,7 +38,31 @@ pub struct Ctx {
     pub admission: Arc<listener::Admission>,
 }
 
+/// What the shards share, built once at start.
+pub struct Shared {
+    pub root_password_hash: String,
+    pub acl: Arc<crate::acl::Acl>,
+    pub tls: Option<Arc<crate::tls::Tls>>,
+    pub admission: Arc<listener::Admission>,
+}
+
 impl Ctx {
+    pub fn new(config: &Config, shard: Rc<Shard>, shared: &Shared) -> Ctx {
+        Ctx {
+            shard,
+            root_dn: Dn::parse(&config.directory.root_dn).expect("validated"),
+            root_password_hash: shared.root_password_hash.clone(),
+            suffixes: vec![Dn::parse(&config.directory.suffix).expect("validated")],
+            limits: config.limits.clone(),
+            unindexed_result: config.unindexed_result().expect("validated"),
+            passwords: config.passwords.clone(),
+            acl: shared.acl.clone(),
+            tls_required: config.tls.required,
+            tls: shared.tls.clone(),
+            admission: shared.admission.clone(),
+        }
+    }
+
     pub fn is_suffix(&self, dn: &Dn) -> bool {
         self.suffixes.iter().any(|s| s == dn)
     }
@@ -99,6 +123,38 @@ pub fn lock_data_dir(data: &Path) -> Result<std::fs::File> {
     Ok(f)
 }
 
+/// An open data directory: its lock, manifest and stores.
+pub struct Database {
+    pub lock: std::fs::File,
+    pub manifest: Arc<Manifest>,
+    pub stores: Arc<Vec<Arc<Engine>>>,
+}
+
+/// Locks, opens (creating it when empty) and checks the data directory.
+pub fn open_database(config: &Config, n_shards: usize) -> Result<Database> {
+    let data = &config.server.data;
+    let lock = lock_data_dir(data)?;
+    let (manifest, created) = open_manifest(config, data, n_shards)?;
+    manifest.check_indexes().map_err(|e| anyhow!("{}: {e}", data.display()))?;
+    let manifest = Arc::new(manifest);
+    let stores = open_stores(config, data, &manifest)?;
+    if created {
+        bootstrap(config, &manifest, &stores)?;
+    }
+    let fixed = shards::repair::children_counts(&manifest, &stores)
+        .map_err(|e| anyhow!("checking child counts: {}", e.message))?;
+    if fixed > 0 {
+        eprintln!("coredir: corrected {fixed} child counts left by an interrupted write");
+    }
+    Ok(Database { lock, manifest, stores })
+}
+
+/// The root password hash in effect: the configuration's, else the one
+/// chosen when the database was created.
+pub fn root_password_hash(config: &Config, manifest: &Manifest) -> String {
+    config.directory.root_password_hash.clone().unwrap_or(manifest.root_password_hash.clone())
+}
+
 pub fn serve(config: Config) -> Result<()> {
     config.validate()?;
     let acl = Arc::new(config.acl()?);
@@ -108,20 +164,8 @@ pub fn serve(config: Config) -> Result<()> {
         bail!("server.shards: {n_shards} is more than 1024");
     }
     let data = config.server.data.clone();
-    let _lock = lock_data_dir(&data)?;
-    let (manifest, created) = open_manifest(&config, &data, n_shards)?;
-    manifest.check_indexes().map_err(|e| anyhow!("{}: {e}", data.display()))?;
-    let manifest = Arc::new(manifest);
+    let Database { lock: _lock, manifest, stores } = open_database(&config, n_shards)?;
     let sync = config.sync_mode()?;
-    let stores = open_stores(&config, &data, &manifest)?;
-    if created {
-        bootstrap(&config, &manifest, &stores)?;
-    }
-    let fixed = shards::repair::children_counts(&manifest, &stores)
-        .map_err(|e| anyhow!("checking child counts: {}", e.message))?;
-    if fixed > 0 {
-        eprintln!("coredir: corrected {fixed} child counts left by an interrupted write");
-    }
     for (i, store) in stores.iter().enumerate() {
         let mib = store.size() as f64 / (1 << 20) as f64;
         eprintln!("coredir: shard {i}: {mib:.1} MiB of data ({} engine)", manifest.engine);
@@ -146,15 +190,14 @@ pub fn serve(config: Config) -> Result<()> {
     }
 
     let mesh = (n_shards > 1).then(|| MeshBuilder::full(n_shards, 4096));
-    let root_password_hash = config.directory.root_password_hash.clone().unwrap_or(manifest.root_password_hash.clone());
+    let shared = Arc::new(Shared { root_password_hash: root_password_hash(&config, &manifest), acl, tls, admission });
     let (ready_tx, ready_rx) = mpsc::channel::<Result<usize, String>>();
     let mut handles = Vec::new();
     for (i, fd) in fds.into_iter().enumerate() {
         let cpu = cpus[i % cpus.len()];
         let (manifest, stores, mesh, ready) = (manifest.clone(), stores.clone(), mesh.clone(), ready_tx.clone());
         let config = config.clone();
-        let root_password_hash = root_password_hash.clone();
-        let (acl, tls, admission) = (acl.clone(), tls.clone(), admission.clone());
+        let shared = shared.clone();
         let tls_fd = tls_fds[i].take();
         let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .name(&format!("shard-{i}"))
@@ -169,19 +212,7 @@ pub fn serve(config: Config) -> Result<()> {
                         return;
                     }
                 };
-                let ctx = Rc::new(Ctx {
-                    shard,
-                    root_dn: Dn::parse(&config.directory.root_dn).expect("validated"),
-                    root_password_hash,
-                    suffixes: vec![Dn::parse(&config.directory.suffix).expect("validated")],
-                    limits: config.limits.clone(),
-                    unindexed_result: config.unindexed_result().expect("validated"),
-                    passwords: config.passwords.clone(),
-                    acl,
-                    tls_required: config.tls.required,
-                    tls,
-                    admission,
-                });
+                let ctx = Rc::new(Ctx::new(&config, shard, &shared));
                 if let (0, Some(path)) = (i, &config.server.ldapi) {
                     match listener::bind_local(path) {
                         Ok(l) => {

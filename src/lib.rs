@@ -1,0 +1,17 @@
+//! The `coredir` library: everything the binary runs, so that the fuzz
+//! target (`tests/fuzz`) can drive the real decoder and dispatch. The code
+//! map is at the top of `main.rs`.
+
+pub mod acl;
+pub mod backup;
+pub mod ber;
+pub mod config;
+pub mod conn;
+pub mod export;
+pub mod harness;
+pub mod import;
+pub mod listener;
+pub mod ops;
+pub mod reindex;
+pub mod server;
+pub mod tls;
