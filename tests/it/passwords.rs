@@ -78,6 +78,47 @@ fn every_scheme_verifies_on_bind() {
     assert!(!out.unwrap().status.success());
 }
 
+/// Every OpenLDAP format, hashed by OpenLDAP's own slappasswd.
+#[test]
+fn hashes_from_slappasswd_verify() {
+    let cases: &[(&str, &[&str])] = &[
+        ("{SSHA}", &[]),
+        ("{SHA}", &[]),
+        ("{SSHA256}", &["-o", "module-load=pw-sha2.la"]),
+        ("{SSHA384}", &["-o", "module-load=pw-sha2.la"]),
+        ("{SSHA512}", &["-o", "module-load=pw-sha2.la"]),
+        ("{SHA256}", &["-o", "module-load=pw-sha2.la"]),
+        ("{SHA512}", &["-o", "module-load=pw-sha2.la"]),
+        ("{PBKDF2}", &["-o", "module-load=pw-pbkdf2.la"]),
+        ("{PBKDF2-SHA1}", &["-o", "module-load=pw-pbkdf2.la"]),
+        ("{PBKDF2-SHA256}", &["-o", "module-load=pw-pbkdf2.la"]),
+        ("{PBKDF2-SHA512}", &["-o", "module-load=pw-pbkdf2.la"]),
+        ("{ARGON2}", &["-o", "module-load=argon2.la"]),
+        ("{CRYPT}", &["-c", "$1$%.8s"]),
+        ("{CRYPT}", &["-c", "$5$%.16s"]),
+        ("{CRYPT}", &["-c", "$6$%.16s"]),
+        ("{CRYPT}", &["-c", "$2b$10$%.22s"]),
+    ];
+    let s = Server::start(2);
+    let mut c = s.admin();
+    let mut users = Vec::new();
+    for (i, (scheme, extra)) in cases.iter().enumerate() {
+        let pw = format!("s3cret {i}");
+        let mut args = vec!["-h", scheme, "-s", &pw];
+        args.extend_from_slice(extra);
+        let h = slappasswd(&args);
+        assert!(h.starts_with(scheme), "{h}");
+        let uid = format!("slap{i}");
+        user_with(&mut c, &uid, &h);
+        users.push((uid, pw, h));
+    }
+    for (uid, pw, h) in &users {
+        assert_eq!(bind(&s, uid, pw), 0, "{h}");
+        assert_eq!(bind(&s, uid, &format!("{pw}x")), 49, "{h}");
+        assert_eq!(bind(&s, uid, ""), 53, "an empty password is an unauthenticated bind");
+    }
+}
+
 #[test]
 fn new_passwords_get_the_default_scheme_and_cleartext_is_off() {
     let s = Server::start(1);

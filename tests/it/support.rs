@@ -225,6 +225,29 @@ pub fn ldap_utils() {
     });
 }
 
+/// OpenLDAP's `slappasswd` with the pw-sha2, pw-pbkdf2 and argon2 modules
+/// (Debian's slapd and slapd-contrib), installed when missing. Debian's
+/// policy-rc.d keeps the package from starting a slapd service.
+pub fn slappasswd(args: &[&str]) -> String {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        if Path::new("/usr/lib/ldap/pw-pbkdf2.la").exists() && Command::new("slappasswd").arg("-VV").output().is_ok() {
+            return;
+        }
+        let install =
+            "apt-get install -y slapd slapd-contrib || (apt-get update && apt-get install -y slapd slapd-contrib)";
+        let ok = Command::new("sh")
+            .args(["-c", &format!("({install}) >/dev/null 2>&1")])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "slappasswd is missing and `apt-get install -y slapd slapd-contrib` failed");
+    });
+    let out = Command::new("slappasswd").args(args).output().expect("slappasswd");
+    assert!(out.status.success(), "slappasswd {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
 /// Runs an OpenLDAP client tool; returns (exit code, stdout, stderr).
 pub fn tool(name: &str, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
     ldap_utils();
