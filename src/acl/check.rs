@@ -97,9 +97,9 @@ pub fn run(config: &Config, req: &Request) -> Result<bool> {
         },
         None => decide(None),
     };
-    let allowed = decision.level >= level;
+    let allowed = decision.privs.has(level);
     let verdict = if allowed { "ALLOWED" } else { "DENIED" };
-    println!("{what} as {as_text}: {verdict} (granted: {})", decision.level.name());
+    println!("{what} as {as_text}: {verdict} (granted: {})", decision.privs.describe());
     match decision.rule {
         None => println!("  by the implicit final rule: to * by * none"),
         Some(i) => {

@@ -7,7 +7,8 @@
 //!   next rule (`break`). Every rule ends with an implicit `by * none`, the
 //!   list with an implicit `to * by * none`: default deny.
 //! - Levels are cumulative: none < disclose < auth < compare < search <
-//!   read < write < manage.
+//!   read < write < manage; a clause may instead grant an explicit set of
+//!   privileges, `=wx` (write and auth, no read), as slapd's `=mwrscxd`.
 //! - `entry` and `children` are the pseudo-attributes slapd uses: reading
 //!   an entry at all needs `read` on `entry`; adding or deleting one needs
 //!   `write` on its `entry` and on its parent's `children`.
@@ -30,11 +31,14 @@ use shards::entry::EntryView;
 use shards::filter::{Names, Node};
 use std::cell::RefCell;
 
-/// The default rules (Debian's slapd defaults): anonymous may bind,
-/// users may change their own password, nobody but the root DN reads a
-/// password hash, everything else is readable.
-pub const DEFAULT_RULES: &[&str] =
-    &["to attrs=userPassword,shadowLastChange by self write by anonymous auth by * none", "to * by * read"];
+/// The default rules: anonymous may bind, users may change their own
+/// password (`=wx`: write and auth, not read), nobody but the root DN
+/// reads a password hash, everything else is readable.
+pub const DEFAULT_RULES: &[&str] = &[
+    "to attrs=userPassword by self =wx by anonymous auth by * none",
+    "to attrs=shadowLastChange by self write by * read",
+    "to * by * read",
+];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
@@ -75,6 +79,60 @@ impl Level {
 
     pub fn parse(s: &str) -> Option<Level> {
         Level::ALL.into_iter().find(|l| l.name().eq_ignore_ascii_case(s))
+    }
+
+    /// The privilege this level names, as a bit of `Privs` (none: 0).
+    fn bit(self) -> u8 {
+        match self {
+            Level::None => 0,
+            l => 1 << (l as u8 - 1),
+        }
+    }
+
+    /// Everything this level grants: itself and every lower level.
+    pub fn cumulative(self) -> Privs {
+        Privs(((self.bit() as u16) << 1).saturating_sub(1) as u8)
+    }
+}
+
+/// A set of privileges, one bit per level above none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Privs(u8);
+
+/// slapd's letters for the privileges, by bit (disclose first).
+const LETTERS: [char; 7] = ['d', 'x', 'c', 's', 'r', 'w', 'm'];
+
+impl Privs {
+    pub const NONE: Privs = Privs(0);
+
+    /// Whether `level`'s privilege is granted (none always is).
+    pub fn has(self, level: Level) -> bool {
+        self.0 & level.bit() == level.bit()
+    }
+
+    /// `=wx`-style sets; `w` also stands for slapd's `a` and `z`
+    /// (add and delete under write), `0` for none.
+    pub fn parse(letters: &str) -> Option<Privs> {
+        let mut bits = 0;
+        for c in letters.chars() {
+            bits |= match c {
+                '0' => 0,
+                'a' | 'z' => 1 << 5,
+                c => 1 << LETTERS.iter().position(|l| *l == c)?,
+            };
+        }
+        Some(Privs(bits))
+    }
+
+    /// `write (=wrscxd)`, or `=wx` for a set that is not a level.
+    pub fn describe(self) -> String {
+        let letters: String =
+            LETTERS.iter().enumerate().rev().filter(|(i, _)| self.0 & (1 << i) != 0).map(|(_, c)| *c).collect();
+        match Level::ALL.iter().find(|l| l.cumulative() == self) {
+            Some(Level::None) => "none".into(),
+            Some(l) => format!("{} (={letters})", l.name()),
+            None => format!("={letters}"),
+        }
     }
 }
 
@@ -160,7 +218,7 @@ pub enum Control {
 pub struct By {
     /// All must match.
     pub who: Vec<Who>,
-    pub level: Level,
+    pub privs: Privs,
     pub control: Control,
     pub text: String,
 }
@@ -224,7 +282,7 @@ pub trait Groups {
 /// What a decision was and which rule and clause made it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decision {
-    pub level: Level,
+    pub privs: Privs,
     /// `None`: the implicit final `to * by * none`.
     pub rule: Option<usize>,
     pub clause: Option<usize>,
@@ -350,7 +408,7 @@ impl<'a> Access<'a> {
 
     /// The level granted on `attr` of the target entry, and why.
     pub fn decide(&self, target: &Target, attr: Attr) -> Decision {
-        let mut decision = Decision { level: Level::None, rule: None, clause: None };
+        let mut decision = Decision { privs: Privs::NONE, rule: None, clause: None };
         'rules: for (i, rule) in self.acl.rules.iter().enumerate() {
             if !rule.what.applies(target, attr) {
                 continue;
@@ -362,7 +420,7 @@ impl<'a> Access<'a> {
                     Matches::IfSelf => Some(target.key) == self.subject.key,
                 };
                 if matched {
-                    decision = Decision { level: by.level, rule: Some(i), clause: Some(j) };
+                    decision = Decision { privs: by.privs, rule: Some(i), clause: Some(j) };
                     match by.control {
                         Control::Stop => return decision,
                         Control::Continue => continue,
@@ -372,7 +430,7 @@ impl<'a> Access<'a> {
             }
             // The implicit `by * none stop` (or what `continue` left).
             if decision.rule != Some(i) {
-                decision = Decision { level: Level::None, rule: Some(i), clause: None };
+                decision = Decision { privs: Privs::NONE, rule: Some(i), clause: None };
             }
             return decision;
         }
@@ -387,7 +445,7 @@ impl<'a> Access<'a> {
 
     /// The level on `attr` when it is the same for every entry (no rule
     /// that could apply depends on the entry's DN, content or identity).
-    pub fn fixed(&self, attr: Attr) -> Option<Level> {
+    pub fn fixed(&self, attr: Attr) -> Option<Privs> {
         for rule in &self.acl.rules {
             if !rule.what.covers_attr(attr) {
                 continue;
@@ -399,20 +457,20 @@ impl<'a> Access<'a> {
                 match self.who_matches(&by.who) {
                     Matches::No => {}
                     Matches::IfSelf => return None,
-                    Matches::Yes if by.control == Control::Stop => return Some(by.level),
+                    Matches::Yes if by.control == Control::Stop => return Some(by.privs),
                     Matches::Yes => return None,
                 }
             }
-            return Some(Level::None);
+            return Some(Privs::NONE);
         }
-        Some(Level::None)
+        Some(Privs::NONE)
     }
 
     /// Whether `attr` of the target is granted at least `level`.
     pub fn allows(&self, target: &Target, attr: Attr, level: Level) -> bool {
         match self.fixed(attr) {
-            Some(l) => l >= level,
-            None => self.decide(target, attr).level >= level,
+            Some(p) => p.has(level),
+            None => self.decide(target, attr).privs.has(level),
         }
     }
 }
@@ -421,9 +479,9 @@ impl<'a> Access<'a> {
 /// and per-class decisions that do not depend on the entry, computed once.
 pub struct ReadPlan<'a> {
     pub access: Access<'a>,
-    entry: Option<Level>,
-    /// Fixed levels by attribute class, filled on first use.
-    classes: RefCell<Vec<(u64, Option<Level>)>>,
+    entry: Option<Privs>,
+    /// Fixed privileges by attribute class, filled on first use.
+    classes: RefCell<Vec<(u64, Option<Privs>)>>,
 }
 
 impl<'a> ReadPlan<'a> {
@@ -432,7 +490,7 @@ impl<'a> ReadPlan<'a> {
         ReadPlan { access, entry, classes: RefCell::new(Vec::new()) }
     }
 
-    fn fixed_type(&self, bits: u64) -> Option<Level> {
+    fn fixed_type(&self, bits: u64) -> Option<Privs> {
         if let Some((_, l)) = self.classes.borrow().iter().find(|(b, _)| *b == bits) {
             return *l;
         }
@@ -444,8 +502,8 @@ impl<'a> ReadPlan<'a> {
     /// Whether the entry may be returned at all.
     pub fn entry_readable(&self, target: &Target) -> bool {
         match self.entry {
-            Some(l) => l >= Level::Read,
-            None => self.access.decide(target, Attr::Entry).level >= Level::Read,
+            Some(p) => p.has(Level::Read),
+            None => self.access.decide(target, Attr::Entry).privs.has(Level::Read),
         }
     }
 
@@ -457,8 +515,8 @@ impl<'a> ReadPlan<'a> {
 
     pub fn allows_class(&self, target: &Target, bits: u64, level: Level) -> bool {
         match self.fixed_type(bits) {
-            Some(l) => l >= level,
-            None => self.access.decide(target, Attr::Type(bits)).level >= level,
+            Some(p) => p.has(level),
+            None => self.access.decide(target, Attr::Type(bits)).privs.has(level),
         }
     }
 
@@ -475,7 +533,7 @@ impl<'a> ReadPlan<'a> {
             // A match over every attribute: only when all are searchable.
             return if self.access.acl.rules.iter().all(|r| r.what.attrs.is_none() && r.what.entry_independent()) {
                 match self.fixed_type(0) {
-                    Some(l) if l >= Level::Search => Searchable::Yes,
+                    Some(p) if p.has(Level::Search) => Searchable::Yes,
                     _ => Searchable::No,
                 }
             } else {
@@ -484,7 +542,7 @@ impl<'a> ReadPlan<'a> {
         };
         let Attr::Type(bits) = self.access.acl.class_of_names(names) else { unreachable!() };
         match self.fixed_type(bits) {
-            Some(l) if l >= Level::Search => Searchable::Yes,
+            Some(p) if p.has(Level::Search) => Searchable::Yes,
             Some(_) => Searchable::No,
             None => Searchable::Depends,
         }

@@ -11,7 +11,7 @@
 //! regular expression, as in slapd; patterns are matched case-insensitively
 //! against the whole normalized DN.
 
-use super::{Acl, AttrList, By, Control, DnPattern, Level, Rule, What, Who};
+use super::{Acl, AttrList, By, Control, DnPattern, Level, Privs, Rule, What, Who};
 use regex::RegexBuilder;
 use shards::dn::Dn;
 use shards::filter::{self, Names};
@@ -183,16 +183,22 @@ fn dn_pattern(style: &str, value: &str, default: &str) -> Result<DnPattern, Stri
 fn by_clause<'t>(acl: &mut Acl, it: &mut std::iter::Peekable<impl Iterator<Item = &'t str>>) -> Result<By, String> {
     let mut who = Vec::new();
     let mut text = vec!["by"];
-    let level = loop {
+    let privs = loop {
         let t = it.peek().copied().ok_or("'by' clause without an access level")?;
         // `by * break`: no level, only a control (grants nothing).
         if !who.is_empty() && matches!(t, "stop" | "continue" | "break") {
-            break Level::None;
+            break Privs::NONE;
         }
         it.next();
         text.push(t);
         if let Some(level) = Level::parse(t) {
-            break level;
+            break level.cumulative();
+        }
+        if let Some(letters) = t.strip_prefix('=') {
+            break Privs::parse(letters).ok_or_else(|| format!("{t:?}: privileges are letters of =mwrscxd"))?;
+        }
+        if t.starts_with('+') || t.starts_with('-') {
+            return Err(format!("{t:?}: incremental privileges (+/-) are not supported; write =... instead"));
         }
         if t == "by" {
             return Err("'by' clause without an access level".into());
@@ -200,16 +206,16 @@ fn by_clause<'t>(acl: &mut Acl, it: &mut std::iter::Peekable<impl Iterator<Item 
         who.push(who_part(acl, t)?);
     };
     if who.is_empty() {
-        return Err(format!("'by {}' names nobody", level.name()));
+        return Err(format!("'by {}' names nobody", privs.describe()));
     }
     let control = match it.peek().copied() {
         Some("stop") => Control::Stop,
         Some("continue") => Control::Continue,
         Some("break") => Control::Break,
-        _ => return Ok(By { who, level, control: Control::Stop, text: text.join(" ") }),
+        _ => return Ok(By { who, privs, control: Control::Stop, text: text.join(" ") }),
     };
     text.push(it.next().expect("peeked"));
-    Ok(By { who, level, control, text: text.join(" ") })
+    Ok(By { who, privs, control, text: text.join(" ") })
 }
 
 fn who_part(acl: &mut Acl, t: &str) -> Result<Who, String> {

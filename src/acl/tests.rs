@@ -57,7 +57,11 @@ fn decision_table() {
         (&default, "", 0, ALICE, &["person"], "cn", Level::Read, true),
         (&default, "", 0, ALICE, &["person"], "cn", Level::Write, false),
         (&default, ALICE, 0, ALICE, &["person"], "userPassword", Level::Write, true),
+        (&default, ALICE, 0, ALICE, &["person"], "userPassword", Level::Auth, true),
+        (&default, ALICE, 0, ALICE, &["person"], "userPassword", Level::Read, false),
+        (&default, ALICE, 0, ALICE, &["person"], "userPassword", Level::Compare, false),
         (&default, ALICE, 0, ALICE, &["person"], "shadowLastChange", Level::Write, true),
+        (&default, BOB, 0, ALICE, &["person"], "shadowLastChange", Level::Read, true),
         (&default, ALICE, 0, ALICE, &["person"], "cn", Level::Write, false),
         (&default, BOB, 0, ALICE, &["person"], "userPassword", Level::Read, false),
         (&default, BOB, 0, ALICE, &["person"], "userPassword", Level::Auth, false),
@@ -134,10 +138,10 @@ fn decision_table() {
             name => acl.class(name),
         };
         let got = access.decide(&target, a);
-        assert_eq!(got.level >= *level, *want, "row {i}: {who:?} {attr} of {dn} at {level:?}: {got:?}");
+        assert_eq!(got.privs.has(*level), *want, "row {i}: {who:?} {attr} of {dn} at {level:?}: {got:?}");
         assert_eq!(access.allows(&target, a, *level), *want, "row {i} (allows)");
         if let Some(fixed) = access.fixed(a) {
-            assert_eq!(fixed, got.level, "row {i}: fixed disagrees with decide");
+            assert_eq!(fixed, got.privs, "row {i}: fixed disagrees with decide");
         }
     }
 }
@@ -147,12 +151,12 @@ fn default_rules_fix_most_decisions() {
     let acl = rules(DEFAULT_RULES);
     let groups = Fixed(vec![]);
     let anonymous = Access::new(&acl, Subject::default(), &groups);
-    assert_eq!(anonymous.fixed(acl.class("cn")), Some(Level::Read));
-    assert_eq!(anonymous.fixed(acl.class("userPassword")), Some(Level::Auth));
-    assert_eq!(anonymous.fixed(Attr::Entry), Some(Level::Read));
+    assert_eq!(anonymous.fixed(acl.class("cn")), Some(Level::Read.cumulative()));
+    assert_eq!(anonymous.fixed(acl.class("userPassword")), Some(Level::Auth.cumulative()));
+    assert_eq!(anonymous.fixed(Attr::Entry), Some(Level::Read.cumulative()));
     let k = key(ALICE);
     let user = Access::new(&acl, Subject { key: Some(&k), ..Subject::default() }, &groups);
-    assert_eq!(user.fixed(acl.class("mail")), Some(Level::Read));
+    assert_eq!(user.fixed(acl.class("mail")), Some(Level::Read.cumulative()));
     assert_eq!(user.fixed(acl.class("userPassword")), None, "self depends on the entry");
 }
 
@@ -176,6 +180,18 @@ fn bad_rules_are_refused_with_their_number() {
         assert!(err.contains(want), "{text}: {err}");
     }
     assert!(parse::compile(&["{0}to * by * read".into(), "access to * by * none".into()]).is_ok());
+}
+
+#[test]
+fn privilege_sets() {
+    assert_eq!(Level::Write.cumulative().describe(), "write (=wrscxd)");
+    assert_eq!(Level::None.cumulative().describe(), "none");
+    let wx = Privs::parse("wx").unwrap();
+    assert_eq!(wx.describe(), "=wx");
+    assert!(wx.has(Level::Write) && wx.has(Level::Auth) && !wx.has(Level::Read) && !wx.has(Level::Disclose));
+    assert!(Privs::parse("q").is_none());
+    let acl = rules(&["to * by users =rs by * =0"]);
+    assert!(acl.rules[0].by[0].privs.has(Level::Search));
 }
 
 #[test]

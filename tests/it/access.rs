@@ -61,21 +61,21 @@ fn default_rules_hide_password_hashes() {
     assert!(all_attrs(&mut anon, SUFFIX, "(userPassword=*)").is_empty());
     assert!(all_attrs(&mut anon, SUFFIX, "(!(userPassword=nothing))").is_empty(), "Undefined, not true");
     assert_eq!(all_attrs(&mut anon, SUFFIX, "(|(uid=alice)(userPassword=*))").len(), 1);
-    // Another user: no hash either; one's own entry: the hash.
+    // Users: no hash either, not even their own (=wx: they may set it).
     let mut alice = as_user(&s, "alice");
     let people = all_attrs(&mut alice, PEOPLE, "(uid=*)");
     assert_eq!(people.len(), 3);
-    for e in &people {
-        assert_eq!(has_password(e), e.dn == dn("alice"), "{}", e.dn);
-    }
-    assert_eq!(search_dns(&mut alice, PEOPLE, Scope::Subtree, "(userPassword=*)"), vec![dn("alice")]);
+    assert!(people.iter().all(|e| !has_password(e)));
+    assert!(search_dns(&mut alice, PEOPLE, Scope::Subtree, "(userPassword=*)").is_empty());
     // The root DN sees everything.
     let mut root = s.admin();
     assert!(all_attrs(&mut root, PEOPLE, "(uid=*)").iter().all(has_password));
-    // Compare on a hash: only with compare access (self), never anonymous.
+    // Compare on a password: nobody but the root DN (no password oracle).
     let cmp = anon.compare(&dn("alice"), "userPassword", "pw-alice").unwrap();
     assert_eq!(cmp.0.rc, 50, "{cmp:?}");
     let cmp = alice.compare(&dn("alice"), "userPassword", "pw-alice").unwrap();
+    assert_eq!(cmp.0.rc, 50, "{cmp:?}");
+    let cmp = root.compare(&dn("alice"), "userPassword", "pw-alice").unwrap();
     assert_eq!(cmp.0.rc, 6, "compareTrue: {cmp:?}");
     let cmp = alice.compare(&dn("bob"), "userPassword", "pw-bob").unwrap();
     assert_eq!(cmp.0.rc, 50, "{cmp:?}");
@@ -187,14 +187,17 @@ fn acl_check_prints_the_deciding_rule() {
     };
     let (code, out, err) = run("anonymous", &dn("alice"), "userPassword", "auth");
     assert_eq!(code, Some(0), "{out}{err}");
-    assert!(out.contains("ALLOWED (granted: auth)"), "{out}");
-    assert!(out.contains("by rule 0: to attrs=userPassword,shadowLastChange"), "{out}");
+    assert!(out.contains("ALLOWED (granted: auth (=xd))"), "{out}");
+    assert!(out.contains("by rule 0: to attrs=userPassword by self =wx"), "{out}");
     assert!(out.contains("clause 1: by anonymous auth"), "{out}");
     let (code, out, _) = run(&dn("bob"), &dn("alice"), "userPassword", "read");
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("DENIED (granted: none)") && out.contains("clause 2: by * none"), "{out}");
     let (code, out, _) = run(&dn("alice"), &dn("alice"), "userPassword", "write");
     assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("ALLOWED (granted: =wx)"), "{out}");
+    let (code, out, _) = run(&dn("alice"), &dn("alice"), "userPassword", "read");
+    assert_eq!(code, Some(1), "{out}");
     let (code, out, _) = run(ROOT_DN, &dn("alice"), "userPassword", "manage");
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("root DN bypasses"), "{out}");
