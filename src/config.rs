@@ -22,10 +22,16 @@ pub struct Config {
     pub passwords: Passwords,
     pub access: AccessRules,
     pub tls: TlsConfig,
+    pub log: Log,
+    pub metrics: Metrics,
+    pub monitor: Monitor,
     /// Indexed attributes and their index types (`uid = "eq,sub"`); when
     /// present it replaces the default list entirely, like slapd's `index`
     /// lines.
     pub indexes: Option<BTreeMap<String, String>>,
+    /// The file this was read from (for `reload`).
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -42,6 +48,38 @@ impl Default for Passwords {
     fn default() -> Passwords {
         Passwords { default_scheme: shards::password::DEFAULT_SCHEME.into(), allow_cleartext: false }
     }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Log {
+    /// The access log: "off", "stats" (slapd's default) or "debug".
+    pub level: String,
+    /// "stats" (slapd's line format) or "json".
+    pub format: String,
+    /// A file to append to; standard error when absent.
+    pub file: Option<PathBuf>,
+}
+
+impl Default for Log {
+    fn default() -> Log {
+        Log { level: "stats".into(), format: "stats".into(), file: None }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Metrics {
+    /// Serve `http://ADDR/metrics` (Prometheus) from shard 0's reactor.
+    pub listen: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Monitor {
+    /// Who besides the root DN may read cn=Monitor, in the access rules'
+    /// `<who>` syntax (`users`, `dn.exact="…"`, `group="…"`).
+    pub readers: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -92,6 +130,13 @@ pub struct Server {
     /// Path of a local (Unix) socket listener, slapd's `ldapi://`; it counts
     /// as a protected transport (ssf 71). None by default.
     pub ldapi: Option<PathBuf>,
+    /// The admin socket (`coredir ctl`); default `admin.sock` in the data
+    /// directory.
+    pub admin_socket: Option<PathBuf>,
+    /// This server's id (replication and `ctl status`), 1..4095.
+    pub id: u32,
+    /// Run one shard per CPU of this NUMA node (`--numa-node`).
+    pub numa_node: Option<usize>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -175,7 +220,11 @@ impl Default for Config {
             passwords: Passwords::default(),
             access: AccessRules::default(),
             tls: TlsConfig::default(),
+            log: Log::default(),
+            metrics: Metrics::default(),
+            monitor: Monitor::default(),
             indexes: None,
+            source: None,
         }
     }
 }
@@ -189,6 +238,9 @@ impl Default for Server {
             backlog: 1024,
             spin_before_park_us: 0,
             ldapi: None,
+            admin_socket: None,
+            id: 1,
+            numa_node: None,
         }
     }
 }
@@ -242,7 +294,8 @@ impl Config {
             return Ok(Config::default());
         };
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let config: Config = toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        let mut config: Config = toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        config.source = Some(path.to_path_buf());
         Ok(config)
     }
 
@@ -294,6 +347,17 @@ impl Config {
         if self.tls.certificate_file.is_none() && (self.tls.listen.is_some() || self.tls.required) {
             bail!("tls: listen and required need certificate_file and key_file");
         }
+        self.log_level()?;
+        if !matches!(self.log.format.as_str(), "stats" | "json") {
+            bail!("log.format: {:?} is not \"stats\" or \"json\"", self.log.format);
+        }
+        if let Some(l) = &self.metrics.listen {
+            l.parse::<SocketAddr>()
+                .map_err(|_| anyhow!("metrics.listen: {l:?} is not an address like 127.0.0.1:9389"))?;
+        }
+        if !(1..=4095).contains(&self.server.id) {
+            bail!("server.id: must be between 1 and 4095");
+        }
         if let Some(l) = &self.tls.listen {
             l.parse::<SocketAddr>().map_err(|_| anyhow!("tls.listen: {l:?} is not an address like 127.0.0.1:3636"))?;
         }
@@ -301,6 +365,16 @@ impl Config {
             bail!("server.backlog: must be positive");
         }
         Ok(())
+    }
+
+    pub fn log_level(&self) -> Result<crate::accesslog::LogLevel> {
+        crate::accesslog::LogLevel::parse(&self.log.level)
+            .ok_or_else(|| anyhow!("log.level: {:?} is not \"off\", \"stats\" or \"debug\"", self.log.level))
+    }
+
+    /// The admin socket's path.
+    pub fn admin_socket(&self) -> PathBuf {
+        self.server.admin_socket.clone().unwrap_or_else(|| self.server.data.join("admin.sock"))
     }
 
     pub fn unindexed_result(&self) -> Result<ldap3_proto::LdapResultCode> {
@@ -327,6 +401,8 @@ impl Config {
         };
         let mut acl = crate::acl::parse::compile(rules).map_err(|e| anyhow!("access.rules: {e}"))?;
         crate::acl::parse::compile_limits(&mut acl, &self.limits.by_identity).map_err(|e| anyhow!("limits: {e}"))?;
+        crate::acl::parse::compile_monitor_readers(&mut acl, &self.monitor.readers)
+            .map_err(|e| anyhow!("monitor.readers: {e}"))?;
         Ok(acl)
     }
 

@@ -12,6 +12,7 @@
 //! of requests answered inline are gathered and written once per read;
 //! searches and writes run as their own tasks and send their own frames.
 
+use crate::accesslog::{self, LogLevel};
 use crate::ber::{self, Frame};
 use crate::ops::{self, Flow};
 use crate::server::Ctx;
@@ -26,9 +27,11 @@ use ldap3_proto::simple::DisconnectionNotice;
 use ldap3_proto::{LdapCodec, LdapResultCode};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio_util::codec::{Decoder, Encoder};
@@ -77,6 +80,11 @@ impl Identity {
 
 pub struct Conn {
     pub ctx: Rc<Ctx>,
+    /// Unique in the process (slapd's `conn=`).
+    pub id: u64,
+    ops: Cell<u64>,
+    /// What the admin socket sees of this connection.
+    pub info: Arc<ConnInfo>,
     pub identity: RefCell<Identity>,
     /// Running searches by message id; setting the flag abandons one.
     pub running: RefCell<HashMap<i32, Rc<Cell<bool>>>>,
@@ -96,6 +104,7 @@ pub struct InFlight(Rc<Conn>);
 impl InFlight {
     pub fn new(conn: &Rc<Conn>) -> InFlight {
         conn.pending.set(conn.pending.get() + 1);
+        conn.info.in_flight.store(conn.pending.get() as u64, Ordering::Relaxed);
         InFlight(conn.clone())
     }
 }
@@ -103,13 +112,25 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.pending.set(self.0.pending.get() - 1);
+        self.0.info.in_flight.store(self.0.pending.get() as u64, Ordering::Relaxed);
     }
 }
 
 impl Conn {
-    fn new(ctx: Rc<Ctx>, transport_ssf: u32) -> (Rc<Conn>, LocalReceiver<Out>) {
+    fn new(ctx: Rc<Ctx>, transport_ssf: u32, peer: String, fd: RawFd) -> (Rc<Conn>, LocalReceiver<Out>) {
         let (out, frames) = local_channel::new_bounded::<Out>(OUT_FRAMES);
+        let id = ctx.next_conn_id();
+        let info = Arc::new(ConnInfo::new(id, ctx.shard.id, peer, fd));
+        ctx.connections.insert(info.clone());
+        ctx.metrics.accepted.increment(1);
+        ctx.metrics.open.increment(1.0);
+        if accesslog::enabled(LogLevel::Stats) {
+            ctx.log.accept(id, fd, &info.peer);
+        }
         let conn = Rc::new(Conn {
+            id,
+            ops: Cell::new(0),
+            info,
             ctx,
             identity: RefCell::new(Identity::Anonymous),
             running: RefCell::new(HashMap::new()),
@@ -128,10 +149,137 @@ impl Conn {
         }
     }
 
+    /// Sets who the connection is bound as (also for `ctl connections`).
+    pub fn set_identity(&self, id: Identity) {
+        *self.info.identity.lock().unwrap_or_else(|e| e.into_inner()) = id.dn().to_string();
+        *self.identity.borrow_mut() = id;
+    }
+
+    /// The next operation number; also marks the connection active.
+    pub fn next_op(&self) -> u64 {
+        let n = self.ops.get();
+        self.ops.set(n + 1);
+        self.info.ops.store(n + 1, Ordering::Relaxed);
+        self.info.touch();
+        n
+    }
+
     /// Whether the connection is protected: TLS or the local socket (for
     /// `tls.required`).
     pub fn is_confidential(&self) -> bool {
         self.tls_ssf.get() > 0 || self.transport_ssf > 0
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.ctx.connections.remove(self.id);
+        self.ctx.metrics.open.decrement(1.0);
+        if accesslog::enabled(LogLevel::Stats) {
+            self.ctx.log.closed(self.id, self.info.fd_number);
+        }
+    }
+}
+
+/// A connection as the admin socket sees it: written by its shard with
+/// relaxed stores (one owner, no contention), read by `ctl connections`.
+pub struct ConnInfo {
+    pub id: u64,
+    pub shard: usize,
+    pub peer: String,
+    pub started: u64,
+    pub ops: AtomicU64,
+    /// Operations running as tasks (mirrors `Conn::pending`), for `drain`.
+    pub in_flight: AtomicU64,
+    last_active: AtomicU64,
+    pub identity: Mutex<String>,
+    /// The connection's descriptor number, for the log.
+    pub fd_number: i32,
+    /// A descriptor of its own for the socket, so `connections kill` can
+    /// shut it down from another thread without racing a close.
+    fd: Option<OwnedFd>,
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+impl ConnInfo {
+    fn new(id: u64, shard: usize, peer: String, fd: RawFd) -> ConnInfo {
+        let raw = fd;
+        // SAFETY: dup of a socket this connection owns; the copy is owned here.
+        let fd =
+            (fd >= 0).then(|| unsafe { libc::dup(fd) }).filter(|d| *d >= 0).map(|d| unsafe { OwnedFd::from_raw_fd(d) });
+        let now = unix_now();
+        ConnInfo {
+            id,
+            shard,
+            peer,
+            started: now,
+            ops: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            last_active: AtomicU64::new(now),
+            identity: Mutex::new(String::new()),
+            fd_number: raw,
+            fd,
+        }
+    }
+
+    fn touch(&self) {
+        self.last_active.store(unix_now(), Ordering::Relaxed);
+    }
+
+    pub fn idle_s(&self) -> u64 {
+        unix_now().saturating_sub(self.last_active.load(Ordering::Relaxed))
+    }
+
+    /// Shuts the socket down; the connection's read loop then ends.
+    pub fn kill(&self) -> bool {
+        match &self.fd {
+            // SAFETY: shutdown on a descriptor we own.
+            Some(fd) => unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_RDWR) == 0 },
+            None => false,
+        }
+    }
+}
+
+/// Every open connection of the process, by shard: a shard locks only its
+/// own map, and only when a connection opens or closes.
+pub struct Registry {
+    shards: Vec<Mutex<HashMap<u64, Arc<ConnInfo>>>>,
+}
+
+impl Registry {
+    pub fn new(shards: usize) -> Registry {
+        Registry { shards: (0..shards).map(|_| Mutex::new(HashMap::new())).collect() }
+    }
+
+    fn map(&self, shard: usize) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<ConnInfo>>> {
+        self.shards[shard % self.shards.len()].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn insert(&self, info: Arc<ConnInfo>) {
+        self.map(info.shard).insert(info.id, info);
+    }
+
+    fn remove(&self, id: u64) {
+        for shard in 0..self.shards.len() {
+            if self.map(shard).remove(&id).is_some() {
+                return;
+            }
+        }
+    }
+
+    /// Every connection, by id.
+    pub fn all(&self) -> Vec<Arc<ConnInfo>> {
+        let mut all: Vec<_> =
+            (0..self.shards.len()).flat_map(|s| self.map(s).values().cloned().collect::<Vec<_>>()).collect();
+        all.sort_by_key(|c| c.id);
+        all
+    }
+
+    pub fn count(&self, shard: usize) -> usize {
+        self.map(shard).len()
     }
 }
 
@@ -162,7 +310,7 @@ pub async fn serve_tcp(stream: TcpStream, ctx: Rc<Ctx>) {
         return;
     }
     let writer = unsafe { TcpStream::from_raw_fd(write_fd) };
-    let (conn, frames) = Conn::new(ctx, 0);
+    let (conn, frames) = Conn::new(ctx, 0, peer_of(&stream), fd);
     let writer_task = spawn_writer(writer, frames, fd, &conn);
     let mut stream = stream;
     let end = read_loop(&mut stream, &conn).await;
@@ -178,7 +326,7 @@ pub async fn serve_tcp(stream: TcpStream, ctx: Rc<Ctx>) {
 pub async fn serve_tls(stream: TcpStream, ctx: Rc<Ctx>) {
     let _ = stream.set_nodelay(true);
     let fd = stream.as_raw_fd();
-    let (conn, frames) = Conn::new(ctx, 0);
+    let (conn, frames) = Conn::new(ctx, 0, peer_of(&stream), fd);
     let Some(tls) = handshake(&conn, stream).await else { return };
     serve_split(tls, conn, frames, fd).await;
 }
@@ -188,7 +336,7 @@ pub async fn serve_unix(stream: UnixStream, ctx: Rc<Ctx>) {
     // glommio's UnixStream does not expose its descriptor: a stalled local
     // client loses its writer (and its responses) but not its socket.
     let fd = -1;
-    let (conn, frames) = Conn::new(ctx, LOCAL_SSF);
+    let (conn, frames) = Conn::new(ctx, LOCAL_SSF, "PATH=ldapi".into(), fd);
     let stream = Rc::new(RefCell::new(stream));
     let writer_task = spawn_writer(Half(stream.clone()), frames, fd, &conn);
     let _ = read_loop(&mut Half(stream), &conn).await;
@@ -199,13 +347,18 @@ pub async fn serve_unix(stream: UnixStream, ctx: Rc<Ctx>) {
 /// responses: the fuzz target's way in (`crate::harness`). Returns once
 /// every operation the bytes started has finished.
 pub async fn serve_bytes(data: Vec<u8>, ctx: Rc<Ctx>) {
-    let (conn, frames) = Conn::new(ctx, 0);
+    let (conn, frames) = Conn::new(ctx, 0, "fuzz".into(), -1);
     let writer_task = spawn_writer(futures_lite::io::sink(), frames, -1, &conn);
     let _ = read_loop(&mut futures_lite::io::Cursor::new(data), &conn).await;
     while conn.pending.get() > 0 {
         glommio::timer::sleep(Duration::from_micros(50)).await;
     }
     finish(conn, writer_task).await;
+}
+
+/// `IP=a.b.c.d:port`, as slapd's ACCEPT line names a peer.
+fn peer_of(stream: &TcpStream) -> String {
+    stream.peer_addr().map(|a| format!("IP={a}")).unwrap_or_else(|_| "IP=unknown".into())
 }
 
 /// slapd's security strength for the local socket.
@@ -258,13 +411,15 @@ fn spawn_writer<W: AsyncWrite + Unpin + 'static>(
     fd: RawFd,
     conn: &Conn,
 ) -> glommio::task::JoinHandle<Option<(W, LocalReceiver<Out>)>> {
-    let timeout = Duration::from_secs(conn.ctx.limits.write_timeout_s);
+    let timeout = Duration::from_secs(conn.ctx.live().limits.write_timeout_s);
+    let ctx = conn.ctx.clone();
     glommio::spawn_local(async move {
         while let Some(out) = frames.recv().await {
             let frame = match out {
                 Out::Frame(f) => f,
                 Out::Handoff => return Some((writer, frames)),
             };
+            ctx.metrics.bytes_out.increment(frame.len() as u64);
             let write = async {
                 writer.write_all(&frame).await?;
                 writer.flush().await
@@ -320,11 +475,12 @@ enum End {
 }
 
 async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End {
-    let limits = &conn.ctx.limits;
-    let mut codec = LdapCodec::new(Some(limits.max_pdu_bytes), None);
+    let mut codec = LdapCodec::new(Some(conn.ctx.live().limits.max_pdu_bytes), None);
     let mut rbuf = BytesMut::with_capacity(16 << 10);
     let mut scratch = vec![0u8; READ_CHUNK];
     loop {
+        let live = conn.ctx.live();
+        let limits = &live.limits;
         let mut inline = BytesMut::new();
         loop {
             let limit = match &*conn.identity.borrow() {
@@ -375,7 +531,10 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
         };
         match read {
             Ok(0) | Err(_) => return End::Closed,
-            Ok(n) => rbuf.extend_from_slice(&scratch[..n]),
+            Ok(n) => {
+                conn.ctx.metrics.bytes_in.increment(n as u64);
+                rbuf.extend_from_slice(&scratch[..n]);
+            }
         }
     }
 }

@@ -30,12 +30,17 @@ impl Harness {
         config.validate()?;
         std::env::set_var("COREDIR_ROOT_PASSWORD", "fuzz");
         let db = server::open_database(&config, 1)?;
-        let shared = Shared {
+        let shared = Arc::new(Shared {
             root_password_hash: server::root_password_hash(&config, &db.manifest),
-            acl: Arc::new(config.acl()?),
+            live: arc_swap::ArcSwap::from_pointee(server::Live::from_config(&config)?),
+            generation: std::sync::atomic::AtomicU64::new(0),
             tls: None,
             admission: Arc::new(crate::listener::Admission::new(0, 0)),
-        };
+            connections: Arc::new(crate::conn::Registry::new(1)),
+            started: server::unix_now(),
+            draining: Default::default(),
+            listeners: Default::default(),
+        });
         let ex = LocalExecutorBuilder::new(Placement::Unbound)
             .io_memory(512 << 10)
             .make()

@@ -2,7 +2,9 @@
 //! target (`tests/fuzz`) can drive the real decoder and dispatch. The code
 //! map is at the top of `main.rs`.
 
+pub mod accesslog;
 pub mod acl;
+pub mod admin;
 pub mod backup;
 pub mod ber;
 pub mod config;
@@ -14,4 +16,5 @@ pub mod listener;
 pub mod ops;
 pub mod reindex;
 pub mod server;
+pub mod stats;
 pub mod tls;

@@ -125,6 +125,7 @@ pub async fn run(fd: OwnedFd, ctx: Rc<Ctx>, kind: Kind) {
                 })
                 .detach();
             }
+            Err(_) if ctx.shared.draining.load(std::sync::atomic::Ordering::Relaxed) => return,
             Err(e) => {
                 eprintln!("coredir: shard {}: accept failed: {e}", ctx.shard.id);
                 glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
@@ -167,10 +168,45 @@ pub async fn run_local(listener: glommio::net::UnixListener, ctx: Rc<Ctx>) {
                 })
                 .detach();
             }
+            Err(_) if ctx.shared.draining.load(std::sync::atomic::Ordering::Relaxed) => return,
             Err(e) => {
                 eprintln!("coredir: shard {}: accept on the local socket failed: {e}", ctx.shard.id);
                 glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
             }
         }
+    }
+}
+
+/// `metrics.listen`: a minimal HTTP/1.0 endpoint on one shard's reactor
+/// (no runtime of its own) answering `GET /metrics` with the Prometheus
+/// exposition and anything else with 404.
+pub async fn run_metrics(fd: OwnedFd) {
+    // SAFETY: the descriptor is a bound, listening TCP socket handed over whole.
+    let listener = unsafe { glommio::net::TcpListener::from_raw_fd(fd.into_raw_fd()) };
+    while let Ok(mut stream) = listener.accept().await {
+        glommio::spawn_local(async move {
+            use futures_lite::AsyncReadExt;
+            let mut req = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !req.windows(4).any(|w| w == b"\r\n\r\n") && req.len() < 8192 {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => req.extend_from_slice(&buf[..n]),
+                }
+            }
+            let (status, body) = if req.starts_with(b"GET /metrics ") || req.starts_with(b"GET /metrics?") {
+                ("200 OK", crate::stats::render())
+            } else {
+                ("404 Not Found", "only /metrics is served here\n".to_string())
+            };
+            let head = format!(
+                "HTTP/1.0 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(head.as_bytes()).await;
+            let _ = stream.write_all(body.as_bytes()).await;
+            let _ = stream.close().await;
+        })
+        .detach();
     }
 }

@@ -141,6 +141,20 @@ enum Command {
         scheme: String,
         password: Option<String>,
     },
+    /// Talk to a running server through its admin socket.
+    Ctl {
+        /// The admin socket; default: server.admin_socket of --config, or
+        /// admin.sock in the default data directory.
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Print the server's JSON answer instead of text.
+        #[arg(long, global = true)]
+        json: bool,
+        #[command(subcommand)]
+        command: CtlCommand,
+    },
     /// Access control tools.
     Acl {
         #[command(subcommand)]
@@ -153,6 +167,39 @@ enum Command {
         #[arg(long)]
         data: Option<PathBuf>,
     },
+}
+
+#[derive(Subcommand)]
+enum CtlCommand {
+    /// Version, uptime, shards, connections, operations per second, data size.
+    Status,
+    /// Per shard: CPU, partitions, entries, connections, operations, mesh, commits.
+    Shards,
+    /// Open connections; `connections kill ID` closes one.
+    Connections {
+        #[command(subcommand)]
+        action: Option<ConnAction>,
+    },
+    /// The Prometheus text exposition.
+    Metrics,
+    /// Show or set the access log level (off, stats, debug).
+    LogLevel { level: Option<String> },
+    /// Re-read the configuration file and apply what can change live.
+    Reload,
+    /// Stop accepting and wait for running operations (up to --deadline seconds).
+    Drain {
+        #[arg(long, default_value_t = 30)]
+        deadline: u64,
+    },
+    /// Sync and exit.
+    Shutdown,
+    /// Copy the database into DIR while serving (like `coredir backup`).
+    Backup { dir: PathBuf },
+}
+
+#[derive(Subcommand)]
+enum ConnAction {
+    Kill { id: u64 },
 }
 
 #[derive(Subcommand)]
@@ -207,6 +254,29 @@ fn run(cli: Cli) -> Result<()> {
         Command::Backup { config, data, dest } => backup::backup(load_config(config, data, None)?, &dest),
         Command::Restore { config, data, backup } => backup::restore(load_config(config, data, None)?, &backup),
         Command::Reshard { config, data, shards } => backup::reshard(load_config(config, data, None)?, shards),
+        Command::Ctl { socket, config, json, command } => {
+            let socket = match socket {
+                Some(s) => s,
+                None => config::Config::load(config.as_deref())?.admin_socket(),
+            };
+            use coredir::admin::Request;
+            let req = match command {
+                CtlCommand::Status => Request::Status,
+                CtlCommand::Shards => Request::Shards,
+                CtlCommand::Connections { action: None } => Request::Connections,
+                CtlCommand::Connections { action: Some(ConnAction::Kill { id }) } => Request::Kill { id },
+                CtlCommand::Metrics => Request::Metrics,
+                CtlCommand::LogLevel { level } => Request::LogLevel { level },
+                CtlCommand::Reload => Request::Reload,
+                CtlCommand::Drain { deadline } => Request::Drain { deadline_s: Some(deadline) },
+                CtlCommand::Shutdown => Request::Shutdown,
+                CtlCommand::Backup { dir } => Request::Backup { dir: std::path::absolute(dir)? },
+            };
+            if !coredir::admin::ctl(&socket, req, json)? {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Command::Acl { command: AclCommand::Check { config, data, as_dn, entry, attr, level, tls_ssf } } => {
             let config = load_config(config, data, None)?;
             let req = acl::check::Request { as_dn, entry, attr, level, tls_ssf };

@@ -28,39 +28,98 @@ pub struct Ctx {
     pub root_dn: Dn,
     pub root_password_hash: String,
     pub suffixes: Vec<Dn>,
-    pub limits: Limits,
-    pub unindexed_result: ldap3_proto::LdapResultCode,
     pub passwords: crate::config::Passwords,
-    pub acl: Arc<crate::acl::Acl>,
     pub tls: Option<Arc<crate::tls::Tls>>,
-    pub tls_required: bool,
+    pub shared: Arc<Shared>,
+    /// This shard's copy of the live settings and the generation it is of.
+    live: std::cell::RefCell<Rc<Live>>,
+    live_seen: std::cell::Cell<u64>,
     /// Connection counts shared by the shards' accept loops.
     pub admission: Arc<listener::Admission>,
+    pub connections: Arc<crate::conn::Registry>,
+    /// This shard's metric handles and access-log buffer.
+    pub metrics: crate::stats::ShardMetrics,
+    pub log: crate::accesslog::ShardLog,
+    next_conn: std::cell::Cell<u64>,
+    /// When the process started (UNIX seconds), for cn=Monitor and status.
+    pub started: u64,
+}
+
+/// What `reload` can change while serving: each shard copies it when the
+/// generation moves (one relaxed load per request, no lock, no shared
+/// reference count).
+#[derive(Clone)]
+pub struct Live {
+    pub limits: Limits,
+    pub unindexed_result: ldap3_proto::LdapResultCode,
+    pub acl: crate::acl::Acl,
+    pub tls_required: bool,
+}
+
+impl Live {
+    pub fn from_config(config: &Config) -> Result<Live> {
+        Ok(Live {
+            limits: config.limits.clone(),
+            unindexed_result: config.unindexed_result()?,
+            acl: config.acl()?,
+            tls_required: config.tls.required,
+        })
+    }
 }
 
 /// What the shards share, built once at start.
 pub struct Shared {
     pub root_password_hash: String,
-    pub acl: Arc<crate::acl::Acl>,
+    pub live: arc_swap::ArcSwap<Live>,
+    pub generation: std::sync::atomic::AtomicU64,
     pub tls: Option<Arc<crate::tls::Tls>>,
     pub admission: Arc<listener::Admission>,
+    pub connections: Arc<crate::conn::Registry>,
+    pub started: u64,
+    /// Set by `drain`: listeners stop, new operations get `unavailable`.
+    pub draining: std::sync::atomic::AtomicBool,
+    /// Every listening socket, for `drain`.
+    pub listeners: std::sync::Mutex<Vec<std::os::fd::RawFd>>,
 }
 
 impl Ctx {
-    pub fn new(config: &Config, shard: Rc<Shard>, shared: &Shared) -> Ctx {
+    /// A connection id unique in the process without a shared counter:
+    /// shard `s` of `n` hands out 1000 + s, 1000 + s + n, ...
+    pub fn next_conn_id(&self) -> u64 {
+        let n = self.next_conn.get();
+        self.next_conn.set(n + 1);
+        1000 + n * self.shard.n_shards() as u64 + self.shard.id as u64
+    }
+
+    pub fn new(config: &Config, shard: Rc<Shard>, shared: &Arc<Shared>) -> Ctx {
+        let shard_id = shard.id;
         Ctx {
             shard,
             root_dn: Dn::parse(&config.directory.root_dn).expect("validated"),
             root_password_hash: shared.root_password_hash.clone(),
             suffixes: vec![Dn::parse(&config.directory.suffix).expect("validated")],
-            limits: config.limits.clone(),
-            unindexed_result: config.unindexed_result().expect("validated"),
             passwords: config.passwords.clone(),
-            acl: shared.acl.clone(),
-            tls_required: config.tls.required,
+            live: std::cell::RefCell::new(Rc::new((**shared.live.load()).clone())),
+            live_seen: std::cell::Cell::new(shared.generation.load(std::sync::atomic::Ordering::Acquire)),
             tls: shared.tls.clone(),
             admission: shared.admission.clone(),
+            connections: shared.connections.clone(),
+            metrics: crate::stats::ShardMetrics::register(shard_id),
+            log: crate::accesslog::ShardLog::default(),
+            next_conn: std::cell::Cell::new(0),
+            started: shared.started,
+            shared: shared.clone(),
         }
+    }
+
+    /// The live settings (limits, access rules), refreshed after a reload.
+    pub fn live(&self) -> Rc<Live> {
+        let generation = self.shared.generation.load(std::sync::atomic::Ordering::Acquire);
+        if generation != self.live_seen.get() {
+            *self.live.borrow_mut() = Rc::new((**self.shared.live.load()).clone());
+            self.live_seen.set(generation);
+        }
+        self.live.borrow().clone()
     }
 
     pub fn is_suffix(&self, dn: &Dn) -> bool {
@@ -157,7 +216,11 @@ pub fn root_password_hash(config: &Config, manifest: &Manifest) -> String {
 
 pub fn serve(config: Config) -> Result<()> {
     config.validate()?;
-    let acl = Arc::new(config.acl()?);
+    let listening_fds: Vec<std::os::fd::RawFd>;
+    let node = config.server.numa_node.map(|n| format!("node{n}")).unwrap_or_else(|| "all".into());
+    crate::stats::install(&[("server", config.server.id.to_string()), ("numa", node)])?;
+    crate::accesslog::start(config.log.file.as_deref(), config.log.format == "json", config.log_level()?)?;
+    let live = Live::from_config(&config)?;
     let cpus = allowed_cpus();
     let n_shards = shard_count(&config);
     if n_shards > 1024 {
@@ -185,12 +248,32 @@ pub fn serve(config: Config) -> Result<()> {
         }
         None => (None, (0..n_shards).map(|_| None).collect::<Vec<_>>()),
     };
-    if let Some(tls) = &tls {
-        reload_on_sighup(tls.clone())?;
+    let mut metrics_fd = match &config.metrics.listen {
+        Some(l) => Some(listener::bind(l.parse()?, cpus[0], 128)?),
+        None => None,
+    };
+    if let Some(fd) = &metrics_fd {
+        println!("coredir: metrics on http://{}/metrics", listener::local_addr(fd)?);
+    }
+    {
+        use std::os::fd::AsRawFd;
+        let mut all: Vec<_> = fds.iter().map(|f| f.as_raw_fd()).collect();
+        all.extend(tls_fds.iter().flatten().map(|f| f.as_raw_fd()));
+        listening_fds = all;
     }
 
     let mesh = (n_shards > 1).then(|| MeshBuilder::full(n_shards, 4096));
-    let shared = Arc::new(Shared { root_password_hash: root_password_hash(&config, &manifest), acl, tls, admission });
+    let shared = Arc::new(Shared {
+        root_password_hash: root_password_hash(&config, &manifest),
+        live: arc_swap::ArcSwap::from_pointee(live),
+        generation: std::sync::atomic::AtomicU64::new(0),
+        tls,
+        admission,
+        connections: Arc::new(crate::conn::Registry::new(n_shards)),
+        started: unix_now(),
+        draining: Default::default(),
+        listeners: std::sync::Mutex::new(listening_fds),
+    });
     let (ready_tx, ready_rx) = mpsc::channel::<Result<usize, String>>();
     let mut handles = Vec::new();
     for (i, fd) in fds.into_iter().enumerate() {
@@ -199,6 +282,7 @@ pub fn serve(config: Config) -> Result<()> {
         let config = config.clone();
         let shared = shared.clone();
         let tls_fd = tls_fds[i].take();
+        let metrics_fd = if i == 0 { metrics_fd.take() } else { None };
         let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .name(&format!("shard-{i}"))
             .io_memory(512 << 10)
@@ -213,6 +297,7 @@ pub fn serve(config: Config) -> Result<()> {
                     }
                 };
                 let ctx = Rc::new(Ctx::new(&config, shard, &shared));
+                glommio::spawn_local(flush_log(ctx.clone())).detach();
                 if let (0, Some(path)) = (i, &config.server.ldapi) {
                     match listener::bind_local(path) {
                         Ok(l) => {
@@ -224,11 +309,17 @@ pub fn serve(config: Config) -> Result<()> {
                         }
                     }
                 }
+                if let Some(fd) = metrics_fd {
+                    glommio::spawn_local(listener::run_metrics(fd)).detach();
+                }
                 if let Some(fd) = tls_fd {
                     glommio::spawn_local(listener::run(fd, ctx.clone(), listener::Kind::Ldaps)).detach();
                 }
                 let _ = ready.send(Ok(i));
                 listener::run(fd, ctx, listener::Kind::Ldap).await;
+                // Drained: the connections still running finish here; the
+                // admin thread ends the process.
+                futures_lite::future::pending::<()>().await;
             })
             .map_err(|e| anyhow!("starting the reactor of shard {i} on CPU {cpu}: {e}"))?;
         handles.push(handle);
@@ -247,11 +338,27 @@ pub fn serve(config: Config) -> Result<()> {
     if let Some(p) = &config.server.ldapi {
         println!("coredir: ldapi on {}", p.display());
     }
+    let admin = Arc::new(crate::admin::Admin {
+        config: std::sync::Mutex::new(config.clone()),
+        shared: shared.clone(),
+        manifest: manifest.clone(),
+        stores: stores.clone(),
+        cpus: (0..n_shards).map(|i| cpus[i % cpus.len()]).collect(),
+        started: std::time::Instant::now(),
+        rate: std::sync::Mutex::new((std::time::Instant::now(), 0, 0.0)),
+    });
+    crate::admin::start(admin.clone(), &config.admin_socket())?;
+    crate::admin::signals(admin)?;
+    notify_ready();
     println!("coredir: listening on {addr} ({n_shards} shards, data in {})", data.display());
     for h in handles {
         let _ = h.join();
     }
     Ok(())
+}
+
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 /// Binds one socket per shard on `addr` (port 0: the kernel picks one port,
@@ -273,19 +380,32 @@ fn bind_all(
     Ok((addr, fds))
 }
 
-/// SIGHUP re-reads the TLS certificate and key (a bad pair keeps the old
-/// one); established connections are not touched.
-fn reload_on_sighup(tls: Arc<crate::tls::Tls>) -> Result<()> {
-    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP])?;
-    std::thread::Builder::new().name("sighup".into()).spawn(move || {
-        for _ in signals.forever() {
-            match tls.reload() {
-                Ok(()) => eprintln!("coredir: SIGHUP: TLS certificate reloaded"),
-                Err(e) => eprintln!("coredir: SIGHUP: keeping the old TLS certificate: {e:#}"),
-            }
-        }
-    })?;
-    Ok(())
+/// Hands the shard's access-log lines to the writer thread periodically.
+async fn flush_log(ctx: Rc<Ctx>) {
+    loop {
+        glommio::timer::sleep(crate::accesslog::FLUSH_EVERY).await;
+        ctx.log.flush();
+    }
+}
+
+/// Tells systemd the server is ready (`Type=notify`), once every shard
+/// listens: `READY=1` to `$NOTIFY_SOCKET` when it is set.
+fn notify_ready() {
+    let Ok(path) = std::env::var("NOTIFY_SOCKET") else { return };
+    let sock = match std::os::unix::net::UnixDatagram::unbound() {
+        Ok(s) => s,
+        Err(_) => return,
+    };
+    let sent = if let Some(name) = path.strip_prefix('@') {
+        use std::os::linux::net::SocketAddrExt;
+        std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+            .and_then(|addr| sock.send_to_addr(b"READY=1\n", &addr))
+    } else {
+        sock.send_to(b"READY=1\n", &path)
+    };
+    if let Err(e) = sent {
+        eprintln!("coredir: telling systemd we are ready ({path}) failed: {e}");
+    }
 }
 
 /// Loads the manifest, or creates the database when the directory has none

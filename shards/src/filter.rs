@@ -507,6 +507,85 @@ fn unescape(raw: &[u8]) -> Result<String, String> {
     String::from_utf8(out).map_err(|_| "value is not UTF-8".to_string())
 }
 
+/// The string form of a filter (RFC 4515), for logs: values escaped so
+/// the text parses back to the same filter.
+pub fn to_text(f: &LdapFilter) -> String {
+    let mut out = String::new();
+    write_text(f, &mut out);
+    out
+}
+
+fn write_text(f: &LdapFilter, out: &mut String) {
+    let esc = |v: &str, out: &mut String| {
+        for c in v.chars() {
+            match c {
+                '*' | '(' | ')' | '\\' | '\0' => out.push_str(&format!("\\{:02x}", c as u32)),
+                c => out.push(c),
+            }
+        }
+    };
+    out.push('(');
+    match f {
+        LdapFilter::And(fs) | LdapFilter::Or(fs) => {
+            out.push(if matches!(f, LdapFilter::And(_)) { '&' } else { '|' });
+            for f in fs {
+                write_text(f, out);
+            }
+        }
+        LdapFilter::Not(f) => {
+            out.push('!');
+            write_text(f, out);
+        }
+        LdapFilter::Equality(a, v)
+        | LdapFilter::Approx(a, v)
+        | LdapFilter::GreaterOrEqual(a, v)
+        | LdapFilter::LessOrEqual(a, v) => {
+            out.push_str(a);
+            out.push_str(match f {
+                LdapFilter::Approx(..) => "~=",
+                LdapFilter::GreaterOrEqual(..) => ">=",
+                LdapFilter::LessOrEqual(..) => "<=",
+                _ => "=",
+            });
+            esc(v, out);
+        }
+        LdapFilter::Present(a) => {
+            out.push_str(a);
+            out.push_str("=*");
+        }
+        LdapFilter::Substring(a, s) => {
+            out.push_str(a);
+            out.push('=');
+            if let Some(i) = &s.initial {
+                esc(i, out);
+            }
+            out.push('*');
+            for piece in &s.any {
+                esc(piece, out);
+                out.push('*');
+            }
+            if let Some(l) = &s.final_ {
+                esc(l, out);
+            }
+        }
+        LdapFilter::Extensible(m) => {
+            if let Some(t) = &m.type_ {
+                out.push_str(t);
+            }
+            if m.dn_attributes {
+                out.push_str(":dn");
+            }
+            if let Some(r) = &m.matching_rule {
+                out.push(':');
+                out.push_str(r);
+            }
+            out.push_str(":=");
+            esc(&m.match_value, out);
+        }
+    }
+    out.push(')');
+}
+
 /// Nesting depth of a filter, for the configured maximum.
 pub fn depth(f: &LdapFilter) -> usize {
     match f {
@@ -569,6 +648,8 @@ mod tests {
         assert!(
             matches!(&items[4], LdapFilter::Extensible(m) if m.dn_attributes && m.matching_rule.as_deref() == Some("caseExactMatch"))
         );
+        let back = to_text(&parse("(&(objectClass=person)(|(uid=j*doe*x)(!(cn=a\\2ab)))(age>=3)(mail=*))").unwrap());
+        assert_eq!(back, "(&(objectClass=person)(|(uid=j*doe*x)(!(cn=a\\2ab)))(age>=3)(mail=*))");
         for bad in ["", "(", "(cn=a", "cn=a", "(cn=a))", "(=a)", "(cn=\\zz)", "(cn=a(b)"] {
             assert!(parse(bad).is_err(), "{bad}");
         }

@@ -52,6 +52,33 @@ pub struct Shard {
     mesh: Option<Senders<MeshMsg>>,
     waiting: RefCell<HashMap<u64, oneshot::Sender<Outcome>>>,
     next_request: Cell<u64>,
+    pub metrics: ShardMetrics,
+}
+
+/// The write path's metric handles, registered on the shard's own thread
+/// (`shard="N"`); see the server's `stats` module for how they are read.
+pub struct ShardMetrics {
+    pub mesh_sent: metrics::Counter,
+    pub mesh_received: metrics::Counter,
+    pub commit_batch: metrics::Histogram,
+    pub commit_seconds: metrics::Histogram,
+    pub queue_depth: metrics::Gauge,
+}
+
+impl ShardMetrics {
+    fn register(shard: usize) -> ShardMetrics {
+        let label = || vec![metrics::Label::new("shard", shard.to_string())];
+        let key = |name: &'static str| metrics::Key::from_parts(name, label());
+        static META: metrics::Metadata<'static> =
+            metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+        metrics::with_recorder(|r| ShardMetrics {
+            mesh_sent: r.register_counter(&key("coredir_mesh_messages_sent_total"), &META),
+            mesh_received: r.register_counter(&key("coredir_mesh_messages_received_total"), &META),
+            commit_batch: r.register_histogram(&key("coredir_commit_batch_size"), &META),
+            commit_seconds: r.register_histogram(&key("coredir_commit_seconds"), &META),
+            queue_depth: r.register_gauge(&key("coredir_write_queue_depth"), &META),
+        })
+    }
 }
 
 impl Shard {
@@ -81,6 +108,7 @@ impl Shard {
             mesh: senders,
             waiting: RefCell::new(HashMap::new()),
             next_request: Cell::new(0),
+            metrics: ShardMetrics::register(id),
         });
         glommio::spawn_local(commit_loop(shard.clone(), rx)).detach();
         if let Some(mut receivers) = receivers {
@@ -142,8 +170,10 @@ impl Shard {
     pub async fn submit_for(&self, owner: usize, op: WriteOp) -> Outcome {
         let (tx, rx) = oneshot::channel();
         if owner == self.id {
+            self.metrics.queue_depth.increment(1.0);
             let _ = self.queue.try_send(Pending { op, reply: Reply::Local(tx) });
         } else {
+            self.metrics.mesh_sent.increment(1);
             let mesh = self.mesh.as_ref().ok_or_else(|| Error::other("no mesh for a remote owner"))?;
             let id = self.next_request.get();
             self.next_request.set(id + 1);
@@ -158,8 +188,10 @@ impl Shard {
 
     /// Handles one message from another shard; never waits, so the mesh drains.
     fn on_mesh(&self, msg: MeshMsg) {
+        self.metrics.mesh_received.increment(1);
         match msg {
             MeshMsg::Request { from, id, op } => {
+                self.metrics.queue_depth.increment(1.0);
                 let _ = self.queue.try_send(Pending { op, reply: Reply::Remote { to: from, id } });
             }
             MeshMsg::Response { id, result } => {
@@ -177,6 +209,7 @@ impl Shard {
             }
             Reply::Remote { to, id } => {
                 if let Some(mesh) = &self.mesh {
+                    self.metrics.mesh_sent.increment(1);
                     let _ = mesh.send_to(to, MeshMsg::Response { id, result }).await;
                 }
             }
@@ -196,8 +229,13 @@ async fn commit_loop(shard: Rc<Shard>, rx: LocalReceiver<Pending>) {
         let (ops, replies): (Vec<WriteOp>, Vec<Reply>) = batch.into_iter().map(|p| (p.op, p.reply)).unzip();
         let store = shard.stores[shard.id].clone();
         let manifest = shard.manifest.clone();
+        let m = &shard.metrics;
+        m.queue_depth.decrement(ops.len() as f64);
+        m.commit_batch.record(ops.len() as f64);
+        let started = std::time::Instant::now();
         let results =
             glommio::executor().spawn_blocking(move || run_batch(&*store, |k| manifest.partition_of(k), &ops)).await;
+        m.commit_seconds.record(started.elapsed().as_secs_f64());
         for (reply, result) in replies.into_iter().zip(results) {
             shard.reply(reply, result).await;
         }

@@ -137,7 +137,7 @@ impl Privs {
 }
 
 /// How a DN pattern (`dn.<style>=`) matches an entry's DN key.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum DnPattern {
     Base(Vec<u8>),
     One(Vec<u8>),
@@ -171,7 +171,7 @@ pub fn norm_of_key(key: &[u8]) -> String {
 }
 
 /// Which attributes a rule covers.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct AttrList {
     pub entry: bool,
     pub children: bool,
@@ -179,7 +179,7 @@ pub struct AttrList {
     pub types: Vec<usize>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct What {
     pub dn: Option<DnPattern>,
     pub filter: Option<Node>,
@@ -187,7 +187,7 @@ pub struct What {
     pub attrs: Option<AttrList>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Who {
     Any,
     Anonymous,
@@ -214,7 +214,7 @@ pub enum Control {
     Break,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct By {
     /// All must match.
     pub who: Vec<Who>,
@@ -223,7 +223,7 @@ pub struct By {
     pub text: String,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Rule {
     pub what: What,
     pub by: Vec<By>,
@@ -232,7 +232,7 @@ pub struct Rule {
 
 /// A per-identity override of the search limits (slapd's `limits`):
 /// `Some(0)` is unlimited, `None` keeps the server's limit.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct LimitRule {
     pub who: Vec<Who>,
     pub size: Option<usize>,
@@ -240,11 +240,13 @@ pub struct LimitRule {
 }
 
 /// The compiled rule list.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Acl {
     pub rules: Vec<Rule>,
     /// `limits.by_identity`, first match applies.
     pub limits: Vec<LimitRule>,
+    /// `monitor.readers`: who besides the root DN reads cn=Monitor.
+    pub monitor_readers: Vec<Vec<Who>>,
     /// Every attribute type some rule names, so an attribute can be
     /// classified once (`class`) and most decisions cached by class.
     pub named: Vec<Names>,
@@ -435,6 +437,11 @@ impl<'a> Access<'a> {
             return decision;
         }
         decision
+    }
+
+    /// Whether the requester may read cn=Monitor (the root DN never gets here).
+    pub fn reads_monitor(&self) -> bool {
+        self.acl.monitor_readers.iter().any(|who| matches!(self.who_matches(who), Matches::Yes))
     }
 
     /// The size and time limit overrides of the first `limits.by_identity`

@@ -35,6 +35,15 @@ pub fn compile_limits(acl: &mut Acl, rules: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// Compiles `monitor.readers`: one `<who>` clause each.
+pub fn compile_monitor_readers(acl: &mut Acl, readers: &[String]) -> Result<(), String> {
+    for (i, text) in readers.iter().enumerate() {
+        let who = tokenize(text)?.iter().map(|t| who_part(acl, t)).collect::<Result<Vec<_>, _>>();
+        acl.monitor_readers.push(who.map_err(|e| format!("{i} ({text:?}): {e}"))?);
+    }
+    Ok(())
+}
+
 fn limit_rule(acl: &mut Acl, text: &str) -> Result<super::LimitRule, String> {
     let mut rule = super::LimitRule { who: Vec::new(), size: None, time_s: None };
     for t in tokenize(text)? {

@@ -5,6 +5,7 @@
 
 use crate::acl::{Access, Attr, Groups, Level, Subject, Target};
 use crate::conn::{Conn, Identity};
+use crate::server::Live;
 use ldap3_proto::LdapResultCode;
 use shards::dn::Dn;
 use shards::entry::{Entry, EntryView};
@@ -48,8 +49,8 @@ impl Conn {
     }
 
     /// The rules bound to `id`; `None` for the root DN, which bypasses them.
-    pub fn access<'a>(&'a self, id: &'a Identity) -> Option<Access<'a>> {
-        (!id.is_root()).then(|| Access::new(&self.ctx.acl, self.subject(id), &*self.ctx.shard))
+    pub fn access<'a>(&'a self, live: &'a Live, id: &'a Identity) -> Option<Access<'a>> {
+        (!id.is_root()).then(|| Access::new(&live.acl, self.subject(id), &*self.ctx.shard))
     }
 }
 

@@ -44,7 +44,8 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     }
     let is_suffix = ctx.is_suffix(&dn);
     let identity = conn.identity.borrow().clone();
-    let access = conn.access(&identity);
+    let live = conn.ctx.live();
+    let access = conn.access(&live, &identity);
     if let Some(a) = &access {
         if !is_suffix {
             access::require(

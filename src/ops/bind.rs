@@ -44,10 +44,10 @@ impl Check {
 
 pub fn handle(conn: &Conn, req: &LdapBindRequest) -> Outcome {
     // A bind starts by making the connection anonymous (RFC 4511 §4.2.1).
-    *conn.identity.borrow_mut() = Identity::Anonymous;
+    conn.set_identity(Identity::Anonymous);
     match authenticate(conn, req) {
         Ok(Step::Done(id)) => {
-            *conn.identity.borrow_mut() = id;
+            conn.set_identity(id);
             Outcome::Now(result(Ok(())))
         }
         Ok(Step::Slow(p)) => Outcome::Later(p),
@@ -60,7 +60,7 @@ pub async fn finish(conn: &Conn, pending: Pending) -> LdapResult {
     let check = pending.check;
     let ok = glommio::executor().spawn_blocking(move || check.verify()).await;
     if ok {
-        *conn.identity.borrow_mut() = pending.identity;
+        conn.set_identity(pending.identity);
         result(Ok(()))
     } else {
         result(Err(invalid()))
@@ -111,8 +111,9 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Step> {
     }
     // A bind is decided as anonymous (as slapd): `auth` on userPassword.
     let subject = Subject { key: None, tls_ssf: conn.tls_ssf.get(), transport_ssf: conn.transport_ssf };
-    let access = Access::new(&ctx.acl, subject, &*ctx.shard);
-    let password_class = ctx.acl.class("userPassword");
+    let live = ctx.live();
+    let access = Access::new(&live.acl, subject, &*ctx.shard);
+    let password_class = live.acl.class("userPassword");
     let key = dn.key();
     let bound =
         |e: &shards::entry::EntryView<'_>| Identity::User(Rc::new(Bound { dn: e.dn().to_string(), key: key.clone() }));

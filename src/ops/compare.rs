@@ -31,7 +31,8 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
     let entry =
         conn.ctx.shard.get_entry(&key)?.ok_or_else(|| with_matched(conn, &dn, Error::no_such_object(&req.dn)))?;
     let identity = conn.identity.borrow().clone();
-    if let Some(access) = conn.access(&identity) {
+    let live = conn.ctx.live();
+    if let Some(access) = conn.access(&live, &identity) {
         let shard = &conn.ctx.shard;
         let attr = [(access.acl().class(&req.atype), req.atype.as_str())];
         if access::require(&access, shard, &key, &attr, Level::Compare).is_err() {

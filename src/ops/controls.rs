@@ -179,7 +179,8 @@ pub fn read_entry_controls(
 ) -> Vec<LdapControl> {
     let Some(images) = images else { return Vec::new() };
     let identity = conn.identity.borrow().clone();
-    let access = conn.access(&identity);
+    let live = conn.ctx.live();
+    let access = conn.access(&live, &identity);
     let mut out = Vec::new();
     if let (Some(attrs), Some(e)) = (pre, &images.before) {
         out.push(read_entry_control(PRE_READ, e, attrs, &readable(access.as_ref(), e)));

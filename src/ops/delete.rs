@@ -21,7 +21,8 @@ pub async fn handle(conn: Rc<Conn>, dn_text: String, ctrls: Controls) -> Result<
     }
     let is_suffix = conn.ctx.is_suffix(&dn);
     let identity = conn.identity.borrow().clone();
-    if let Some(a) = conn.access(&identity) {
+    let live = conn.ctx.live();
+    if let Some(a) = conn.access(&live, &identity) {
         let shard = &conn.ctx.shard;
         access::require(&a, shard, &dn.key(), &[(Attr::Entry, "entry")], Level::Write)?;
         if !is_suffix {

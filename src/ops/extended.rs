@@ -88,6 +88,7 @@ pub async fn password_modify(conn: &Conn, req: &LdapExtendedRequest) -> LdapExte
 async fn change(conn: &Conn, req: LdapPasswordModifyRequest) -> Result<Option<String>> {
     crate::ops::check_confidential(conn)?;
     let identity = conn.identity.borrow().clone();
+    let live = conn.ctx.live();
     let own = match &identity {
         Identity::Anonymous => {
             return Err(Error::unwilling("only an authenticated user may change a password"));
@@ -111,7 +112,7 @@ async fn change(conn: &Conn, req: LdapPasswordModifyRequest) -> Result<Option<St
     }
     let self_change = parse_dn(&own).is_ok_and(|o| o == dn);
     let shard = &conn.ctx.shard;
-    if let Some(a) = conn.access(&identity) {
+    if let Some(a) = conn.access(&live, &identity) {
         let attr = [(a.acl().class("userPassword"), "userPassword")];
         access::require(&a, shard, &dn.key(), &attr, Level::Write)?;
     }

@@ -16,7 +16,9 @@ pub mod delete;
 pub mod extended;
 pub mod modify;
 pub mod modify_dn;
+pub mod monitor;
 pub mod paging;
+pub mod record;
 pub mod rootdse;
 pub mod search;
 pub mod sort;
@@ -41,25 +43,25 @@ pub enum Flow {
 
 pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
     let msgid = msg.msgid;
-    let ctrls = match controls::parse(&msg.ctrl, &msg.op) {
+    let Some(rec) = record::begin(conn, &msg.op) else {
+        let e = Error::protocol(format!("{} is not a request", op_name(&msg.op)));
+        encode(out, ldap3_proto::simple::DisconnectionNotice::gen_response(e.code, &e.message));
+        return Flow::Close;
+    };
+    let ctrls = match controls::parse(&msg.ctrl, &msg.op).and_then(|c| check_pending(conn, &msg.op).map(|_| c)) {
         Ok(c) => c,
         Err(e) => {
             if let Some(op) = error_response(&msg.op, e) {
-                encode(out, LdapMsg::new(msgid, op));
+                reply(conn, &rec, out, LdapMsg::new(msgid, op));
             }
             return Flow::Continue;
         }
     };
-    if let Err(e) = check_pending(conn, &msg.op) {
-        if let Some(op) = error_response(&msg.op, e) {
-            encode(out, LdapMsg::new(msgid, op));
-        }
-        return Flow::Continue;
-    }
     match msg.op {
         LdapOp::BindRequest(req) => match bind::handle(conn, &req) {
             bind::Outcome::Now(res) => {
-                encode(out, LdapMsg::new(msgid, LdapOp::BindResponse(LdapBindResponse { res, saslcreds: None })))
+                let op = LdapOp::BindResponse(LdapBindResponse { res, saslcreds: None });
+                reply(conn, &rec, out, LdapMsg::new(msgid, op))
             }
             bind::Outcome::Later(pending) => {
                 let in_flight = crate::conn::InFlight::new(conn);
@@ -67,72 +69,88 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
                 glommio::spawn_local(async move {
                     let _in_flight = in_flight;
                     let res = bind::finish(&conn, pending).await;
-                    let mut out = BytesMut::new();
-                    encode(
-                        &mut out,
-                        LdapMsg::new(msgid, LdapOp::BindResponse(LdapBindResponse { res, saslcreds: None })),
-                    );
-                    conn.send(out).await;
+                    let op = LdapOp::BindResponse(LdapBindResponse { res, saslcreds: None });
+                    send_reply(&conn, &rec, LdapMsg::new(msgid, op)).await;
                 })
                 .detach();
             }
         },
-        LdapOp::UnbindRequest => return Flow::Close,
-        LdapOp::SearchRequest(req) => search::start(conn, msgid, req, ctrls),
-        LdapOp::AddRequest(req) => spawn_write(conn, msgid, LdapOp::AddResponse, add::handle(conn.clone(), req, ctrls)),
+        LdapOp::UnbindRequest => {
+            record::end(conn, &rec, &LdapResultCode::Success, "", None);
+            return Flow::Close;
+        }
+        LdapOp::SearchRequest(req) => search::start(conn, msgid, req, ctrls, rec),
+        LdapOp::AddRequest(req) => {
+            spawn_write(conn, msgid, rec, LdapOp::AddResponse, add::handle(conn.clone(), req, ctrls))
+        }
         LdapOp::ModifyRequest(req) => {
-            spawn_write(conn, msgid, LdapOp::ModifyResponse, modify::handle(conn.clone(), req, ctrls))
+            spawn_write(conn, msgid, rec, LdapOp::ModifyResponse, modify::handle(conn.clone(), req, ctrls))
         }
         LdapOp::DelRequest(dn) => {
-            spawn_write(conn, msgid, LdapOp::DelResponse, delete::handle(conn.clone(), dn, ctrls))
+            spawn_write(conn, msgid, rec, LdapOp::DelResponse, delete::handle(conn.clone(), dn, ctrls))
         }
         LdapOp::ModifyDNRequest(req) => {
-            spawn_write(conn, msgid, LdapOp::ModifyDNResponse, modify_dn::handle(conn.clone(), req, ctrls))
+            spawn_write(conn, msgid, rec, LdapOp::ModifyDNResponse, modify_dn::handle(conn.clone(), req, ctrls))
         }
         LdapOp::CompareRequest(req) => {
             let res = match compare::handle(conn, &req, &ctrls) {
                 Ok(code) => LdapResult { code, matcheddn: String::new(), message: String::new(), referral: vec![] },
                 Err(e) => result(Err(e)),
             };
-            encode(out, LdapMsg::new(msgid, LdapOp::CompareResult(res)));
+            reply(conn, &rec, out, LdapMsg::new(msgid, LdapOp::CompareResult(res)));
         }
-        LdapOp::AbandonRequest(id) => abandon::handle(conn, id),
+        LdapOp::AbandonRequest(id) => {
+            abandon::handle(conn, id);
+            record::end(conn, &rec, &LdapResultCode::Success, "", None);
+        }
         LdapOp::ExtendedRequest(req) if req.name == extended::OID_START_TLS => {
             let res = extended::start_tls(conn);
             let accepted = res.res.code == LdapResultCode::Success;
-            encode(out, LdapMsg::new(msgid, LdapOp::ExtendedResponse(res)));
+            reply(conn, &rec, out, LdapMsg::new(msgid, LdapOp::ExtendedResponse(res)));
             if accepted {
                 return Flow::StartTls;
             }
         }
         LdapOp::ExtendedRequest(req) => match extended::handle(conn, &req) {
-            Some(res) => encode(out, LdapMsg::new(msgid, LdapOp::ExtendedResponse(res))),
+            Some(res) => reply(conn, &rec, out, LdapMsg::new(msgid, LdapOp::ExtendedResponse(res))),
             None => {
                 let in_flight = crate::conn::InFlight::new(conn);
                 let conn = conn.clone();
                 glommio::spawn_local(async move {
                     let _in_flight = in_flight;
                     let res = extended::password_modify(&conn, &req).await;
-                    let mut out = BytesMut::new();
-                    encode(&mut out, LdapMsg::new(msgid, LdapOp::ExtendedResponse(res)));
-                    conn.send(out).await;
+                    send_reply(&conn, &rec, LdapMsg::new(msgid, LdapOp::ExtendedResponse(res))).await;
                 })
                 .detach();
             }
         },
-        other => {
-            let e = Error::protocol(format!("{} is not a request", op_name(&other)));
-            encode(out, ldap3_proto::simple::DisconnectionNotice::gen_response(e.code, &e.message));
-            return Flow::Close;
-        }
+        _ => unreachable!("record::begin accepts requests only"),
     }
     Flow::Continue
+}
+
+/// Records a response's result and adds it to the connection's batch.
+fn reply(conn: &Conn, rec: &record::Record, out: &mut BytesMut, msg: LdapMsg) {
+    record::end_with(conn, rec, &msg.op, None);
+    encode(out, msg);
+}
+
+/// Records a response's result and sends it on its own.
+async fn send_reply(conn: &Conn, rec: &record::Record, msg: LdapMsg) {
+    let mut out = BytesMut::new();
+    reply(conn, rec, &mut out, msg);
+    conn.send(out).await;
 }
 
 /// Searches and writes run as tasks; a connection may have at most
 /// `limits.max_pending` of them running (`max_pending_auth` once bound),
 /// like slapd's `conn_max_pending`. Past it: `busy`.
 fn check_pending(conn: &Conn, op: &LdapOp) -> Result<()> {
+    if conn.ctx.shared.draining.load(std::sync::atomic::Ordering::Relaxed)
+        && !matches!(op, LdapOp::UnbindRequest | LdapOp::AbandonRequest(_))
+    {
+        return Err(Error::unavailable("the server is shutting down"));
+    }
     let spawns = matches!(
         op,
         LdapOp::SearchRequest(_)
@@ -141,7 +159,8 @@ fn check_pending(conn: &Conn, op: &LdapOp) -> Result<()> {
             | LdapOp::DelRequest(_)
             | LdapOp::ModifyDNRequest(_)
     );
-    let limits = &conn.ctx.limits;
+    let live = conn.ctx.live();
+    let limits = &live.limits;
     let max = if matches!(*conn.identity.borrow(), crate::conn::Identity::Anonymous) {
         limits.max_pending
     } else {
@@ -161,6 +180,7 @@ fn check_pending(conn: &Conn, op: &LdapOp) -> Result<()> {
 fn spawn_write(
     conn: &Rc<Conn>,
     msgid: i32,
+    rec: record::Record,
     response: fn(LdapResult) -> LdapOp,
     fut: impl Future<Output = Result<Vec<LdapControl>>> + 'static,
 ) {
@@ -177,11 +197,9 @@ fn spawn_write(
             Ok(ctrl) => (result(Ok(())), ctrl),
             Err(e) => (result(Err(e)), Vec::new()),
         };
-        let mut out = BytesMut::new();
         let mut msg = LdapMsg::new(msgid, response(res));
         msg.ctrl = ctrl;
-        encode(&mut out, msg);
-        conn.send(out).await;
+        send_reply(&conn, &rec, msg).await;
     })
     .detach();
 }
@@ -190,7 +208,7 @@ fn spawn_write(
 /// socket (`confidentialityRequired` otherwise), as slapd's
 /// `security simple_bind=` and `update_ssf=`.
 pub fn check_confidential(conn: &Conn) -> Result<()> {
-    if conn.ctx.tls_required && !conn.is_confidential() {
+    if conn.ctx.live().tls_required && !conn.is_confidential() {
         return Err(Error::new(
             LdapResultCode::ConfidentialityRequired,
             "TLS is required for this operation (use StartTLS or ldaps://)",

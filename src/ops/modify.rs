@@ -26,7 +26,8 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
     }
     let key = dn.key();
     let identity = conn.identity.borrow().clone();
-    if let Some(a) = conn.access(&identity) {
+    let live = conn.ctx.live();
+    if let Some(a) = conn.access(&live, &identity) {
         // Checked on the entry as read before the write: rules that look at
         // the entry's content see it as it was (see the module doc).
         let attrs: Vec<_> =

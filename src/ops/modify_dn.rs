@@ -39,7 +39,8 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
     }
     let shard = &ctx.shard;
     let identity = conn.identity.borrow().clone();
-    if let Some(a) = conn.access(&identity) {
+    let live = conn.ctx.live();
+    if let Some(a) = conn.access(&live, &identity) {
         // As slapd: write on the entry, on both parents' children and on
         // the new RDN's attributes.
         let mut attrs = vec![(Attr::Entry, "entry")];

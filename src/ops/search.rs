@@ -16,8 +16,9 @@ use crate::ber::{self, OutAttr};
 use crate::conn::{encode, Conn};
 use crate::ops::controls::Controls;
 use crate::ops::paging::{self, Position};
+use crate::ops::record::{self, Record};
 use crate::ops::sort::Sorter;
-use crate::ops::{parse_dn, result, rootdse, with_matched};
+use crate::ops::{monitor, parse_dn, result, rootdse, with_matched};
 use bytes::BytesMut;
 use ldap3_proto::control::{LdapControl, ServerSortResult};
 use ldap3_proto::proto::{LdapMsg, LdapOp, LdapSearchRequest, LdapSearchScope};
@@ -37,7 +38,7 @@ const CHUNK_BYTES: usize = 64 << 10;
 /// Candidates examined before the scan pauses to let other tasks run.
 const CHUNK_SCANNED: usize = 2048;
 
-pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest, ctrls: Controls) {
+pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest, ctrls: Controls, rec: Record) {
     let abandoned = Rc::new(Cell::new(false));
     conn.running.borrow_mut().insert(msgid, abandoned.clone());
     let in_flight = crate::conn::InFlight::new(conn);
@@ -48,13 +49,16 @@ pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest, ctrls: Control
         // write as SearchResultDone: one send for a typical search.
         let mut out = BytesMut::new();
         let mut done_ctrls = Vec::new();
-        let res = run(&conn, msgid, &req, &ctrls, &abandoned, &mut out, &mut done_ctrls).await;
+        let mut sent = 0;
+        let res = run(&conn, msgid, &req, &ctrls, &abandoned, &mut out, &mut done_ctrls, &mut sent).await;
         conn.running.borrow_mut().remove(&msgid);
         if abandoned.get() {
+            record::end(&conn, &rec, &LdapResultCode::Canceled, "", Some(sent));
             return;
         }
         let mut done = LdapMsg::new(msgid, LdapOp::SearchResultDone(result(res)));
         done.ctrl = done_ctrls;
+        record::end_with(&conn, &rec, &done.op, Some(sent));
         encode(&mut out, done);
         conn.send(out).await;
     })
@@ -121,15 +125,17 @@ async fn run(
     abandoned: &Cell<bool>,
     out: &mut BytesMut,
     done_ctrls: &mut Vec<LdapControl>,
+    sent: &mut u64,
 ) -> Result<()> {
     let ctx = &conn.ctx;
-    if filter::depth(&req.filter) > ctx.limits.max_filter_depth {
+    let live = ctx.live();
+    if filter::depth(&req.filter) > live.limits.max_filter_depth {
         return Err(Error::new(LdapResultCode::AdminLimitExceeded, "filter nesting is too deep"));
     }
     let base = parse_dn(&req.base)?;
     let identity = conn.identity.borrow().clone();
     let is_root = identity.is_root();
-    let plan = conn.access(&identity).map(ReadPlan::new);
+    let plan = conn.access(&live, &identity).map(ReadPlan::new);
     let sel = Selection::new(&req.attrs, req.typesonly);
     let mut node = filter::compile(&req.filter);
     if let Some(plan) = &plan {
@@ -138,19 +144,26 @@ async fn run(
     }
     if subschema::is_subschema(&base.norm()) {
         if req.scope != LdapSearchScope::OneLevel {
-            write_computed(out, msgid, &subschema::entry(), &node, &sel);
+            *sent = write_computed(out, msgid, &subschema::entry(), &node, &sel) as u64;
         }
         return Ok(());
+    }
+    if monitor::is_monitor(&base) {
+        let allowed = is_root || plan.as_ref().is_some_and(|p| p.access.reads_monitor());
+        if !allowed {
+            return Err(Error::no_such_object(&req.base));
+        }
+        return search_monitor(ctx, msgid, req, &base, &node, &sel, out, sent);
     }
     if base.is_root() {
         if req.scope != LdapSearchScope::Base {
             return Err(Error::new(LdapResultCode::NoSuchObject, "only a base search can read the root DSE"));
         }
-        write_computed(out, msgid, &rootdse::entry(ctx), &node, &sel);
+        *sent = write_computed(out, msgid, &rootdse::entry(ctx), &node, &sel) as u64;
         return Ok(());
     }
     // The server's limits, or the requester's override (`limits.by_identity`).
-    let (mut size_limit, mut time_limit) = (ctx.limits.size_limit, ctx.limits.time_limit_s);
+    let (mut size_limit, mut time_limit) = (live.limits.size_limit, live.limits.time_limit_s);
     if let Some(over) = plan.as_ref().and_then(|p| p.access.limits()) {
         size_limit = over.size.unwrap_or(size_limit);
         time_limit = over.time_s.unwrap_or(time_limit);
@@ -161,12 +174,12 @@ async fn run(
             usize::MAX => None,
             secs => Some(Instant::now() + Duration::from_secs(secs as u64)),
         },
-        lookthrough: match ctx.limits.unindexed_lookthrough {
+        lookthrough: match live.limits.unindexed_lookthrough {
             0 => usize::MAX,
             _ if is_root => usize::MAX,
             n => n,
         },
-        lookthrough_code: ctx.unindexed_result.clone(),
+        lookthrough_code: live.unindexed_result.clone(),
     };
     let (page_size, position) = match &ctrls.paged {
         Some((size, cookie)) => (Some((*size).max(0) as usize), paging::decode(req, cookie)?),
@@ -197,7 +210,9 @@ async fn run(
         page_left: if sorting { None } else { page_size },
         sorter,
     };
-    let stopped = walk(conn, &mut emit, req, ctrls, &base, position.clone(), abandoned).await?;
+    let walked = walk(conn, &mut emit, req, ctrls, &base, position.clone(), abandoned).await;
+    *sent = emit.sent as u64;
+    let stopped = walked?;
     if let Some(sorter) = emit.sorter.take() {
         let rows = sorter.finish();
         done_ctrls.push(LdapControl::ServerSortResult {
@@ -208,8 +223,10 @@ async fn run(
             _ => 0,
         };
         let take = page_size.unwrap_or(usize::MAX);
+        *sent = 0;
         for row in rows.iter().skip(skip).take(take) {
             emit.out.extend_from_slice(row);
+            *sent += 1;
         }
         if page_size.is_some() {
             let next = skip.saturating_add(take);
@@ -309,6 +326,37 @@ fn effective(requested: i32, configured: usize, is_root: bool) -> usize {
     } else {
         requested.min(configured)
     }
+}
+
+/// A search of the computed cn=Monitor subtree.
+#[allow(clippy::too_many_arguments)]
+fn search_monitor(
+    ctx: &crate::server::Ctx,
+    msgid: i32,
+    req: &LdapSearchRequest,
+    base: &Dn,
+    node: &filter::Node,
+    sel: &Selection,
+    out: &mut BytesMut,
+    sent: &mut u64,
+) -> Result<()> {
+    let entries = monitor::entries(ctx);
+    let dns: Vec<Dn> = entries.iter().map(|e| Dn::parse(&e.dn)).collect::<Result<_>>()?;
+    if !dns.iter().any(|d| d == base) {
+        return Err(Error::no_such_object(&req.base));
+    }
+    for (e, dn) in entries.iter().zip(&dns) {
+        let in_scope = match req.scope {
+            LdapSearchScope::Base => dn == base,
+            LdapSearchScope::OneLevel => dn.depth() == base.depth() + 1 && dn.is_within(base),
+            LdapSearchScope::Subtree => dn.is_within(base),
+            LdapSearchScope::Children => dn != base && dn.is_within(base),
+        };
+        if in_scope && write_computed(out, msgid, e, node, sel) {
+            *sent += 1;
+        }
+    }
+    Ok(())
 }
 
 /// Which DN keys a one-level, subtree or children search covers.
@@ -558,14 +606,16 @@ fn computed_attrs(dn: &str, n_children: u64, sel: &Selection) -> Vec<(&'static s
 
 /// Writes an entry the server computes (root DSE, `cn=Subschema`) when it
 /// matches: only `objectClass` and other user attributes for `*`.
-fn write_computed(out: &mut BytesMut, msgid: i32, entry: &Entry, filter: &filter::Node, sel: &Selection) {
+/// Returns whether it was written.
+fn write_computed(out: &mut BytesMut, msgid: i32, entry: &Entry, filter: &filter::Node, sel: &Selection) -> bool {
     let mut bytes = Vec::new();
     entry.encode(&mut bytes);
     let view = EntryView::new(&bytes).expect("encoded just now");
     if !filter.matches(&view) {
-        return;
+        return false;
     }
     let attrs: Vec<_> =
         view.attrs().filter(|a| sel.wants(a.name)).map(|a| OutAttr { name: a.name, vals: a.vals() }).collect();
     ber::search_entry(out, msgid, entry.dn.as_str(), &attrs, sel.types_only);
+    true
 }

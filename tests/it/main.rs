@@ -3,6 +3,7 @@
 //! clients: the `ldap3` crate, raw BER over TCP, and OpenLDAP's tools.
 
 mod access;
+mod admin;
 mod bind;
 mod config;
 mod controls;

@@ -83,6 +83,22 @@ impl Server {
         self.banner = banner;
     }
 
+    /// Waits for the server to exit on its own; its exit code.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let child = self.child.as_mut()?;
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Some(status) = child.try_wait().ok()? {
+                self.child = None;
+                return status.code();
+            }
+            if std::time::Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()
     }

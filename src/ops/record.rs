@@ -1,0 +1,151 @@
+//! One request from arrival to result: counted in the shard's metrics
+//! (initiated, completed by result code, latency) and written to the
+//! access log in slapd's `stats` form, from the same two calls.
+
+use crate::accesslog::{self, LogLevel, V};
+use crate::conn::Conn;
+use crate::stats::Op;
+use ldap3_proto::proto::LdapOp;
+use ldap3_proto::LdapResultCode;
+use std::time::Instant;
+
+pub struct Record {
+    op: Op,
+    /// The connection's operation number (slapd's `op=`).
+    opn: u64,
+    started: Instant,
+}
+
+/// Starts recording a request; `None` when the message is not a request.
+pub fn begin(conn: &Conn, req: &LdapOp) -> Option<Record> {
+    let op = kind(req)?;
+    let opn = conn.next_op();
+    conn.ctx.metrics.initiated(op);
+    if accesslog::enabled(LogLevel::Stats) {
+        log_request(conn, opn, req);
+    }
+    Some(Record { op, opn, started: Instant::now() })
+}
+
+/// Records the result carried by a response message.
+pub fn end_with(conn: &Conn, rec: &Record, resp: &LdapOp, nentries: Option<u64>) {
+    let res = match resp {
+        LdapOp::BindResponse(b) => &b.res,
+        LdapOp::ExtendedResponse(e) => &e.res,
+        LdapOp::SearchResultDone(r)
+        | LdapOp::AddResponse(r)
+        | LdapOp::ModifyResponse(r)
+        | LdapOp::DelResponse(r)
+        | LdapOp::ModifyDNResponse(r)
+        | LdapOp::CompareResult(r) => r,
+        _ => return,
+    };
+    end(conn, rec, &res.code, &res.message, nentries);
+}
+
+/// Records an operation's end.
+pub fn end(conn: &Conn, rec: &Record, code: &LdapResultCode, text: &str, nentries: Option<u64>) {
+    let elapsed = rec.started.elapsed();
+    conn.ctx.metrics.completed(rec.op, code, elapsed);
+    if let Some(n) = nentries {
+        conn.ctx.metrics.entries_sent.increment(n);
+    }
+    if !accesslog::enabled(LogLevel::Stats) || matches!(rec.op, Op::Unbind | Op::Abandon) {
+        return;
+    }
+    let tag = match rec.op {
+        Op::Bind => 97,
+        Op::Search => 101,
+        Op::Modify => 103,
+        Op::Add => 105,
+        Op::Delete => 107,
+        Op::Modrdn => 109,
+        Op::Compare => 111,
+        _ => 120,
+    };
+    let event = if rec.op == Op::Search { "SEARCH RESULT" } else { "RESULT" };
+    let err = code.clone() as i64 as u64;
+    let mut fields = vec![
+        ("tag", V::Num(tag)),
+        ("err", V::Num(err)),
+        ("qtime", V::Secs(0.0)),
+        ("etime", V::Secs(elapsed.as_secs_f64())),
+    ];
+    if let Some(n) = nentries {
+        fields.push(("nentries", V::Num(n)));
+    }
+    fields.push(("text", V::Word(text)));
+    conn.ctx.log.line(conn.id, Some(rec.opn), event, &fields);
+}
+
+fn kind(req: &LdapOp) -> Option<Op> {
+    Some(match req {
+        LdapOp::BindRequest(_) => Op::Bind,
+        LdapOp::UnbindRequest => Op::Unbind,
+        LdapOp::SearchRequest(_) => Op::Search,
+        LdapOp::CompareRequest(_) => Op::Compare,
+        LdapOp::AddRequest(_) => Op::Add,
+        LdapOp::DelRequest(_) => Op::Delete,
+        LdapOp::ModifyRequest(_) => Op::Modify,
+        LdapOp::ModifyDNRequest(_) => Op::Modrdn,
+        LdapOp::AbandonRequest(_) => Op::Abandon,
+        LdapOp::ExtendedRequest(_) => Op::Extended,
+        _ => return None,
+    })
+}
+
+/// The request line, as slapd writes it (credentials never appear).
+fn log_request(conn: &Conn, opn: u64, req: &LdapOp) {
+    let log = &conn.ctx.log;
+    let line = |event: &str, fields: &[(&str, V)]| log.line(conn.id, Some(opn), event, fields);
+    match req {
+        LdapOp::BindRequest(b) => {
+            let method = match b.cred {
+                ldap3_proto::proto::LdapBindCred::Simple(_) => 128,
+                _ => 163,
+            };
+            line("BIND", &[("dn", V::Quoted(&b.dn)), ("method", V::Num(method))]);
+        }
+        LdapOp::UnbindRequest => line("UNBIND", &[]),
+        LdapOp::SearchRequest(s) => {
+            let scope = match s.scope {
+                ldap3_proto::proto::LdapSearchScope::Base => 0,
+                ldap3_proto::proto::LdapSearchScope::OneLevel => 1,
+                ldap3_proto::proto::LdapSearchScope::Subtree => 2,
+                ldap3_proto::proto::LdapSearchScope::Children => 3,
+            };
+            let filter = shards::filter::to_text(&s.filter);
+            let fields = [
+                ("base", V::Quoted(&s.base)),
+                ("scope", V::Num(scope)),
+                ("deref", V::Num(s.aliases.clone() as u64)),
+                ("filter", V::Quoted(&filter)),
+            ];
+            line("SRCH", &fields);
+            if accesslog::enabled(LogLevel::Debug) && !s.attrs.is_empty() {
+                line("SRCH", &[("attr", V::Word(&s.attrs.join(" ")))]);
+            }
+        }
+        LdapOp::CompareRequest(c) => line("CMP", &[("dn", V::Quoted(&c.dn)), ("attr", V::Quoted(&c.atype))]),
+        LdapOp::AddRequest(a) => line("ADD", &[("dn", V::Quoted(&a.dn))]),
+        LdapOp::DelRequest(dn) => line("DEL", &[("dn", V::Quoted(dn))]),
+        LdapOp::ModifyRequest(m) => {
+            line("MOD", &[("dn", V::Quoted(&m.dn))]);
+            if accesslog::enabled(LogLevel::Debug) {
+                let attrs: Vec<&str> = m.changes.iter().map(|c| c.modification.atype.as_str()).collect();
+                line("MOD", &[("attr", V::Word(&attrs.join(" ")))]);
+            }
+        }
+        LdapOp::ModifyDNRequest(m) => line(
+            "MODRDN",
+            &[
+                ("dn", V::Quoted(&m.dn)),
+                ("newrdn", V::Quoted(&m.newrdn)),
+                ("deleteoldrdn", V::Num(m.deleteoldrdn as u64)),
+            ],
+        ),
+        LdapOp::AbandonRequest(id) => line("ABANDON", &[("msg", V::Num(*id as u64))]),
+        LdapOp::ExtendedRequest(e) => line("EXT", &[("oid", V::Word(&e.name))]),
+        _ => {}
+    }
+}

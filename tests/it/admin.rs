@@ -1,0 +1,342 @@
+//! Operating a running server: `coredir ctl` over the admin socket,
+//! metrics, cn=Monitor, the access log, reload, drain and signals.
+
+use crate::support::*;
+use ldap3::{LdapConn, Scope, SearchEntry};
+use serde_json::Value;
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn ctl(s: &Server, args: &[&str]) -> (i32, String, String) {
+    let socket = s.data().join("admin.sock");
+    let out = Command::new(env!("CARGO_BIN_EXE_coredir"))
+        .arg("ctl")
+        .arg("--socket")
+        .arg(&socket)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+fn ctl_json(s: &Server, args: &[&str]) -> Value {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let (code, out, err) = ctl(s, &all);
+    assert_eq!(code, 0, "ctl {args:?}: {out}{err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// Operations initiated per type, summed over shards.
+fn ops(s: &Server, op: &str) -> u64 {
+    let shards = ctl_json(s, &["shards"]);
+    shards["shards"].as_array().unwrap().iter().map(|sh| sh["operations"][op].as_u64().unwrap()).sum()
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn ctl_reports_the_traffic_sent() {
+    let s = Server::start_with_config(2, "[log]\nlevel = \"off\"\n");
+    let status = ctl_json(&s, &["status"]);
+    assert_eq!(status["type"], "status");
+    assert_eq!(status["shards"], 2);
+    assert_eq!(status["server_id"], 1);
+    let (searches, binds) = (ops(&s, "search"), ops(&s, "bind"));
+    let mut c = s.admin();
+    for _ in 0..7 {
+        assert_eq!(search_dns(&mut c, PEOPLE, Scope::Base, "(objectClass=*)").len(), 1);
+    }
+    assert_eq!(ops(&s, "search"), searches + 7);
+    assert_eq!(ops(&s, "bind"), binds + 1);
+    // The same counters in the Prometheus exposition.
+    let (code, text, _) = ctl(&s, &["metrics"]);
+    assert_eq!(code, 0);
+    let total: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("coredir_operations_initiated_total{") && l.contains("op=\"search\""))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum();
+    assert_eq!(total as u64, searches + 7);
+    assert!(text.contains("# TYPE coredir_operation_duration_seconds histogram"), "{text}");
+    // Connections: ours, bound as the root DN; killing it closes it.
+    let conns = ctl_json(&s, &["connections"]);
+    let list = conns["connections"].as_array().unwrap();
+    let mine = list.iter().find(|c| c["identity"] == ROOT_DN).expect("the admin connection is listed");
+    assert!(mine["operations"].as_u64().unwrap() >= 8);
+    let id = mine["id"].as_u64().unwrap().to_string();
+    let killed = ctl_json(&s, &["connections", "kill", &id]);
+    assert_eq!(killed["type"], "killed");
+    assert!(c.search(PEOPLE, Scope::Base, "(objectClass=*)", vec!["1.1"]).is_err(), "the connection is gone");
+    let (code, _, err) = ctl(&s, &["connections", "kill", "999999"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no connection 999999"), "{err}");
+    // Human-readable forms.
+    let (code, out, _) = ctl(&s, &["shards"]);
+    assert_eq!(code, 0);
+    assert!(out.lines().next().unwrap().contains("entries"), "{out}");
+    let (_, out, _) = ctl(&s, &["status"]);
+    assert!(out.contains("shards       2"), "{out}");
+}
+
+#[test]
+fn access_log_lines_match_the_operations() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let s =
+        Server::start_with_config(1, &format!("[log]\nlevel = \"stats\"\nfile = {:?}\n", log.display().to_string()));
+    let mut c = s.admin();
+    assert_eq!(add_user(&mut c, "logged").rc, 0);
+    assert_eq!(search_dns(&mut c, PEOPLE, Scope::Subtree, "(uid=logged)").len(), 1);
+    c.unbind().unwrap();
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_for("the closed line", || read().contains(" closed"));
+    let text = read();
+    let line = |needle: &str| text.lines().find(|l| l.contains(needle)).unwrap_or_else(|| panic!("{needle}: {text}"));
+    let accept = line("ACCEPT from IP=127.0.0.1:");
+    let conn = accept.split_whitespace().find(|w| w.starts_with("conn=")).unwrap().to_string();
+    assert!(line(&format!("{conn} op=0 BIND dn=\"{ROOT_DN}\" method=128")).contains("BIND"));
+    assert!(line(&format!("{conn} op=0 RESULT tag=97 err=0")).contains("etime="));
+    assert!(line(&format!("{conn} op=1 ADD dn=\"uid=logged,{PEOPLE}\"")).contains("ADD"));
+    assert!(line(&format!("{conn} op=1 RESULT tag=105 err=0")).contains("qtime="));
+    assert!(
+        line(&format!("{conn} op=2 SRCH base=\"{PEOPLE}\" scope=2 deref=0 filter=\"(uid=logged)\"")).contains("SRCH")
+    );
+    assert!(line(&format!("{conn} op=2 SEARCH RESULT tag=101 err=0")).contains("nentries=1 text="));
+    assert!(line(&format!("{conn} op=3 UNBIND")).contains("UNBIND"));
+    assert!(line(&format!("{conn} fd=")).contains("ACCEPT"));
+    assert!(!text.contains("pw-logged"), "a password was logged");
+    // Off at run time: nothing more is written; back on: lines again.
+    assert_eq!(ctl_json(&s, &["log-level", "off"])["level"], "off");
+    let before = read().len();
+    let mut c = s.conn();
+    c.simple_bind("", "").unwrap();
+    c.unbind().unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(read().len(), before, "nothing is logged at level off");
+    assert_eq!(ctl_json(&s, &["log-level", "stats"])["level"], "stats");
+    let (code, _, err) = ctl(&s, &["log-level", "loud"]);
+    assert_eq!(code, 1, "{err}");
+}
+
+#[test]
+fn reload_applies_or_refuses_as_a_whole() {
+    let s = Server::start_with_config(1, "[log]\nlevel = \"stats\"\n[limits]\nsize_limit = 500\n");
+    let mut admin = s.admin();
+    for i in 0..4 {
+        assert_eq!(add_user(&mut admin, &format!("r{i}")).rc, 0);
+    }
+    let count = || {
+        let res = s.conn().search(PEOPLE, Scope::OneLevel, "(uid=r*)", vec!["1.1"]).unwrap();
+        (res.1.rc, res.0.len())
+    };
+    assert_eq!(count(), (0, 4));
+    let config = std::fs::read_to_string(s.config_path()).unwrap();
+    let edited = config.replace("size_limit = 500", "size_limit = 2").replace("level = \"stats\"", "level = \"off\"");
+    std::fs::write(s.config_path(), &edited).unwrap();
+    let r = ctl_json(&s, &["reload"]);
+    assert_eq!(r["type"], "reloaded", "{r}");
+    assert_eq!(ctl_json(&s, &["log-level"])["level"], "off");
+    assert_eq!(count(), (4, 2), "the new size limit applies to the next search");
+    // An invalid file changes nothing.
+    std::fs::write(s.config_path(), edited.replace("size_limit = 2", "size_limit = 3\nbogus_key = 1")).unwrap();
+    let (code, _, err) = ctl(&s, &["reload"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("bogus_key") && err.contains("nothing was changed") || err.contains("unknown field"), "{err}");
+    let bad_rule = edited.replace("[limits]", "[access]\nrules = ['to * by nobody read']\n[limits]");
+    std::fs::write(s.config_path(), bad_rule).unwrap();
+    let (code, _, err) = ctl(&s, &["reload"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("access rule 0"), "{err}");
+    assert_eq!(count(), (4, 2), "still the last good configuration");
+}
+
+#[test]
+fn monitor_counts_the_traffic_and_hides_from_anonymous() {
+    let s = Server::start_with_config(2, "[log]\nlevel = \"off\"\n");
+    let mut root = s.admin();
+    let read_ops = |c: &mut LdapConn| {
+        let (entries, res) = c
+            .search("cn=Search,cn=Operations,cn=Monitor", Scope::Base, "(objectClass=*)", vec!["+"])
+            .unwrap()
+            .success()
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        let _ = res;
+        let e = SearchEntry::construct(entries.into_iter().next().unwrap());
+        let n = |a: &str| e.attrs[a][0].parse::<u64>().unwrap();
+        (n("monitorOpInitiated"), n("monitorOpCompleted"))
+    };
+    let (init, done) = read_ops(&mut root);
+    for _ in 0..5 {
+        search_dns(&mut root, PEOPLE, Scope::Base, "(objectClass=*)");
+    }
+    let (init2, done2) = read_ops(&mut root);
+    // Five searches, plus the first monitor read itself, completed; the second is in progress.
+    assert_eq!(init2, init + 6);
+    assert_eq!(done2, done + 6);
+    let all = search_dns(&mut root, "cn=Monitor", Scope::Subtree, "(objectClass=*)");
+    for want in ["cn=Total,cn=Connections,cn=Monitor", "cn=Start,cn=Time,cn=Monitor", "cn=Shard 1,cn=Shards,cn=Monitor"]
+    {
+        assert!(all.iter().any(|d| d == want), "{want} in {all:?}");
+    }
+    let (entries, _) = root
+        .search("cn=Current,cn=Connections,cn=Monitor", Scope::Base, "(monitorCounter>=1)", vec!["monitorCounter"])
+        .unwrap()
+        .success()
+        .unwrap();
+    assert_eq!(entries.len(), 1, "at least our connection is current");
+    let res = s.conn().search("cn=Monitor", Scope::Base, "(objectClass=*)", vec!["+"]).unwrap();
+    assert_eq!(res.1.rc, 32, "anonymous does not see cn=Monitor");
+}
+
+#[test]
+fn monitor_readers_from_the_configuration() {
+    let s = Server::start_with_config(1, "[monitor]\nreaders = ['users']\n");
+    let mut admin = s.admin();
+    assert_eq!(add_user(&mut admin, "watcher").rc, 0);
+    let mut c = s.conn();
+    c.simple_bind(&format!("uid=watcher,{PEOPLE}"), "pw-watcher").unwrap().success().unwrap();
+    assert_eq!(search_dns(&mut c, "cn=Monitor", Scope::Base, "(objectClass=*)"), vec!["cn=Monitor".to_string()]);
+}
+
+#[test]
+fn drain_waits_for_a_long_search_then_shutdown_exits_zero() {
+    let s = Server::start_with_config(1, "[storage]\nsync = \"never\"\n[log]\nlevel = \"off\"\n");
+    let mut admin = s.admin();
+    let big = "x".repeat(2000);
+    for i in 0..5000 {
+        let dn = format!("cn=d{i},{PEOPLE}");
+        let cn = format!("d{i}");
+        let attrs = vec![
+            ("objectClass", HashSet::from(["device"])),
+            ("cn", HashSet::from([cn.as_str()])),
+            ("description", HashSet::from([big.as_str()])),
+        ];
+        assert_eq!(admin.add(&dn, attrs).unwrap().rc, 0);
+    }
+    // A search of ~10 MB whose client does not read yet: it stays in flight.
+    let mut raw = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    raw.write_all(&ldap_bind_root()).unwrap();
+    raw.write_all(&ldap_search_all(PEOPLE)).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let socket = s.data().join("admin.sock");
+    let mut drain = Command::new(env!("CARGO_BIN_EXE_coredir"))
+        .args(["ctl", "--json", "--socket"])
+        .arg(&socket)
+        .args(["drain", "--deadline", "60"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Soon nobody new gets in.
+    wait_for("the listener to close", || {
+        let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", s.port)) else { return true };
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 1];
+        matches!(c.read(&mut b), Ok(0) | Err(_))
+    });
+    assert!(drain.try_wait().unwrap().is_none(), "drain waits for the search");
+    // Read the whole search; then drain returns with nothing in flight.
+    raw.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut total = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    let mut tail = Vec::new();
+    loop {
+        let n = raw.read(&mut buf).unwrap();
+        assert!(n > 0, "closed before the search ended");
+        total += n;
+        tail.extend_from_slice(&buf[..n]);
+        let keep = tail.len().saturating_sub(64);
+        tail.drain(..keep);
+        // SearchResultDone: tag 0x65 with result 0.
+        if tail.windows(5).any(|w| w == [0x65, 0x07, 0x0a, 0x01, 0x00]) {
+            break;
+        }
+    }
+    assert!(total > 5000 * 2000);
+    let out = drain.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let drained: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(drained["in_flight"], 0, "{drained}");
+    let (code, _, _) = ctl(&s, &["shutdown"]);
+    assert_eq!(code, 0);
+    let mut s = s;
+    let status = s.wait_exit(Duration::from_secs(30));
+    assert_eq!(status, Some(0), "exit status after shutdown");
+}
+
+#[test]
+fn sigterm_drains_and_exits_zero_and_metrics_are_served_over_http() {
+    let s = Server::start_with_config(1, "[metrics]\nlisten = \"127.0.0.1:0\"\n");
+    let addr = s
+        .banner
+        .lines()
+        .find_map(|l| l.strip_prefix("coredir: metrics on http://"))
+        .unwrap()
+        .trim_end_matches("/metrics")
+        .to_string();
+    let mut c = s.admin();
+    search_dns(&mut c, PEOPLE, Scope::Base, "(objectClass=*)");
+    let mut http = std::net::TcpStream::connect(&addr).unwrap();
+    http.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut body = String::new();
+    http.read_to_string(&mut body).unwrap();
+    assert!(body.starts_with("HTTP/1.0 200 OK"), "{body}");
+    assert!(body.contains("coredir_operations_initiated_total{"), "{body}");
+    let mut http = std::net::TcpStream::connect(&addr).unwrap();
+    http.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    let mut body = String::new();
+    http.read_to_string(&mut body).unwrap();
+    assert!(body.starts_with("HTTP/1.0 404"), "{body}");
+    // SIGTERM: drain, sync, exit 0.
+    unsafe { libc::kill(s.pid() as i32, libc::SIGTERM) };
+    let mut s = s;
+    assert_eq!(s.wait_exit(Duration::from_secs(60)), Some(0));
+}
+
+fn ldap_bind_root() -> Vec<u8> {
+    use ldap3_proto::proto::*;
+    let req = LdapMsg::new(
+        6,
+        LdapOp::BindRequest(LdapBindRequest {
+            version: 3,
+            dn: ROOT_DN.into(),
+            cred: LdapBindCred::Simple(ROOT_PW.into()),
+        }),
+    );
+    let mut out = bytes::BytesMut::new();
+    tokio_util::codec::Encoder::encode(&mut ldap3_proto::LdapCodec::default(), req, &mut out).unwrap();
+    out.to_vec()
+}
+
+/// A subtree search for everything, as raw BER (message id 7).
+fn ldap_search_all(base: &str) -> Vec<u8> {
+    use ldap3_proto::proto::*;
+    let req = LdapMsg::new(
+        7,
+        LdapOp::SearchRequest(LdapSearchRequest {
+            base: base.into(),
+            scope: LdapSearchScope::Subtree,
+            aliases: LdapDerefAliases::Never,
+            sizelimit: 0,
+            timelimit: 0,
+            typesonly: false,
+            filter: LdapFilter::Present("objectClass".into()),
+            attrs: vec![],
+        }),
+    );
+    let mut out = bytes::BytesMut::new();
+    tokio_util::codec::Encoder::encode(&mut ldap3_proto::LdapCodec::default(), req, &mut out).unwrap();
+    out.to_vec()
+}
