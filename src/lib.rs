@@ -9,6 +9,7 @@ pub mod backup;
 pub mod ber;
 pub mod config;
 pub mod conn;
+pub mod deploy;
 pub mod export;
 pub mod harness;
 pub mod import;

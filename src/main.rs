@@ -15,7 +15,8 @@
 //! ## Entry points
 //!
 //! - `main` -> `run`: the command line (`coredir serve`, `import`, `export`, `reindex`,
-//!   `backup`, `restore`, `reshard`, `hash-password`, `acl check`).
+//!   `backup`, `restore`, `reshard`, `hash-password`, `acl check`, `ctl`,
+//!   `config check`, `deploy plan`).
 //! - `server::serve`: start-up, one reactor per shard, readiness.
 //! - `listener::run` -> `conn::serve`: accept, then one connection's read
 //!   loop; `ops::dispatch` is the one `match` over LDAP operations.
@@ -23,6 +24,10 @@
 //! ## Code map
 //!
 //! - `config`: the TOML configuration and its validation.
+//! - `admin`: the admin socket (`coredir ctl`), reload, drain, signals.
+//! - `stats`, `accesslog`: metrics handles per shard, the stats access log.
+//! - `deploy`: NUMA topology, `--numa-node`, `deploy plan`.
+//! - `tls`: rustls configuration and certificate reload.
 //! - `acl`: access rules (slapd's `access to ... by ...`), compiled at
 //!   start; `ops::access` applies them per operation.
 //! - `server`: data directory, manifest, stores, reactors, `Ctx`.
@@ -79,6 +84,9 @@ enum Command {
         /// Number of shards (reactors), overriding server.shards.
         #[arg(long)]
         shards: Option<usize>,
+        /// Serve with one shard per CPU of this NUMA node.
+        #[arg(long)]
+        numa_node: Option<usize>,
     },
     /// Load an LDIF file offline (like slapadd); creates the database when
     /// the data directory is empty.
@@ -155,6 +163,16 @@ enum Command {
         #[command(subcommand)]
         command: CtlCommand,
     },
+    /// Configuration tools.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+    /// Deployment tools.
+    Deploy {
+        #[command(subcommand)]
+        command: DeployCommand,
+    },
     /// Access control tools.
     Acl {
         #[command(subcommand)]
@@ -198,6 +216,33 @@ enum CtlCommand {
 }
 
 #[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validate a configuration file without starting (schema files,
+    /// access rules, limits, TLS files included); exits 1 on the first error.
+    Check { file: PathBuf },
+}
+
+#[derive(Subcommand)]
+enum DeployCommand {
+    /// Print one configuration per NUMA node of this machine.
+    Plan {
+        /// Where the NUMA topology is read.
+        #[arg(long, default_value = coredir::deploy::SYS_NODES)]
+        sys: PathBuf,
+        #[arg(long, default_value = "0.0.0.0")]
+        listen_host: String,
+        /// Node i listens on base-port + i.
+        #[arg(long, default_value_t = 389)]
+        base_port: u16,
+        #[arg(long, default_value = "/var/lib/coredir")]
+        data_root: PathBuf,
+        /// Where the admin sockets go.
+        #[arg(long, default_value = "/run/coredir")]
+        run_dir: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
 enum ConnAction {
     Kill { id: u64 },
 }
@@ -238,10 +283,13 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Serve { config, listen, data, shards } => {
+        Command::Serve { config, listen, data, shards, numa_node } => {
             let mut config = load_config(config, data, shards)?;
             if let Some(listen) = listen {
                 config.server.listen = listen;
+            }
+            if numa_node.is_some() {
+                config.server.numa_node = numa_node;
             }
             server::serve(config)
         }
@@ -254,6 +302,22 @@ fn run(cli: Cli) -> Result<()> {
         Command::Backup { config, data, dest } => backup::backup(load_config(config, data, None)?, &dest),
         Command::Restore { config, data, backup } => backup::restore(load_config(config, data, None)?, &backup),
         Command::Reshard { config, data, shards } => backup::reshard(load_config(config, data, None)?, shards),
+        Command::Config { command: ConfigCommand::Check { file } } => {
+            let config = config::Config::load(Some(&file))?;
+            config.install_schema()?;
+            config.validate()?;
+            config.acl()?;
+            if let (Some(cert), Some(key)) = (&config.tls.certificate_file, &config.tls.key_file) {
+                coredir::tls::Tls::load(cert, key)?;
+            }
+            println!("{}: OK", file.display());
+            Ok(())
+        }
+        Command::Deploy { command: DeployCommand::Plan { sys, listen_host, base_port, data_root, run_dir } } => {
+            let o = coredir::deploy::PlanOptions { sys, listen_host, base_port, data_root, run_dir };
+            print!("{}", coredir::deploy::plan(&o)?);
+            Ok(())
+        }
         Command::Ctl { socket, config, json, command } => {
             let socket = match socket {
                 Some(s) => s,

@@ -221,8 +221,11 @@ pub fn serve(config: Config) -> Result<()> {
     crate::stats::install(&[("server", config.server.id.to_string()), ("numa", node)])?;
     crate::accesslog::start(config.log.file.as_deref(), config.log.format == "json", config.log_level()?)?;
     let live = Live::from_config(&config)?;
-    let cpus = allowed_cpus();
-    let n_shards = shard_count(&config);
+    let cpus = match config.server.numa_node {
+        Some(node) => crate::deploy::node_cpus(node, &allowed_cpus())?,
+        None => allowed_cpus(),
+    };
+    let n_shards = if config.server.shards == 0 { cpus.len() } else { config.server.shards };
     if n_shards > 1024 {
         bail!("server.shards: {n_shards} is more than 1024");
     }

@@ -8,6 +8,7 @@ mod bind;
 mod config;
 mod controls;
 mod crash;
+mod deploy;
 mod durability;
 mod engines;
 mod hostile;
