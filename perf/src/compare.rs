@@ -217,9 +217,11 @@ const INDEXES: &[(&str, &str)] = &[
     ("member", "eq"),
 ];
 
+/// coredir's configuration: the same indexes as slapd, and no access log
+/// (slapd runs with `loglevel 0`).
 fn coredir_conf() -> String {
     let lines: String = INDEXES.iter().map(|(a, k)| format!("{a} = \"{k}\"\n")).collect();
-    format!("[indexes]\n{lines}")
+    format!("[log]\nlevel = \"off\"\n[indexes]\n{lines}")
 }
 
 fn slapd_conf(dir: &Path, kind: Kind) -> String {
