@@ -143,7 +143,7 @@ impl Admin {
             Request::Shutdown => Response::ShuttingDown,
             Request::Backup { dir } => {
                 let config = self.config.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                crate::backup::backup(config, &dir)?;
+                crate::backup::backup_from(&config, &self.manifest, &self.stores, &dir)?;
                 Response::BackedUp { dir }
             }
         })
@@ -390,10 +390,15 @@ pub fn signals(admin: Arc<Admin>) -> Result<()> {
             }
         }
     })?;
+    let sizes: Vec<metrics::Gauge> =
+        (0..sampler.stores.len()).map(|i| crate::stats::gauge("coredir_data_bytes", i)).collect();
     std::thread::Builder::new().name("sampler".into()).spawn(move || loop {
         std::thread::sleep(Duration::from_secs(1));
         crate::stats::upkeep();
         sampler.sample();
+        for (gauge, store) in sizes.iter().zip(sampler.stores.iter()) {
+            gauge.set(store.size() as f64);
+        }
     })?;
     Ok(())
 }

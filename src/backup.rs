@@ -134,11 +134,18 @@ pub fn backup(config: Config, dest: &Path) -> Result<()> {
         bail!("a sled database cannot be read while its server runs; stop it, or use `coredir export` instead");
     }
     empty_target(dest)?;
-    let started = Instant::now();
     let from = server::open_stores(&config, &data, &manifest)?;
-    let to = create_stores(&config, dest, &manifest)?;
+    backup_from(&config, &manifest, &from, dest)
+}
+
+/// Copies open stores (a running server's, for `ctl backup`) into `dest`.
+pub fn backup_from(config: &Config, manifest: &Manifest, from: &[Arc<Engine>], dest: &Path) -> Result<()> {
+    empty_target(dest)?;
+    let data = &config.server.data;
+    let started = Instant::now();
+    let to = create_stores(config, dest, manifest)?;
     // Every key goes back to its owner's store: the same shard as it came from.
-    let entries = copy(&from, &to, |tree, key| owner(&manifest, tree, key))?;
+    let entries = copy(from, &to, |tree, key| owner(manifest, tree, key))?;
     manifest.save(dest).map_err(err)?;
     eprintln!(
         "coredir: backed up {entries} entries ({} shards) from {} into {} in {:.2} s",

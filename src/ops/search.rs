@@ -187,7 +187,21 @@ async fn run(
     };
     let mut sorter = None;
     if let Some(keys) = &ctrls.sort {
-        match Sorter::new(keys) {
+        // Sorting by an attribute one may not search would disclose its order.
+        let hidden = plan.as_ref().and_then(|p| {
+            keys.iter().find(|k| {
+                shards::filter::Names::new(&k.attribute_name)
+                    .is_some_and(|n| p.searchable(Some(&n)) != shards::filter::Searchable::Yes)
+            })
+        });
+        let sorted = match hidden {
+            Some(k) => Err(ServerSortResult {
+                result_code: LdapResultCode::InsufficentAccessRights,
+                attribute_type: Some(k.attribute_name.clone()),
+            }),
+            None => Sorter::new(keys),
+        };
+        match sorted {
             Ok(s) => sorter = Some(s),
             Err(sort_result) => done_ctrls.push(LdapControl::ServerSortResult { sort_result }),
         }

@@ -70,6 +70,11 @@ fn default_rules_hide_password_hashes() {
     // The root DN sees everything.
     let mut root = s.admin();
     assert!(all_attrs(&mut root, PEOPLE, "(uid=*)").iter().all(has_password));
+    // Nor can a server-side sort reveal the order of the hashes.
+    let (code, out, err) =
+        tool("ldapsearch", &["-x", "-H", &s.url(), "-b", PEOPLE, "-E", "sss=userPassword", "(uid=*)", "1.1"], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("sortResult: (50)"), "{out}");
     // Compare on a password: nobody but the root DN (no password oracle).
     let cmp = anon.compare(&dn("alice"), "userPassword", "pw-alice").unwrap();
     assert_eq!(cmp.0.rc, 50, "{cmp:?}");

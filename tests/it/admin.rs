@@ -83,6 +83,13 @@ fn ctl_reports_the_traffic_sent() {
     let (code, _, err) = ctl(&s, &["connections", "kill", "999999"]);
     assert_eq!(code, 1);
     assert!(err.contains("no connection 999999"), "{err}");
+    // A backup of the running server, then the data size gauge.
+    let backup = tempfile::tempdir().unwrap();
+    let dest = backup.path().join("b");
+    let r = ctl_json(&s, &["backup", dest.to_str().unwrap()]);
+    assert_eq!(r["type"], "backed-up", "{r}");
+    assert!(dest.join("manifest.toml").exists());
+    wait_for("the data size gauge", || ctl(&s, &["metrics"]).1.contains("coredir_data_bytes{"));
     // Human-readable forms.
     let (code, out, _) = ctl(&s, &["shards"]);
     assert_eq!(code, 0);
@@ -318,6 +325,34 @@ fn ldap_bind_root() -> Vec<u8> {
     let mut out = bytes::BytesMut::new();
     tokio_util::codec::Encoder::encode(&mut ldap3_proto::LdapCodec::default(), req, &mut out).unwrap();
     out.to_vec()
+}
+
+#[test]
+fn systemd_hears_ready_once_the_shards_listen() {
+    let dir = tempfile::tempdir().unwrap();
+    let notify = dir.path().join("notify");
+    let sock = std::os::unix::net::UnixDatagram::bind(&notify).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_coredir"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--shards", "2", "--data"])
+        .arg(dir.path().join("data"))
+        .env("NOTIFY_SOCKET", &notify)
+        .env("COREDIR_ROOT_PASSWORD", ROOT_PW)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let n = sock.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"READY=1\n");
+    // Ready means listening: the port is printed right after and answers.
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let line = lines.find(|l| l.as_ref().unwrap().starts_with("coredir: listening on")).unwrap().unwrap();
+    let addr = line.trim_start_matches("coredir: listening on ").split_whitespace().next().unwrap().to_string();
+    let mut c = LdapConn::new(&format!("ldap://{addr}")).unwrap();
+    assert_eq!(c.simple_bind("", "").unwrap().rc, 0);
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// A subtree search for everything, as raw BER (message id 7).
