@@ -15,7 +15,8 @@
 //! - `entry`: the owned `Entry`, Modify semantics, and `EntryView`, the
 //!   zero-copy view of an encoded `id2entry` record.
 //! - `filter`: search filters compiled against the schema, evaluated on an
-//!   `EntryView` (three-valued).
+//!   `EntryView` (three-valued, with `Guarded` assertions that access
+//!   control decides per entry); the RFC 4515 string form both ways.
 //! - `schema`: attribute types, object classes and syntaxes (built-in and
 //!   custom files), entry checks, `cn=Subschema`.
 //! - `matching`: matching rules (normal forms, ordering) and attribute names.
@@ -30,7 +31,8 @@
 //!   `BulkLoad` for imports into a new database.
 //! - `repair`: start-up recount of child counts after a crash.
 //! - `shard`: `Shard`, routing of writes to owners over the mesh, and the
-//!   group-commit loop.
+//!   group-commit loop, with its metric handles (mesh messages, batch
+//!   sizes, commit time, queue depth) registered on the shard's thread.
 //!
 //! ## Architecture invariants
 //!
