@@ -239,3 +239,31 @@ impl Server {
         unsafe { libc::kill(self.pid() as i32, sig) };
     }
 }
+
+#[test]
+fn the_local_socket_counts_as_protected() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path(), "one");
+    let ldapi = dir.path().join("ldapi");
+    let config = format!(
+        "[server]\nldapi = {:?}\n[tls]\ncertificate_file = {:?}\nkey_file = {:?}\nrequired = true\n",
+        ldapi.display().to_string(),
+        pki.cert.display().to_string(),
+        pki.key.display().to_string()
+    );
+    let s = Server::start_with_config(2, &config);
+    assert!(s.banner.contains("coredir: ldapi on"), "{}", s.banner);
+    assert_eq!(s.admin_over_tls(&pki.ca).add_user_raw("alice"), LdapResultCode::Success);
+    let url = format!("ldapi://{}", ldapi.display().to_string().replace('/', "%2F"));
+    // A simple bind over the local socket is allowed with tls.required, as over TLS.
+    let (code, out, err) = tool_with_ca(&pki.ca, "ldapwhoami", &["-x", "-H", &url, "-D", ALICE, "-w", "pw-alice"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(out.trim(), format!("dn:{ALICE}"));
+    let (code, out, err) =
+        tool_with_ca(&pki.ca, "ldapsearch", &["-x", "-H", &url, "-LLL", "-b", PEOPLE, "(uid=alice)", "uid"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("uid: alice"), "{out}");
+    // StartTLS makes no sense there.
+    let (code, _, err) = tool_with_ca(&pki.ca, "ldapwhoami", &["-ZZ", "-x", "-H", &url]);
+    assert_ne!(code, 0, "{err}");
+}
