@@ -124,9 +124,11 @@ impl BulkLoad {
         self.keys.clear();
         index::entry_keys(entry, &mut self.keys);
         for k in self.keys.drain(..) {
-            let mut head = [0u8; HEAD];
+            let mut bytes = [0u8; HEAD];
             let n = k.len().min(HEAD);
-            head[..n].copy_from_slice(&k[..n]);
+            bytes[..n].copy_from_slice(&k[..n]);
+            let head: [u64; HEAD / 8] =
+                std::array::from_fn(|i| u64::from_be_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes")));
             self.index.push(IndexRow { head, at: self.arena.len() as u32, len: k.len() as u32, id });
             self.arena.extend_from_slice(&k);
         }
@@ -146,9 +148,23 @@ impl BulkLoad {
         self.children.sort_unstable();
         let arena = &self.arena;
         let key = |r: &IndexRow| &arena[r.at as usize..(r.at + r.len) as usize];
-        // The first HEAD bytes, zero-padded, order like the keys; most
-        // comparisons end there without touching the arena.
-        self.index.sort_unstable_by(|a, b| a.head.cmp(&b.head).then_with(|| key(a).cmp(key(b))).then(a.id.cmp(&b.id)));
+        // The first HEAD bytes, zero-padded, as big-endian words, order like
+        // the keys: most comparisons end in a few integer compares. Rows
+        // with equal heads (many share a key: objectClass values) compare
+        // lengths, and bytes past HEAD only when both keys are longer.
+        let rest = |r: &IndexRow| &arena[r.at as usize + HEAD.min(r.len as usize)..(r.at + r.len) as usize];
+        self.index.sort_unstable_by(|a, b| {
+            a.head
+                .cmp(&b.head)
+                .then_with(|| {
+                    if a.len as usize <= HEAD || b.len as usize <= HEAD {
+                        a.len.cmp(&b.len)
+                    } else {
+                        rest(a).cmp(rest(b))
+                    }
+                })
+                .then(a.id.cmp(&b.id))
+        });
         let mut w = Appender { store, txn: Some(store.write()?), in_txn: 0 };
         for (k, v) in &self.dn2id {
             w.append(Tree::Dn2id, k, v)?;
@@ -174,10 +190,10 @@ impl BulkLoad {
 
 /// One index key of a bulk load: its first bytes for sorting, where it
 /// lies in the arena, and the entry id that ends it.
-const HEAD: usize = 24;
+const HEAD: usize = 32;
 
 struct IndexRow {
-    head: [u8; HEAD],
+    head: [u64; HEAD / 8],
     at: u32,
     len: u32,
     id: [u8; 8],
