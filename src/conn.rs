@@ -173,7 +173,7 @@ impl Conn {
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        self.ctx.connections.remove(self.id);
+        self.ctx.connections.remove(self.info.shard, self.id);
         self.ctx.metrics.open.decrement(1.0);
         if accesslog::enabled(LogLevel::Stats) {
             self.ctx.log.closed(self.id, self.info.fd_number);
@@ -262,12 +262,8 @@ impl Registry {
         self.map(info.shard).insert(info.id, info);
     }
 
-    fn remove(&self, id: u64) {
-        for shard in 0..self.shards.len() {
-            if self.map(shard).remove(&id).is_some() {
-                return;
-            }
-        }
+    fn remove(&self, shard: usize, id: u64) {
+        self.map(shard).remove(&id);
     }
 
     /// Every connection, by id.
