@@ -200,17 +200,13 @@ pub struct ConnInfo {
     fd: Option<OwnedFd>,
 }
 
-fn unix_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
-}
-
 impl ConnInfo {
     fn new(id: u64, shard: usize, peer: String, fd: RawFd) -> ConnInfo {
         let raw = fd;
         // SAFETY: dup of a socket this connection owns; the copy is owned here.
         let fd =
             (fd >= 0).then(|| unsafe { libc::dup(fd) }).filter(|d| *d >= 0).map(|d| unsafe { OwnedFd::from_raw_fd(d) });
-        let now = unix_now();
+        let now = crate::server::unix_now();
         ConnInfo {
             id,
             shard,
@@ -226,11 +222,11 @@ impl ConnInfo {
     }
 
     fn touch(&self) {
-        self.last_active.store(unix_now(), Ordering::Relaxed);
+        self.last_active.store(crate::server::unix_now(), Ordering::Relaxed);
     }
 
     pub fn idle_s(&self) -> u64 {
-        unix_now().saturating_sub(self.last_active.load(Ordering::Relaxed))
+        crate::server::unix_now().saturating_sub(self.last_active.load(Ordering::Relaxed))
     }
 
     /// Shuts the socket down; the connection's read loop then ends.

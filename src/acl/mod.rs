@@ -300,18 +300,18 @@ pub struct Target<'a, 'v> {
 impl Acl {
     /// The class of a stored attribute description.
     pub fn class(&self, stored: &str) -> Attr {
+        Attr::Type(self.type_bits(stored))
+    }
+
+    /// Which of `named` cover a stored attribute description.
+    fn type_bits(&self, stored: &str) -> u64 {
         let mut bits = 0u64;
         for (i, n) in self.named.iter().enumerate() {
             if n.covers(stored) {
                 bits |= 1 << i;
             }
         }
-        Attr::Type(bits)
-    }
-
-    /// The class of a filter's or request's attribute type.
-    pub fn class_of_names(&self, names: &Names) -> Attr {
-        self.class(names.name())
+        bits
     }
 }
 
@@ -516,7 +516,7 @@ impl<'a> ReadPlan<'a> {
 
     /// Whether a stored attribute is granted `level` in the target entry.
     pub fn allows(&self, target: &Target, stored: &str, level: Level) -> bool {
-        let Attr::Type(bits) = self.access.acl.class(stored) else { unreachable!() };
+        let bits = self.access.acl.type_bits(stored);
         self.allows_class(target, bits, level)
     }
 
@@ -529,7 +529,7 @@ impl<'a> ReadPlan<'a> {
 
     /// Whether a `Guarded` filter assertion may be evaluated in the target.
     pub fn can_search(&self, target: &Target, names: &Names) -> bool {
-        let Attr::Type(bits) = self.access.acl.class_of_names(names) else { unreachable!() };
+        let bits = self.access.acl.type_bits(names.name());
         self.allows_class(target, bits, Level::Search)
     }
 
@@ -547,7 +547,7 @@ impl<'a> ReadPlan<'a> {
                 Searchable::No
             };
         };
-        let Attr::Type(bits) = self.access.acl.class_of_names(names) else { unreachable!() };
+        let bits = self.access.acl.type_bits(names.name());
         match self.fixed_type(bits) {
             Some(p) if p.has(Level::Search) => Searchable::Yes,
             Some(_) => Searchable::No,

@@ -4,7 +4,6 @@
 use crate::support::*;
 use ldap3::{LdapConn, Scope, SearchEntry};
 use serde_json::Value;
-use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -222,21 +221,14 @@ fn monitor_readers_from_the_configuration() {
 fn drain_waits_for_a_long_search_then_shutdown_exits_zero() {
     let s = Server::start_with_config(1, "[storage]\nsync = \"never\"\n[log]\nlevel = \"off\"\n");
     let mut admin = s.admin();
-    let big = "x".repeat(2000);
-    for i in 0..5000 {
-        let dn = format!("cn=d{i},{PEOPLE}");
-        let cn = format!("d{i}");
-        let attrs = vec![
-            ("objectClass", HashSet::from(["device"])),
-            ("cn", HashSet::from([cn.as_str()])),
-            ("description", HashSet::from([big.as_str()])),
-        ];
-        assert_eq!(admin.add(&dn, attrs).unwrap().rc, 0);
-    }
+    add_devices(&mut admin, "d", 5000, 2000);
     // A search of ~10 MB whose client does not read yet: it stays in flight.
     let mut raw = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
-    raw.write_all(&ldap_bind_root()).unwrap();
-    raw.write_all(&ldap_search_all(PEOPLE)).unwrap();
+    let msgs = vec![
+        ldap3_proto::proto::LdapMsg::new(6, bind(ROOT_DN, ROOT_PW)),
+        ldap3_proto::proto::LdapMsg::new(7, search(PEOPLE, ldap3_proto::proto::LdapSearchScope::Subtree)),
+    ];
+    raw.write_all(&encode_msgs(msgs)).unwrap();
     std::thread::sleep(Duration::from_millis(200));
     let socket = s.data().join("admin.sock");
     let mut drain = Command::new(env!("CARGO_BIN_EXE_coredir"))
@@ -312,21 +304,6 @@ fn sigterm_drains_and_exits_zero_and_metrics_are_served_over_http() {
     assert_eq!(s.wait_exit(Duration::from_secs(60)), Some(0));
 }
 
-fn ldap_bind_root() -> Vec<u8> {
-    use ldap3_proto::proto::*;
-    let req = LdapMsg::new(
-        6,
-        LdapOp::BindRequest(LdapBindRequest {
-            version: 3,
-            dn: ROOT_DN.into(),
-            cred: LdapBindCred::Simple(ROOT_PW.into()),
-        }),
-    );
-    let mut out = bytes::BytesMut::new();
-    tokio_util::codec::Encoder::encode(&mut ldap3_proto::LdapCodec::default(), req, &mut out).unwrap();
-    out.to_vec()
-}
-
 #[test]
 fn systemd_hears_ready_once_the_shards_listen() {
     let dir = tempfile::tempdir().unwrap();
@@ -353,25 +330,4 @@ fn systemd_hears_ready_once_the_shards_listen() {
     assert_eq!(c.simple_bind("", "").unwrap().rc, 0);
     let _ = child.kill();
     let _ = child.wait();
-}
-
-/// A subtree search for everything, as raw BER (message id 7).
-fn ldap_search_all(base: &str) -> Vec<u8> {
-    use ldap3_proto::proto::*;
-    let req = LdapMsg::new(
-        7,
-        LdapOp::SearchRequest(LdapSearchRequest {
-            base: base.into(),
-            scope: LdapSearchScope::Subtree,
-            aliases: LdapDerefAliases::Never,
-            sizelimit: 0,
-            timelimit: 0,
-            typesonly: false,
-            filter: LdapFilter::Present("objectClass".into()),
-            attrs: vec![],
-        }),
-    );
-    let mut out = bytes::BytesMut::new();
-    tokio_util::codec::Encoder::encode(&mut ldap3_proto::LdapCodec::default(), req, &mut out).unwrap();
-    out.to_vec()
 }

@@ -27,15 +27,12 @@ fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
     out
 }
 
-/// A SearchRequest (msgid 2) whose filter is `depth` nested NOTs around `(cn=x)`.
-fn nested_not_search(depth: usize) -> Vec<u8> {
-    let mut filter = tlv(0xa3, &[tlv(0x04, b"cn"), tlv(0x04, b"x")].concat());
-    for _ in 0..depth {
-        filter = tlv(0xa2, &filter);
-    }
+/// A SearchRequest PDU built by hand (so its bytes can be invalid),
+/// subtree unless `base_scope`, with an already encoded filter.
+fn raw_search(msgid: u8, base: &[u8], base_scope: bool, filter: Vec<u8>) -> Vec<u8> {
     let body = [
-        tlv(0x04, PEOPLE.as_bytes()),
-        tlv(0x0a, &[2]),
+        tlv(0x04, base),
+        tlv(0x0a, &[if base_scope { 0 } else { 2 }]),
         tlv(0x0a, &[0]),
         tlv(0x02, &[0]),
         tlv(0x02, &[0]),
@@ -44,7 +41,16 @@ fn nested_not_search(depth: usize) -> Vec<u8> {
         tlv(0x30, &[]),
     ]
     .concat();
-    tlv(0x30, &[tlv(0x02, &[2]), tlv(0x63, &body)].concat())
+    tlv(0x30, &[tlv(0x02, &[msgid]), tlv(0x63, &body)].concat())
+}
+
+/// A SearchRequest (msgid 2) whose filter is `depth` nested NOTs around `(cn=x)`.
+fn nested_not_search(depth: usize) -> Vec<u8> {
+    let mut filter = tlv(0xa3, &[tlv(0x04, b"cn"), tlv(0x04, b"x")].concat());
+    for _ in 0..depth {
+        filter = tlv(0xa2, &filter);
+    }
+    raw_search(2, PEOPLE.as_bytes(), false, filter)
 }
 
 /// The next message or None when the server closed the connection.
@@ -61,14 +67,7 @@ fn is_disconnect(m: &Option<LdapMsg>) -> bool {
 
 fn bound_raw(s: &Server) -> Raw {
     let mut r = Raw::connect(s);
-    r.send(vec![LdapMsg::new(
-        1,
-        LdapOp::BindRequest(LdapBindRequest {
-            version: 3,
-            dn: ROOT_DN.into(),
-            cred: LdapBindCred::Simple(ROOT_PW.into()),
-        }),
-    )]);
+    r.send(vec![LdapMsg::new(1, bind(ROOT_DN, ROOT_PW))]);
     assert!(matches!(r.recv().unwrap().op, LdapOp::BindResponse(b) if b.res.code == LdapResultCode::Success));
     r
 }
@@ -91,35 +90,9 @@ fn deep_nesting_and_bad_utf8() {
     let m = outcome(&mut r).expect("a result");
     assert!(matches!(&m.op, LdapOp::SearchResultDone(d) if d.code == LdapResultCode::AdminLimitExceeded), "{m:?}");
     // Invalid UTF-8 in a DN and in a filter value.
-    let bad_dn = {
-        let body = [
-            tlv(0x04, b"uid=\xff\xfe,ou=people"),
-            tlv(0x0a, &[0]),
-            tlv(0x0a, &[0]),
-            tlv(0x02, &[0]),
-            tlv(0x02, &[0]),
-            tlv(0x01, &[0]),
-            tlv(0x87, b"objectClass"),
-            tlv(0x30, &[]),
-        ]
-        .concat();
-        tlv(0x30, &[tlv(0x02, &[3]), tlv(0x63, &body)].concat())
-    };
-    let bad_filter = {
-        let filter = tlv(0xa3, &[tlv(0x04, b"cn"), tlv(0x04, b"\xc3\x28")].concat());
-        let body = [
-            tlv(0x04, PEOPLE.as_bytes()),
-            tlv(0x0a, &[2]),
-            tlv(0x0a, &[0]),
-            tlv(0x02, &[0]),
-            tlv(0x02, &[0]),
-            tlv(0x01, &[0]),
-            filter,
-            tlv(0x30, &[]),
-        ]
-        .concat();
-        tlv(0x30, &[tlv(0x02, &[4]), tlv(0x63, &body)].concat())
-    };
+    let bad_dn = raw_search(3, b"uid=\xff\xfe,ou=people", true, tlv(0x87, b"objectClass"));
+    let bad_filter =
+        raw_search(4, PEOPLE.as_bytes(), false, tlv(0xa3, &[tlv(0x04, b"cn"), tlv(0x04, b"\xc3\x28")].concat()));
     for pdu in [bad_dn, bad_filter] {
         let mut r = Raw::connect(&s);
         r.sock.write_all(&pdu).unwrap();
@@ -150,21 +123,7 @@ fn a_client_that_never_reads_is_dropped() {
         let mut sock = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
         let mut sent = 0;
         for id in 1..=10_000 {
-            let req = LdapMsg::new(
-                id,
-                LdapOp::SearchRequest(LdapSearchRequest {
-                    base: PEOPLE.into(),
-                    scope: LdapSearchScope::Subtree,
-                    aliases: LdapDerefAliases::Never,
-                    sizelimit: 0,
-                    timelimit: 0,
-                    typesonly: false,
-                    filter: LdapFilter::Present("objectClass".into()),
-                    attrs: vec![],
-                }),
-            );
-            let mut out = bytes::BytesMut::new();
-            tokio_util::codec::Encoder::encode(&mut ldap3_proto::LdapCodec::default(), req, &mut out).unwrap();
+            let out = encode_msgs(vec![LdapMsg::new(id, search(PEOPLE, LdapSearchScope::Subtree))]);
             if sock.write_all(&out).is_err() {
                 break;
             }

@@ -6,27 +6,6 @@ use ldap3_proto::proto::*;
 use ldap3_proto::LdapResultCode;
 use std::io::Write;
 
-fn search(base: &str, scope: LdapSearchScope) -> LdapOp {
-    LdapOp::SearchRequest(LdapSearchRequest {
-        base: base.into(),
-        scope,
-        aliases: LdapDerefAliases::Never,
-        sizelimit: 0,
-        timelimit: 0,
-        typesonly: false,
-        filter: LdapFilter::Present("objectClass".into()),
-        attrs: vec![],
-    })
-}
-
-fn bind(dn: &str, pw: &str) -> LdapOp {
-    LdapOp::BindRequest(LdapBindRequest { version: 3, dn: dn.into(), cred: LdapBindCred::Simple(pw.into()) })
-}
-
-fn whoami() -> LdapOp {
-    LdapOp::ExtendedRequest(LdapExtendedRequest { name: OID_WHOAMI.into(), value: None })
-}
-
 fn result_code(op: &LdapOp) -> Option<LdapResultCode> {
     Some(match op {
         LdapOp::SearchResultDone(r)
@@ -220,16 +199,7 @@ fn unbind_closes() {
 fn too_many_pending_operations_get_busy() {
     let s = Server::start_with_config(1, "[storage]\nsync = \"never\"\n[limits]\nmax_pending = 3\nsize_limit = 0\n");
     let mut c = s.admin();
-    let desc = "x".repeat(200);
-    for i in 0..1200 {
-        let name = format!("p{i}");
-        let attrs = vec![
-            ("objectClass", ["device"].into()),
-            ("cn", [name.as_str()].into()),
-            ("description", [desc.as_str()].into()),
-        ];
-        assert_eq!(c.add(&format!("cn={name},{PEOPLE}"), attrs).unwrap().rc, 0);
-    }
+    add_devices(&mut c, "p", 1200, 200);
     // Twenty large searches in one packet: each needs several chunks, so
     // the first three are still running when the others arrive.
     let mut r = Raw::connect(&s);

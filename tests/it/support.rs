@@ -219,6 +219,22 @@ pub fn add_user(c: &mut LdapConn, uid: &str) -> ldap3::LdapResult {
     .unwrap()
 }
 
+/// `n` device entries `cn={prefix}{i}` under ou=people, each with a
+/// description of `desc_len` bytes (large searches).
+pub fn add_devices(c: &mut LdapConn, prefix: &str, n: usize, desc_len: usize) {
+    let desc = "x".repeat(desc_len);
+    for i in 0..n {
+        let cn = format!("{prefix}{i}");
+        let attrs = vec![
+            ("objectClass", ["device"].into()),
+            ("cn", [cn.as_str()].into()),
+            ("description", [desc.as_str()].into()),
+        ];
+        let res = c.add(&format!("cn={cn},{PEOPLE}"), attrs).unwrap();
+        assert_eq!(res.rc, 0, "{res:?}");
+    }
+}
+
 /// The OpenLDAP command-line clients, installed from Debian when missing.
 pub fn ldap_utils() {
     static ONCE: OnceLock<()> = OnceLock::new();
@@ -307,6 +323,43 @@ pub fn allowed_cpus() -> Vec<usize> {
     }
 }
 
+use ldap3_proto::proto::{
+    LdapBindCred, LdapBindRequest, LdapDerefAliases, LdapExtendedRequest, LdapFilter, LdapOp, LdapSearchRequest,
+    LdapSearchScope, OID_WHOAMI,
+};
+
+/// A search for every entry in scope, all attributes.
+pub fn search(base: &str, scope: LdapSearchScope) -> LdapOp {
+    LdapOp::SearchRequest(LdapSearchRequest {
+        base: base.into(),
+        scope,
+        aliases: LdapDerefAliases::Never,
+        sizelimit: 0,
+        timelimit: 0,
+        typesonly: false,
+        filter: LdapFilter::Present("objectClass".into()),
+        attrs: vec![],
+    })
+}
+
+/// A simple bind.
+pub fn bind(dn: &str, pw: &str) -> LdapOp {
+    LdapOp::BindRequest(LdapBindRequest { version: 3, dn: dn.into(), cred: LdapBindCred::Simple(pw.into()) })
+}
+
+pub fn whoami() -> LdapOp {
+    LdapOp::ExtendedRequest(LdapExtendedRequest { name: OID_WHOAMI.into(), value: None })
+}
+
+/// Messages as the bytes a client sends.
+pub fn encode_msgs(msgs: Vec<LdapMsg>) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    for m in msgs {
+        LdapCodec::default().encode(m, &mut out).unwrap();
+    }
+    out.to_vec()
+}
+
 /// A byte stream a `Raw` client can use.
 pub trait Stream: std::io::Read + std::io::Write {}
 impl<T: std::io::Read + std::io::Write> Stream for T {}
@@ -329,11 +382,7 @@ impl Raw {
     }
 
     pub fn send(&mut self, msgs: Vec<LdapMsg>) {
-        let mut out = BytesMut::new();
-        for m in msgs {
-            LdapCodec::default().encode(m, &mut out).unwrap();
-        }
-        self.sock.write_all(&out).unwrap();
+        self.sock.write_all(&encode_msgs(msgs)).unwrap();
     }
 
     /// The next message, or None once the server closed the connection.

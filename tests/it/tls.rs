@@ -161,20 +161,14 @@ fn start_tls() -> LdapOp {
 }
 
 fn bind_raw(c: &mut Raw, id: i32, dn: &str, pw: &str) {
-    c.send(vec![LdapMsg::new(
-        id,
-        LdapOp::BindRequest(LdapBindRequest { version: 3, dn: dn.into(), cred: LdapBindCred::Simple(pw.into()) }),
-    )]);
+    c.send(vec![LdapMsg::new(id, bind(dn, pw))]);
     let reply = c.recv().unwrap();
     assert!(matches!(&reply.op, LdapOp::BindResponse(r) if r.res.code == LdapResultCode::Success), "{reply:?}");
 }
 
 impl Raw {
     fn whoami(&mut self, id: i32) -> String {
-        self.send(vec![LdapMsg::new(
-            id,
-            LdapOp::ExtendedRequest(LdapExtendedRequest { name: OID_WHOAMI.into(), value: None }),
-        )]);
+        self.send(vec![LdapMsg::new(id, whoami())]);
         match self.recv().map(|m| m.op) {
             Some(LdapOp::ExtendedResponse(r)) => String::from_utf8(r.value.unwrap_or_default()).unwrap(),
             other => panic!("{other:?}"),
