@@ -319,6 +319,7 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<String> {
 }
 
 fn count_entries(store: &Engine) -> Result<u64> {
+    let _outside = store.outside();
     let txn = store.read().map_err(|e| anyhow!(e.message))?;
     let mut n = 0;
     txn.scan(Tree::Id2entry, b"", b"", &mut |_, _| {

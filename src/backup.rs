@@ -58,7 +58,15 @@ fn create_stores(config: &Config, dir: &Path, manifest: &Manifest) -> Result<Arc
 fn copy(from: &[Arc<Engine>], to: &[Arc<Engine>], route: impl Fn(Tree, &[u8]) -> usize) -> Result<u64> {
     let mut entries = 0u64;
     let mut next_id = 0u64;
+    // Room for everything at once: `to` is new and only this thread uses it.
+    let total: u64 = from.iter().map(|s| s.size()).sum();
+    for store in to {
+        // SAFETY: no transaction is open on a store this function created.
+        unsafe { store.make_room(total) }.map_err(err)?;
+    }
     for store in from {
+        // A running server's store (`ctl backup`) may grow meanwhile: hold it off.
+        let _outside = store.outside();
         let txn = store.read().map_err(err)?;
         for tree in TREES {
             let mut pending: Vec<Vec<(Vec<u8>, Vec<u8>)>> = vec![Vec::new(); to.len()];

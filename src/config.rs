@@ -160,7 +160,8 @@ pub struct Storage {
     pub sync: String,
     /// Period of the background sync in "interval" mode.
     pub sync_interval_ms: u64,
-    /// Address space reserved for each shard's LMDB map.
+    /// Address space first reserved for each shard's LMDB map (it doubles
+    /// when a quarter is left; see README).
     pub map_size_mb: usize,
     /// sled's page cache per shard.
     pub sled_cache_mb: u64,

@@ -21,7 +21,7 @@ use shards::entry::Entry;
 use shards::ldif;
 use shards::manifest::Manifest;
 use shards::store::{Engine, Store};
-use shards::write::{add_ops, run_batch, BulkLoad, WriteOp};
+use shards::write::{add_ops, run_batch_owned, BulkLoad, WriteOp};
 use shards::Error;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -72,7 +72,7 @@ pub fn run(config: Config, file: &Path) -> Result<()> {
         writers.push(std::thread::spawn(move || -> Result<(), String> {
             for batch in rx {
                 let (lines, ops): (Vec<usize>, Vec<WriteOp>) = batch.into_iter().unzip();
-                for (line, res) in lines.into_iter().zip(run_batch(&*store, |k| manifest.partition_of(k), &ops)) {
+                for (line, res) in lines.into_iter().zip(run_batch_owned(&*store, |k| manifest.partition_of(k), &ops)) {
                     res.map_err(|e| format!("line {line}: {}", e.message))?;
                 }
             }

@@ -19,17 +19,57 @@ use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 /// Most operations one commit takes from the queue.
 pub const MAX_BATCH: usize = 1024;
 
-/// What crosses cores: write requests to an owner and their results.
+/// What crosses cores: write requests to an owner and their results, and
+/// the owner's request to stop reading while its store grows.
 pub enum MeshMsg {
     Request { from: usize, id: u64, op: WriteOp },
     Response { id: u64, result: Outcome },
+    Park(Arc<Gate>),
 }
+
+/// Where reactors wait while one store's LMDB map grows (`grow`): a
+/// reactor handling `Park` is between transactions (none is held across an
+/// `.await`), and blocking its thread keeps it there.
+#[derive(Default)]
+pub struct Gate {
+    /// (reactors parked, released)
+    state: Mutex<(usize, bool)>,
+    changed: Condvar,
+}
+
+impl Gate {
+    fn park(&self) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.0 += 1;
+        self.changed.notify_all();
+        while !s.1 {
+            s = self.changed.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn wait_parked(&self, n: usize) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        while s.0 < n {
+            s = self.changed.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn release(&self) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+        self.changed.notify_all();
+    }
+}
+
+/// One growth at a time in the process: two owners parking each other
+/// would wait forever.
+static GROWING: AtomicBool = AtomicBool::new(false);
 
 pub type Mesh = MeshBuilder<MeshMsg, glommio::channels::channel_mesh::Full>;
 
@@ -199,7 +239,55 @@ impl Shard {
                     let _ = tx.send(result);
                 }
             }
+            MeshMsg::Park(gate) => gate.park(),
         }
+    }
+
+    /// Grows this shard's store (see `Store::make_room`): parks every
+    /// other reactor through the mesh, then this one (by blocking in
+    /// place), and waits for the admin thread's readers. Returns false when
+    /// another growth or an admin reader is busy: the caller tries again.
+    async fn grow(&self, extra: u64) -> bool {
+        if GROWING.swap(true, Ordering::Acquire) {
+            return false;
+        }
+        let store = &self.stores[self.id];
+        let grew = match store.exclusive() {
+            None => false,
+            Some(_outside) => {
+                let gate = Arc::new(Gate::default());
+                let peers: Vec<usize> = (0..self.n_shards()).filter(|&p| p != self.id).collect();
+                if let Some(mesh) = &self.mesh {
+                    for &p in &peers {
+                        let _ = mesh.send_to(p, MeshMsg::Park(gate.clone())).await;
+                    }
+                }
+                gate.wait_parked(peers.len());
+                // SAFETY: every reactor is parked between transactions, the
+                // admin thread's readers are held off by `_outside`, and
+                // this shard's commit loop (the only writer) is here.
+                let result = unsafe { store.make_room(extra) };
+                gate.release();
+                match result {
+                    Ok(Some((from, to))) => {
+                        eprintln!(
+                            "coredir: shard {}: LMDB map grown from {} MiB to {} MiB",
+                            self.id,
+                            from >> 20,
+                            to >> 20
+                        );
+                        true
+                    }
+                    Ok(None) => true,
+                    Err(e) => {
+                        eprintln!("coredir: shard {}: growing the LMDB map failed: {e}", self.id);
+                        false
+                    }
+                }
+            }
+        };
+        GROWING.store(false, Ordering::Release);
+        grew
     }
 
     async fn reply(&self, reply: Reply, result: Outcome) {
@@ -226,15 +314,33 @@ async fn commit_loop(shard: Rc<Shard>, rx: LocalReceiver<Pending>) {
                 _ => break,
             }
         }
-        let (ops, replies): (Vec<WriteOp>, Vec<Reply>) = batch.into_iter().map(|p| (p.op, p.reply)).unzip();
-        let store = shard.stores[shard.id].clone();
-        let manifest = shard.manifest.clone();
+        let (mut ops, replies): (Vec<WriteOp>, Vec<Reply>) = batch.into_iter().map(|p| (p.op, p.reply)).unzip();
         let m = &shard.metrics;
         m.queue_depth.decrement(ops.len() as f64);
         m.commit_batch.record(ops.len() as f64);
+        let store = &shard.stores[shard.id];
+        if store.wants_room() {
+            shard.grow(0).await;
+        }
         let started = std::time::Instant::now();
-        let results =
-            glommio::executor().spawn_blocking(move || run_batch(&*store, |k| manifest.partition_of(k), &ops)).await;
+        let results = loop {
+            let (owned, manifest) = (store.clone(), shard.manifest.clone());
+            let (back, results) = glommio::executor()
+                .spawn_blocking(move || {
+                    let results = run_batch(&*owned, |k| manifest.partition_of(k), &ops);
+                    (ops, results)
+                })
+                .await;
+            ops = back;
+            // Out of room: nothing of the batch was committed; at least
+            // double the map and run it again.
+            if !store.take_full() {
+                break results;
+            }
+            while !shard.grow(store.map_size()).await {
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+        };
         m.commit_seconds.record(started.elapsed().as_secs_f64());
         for (reply, result) in replies.into_iter().zip(results) {
             shard.reply(reply, result).await;

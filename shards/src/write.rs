@@ -142,6 +142,16 @@ impl BulkLoad {
     }
 
     /// Sorts and appends everything into `store`, which must be empty.
+    /// An upper bound of the bytes the load will take in the store: its
+    /// keys and values, twice over for B-tree pages and node headers.
+    fn bytes(&self) -> u64 {
+        let entries: usize = self.id2entry.iter().map(|(_, v)| 8 + v.len()).sum();
+        let dns: usize = self.dn2id.iter().map(|(k, _)| k.len() + 8).sum();
+        let children: usize = self.children.iter().map(|(k, _)| k.len() + 8).sum();
+        let index = self.arena.len() + 8 * self.index.len();
+        2 * (entries + dns + children + index) as u64 + (1 << 20)
+    }
+
     pub fn write<S: Store>(mut self, store: &S) -> Result<()> {
         self.dn2id.sort_unstable();
         self.id2entry.sort_unstable_by(|a, b| a.0.cmp(&b.0));
@@ -165,6 +175,8 @@ impl BulkLoad {
                 })
                 .then(a.id.cmp(&b.id))
         });
+        // SAFETY: a bulk load owns its new store; no transaction is open.
+        unsafe { store.make_room(self.bytes())? };
         let mut w = Appender { store, txn: Some(store.write()?), in_txn: 0 };
         for (k, v) in &self.dn2id {
             w.append(Tree::Dn2id, k, v)?;
@@ -254,6 +266,21 @@ pub fn run_batch<S: Store>(store: &S, partition_of: impl Fn(&[u8]) -> u32, ops: 
         return fail_all(e);
     }
     results
+}
+
+/// `run_batch` for a thread that owns its store outright (offline tools):
+/// when the batch runs out of room, the map grows and the batch runs again.
+pub fn run_batch_owned<S: Store>(store: &S, partition_of: impl Fn(&[u8]) -> u32, ops: &[WriteOp]) -> Vec<Outcome> {
+    loop {
+        let results = run_batch(store, &partition_of, ops);
+        if !store.take_full() {
+            return results;
+        }
+        // SAFETY: the caller owns the store: no other transaction is open.
+        if let Err(e) = unsafe { store.make_room(store.map_size()) } {
+            return vec![Err(e); ops.len()];
+        }
+    }
 }
 
 pub fn be_u64(v: &[u8]) -> u64 {

@@ -75,3 +75,81 @@ fn acknowledged_writes_survive_kill_9() {
     // Counts left high by a write cut between two owners are repaired at start.
     assert_eq!(n, present.len(), "child count of ou=people");
 }
+
+/// LMDB's map grows instead of failing with map-full: online adds with two
+/// shards serving reads meanwhile, the restart, and an import of the
+/// result, each far past a 16 MiB `storage.map_size_mb`.
+#[test]
+fn the_lmdb_map_grows_when_needed() {
+    if engine() != "lmdb" {
+        return; // sled has no map to grow
+    }
+    let small = "[storage]\nmap_size_mb = 16\n";
+    let mut s = Server::start_with_config(2, small);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (mut c, stop) = (s.admin(), stop.clone());
+            std::thread::spawn(move || {
+                let mut reads = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    assert_eq!(search_dns(&mut c, PEOPLE, Scope::Base, "(objectClass=*)").len(), 1);
+                    reads += 1;
+                }
+                reads
+            })
+        })
+        .collect();
+    // 160 entries of 200 KiB: 32 MiB, twice what the maps start with.
+    add_devices(&mut s.admin(), "big", 160, 200 << 10);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for r in readers {
+        assert!(r.join().expect("reader") > 0);
+    }
+    let log = std::fs::read_to_string(&s.stderr).unwrap();
+    assert!(log.contains("LMDB map grown from 16 MiB to 32 MiB"), "{log}");
+    let count = |s: &Server| get_entry(&mut s.admin(), PEOPLE, vec!["numSubordinates"]).unwrap().attrs;
+    assert_eq!(count(&s)["numSubordinates"], vec!["160"]);
+    s.restart();
+    assert_eq!(count(&s)["numSubordinates"], vec!["160"]);
+    let e = get_entry(&mut s.admin(), &format!("cn=big159,{PEOPLE}"), vec!["description"]).unwrap();
+    assert_eq!(e.attrs["description"][0].len(), 200 << 10);
+    add_devices(&mut s.admin(), "more", 1, 200 << 10);
+    // An import of all that into a new directory grows its map up front.
+    let dump = s.dir.path().join("dump.ldif");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_coredir")).args(args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    let (config, data) = (s.config_path(), s.dir.path().join("imported"));
+    run(&[
+        "export",
+        "--config",
+        config.to_str().unwrap(),
+        "--data",
+        s.data().to_str().unwrap(),
+        "--out",
+        dump.to_str().unwrap(),
+    ]);
+    run(&[
+        "import",
+        "--config",
+        config.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--shards",
+        "1",
+        dump.to_str().unwrap(),
+    ]);
+    let again = s.dir.path().join("again.ldif");
+    run(&[
+        "export",
+        "--config",
+        config.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--out",
+        again.to_str().unwrap(),
+    ]);
+    assert!(std::fs::read(&dump).unwrap() == std::fs::read(&again).unwrap(), "the imported copy differs");
+}

@@ -4,19 +4,30 @@
 //! tasks and each may open its own snapshot. Commits are ordinary synced
 //! LMDB commits in `SyncMode::Always`; the other modes open the environment
 //! with `NO_SYNC` (never `NO_SYNC` plus a later sync for `Always`).
+//!
+//! The map (address space reserved for the file) starts at
+//! `storage.map_size_mb` and doubles whenever less than a quarter is left
+//! or a write meets `MDB_MAP_FULL` (`Store::make_room`); a store reopened
+//! with its data past the configured size grows the same way at open.
 
 use super::{ReadTxn, Store, SyncMode, Tree, WriteTxn, TREES};
 use crate::error::{Error, Result};
 use heed::types::Bytes;
-use heed::{CommitOrAbort, Database, Env, EnvFlags, EnvOpenOptions, PutFlags, RoTxn, RwTxn, WithoutTls};
+use heed::{CommitOrAbort, Database, Env, EnvFlags, EnvOpenOptions, MdbError, PutFlags, RoTxn, RwTxn, WithoutTls};
 use std::ops::Bound;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
 type Db = Database<'static, Bytes, Bytes>;
 
 pub struct LmdbStore {
     env: Env<WithoutTls>,
     dbs: [Db; 5],
+    /// Set when a write met `MDB_MAP_FULL` (see `Store::take_full`).
+    full: AtomicBool,
+    /// Readers outside the reactors (see `Store::outside`).
+    outside: RwLock<()>,
 }
 
 pub struct LmdbRead<'a> {
@@ -27,11 +38,32 @@ pub struct LmdbRead<'a> {
 pub struct LmdbWrite<'a> {
     txn: RwTxn<'a>,
     dbs: &'a [Db; 5],
+    full: &'a AtomicBool,
 }
 
 fn storage_error(e: heed::Error) -> Error {
     eprintln!("coredir: storage error: {e}");
     Error::other(format!("storage error: {e}"))
+}
+
+/// A write's error: running out of map is remembered, and not logged (the
+/// owner grows the map and runs the batch again).
+fn write_error(full: &AtomicBool, e: heed::Error) -> Error {
+    if matches!(e, heed::Error::Mdb(MdbError::MapFull)) {
+        full.store(true, Ordering::Relaxed);
+        return Error::other("storage error: the LMDB map is full");
+    }
+    storage_error(e)
+}
+
+/// The map size that leaves a quarter of the map free after `used` bytes:
+/// the current one doubled as often as needed.
+fn grown(map: u64, used: u64) -> u64 {
+    let mut size = map.max(1 << 20);
+    while used > size / 4 * 3 {
+        size *= 2;
+    }
+    size
 }
 
 impl LmdbStore {
@@ -59,8 +91,24 @@ impl LmdbStore {
             })
             .map_err(storage_error)?
             .unwrap_commit();
-        Ok(LmdbStore { env, dbs })
+        let store = LmdbStore { env, dbs, full: AtomicBool::new(false), outside: RwLock::new(()) };
+        // LMDB maps what it is asked for, or just the data when that is
+        // more: a store that grew last time needs room again.
+        // SAFETY: the environment was just opened; no transaction is open.
+        unsafe { store.make_room(0) }?;
+        Ok(store)
     }
+
+    /// Bytes of the map in use (up to the last page), and the map's size.
+    fn usage(&self) -> (u64, u64) {
+        let info = self.env.info();
+        ((info.last_page_number as u64 + 1) * page_size() as u64, info.map_size as u64)
+    }
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
 }
 
 fn idx(t: Tree) -> usize {
@@ -76,7 +124,7 @@ impl Store for LmdbStore {
     }
 
     fn write(&self) -> Result<LmdbWrite<'_>> {
-        Ok(LmdbWrite { txn: self.env.write_txn().map_err(storage_error)?, dbs: &self.dbs })
+        Ok(LmdbWrite { txn: self.env.write_txn().map_err(storage_error)?, dbs: &self.dbs, full: &self.full })
     }
 
     fn sync(&self) -> Result<()> {
@@ -85,6 +133,44 @@ impl Store for LmdbStore {
 
     fn size(&self) -> u64 {
         self.env.real_disk_size().unwrap_or(0)
+    }
+
+    fn wants_room(&self) -> bool {
+        let (used, map) = self.usage();
+        grown(map, used) > map
+    }
+
+    fn take_full(&self) -> bool {
+        // A load first: the line stays shared while nothing failed.
+        self.full.load(Ordering::Relaxed) && self.full.swap(false, Ordering::Relaxed)
+    }
+
+    fn map_size(&self) -> u64 {
+        self.usage().1
+    }
+
+    unsafe fn make_room(&self, extra: u64) -> Result<Option<(u64, u64)>> {
+        let (used, map) = self.usage();
+        let size = grown(map, used + extra);
+        if size == map {
+            return Ok(None);
+        }
+        let size = size.next_multiple_of(page_size() as u64);
+        // SAFETY: the caller promises that no transaction is open.
+        unsafe { self.env.resize(size as usize) }.map_err(storage_error)?;
+        Ok(Some((map, size)))
+    }
+
+    fn outside(&self) -> Option<RwLockReadGuard<'_, ()>> {
+        Some(self.outside.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn exclusive(&self) -> Option<RwLockWriteGuard<'_, ()>> {
+        match self.outside.try_write() {
+            Ok(g) => Some(g),
+            Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
     }
 }
 
@@ -131,18 +217,57 @@ impl ReadTxn for LmdbWrite<'_> {
 
 impl WriteTxn for LmdbWrite<'_> {
     fn put(&mut self, tree: Tree, key: &[u8], value: &[u8]) -> Result<()> {
-        self.dbs[idx(tree)].put(&mut self.txn, key, value).map_err(storage_error)
+        self.dbs[idx(tree)].put(&mut self.txn, key, value).map_err(|e| write_error(self.full, e))
     }
     fn delete(&mut self, tree: Tree, key: &[u8]) -> Result<bool> {
         self.dbs[idx(tree)].delete(&mut self.txn, key).map_err(storage_error)
     }
     fn append(&mut self, tree: Tree, key: &[u8], value: &[u8]) -> Result<()> {
-        self.dbs[idx(tree)].put_with_flags(&mut self.txn, PutFlags::APPEND, key, value).map_err(storage_error)
+        let db = &self.dbs[idx(tree)];
+        db.put_with_flags(&mut self.txn, PutFlags::APPEND, key, value).map_err(|e| write_error(self.full, e))
     }
     fn clear(&mut self, tree: Tree) -> Result<()> {
         self.dbs[idx(tree)].clear(&mut self.txn).map_err(storage_error)
     }
     fn commit(self) -> Result<()> {
-        self.txn.commit().map_err(storage_error)
+        self.txn.commit().map_err(|e| write_error(self.full, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A write past the map fails, is remembered, and succeeds once the
+    /// map has grown; a reopened store keeps room above its data.
+    #[test]
+    fn a_full_map_grows_and_the_write_succeeds() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LmdbStore::open(dir.path(), SyncMode::Never, 1 << 20).unwrap();
+        let value = vec![7u8; 3 << 20];
+        let put = |s: &LmdbStore| -> Result<()> {
+            let mut txn = s.write()?;
+            txn.put(Tree::Id2entry, b"big", &value)?;
+            txn.commit()
+        };
+        assert!(put(&store).is_err());
+        assert!(store.take_full() && !store.take_full());
+        // As an owner does: at least double, and try again.
+        let mut rounds = 0;
+        loop {
+            // SAFETY: no transaction is open.
+            let (from, to) = unsafe { store.make_room(store.map_size()) }.unwrap().unwrap();
+            assert_eq!(to, 2 * from);
+            rounds += 1;
+            if put(&store).is_ok() {
+                break;
+            }
+            assert!(store.take_full() && rounds < 4);
+        }
+        assert!(store.map_size() >= 4 << 20);
+        assert_eq!(store.read().unwrap().get(Tree::Id2entry, b"big").unwrap().map(<[u8]>::len), Some(3 << 20));
+        drop(store);
+        let store = LmdbStore::open(dir.path(), SyncMode::Never, 1 << 20).unwrap();
+        assert!(!store.wants_room() && store.map_size() > 4 << 20);
     }
 }

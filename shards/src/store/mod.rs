@@ -71,6 +71,42 @@ pub trait Store: Send + Sync + 'static {
     fn sync(&self) -> Result<()>;
     /// Bytes used on disk.
     fn size(&self) -> u64;
+
+    /// Whether the store is running out of room (LMDB: less than a quarter
+    /// of the map left). Checked by the owner before each commit.
+    fn wants_room(&self) -> bool {
+        false
+    }
+    /// Whether a write failed for lack of room since the last call (LMDB's
+    /// `MDB_MAP_FULL`): the owner grows the store and runs the batch again.
+    fn take_full(&self) -> bool {
+        false
+    }
+    /// LMDB's map size (0 for engines without one).
+    fn map_size(&self) -> u64 {
+        0
+    }
+    /// Makes room for `extra` more bytes: LMDB doubles its map until a
+    /// quarter is left after them. Returns the old and new map sizes when
+    /// it grew.
+    ///
+    /// # Safety
+    /// No transaction may be open on this store anywhere in the process:
+    /// LMDB unmaps and maps the file again, so a reader's pointers would
+    /// dangle. A server parks every reactor first (`shard::grow`) and takes
+    /// `exclusive()`; offline tools call it while one thread owns the store.
+    unsafe fn make_room(&self, _extra: u64) -> Result<Option<(u64, u64)>> {
+        Ok(None)
+    }
+    /// Held by readers that are not reactors (the admin thread's backups),
+    /// so that growth waits for them; reactors need nothing (they park).
+    fn outside(&self) -> Option<std::sync::RwLockReadGuard<'_, ()>> {
+        None
+    }
+    /// What growth holds: `None` while an outside reader is busy.
+    fn exclusive(&self) -> Option<std::sync::RwLockWriteGuard<'_, ()>> {
+        None
+    }
 }
 
 pub trait ReadTxn {
@@ -174,6 +210,37 @@ impl Store for Engine {
         match self {
             Engine::Lmdb(s) => s.size(),
             Engine::Sled(s) => s.size(),
+        }
+    }
+    fn wants_room(&self) -> bool {
+        matches!(self, Engine::Lmdb(s) if s.wants_room())
+    }
+    fn take_full(&self) -> bool {
+        matches!(self, Engine::Lmdb(s) if s.take_full())
+    }
+    fn map_size(&self) -> u64 {
+        match self {
+            Engine::Lmdb(s) => s.map_size(),
+            Engine::Sled(_) => 0,
+        }
+    }
+    unsafe fn make_room(&self, extra: u64) -> Result<Option<(u64, u64)>> {
+        match self {
+            // SAFETY: the caller's promise, passed on.
+            Engine::Lmdb(s) => unsafe { s.make_room(extra) },
+            Engine::Sled(_) => Ok(None),
+        }
+    }
+    fn outside(&self) -> Option<std::sync::RwLockReadGuard<'_, ()>> {
+        match self {
+            Engine::Lmdb(s) => s.outside(),
+            Engine::Sled(_) => None,
+        }
+    }
+    fn exclusive(&self) -> Option<std::sync::RwLockWriteGuard<'_, ()>> {
+        match self {
+            Engine::Lmdb(s) => s.exclusive(),
+            Engine::Sled(_) => None,
         }
     }
 }
