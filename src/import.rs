@@ -20,6 +20,7 @@ use shards::dn::Dn;
 use shards::entry::Entry;
 use shards::ldif;
 use shards::manifest::Manifest;
+use shards::schema::base_type;
 use shards::store::{Engine, Store};
 use shards::write::{add_ops, run_batch_owned, BulkLoad, WriteOp};
 use shards::Error;
@@ -230,15 +231,19 @@ fn entry_of(rec: ldif::Record, suffix: &Dn) -> Result<(Dn, Entry), String> {
     if !dn.is_within(suffix) {
         return Err(format!("{} is outside the naming context {}", rec.dn, suffix.to_string_form()));
     }
-    // Values grouped per attribute first, so duplicate checks are one pass.
-    let mut grouped: Vec<(String, Vec<Vec<u8>>)> = Vec::new();
+    // Values grouped per attribute type first, so duplicate checks are one
+    // pass; each line's name is looked up in the schema once.
+    let mut grouped: Vec<(String, Vec<Vec<u8>>)> = Vec::with_capacity(16);
     for (name, value) in rec.attrs {
-        match grouped.iter_mut().find(|(n, _)| shards::matching::same_attr(n, &name)) {
+        let stored = shards::matching::stored_name(&name);
+        let base = base_type(&stored);
+        match grouped.iter_mut().find(|(n, _)| base_type(n).eq_ignore_ascii_case(base)) {
             Some((_, vals)) => vals.push(value),
-            None => grouped.push((name, vec![value])),
+            None => grouped.push((stored.into_owned(), vec![value])),
         }
     }
-    let mut entry = Entry { dn: rec.dn, attrs: Vec::with_capacity(grouped.len() + 5) };
+    // Room for the six operational attributes `check_new` and `stamp_new` add.
+    let mut entry = Entry { dn: rec.dn, attrs: Vec::with_capacity(grouped.len() + 6) };
     for (name, vals) in grouped {
         entry.add_values(&name, &vals).map_err(|e| e.message)?;
     }

@@ -187,7 +187,14 @@ impl BulkLoad {
         let mut full = Vec::new();
         for r in &self.index {
             full.clear();
-            full.extend_from_slice(key(r));
+            // Most keys fit in the head: rebuilt from it, the arena (read
+            // in sorted order, i.e. at random) is not touched.
+            if r.len as usize <= HEAD {
+                r.head.iter().for_each(|w| full.extend_from_slice(&w.to_be_bytes()));
+                full.truncate(r.len as usize);
+            } else {
+                full.extend_from_slice(key(r));
+            }
             full.extend_from_slice(&r.id);
             w.append(Tree::Index, &full, b"")?;
         }
