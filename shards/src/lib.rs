@@ -44,6 +44,7 @@
 //! 5. This crate uses ldap3_proto's data types (filters, result codes) but
 //!    never its messages.
 
+pub mod csn;
 pub mod dn;
 pub mod entry;
 pub mod error;
@@ -52,6 +53,7 @@ pub mod index;
 pub mod ldif;
 pub mod manifest;
 pub mod matching;
+pub mod merge;
 pub mod password;
 pub mod repair;
 pub mod schema;

@@ -1,0 +1,413 @@
+//! The replicated state of an entry and the merge that makes two servers
+//! converge (mirror mode; see DESIGN.md and research/replication.md §7.7).
+//!
+//! An entry's `EntryState` keeps a CSN for everything a change can touch:
+//! - each value: when it was last added and last deleted (it is present
+//!   when its add is newer than both its delete and its attribute's clear);
+//! - each attribute: when it was last cleared (a Replace or a Delete of
+//!   the whole attribute clears it at its CSN; a Replace's new values are
+//!   added at the same CSN and survive it);
+//! - the DN: a last-writer-wins register (modify-DN);
+//! - the entry: when it was added and, once deleted, the tombstone's CSN.
+//!
+//! `merge` joins a `Record` into the state by taking the newer stamp of
+//! each, so applying records twice or in any order gives the same state;
+//! `visible` derives the entry clients see from it. The rules:
+//! - single-valued attributes: the newest value wins;
+//! - multi-valued attributes: per value, so concurrent additions of
+//!   different members to one group both survive;
+//! - a delete is final: a tombstoned entry stays deleted, whatever older
+//!   or newer modifications arrive after it (kanidm's one-way street).
+//!
+//! Two entries that claim one DN (the same DN added on both sides) are a
+//! matter between entries, decided by `conflict_loser` where entries are
+//! stored.
+
+use crate::csn::Csn;
+use crate::matching;
+use std::collections::BTreeMap;
+
+/// One replicated change to one entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub csn: Csn,
+    /// The entry's `entryUUID`: its identity (the DN is an attribute).
+    pub uuid: [u8; 16],
+    pub change: Change,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// A new entry with its whole content, attributes in order.
+    Add {
+        dn: String,
+        attrs: Vec<(String, Vec<Vec<u8>>)>,
+    },
+    /// Value-level changes, in order.
+    Modify {
+        deltas: Vec<Delta>,
+    },
+    /// The entry's new DN (one half of a modify-DN; the values the new RDN
+    /// needs travel as a `Modify` with the same CSN).
+    Rename {
+        dn: String,
+    },
+    Delete,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Delta {
+    Add {
+        attr: String,
+        values: Vec<Vec<u8>>,
+    },
+    Delete {
+        attr: String,
+        values: Vec<Vec<u8>>,
+    },
+    /// Removes every value older than the change: an LDAP Replace is
+    /// `Clear` then `Add`, a Delete without values is `Clear`.
+    Clear {
+        attr: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct EntryState {
+    /// The add's CSN (zero until the add has been seen).
+    pub created: Csn,
+    /// The DN and the CSN that set it (`None` until the add has been seen).
+    pub dn: Option<(String, Csn)>,
+    /// The tombstone: once set, the entry is gone for good.
+    pub deleted: Option<Csn>,
+    /// Attributes by lower-case stored name.
+    pub attrs: BTreeMap<String, AttrState>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttrState {
+    /// The attribute's name as the entry shows it.
+    pub name: String,
+    /// Where the attribute sits in the entry: the first add's CSN and its
+    /// position in that change (the earliest wins, so both sides agree).
+    pub order: (Csn, u16),
+    /// The last `Clear`.
+    pub cleared: Csn,
+    /// Values by normalized form.
+    pub values: BTreeMap<Vec<u8>, ValueState>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValueState {
+    /// The value as last added (its normalized form is the map's key).
+    pub value: Vec<u8>,
+    pub added: Csn,
+    pub deleted: Csn,
+}
+
+impl ValueState {
+    /// A change clears an attribute before it adds (an LDAP Replace), so
+    /// an add survives a clear with the same CSN. One change never adds
+    /// and deletes the same value (`deltas` are computed from the entry
+    /// before and after it).
+    fn present(&self, cleared: Csn) -> bool {
+        self.added > self.deleted && self.added >= cleared
+    }
+}
+
+impl EntryState {
+    /// Joins one record into the state.
+    pub fn merge(&mut self, rec: &Record) {
+        let csn = rec.csn;
+        match &rec.change {
+            Change::Add { dn, attrs } => {
+                self.created = self.created.max(csn);
+                self.set_dn(dn, csn);
+                for (i, (name, values)) in attrs.iter().enumerate() {
+                    self.add_values(name, values, csn, i as u16);
+                }
+            }
+            Change::Modify { deltas } => {
+                for (i, d) in deltas.iter().enumerate() {
+                    match d {
+                        Delta::Add { attr, values } => self.add_values(attr, values, csn, i as u16),
+                        Delta::Delete { attr, values } => {
+                            let a = self.attr(attr, csn, i as u16);
+                            let norm = matching::normalizer(attr);
+                            for v in values {
+                                let slot = a.values.entry(norm(v).into_owned()).or_insert_with(|| ValueState {
+                                    value: v.clone(),
+                                    added: Csn::default(),
+                                    deleted: Csn::default(),
+                                });
+                                slot.deleted = slot.deleted.max(csn);
+                                // Never added: the spelling must not depend on arrival order.
+                                if slot.added == Csn::default() && v < &slot.value {
+                                    slot.value = v.clone();
+                                }
+                            }
+                        }
+                        Delta::Clear { attr } => {
+                            let a = self.attr(attr, csn, i as u16);
+                            a.cleared = a.cleared.max(csn);
+                        }
+                    }
+                }
+            }
+            Change::Rename { dn } => self.set_dn(dn, csn),
+            Change::Delete => self.deleted = Some(self.deleted.map_or(csn, |d| d.max(csn))),
+        }
+    }
+
+    fn set_dn(&mut self, dn: &str, csn: Csn) {
+        // CSNs are unique; the DN breaks a tie all the same, so that no
+        // order of arrival can matter.
+        if self.dn.as_ref().is_none_or(|(cur, at)| (csn, dn) > (*at, cur.as_str())) {
+            self.dn = Some((dn.to_string(), csn));
+        }
+    }
+
+    fn attr(&mut self, name: &str, csn: Csn, pos: u16) -> &mut AttrState {
+        let stored = matching::stored_name(name);
+        let a = self.attrs.entry(stored.to_ascii_lowercase()).or_insert_with(|| AttrState {
+            name: stored.to_string(),
+            order: (csn, pos),
+            cleared: Csn::default(),
+            values: BTreeMap::new(),
+        });
+        a.order = a.order.min((csn, pos));
+        if *stored < *a.name {
+            a.name = stored.into_owned();
+        }
+        a
+    }
+
+    fn add_values(&mut self, name: &str, values: &[Vec<u8>], csn: Csn, pos: u16) {
+        let a = self.attr(name, csn, pos);
+        let norm = matching::normalizer(name);
+        for v in values {
+            let slot = a.values.entry(norm(v).into_owned()).or_insert_with(|| ValueState {
+                value: v.clone(),
+                added: Csn::default(),
+                deleted: Csn::default(),
+            });
+            // The newest add also decides the value's spelling ("Foo" or "foo").
+            if csn > slot.added || (csn == slot.added && v < &slot.value) {
+                slot.added = csn;
+                slot.value = v.clone();
+            }
+        }
+    }
+
+    /// The newest CSN in the state: the entry's `entryCSN`.
+    pub fn max_csn(&self) -> Csn {
+        let mut max = self.created.max(self.deleted.unwrap_or_default());
+        if let Some((_, c)) = &self.dn {
+            max = max.max(*c);
+        }
+        for a in self.attrs.values() {
+            max = max.max(a.cleared);
+            for v in a.values.values() {
+                max = max.max(v.added).max(v.deleted);
+            }
+        }
+        max
+    }
+
+    /// What clients see: the DN and the present values, attributes in
+    /// their agreed order, values oldest first; `None` for a tombstone or
+    /// an entry whose add has not arrived yet.
+    pub fn visible(&self) -> Option<(String, Vec<(String, Vec<Vec<u8>>)>)> {
+        if self.deleted.is_some() || self.created == Csn::default() {
+            return None;
+        }
+        let (dn, _) = self.dn.as_ref()?;
+        let mut attrs: Vec<(&AttrState, Vec<&ValueState>)> = self
+            .attrs
+            .values()
+            .map(|a| {
+                let mut present: Vec<&ValueState> = a.values.values().filter(|v| v.present(a.cleared)).collect();
+                present.sort_by(|x, y| x.added.cmp(&y.added).then_with(|| x.value.cmp(&y.value)));
+                if matching::attr_type(&a.name).is_some_and(|t| t.single_value) {
+                    // Last writer wins: concurrent adds leave the newest.
+                    present.drain(..present.len().saturating_sub(1));
+                }
+                (a, present)
+            })
+            .filter(|(_, present)| !present.is_empty())
+            .collect();
+        attrs.sort_by(|x, y| x.0.order.cmp(&y.0.order).then_with(|| x.0.name.cmp(&y.0.name)));
+        let attrs = attrs
+            .into_iter()
+            .map(|(a, present)| (a.name.clone(), present.into_iter().map(|v| v.value.clone()).collect()))
+            .collect();
+        Some((dn.clone(), attrs))
+    }
+}
+
+/// Of two entries that claim the same DN, the one that must give it up:
+/// the later add (the CSN orders, the UUID breaks a tie), on both servers.
+pub fn conflict_loser<'a>(a: (&'a [u8; 16], Csn), b: (&'a [u8; 16], Csn)) -> &'a [u8; 16] {
+    if (a.1, a.0) > (b.1, b.0) {
+        a.0
+    } else {
+        b.0
+    }
+}
+
+/// The DN a conflict loser is renamed to, as OpenLDAP and 389-ds do:
+/// `entryUUID=<uuid>+<rdn>,<parent>`, unique and recognisable.
+pub fn conflict_dn(uuid: &[u8; 16], dn: &str) -> String {
+    let uuid = uuid::Uuid::from_bytes(*uuid).hyphenated().to_string();
+    match split_first_rdn(dn) {
+        (rdn, Some(parent)) => format!("entryUUID={uuid}+{rdn},{parent}"),
+        (rdn, None) => format!("entryUUID={uuid}+{rdn}"),
+    }
+}
+
+/// The first RDN of a DN and the rest, split at the first unescaped comma.
+fn split_first_rdn(dn: &str) -> (&str, Option<&str>) {
+    let mut escaped = false;
+    for (i, c) in dn.char_indices() {
+        match c {
+            '\\' if !escaped => escaped = true,
+            ',' if !escaped => return (&dn[..i], Some(&dn[i + 1..])),
+            _ => escaped = false,
+        }
+    }
+    (dn, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::seq::SliceRandom;
+    use rand::{Rng, SeedableRng};
+
+    fn csn(t: u64, sid: u16) -> Csn {
+        Csn { phys_us: t, logical: 0, sid, partition: 0 }
+    }
+
+    fn add(t: u64, sid: u16, dn: &str, attrs: &[(&str, &[&str])]) -> Record {
+        let attrs =
+            attrs.iter().map(|(n, vs)| (n.to_string(), vs.iter().map(|v| v.as_bytes().to_vec()).collect())).collect();
+        Record { csn: csn(t, sid), uuid: [1; 16], change: Change::Add { dn: dn.into(), attrs } }
+    }
+
+    fn modify(t: u64, sid: u16, deltas: Vec<Delta>) -> Record {
+        Record { csn: csn(t, sid), uuid: [1; 16], change: Change::Modify { deltas } }
+    }
+
+    fn vals(vs: &[&str]) -> Vec<Vec<u8>> {
+        vs.iter().map(|v| v.as_bytes().to_vec()).collect()
+    }
+
+    fn state(records: &[Record]) -> EntryState {
+        let mut s = EntryState::default();
+        records.iter().for_each(|r| s.merge(r));
+        s
+    }
+
+    fn group() -> Record {
+        add(10, 1, "cn=g,dc=x", &[("objectClass", &["groupOfNames"]), ("cn", &["g"]), ("member", &["cn=a,dc=x"])])
+    }
+
+    #[test]
+    fn concurrent_member_additions_both_survive() {
+        let a = modify(20, 1, vec![Delta::Add { attr: "member".into(), values: vals(&["cn=b,dc=x"]) }]);
+        let b = modify(20, 2, vec![Delta::Add { attr: "member".into(), values: vals(&["cn=c,dc=x"]) }]);
+        let s = state(&[group(), a, b]);
+        let (_, attrs) = s.visible().unwrap();
+        assert_eq!(attrs[2], ("member".to_string(), vals(&["cn=a,dc=x", "cn=b,dc=x", "cn=c,dc=x"])));
+    }
+
+    #[test]
+    fn single_valued_attributes_keep_the_last_writer() {
+        let e = add(10, 1, "uid=u,dc=x", &[("objectClass", &["inetOrgPerson"]), ("displayName", &["one"])]);
+        let replace = |t, sid, v: &str| {
+            modify(
+                t,
+                sid,
+                vec![
+                    Delta::Clear { attr: "displayName".into() },
+                    Delta::Add { attr: "displayName".into(), values: vals(&[v]) },
+                ],
+            )
+        };
+        let (later, earlier) = (replace(30, 1, "three"), replace(20, 2, "two"));
+        let s = state(&[e.clone(), later.clone(), earlier.clone()]);
+        assert_eq!(s.visible().unwrap().1[1].1, vals(&["three"]));
+        assert_eq!(s, state(&[earlier, e, later]));
+        // Concurrent plain adds to a single-valued attribute: the newest stays.
+        let x = modify(40, 1, vec![Delta::Add { attr: "employeeNumber".into(), values: vals(&["1"]) }]);
+        let y = modify(40, 2, vec![Delta::Add { attr: "employeeNumber".into(), values: vals(&["2"]) }]);
+        let s = state(&[add(10, 1, "uid=u,dc=x", &[("objectClass", &["inetOrgPerson"])]), x, y]);
+        assert_eq!(s.visible().unwrap().1[1].1, vals(&["2"]));
+    }
+
+    #[test]
+    fn a_delete_is_final() {
+        let del = Record { csn: csn(20, 1), uuid: [1; 16], change: Change::Delete };
+        let older = modify(15, 2, vec![Delta::Add { attr: "member".into(), values: vals(&["cn=z,dc=x"]) }]);
+        let newer = modify(25, 2, vec![Delta::Add { attr: "member".into(), values: vals(&["cn=z,dc=x"]) }]);
+        assert_eq!(state(&[group(), del.clone(), older.clone(), newer.clone()]).visible(), None);
+        assert_eq!(state(&[newer, del, group(), older]).visible(), None);
+    }
+
+    #[test]
+    fn values_compare_by_matching_rule_and_the_newest_spelling_wins() {
+        let a = modify(20, 1, vec![Delta::Add { attr: "cn".into(), values: vals(&["Foo"]) }]);
+        let b = modify(21, 2, vec![Delta::Add { attr: "CN".into(), values: vals(&["foo"]) }]);
+        let s = state(&[group(), a, b]);
+        assert_eq!(s.visible().unwrap().1[1], ("cn".to_string(), vals(&["g", "foo"])));
+    }
+
+    #[test]
+    fn conflicts_pick_the_later_add_and_rename_it() {
+        let (a, b) = ([1u8; 16], [2u8; 16]);
+        assert_eq!(conflict_loser((&a, csn(10, 1)), (&b, csn(11, 2))), &b);
+        assert_eq!(conflict_loser((&b, csn(11, 2)), (&a, csn(10, 1))), &b);
+        assert_eq!(
+            conflict_dn(&a, "cn=x\\,y,ou=p,dc=x"),
+            "entryUUID=01010101-0101-0101-0101-010101010101+cn=x\\,y,ou=p,dc=x"
+        );
+    }
+
+    /// Random histories of adds, modifies, renames and deletes from two
+    /// servers, applied in random orders and with duplicates: every order
+    /// ends in the same state and the same visible entry.
+    #[test]
+    fn any_order_of_any_history_converges() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
+        let attrs = ["member", "description", "cn", "displayName", "mail"];
+        let values = ["a", "b", "B", "c", "d"];
+        for _ in 0..500 {
+            let mut history = vec![add(1, 1, "cn=g,dc=x", &[("objectClass", &["groupOfNames"]), ("cn", &["g"])])];
+            for _ in 0..rng.gen_range(1..12) {
+                let (t, sid) = (rng.gen_range(2..40), rng.gen_range(1..3));
+                let attr = attrs.choose(&mut rng).unwrap().to_string();
+                let (from, n) = (rng.gen_range(0..4), rng.gen_range(1..3));
+                let some = vals(&values[from..(from + n).min(values.len())]);
+                let change = match rng.gen_range(0..10) {
+                    0 => Change::Delete,
+                    1 => Change::Rename { dn: format!("cn=g{},dc=x", rng.gen_range(0..3)) },
+                    2..=4 => Change::Modify { deltas: vec![Delta::Add { attr, values: some }] },
+                    5..=6 => Change::Modify { deltas: vec![Delta::Delete { attr, values: some }] },
+                    _ => Change::Modify {
+                        deltas: vec![Delta::Clear { attr: attr.clone() }, Delta::Add { attr, values: some }],
+                    },
+                };
+                history.push(Record { csn: csn(t, sid), uuid: [1; 16], change });
+            }
+            let want = state(&history);
+            for _ in 0..6 {
+                let mut order = history.clone();
+                order.extend(history.iter().filter(|_| rng.gen_bool(0.3)).cloned());
+                order.shuffle(&mut rng);
+                let got = state(&order);
+                assert_eq!(got, want, "history {history:?}");
+                assert_eq!(got.visible(), want.visible());
+            }
+        }
+    }
+}
