@@ -72,6 +72,9 @@ pub enum Delta {
     },
 }
 
+/// An entry as clients see it: its DN and its attributes with their values.
+pub type Visible = (String, Vec<(String, Vec<Vec<u8>>)>);
+
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct EntryState {
     /// The add's CSN (zero until the add has been seen).
@@ -217,7 +220,7 @@ impl EntryState {
     /// What clients see: the DN and the present values, attributes in
     /// their agreed order, values oldest first; `None` for a tombstone or
     /// an entry whose add has not arrived yet.
-    pub fn visible(&self) -> Option<(String, Vec<(String, Vec<Vec<u8>>)>)> {
+    pub fn visible(&self) -> Option<Visible> {
         if self.deleted.is_some() || self.created == Csn::default() {
             return None;
         }

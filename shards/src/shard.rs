@@ -245,45 +245,36 @@ impl Shard {
 
     /// Grows this shard's store (see `Store::make_room`): parks every
     /// other reactor through the mesh, then this one (by blocking in
-    /// place), and waits for the admin thread's readers. Returns false when
+    /// place), and holds off the admin thread's readers. Returns false when
     /// another growth or an admin reader is busy: the caller tries again.
     async fn grow(&self, extra: u64) -> bool {
         if GROWING.swap(true, Ordering::Acquire) {
             return false;
         }
         let store = &self.stores[self.id];
-        let grew = match store.exclusive() {
+        let gate = Arc::new(Gate::default());
+        let peers: Vec<usize> = (0..self.n_shards()).filter(|&p| p != self.id).collect();
+        if let Some(mesh) = &self.mesh {
+            for &p in &peers {
+                let _ = mesh.send_to(p, MeshMsg::Park(gate.clone())).await;
+            }
+        }
+        gate.wait_parked(peers.len());
+        // SAFETY: every reactor is parked between transactions, the admin
+        // thread's readers are held off by the guard, and this shard's
+        // commit loop (the only writer) is here.
+        let result = store.exclusive().map(|_outside| unsafe { store.make_room(extra) });
+        gate.release();
+        let grew = match result {
             None => false,
-            Some(_outside) => {
-                let gate = Arc::new(Gate::default());
-                let peers: Vec<usize> = (0..self.n_shards()).filter(|&p| p != self.id).collect();
-                if let Some(mesh) = &self.mesh {
-                    for &p in &peers {
-                        let _ = mesh.send_to(p, MeshMsg::Park(gate.clone())).await;
-                    }
-                }
-                gate.wait_parked(peers.len());
-                // SAFETY: every reactor is parked between transactions, the
-                // admin thread's readers are held off by `_outside`, and
-                // this shard's commit loop (the only writer) is here.
-                let result = unsafe { store.make_room(extra) };
-                gate.release();
-                match result {
-                    Ok(Some((from, to))) => {
-                        eprintln!(
-                            "coredir: shard {}: LMDB map grown from {} MiB to {} MiB",
-                            self.id,
-                            from >> 20,
-                            to >> 20
-                        );
-                        true
-                    }
-                    Ok(None) => true,
-                    Err(e) => {
-                        eprintln!("coredir: shard {}: growing the LMDB map failed: {e}", self.id);
-                        false
-                    }
-                }
+            Some(Ok(Some((from, to)))) => {
+                eprintln!("coredir: shard {}: LMDB map grown from {} MiB to {} MiB", self.id, from >> 20, to >> 20);
+                true
+            }
+            Some(Ok(None)) => true,
+            Some(Err(e)) => {
+                eprintln!("coredir: shard {}: growing the LMDB map failed: {e}", self.id);
+                false
             }
         };
         GROWING.store(false, Ordering::Release);
