@@ -248,6 +248,115 @@ impl EntryState {
     }
 }
 
+/// The wire and changelog form of a record: a version byte, the CSN and
+/// UUID, then the change, with `u32` little-endian lengths.
+impl Record {
+    const VERSION: u8 = 1;
+
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.push(Self::VERSION);
+        out.extend_from_slice(&self.csn.to_bytes());
+        out.extend_from_slice(&self.uuid);
+        let bytes = |out: &mut Vec<u8>, b: &[u8]| {
+            out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+            out.extend_from_slice(b);
+        };
+        let values = |out: &mut Vec<u8>, vs: &[Vec<u8>]| {
+            out.extend_from_slice(&(vs.len() as u32).to_le_bytes());
+            vs.iter().for_each(|v| bytes(out, v));
+        };
+        match &self.change {
+            Change::Add { dn, attrs } => {
+                out.push(0);
+                bytes(out, dn.as_bytes());
+                out.extend_from_slice(&(attrs.len() as u32).to_le_bytes());
+                for (name, vs) in attrs {
+                    bytes(out, name.as_bytes());
+                    values(out, vs);
+                }
+            }
+            Change::Modify { deltas } => {
+                out.push(1);
+                out.extend_from_slice(&(deltas.len() as u32).to_le_bytes());
+                for d in deltas {
+                    let (tag, attr, vs): (u8, &str, &[Vec<u8>]) = match d {
+                        Delta::Add { attr, values } => (0, attr, values),
+                        Delta::Delete { attr, values } => (1, attr, values),
+                        Delta::Clear { attr } => (2, attr, &[]),
+                    };
+                    out.push(tag);
+                    bytes(out, attr.as_bytes());
+                    values(out, vs);
+                }
+            }
+            Change::Rename { dn } => {
+                out.push(2);
+                bytes(out, dn.as_bytes());
+            }
+            Change::Delete => out.push(3),
+        }
+    }
+
+    pub fn decode(mut b: &[u8]) -> Option<Record> {
+        fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+            let (head, rest) = (b.get(..n)?, b.get(n..)?);
+            *b = rest;
+            Some(head)
+        }
+        fn len(b: &mut &[u8]) -> Option<usize> {
+            Some(u32::from_le_bytes(take(b, 4)?.try_into().ok()?) as usize)
+        }
+        fn bytes(b: &mut &[u8]) -> Option<Vec<u8>> {
+            let n = len(b)?;
+            take(b, n).map(<[u8]>::to_vec)
+        }
+        fn text(b: &mut &[u8]) -> Option<String> {
+            String::from_utf8(bytes(b)?).ok()
+        }
+        fn values(b: &mut &[u8]) -> Option<Vec<Vec<u8>>> {
+            let n = len(b)?;
+            // Every value takes at least its 4-byte length: bound the allocation.
+            (n <= b.len() / 4).then_some(())?;
+            (0..n).map(|_| bytes(b)).collect()
+        }
+        if take(&mut b, 1)? != [Self::VERSION] {
+            return None;
+        }
+        let csn = Csn::from_bytes(take(&mut b, 16)?)?;
+        let uuid: [u8; 16] = take(&mut b, 16)?.try_into().ok()?;
+        let change = match take(&mut b, 1)?[0] {
+            0 => {
+                let dn = text(&mut b)?;
+                let n = len(&mut b)?;
+                (n <= b.len() / 8).then_some(())?;
+                let attrs = (0..n).map(|_| Some((text(&mut b)?, values(&mut b)?))).collect::<Option<_>>()?;
+                Change::Add { dn, attrs }
+            }
+            1 => {
+                let n = len(&mut b)?;
+                (n <= b.len() / 9).then_some(())?;
+                let deltas = (0..n)
+                    .map(|_| {
+                        let tag = take(&mut b, 1)?[0];
+                        let (attr, values) = (text(&mut b)?, values(&mut b)?);
+                        match tag {
+                            0 => Some(Delta::Add { attr, values }),
+                            1 => Some(Delta::Delete { attr, values }),
+                            2 => Some(Delta::Clear { attr }),
+                            _ => None,
+                        }
+                    })
+                    .collect::<Option<_>>()?;
+                Change::Modify { deltas }
+            }
+            2 => Change::Rename { dn: text(&mut b)? },
+            3 => Change::Delete,
+            _ => return None,
+        };
+        b.is_empty().then_some(Record { csn, uuid, change })
+    }
+}
+
 /// Of two entries that claim the same DN, the one that must give it up:
 /// the later add (the CSN orders, the UUID breaks a tie), on both servers.
 pub fn conflict_loser<'a>(a: (&'a [u8; 16], Csn), b: (&'a [u8; 16], Csn)) -> &'a [u8; 16] {
@@ -374,6 +483,35 @@ mod tests {
             conflict_dn(&a, "cn=x\\,y,ou=p,dc=x"),
             "entryUUID=01010101-0101-0101-0101-010101010101+cn=x\\,y,ou=p,dc=x"
         );
+    }
+
+    #[test]
+    fn records_round_trip_and_garbage_is_refused() {
+        let recs = [
+            group(),
+            modify(
+                5,
+                2,
+                vec![
+                    Delta::Clear { attr: "cn".into() },
+                    Delta::Add { attr: "cn".into(), values: vals(&["x", "y"]) },
+                    Delta::Delete { attr: "member".into(), values: vals(&["cn=a,dc=x"]) },
+                ],
+            ),
+            Record { csn: csn(6, 1), uuid: [9; 16], change: Change::Rename { dn: "cn=h,dc=x".into() } },
+            Record { csn: csn(7, 1), uuid: [9; 16], change: Change::Delete },
+        ];
+        for r in &recs {
+            let mut buf = Vec::new();
+            r.encode(&mut buf);
+            assert_eq!(Record::decode(&buf).as_ref(), Some(r));
+            for cut in 0..buf.len() {
+                assert_eq!(Record::decode(&buf[..cut]), None);
+            }
+            buf.push(0);
+            assert_eq!(Record::decode(&buf), None);
+        }
+        assert_eq!(Record::decode(&[1; 40]), None);
     }
 
     /// Random histories of adds, modifies, renames and deletes from two
