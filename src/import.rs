@@ -22,7 +22,8 @@ use shards::ldif;
 use shards::manifest::Manifest;
 use shards::schema::base_type;
 use shards::store::{Engine, Store};
-use shards::write::{add_ops, run_batch_owned, BulkLoad, WriteOp};
+use shards::csn::{Hlc, DEFAULT_MAX_FORWARD_SKEW};
+use shards::write::{add_ops, clock, run_batch_owned, BulkLoad, WriteOp};
 use shards::Error;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -52,7 +53,7 @@ pub fn run(config: Config, file: &Path) -> Result<()> {
     let suffix = Dn::parse(&config.directory.suffix)?;
     let started = Instant::now();
     if created {
-        let res = bulk(&manifest, &stores, input, &suffix);
+        let res = bulk(&manifest, &stores, input, &suffix, config.server.id as u16);
         if res.is_err() {
             // Nothing was written: leave the directory as empty as it was.
             drop(stores);
@@ -70,10 +71,13 @@ pub fn run(config: Config, file: &Path) -> Result<()> {
     for store in stores.iter() {
         let (tx, rx) = sync_channel::<Batch>(2);
         let (store, manifest) = (store.clone(), manifest.clone());
+        let sid = config.server.id as u16;
         writers.push(std::thread::spawn(move || -> Result<(), String> {
+            let mut hlc = clock(&*store, sid, DEFAULT_MAX_FORWARD_SKEW).map_err(|e| e.message)?;
             for batch in rx {
-                let (lines, ops): (Vec<usize>, Vec<WriteOp>) = batch.into_iter().unzip();
-                for (line, res) in lines.into_iter().zip(run_batch_owned(&*store, |k| manifest.partition_of(k), &ops)) {
+                let (lines, mut ops): (Vec<usize>, Vec<WriteOp>) = batch.into_iter().unzip();
+                let results = run_batch_owned(&*store, |k| manifest.partition_of(k), &mut ops, &mut hlc);
+                for (line, res) in lines.into_iter().zip(results) {
                     res.map_err(|e| format!("line {line}: {}", e.message))?;
                 }
             }
@@ -134,7 +138,13 @@ enum Bulk {
 }
 
 /// The bulk load into a new database (see the module doc).
-fn bulk(manifest: &Arc<Manifest>, stores: &Arc<Vec<Arc<Engine>>>, input: std::fs::File, suffix: &Dn) -> Result<usize> {
+fn bulk(
+    manifest: &Arc<Manifest>,
+    stores: &Arc<Vec<Arc<Engine>>>,
+    input: std::fs::File,
+    suffix: &Dn,
+    sid: u16,
+) -> Result<usize> {
     let mut senders = Vec::new();
     let mut writers = Vec::new();
     for store in stores.iter() {
@@ -159,12 +169,14 @@ fn bulk(manifest: &Arc<Manifest>, stores: &Arc<Vec<Arc<Engine>>>, input: std::fs
     let progress = progress_bar();
     let n_shards = stores.len();
     let mut seen: HashSet<Vec<u8>> = HashSet::new();
+    // A new database: its first CSNs (the server's clock starts above them).
+    let mut hlc = Hlc::new(sid, None, DEFAULT_MAX_FORWARD_SKEW);
     let mut children: HashMap<Vec<u8>, u64> = HashMap::new();
     let mut pending: Vec<Vec<(Vec<u8>, u32, Entry)>> = vec![Vec::new(); n_shards];
     let send = |shard: usize, batch: Vec<(Vec<u8>, u32, Entry)>| senders[shard].send(Bulk::Entries(batch)).is_ok();
     let parsed = ldif::read(std::io::BufReader::new(input), |rec| {
         let line = rec.line;
-        let (dn, entry) = entry_of(rec, suffix).map_err(|e| format!("line {line}: {e}"))?;
+        let (dn, mut entry) = entry_of(rec, suffix).map_err(|e| format!("line {line}: {e}"))?;
         let key = dn.key();
         if dn != *suffix {
             let parent = dn.parent().key();
@@ -178,6 +190,9 @@ fn bulk(manifest: &Arc<Manifest>, stores: &Arc<Vec<Arc<Engine>>>, input: std::fs
         }
         let owner = manifest.owner_of(&key);
         let partition = manifest.partition_of(&key);
+        if entry.get("entryCSN").is_none() {
+            entry.set("entryCSN", vec![hlc.tick(partition as u16).to_string().into_bytes()]);
+        }
         pending[owner].push((key, partition, entry));
         if pending[owner].len() >= BATCH && !send(owner, std::mem::take(&mut pending[owner])) {
             return Err("stopped: a writer failed".into());

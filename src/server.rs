@@ -15,7 +15,8 @@ use shards::dn::Dn;
 use shards::entry::{Attr, Entry};
 use shards::manifest::Manifest;
 use shards::store::{Engine, Store};
-use shards::write::{add_ops, run_batch};
+use shards::csn::DEFAULT_MAX_FORWARD_SKEW;
+use shards::write::{add_ops, clock, run_batch};
 use shards::{password, Shard};
 use std::path::Path;
 use std::rc::Rc;
@@ -291,8 +292,8 @@ pub fn serve(config: Config) -> Result<()> {
             .io_memory(512 << 10)
             .spin_before_park(Duration::from_micros(config.server.spin_before_park_us))
             .spawn(move || async move {
-                let interval = Duration::from_millis(config.storage.sync_interval_ms);
-                let shard = match Shard::start(i, manifest, stores, mesh, sync, interval).await {
+                let (interval, sid) = (Duration::from_millis(config.storage.sync_interval_ms), config.server.id as u16);
+                let shard = match Shard::start(i, sid, manifest, stores, mesh, sync, interval).await {
                     Ok(s) => s,
                     Err(e) => {
                         let _ = ready.send(Err(e.message));
@@ -500,7 +501,9 @@ fn bootstrap(config: &Config, manifest: &Manifest, stores: &[Arc<Engine>]) -> Re
         crate::ops::add::stamp_new(&mut entry, &config.directory.root_dn);
         let is_suffix = dn == suffix;
         for (owner, op) in add_ops(manifest, &dn, entry, is_suffix) {
-            for r in run_batch(&*stores[owner], |k| manifest.partition_of(k), &[op]) {
+            let store = &*stores[owner];
+            let mut hlc = clock(store, config.server.id as u16, DEFAULT_MAX_FORWARD_SKEW).map_err(|e| anyhow!(e.message))?;
+            for r in run_batch(store, |k| manifest.partition_of(k), &mut [op], &mut hlc) {
                 r.map_err(|e| anyhow!("creating {}: {}", dn.to_string_form(), e.message))?;
             }
         }

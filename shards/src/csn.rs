@@ -7,11 +7,13 @@
 //! order, so two servers never issue equal CSNs.
 //!
 //! Each owner keeps its own `Hlc` (no state shared between cores). The
-//! clock never runs backwards: it persists an upper bound of what it may
-//! have issued (`reserved`, renewed 10 s ahead) and restarts above it, as
+//! clock never runs backwards, not even across a restart on a host whose
+//! clock stepped back: the last CSN issued is stored in the same commit as
+//! the changes it stamped (one small `meta` key, next to the entry id
+//! counter every commit writes anyway) and the clock restarts from it, as
 //! 389-ds' `nsState` does. A remote CSN more than `max_forward_skew` ahead
-//! of the local wall clock is refused, not adopted: one bad clock must
-//! not drag every server into the future.
+//! of the local wall clock is refused, not adopted: one bad clock must not
+//! drag every server into the future.
 //!
 //! The text form is OpenLDAP's (`20261130235959.123456Z#000000#001#000000`:
 //! time, counter, server id, and the partition in the "mod" field), so
@@ -114,8 +116,8 @@ pub fn wall_us() -> u64 {
     (now + offset).max(0) as u64
 }
 
-/// How far ahead `reserved` runs of what was issued.
-pub const RESERVE_US: u64 = 10_000_000;
+/// The default bound on how far ahead of the local clock a peer's CSN may be.
+pub const DEFAULT_MAX_FORWARD_SKEW: Duration = Duration::from_secs(60);
 
 /// A remote CSN too far in the future: refused, not adopted.
 #[derive(Debug, Clone, PartialEq)]
@@ -142,16 +144,23 @@ pub struct Hlc {
     sid: u16,
     phys_us: u64,
     logical: u32,
-    /// Persisted upper bound of `phys_us`: the owner stores it (in the same
-    /// commit) whenever `renew` says so, and a restart begins above it.
-    reserved: u64,
+    /// Ticked since the state was last handed out by `persist`.
+    moved: bool,
     max_forward_skew_us: u64,
 }
 
 impl Hlc {
-    /// A clock that restarts above `reserved` (0 for a new database).
-    pub fn new(sid: u16, reserved: u64, max_forward_skew: Duration) -> Hlc {
-        Hlc { sid, phys_us: reserved, logical: 0, reserved, max_forward_skew_us: max_forward_skew.as_micros() as u64 }
+    /// A clock that continues from a persisted state (`persist`'s bytes;
+    /// none for a new database).
+    pub fn new(sid: u16, persisted: Option<&[u8]>, max_forward_skew: Duration) -> Hlc {
+        let (phys_us, logical) = match persisted.and_then(|b| <[u8; 12]>::try_from(b).ok()) {
+            Some(b) => (
+                u64::from_be_bytes(b[..8].try_into().expect("8 bytes")),
+                u32::from_be_bytes(b[8..].try_into().expect("4 bytes")),
+            ),
+            None => (0, 0),
+        };
+        Hlc { sid, phys_us, logical, moved: false, max_forward_skew_us: max_forward_skew.as_micros() as u64 }
     }
 
     /// The next CSN for a change to `partition`.
@@ -160,6 +169,7 @@ impl Hlc {
     }
 
     fn tick_at(&mut self, wall: u64, partition: u16) -> Csn {
+        self.moved = true;
         if wall > self.phys_us {
             self.phys_us = wall;
             self.logical = 0;
@@ -192,20 +202,16 @@ impl Hlc {
         Ok(())
     }
 
-    /// When the clock has come within half the reserve of the bound, the
-    /// new bound to persist with this commit.
-    pub fn renew(&mut self) -> Option<u64> {
-        if self.phys_us + RESERVE_US / 2 < self.reserved {
+    /// The state to store with the commit, when the clock has ticked
+    /// since the last call.
+    pub fn persist(&mut self) -> Option<[u8; 12]> {
+        if !std::mem::take(&mut self.moved) {
             return None;
         }
-        self.reserved = self.phys_us.max(wall_us()) + RESERVE_US;
-        Some(self.reserved)
-    }
-
-    /// How far the clock runs ahead of the wall clock (seconds), for the
-    /// `hlc_drift_seconds` figure.
-    pub fn drift_s(&self) -> f64 {
-        self.phys_us.saturating_sub(wall_us()) as f64 / 1e6
+        let mut b = [0u8; 12];
+        b[..8].copy_from_slice(&self.phys_us.to_be_bytes());
+        b[8..].copy_from_slice(&self.logical.to_be_bytes());
+        Some(b)
     }
 }
 
@@ -239,7 +245,7 @@ mod tests {
 
     #[test]
     fn the_clock_never_goes_back_and_refuses_a_far_future() {
-        let mut h = Hlc::new(1, 0, Duration::from_secs(60));
+        let mut h = Hlc::new(1, None, Duration::from_secs(60));
         let a = h.tick_at(1_000, 0);
         let b = h.tick_at(900, 0); // the wall clock stepped back
         let c = h.tick_at(1_000, 0);
@@ -260,12 +266,15 @@ mod tests {
     }
 
     #[test]
-    fn a_restart_begins_above_the_reserved_bound() {
-        let mut h = Hlc::new(1, 0, Duration::from_secs(60));
-        let before = h.tick(0);
-        let bound = h.renew().expect("a new clock reserves at once");
-        assert!(bound >= before.phys_us + RESERVE_US && h.renew().is_none());
-        let mut after = Hlc::new(1, bound, Duration::from_secs(60));
-        assert!(after.tick(0) > before);
+    fn a_restart_continues_from_the_persisted_state() {
+        let mut h = Hlc::new(1, None, Duration::from_secs(60));
+        assert_eq!(h.persist(), None);
+        h.tick_at(5_000, 0);
+        let before = h.tick_at(5_000, 0);
+        let state = h.persist().expect("it ticked");
+        assert_eq!(h.persist(), None);
+        // The wall clock stepped back across the restart.
+        let mut after = Hlc::new(1, Some(&state), Duration::from_secs(60));
+        assert!(after.tick_at(1_000, 0) > before);
     }
 }

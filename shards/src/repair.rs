@@ -90,11 +90,12 @@ mod tests {
                 )
             })
             .collect();
+        let hlc = || crate::csn::Hlc::new(1, None, crate::csn::DEFAULT_MAX_FORWARD_SKEW);
         let put = |dn: &str, parent: Option<Parent>| {
             let key = Dn::parse(dn).unwrap().key();
             let store = &stores[manifest.owner_of(&key)];
             let op = WriteOp::Add { key, parent, entry: entry(dn) };
-            run_batch(&**store, |k| manifest.partition_of(k), &[op]).pop().unwrap().unwrap();
+            run_batch(&**store, |k| manifest.partition_of(k), &mut [op], &mut hlc()).pop().unwrap().unwrap();
         };
         let parent = |dn: &str| Parent { key: Dn::parse(dn).unwrap().key(), dn: dn.into() };
         // The suffix and ou=a, whose four children are written without
@@ -108,7 +109,7 @@ mod tests {
         }
         let b = parent("ou=b,dc=x");
         let owner = &stores[manifest.owner_of(&b.key)];
-        run_batch(&**owner, |k| manifest.partition_of(k), &[WriteOp::Child { parent: b.clone(), delta: 1 }]);
+        run_batch(&**owner, |k| manifest.partition_of(k), &mut [WriteOp::Child { parent: b.clone(), delta: 1 }], &mut hlc());
         let fixed = children_counts(&manifest, &stores).unwrap();
         assert!(fixed >= 2, "{fixed}");
         let count = |dn: &str| {

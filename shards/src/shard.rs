@@ -12,7 +12,8 @@ use crate::entry::{Entry, EntryView};
 use crate::error::{Error, Result};
 use crate::manifest::Manifest;
 use crate::store::{Engine, ReadTxn, Store, SyncMode, Tree};
-use crate::write::{run_batch, Outcome, WriteOp};
+use crate::csn::DEFAULT_MAX_FORWARD_SKEW;
+use crate::write::{clock, run_batch, Outcome, WriteOp};
 use futures_channel::oneshot;
 use glommio::channels::channel_mesh::{MeshBuilder, Senders};
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
@@ -85,6 +86,8 @@ struct Pending {
 
 pub struct Shard {
     pub id: usize,
+    /// This server's id, in every CSN the shard issues.
+    pub sid: u16,
     pub manifest: Arc<Manifest>,
     /// Every shard's store, indexed by shard id; only `stores[id]` is written here.
     pub stores: Arc<Vec<Arc<Engine>>>,
@@ -124,8 +127,10 @@ impl ShardMetrics {
 impl Shard {
     /// Starts the shard's commit loop and joins the mesh (when there is more
     /// than one shard). Must run on the shard's own executor.
+    #[allow(clippy::too_many_arguments)]
     pub async fn start(
         id: usize,
+        sid: u16,
         manifest: Arc<Manifest>,
         stores: Arc<Vec<Arc<Engine>>>,
         mesh: Option<Mesh>,
@@ -142,6 +147,7 @@ impl Shard {
         };
         let shard = Rc::new(Shard {
             id,
+            sid,
             manifest,
             stores,
             queue,
@@ -297,6 +303,18 @@ impl Shard {
 }
 
 async fn commit_loop(shard: Rc<Shard>, rx: LocalReceiver<Pending>) {
+    let store = &shard.stores[shard.id];
+    let mut hlc = match clock(&**store, shard.sid, DEFAULT_MAX_FORWARD_SKEW) {
+        Ok(h) => h,
+        Err(e) => {
+            // Nothing can be written without a clock: say so on every write.
+            eprintln!("coredir: shard {}: reading the clock's bound failed: {e}", shard.id);
+            while let Some(p) = rx.recv().await {
+                shard.reply(p.reply, Err(e.clone())).await;
+            }
+            return;
+        }
+    };
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -309,20 +327,19 @@ async fn commit_loop(shard: Rc<Shard>, rx: LocalReceiver<Pending>) {
         let m = &shard.metrics;
         m.queue_depth.decrement(ops.len() as f64);
         m.commit_batch.record(ops.len() as f64);
-        let store = &shard.stores[shard.id];
         if store.wants_room() {
             shard.grow(0).await;
         }
         let started = std::time::Instant::now();
         let results = loop {
             let (owned, manifest) = (store.clone(), shard.manifest.clone());
-            let (back, results) = glommio::executor()
+            let (back, clock, results) = glommio::executor()
                 .spawn_blocking(move || {
-                    let results = run_batch(&*owned, |k| manifest.partition_of(k), &ops);
-                    (ops, results)
+                    let results = run_batch(&*owned, |k| manifest.partition_of(k), &mut ops, &mut hlc);
+                    (ops, hlc, results)
                 })
                 .await;
-            ops = back;
+            (ops, hlc) = (back, clock);
             // Out of room: nothing of the batch was committed; at least
             // double the map and run it again.
             if !store.take_full() {

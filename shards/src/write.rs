@@ -10,6 +10,7 @@
 
 use crate::dn::Dn;
 use crate::entry::{Entry, EntryView, Mod};
+use crate::csn::Hlc;
 use crate::error::{Error, Result};
 use crate::manifest::Manifest;
 use crate::store::{ReadTxn, Store, Tree, WriteTxn};
@@ -247,10 +248,26 @@ pub struct Stamp {
 }
 
 const NEXT_ID: &[u8] = b"next_id";
+/// The owner's clock's last state (`csn::Hlc::persist`).
+const HLC: &[u8] = b"hlc";
+
+/// The owner's clock for a store: server id `sid`, continuing from the
+/// state the store recorded.
+pub fn clock<S: Store>(store: &S, sid: u16, max_forward_skew: std::time::Duration) -> Result<Hlc> {
+    Ok(Hlc::new(sid, store.read()?.get(Tree::Meta, HLC)?, max_forward_skew))
+}
 
 /// Runs a batch in one write transaction and commits it; one result per op.
-pub fn run_batch<S: Store>(store: &S, partition_of: impl Fn(&[u8]) -> u32, ops: &[WriteOp]) -> Vec<Outcome> {
-    let fail_all = |e: Error| vec![Err(e); ops.len()];
+/// Every change gets its CSN from `hlc` (`entryCSN`); the clock's state is
+/// stored in the same commit.
+pub fn run_batch<S: Store>(
+    store: &S,
+    partition_of: impl Fn(&[u8]) -> u32,
+    ops: &mut [WriteOp],
+    hlc: &mut Hlc,
+) -> Vec<Outcome> {
+    let n = ops.len();
+    let fail_all = |e: Error| vec![Err(e); n];
     let mut txn = match store.write() {
         Ok(t) => t,
         Err(e) => return fail_all(e),
@@ -260,8 +277,8 @@ pub fn run_batch<S: Store>(store: &S, partition_of: impl Fn(&[u8]) -> u32, ops: 
         Err(e) => return fail_all(e),
     };
     let mut results = Vec::with_capacity(ops.len());
-    for op in ops {
-        let res = apply(&mut txn, op, &partition_of, &mut next_id);
+    for op in ops.iter_mut() {
+        let res = apply(&mut txn, op, &partition_of, &mut next_id, hlc);
         if let Err(e) = &res {
             if e.code == LdapResultCode::Other {
                 return fail_all(e.clone());
@@ -269,7 +286,12 @@ pub fn run_batch<S: Store>(store: &S, partition_of: impl Fn(&[u8]) -> u32, ops: 
         }
         results.push(res);
     }
-    if let Err(e) = txn.put(Tree::Meta, NEXT_ID, &next_id.to_be_bytes()).and_then(|_| txn.commit()) {
+    let bound = match hlc.persist() {
+        Some(state) => txn.put(Tree::Meta, HLC, &state),
+        None => Ok(()),
+    };
+    if let Err(e) = bound.and_then(|_| txn.put(Tree::Meta, NEXT_ID, &next_id.to_be_bytes())).and_then(|_| txn.commit())
+    {
         return fail_all(e);
     }
     results
@@ -277,9 +299,14 @@ pub fn run_batch<S: Store>(store: &S, partition_of: impl Fn(&[u8]) -> u32, ops: 
 
 /// `run_batch` for a thread that owns its store outright (offline tools):
 /// when the batch runs out of room, the map grows and the batch runs again.
-pub fn run_batch_owned<S: Store>(store: &S, partition_of: impl Fn(&[u8]) -> u32, ops: &[WriteOp]) -> Vec<Outcome> {
+pub fn run_batch_owned<S: Store>(
+    store: &S,
+    partition_of: impl Fn(&[u8]) -> u32,
+    ops: &mut [WriteOp],
+    hlc: &mut Hlc,
+) -> Vec<Outcome> {
     loop {
-        let results = run_batch(store, &partition_of, ops);
+        let results = run_batch(store, &partition_of, ops, hlc);
         if !store.take_full() {
             return results;
         }
@@ -294,7 +321,19 @@ pub fn be_u64(v: &[u8]) -> u64 {
     v.try_into().map(u64::from_be_bytes).unwrap_or(0)
 }
 
-fn apply<T: WriteTxn>(txn: &mut T, op: &WriteOp, partition_of: &impl Fn(&[u8]) -> u32, next_id: &mut u64) -> Outcome {
+/// Stamps an entry with the next CSN of its partition.
+fn stamp_csn(entry: &mut Entry, key: &[u8], partition_of: &impl Fn(&[u8]) -> u32, hlc: &mut Hlc) {
+    let csn = hlc.tick(partition_of(key) as u16);
+    entry.set("entryCSN", vec![csn.to_string().into_bytes()]);
+}
+
+fn apply<T: WriteTxn>(
+    txn: &mut T,
+    op: &mut WriteOp,
+    partition_of: &impl Fn(&[u8]) -> u32,
+    next_id: &mut u64,
+    hlc: &mut Hlc,
+) -> Outcome {
     match op {
         WriteOp::Add { key, parent, entry } => {
             check_key(key, &entry.dn)?;
@@ -303,6 +342,10 @@ fn apply<T: WriteTxn>(txn: &mut T, op: &WriteOp, partition_of: &impl Fn(&[u8]) -
             }
             if let Some(p) = parent {
                 child(txn, p, 1)?;
+            }
+            // An import keeps the CSN its LDIF carries.
+            if entry.get("entryCSN").is_none() {
+                stamp_csn(entry, key, partition_of, hlc);
             }
             insert(txn, key, entry, partition_of, next_id)?;
             Ok(None)
@@ -340,6 +383,7 @@ fn apply<T: WriteTxn>(txn: &mut T, op: &WriteOp, partition_of: &impl Fn(&[u8]) -
             schema::check::check_entry(&entry, &Dn::parse(dn)?)?;
             entry.set("modifiersName", vec![stamp.modifier.clone().into_bytes()]);
             entry.set("modifyTimestamp", vec![stamp.time.clone().into_bytes()]);
+            stamp_csn(&mut entry, key, partition_of, hlc);
             let mut buf = Vec::with_capacity(256);
             entry.encode(&mut buf);
             index::update(txn, &old, &entry, &id)?;
@@ -362,6 +406,7 @@ fn apply<T: WriteTxn>(txn: &mut T, op: &WriteOp, partition_of: &impl Fn(&[u8]) -
             index::remove(txn, &old, &id)?;
             txn.delete(Tree::Dn2id, old_key)?;
             txn.delete(Tree::Id2entry, &id)?;
+            stamp_csn(entry, new_key, partition_of, hlc);
             insert(txn, new_key, entry, partition_of, next_id)?;
             Ok(None)
         }

@@ -99,6 +99,8 @@ fn rename_entry(entry: &mut Entry, old: &Dn, new: &Dn, delete_old_rdn: bool, mod
     entry.dn = new.to_string_form();
     entry.set("modifiersName", vec![modifier.as_bytes().to_vec()]);
     entry.set("modifyTimestamp", vec![now_generalized().into_bytes()]);
+    // The new DN's owner stamps the rename's CSN (an add keeps one it finds).
+    entry.remove("entryCSN");
 }
 
 async fn move_entry(shard: &Shard, old: &Dn, old_text: &str, new: &Dn, entry: Entry) -> Result<()> {

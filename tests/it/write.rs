@@ -191,3 +191,31 @@ fn compare_result_codes() {
     assert_eq!(c.compare(&dn, "userPassword", "pw-cmp").unwrap().0.rc, 6, "verified against the hash");
     assert_eq!(c.compare(&dn, "userPassword", "nope").unwrap().0.rc, 5);
 }
+
+/// Every change stamps `entryCSN` in OpenLDAP's form, with this server's
+/// id, growing with each change; a rename keeps counting.
+#[test]
+fn entry_csn_is_stamped_on_every_change() {
+    let s = Server::start_with_config(2, "[server]\nid = 42\n");
+    let mut c = s.admin();
+    let csn = |c: &mut ldap3::LdapConn, dn: &str| {
+        let e = get_entry(c, dn, vec!["entryCSN"]).unwrap();
+        let v = e.attrs["entryCSN"][0].clone();
+        let parts: Vec<&str> = v.split('#').collect();
+        assert!(parts.len() == 4 && parts[0].len() == 22 && parts[0].ends_with('Z'), "{v}");
+        assert_eq!(parts[2], "02a", "{v}");
+        v
+    };
+    assert_eq!(add_user(&mut c, "csn1").rc, 0);
+    let dn = format!("uid=csn1,{PEOPLE}");
+    let added = csn(&mut c, &dn);
+    let res = c.modify(&dn, vec![ldap3::Mod::Replace("sn", ["Other"].into())]).unwrap();
+    assert_eq!(res.rc, 0);
+    let modified = csn(&mut c, &dn);
+    assert!(modified > added, "{added} then {modified}");
+    assert_eq!(c.modifydn(&dn, "uid=csn2", true, None).unwrap().rc, 0);
+    let renamed = csn(&mut c, &format!("uid=csn2,{PEOPLE}"));
+    assert!(renamed > modified, "{modified} then {renamed}");
+    // The entries the server created at start carry one too.
+    csn(&mut c, SUFFIX);
+}
