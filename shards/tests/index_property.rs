@@ -149,11 +149,11 @@ fn install_indexes() {
 fn property<S: Store>(store: &S) {
     let mut rng = SmallRng::seed_from_u64(4);
     let entries: Vec<Entry> = (0..400).map(|i| random_entry(&mut rng, i)).collect();
-    let ops: Vec<WriteOp> = entries
+    let mut ops: Vec<WriteOp> = entries
         .iter()
         .map(|e| WriteOp::Add { key: Dn::parse(&e.dn).unwrap().key(), parent: None, entry: e.clone() })
         .collect();
-    assert!(run_batch(store, |_| 0, &ops).iter().all(|r| r.is_ok()));
+    assert!(run_batch(store, |_| 0, &mut ops, &mut clock()).iter().all(|r| r.is_ok()));
     let used = compare(store, &mut rng, 600);
     assert!(used > 250, "only {used} of 600 filters used an index");
 
@@ -184,7 +184,11 @@ fn property<S: Store>(store: &S) {
             _ => {}
         }
     }
-    let results = run_batch(store, |_| 0, &ops);
+    let results = run_batch(store, |_| 0, &mut ops, &mut clock());
     assert!(results.iter().all(|r| r.is_ok()), "{:?}", results.iter().find(|r| r.is_err()));
     compare(store, &mut rng, 600);
+}
+
+fn clock() -> shards::csn::Hlc {
+    shards::csn::Hlc::new(1, None, shards::csn::DEFAULT_MAX_FORWARD_SKEW)
 }
