@@ -130,6 +130,8 @@ fn owner(manifest: &Manifest, tree: Tree, key: &[u8]) -> usize {
         Tree::Dn2id | Tree::Children => manifest.owner_of(key),
         Tree::Id2entry if key.len() == 8 => by_id(key),
         Tree::Index if key.len() >= 8 => by_id(&key[key.len() - 8..]),
+        // Both start with the partition, as an entry id does.
+        Tree::Changelog | Tree::State if key.len() >= 2 => by_id(key),
         _ => 0,
     }
 }

@@ -11,11 +11,11 @@ use crate::listener;
 use anyhow::{anyhow, bail, Context, Result};
 use glommio::channels::channel_mesh::MeshBuilder;
 use glommio::{LocalExecutorBuilder, Placement};
+use shards::csn::DEFAULT_MAX_FORWARD_SKEW;
 use shards::dn::Dn;
 use shards::entry::{Attr, Entry};
 use shards::manifest::Manifest;
 use shards::store::{Engine, Store};
-use shards::csn::DEFAULT_MAX_FORWARD_SKEW;
 use shards::write::{add_ops, clock, run_batch};
 use shards::{password, Shard};
 use std::path::Path;
@@ -502,7 +502,8 @@ fn bootstrap(config: &Config, manifest: &Manifest, stores: &[Arc<Engine>]) -> Re
         let is_suffix = dn == suffix;
         for (owner, op) in add_ops(manifest, &dn, entry, is_suffix) {
             let store = &*stores[owner];
-            let mut hlc = clock(store, config.server.id as u16, DEFAULT_MAX_FORWARD_SKEW).map_err(|e| anyhow!(e.message))?;
+            let mut hlc =
+                clock(store, config.server.id as u16, DEFAULT_MAX_FORWARD_SKEW).map_err(|e| anyhow!(e.message))?;
             for r in run_batch(store, |k| manifest.partition_of(k), &mut [op], &mut hlc) {
                 r.map_err(|e| anyhow!("creating {}: {}", dn.to_string_form(), e.message))?;
             }

@@ -33,6 +33,9 @@ pub struct Record {
     pub csn: Csn,
     /// The entry's `entryUUID`: its identity (the DN is an attribute).
     pub uuid: [u8; 16],
+    /// The entry's DN after the change (at the delete, for a delete): where
+    /// a receiver finds it, since DNs place entries in partitions.
+    pub dn: String,
     pub change: Change,
 }
 
@@ -40,17 +43,16 @@ pub struct Record {
 pub enum Change {
     /// A new entry with its whole content, attributes in order.
     Add {
-        dn: String,
         attrs: Vec<(String, Vec<Vec<u8>>)>,
     },
     /// Value-level changes, in order.
     Modify {
         deltas: Vec<Delta>,
     },
-    /// The entry's new DN (one half of a modify-DN; the values the new RDN
-    /// needs travel as a `Modify` with the same CSN).
+    /// A new DN (the record's), moving the entry from `from` (one half of a
+    /// modify-DN; the values the new RDN needs travel as a `Modify`).
     Rename {
-        dn: String,
+        from: String,
     },
     Delete,
 }
@@ -123,9 +125,9 @@ impl EntryState {
     pub fn merge(&mut self, rec: &Record) {
         let csn = rec.csn;
         match &rec.change {
-            Change::Add { dn, attrs } => {
+            Change::Add { attrs } => {
                 self.created = self.created.max(csn);
-                self.set_dn(dn, csn);
+                self.set_dn(&rec.dn, csn);
                 for (i, (name, values)) in attrs.iter().enumerate() {
                     self.add_values(name, values, csn, i as u16);
                 }
@@ -157,7 +159,7 @@ impl EntryState {
                     }
                 }
             }
-            Change::Rename { dn } => self.set_dn(dn, csn),
+            Change::Rename { .. } => self.set_dn(&rec.dn, csn),
             Change::Delete => self.deleted = Some(self.deleted.map_or(csn, |d| d.max(csn))),
         }
     }
@@ -261,14 +263,14 @@ impl Record {
             out.extend_from_slice(&(b.len() as u32).to_le_bytes());
             out.extend_from_slice(b);
         };
+        bytes(out, self.dn.as_bytes());
         let values = |out: &mut Vec<u8>, vs: &[Vec<u8>]| {
             out.extend_from_slice(&(vs.len() as u32).to_le_bytes());
             vs.iter().for_each(|v| bytes(out, v));
         };
         match &self.change {
-            Change::Add { dn, attrs } => {
+            Change::Add { attrs } => {
                 out.push(0);
-                bytes(out, dn.as_bytes());
                 out.extend_from_slice(&(attrs.len() as u32).to_le_bytes());
                 for (name, vs) in attrs {
                     bytes(out, name.as_bytes());
@@ -289,9 +291,9 @@ impl Record {
                     values(out, vs);
                 }
             }
-            Change::Rename { dn } => {
+            Change::Rename { from } => {
                 out.push(2);
-                bytes(out, dn.as_bytes());
+                bytes(out, from.as_bytes());
             }
             Change::Delete => out.push(3),
         }
@@ -324,13 +326,13 @@ impl Record {
         }
         let csn = Csn::from_bytes(take(&mut b, 16)?)?;
         let uuid: [u8; 16] = take(&mut b, 16)?.try_into().ok()?;
+        let dn = text(&mut b)?;
         let change = match take(&mut b, 1)?[0] {
             0 => {
-                let dn = text(&mut b)?;
                 let n = len(&mut b)?;
                 (n <= b.len() / 8).then_some(())?;
                 let attrs = (0..n).map(|_| Some((text(&mut b)?, values(&mut b)?))).collect::<Option<_>>()?;
-                Change::Add { dn, attrs }
+                Change::Add { attrs }
             }
             1 => {
                 let n = len(&mut b)?;
@@ -349,11 +351,11 @@ impl Record {
                     .collect::<Option<_>>()?;
                 Change::Modify { deltas }
             }
-            2 => Change::Rename { dn: text(&mut b)? },
+            2 => Change::Rename { from: text(&mut b)? },
             3 => Change::Delete,
             _ => return None,
         };
-        b.is_empty().then_some(Record { csn, uuid, change })
+        b.is_empty().then_some(Record { csn, uuid, dn, change })
     }
 }
 
@@ -403,11 +405,11 @@ mod tests {
     fn add(t: u64, sid: u16, dn: &str, attrs: &[(&str, &[&str])]) -> Record {
         let attrs =
             attrs.iter().map(|(n, vs)| (n.to_string(), vs.iter().map(|v| v.as_bytes().to_vec()).collect())).collect();
-        Record { csn: csn(t, sid), uuid: [1; 16], change: Change::Add { dn: dn.into(), attrs } }
+        Record { csn: csn(t, sid), uuid: [1; 16], dn: dn.into(), change: Change::Add { attrs } }
     }
 
     fn modify(t: u64, sid: u16, deltas: Vec<Delta>) -> Record {
-        Record { csn: csn(t, sid), uuid: [1; 16], change: Change::Modify { deltas } }
+        Record { csn: csn(t, sid), uuid: [1; 16], dn: "cn=g,dc=x".into(), change: Change::Modify { deltas } }
     }
 
     fn vals(vs: &[&str]) -> Vec<Vec<u8>> {
@@ -459,7 +461,7 @@ mod tests {
 
     #[test]
     fn a_delete_is_final() {
-        let del = Record { csn: csn(20, 1), uuid: [1; 16], change: Change::Delete };
+        let del = Record { csn: csn(20, 1), uuid: [1; 16], dn: "cn=g,dc=x".into(), change: Change::Delete };
         let older = modify(15, 2, vec![Delta::Add { attr: "member".into(), values: vals(&["cn=z,dc=x"]) }]);
         let newer = modify(25, 2, vec![Delta::Add { attr: "member".into(), values: vals(&["cn=z,dc=x"]) }]);
         assert_eq!(state(&[group(), del.clone(), older.clone(), newer.clone()]).visible(), None);
@@ -498,8 +500,13 @@ mod tests {
                     Delta::Delete { attr: "member".into(), values: vals(&["cn=a,dc=x"]) },
                 ],
             ),
-            Record { csn: csn(6, 1), uuid: [9; 16], change: Change::Rename { dn: "cn=h,dc=x".into() } },
-            Record { csn: csn(7, 1), uuid: [9; 16], change: Change::Delete },
+            Record {
+                csn: csn(6, 1),
+                uuid: [9; 16],
+                dn: "cn=h,dc=x".into(),
+                change: Change::Rename { from: "cn=g,dc=x".into() },
+            },
+            Record { csn: csn(7, 1), uuid: [9; 16], dn: "cn=h,dc=x".into(), change: Change::Delete },
         ];
         for r in &recs {
             let mut buf = Vec::new();
@@ -529,16 +536,20 @@ mod tests {
                 let attr = attrs.choose(&mut rng).unwrap().to_string();
                 let (from, n) = (rng.gen_range(0..4), rng.gen_range(1..3));
                 let some = vals(&values[from..(from + n).min(values.len())]);
+                let mut dn = "cn=g,dc=x".to_string();
                 let change = match rng.gen_range(0..10) {
                     0 => Change::Delete,
-                    1 => Change::Rename { dn: format!("cn=g{},dc=x", rng.gen_range(0..3)) },
+                    1 => {
+                        dn = format!("cn=g{},dc=x", rng.gen_range(0..3));
+                        Change::Rename { from: "cn=g,dc=x".into() }
+                    }
                     2..=4 => Change::Modify { deltas: vec![Delta::Add { attr, values: some }] },
                     5..=6 => Change::Modify { deltas: vec![Delta::Delete { attr, values: some }] },
                     _ => Change::Modify {
                         deltas: vec![Delta::Clear { attr: attr.clone() }, Delta::Add { attr, values: some }],
                     },
                 };
-                history.push(Record { csn: csn(t, sid), uuid: [1; 16], change });
+                history.push(Record { csn: csn(t, sid), uuid: [1; 16], dn, change });
             }
             let want = state(&history);
             for _ in 0..6 {

@@ -109,7 +109,12 @@ mod tests {
         }
         let b = parent("ou=b,dc=x");
         let owner = &stores[manifest.owner_of(&b.key)];
-        run_batch(&**owner, |k| manifest.partition_of(k), &mut [WriteOp::Child { parent: b.clone(), delta: 1 }], &mut hlc());
+        run_batch(
+            &**owner,
+            |k| manifest.partition_of(k),
+            &mut [WriteOp::Child { parent: b.clone(), delta: 1 }],
+            &mut hlc(),
+        );
         let fixed = children_counts(&manifest, &stores).unwrap();
         assert!(fixed >= 2, "{fixed}");
         let count = |dn: &str| {

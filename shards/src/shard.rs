@@ -8,11 +8,11 @@
 //! answers every request of the batch only after the commit: group commit,
 //! with the reactor serving reads meanwhile and never waiting on fsync.
 
+use crate::csn::DEFAULT_MAX_FORWARD_SKEW;
 use crate::entry::{Entry, EntryView};
 use crate::error::{Error, Result};
 use crate::manifest::Manifest;
 use crate::store::{Engine, ReadTxn, Store, SyncMode, Tree};
-use crate::csn::DEFAULT_MAX_FORWARD_SKEW;
 use crate::write::{clock, run_batch, Outcome, WriteOp};
 use futures_channel::oneshot;
 use glommio::channels::channel_mesh::{MeshBuilder, Senders};

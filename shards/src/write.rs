@@ -8,9 +8,9 @@
 //! move between shards) are split by the caller into ops that each touch one
 //! owner, ordered so the parent's child count always protects the tree.
 
+use crate::csn::Hlc;
 use crate::dn::Dn;
 use crate::entry::{Entry, EntryView, Mod};
-use crate::csn::Hlc;
 use crate::error::{Error, Result};
 use crate::manifest::Manifest;
 use crate::store::{ReadTxn, Store, Tree, WriteTxn};

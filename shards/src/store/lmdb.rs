@@ -10,7 +10,7 @@
 //! or a write meets `MDB_MAP_FULL` (`Store::make_room`); a store reopened
 //! with its data past the configured size grows the same way at open.
 
-use super::{ReadTxn, Store, SyncMode, Tree, WriteTxn, TREES};
+use super::{ReadTxn, Store, SyncMode, Tree, WriteTxn, N_TREES, TREES};
 use crate::error::{Error, Result};
 use heed::types::Bytes;
 use heed::{CommitOrAbort, Database, Env, EnvFlags, EnvOpenOptions, MdbError, PutFlags, RoTxn, RwTxn, WithoutTls};
@@ -23,7 +23,7 @@ type Db = Database<'static, Bytes, Bytes>;
 
 pub struct LmdbStore {
     env: Env<WithoutTls>,
-    dbs: [Db; 5],
+    dbs: [Db; N_TREES],
     /// Set when a write met `MDB_MAP_FULL` (see `Store::take_full`).
     full: AtomicBool,
     /// Readers outside the reactors (see `Store::outside`).
@@ -32,12 +32,12 @@ pub struct LmdbStore {
 
 pub struct LmdbRead<'a> {
     txn: RoTxn<'a, WithoutTls>,
-    dbs: &'a [Db; 5],
+    dbs: &'a [Db; N_TREES],
 }
 
 pub struct LmdbWrite<'a> {
     txn: RwTxn<'a>,
-    dbs: &'a [Db; 5],
+    dbs: &'a [Db; N_TREES],
     full: &'a AtomicBool,
 }
 
@@ -81,13 +81,12 @@ impl LmdbStore {
         let dbs = env
             .create_databases_and_commit(wtxn, |wdo, wtxn| -> heed::Result<_> {
                 let mut open = |t: Tree| wdo.create_database::<Bytes, Bytes>(wtxn, Some(t.name()));
-                Ok(CommitOrAbort::<_, ()>::Commit([
-                    open(TREES[0])?,
-                    open(TREES[1])?,
-                    open(TREES[2])?,
-                    open(TREES[3])?,
-                    open(TREES[4])?,
-                ]))
+                let mut dbs = Vec::with_capacity(N_TREES);
+                for t in TREES {
+                    dbs.push(open(t)?);
+                }
+                let Ok(dbs) = <[_; N_TREES]>::try_from(dbs) else { unreachable!("one per tree") };
+                Ok(CommitOrAbort::<_, ()>::Commit(dbs))
             })
             .map_err(storage_error)?
             .unwrap_commit();

@@ -14,7 +14,12 @@
 //! - `children`: DN key of a parent -> number of children (u64 BE);
 //!   kept on the parent's owner, it serializes adds against deletes;
 //! - `index`: attribute index keys (`index.rs`);
-//! - `meta`: engine-level counters such as the next entry id.
+//! - `meta`: engine-level counters such as the next entry id, the owner's
+//!   clock, changelog sequence numbers and the replica update vector;
+//! - `changelog`: partition, origin server, sequence -> replication record
+//!   (`changelog.rs`), written in the same commit as the change;
+//! - `state`: partition, `entryUUID` -> the entry's replicated state
+//!   (`merge::EntryState`), tombstones included.
 
 pub mod lmdb;
 pub mod sled;
@@ -28,9 +33,13 @@ pub enum Tree {
     Children,
     Index,
     Meta,
+    Changelog,
+    State,
 }
 
-pub const TREES: [Tree; 5] = [Tree::Dn2id, Tree::Id2entry, Tree::Children, Tree::Index, Tree::Meta];
+pub const N_TREES: usize = 7;
+pub const TREES: [Tree; N_TREES] =
+    [Tree::Dn2id, Tree::Id2entry, Tree::Children, Tree::Index, Tree::Meta, Tree::Changelog, Tree::State];
 
 impl Tree {
     pub fn name(self) -> &'static str {
@@ -40,6 +49,8 @@ impl Tree {
             Tree::Children => "children",
             Tree::Index => "index",
             Tree::Meta => "meta",
+            Tree::Changelog => "changelog",
+            Tree::State => "state",
         }
     }
 }

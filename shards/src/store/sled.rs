@@ -20,7 +20,7 @@
 //! Per research/crates.md, sled is the second engine, not the default: it
 //! is kept for the comparison the storage issue asks for.
 
-use super::{ReadTxn, Store, SyncMode, Tree, WriteTxn, TREES};
+use super::{ReadTxn, Store, SyncMode, Tree, WriteTxn, N_TREES, TREES};
 use crate::error::{Error, Result};
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 use sled::{IVec, Transactional};
@@ -31,7 +31,7 @@ use std::path::Path;
 
 pub struct SledStore {
     db: sled::Db,
-    trees: [sled::Tree; 5],
+    trees: [sled::Tree; N_TREES],
     sync: SyncMode,
 }
 
@@ -59,7 +59,8 @@ impl SledStore {
             .open()
             .map_err(|e| Error::other(format!("{}: {e}", dir.display())))?;
         let open = |t: Tree| db.open_tree(t.name()).map_err(storage_error);
-        let trees = [open(TREES[0])?, open(TREES[1])?, open(TREES[2])?, open(TREES[3])?, open(TREES[4])?];
+        let trees: Vec<sled::Tree> = TREES.iter().map(|&t| open(t)).collect::<Result<_>>()?;
+        let trees = trees.try_into().unwrap_or_else(|_| unreachable!("one per tree"));
         Ok(SledStore { db, trees, sync })
     }
 }
@@ -71,7 +72,7 @@ impl Drop for SledStore {
 }
 
 pub struct SledRead<'a> {
-    trees: &'a [sled::Tree; 5],
+    trees: &'a [sled::Tree; N_TREES],
     /// The values handed out, boxed so their bytes never move.
     held: RefCell<Vec<Box<IVec>>>,
 }
@@ -152,8 +153,8 @@ impl ReadTxn for SledRead<'_> {
 pub struct SledWrite<'a> {
     store: &'a SledStore,
     read: SledRead<'a>,
-    overlay: [BTreeMap<Vec<u8>, Option<Vec<u8>>>; 5],
-    cleared: [bool; 5],
+    overlay: [BTreeMap<Vec<u8>, Option<Vec<u8>>>; N_TREES],
+    cleared: [bool; N_TREES],
 }
 
 impl ReadTxn for SledWrite<'_> {
@@ -237,7 +238,7 @@ impl Store for SledStore {
             store: self,
             read: SledRead { trees: &self.trees, held: RefCell::new(Vec::new()) },
             overlay: Default::default(),
-            cleared: [false; 5],
+            cleared: [false; N_TREES],
         })
     }
 

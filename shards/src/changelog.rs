@@ -1,0 +1,309 @@
+//! Change capture for mirror mode: every change an owner commits, while
+//! replication is on, also leaves in the same transaction
+//! - a `merge::Record` in the `changelog` tree, under
+//!   (partition, origin server, sequence number), the sequence dense per
+//!   (origin, partition) so that a receiver sees gaps;
+//! - the entry's `merge::EntryState` in the `state` tree, under
+//!   (partition, entryUUID), tombstones included.
+//!
+//! A record is only ever shipped once its commit is durable, so a peer
+//! never holds a change this server lost. Keys begin with the partition so
+//! that backups and resharding move them with their partition, like the
+//! entry ids of `id2entry`. The `meta` keys kept here do the same:
+//! `S` + partition -> the next local sequence number, `R` + partition +
+//! origin -> the highest sequence number applied from that origin (the
+//! replica update vector).
+
+use crate::csn::Csn;
+use crate::entry::{Attr, Entry};
+use crate::error::{Error, Result};
+use crate::matching;
+use crate::merge::{AttrState, Change, Delta, EntryState, Record, ValueState};
+use crate::store::{ReadTxn, Tree, WriteTxn};
+use crate::write::be_u64;
+use std::collections::BTreeMap;
+
+/// Attributes the server derives on every server instead of replicating.
+const DERIVED: [&str; 1] = ["entryCSN"];
+
+pub fn log_key(partition: u16, origin: u16, seq: u64) -> [u8; 12] {
+    let mut k = [0u8; 12];
+    k[..2].copy_from_slice(&partition.to_be_bytes());
+    k[2..4].copy_from_slice(&origin.to_be_bytes());
+    k[4..].copy_from_slice(&seq.to_be_bytes());
+    k
+}
+
+pub fn state_key(partition: u16, uuid: &[u8; 16]) -> [u8; 18] {
+    let mut k = [0u8; 18];
+    k[..2].copy_from_slice(&partition.to_be_bytes());
+    k[2..].copy_from_slice(uuid);
+    k
+}
+
+fn seq_key(partition: u16) -> [u8; 3] {
+    let p = partition.to_be_bytes();
+    [b'S', p[0], p[1]]
+}
+
+pub fn ruv_key(partition: u16, origin: u16) -> [u8; 5] {
+    let (p, o) = (partition.to_be_bytes(), origin.to_be_bytes());
+    [b'R', p[0], p[1], o[0], o[1]]
+}
+
+/// The partition a `meta` key of this module belongs to, if it is one.
+pub fn meta_partition(key: &[u8]) -> Option<u16> {
+    match key {
+        [b'S' | b'R', a, b, ..] => Some(u16::from_be_bytes([*a, *b])),
+        _ => None,
+    }
+}
+
+/// An entry's `entryUUID` as 16 bytes.
+pub fn uuid_of(entry: &Entry) -> Result<[u8; 16]> {
+    let text = entry
+        .get("entryUUID")
+        .and_then(|a| a.vals.first())
+        .ok_or_else(|| Error::other(format!("{}: no entryUUID, so the entry cannot be replicated", entry.dn)))?;
+    let uuid = std::str::from_utf8(text).ok().and_then(|t| uuid::Uuid::parse_str(t).ok());
+    uuid.map(|u| *u.as_bytes()).ok_or_else(|| Error::other(format!("{}: entryUUID is not a UUID", entry.dn)))
+}
+
+fn replicated(name: &str) -> bool {
+    !DERIVED.iter().any(|d| matching::same_attr(d, name))
+}
+
+/// The replicated attributes of an entry, as an add carries them.
+pub fn add_of(entry: &Entry) -> Change {
+    let attrs = entry.attrs.iter().filter(|a| replicated(&a.name)).map(|a| (a.name.clone(), a.vals.clone())).collect();
+    Change::Add { attrs }
+}
+
+/// What a modify changed, value by value: from the entry before and after,
+/// so one change never adds and deletes the same value, and a Replace
+/// that keeps some values sends only the difference.
+pub fn deltas(before: &Entry, after: &Entry) -> Vec<Delta> {
+    let mut out = Vec::new();
+    let find = |e: &'_ Entry, name: &str| e.attrs.iter().position(|a| a.name.eq_ignore_ascii_case(name));
+    for a in after.attrs.iter().filter(|a| replicated(&a.name)) {
+        let old = find(before, &a.name).map(|i| &before.attrs[i].vals[..]).unwrap_or(&[]);
+        let norm = matching::normalizer(&a.name);
+        let has = |set: &[Vec<u8>], v: &[u8]| set.iter().any(|o| norm(o) == norm(v));
+        let added: Vec<Vec<u8>> = a.vals.iter().filter(|v| !has(old, v)).cloned().collect();
+        let removed: Vec<Vec<u8>> = old.iter().filter(|v| !has(&a.vals, v)).cloned().collect();
+        if !removed.is_empty() && removed.len() == old.len() {
+            // Nothing of the old values is left: a clear says it in one stamp.
+            out.push(Delta::Clear { attr: a.name.clone() });
+        } else if !removed.is_empty() {
+            out.push(Delta::Delete { attr: a.name.clone(), values: removed });
+        }
+        if !added.is_empty() {
+            out.push(Delta::Add { attr: a.name.clone(), values: added });
+        }
+    }
+    for a in before.attrs.iter().filter(|a| replicated(&a.name) && find(after, &a.name).is_none()) {
+        out.push(Delta::Clear { attr: a.name.clone() });
+    }
+    out
+}
+
+/// The state of an entry that was written before replication was on (or
+/// imported): everything it holds, stamped with its `entryCSN`.
+pub fn state_of_existing(entry: &Entry) -> EntryState {
+    let csn = entry
+        .get("entryCSN")
+        .and_then(|a| a.vals.first())
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(Csn::parse)
+        .unwrap_or(Csn { phys_us: 1, ..Csn::default() });
+    let mut state = EntryState::default();
+    state.merge(&Record { csn, uuid: [0; 16], dn: entry.dn.clone(), change: add_of(entry) });
+    state
+}
+
+/// The entry a state shows, with its derived `entryCSN`; `None` when it is
+/// deleted.
+pub fn materialize(state: &EntryState) -> Option<Entry> {
+    let (dn, attrs) = state.visible()?;
+    let mut attrs: Vec<Attr> = attrs.into_iter().map(|(name, vals)| Attr { name, vals }).collect();
+    attrs.push(Attr { name: "entryCSN".into(), vals: vec![state.max_csn().to_string().into_bytes()] });
+    Some(Entry { dn, attrs })
+}
+
+pub fn load_state<T: ReadTxn>(txn: &T, partition: u16, uuid: &[u8; 16]) -> Result<Option<EntryState>> {
+    match txn.get(Tree::State, &state_key(partition, uuid))? {
+        None => Ok(None),
+        Some(b) => decode_state(b).map(Some).ok_or_else(|| Error::other("a replication state record is corrupt")),
+    }
+}
+
+/// Stores the state and appends the record under this server's next
+/// sequence number for the partition.
+pub fn capture<T: WriteTxn>(txn: &mut T, partition: u16, origin: u16, rec: &Record, state: &EntryState) -> Result<u64> {
+    let mut buf = Vec::with_capacity(256);
+    encode_state(state, &mut buf);
+    txn.put(Tree::State, &state_key(partition, &rec.uuid), &buf)?;
+    let seq = txn.get(Tree::Meta, &seq_key(partition))?.map_or(1, be_u64);
+    buf.clear();
+    rec.encode(&mut buf);
+    txn.put(Tree::Changelog, &log_key(partition, origin, seq), &buf)?;
+    txn.put(Tree::Meta, &seq_key(partition), &(seq + 1).to_be_bytes())?;
+    Ok(seq)
+}
+
+// The state's binary form: u32 little-endian counts and lengths.
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+pub fn encode_state(s: &EntryState, out: &mut Vec<u8>) {
+    out.extend_from_slice(&s.created.to_bytes());
+    match &s.dn {
+        Some((dn, csn)) => {
+            out.push(1);
+            out.extend_from_slice(&csn.to_bytes());
+            put_bytes(out, dn.as_bytes());
+        }
+        None => out.push(0),
+    }
+    match s.deleted {
+        Some(csn) => {
+            out.push(1);
+            out.extend_from_slice(&csn.to_bytes());
+        }
+        None => out.push(0),
+    }
+    out.extend_from_slice(&(s.attrs.len() as u32).to_le_bytes());
+    for (key, a) in &s.attrs {
+        put_bytes(out, key.as_bytes());
+        put_bytes(out, a.name.as_bytes());
+        out.extend_from_slice(&a.order.0.to_bytes());
+        out.extend_from_slice(&a.order.1.to_le_bytes());
+        out.extend_from_slice(&a.cleared.to_bytes());
+        out.extend_from_slice(&(a.values.len() as u32).to_le_bytes());
+        for (norm, v) in &a.values {
+            put_bytes(out, norm);
+            put_bytes(out, &v.value);
+            out.extend_from_slice(&v.added.to_bytes());
+            out.extend_from_slice(&v.deleted.to_bytes());
+        }
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = (self.0.get(..n)?, self.0.get(n..)?);
+        self.0 = rest;
+        Some(head)
+    }
+    fn u32(&mut self) -> Option<usize> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?) as usize)
+    }
+    fn bytes(&mut self) -> Option<Vec<u8>> {
+        let n = self.u32()?;
+        self.take(n).map(<[u8]>::to_vec)
+    }
+    fn text(&mut self) -> Option<String> {
+        String::from_utf8(self.bytes()?).ok()
+    }
+    fn csn(&mut self) -> Option<Csn> {
+        Csn::from_bytes(self.take(16)?)
+    }
+    fn flag(&mut self) -> Option<bool> {
+        Some(self.take(1)?[0] == 1)
+    }
+}
+
+pub fn decode_state(b: &[u8]) -> Option<EntryState> {
+    let mut r = Reader(b);
+    let created = r.csn()?;
+    let dn = if r.flag()? {
+        let csn = r.csn()?;
+        Some((r.text()?, csn))
+    } else {
+        None
+    };
+    let deleted = if r.flag()? { Some(r.csn()?) } else { None };
+    let mut attrs = BTreeMap::new();
+    for _ in 0..r.u32()? {
+        let key = r.text()?;
+        let name = r.text()?;
+        let order = (r.csn()?, u16::from_le_bytes(r.take(2)?.try_into().ok()?));
+        let cleared = r.csn()?;
+        let mut values = BTreeMap::new();
+        for _ in 0..r.u32()? {
+            let norm = r.bytes()?;
+            let value = r.bytes()?;
+            values.insert(norm, ValueState { value, added: r.csn()?, deleted: r.csn()? });
+        }
+        attrs.insert(key, AttrState { name, order, cleared, values });
+    }
+    r.0.is_empty().then_some(EntryState { created, dn, deleted, attrs })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(dn: &str, attrs: &[(&str, &[&str])]) -> Entry {
+        Entry {
+            dn: dn.into(),
+            attrs: attrs
+                .iter()
+                .map(|(n, vs)| Attr { name: n.to_string(), vals: vs.iter().map(|v| v.as_bytes().to_vec()).collect() })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn deltas_say_what_changed_value_by_value() {
+        let before = entry("cn=g,dc=x", &[("cn", &["g"]), ("member", &["cn=a", "cn=b"]), ("description", &["d"])]);
+        let after = entry("cn=g,dc=x", &[("cn", &["g"]), ("member", &["cn=b", "cn=c"]), ("mail", &["m"])]);
+        let v = |s: &str| vec![s.as_bytes().to_vec()];
+        assert_eq!(
+            deltas(&before, &after),
+            vec![
+                Delta::Delete { attr: "member".into(), values: v("cn=a") },
+                Delta::Add { attr: "member".into(), values: v("cn=c") },
+                Delta::Add { attr: "mail".into(), values: v("m") },
+                Delta::Clear { attr: "description".into() },
+            ]
+        );
+        // A replace of every value is a clear and an add.
+        let after = entry("cn=g,dc=x", &[("cn", &["h"])]);
+        let before = entry("cn=g,dc=x", &[("cn", &["g"])]);
+        assert_eq!(
+            deltas(&before, &after),
+            vec![Delta::Clear { attr: "cn".into() }, Delta::Add { attr: "cn".into(), values: v("h") }]
+        );
+    }
+
+    #[test]
+    fn states_round_trip_and_materialize_what_was_written() {
+        let e = entry(
+            "cn=g,dc=x",
+            &[("objectClass", &["groupOfNames"]), ("cn", &["g"]), ("member", &["cn=a,dc=x", "cn=b,dc=x"])],
+        );
+        let mut s = state_of_existing(&e);
+        s.merge(&Record {
+            csn: Csn { phys_us: 9, ..Csn::default() },
+            uuid: [0; 16],
+            dn: e.dn.clone(),
+            change: Change::Modify {
+                deltas: vec![Delta::Delete { attr: "member".into(), values: vec![b"cn=a,dc=x".to_vec()] }],
+            },
+        });
+        let mut buf = Vec::new();
+        encode_state(&s, &mut buf);
+        assert_eq!(decode_state(&buf).as_ref(), Some(&s));
+        assert_eq!(decode_state(&buf[..buf.len() - 1]), None);
+        let shown = materialize(&s).unwrap();
+        assert_eq!(shown.get("member").unwrap().vals, vec![b"cn=b,dc=x".to_vec()]);
+        assert_eq!(shown.attrs[0].name, "objectClass");
+        assert!(shown.get("entryCSN").is_some());
+    }
+}
