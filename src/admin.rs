@@ -38,6 +38,7 @@ pub enum Request {
     Drain { deadline_s: Option<u64> },
     Shutdown,
     Backup { dir: PathBuf },
+    Replication,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -53,6 +54,7 @@ pub enum Response {
     Drained { in_flight: u64, connections: usize },
     ShuttingDown,
     BackedUp { dir: PathBuf },
+    Replication(crate::replication::Status),
     Error { message: String },
 }
 
@@ -141,6 +143,12 @@ impl Admin {
             Request::Reload => self.reload()?,
             Request::Drain { deadline_s } => self.drain(Duration::from_secs(deadline_s.unwrap_or(30))),
             Request::Shutdown => Response::ShuttingDown,
+            Request::Replication => {
+                if !self.config.lock().unwrap_or_else(|e| e.into_inner()).replication.enabled() {
+                    bail!("mirror mode is off (no [replication] listen and peer)");
+                }
+                Response::Replication(self.shared.replication.snapshot())
+            }
             Request::Backup { dir } => {
                 let config = self.config.lock().unwrap_or_else(|e| e.into_inner()).clone();
                 crate::backup::backup_from(&config, &self.manifest, &self.stores, &dir)?;
@@ -428,6 +436,23 @@ pub fn ctl(socket: &Path, req: Request, json: bool) -> Result<bool> {
 
 fn print_human(resp: &Response) {
     match resp {
+        Response::Replication(r) => {
+            println!("peer          {}", r.peer);
+            println!(
+                "sending       {} ({} records sent, backlog {}, lag {:.1} s)",
+                r.outbound, r.records_sent, r.backlog, r.lag_s
+            );
+            println!("receiving     {} ({} records applied)", r.inbound, r.records_applied);
+            if r.peer_silent_s >= 0.0 {
+                println!("peer heard    {:.1} s ago", r.peer_silent_s);
+            }
+            if !r.last_error.is_empty() {
+                println!("last error    {}", r.last_error);
+            }
+            for c in &r.conflicts {
+                println!("conflict      {c}");
+            }
+        }
         Response::Status(s) => {
             println!("version      {}", s.version);
             println!("uptime       {} s", s.uptime_s);

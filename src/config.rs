@@ -25,6 +25,7 @@ pub struct Config {
     pub log: Log,
     pub metrics: Metrics,
     pub monitor: Monitor,
+    pub replication: Replication,
     /// Indexed attributes and their index types (`uid = "eq,sub"`); when
     /// present it replaces the default list entirely, like slapd's `index`
     /// lines.
@@ -72,6 +73,32 @@ impl Default for Log {
 pub struct Metrics {
     /// Serve `http://ADDR/metrics` (Prometheus) from shard 0's reactor.
     pub listen: Option<String>,
+}
+
+/// Mirror mode (`[replication]`): this server and its peer both take
+/// writes and stream their changes to each other.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Replication {
+    /// This server's id in CSNs and the changelog, 1..4095 (`server.id`
+    /// when absent); the peer's must differ.
+    pub server_id: Option<u32>,
+    /// Where the peer connects to send its changes ("host:port").
+    pub listen: Option<String>,
+    /// The peer's `replication.listen`: where this server sends its changes.
+    pub peer: Option<String>,
+    /// A secret both servers hold; each proves it to the other at connect.
+    pub secret: Option<String>,
+    /// How far ahead of this server's clock a peer's CSN may be before
+    /// the peer is refused (seconds; default 60).
+    pub max_forward_skew_s: Option<u64>,
+}
+
+impl Replication {
+    /// Whether mirror mode is on: commits then record their changes.
+    pub fn enabled(&self) -> bool {
+        self.listen.is_some() || self.peer.is_some()
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -224,6 +251,7 @@ impl Default for Config {
             log: Log::default(),
             metrics: Metrics::default(),
             monitor: Monitor::default(),
+            replication: Replication::default(),
             indexes: None,
             source: None,
         }
@@ -301,8 +329,25 @@ impl Config {
     }
 
     /// Checks every value, naming the key of the first bad one.
+    /// The server id in this server's CSNs.
+    pub fn sid(&self) -> u16 {
+        self.replication.server_id.unwrap_or(self.server.id) as u16
+    }
+
     pub fn validate(&self) -> Result<()> {
         self.listen_addr()?;
+        if !(1..=4095).contains(&self.replication.server_id.unwrap_or(1)) {
+            bail!("replication.server_id: must be between 1 and 4095");
+        }
+        let r = &self.replication;
+        if r.enabled() && (r.listen.is_none() || r.peer.is_none() || r.secret.as_deref().is_none_or(str::is_empty)) {
+            bail!("replication: mirror mode needs listen, peer and secret");
+        }
+        for (key, addr) in [("replication.listen", &r.listen), ("replication.peer", &r.peer)] {
+            if let Some(a) = addr {
+                a.parse::<std::net::SocketAddr>().map_err(|e| anyhow!("{key}: {a:?}: {e}"))?;
+            }
+        }
         Dn::parse(&self.directory.suffix).map_err(|e| anyhow!("directory.suffix: {}", e.message))?;
         if Dn::parse(&self.directory.suffix)?.is_root() {
             bail!("directory.suffix: must not be empty");

@@ -40,6 +40,7 @@ impl Harness {
             started: server::unix_now(),
             draining: Default::default(),
             listeners: Default::default(),
+            replication: Default::default(),
         });
         let ex = LocalExecutorBuilder::new(Placement::Unbound)
             .io_memory(512 << 10)
@@ -48,7 +49,7 @@ impl Harness {
         let (manifest, stores, sync) = (db.manifest.clone(), db.stores.clone(), config.sync_mode()?);
         let interval = std::time::Duration::from_millis(config.storage.sync_interval_ms);
         let shard = ex
-            .run(shards::Shard::start(0, config.server.id as u16, manifest, stores, None, sync, interval))
+            .run(shards::Shard::start(0, config.sid(), false, manifest, stores, None, sync, interval))
             .map_err(|e| anyhow::anyhow!(e.message))?;
         let ctx = Rc::new(Ctx::new(&config, shard, &shared));
         Ok(Harness { ex, ctx, _db: db, _dir: dir })

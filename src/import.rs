@@ -53,7 +53,7 @@ pub fn run(config: Config, file: &Path) -> Result<()> {
     let suffix = Dn::parse(&config.directory.suffix)?;
     let started = Instant::now();
     if created {
-        let res = bulk(&manifest, &stores, input, &suffix, config.server.id as u16);
+        let res = bulk(&manifest, &stores, input, &suffix, config.sid());
         if res.is_err() {
             // Nothing was written: leave the directory as empty as it was.
             drop(stores);
@@ -71,9 +71,9 @@ pub fn run(config: Config, file: &Path) -> Result<()> {
     for store in stores.iter() {
         let (tx, rx) = sync_channel::<Batch>(2);
         let (store, manifest) = (store.clone(), manifest.clone());
-        let sid = config.server.id as u16;
+        let (sid, capture) = (config.sid(), config.replication.enabled());
         writers.push(std::thread::spawn(move || -> Result<(), String> {
-            let mut hlc = clock(&*store, sid, DEFAULT_MAX_FORWARD_SKEW).map_err(|e| e.message)?;
+            let mut hlc = clock(&*store, sid, capture).map_err(|e| e.message)?;
             for batch in rx {
                 let (lines, mut ops): (Vec<usize>, Vec<WriteOp>) = batch.into_iter().unzip();
                 let results = run_batch_owned(&*store, |k| manifest.partition_of(k), &mut ops, &mut hlc);

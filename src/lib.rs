@@ -16,6 +16,7 @@ pub mod import;
 pub mod listener;
 pub mod ops;
 pub mod reindex;
+pub mod replication;
 pub mod server;
 pub mod stats;
 pub mod tls;

@@ -213,6 +213,8 @@ enum CtlCommand {
     Shutdown,
     /// Copy the database into DIR while serving (like `coredir backup`).
     Backup { dir: PathBuf },
+    /// Mirror mode: the peer, each direction's state, backlog, lag, conflicts.
+    Replication,
 }
 
 #[derive(Subcommand)]
@@ -335,6 +337,7 @@ fn run(cli: Cli) -> Result<()> {
                 CtlCommand::Drain { deadline } => Request::Drain { deadline_s: Some(deadline) },
                 CtlCommand::Shutdown => Request::Shutdown,
                 CtlCommand::Backup { dir } => Request::Backup { dir: std::path::absolute(dir)? },
+                CtlCommand::Replication => Request::Replication,
             };
             if !coredir::admin::ctl(&socket, req, json)? {
                 std::process::exit(1);

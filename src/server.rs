@@ -11,7 +11,6 @@ use crate::listener;
 use anyhow::{anyhow, bail, Context, Result};
 use glommio::channels::channel_mesh::MeshBuilder;
 use glommio::{LocalExecutorBuilder, Placement};
-use shards::csn::DEFAULT_MAX_FORWARD_SKEW;
 use shards::dn::Dn;
 use shards::entry::{Attr, Entry};
 use shards::manifest::Manifest;
@@ -81,6 +80,8 @@ pub struct Shared {
     pub draining: std::sync::atomic::AtomicBool,
     /// Every listening socket, for `drain`.
     pub listeners: std::sync::Mutex<Vec<std::os::fd::RawFd>>,
+    /// Mirror mode's state, for `ctl replication`.
+    pub replication: Arc<crate::replication::Shared>,
 }
 
 impl Ctx {
@@ -259,6 +260,17 @@ pub fn serve(config: Config) -> Result<()> {
     if let Some(fd) = &metrics_fd {
         println!("coredir: metrics on http://{}/metrics", listener::local_addr(fd)?);
     }
+    let mut replication_fd = match &config.replication.listen {
+        Some(l) => Some(listener::bind(l.parse()?, cpus[0], 16).map_err(|e| anyhow!("replication.listen: {e:#}"))?),
+        None => None,
+    };
+    if config.replication.enabled() {
+        println!(
+            "coredir: mirror mode as server {} with {}",
+            config.sid(),
+            config.replication.peer.as_deref().unwrap_or_default()
+        );
+    }
     {
         use std::os::fd::AsRawFd;
         let mut all: Vec<_> = fds.iter().map(|f| f.as_raw_fd()).collect();
@@ -277,6 +289,7 @@ pub fn serve(config: Config) -> Result<()> {
         started: unix_now(),
         draining: Default::default(),
         listeners: std::sync::Mutex::new(listening_fds),
+        replication: Default::default(),
     });
     let (ready_tx, ready_rx) = mpsc::channel::<Result<usize, String>>();
     let mut handles = Vec::new();
@@ -287,13 +300,15 @@ pub fn serve(config: Config) -> Result<()> {
         let shared = shared.clone();
         let tls_fd = tls_fds[i].take();
         let metrics_fd = if i == 0 { metrics_fd.take() } else { None };
+        let replication_fd = if i == 0 { replication_fd.take() } else { None };
         let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .name(&format!("shard-{i}"))
             .io_memory(512 << 10)
             .spin_before_park(Duration::from_micros(config.server.spin_before_park_us))
             .spawn(move || async move {
-                let (interval, sid) = (Duration::from_millis(config.storage.sync_interval_ms), config.server.id as u16);
-                let shard = match Shard::start(i, sid, manifest, stores, mesh, sync, interval).await {
+                let (interval, sid) = (Duration::from_millis(config.storage.sync_interval_ms), config.sid());
+                let capture = config.replication.enabled();
+                let shard = match Shard::start(i, sid, capture, manifest, stores, mesh, sync, interval).await {
                     Ok(s) => s,
                     Err(e) => {
                         let _ = ready.send(Err(e.message));
@@ -315,6 +330,15 @@ pub fn serve(config: Config) -> Result<()> {
                 }
                 if let Some(fd) = metrics_fd {
                     glommio::spawn_local(listener::run_metrics(fd)).detach();
+                }
+                if let Some(fd) = replication_fd {
+                    use std::os::fd::{FromRawFd, IntoRawFd};
+                    // SAFETY: a listening socket this process bound and owns.
+                    let l = unsafe { glommio::net::TcpListener::from_raw_fd(fd.into_raw_fd()) };
+                    let (repl, config) = (shared.replication.clone(), Arc::new(config.clone()));
+                    glommio::spawn_local(crate::replication::serve(l, ctx.clone(), config.clone(), repl.clone()))
+                        .detach();
+                    glommio::spawn_local(crate::replication::push(ctx.clone(), config, repl)).detach();
                 }
                 if let Some(fd) = tls_fd {
                     glommio::spawn_local(listener::run(fd, ctx.clone(), listener::Kind::Ldaps)).detach();
@@ -502,8 +526,7 @@ fn bootstrap(config: &Config, manifest: &Manifest, stores: &[Arc<Engine>]) -> Re
         let is_suffix = dn == suffix;
         for (owner, op) in add_ops(manifest, &dn, entry, is_suffix) {
             let store = &*stores[owner];
-            let mut hlc =
-                clock(store, config.server.id as u16, DEFAULT_MAX_FORWARD_SKEW).map_err(|e| anyhow!(e.message))?;
+            let mut hlc = clock(store, config.sid(), config.replication.enabled()).map_err(|e| anyhow!(e.message))?;
             for r in run_batch(store, |k| manifest.partition_of(k), &mut [op], &mut hlc) {
                 r.map_err(|e| anyhow!("creating {}: {}", dn.to_string_form(), e.message))?;
             }

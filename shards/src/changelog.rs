@@ -137,18 +137,35 @@ pub fn load_state<T: ReadTxn>(txn: &T, partition: u16, uuid: &[u8; 16]) -> Resul
     }
 }
 
+/// The sequence number the next local change of a partition will take.
+pub fn next_seq<T: ReadTxn>(txn: &T, partition: u16) -> Result<u64> {
+    Ok(txn.get(Tree::Meta, &seq_key(partition))?.map_or(1, be_u64))
+}
+
 /// Stores the state and appends the record under this server's next
 /// sequence number for the partition.
 pub fn capture<T: WriteTxn>(txn: &mut T, partition: u16, origin: u16, rec: &Record, state: &EntryState) -> Result<u64> {
+    let seq = next_seq(txn, partition)?;
+    store(txn, partition, origin, seq, rec, state)?;
+    txn.put(Tree::Meta, &seq_key(partition), &(seq + 1).to_be_bytes())?;
+    Ok(seq)
+}
+
+/// Stores the state and the record under (partition, origin, seq).
+pub fn store<T: WriteTxn>(
+    txn: &mut T,
+    partition: u16,
+    origin: u16,
+    seq: u64,
+    rec: &Record,
+    state: &EntryState,
+) -> Result<()> {
     let mut buf = Vec::with_capacity(256);
     encode_state(state, &mut buf);
     txn.put(Tree::State, &state_key(partition, &rec.uuid), &buf)?;
-    let seq = txn.get(Tree::Meta, &seq_key(partition))?.map_or(1, be_u64);
     buf.clear();
     rec.encode(&mut buf);
-    txn.put(Tree::Changelog, &log_key(partition, origin, seq), &buf)?;
-    txn.put(Tree::Meta, &seq_key(partition), &(seq + 1).to_be_bytes())?;
-    Ok(seq)
+    txn.put(Tree::Changelog, &log_key(partition, origin, seq), &buf)
 }
 
 // The state's binary form: u32 little-endian counts and lengths.
@@ -187,6 +204,7 @@ pub fn encode_state(s: &EntryState, out: &mut Vec<u8>) {
             put_bytes(out, norm);
             put_bytes(out, &v.value);
             out.extend_from_slice(&v.added.to_bytes());
+            out.extend_from_slice(&v.pos.to_le_bytes());
             out.extend_from_slice(&v.deleted.to_bytes());
         }
     }
@@ -238,7 +256,9 @@ pub fn decode_state(b: &[u8]) -> Option<EntryState> {
         for _ in 0..r.u32()? {
             let norm = r.bytes()?;
             let value = r.bytes()?;
-            values.insert(norm, ValueState { value, added: r.csn()?, deleted: r.csn()? });
+            let added = r.csn()?;
+            let pos = u32::from_le_bytes(r.take(4)?.try_into().ok()?);
+            values.insert(norm, ValueState { value, added, pos, deleted: r.csn()? });
         }
         attrs.insert(key, AttrState { name, order, cleared, values });
     }

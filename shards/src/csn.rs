@@ -163,6 +163,11 @@ impl Hlc {
         Hlc { sid, phys_us, logical, moved: false, max_forward_skew_us: max_forward_skew.as_micros() as u64 }
     }
 
+    /// The server id in the CSNs this clock issues.
+    pub fn sid(&self) -> u16 {
+        self.sid
+    }
+
     /// The next CSN for a change to `partition`.
     pub fn tick(&mut self, partition: u16) -> Csn {
         self.tick_at(wall_us(), partition)

@@ -44,6 +44,7 @@
 //! 5. This crate uses ldap3_proto's data types (filters, result codes) but
 //!    never its messages.
 
+pub mod apply;
 pub mod changelog;
 pub mod csn;
 pub mod dn;

@@ -107,6 +107,9 @@ pub struct ValueState {
     /// The value as last added (its normalized form is the map's key).
     pub value: Vec<u8>,
     pub added: Csn,
+    /// Its position among the values of the change that added it, so that
+    /// values keep the order they were given in.
+    pub pos: u32,
     pub deleted: Csn,
 }
 
@@ -143,6 +146,7 @@ impl EntryState {
                                 let slot = a.values.entry(norm(v).into_owned()).or_insert_with(|| ValueState {
                                     value: v.clone(),
                                     added: Csn::default(),
+                                    pos: 0,
                                     deleted: Csn::default(),
                                 });
                                 slot.deleted = slot.deleted.max(csn);
@@ -190,15 +194,21 @@ impl EntryState {
     fn add_values(&mut self, name: &str, values: &[Vec<u8>], csn: Csn, pos: u16) {
         let a = self.attr(name, csn, pos);
         let norm = matching::normalizer(name);
-        for v in values {
+        for (i, v) in values.iter().enumerate() {
             let slot = a.values.entry(norm(v).into_owned()).or_insert_with(|| ValueState {
                 value: v.clone(),
                 added: Csn::default(),
+                pos: 0,
                 deleted: Csn::default(),
             });
-            // The newest add also decides the value's spelling ("Foo" or "foo").
-            if csn > slot.added || (csn == slot.added && v < &slot.value) {
+            // The newest add also decides the value's spelling ("Foo" or
+            // "foo") and place.
+            let i = i as u32;
+            if (csn, std::cmp::Reverse(i), std::cmp::Reverse(v))
+                > (slot.added, std::cmp::Reverse(slot.pos), std::cmp::Reverse(&slot.value))
+            {
                 slot.added = csn;
+                slot.pos = i;
                 slot.value = v.clone();
             }
         }
@@ -232,7 +242,7 @@ impl EntryState {
             .values()
             .map(|a| {
                 let mut present: Vec<&ValueState> = a.values.values().filter(|v| v.present(a.cleared)).collect();
-                present.sort_by(|x, y| x.added.cmp(&y.added).then_with(|| x.value.cmp(&y.value)));
+                present.sort_by(|x, y| (x.added, x.pos, &x.value).cmp(&(y.added, y.pos, &y.value)));
                 if matching::attr_type(&a.name).is_some_and(|t| t.single_value) {
                     // Last writer wins: concurrent adds leave the newest.
                     present.drain(..present.len().saturating_sub(1));

@@ -90,7 +90,10 @@ mod tests {
                 )
             })
             .collect();
-        let hlc = || crate::csn::Hlc::new(1, None, crate::csn::DEFAULT_MAX_FORWARD_SKEW);
+        let hlc = || crate::write::Clock {
+            hlc: crate::csn::Hlc::new(1, None, crate::csn::DEFAULT_MAX_FORWARD_SKEW),
+            capture: false,
+        };
         let put = |dn: &str, parent: Option<Parent>| {
             let key = Dn::parse(dn).unwrap().key();
             let store = &stores[manifest.owner_of(&key)];

@@ -8,12 +8,11 @@
 //! answers every request of the batch only after the commit: group commit,
 //! with the reactor serving reads meanwhile and never waiting on fsync.
 
-use crate::csn::DEFAULT_MAX_FORWARD_SKEW;
 use crate::entry::{Entry, EntryView};
 use crate::error::{Error, Result};
 use crate::manifest::Manifest;
 use crate::store::{Engine, ReadTxn, Store, SyncMode, Tree};
-use crate::write::{clock, run_batch, Outcome, WriteOp};
+use crate::write::{self, run_batch, Outcome, WriteOp};
 use futures_channel::oneshot;
 use glommio::channels::channel_mesh::{MeshBuilder, Senders};
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
@@ -88,6 +87,8 @@ pub struct Shard {
     pub id: usize,
     /// This server's id, in every CSN the shard issues.
     pub sid: u16,
+    /// Whether commits record changes for replication (`changelog.rs`).
+    pub capture: bool,
     pub manifest: Arc<Manifest>,
     /// Every shard's store, indexed by shard id; only `stores[id]` is written here.
     pub stores: Arc<Vec<Arc<Engine>>>,
@@ -131,6 +132,7 @@ impl Shard {
     pub async fn start(
         id: usize,
         sid: u16,
+        capture: bool,
         manifest: Arc<Manifest>,
         stores: Arc<Vec<Arc<Engine>>>,
         mesh: Option<Mesh>,
@@ -148,6 +150,7 @@ impl Shard {
         let shard = Rc::new(Shard {
             id,
             sid,
+            capture,
             manifest,
             stores,
             queue,
@@ -304,7 +307,7 @@ impl Shard {
 
 async fn commit_loop(shard: Rc<Shard>, rx: LocalReceiver<Pending>) {
     let store = &shard.stores[shard.id];
-    let mut hlc = match clock(&**store, shard.sid, DEFAULT_MAX_FORWARD_SKEW) {
+    let mut clock = match write::clock(&**store, shard.sid, shard.capture) {
         Ok(h) => h,
         Err(e) => {
             // Nothing can be written without a clock: say so on every write.
@@ -333,13 +336,13 @@ async fn commit_loop(shard: Rc<Shard>, rx: LocalReceiver<Pending>) {
         let started = std::time::Instant::now();
         let results = loop {
             let (owned, manifest) = (store.clone(), shard.manifest.clone());
-            let (back, clock, results) = glommio::executor()
+            let (back, kept, results) = glommio::executor()
                 .spawn_blocking(move || {
-                    let results = run_batch(&*owned, |k| manifest.partition_of(k), &mut ops, &mut hlc);
-                    (ops, hlc, results)
+                    let results = run_batch(&*owned, |k| manifest.partition_of(k), &mut ops, &mut clock);
+                    (ops, clock, results)
                 })
                 .await;
-            (ops, hlc) = (back, clock);
+            (ops, clock) = (back, kept);
             // Out of room: nothing of the batch was committed; at least
             // double the map and run it again.
             if !store.take_full() {

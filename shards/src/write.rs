@@ -8,11 +8,13 @@
 //! move between shards) are split by the caller into ops that each touch one
 //! owner, ordered so the parent's child count always protects the tree.
 
-use crate::csn::Hlc;
+use crate::changelog;
+use crate::csn::{Csn, Hlc};
 use crate::dn::Dn;
 use crate::entry::{Entry, EntryView, Mod};
 use crate::error::{Error, Result};
 use crate::manifest::Manifest;
+use crate::merge::{Change, Record};
 use crate::store::{ReadTxn, Store, Tree, WriteTxn};
 use crate::{filter, index, matching, schema};
 use ldap3_proto::proto::LdapFilter;
@@ -32,6 +34,9 @@ pub enum WriteOp {
     Delete { key: Vec<u8>, dn: String, parent: Option<Parent>, extras: Extras },
     /// Applies modifications; `stamp` holds the modifiersName/modifyTimestamp values.
     Modify { key: Vec<u8>, dn: String, mods: Vec<Mod>, rdn: Vec<(String, Vec<u8>)>, stamp: Stamp, extras: Extras },
+    /// Applies a peer's change record (`apply.rs`), `seq`th of its origin
+    /// server in the record's partition.
+    Replicate { origin: u16, seq: u64, rec: Record },
     /// Renames an entry whose old and new DNs have the same owner, atomically.
     Move {
         old_key: Vec<u8>,
@@ -248,13 +253,25 @@ pub struct Stamp {
 }
 
 const NEXT_ID: &[u8] = b"next_id";
+
+/// Why a rename fails while replication is on (see the mirror-mode notes).
+pub const NO_REPLICATED_RENAME: &str =
+    "modify-DN is not replicated yet: with replication on, rename by adding the new entry and deleting the old one";
 /// The owner's clock's last state (`csn::Hlc::persist`).
 const HLC: &[u8] = b"hlc";
 
+/// What an owner's commits stamp and record: CSNs from its clock and,
+/// while replication is on, the changes in the changelog (`changelog.rs`).
+pub struct Clock {
+    pub hlc: Hlc,
+    pub capture: bool,
+}
+
 /// The owner's clock for a store: server id `sid`, continuing from the
 /// state the store recorded.
-pub fn clock<S: Store>(store: &S, sid: u16, max_forward_skew: std::time::Duration) -> Result<Hlc> {
-    Ok(Hlc::new(sid, store.read()?.get(Tree::Meta, HLC)?, max_forward_skew))
+pub fn clock<S: Store>(store: &S, sid: u16, capture: bool) -> Result<Clock> {
+    let hlc = Hlc::new(sid, store.read()?.get(Tree::Meta, HLC)?, crate::csn::DEFAULT_MAX_FORWARD_SKEW);
+    Ok(Clock { hlc, capture })
 }
 
 /// Runs a batch in one write transaction and commits it; one result per op.
@@ -264,7 +281,7 @@ pub fn run_batch<S: Store>(
     store: &S,
     partition_of: impl Fn(&[u8]) -> u32,
     ops: &mut [WriteOp],
-    hlc: &mut Hlc,
+    clock: &mut Clock,
 ) -> Vec<Outcome> {
     let n = ops.len();
     let fail_all = |e: Error| vec![Err(e); n];
@@ -278,7 +295,7 @@ pub fn run_batch<S: Store>(
     };
     let mut results = Vec::with_capacity(ops.len());
     for op in ops.iter_mut() {
-        let res = apply(&mut txn, op, &partition_of, &mut next_id, hlc);
+        let res = apply(&mut txn, op, &partition_of, &mut next_id, clock);
         if let Err(e) = &res {
             if e.code == LdapResultCode::Other {
                 return fail_all(e.clone());
@@ -286,7 +303,7 @@ pub fn run_batch<S: Store>(
         }
         results.push(res);
     }
-    let bound = match hlc.persist() {
+    let bound = match clock.hlc.persist() {
         Some(state) => txn.put(Tree::Meta, HLC, &state),
         None => Ok(()),
     };
@@ -303,10 +320,10 @@ pub fn run_batch_owned<S: Store>(
     store: &S,
     partition_of: impl Fn(&[u8]) -> u32,
     ops: &mut [WriteOp],
-    hlc: &mut Hlc,
+    clock: &mut Clock,
 ) -> Vec<Outcome> {
     loop {
-        let results = run_batch(store, &partition_of, ops, hlc);
+        let results = run_batch(store, &partition_of, ops, clock);
         if !store.take_full() {
             return results;
         }
@@ -322,9 +339,29 @@ pub fn be_u64(v: &[u8]) -> u64 {
 }
 
 /// Stamps an entry with the next CSN of its partition.
-fn stamp_csn(entry: &mut Entry, key: &[u8], partition_of: &impl Fn(&[u8]) -> u32, hlc: &mut Hlc) {
-    let csn = hlc.tick(partition_of(key) as u16);
+fn stamp_csn(entry: &mut Entry, partition: u16, hlc: &mut Hlc) -> Csn {
+    let csn = hlc.tick(partition);
     entry.set("entryCSN", vec![csn.to_string().into_bytes()]);
+    csn
+}
+
+/// Records a local change (see `changelog.rs`): merges it into the entry's
+/// state (`before` stands in for a state the entry does not have yet) and
+/// logs it; returns the entry the state now shows.
+fn capture<T: WriteTxn>(
+    txn: &mut T,
+    partition: u16,
+    clock: &Clock,
+    before: Option<&Entry>,
+    rec: &Record,
+) -> Result<Option<Entry>> {
+    let mut state = match changelog::load_state(txn, partition, &rec.uuid)? {
+        Some(s) => s,
+        None => before.map(changelog::state_of_existing).unwrap_or_default(),
+    };
+    state.merge(rec);
+    changelog::capture(txn, partition, clock.hlc.sid(), rec, &state)?;
+    Ok(changelog::materialize(&state))
 }
 
 fn apply<T: WriteTxn>(
@@ -332,7 +369,7 @@ fn apply<T: WriteTxn>(
     op: &mut WriteOp,
     partition_of: &impl Fn(&[u8]) -> u32,
     next_id: &mut u64,
-    hlc: &mut Hlc,
+    clock: &mut Clock,
 ) -> Outcome {
     match op {
         WriteOp::Add { key, parent, entry } => {
@@ -343,19 +380,43 @@ fn apply<T: WriteTxn>(
             if let Some(p) = parent {
                 child(txn, p, 1)?;
             }
+            let partition = partition_of(key) as u16;
             // An import keeps the CSN its LDIF carries.
-            if entry.get("entryCSN").is_none() {
-                stamp_csn(entry, key, partition_of, hlc);
+            let kept = entry
+                .get("entryCSN")
+                .and_then(|a| a.vals.first())
+                .and_then(|v| Csn::parse(&String::from_utf8_lossy(v)));
+            let csn = match kept {
+                Some(csn) => csn,
+                None => stamp_csn(entry, partition, &mut clock.hlc),
+            };
+            if clock.capture {
+                let rec = Record {
+                    csn,
+                    uuid: changelog::uuid_of(entry)?,
+                    dn: entry.dn.clone(),
+                    change: changelog::add_of(entry),
+                };
+                capture(txn, partition, clock, None, &rec)?;
             }
             insert(txn, key, entry, partition_of, next_id)?;
             Ok(None)
         }
         WriteOp::Child { parent, delta } => child(txn, parent, *delta).map(|_| None),
+        WriteOp::Replicate { origin, seq, rec } => {
+            crate::apply::replicate(txn, partition_of, next_id, clock, *origin, *seq, rec)
+        }
         WriteOp::Delete { key, dn, parent, extras } => {
             let id = leaf_id(txn, key, dn)?;
             let old = read_checked(txn, &id, extras)?;
             if let Some(p) = parent {
                 child(txn, p, -1)?;
+            }
+            if clock.capture {
+                let partition = partition_of(key) as u16;
+                let csn = clock.hlc.tick(partition);
+                let rec = Record { csn, uuid: changelog::uuid_of(&old)?, dn: old.dn.clone(), change: Change::Delete };
+                capture(txn, partition, clock, Some(&old), &rec)?;
             }
             index::remove(txn, &old, &id)?;
             txn.delete(Tree::Dn2id, key)?;
@@ -383,7 +444,15 @@ fn apply<T: WriteTxn>(
             schema::check::check_entry(&entry, &Dn::parse(dn)?)?;
             entry.set("modifiersName", vec![stamp.modifier.clone().into_bytes()]);
             entry.set("modifyTimestamp", vec![stamp.time.clone().into_bytes()]);
-            stamp_csn(&mut entry, key, partition_of, hlc);
+            let partition = partition_of(key) as u16;
+            let csn = stamp_csn(&mut entry, partition, &mut clock.hlc);
+            if clock.capture {
+                let change = Change::Modify { deltas: changelog::deltas(&old, &entry) };
+                let rec = Record { csn, uuid: changelog::uuid_of(&old)?, dn: old.dn.clone(), change };
+                // Stored as the state shows it, so that both servers hold the
+                // same attribute and value order.
+                entry = capture(txn, partition, clock, Some(&old), &rec)?.unwrap_or(entry);
+            }
             let mut buf = Vec::with_capacity(256);
             entry.encode(&mut buf);
             index::update(txn, &old, &entry, &id)?;
@@ -391,6 +460,9 @@ fn apply<T: WriteTxn>(
             Ok(images(extras, Some(old), Some(entry)))
         }
         WriteOp::Move { old_key, old_dn, old_parent, new_key, new_parent, entry } => {
+            if clock.capture {
+                return Err(Error::unwilling(NO_REPLICATED_RENAME));
+            }
             check_key(new_key, &entry.dn)?;
             let id = leaf_id(txn, old_key, old_dn)?;
             if new_key != old_key && txn.get(Tree::Dn2id, new_key)?.is_some() {
@@ -406,7 +478,7 @@ fn apply<T: WriteTxn>(
             index::remove(txn, &old, &id)?;
             txn.delete(Tree::Dn2id, old_key)?;
             txn.delete(Tree::Id2entry, &id)?;
-            stamp_csn(entry, new_key, partition_of, hlc);
+            stamp_csn(entry, partition_of(new_key) as u16, &mut clock.hlc);
             insert(txn, new_key, entry, partition_of, next_id)?;
             Ok(None)
         }
@@ -460,7 +532,7 @@ fn leaf_id<T: ReadTxn>(txn: &T, key: &[u8], dn: &str) -> Result<Vec<u8>> {
     Ok(id)
 }
 
-fn insert<T: WriteTxn>(
+pub(crate) fn insert<T: WriteTxn>(
     txn: &mut T,
     key: &[u8],
     entry: &Entry,

@@ -189,6 +189,7 @@ fn property<S: Store>(store: &S) {
     compare(store, &mut rng, 600);
 }
 
-fn clock() -> shards::csn::Hlc {
-    shards::csn::Hlc::new(1, None, shards::csn::DEFAULT_MAX_FORWARD_SKEW)
+fn clock() -> shards::write::Clock {
+    let hlc = shards::csn::Hlc::new(1, None, shards::csn::DEFAULT_MAX_FORWARD_SKEW);
+    shards::write::Clock { hlc, capture: false }
 }

@@ -30,6 +30,9 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
         None => old.parent(),
     };
     let ctx = &conn.ctx;
+    if ctx.shard.capture {
+        return Err(Error::unwilling(shards::write::NO_REPLICATED_RENAME));
+    }
     if old.is_root() || ctx.is_suffix(&old) {
         return Err(Error::unwilling("a naming context cannot be renamed"));
     }

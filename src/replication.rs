@@ -1,0 +1,448 @@
+//! Mirror mode's channel: this server pushes its own changes to its peer,
+//! and applies the peer's.
+//!
+//! Each direction is one TCP connection from the sender to the receiver's
+//! `replication.listen`, served on shard 0's reactor:
+//!
+//! 1. The receiver speaks first: `Challenge` (a nonce, its server id,
+//!    database id, partition count and hash). The sender refuses a peer
+//!    with another database or partitioning, or its own server id; else it
+//!    answers `Hello` with the same facts and SHA-256(secret, nonce). The
+//!    receiver checks them the same way and answers `Ruv`: for every
+//!    partition, the last sequence number it applied from this sender (the
+//!    replica update vector), or `Refuse` with the reason.
+//! 2. The sender streams its changelog records above those positions, of
+//!    every partition, oldest CSN first (a parent's add before its
+//!    children's), in frames of at most `BATCH` records; one frame is in
+//!    flight at a time (the flow control) and the receiver acknowledges it
+//!    once every record is committed. Idle, the sender sends a heartbeat
+//!    every second.
+//! 3. The receiver hands each record to its partition's owner
+//!    (`WriteOp::Replicate`, `shards::apply`), which drops duplicates, so a
+//!    resend after any interruption is harmless; a record whose CSN is too
+//!    far ahead is refused and the connection closed with the reason.
+//!
+//! Records are read from committed snapshots: with `storage.sync =
+//! "always"` (the default) only durable records are shipped. Any error
+//! closes the connection; the sender reconnects after a second and resumes
+//! from the receiver's vector.
+
+use crate::config::Config;
+use crate::server::Ctx;
+use anyhow::{anyhow, bail, Result};
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::{TcpListener, TcpStream};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use shards::changelog::{self, log_key, ruv_key};
+use shards::csn::{wall_us, Csn};
+use shards::dn::Dn;
+use shards::merge::Record;
+use shards::store::{ReadTxn, Store, Tree};
+use shards::write::{be_u64, Parent, WriteOp};
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Records per frame.
+const BATCH: usize = 512;
+/// Largest frame accepted (a frame of big entries).
+const MAX_FRAME: usize = 64 << 20;
+const HEARTBEAT: Duration = Duration::from_secs(1);
+const POLL: Duration = Duration::from_millis(20);
+const RETRY: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Frame {
+    Challenge {
+        nonce: [u8; 16],
+        facts: Facts,
+    },
+    Hello {
+        proof: Vec<u8>,
+        facts: Facts,
+    },
+    Ruv {
+        applied: Vec<u64>,
+    },
+    Refuse {
+        reason: String,
+    },
+    /// (partition, sequence number, record in base64).
+    Records {
+        records: Vec<(u16, u64, String)>,
+    },
+    Ack {
+        applied: Vec<(u16, u64)>,
+    },
+    Heartbeat {
+        backlog: u64,
+    },
+}
+
+/// What both sides of a pair must agree on, and who they are.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Facts {
+    server_id: u16,
+    database_id: String,
+    partitions: u32,
+    hash: String,
+}
+
+/// What `coredir ctl replication` shows, per direction.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Status {
+    pub peer: String,
+    /// Sending: connecting, catching-up, streaming, refused.
+    pub outbound: String,
+    /// Receiving: waiting, streaming, refused.
+    pub inbound: String,
+    /// The last reason a connection ended or was refused.
+    pub last_error: String,
+    pub records_sent: u64,
+    pub records_applied: u64,
+    /// Records committed here and not yet acknowledged by the peer.
+    pub backlog: u64,
+    /// Age of the oldest unacknowledged change (0 when none).
+    pub lag_s: f64,
+    /// Seconds since the peer was last heard from (a frame or heartbeat).
+    pub peer_silent_s: f64,
+    /// Records the peer refused or that could not be applied here.
+    pub conflicts: Vec<String>,
+}
+
+/// The status, shared with the admin thread.
+#[derive(Default)]
+pub struct Shared {
+    pub status: Mutex<Status>,
+    heard: Mutex<Option<Instant>>,
+}
+
+impl Shared {
+    pub fn snapshot(&self) -> Status {
+        let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        s.peer_silent_s =
+            self.heard.lock().unwrap_or_else(|e| e.into_inner()).map_or(-1.0, |t| t.elapsed().as_secs_f64());
+        s
+    }
+    fn update(&self, f: impl FnOnce(&mut Status)) {
+        f(&mut self.status.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+    fn heard(&self) {
+        *self.heard.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
+}
+
+fn facts(ctx: &Ctx, config: &Config) -> Facts {
+    let m = &ctx.shard.manifest;
+    Facts {
+        server_id: config.sid(),
+        database_id: m.database_id.clone(),
+        partitions: m.partitions,
+        hash: m.hash.clone(),
+    }
+}
+
+/// Why a peer's facts rule it out, if they do.
+fn mismatch(ours: &Facts, theirs: &Facts) -> Option<String> {
+    if theirs.server_id == ours.server_id {
+        return Some(format!("the peer has this server's id {}", ours.server_id));
+    }
+    if theirs.database_id != ours.database_id {
+        return Some(format!(
+            "the peer holds another database ({} here, {} there); seed it from a backup of this one",
+            ours.database_id, theirs.database_id
+        ));
+    }
+    if (theirs.partitions, &theirs.hash) != (ours.partitions, &ours.hash) {
+        return Some(format!(
+            "the peer partitions differently ({} by {} here, {} by {} there)",
+            ours.partitions, ours.hash, theirs.partitions, theirs.hash
+        ));
+    }
+    None
+}
+
+fn proof(secret: &str, nonce: &[u8; 16]) -> Vec<u8> {
+    let mut h = Sha256::new();
+    h.update(b"coredir replication\0");
+    h.update(secret.as_bytes());
+    h.update(nonce);
+    h.finalize().to_vec()
+}
+
+async fn send(stream: &mut TcpStream, frame: &Frame) -> Result<()> {
+    let body = serde_json::to_vec(frame)?;
+    let mut buf = Vec::with_capacity(body.len() + 4);
+    buf.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    buf.extend_from_slice(&body);
+    stream.write_all(&buf).await?;
+    Ok(())
+}
+
+async fn recv(stream: &mut TcpStream) -> Result<Frame> {
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len).await?;
+    let n = u32::from_be_bytes(len) as usize;
+    if n > MAX_FRAME {
+        bail!("a {n}-byte frame is over the {MAX_FRAME}-byte limit");
+    }
+    let mut body = vec![0u8; n];
+    stream.read_exact(&mut body).await?;
+    Ok(serde_json::from_slice(&body)?)
+}
+
+// ---- Receiving: the peer's changes, applied here.
+
+/// Accepts the peer's connections on `replication.listen` (shard 0).
+pub async fn serve(listener: TcpListener, ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>) {
+    shared.update(|s| s.inbound = "waiting".into());
+    loop {
+        let stream = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("coredir: replication: accept failed: {e}");
+                glommio::timer::sleep(RETRY).await;
+                continue;
+            }
+        };
+        let (ctx, config, shared) = (ctx.clone(), config.clone(), shared.clone());
+        glommio::spawn_local(async move {
+            if let Err(e) = receive(stream, &ctx, &config, &shared).await {
+                eprintln!("coredir: replication: from the peer: {e:#}");
+                shared.update(|s| {
+                    s.inbound = if s.inbound == "refused" { s.inbound.clone() } else { "waiting".into() };
+                    s.last_error = format!("{e:#}");
+                });
+            }
+        })
+        .detach();
+    }
+}
+
+async fn receive(mut stream: TcpStream, ctx: &Ctx, config: &Config, shared: &Shared) -> Result<()> {
+    stream.set_nodelay(true).map_err(|e| anyhow!("{e}"))?;
+    let ours = facts(ctx, config);
+    let nonce: [u8; 16] = rand::random();
+    send(&mut stream, &Frame::Challenge { nonce, facts: ours.clone() }).await?;
+    let Frame::Hello { proof: given, facts: theirs } = recv(&mut stream).await? else {
+        bail!("the peer did not say hello");
+    };
+    let secret = config.replication.secret.as_deref().unwrap_or_default();
+    let why = if given != proof(secret, &nonce) {
+        Some("the peer does not hold this server's replication.secret".to_string())
+    } else {
+        mismatch(&ours, &theirs)
+    };
+    if let Some(reason) = why {
+        send(&mut stream, &Frame::Refuse { reason: reason.clone() }).await?;
+        shared.update(|s| s.inbound = "refused".into());
+        bail!("refused: {reason}");
+    }
+    let origin = theirs.server_id;
+    send(&mut stream, &Frame::Ruv { applied: applied_from(ctx, origin)? }).await?;
+    shared.update(|s| s.inbound = "streaming".into());
+    shared.heard();
+    loop {
+        let frame = recv(&mut stream).await?;
+        shared.heard();
+        match frame {
+            Frame::Heartbeat { .. } => {}
+            Frame::Records { records } => {
+                let n = records.len() as u64;
+                match apply_all(ctx, origin, records).await {
+                    Ok(applied) => {
+                        send(&mut stream, &Frame::Ack { applied }).await?;
+                        shared.update(|s| s.records_applied += n);
+                    }
+                    Err(reason) => {
+                        let _ = send(&mut stream, &Frame::Refuse { reason: reason.clone() }).await;
+                        shared.update(|s| {
+                            s.inbound = "refused".into();
+                            s.conflicts.push(reason.clone());
+                        });
+                        bail!("{reason}");
+                    }
+                }
+            }
+            other => bail!("unexpected {other:?}"),
+        }
+    }
+}
+
+/// The replica update vector for one origin: per partition, the last
+/// sequence number applied (from the partition owner's `meta`).
+fn applied_from(ctx: &Ctx, origin: u16) -> Result<Vec<u64>> {
+    let shard = &ctx.shard;
+    (0..shard.manifest.partitions as u16)
+        .map(|p| {
+            let store = &shard.stores[shard.manifest.owners[p as usize] as usize];
+            let txn = store.read().map_err(|e| anyhow!(e.message))?;
+            Ok(txn.get(Tree::Meta, &ruv_key(p, origin)).map_err(|e| anyhow!(e.message))?.map_or(0, be_u64))
+        })
+        .collect()
+}
+
+/// Applies a frame's records on their owners, each partition's in order
+/// (one owner's queue is first in, first out), then fixes the parents'
+/// child counts; the highest sequence number applied per partition.
+async fn apply_all(ctx: &Ctx, origin: u16, records: Vec<(u16, u64, String)>) -> Result<Vec<(u16, u64)>, String> {
+    let shard = &ctx.shard;
+    let mut waiting = Vec::with_capacity(records.len());
+    let mut applied: std::collections::BTreeMap<u16, u64> = Default::default();
+    for (partition, seq, text) in records {
+        let rec = BASE64
+            .decode(text.as_bytes())
+            .ok()
+            .and_then(|b| Record::decode(&b))
+            .ok_or_else(|| format!("record {seq} of partition {partition} is corrupt"))?;
+        let dn = Dn::parse(&rec.dn).map_err(|e| e.message)?;
+        let owner = shard.owner_of(&dn.key());
+        let s = ctx.shard.clone();
+        waiting.push((
+            dn,
+            glommio::spawn_local(async move { s.submit_for(owner, WriteOp::Replicate { origin, seq, rec }).await }),
+        ));
+        let top = applied.entry(partition).or_default();
+        *top = (*top).max(seq);
+    }
+    let mut counts = Vec::new();
+    for (dn, task) in waiting {
+        let images = task.await.map_err(|e| format!("{}: {}", dn.to_string_form(), e.message))?;
+        if let Some(images) = images.filter(|_| !dn.is_root()) {
+            match (images.before.is_some(), images.after.is_some()) {
+                (false, true) => counts.push((Parent::of(&dn), 1)),
+                (true, false) => counts.push((Parent::of(&dn), -1)),
+                _ => {}
+            }
+        }
+    }
+    for (parent, delta) in counts {
+        let owner = shard.owner_of(&parent.key);
+        if let Err(e) = shard.submit_to(owner, WriteOp::Child { parent, delta }).await {
+            eprintln!("coredir: replication: counting a child: {}", e.message);
+        }
+    }
+    Ok(applied.into_iter().collect())
+}
+
+// ---- Sending: this server's changes, pushed to the peer.
+
+/// Connects to the peer and streams to it, forever (shard 0).
+pub async fn push(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>) {
+    let peer = config.replication.peer.clone().unwrap_or_default();
+    shared.update(|s| s.peer = peer.clone());
+    loop {
+        shared.update(|s| s.outbound = "connecting".into());
+        if let Err(e) = push_once(&peer, &ctx, &config, &shared).await {
+            let msg = format!("{e:#}");
+            if !shared.snapshot().last_error.ends_with(&msg) {
+                eprintln!("coredir: replication: to {peer}: {msg}");
+            }
+            shared.update(|s| {
+                if s.outbound != "refused" {
+                    s.outbound = "connecting".into();
+                }
+                s.last_error = msg;
+            });
+        }
+        glommio::timer::sleep(RETRY).await;
+    }
+}
+
+async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> Result<()> {
+    let mut stream = TcpStream::connect(peer).await.map_err(|e| anyhow!("connecting: {e}"))?;
+    stream.set_nodelay(true).map_err(|e| anyhow!("{e}"))?;
+    let ours = facts(ctx, config);
+    let Frame::Challenge { nonce, facts: theirs } = recv(&mut stream).await? else {
+        bail!("the peer did not challenge");
+    };
+    if let Some(reason) = mismatch(&ours, &theirs) {
+        shared.update(|s| s.outbound = "refused".into());
+        bail!("not sending: {reason}");
+    }
+    let secret = config.replication.secret.as_deref().unwrap_or_default();
+    send(&mut stream, &Frame::Hello { proof: proof(secret, &nonce), facts: ours.clone() }).await?;
+    let mut acked = match recv(&mut stream).await? {
+        Frame::Ruv { applied } if applied.len() == ours.partitions as usize => applied,
+        Frame::Refuse { reason } => {
+            shared.update(|s| s.outbound = "refused".into());
+            bail!("the peer refused: {reason}");
+        }
+        other => bail!("unexpected {other:?}"),
+    };
+    shared.update(|s| s.outbound = "catching-up".into());
+    let mut last_sent = Instant::now();
+    loop {
+        let (batch, backlog, oldest) = pending(ctx, ours.server_id, &acked)?;
+        shared.update(|s| {
+            s.backlog = backlog;
+            s.lag_s = oldest.map_or(0.0, |c| wall_us().saturating_sub(c.phys_us) as f64 / 1e6);
+            if backlog == 0 {
+                s.outbound = "streaming".into();
+            }
+        });
+        if batch.is_empty() {
+            if last_sent.elapsed() >= HEARTBEAT {
+                send(&mut stream, &Frame::Heartbeat { backlog: 0 }).await?;
+                last_sent = Instant::now();
+            }
+            glommio::timer::sleep(POLL).await;
+            continue;
+        }
+        let n = batch.len() as u64;
+        send(&mut stream, &Frame::Records { records: batch }).await?;
+        last_sent = Instant::now();
+        match recv(&mut stream).await? {
+            Frame::Ack { applied } => {
+                for (p, seq) in applied {
+                    if let Some(a) = acked.get_mut(p as usize) {
+                        *a = (*a).max(seq);
+                    }
+                }
+                shared.heard();
+                shared.update(|s| s.records_sent += n);
+            }
+            Frame::Refuse { reason } => {
+                shared.update(|s| {
+                    s.outbound = "refused".into();
+                    s.conflicts.push(reason.clone());
+                });
+                bail!("the peer refused a record: {reason}");
+            }
+            other => bail!("unexpected {other:?}"),
+        }
+    }
+}
+
+/// The next frame's records (this server's, above what the peer applied,
+/// oldest CSN first), how many are pending in all, and the oldest's CSN.
+#[allow(clippy::type_complexity)]
+fn pending(ctx: &Ctx, origin: u16, acked: &[u64]) -> Result<(Vec<(u16, u64, String)>, u64, Option<Csn>)> {
+    let shard = &ctx.shard;
+    let mut all: Vec<(Csn, u16, u64, Vec<u8>)> = Vec::new();
+    let mut backlog = 0u64;
+    for (p, &done) in acked.iter().enumerate() {
+        let p = p as u16;
+        let store = &shard.stores[shard.manifest.owners[p as usize] as usize];
+        let txn = store.read().map_err(|e| anyhow!(e.message))?;
+        backlog += changelog::next_seq(&txn, p).map_err(|e| anyhow!(e.message))?.saturating_sub(done + 1);
+        let prefix = &log_key(p, origin, 0)[..4];
+        let mut taken = 0;
+        txn.scan(Tree::Changelog, prefix, &log_key(p, origin, done + 1), &mut |k, v| {
+            let csn = v.get(1..17).and_then(Csn::from_bytes).unwrap_or_default();
+            all.push((csn, p, be_u64(&k[4..]), v.to_vec()));
+            taken += 1;
+            taken < BATCH
+        })
+        .map_err(|e| anyhow!(e.message))?;
+    }
+    all.sort_by_key(|r| r.0);
+    let oldest = all.first().map(|r| r.0);
+    // Within a partition, sequence order is CSN order: cutting the sorted
+    // list leaves no gap in any partition.
+    all.truncate(BATCH);
+    Ok((all.into_iter().map(|(_, p, s, v)| (p, s, BASE64.encode(v))).collect(), backlog, oldest))
+}
