@@ -6,44 +6,12 @@ use ldap3::{LdapConn, Scope, SearchEntry};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::process::Command;
-use std::time::{Duration, Instant};
-
-fn ctl(s: &Server, args: &[&str]) -> (i32, String, String) {
-    let socket = s.data().join("admin.sock");
-    let out = Command::new(env!("CARGO_BIN_EXE_coredir"))
-        .arg("ctl")
-        .arg("--socket")
-        .arg(&socket)
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
-
-fn ctl_json(s: &Server, args: &[&str]) -> Value {
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let (code, out, err) = ctl(s, &all);
-    assert_eq!(code, 0, "ctl {args:?}: {out}{err}");
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
-}
+use std::time::Duration;
 
 /// Operations initiated per type, summed over shards.
 fn ops(s: &Server, op: &str) -> u64 {
     let shards = ctl_json(s, &["shards"]);
     shards["shards"].as_array().unwrap().iter().map(|sh| sh["operations"][op].as_u64().unwrap()).sum()
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]

@@ -14,6 +14,7 @@ mod engines;
 mod hostile;
 mod interop;
 mod limits;
+mod mirror;
 mod passwords;
 mod protocol;
 mod schema;

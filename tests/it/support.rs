@@ -30,6 +30,8 @@ pub struct Server {
     pub extra: Vec<String>,
     /// What the server printed before its `listening on` line.
     pub banner: String,
+    /// Extra environment variables (the test clock offset).
+    pub env: Vec<(String, String)>,
 }
 
 /// The storage engine the integration tests run against: `lmdb`, or the
@@ -54,14 +56,20 @@ impl Server {
 
     /// A server with this TOML configuration file (plus the engine under test).
     pub fn start_with_config(shards: usize, toml: &str) -> Server {
+        let mut s = Server::prepare(shards, toml);
+        s.launch();
+        s
+    }
+
+    /// `start_with_config` without the start: its data directory can be
+    /// filled first (`coredir restore`).
+    pub fn prepare(shards: usize, toml: &str) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let stderr = dir.path().join("stderr.log");
         let config = dir.path().join("coredir.toml");
         std::fs::write(&config, with_engine(toml)).unwrap();
         let extra = vec!["--config".to_string(), config.display().to_string()];
-        let mut s = Server { child: None, port: 0, shards, dir, stderr, extra, banner: String::new() };
-        s.launch();
-        s
+        Server { child: None, port: 0, shards, dir, stderr, extra, banner: String::new(), env: Vec::new() }
     }
 
     pub fn config_path(&self) -> PathBuf {
@@ -77,7 +85,7 @@ impl Server {
     pub fn launch(&mut self) {
         let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
         let (child, port, banner) =
-            spawn_with_banner(&self.data(), self.shards, &self.stderr, &extra).unwrap_or_else(|e| panic!("{e}"));
+            spawn_full(&self.data(), self.shards, &self.stderr, &extra, &self.env).unwrap_or_else(|e| panic!("{e}"));
         self.child = Some(child);
         self.port = port;
         self.banner = banner;
@@ -154,12 +162,25 @@ pub fn spawn_with_banner(
     stderr: &Path,
     extra: &[&str],
 ) -> Result<(Child, u16, String), String> {
-    let err_file = std::fs::File::create(stderr).unwrap();
+    spawn_full(data, shards, stderr, extra, &[])
+}
+
+/// `spawn_with_banner` with extra environment variables.
+pub fn spawn_full(
+    data: &Path,
+    shards: usize,
+    stderr: &Path,
+    extra: &[&str],
+    env: &[(String, String)],
+) -> Result<(Child, u16, String), String> {
+    // Appended: earlier runs' lines stay readable after a restart.
+    let err_file = std::fs::OpenOptions::new().create(true).append(true).open(stderr).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_coredir"))
         .args(["serve", "--listen", "127.0.0.1:0", "--data"])
         .arg(data)
         .args(["--shards", &shards.to_string()])
         .args(extra)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .env("COREDIR_ROOT_PASSWORD", ROOT_PW)
         .stdout(Stdio::piped())
         .stderr(err_file)
@@ -398,5 +419,40 @@ impl Raw {
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
             }
         }
+    }
+}
+
+/// `coredir ctl ARGS` against a running server: exit code, stdout, stderr.
+pub fn ctl(s: &Server, args: &[&str]) -> (i32, String, String) {
+    let socket = s.data().join("admin.sock");
+    let out = Command::new(env!("CARGO_BIN_EXE_coredir"))
+        .arg("ctl")
+        .arg("--socket")
+        .arg(&socket)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+/// `coredir ctl --json ARGS`, parsed.
+pub fn ctl_json(s: &Server, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let (code, out, err) = ctl(s, &all);
+    assert_eq!(code, 0, "ctl {args:?}: {out}{err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// Waits up to 30 s for `f` to hold (a bounded wait, not a timing test).
+pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !f() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
     }
 }

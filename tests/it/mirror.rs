@@ -1,0 +1,224 @@
+//! Mirror mode: two real servers, each seeded from the other's backup,
+//! both taking writes and streaming them to each other.
+
+use crate::support::*;
+use ldap3::{LdapConn, Mod, Scope, SearchEntry};
+use std::collections::BTreeMap;
+
+/// A port nobody listens on now (the kernel's pick).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn mirror_conf(id: u32, listen: u16, peer: u16) -> String {
+    format!(
+        "[server]\nid = {id}\n[replication]\nlisten = \"127.0.0.1:{listen}\"\npeer = \"127.0.0.1:{peer}\"\n\
+         secret = \"test-pair-secret\"\n"
+    )
+}
+
+/// Server A, and B restored from A's online backup: the same database.
+fn pair(shards: usize) -> (Server, Server) {
+    pair_with(shards, &[])
+}
+
+fn pair_with(shards: usize, b_env: &[(&str, &str)]) -> (Server, Server) {
+    let (pa, pb) = (free_port(), free_port());
+    let a = Server::start_with_config(shards, &mirror_conf(1, pa, pb));
+    let b = seeded_from(&a, &mirror_conf(2, pb, pa), b_env);
+    (a, b)
+}
+
+/// A server with this configuration, restored from `a`'s online backup.
+fn seeded_from(a: &Server, conf: &str, env: &[(&str, &str)]) -> Server {
+    let mut b = Server::prepare(a.shards, conf);
+    let backup = b.dir.path().join("seed");
+    let (code, out, err) = ctl(a, &["backup", backup.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let restore = std::process::Command::new(env!("CARGO_BIN_EXE_coredir"))
+        .args(["restore", "--config", b.config_path().to_str().unwrap(), "--data", b.data().to_str().unwrap()])
+        .arg(&backup)
+        .output()
+        .unwrap();
+    assert!(restore.status.success(), "{}", String::from_utf8_lossy(&restore.stderr));
+    b.env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    b.launch();
+    b
+}
+
+/// Every entry under the suffix with all its attributes, user and
+/// operational, as one server shows them.
+fn dump(s: &Server) -> BTreeMap<String, BTreeMap<String, Vec<String>>> {
+    let mut c = s.admin();
+    let (entries, _) = c.search(SUFFIX, Scope::Subtree, "(objectClass=*)", vec!["*", "+"]).unwrap().success().unwrap();
+    entries
+        .into_iter()
+        .map(|e| {
+            let mut e = SearchEntry::construct(e);
+            e.attrs.remove("numSubordinates");
+            (e.dn, e.attrs.into_iter().collect())
+        })
+        .collect()
+}
+
+fn attr(c: &mut LdapConn, dn: &str, name: &str) -> Option<Vec<String>> {
+    get_entry(c, dn, vec![name]).map(|e| {
+        let mut v = e.attrs.get(name).cloned().unwrap_or_default();
+        v.sort();
+        v
+    })
+}
+
+fn group(c: &mut LdapConn, cn: &str) {
+    let dn = format!("cn={cn},{SUFFIX}");
+    let res =
+        c.add(&dn, vec![("objectClass", ["groupOfNames"].into()), ("cn", [cn].into()), ("member", [ROOT_DN].into())]);
+    assert_eq!(res.unwrap().rc, 0);
+}
+
+fn replication(s: &Server) -> serde_json::Value {
+    ctl_json(s, &["replication"])
+}
+
+#[test]
+fn a_write_on_either_side_is_readable_on_the_other() {
+    let (a, b) = pair(2);
+    assert_eq!(add_user(&mut a.admin(), "froma").rc, 0);
+    assert_eq!(add_user(&mut b.admin(), "fromb").rc, 0);
+    let (mut ca, mut cb) = (a.admin(), b.admin());
+    wait_for("A's add on B", || get_entry(&mut cb, &format!("uid=froma,{PEOPLE}"), vec!["uid"]).is_some());
+    wait_for("B's add on A", || get_entry(&mut ca, &format!("uid=fromb,{PEOPLE}"), vec!["uid"]).is_some());
+    // A replicated user can bind on the other side; the parent counts it.
+    assert_eq!(b.conn().simple_bind(&format!("uid=froma,{PEOPLE}"), "pw-froma").unwrap().rc, 0);
+    assert_eq!(attr(&mut cb, PEOPLE, "numSubordinates"), Some(vec!["2".to_string()]));
+    // Modify and delete travel too.
+    let dn = format!("uid=froma,{PEOPLE}");
+    assert_eq!(ca.modify(&dn, vec![Mod::Replace("sn", ["Changed"].into())]).unwrap().rc, 0);
+    wait_for("the modify on B", || attr(&mut cb, &dn, "sn") == Some(vec!["Changed".into()]));
+    assert_eq!(cb.delete(&dn).unwrap().rc, 0);
+    wait_for("the delete on A", || get_entry(&mut ca, &dn, vec!["uid"]).is_none());
+    wait_for("identical data", || dump(&a) == dump(&b));
+    let status = replication(&a);
+    assert_eq!(status["outbound"], "streaming", "{status}");
+    assert_eq!(status["inbound"], "streaming", "{status}");
+    assert!(status["records_applied"].as_u64().unwrap() >= 2, "{status}");
+    // modify-DN is refused loudly rather than left out of the stream.
+    let res = ca.modifydn(&format!("uid=fromb,{PEOPLE}"), "uid=renamed", true, None).unwrap();
+    assert_eq!(res.rc, 53, "{res:?}");
+}
+
+#[test]
+fn concurrent_changes_to_one_entry_on_both_sides_all_survive() {
+    let (a, b) = pair(2);
+    group(&mut a.admin(), "team");
+    let dn = format!("cn=team,{SUFFIX}");
+    let mut cb = b.admin();
+    wait_for("the group on B", || get_entry(&mut cb, &dn, vec!["cn"]).is_some());
+    // Both sides at once: members from each, and different attributes.
+    let writers: Vec<_> = [(a.url(), "a"), (b.url(), "b")]
+        .into_iter()
+        .map(|(url, side)| {
+            let dn = dn.clone();
+            std::thread::spawn(move || {
+                let mut c = LdapConn::new(&url).unwrap();
+                c.simple_bind(ROOT_DN, ROOT_PW).unwrap().success().unwrap();
+                for i in 0..20 {
+                    let member = format!("cn=member-{side}-{i},{SUFFIX}");
+                    let res = c.modify(&dn, vec![Mod::Add("member", [member.as_str()].into())]).unwrap();
+                    assert_eq!(res.rc, 0);
+                }
+                let (name, value) = if side == "a" { ("description", "set on a") } else { ("o", "set on b") };
+                assert_eq!(c.modify(&dn, vec![Mod::Replace(name, [value].into())]).unwrap().rc, 0);
+            })
+        })
+        .collect();
+    writers.into_iter().for_each(|w| w.join().unwrap());
+    let mut ca = a.admin();
+    for c in [&mut ca, &mut cb] {
+        wait_for("every member on both sides", || attr(c, &dn, "member").is_some_and(|m| m.len() == 41));
+        wait_for("both attributes", || {
+            attr(c, &dn, "description") == Some(vec!["set on a".into()])
+                && attr(c, &dn, "o") == Some(vec!["set on b".into()])
+        });
+    }
+    wait_for("identical data", || dump(&a) == dump(&b));
+}
+
+#[test]
+fn a_delete_on_one_side_beats_a_modify_on_the_other() {
+    let (mut a, mut b) = pair(1);
+    assert_eq!(add_user(&mut a.admin(), "doomed").rc, 0);
+    let dn = format!("uid=doomed,{PEOPLE}");
+    wait_for("the user on B", || get_entry(&mut b.admin(), &dn, vec!["uid"]).is_some());
+    // Apart: B modifies the entry, then A deletes it; then they meet.
+    a.stop();
+    assert_eq!(b.admin().modify(&dn, vec![Mod::Replace("sn", ["Late"].into())]).unwrap().rc, 0);
+    b.stop();
+    a.launch();
+    assert_eq!(a.admin().delete(&dn).unwrap().rc, 0);
+    b.launch();
+    wait_for("identical data", || dump(&a) == dump(&b));
+    assert!(get_entry(&mut a.admin(), &dn, vec!["uid"]).is_none());
+    assert!(get_entry(&mut b.admin(), &dn, vec!["uid"]).is_none());
+    // And an older modify never brings it back: B's reached A after the delete.
+    assert_eq!(replication(&a)["inbound"], "streaming");
+}
+
+#[test]
+fn writes_made_apart_converge_after_reconnection() {
+    let (mut a, mut b) = pair(2);
+    b.kill9();
+    for i in 0..30 {
+        assert_eq!(add_user(&mut a.admin(), &format!("a{i}")).rc, 0);
+    }
+    a.kill9();
+    b.launch();
+    for i in 0..30 {
+        assert_eq!(add_user(&mut b.admin(), &format!("b{i}")).rc, 0);
+    }
+    group(&mut b.admin(), "apart");
+    a.launch();
+    wait_for("identical data", || dump(&a) == dump(&b));
+    let mut c = a.admin();
+    assert_eq!(search_dns(&mut c, PEOPLE, Scope::OneLevel, "(uid=*)").len(), 60);
+    assert_eq!(attr(&mut c, PEOPLE, "numSubordinates"), Some(vec!["60".to_string()]));
+}
+
+#[test]
+fn a_peer_whose_clock_runs_ten_minutes_ahead_is_refused() {
+    let (a, b) = pair_with(1, &[("COREDIR_TEST_CLOCK_OFFSET_S", "600")]);
+    assert_eq!(add_user(&mut b.admin(), "future").rc, 0);
+    wait_for("A's refusal", || replication(&a)["inbound"] == "refused");
+    let status = replication(&a);
+    assert!(status["conflicts"][0].as_str().unwrap().contains("ahead"), "{status}");
+    wait_for("B told", || replication(&b)["outbound"] == "refused");
+    // Not adopted: A's own changes keep A's time, and still reach B.
+    assert!(get_entry(&mut a.admin(), &format!("uid=future,{PEOPLE}"), vec!["uid"]).is_none());
+    assert_eq!(add_user(&mut a.admin(), "present").rc, 0);
+    let csn = get_entry(&mut a.admin(), &format!("uid=present,{PEOPLE}"), vec!["entryCSN"]).unwrap().attrs["entryCSN"]
+        [0]
+    .clone();
+    let now = shards::csn::Csn::parse(&csn).unwrap().phys_us as i64;
+    let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64;
+    assert!((now - wall).abs() < 60_000_000, "A's clock moved: {csn}");
+    wait_for("A's add on B", || get_entry(&mut b.admin(), &format!("uid=present,{PEOPLE}"), vec!["uid"]).is_some());
+}
+
+#[test]
+fn a_peer_without_the_secret_or_with_another_database_is_refused() {
+    let (pa, pb) = (free_port(), free_port());
+    let a = Server::start_with_config(1, &mirror_conf(1, pa, pb));
+    // B: a database of its own, not a restore of A's.
+    let b = Server::start_with_config(1, &mirror_conf(2, pb, pa));
+    wait_for("A refusing B", || replication(&a)["outbound"] == "refused");
+    let err = replication(&a)["last_error"].as_str().unwrap().to_string();
+    assert!(err.contains("another database"), "{err}");
+    drop(b);
+    // C: A's database, the wrong secret.
+    let c = seeded_from(&a, &mirror_conf(2, pb, pa).replace("test-pair-secret", "wrong"), &[]);
+    wait_for("A refusing C", || replication(&a)["inbound"] == "refused");
+    let err = replication(&a)["last_error"].as_str().unwrap().to_string();
+    assert!(err.contains("secret"), "{err}");
+    assert_eq!(add_user(&mut c.admin(), "never").rc, 0);
+    assert_eq!(replication(&a)["records_applied"], 0);
+}
