@@ -39,6 +39,7 @@ pub enum Request {
     Shutdown,
     Backup { dir: PathBuf },
     Replication,
+    Conflicts,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -55,6 +56,7 @@ pub enum Response {
     ShuttingDown,
     BackedUp { dir: PathBuf },
     Replication(crate::replication::Status),
+    Conflicts { conflicts: Vec<Conflict> },
     Error { message: String },
 }
 
@@ -149,6 +151,7 @@ impl Admin {
                 }
                 Response::Replication(self.shared.replication.snapshot())
             }
+            Request::Conflicts => Response::Conflicts { conflicts: self.conflicts()? },
             Request::Backup { dir } => {
                 let config = self.config.lock().unwrap_or_else(|e| e.into_inner()).clone();
                 crate::backup::backup_from(&config, &self.manifest, &self.stores, &dir)?;
@@ -326,6 +329,37 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<String> {
     keys
 }
 
+/// A conflict entry (`ctl replication conflicts`).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Conflict {
+    pub dn: String,
+    pub lost: String,
+    pub entry_uuid: String,
+}
+
+impl Admin {
+    /// Every entry marked as a DN conflict's loser, from the stores' states.
+    fn conflicts(&self) -> Result<Vec<Conflict>> {
+        let mut out = Vec::new();
+        for store in self.stores.iter() {
+            let _outside = store.outside();
+            let txn = store.read().map_err(|e| anyhow!(e.message))?;
+            txn.scan(Tree::State, b"", b"", &mut |k, v| {
+                let uuid: Option<[u8; 16]> = k.get(2..).and_then(|u| u.try_into().ok());
+                if let (Some(uuid), Some(state)) = (uuid, shards::changelog::decode_state(v)) {
+                    if let (Some((lost, _)), Some(dn), None) = (&state.conflict, state.shown_dn(&uuid), state.deleted) {
+                        let entry_uuid = uuid::Uuid::from_bytes(uuid).hyphenated().to_string();
+                        out.push(Conflict { dn, lost: lost.clone(), entry_uuid });
+                    }
+                }
+                true
+            })
+            .map_err(|e| anyhow!(e.message))?;
+        }
+        Ok(out)
+    }
+}
+
 fn count_entries(store: &Engine) -> Result<u64> {
     let _outside = store.outside();
     let txn = store.read().map_err(|e| anyhow!(e.message))?;
@@ -436,6 +470,11 @@ pub fn ctl(socket: &Path, req: Request, json: bool) -> Result<bool> {
 
 fn print_human(resp: &Response) {
     match resp {
+        Response::Conflicts { conflicts } => {
+            for c in conflicts {
+                println!("{}\tlost {}\tentryUUID {}", c.dn, c.lost, c.entry_uuid);
+            }
+        }
         Response::Replication(r) => {
             println!("peer          {}", r.peer);
             println!(
@@ -446,8 +485,11 @@ fn print_human(resp: &Response) {
             if r.peer_silent_s >= 0.0 {
                 println!("peer heard    {:.1} s ago", r.peer_silent_s);
             }
-            if !r.last_error.is_empty() {
-                println!("last error    {}", r.last_error);
+            if !r.outbound_error.is_empty() {
+                println!("send error    {}", r.outbound_error);
+            }
+            if !r.inbound_error.is_empty() {
+                println!("receive error {}", r.inbound_error);
             }
             for c in &r.conflicts {
                 println!("conflict      {c}");

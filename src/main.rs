@@ -213,8 +213,12 @@ enum CtlCommand {
     Shutdown,
     /// Copy the database into DIR while serving (like `coredir backup`).
     Backup { dir: PathBuf },
-    /// Mirror mode: the peer, each direction's state, backlog, lag, conflicts.
-    Replication,
+    /// Mirror mode: the peer, each direction's state, backlog, lag, refused
+    /// records; `replication conflicts` lists the conflict entries.
+    Replication {
+        #[command(subcommand)]
+        what: Option<ReplicationWhat>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -242,6 +246,12 @@ enum DeployCommand {
         #[arg(long, default_value = "/run/coredir")]
         run_dir: PathBuf,
     },
+}
+
+#[derive(Subcommand)]
+enum ReplicationWhat {
+    /// Entries that lost their DN to an older entry added on the peer.
+    Conflicts,
 }
 
 #[derive(Subcommand)]
@@ -337,7 +347,8 @@ fn run(cli: Cli) -> Result<()> {
                 CtlCommand::Drain { deadline } => Request::Drain { deadline_s: Some(deadline) },
                 CtlCommand::Shutdown => Request::Shutdown,
                 CtlCommand::Backup { dir } => Request::Backup { dir: std::path::absolute(dir)? },
-                CtlCommand::Replication => Request::Replication,
+                CtlCommand::Replication { what: None } => Request::Replication,
+                CtlCommand::Replication { what: Some(ReplicationWhat::Conflicts) } => Request::Conflicts,
             };
             if !coredir::admin::ctl(&socket, req, json)? {
                 std::process::exit(1);

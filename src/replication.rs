@@ -99,8 +99,10 @@ pub struct Status {
     pub outbound: String,
     /// Receiving: waiting, streaming, refused.
     pub inbound: String,
-    /// The last reason a connection ended or was refused.
-    pub last_error: String,
+    /// Why the last outbound connection ended or was refused.
+    pub outbound_error: String,
+    /// Why the last inbound connection ended or was refused.
+    pub inbound_error: String,
     pub records_sent: u64,
     pub records_applied: u64,
     /// Records committed here and not yet acknowledged by the peer.
@@ -213,8 +215,10 @@ pub async fn serve(listener: TcpListener, ctx: Rc<Ctx>, config: Arc<Config>, sha
             if let Err(e) = receive(stream, &ctx, &config, &shared).await {
                 eprintln!("coredir: replication: from the peer: {e:#}");
                 shared.update(|s| {
-                    s.inbound = if s.inbound == "refused" { s.inbound.clone() } else { "waiting".into() };
-                    s.last_error = format!("{e:#}");
+                    if s.inbound != "refused" {
+                        s.inbound = "waiting".into();
+                    }
+                    s.inbound_error = format!("{e:#}");
                 });
             }
         })
@@ -227,7 +231,9 @@ async fn receive(mut stream: TcpStream, ctx: &Ctx, config: &Config, shared: &Sha
     let ours = facts(ctx, config);
     let nonce: [u8; 16] = rand::random();
     send(&mut stream, &Frame::Challenge { nonce, facts: ours.clone() }).await?;
-    let Frame::Hello { proof: given, facts: theirs } = recv(&mut stream).await? else {
+    let hello =
+        recv(&mut stream).await.map_err(|e| anyhow!("the peer hung up after the challenge ({e}): see its log"))?;
+    let Frame::Hello { proof: given, facts: theirs } = hello else {
         bail!("the peer did not say hello");
     };
     let secret = config.replication.secret.as_deref().unwrap_or_default();
@@ -311,12 +317,15 @@ async fn apply_all(ctx: &Ctx, origin: u16, records: Vec<(u16, u64, String)>) -> 
     let mut counts = Vec::new();
     for (dn, task) in waiting {
         let images = task.await.map_err(|e| format!("{}: {}", dn.to_string_form(), e.message))?;
-        if let Some(images) = images.filter(|_| !dn.is_root()) {
-            match (images.before.is_some(), images.after.is_some()) {
-                (false, true) => counts.push((Parent::of(&dn), 1)),
-                (true, false) => counts.push((Parent::of(&dn), -1)),
-                _ => {}
-            }
+        let Some(images) = images else { continue };
+        let parent = |e: &Option<shards::entry::Entry>| {
+            let dn = e.as_ref().and_then(|e| Dn::parse(&e.dn).ok());
+            dn.filter(|d| !d.is_root() && !ctx.is_suffix(d)).map(|d| Parent::of(&d))
+        };
+        let (was, now) = (parent(&images.before), parent(&images.after));
+        if was.as_ref().map(|p| &p.key) != now.as_ref().map(|p| &p.key) {
+            counts.extend(was.map(|p| (p, -1)));
+            counts.extend(now.map(|p| (p, 1)));
         }
     }
     for (parent, delta) in counts {
@@ -338,14 +347,14 @@ pub async fn push(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>) {
         shared.update(|s| s.outbound = "connecting".into());
         if let Err(e) = push_once(&peer, &ctx, &config, &shared).await {
             let msg = format!("{e:#}");
-            if !shared.snapshot().last_error.ends_with(&msg) {
+            if shared.snapshot().outbound_error != msg {
                 eprintln!("coredir: replication: to {peer}: {msg}");
             }
             shared.update(|s| {
                 if s.outbound != "refused" {
                     s.outbound = "connecting".into();
                 }
-                s.last_error = msg;
+                s.outbound_error = msg;
             });
         }
         glommio::timer::sleep(RETRY).await;

@@ -20,7 +20,7 @@ use crate::dn::Dn;
 use crate::entry::{Entry, EntryView};
 use crate::error::{Error, Result};
 use crate::index;
-use crate::merge::Record;
+use crate::merge::{self, EntryState, Record};
 use crate::store::{Tree, WriteTxn};
 use crate::write::{be_u64, insert, Clock, Images, Outcome};
 use ldap3_proto::LdapResultCode;
@@ -67,44 +67,111 @@ pub fn replicate<T: WriteTxn>(
         }
     }
     clock.hlc.observe(rec.csn).map_err(|skew| Error::unwilling(format!("refused: {skew}")))?;
-    let stored = match txn.get(Tree::Dn2id, &key)? {
-        Some(id) => {
-            let id = id.to_vec();
-            let entry = Entry::decode_view(&EntryView::new(txn.get(Tree::Id2entry, &id)?.unwrap_or_default())?)?;
-            Some((id, entry))
-        }
-        None => None,
-    };
-    let same = stored.as_ref().filter(|(_, e)| changelog::uuid_of(e).ok() == Some(rec.uuid));
-    if stored.is_some() && same.is_none() {
-        return Err(Error::new(
-            LdapResultCode::EntryAlreadyExists,
-            format!("replication conflict: {} holds another entry (conflict entries are not resolved yet)", rec.dn),
-        ));
-    }
     let mut state = match changelog::load_state(txn, partition, &rec.uuid)? {
         Some(s) => s,
-        None => same.map(|(_, e)| changelog::state_of_existing(e)).unwrap_or_default(),
+        // Written before replication was on: the entry at the DN, if it is this one.
+        None => match stored(txn, &key)? {
+            Some((_, e)) if changelog::uuid_of(&e).ok() == Some(rec.uuid) => changelog::state_of_existing(&e),
+            _ => Default::default(),
+        },
+    };
+    let before = match changelog::materialize(&state, &rec.uuid) {
+        Some(e) => stored(txn, &Dn::parse(&e.dn)?.key())?,
+        None => None,
     };
     state.merge(rec);
-    let shown = changelog::materialize(&state);
+    let mut after = changelog::materialize(&state, &rec.uuid);
+    if let Some(new) = &after {
+        let new_key = Dn::parse(&new.dn)?.key();
+        let held = stored(txn, &new_key)?.filter(|(_, e)| changelog::uuid_of(e).ok() != Some(rec.uuid));
+        if let Some((id, other)) = held {
+            if resolve_conflict(txn, partition_of, partition, &mut state, rec, (&new_key, &id, &other))? {
+                after = changelog::materialize(&state, &rec.uuid);
+            }
+        }
+    }
     changelog::store(txn, partition, origin, seq, rec, &state)?;
     txn.put(Tree::Meta, &changelog::ruv_key(partition, origin), &seq.to_be_bytes())?;
-    let before = stored.map(|(id, e)| (id, e));
-    match (&before, &shown) {
-        (Some((id, old)), Some(new)) => {
+    place(txn, partition_of, next_id, before.as_ref(), after.as_ref())?;
+    Ok(Some(Box::new(Images { before: before.map(|(_, e)| e), after })))
+}
+
+/// The entry stored under a DN key, with its id.
+fn stored<T: WriteTxn>(txn: &T, key: &[u8]) -> Result<Option<(Vec<u8>, Entry)>> {
+    let Some(id) = txn.get(Tree::Dn2id, key)? else { return Ok(None) };
+    let id = id.to_vec();
+    let entry = Entry::decode_view(&EntryView::new(txn.get(Tree::Id2entry, &id)?.unwrap_or_default())?)?;
+    Ok(Some((id, entry)))
+}
+
+/// Two entries claim one DN: the later add gives it up, on both servers
+/// alike. Either the incoming entry is marked (true: the caller shows it
+/// at its conflict DN), or the stored one is marked and moved now.
+fn resolve_conflict<T: WriteTxn>(
+    txn: &mut T,
+    partition_of: &impl Fn(&[u8]) -> u32,
+    partition: u16,
+    state: &mut EntryState,
+    rec: &Record,
+    (key, id, other): (&[u8], &[u8], &Entry),
+) -> Result<bool> {
+    let other_uuid = changelog::uuid_of(other)?;
+    let mut other_state = match changelog::load_state(txn, partition, &other_uuid)? {
+        Some(s) => s,
+        None => changelog::state_of_existing(other),
+    };
+    let place = |dn: &str| Dn::parse(dn).ok().map(|d| partition_of(&d.key()));
+    let lost = &other.dn;
+    let loser = merge::conflict_loser((&rec.uuid, state.created), (&other_uuid, other_state.created));
+    eprintln!(
+        "coredir: replication conflict: {lost} was added on both servers; entry {} keeps it only on the conflict DN",
+        uuid::Uuid::from_bytes(*loser).hyphenated()
+    );
+    if loser == &rec.uuid {
+        state.mark_conflict(lost, merge::conflict_slot(&rec.uuid, lost, partition as u32, place));
+        return Ok(true);
+    }
+    other_state.mark_conflict(lost, merge::conflict_slot(&other_uuid, lost, partition as u32, place));
+    let moved = changelog::materialize(&other_state, &other_uuid)
+        .ok_or_else(|| Error::other("a conflict entry without content"))?;
+    let mut buf = Vec::with_capacity(256);
+    changelog::encode_state(&other_state, &mut buf);
+    txn.put(Tree::State, &changelog::state_key(partition, &other_uuid), &buf)?;
+    index::remove(txn, other, id)?;
+    txn.delete(Tree::Dn2id, key)?;
+    buf.clear();
+    moved.encode(&mut buf);
+    index::add(txn, &moved, id)?;
+    txn.put(Tree::Dn2id, &Dn::parse(&moved.dn)?.key(), id)?;
+    txn.put(Tree::Id2entry, id, &buf)?;
+    Ok(false)
+}
+
+/// Puts the entry a state shows in place of what was stored for it.
+fn place<T: WriteTxn>(
+    txn: &mut T,
+    partition_of: &impl Fn(&[u8]) -> u32,
+    next_id: &mut u64,
+    before: Option<&(Vec<u8>, Entry)>,
+    after: Option<&Entry>,
+) -> Result<()> {
+    match (before, after) {
+        (Some((id, old)), Some(new)) if old.dn == new.dn => {
             let mut buf = Vec::with_capacity(256);
             new.encode(&mut buf);
             index::update(txn, old, new, id)?;
-            txn.put(Tree::Id2entry, id, &buf)?;
+            txn.put(Tree::Id2entry, id, &buf)
         }
-        (Some((id, old)), None) => {
-            index::remove(txn, old, id)?;
-            txn.delete(Tree::Dn2id, &key)?;
-            txn.delete(Tree::Id2entry, id)?;
+        (before, after) => {
+            if let Some((id, old)) = before {
+                index::remove(txn, old, id)?;
+                txn.delete(Tree::Dn2id, &Dn::parse(&old.dn)?.key())?;
+                txn.delete(Tree::Id2entry, id)?;
+            }
+            match after {
+                Some(new) => insert(txn, &Dn::parse(&new.dn)?.key(), new, partition_of, next_id),
+                None => Ok(()),
+            }
         }
-        (None, Some(new)) => insert(txn, &key, new, partition_of, next_id)?,
-        (None, None) => {}
     }
-    Ok(Some(Box::new(Images { before: before.map(|(_, e)| e), after: shown })))
 }

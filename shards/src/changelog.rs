@@ -121,11 +121,19 @@ pub fn state_of_existing(entry: &Entry) -> EntryState {
     state
 }
 
-/// The entry a state shows, with its derived `entryCSN`; `None` when it is
-/// deleted.
-pub fn materialize(state: &EntryState) -> Option<Entry> {
-    let (dn, attrs) = state.visible()?;
+/// The entry a state shows, with its derived `entryCSN` and, for a
+/// conflict loser, its conflict DN and marks; `None` when it is deleted.
+pub fn materialize(state: &EntryState, uuid: &[u8; 16]) -> Option<Entry> {
+    let (_, attrs) = state.visible()?;
+    let dn = state.shown_dn(uuid)?;
     let mut attrs: Vec<Attr> = attrs.into_iter().map(|(name, vals)| Attr { name, vals }).collect();
+    if let Some((lost, slot)) = &state.conflict {
+        if let Some(oc) = attrs.iter_mut().find(|a| a.name.eq_ignore_ascii_case("objectClass")) {
+            oc.vals.push(b"coredirConflictEntry".to_vec());
+        }
+        attrs.push(Attr { name: "coredirConflictDN".into(), vals: vec![lost.clone().into_bytes()] });
+        attrs.push(Attr { name: "coredirConflictSlot".into(), vals: vec![slot.to_string().into_bytes()] });
+    }
     attrs.push(Attr { name: "entryCSN".into(), vals: vec![state.max_csn().to_string().into_bytes()] });
     Some(Entry { dn, attrs })
 }
@@ -192,6 +200,14 @@ pub fn encode_state(s: &EntryState, out: &mut Vec<u8>) {
         }
         None => out.push(0),
     }
+    match &s.conflict {
+        Some((lost, slot)) => {
+            out.push(1);
+            put_bytes(out, lost.as_bytes());
+            out.extend_from_slice(&slot.to_le_bytes());
+        }
+        None => out.push(0),
+    }
     out.extend_from_slice(&(s.attrs.len() as u32).to_le_bytes());
     for (key, a) in &s.attrs {
         put_bytes(out, key.as_bytes());
@@ -246,6 +262,7 @@ pub fn decode_state(b: &[u8]) -> Option<EntryState> {
         None
     };
     let deleted = if r.flag()? { Some(r.csn()?) } else { None };
+    let conflict = if r.flag()? { Some((r.text()?, u32::from_le_bytes(r.take(4)?.try_into().ok()?))) } else { None };
     let mut attrs = BTreeMap::new();
     for _ in 0..r.u32()? {
         let key = r.text()?;
@@ -262,7 +279,7 @@ pub fn decode_state(b: &[u8]) -> Option<EntryState> {
         }
         attrs.insert(key, AttrState { name, order, cleared, values });
     }
-    r.0.is_empty().then_some(EntryState { created, dn, deleted, attrs })
+    r.0.is_empty().then_some(EntryState { created, dn, deleted, conflict, attrs })
 }
 
 #[cfg(test)]
@@ -321,7 +338,13 @@ mod tests {
         encode_state(&s, &mut buf);
         assert_eq!(decode_state(&buf).as_ref(), Some(&s));
         assert_eq!(decode_state(&buf[..buf.len() - 1]), None);
-        let shown = materialize(&s).unwrap();
+        s.mark_conflict("cn=g,dc=x", 3);
+        let mut buf = Vec::new();
+        encode_state(&s, &mut buf);
+        assert_eq!(decode_state(&buf).as_ref(), Some(&s));
+        let shown = materialize(&s, &[0; 16]).unwrap();
+        assert!(shown.dn.starts_with("entryUUID=00000000-0000-0000-0000-000000000000+coredirConflictSlot=3,"));
+        assert!(shown.has_value("objectClass", b"coredirConflictEntry"));
         assert_eq!(shown.get("member").unwrap().vals, vec![b"cn=b,dc=x".to_vec()]);
         assert_eq!(shown.attrs[0].name, "objectClass");
         assert!(shown.get("entryCSN").is_some());

@@ -85,6 +85,10 @@ pub struct EntryState {
     pub dn: Option<(String, Csn)>,
     /// The tombstone: once set, the entry is gone for good.
     pub deleted: Option<Csn>,
+    /// Set where an older entry holds the DN this one was added with: the
+    /// DN it lost and the slot of its conflict DN (`conflict_dn`). Both
+    /// servers find the same and set the same.
+    pub conflict: Option<(String, u32)>,
     /// Attributes by lower-case stored name.
     pub attrs: BTreeMap<String, AttrState>,
 }
@@ -379,13 +383,42 @@ pub fn conflict_loser<'a>(a: (&'a [u8; 16], Csn), b: (&'a [u8; 16], Csn)) -> &'a
     }
 }
 
-/// The DN a conflict loser is renamed to, as OpenLDAP and 389-ds do:
-/// `entryUUID=<uuid>+<rdn>,<parent>`, unique and recognisable.
-pub fn conflict_dn(uuid: &[u8; 16], dn: &str) -> String {
+/// The DN a conflict loser is renamed to: `entryUUID=<uuid>+
+/// coredirConflictSlot=<slot>` under the same parent, unique, recognisable,
+/// and (by the choice of `slot`, see `conflict_slot`) in the same partition
+/// as the DN it lost, so that its owner does not change.
+pub fn conflict_dn(uuid: &[u8; 16], dn: &str, slot: u32) -> String {
     let uuid = uuid::Uuid::from_bytes(*uuid).hyphenated().to_string();
     match split_first_rdn(dn) {
-        (rdn, Some(parent)) => format!("entryUUID={uuid}+{rdn},{parent}"),
-        (rdn, None) => format!("entryUUID={uuid}+{rdn}"),
+        (_, Some(parent)) => format!("entryUUID={uuid}+coredirConflictSlot={slot},{parent}"),
+        (_, None) => format!("entryUUID={uuid}+coredirConflictSlot={slot}"),
+    }
+}
+
+/// The smallest slot whose conflict DN falls in `partition` (`place` maps
+/// a DN to its partition; both servers partition alike, the handshake
+/// makes sure of it).
+pub fn conflict_slot(uuid: &[u8; 16], dn: &str, partition: u32, place: impl Fn(&str) -> Option<u32>) -> u32 {
+    (0..u32::MAX).find(|&slot| place(&conflict_dn(uuid, dn, slot)) == Some(partition)).unwrap_or(0)
+}
+
+impl EntryState {
+    /// Marks the entry as the loser of a DN conflict.
+    pub fn mark_conflict(&mut self, lost: &str, slot: u32) {
+        let mark = Some((lost.to_string(), slot));
+        if mark > self.conflict {
+            self.conflict = mark;
+        }
+    }
+
+    /// Where the entry is shown: its DN, or its conflict DN while it holds
+    /// the DN it lost.
+    pub fn shown_dn(&self, uuid: &[u8; 16]) -> Option<String> {
+        let (dn, _) = self.dn.as_ref()?;
+        match &self.conflict {
+            Some((lost, slot)) if lost == dn => Some(conflict_dn(uuid, dn, *slot)),
+            _ => Some(dn.clone()),
+        }
     }
 }
 
@@ -492,9 +525,11 @@ mod tests {
         assert_eq!(conflict_loser((&a, csn(10, 1)), (&b, csn(11, 2))), &b);
         assert_eq!(conflict_loser((&b, csn(11, 2)), (&a, csn(10, 1))), &b);
         assert_eq!(
-            conflict_dn(&a, "cn=x\\,y,ou=p,dc=x"),
-            "entryUUID=01010101-0101-0101-0101-010101010101+cn=x\\,y,ou=p,dc=x"
+            conflict_dn(&a, "cn=x\\,y,ou=p,dc=x", 7),
+            "entryUUID=01010101-0101-0101-0101-010101010101+coredirConflictSlot=7,ou=p,dc=x"
         );
+        let slot = conflict_slot(&a, "cn=x,dc=x", 3, |dn| Some(dn.len() as u32 % 5));
+        assert_eq!(conflict_dn(&a, "cn=x,dc=x", slot).len() % 5, 3);
     }
 
     #[test]

@@ -361,7 +361,7 @@ fn capture<T: WriteTxn>(
     };
     state.merge(rec);
     changelog::capture(txn, partition, clock.hlc.sid(), rec, &state)?;
-    Ok(changelog::materialize(&state))
+    Ok(changelog::materialize(&state, &rec.uuid))
 }
 
 fn apply<T: WriteTxn>(

@@ -90,7 +90,7 @@ fn a_write_on_either_side_is_readable_on_the_other() {
     wait_for("B's add on A", || get_entry(&mut ca, &format!("uid=fromb,{PEOPLE}"), vec!["uid"]).is_some());
     // A replicated user can bind on the other side; the parent counts it.
     assert_eq!(b.conn().simple_bind(&format!("uid=froma,{PEOPLE}"), "pw-froma").unwrap().rc, 0);
-    assert_eq!(attr(&mut cb, PEOPLE, "numSubordinates"), Some(vec!["2".to_string()]));
+    wait_for("the count", || attr(&mut cb, PEOPLE, "numSubordinates") == Some(vec!["2".to_string()]));
     // Modify and delete travel too.
     let dn = format!("uid=froma,{PEOPLE}");
     assert_eq!(ca.modify(&dn, vec![Mod::Replace("sn", ["Changed"].into())]).unwrap().rc, 0);
@@ -181,7 +181,11 @@ fn writes_made_apart_converge_after_reconnection() {
     wait_for("identical data", || dump(&a) == dump(&b));
     let mut c = a.admin();
     assert_eq!(search_dns(&mut c, PEOPLE, Scope::OneLevel, "(uid=*)").len(), 60);
-    assert_eq!(attr(&mut c, PEOPLE, "numSubordinates"), Some(vec!["60".to_string()]));
+    // Parents are counted after their children's records are applied.
+    for s in [&a, &b] {
+        let mut c = s.admin();
+        wait_for("the count", || attr(&mut c, PEOPLE, "numSubordinates") == Some(vec!["60".to_string()]));
+    }
 }
 
 #[test]
@@ -211,14 +215,53 @@ fn a_peer_without_the_secret_or_with_another_database_is_refused() {
     // B: a database of its own, not a restore of A's.
     let b = Server::start_with_config(1, &mirror_conf(2, pb, pa));
     wait_for("A refusing B", || replication(&a)["outbound"] == "refused");
-    let err = replication(&a)["last_error"].as_str().unwrap().to_string();
+    let err = replication(&a)["outbound_error"].as_str().unwrap().to_string();
     assert!(err.contains("another database"), "{err}");
     drop(b);
     // C: A's database, the wrong secret.
     let c = seeded_from(&a, &mirror_conf(2, pb, pa).replace("test-pair-secret", "wrong"), &[]);
     wait_for("A refusing C", || replication(&a)["inbound"] == "refused");
-    let err = replication(&a)["last_error"].as_str().unwrap().to_string();
+    let err = replication(&a)["inbound_error"].as_str().unwrap().to_string();
     assert!(err.contains("secret"), "{err}");
     assert_eq!(add_user(&mut c.admin(), "never").rc, 0);
     assert_eq!(replication(&a)["records_applied"], 0);
+}
+
+fn person(c: &mut LdapConn, uid: &str, description: &str) {
+    let dn = format!("uid={uid},{PEOPLE}");
+    let attrs = vec![
+        ("objectClass", ["inetOrgPerson"].into()),
+        ("uid", [uid].into()),
+        ("cn", [uid].into()),
+        ("sn", ["Twin"].into()),
+        ("description", [description].into()),
+    ];
+    assert_eq!(c.add(&dn, attrs).unwrap().rc, 0);
+}
+
+#[test]
+fn the_same_dn_added_on_both_sides_keeps_the_older_and_flags_the_later() {
+    let (mut a, mut b) = pair(2);
+    b.kill9();
+    person(&mut a.admin(), "twin", "added on a");
+    a.kill9();
+    b.launch();
+    person(&mut b.admin(), "twin", "added on b");
+    a.launch();
+    wait_for("identical data", || dump(&a) == dump(&b));
+    let dn = format!("uid=twin,{PEOPLE}");
+    for s in [&a, &b] {
+        let mut c = s.admin();
+        assert_eq!(attr(&mut c, &dn, "description"), Some(vec!["added on a".to_string()]));
+        let flagged = search_dns(&mut c, SUFFIX, Scope::Subtree, "(objectClass=coredirConflictEntry)");
+        assert_eq!(flagged.len(), 1, "{flagged:?}");
+        assert!(flagged[0].starts_with("entryUUID=") && flagged[0].ends_with(PEOPLE), "{flagged:?}");
+        assert_eq!(attr(&mut c, &flagged[0], "description"), Some(vec!["added on b".to_string()]));
+        assert_eq!(attr(&mut c, &flagged[0], "coredirConflictDN"), Some(vec![dn.clone()]));
+        wait_for("the count", || attr(&mut c, PEOPLE, "numSubordinates") == Some(vec!["2".to_string()]));
+        let (code, out, err) = ctl(s, &["replication", "conflicts"]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(out.lines().count(), 1, "{out}");
+        assert!(out.contains(&format!("lost {dn}")), "{out}");
+    }
 }
