@@ -227,6 +227,7 @@ pub async fn serve(listener: TcpListener, ctx: Rc<Ctx>, config: Arc<Config>, sha
 }
 
 async fn receive(mut stream: TcpStream, ctx: &Ctx, config: &Config, shared: &Shared) -> Result<()> {
+    let applied_total = crate::stats::counter("coredir_replication_records_applied_total", 0, &[]);
     stream.set_nodelay(true).map_err(|e| anyhow!("{e}"))?;
     let ours = facts(ctx, config);
     let nonce: [u8; 16] = rand::random();
@@ -261,6 +262,7 @@ async fn receive(mut stream: TcpStream, ctx: &Ctx, config: &Config, shared: &Sha
                 match apply_all(ctx, origin, records).await {
                     Ok(applied) => {
                         send(&mut stream, &Frame::Ack { applied }).await?;
+                        applied_total.increment(n);
                         shared.update(|s| s.records_applied += n);
                     }
                     Err(reason) => {
@@ -383,12 +385,20 @@ async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> R
         other => bail!("unexpected {other:?}"),
     };
     shared.update(|s| s.outbound = "catching-up".into());
+    let sent_total = crate::stats::counter("coredir_replication_records_sent_total", 0, &[]);
+    let (lag, backlog_gauge) = (
+        crate::stats::gauge("coredir_replication_lag_seconds", 0),
+        crate::stats::gauge("coredir_replication_backlog_records", 0),
+    );
     let mut last_sent = Instant::now();
     loop {
         let (batch, backlog, oldest) = pending(ctx, ours.server_id, &acked)?;
+        let lag_s = oldest.map_or(0.0, |c| wall_us().saturating_sub(c.phys_us) as f64 / 1e6);
+        lag.set(lag_s);
+        backlog_gauge.set(backlog as f64);
         shared.update(|s| {
             s.backlog = backlog;
-            s.lag_s = oldest.map_or(0.0, |c| wall_us().saturating_sub(c.phys_us) as f64 / 1e6);
+            s.lag_s = lag_s;
             if backlog == 0 {
                 s.outbound = "streaming".into();
             }
@@ -412,6 +422,7 @@ async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> R
                     }
                 }
                 shared.heard();
+                sent_total.increment(n);
                 shared.update(|s| s.records_sent += n);
             }
             Frame::Refuse { reason } => {

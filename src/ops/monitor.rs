@@ -9,6 +9,8 @@
 //!   and per type: `cn=Bind`, `cn=Search`, ...)
 //! - `cn=Statistics` (`cn=Bytes`, `cn=Entries`: `monitorCounter`)
 //! - `cn=Time` (`cn=Start`, `cn=Current`: `monitorTimestamp`; `cn=Uptime`)
+//! - `cn=Replication` (mirror mode: the peer, each direction's state,
+//!   backlog, lag, records sent and applied);
 //! - `cn=Shards` (one `cn=Shard N` per shard: its operations, connections, entries' store size)
 
 use crate::server::Ctx;
@@ -98,6 +100,22 @@ pub fn entries(ctx: &Ctx) -> Vec<Entry> {
     out.push(entry(m("cn=Current,cn=Time"), "monitoredObject", vec![("monitorTimestamp", generalized(now))]));
     let uptime = now.saturating_sub(ctx.started).to_string();
     out.push(entry(m("cn=Uptime,cn=Time"), "monitoredObject", vec![("monitoredInfo", uptime)]));
+    // Mirror mode.
+    if ctx.shard.capture {
+        let r = ctx.shared.replication.snapshot();
+        let info = format!(
+            "peer={} sending={} receiving={} backlog={} lag_s={:.1} sent={} applied={} refused={}",
+            r.peer,
+            r.outbound,
+            r.inbound,
+            r.backlog,
+            r.lag_s,
+            r.records_sent,
+            r.records_applied,
+            r.conflicts.len()
+        );
+        out.push(entry(m("cn=Replication"), "monitoredObject", vec![("monitoredInfo", info)]));
+    }
     // Shards.
     out.push(entry(m("cn=Shards"), "monitorContainer", vec![]));
     for (i, store) in ctx.shard.stores.iter().enumerate() {

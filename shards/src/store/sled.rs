@@ -207,8 +207,8 @@ impl WriteTxn for SledWrite<'_> {
         let t = &s.trees;
         // One transaction over every tree: the tuple names them all.
         const _: () = assert!(N_TREES == 7, "list every tree in the transaction below");
-        let res: std::result::Result<(), TransactionError<()>> =
-            (&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6]).transaction(|(a, b, c, d, e, f, g)| {
+        let res: std::result::Result<(), TransactionError<()>> = (&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6])
+            .transaction(|(a, b, c, d, e, f, g)| {
                 for (tx, changes) in [a, b, c, d, e, f, g].into_iter().zip(overlay) {
                     for (k, v) in changes {
                         match v {
