@@ -7,8 +7,12 @@
 //!   child count cut between two shards' snapshots is repaired when a server
 //!   starts on the copy); sled allows one process per store, so a sled
 //!   backup needs the server stopped (or use `coredir export`).
-//! - `restore BACKUP` copies a backup into an empty data directory and
-//!   records in the manifest that (and when) the data was restored.
+//! - `restore BACKUP` copies a backup into an empty data directory,
+//!   records in the manifest that (and when) the data was restored, and
+//!   raises the incarnation: mirror mode numbers this server's changes
+//!   afresh, and its peer hands back those the backup missed.
+//! - All three carry mirror mode's changelog, entry states and positions
+//!   with their partitions.
 //! - `reshard --shards N` moves every partition to its owner under N
 //!   shards (partition p goes to shard p mod N): each key goes to the store
 //!   of its partition, found from the DN key (`dn2id`, `children`) or from
@@ -19,6 +23,7 @@
 use crate::config::Config;
 use crate::server;
 use anyhow::{anyhow, bail, Context, Result};
+use shards::changelog::{self, Origin};
 use shards::manifest::Manifest;
 use shards::store::{Engine, ReadTxn, Store, Tree, WriteTxn, TREES};
 use shards::write::be_u64;
@@ -76,7 +81,11 @@ fn copy(from: &[Arc<Engine>], to: &[Arc<Engine>], route: impl Fn(Tree, &[u8]) ->
                     if k == NEXT_ID {
                         next_id = next_id.max(be_u64(v));
                     }
-                    return true;
+                    // Of the rest, only the replication positions go with
+                    // their partitions; the clock restarts on its own.
+                    if changelog::meta_partition(k).is_none() {
+                        return true;
+                    }
                 }
                 if tree == Tree::Id2entry {
                     entries += 1;
@@ -132,6 +141,7 @@ fn owner(manifest: &Manifest, tree: Tree, key: &[u8]) -> usize {
         Tree::Index if key.len() >= 8 => by_id(&key[key.len() - 8..]),
         // Both start with the partition, as an entry id does.
         Tree::Changelog | Tree::State if key.len() >= 2 => by_id(key),
+        Tree::Meta => changelog::meta_partition(key).map_or(0, |p| by_id(&p.to_be_bytes())),
         _ => 0,
     }
 }
@@ -178,6 +188,16 @@ pub fn restore(config: Config, backup: &Path) -> Result<()> {
     let to = create_stores(&config, &data, &manifest)?;
     let entries = copy(&from, &to, |tree, key| owner(&manifest, tree, key))?;
     manifest.restored_from = Some(format!("{} {}", shards::now_generalized(), backup.display()));
+    // A new incarnation: changes made from here on are numbered afresh, so
+    // a peer that saw the old numbers after this backup skips none.
+    let old = Origin { sid: config.sid(), incarnation: manifest.incarnation };
+    manifest.incarnation += 1;
+    for store in to.iter() {
+        let mut txn = store.write().map_err(err)?;
+        changelog::new_incarnation(&mut txn, manifest.partitions as u16, old).map_err(err)?;
+        txn.commit().map_err(err)?;
+        store.sync().map_err(err)?;
+    }
     manifest.save(&data).map_err(err)?;
     eprintln!(
         "coredir: restored {entries} entries from {} into {} in {:.2} s",

@@ -9,11 +9,14 @@
 //!    with another database or partitioning, or its own server id; else it
 //!    answers `Hello` with the same facts and SHA-256(secret, nonce). The
 //!    receiver checks them the same way and answers `Ruv`: for every
-//!    partition, the last sequence number it applied from this sender (the
-//!    replica update vector), or `Refuse` with the reason.
-//! 2. The sender streams its changelog records above those positions, of
-//!    every partition, oldest CSN first (a parent's add before its
-//!    children's), in frames of at most `BATCH` records; one frame is in
+//!    origin (server id and incarnation) and partition, the last sequence
+//!    number it holds (the replica update vector), or `Refuse` with the
+//!    reason.
+//! 2. The sender streams its changelog records above those positions:
+//!    its own, and those of any other origin except the receiver's current
+//!    one (a restored receiver gets back what it lost), of every
+//!    partition, oldest CSN first (a parent's add before its children's),
+//!    in frames of at most `BATCH` records; one frame is in
 //!    flight at a time (the flow control) and the receiver acknowledges it
 //!    once every record is committed. Idle, the sender sends a heartbeat
 //!    every second.
@@ -36,7 +39,7 @@ use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use shards::changelog::{self, log_key, ruv_key};
+use shards::changelog::{self, log_key, ruv_key, Origin, LOG_PREFIX};
 use shards::csn::{wall_us, Csn};
 use shards::dn::Dn;
 use shards::merge::Record;
@@ -64,18 +67,19 @@ enum Frame {
         proof: Vec<u8>,
         facts: Facts,
     },
+    /// Per origin, per partition: the last sequence number held.
     Ruv {
-        applied: Vec<u64>,
+        applied: Vec<(Origin, Vec<u64>)>,
     },
     Refuse {
         reason: String,
     },
-    /// (partition, sequence number, record in base64).
+    /// (partition, origin, sequence number, record in base64).
     Records {
-        records: Vec<(u16, u64, String)>,
+        records: Vec<(u16, Origin, u64, String)>,
     },
     Ack {
-        applied: Vec<(u16, u64)>,
+        applied: Vec<(u16, Origin, u64)>,
     },
     Heartbeat {
         backlog: u64,
@@ -86,6 +90,7 @@ enum Frame {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Facts {
     server_id: u16,
+    incarnation: u32,
     database_id: String,
     partitions: u32,
     hash: String,
@@ -141,6 +146,7 @@ fn facts(ctx: &Ctx, config: &Config) -> Facts {
     let m = &ctx.shard.manifest;
     Facts {
         server_id: config.sid(),
+        incarnation: m.incarnation,
         database_id: m.database_id.clone(),
         partitions: m.partitions,
         hash: m.hash.clone(),
@@ -248,8 +254,7 @@ async fn receive(mut stream: TcpStream, ctx: &Ctx, config: &Config, shared: &Sha
         shared.update(|s| s.inbound = "refused".into());
         bail!("refused: {reason}");
     }
-    let origin = theirs.server_id;
-    send(&mut stream, &Frame::Ruv { applied: applied_from(ctx, origin)? }).await?;
+    send(&mut stream, &Frame::Ruv { applied: vector(ctx)? }).await?;
     shared.update(|s| s.inbound = "streaming".into());
     shared.heard();
     loop {
@@ -259,7 +264,7 @@ async fn receive(mut stream: TcpStream, ctx: &Ctx, config: &Config, shared: &Sha
             Frame::Heartbeat { .. } => {}
             Frame::Records { records } => {
                 let n = records.len() as u64;
-                match apply_all(ctx, origin, records).await {
+                match apply_all(ctx, records).await {
                     Ok(applied) => {
                         send(&mut stream, &Frame::Ack { applied }).await?;
                         applied_total.increment(n);
@@ -280,9 +285,25 @@ async fn receive(mut stream: TcpStream, ctx: &Ctx, config: &Config, shared: &Sha
     }
 }
 
-/// The replica update vector for one origin: per partition, the last
-/// sequence number applied (from the partition owner's `meta`).
-fn applied_from(ctx: &Ctx, origin: u16) -> Result<Vec<u64>> {
+/// The replica update vector: for every origin the stores hold records
+/// of, per partition, the last sequence number held (from the partition
+/// owner's `meta`).
+fn vector(ctx: &Ctx) -> Result<Vec<(Origin, Vec<u64>)>> {
+    let shard = &ctx.shard;
+    let mut origins = Vec::new();
+    for store in shard.stores.iter() {
+        let txn = store.read().map_err(|e| anyhow!(e.message))?;
+        for o in changelog::origins(&txn).map_err(|e| anyhow!(e.message))? {
+            if !origins.contains(&o) {
+                origins.push(o);
+            }
+        }
+    }
+    origins.into_iter().map(|o| Ok((o, held(ctx, o)?))).collect()
+}
+
+/// Per partition, the last sequence number of `origin` held here.
+fn held(ctx: &Ctx, origin: Origin) -> Result<Vec<u64>> {
     let shard = &ctx.shard;
     (0..shard.manifest.partitions as u16)
         .map(|p| {
@@ -296,11 +317,11 @@ fn applied_from(ctx: &Ctx, origin: u16) -> Result<Vec<u64>> {
 /// Applies a frame's records on their owners, each partition's in order
 /// (one owner's queue is first in, first out), then fixes the parents'
 /// child counts; the highest sequence number applied per partition.
-async fn apply_all(ctx: &Ctx, origin: u16, records: Vec<(u16, u64, String)>) -> Result<Vec<(u16, u64)>, String> {
+async fn apply_all(ctx: &Ctx, records: Vec<(u16, Origin, u64, String)>) -> Result<Vec<(u16, Origin, u64)>, String> {
     let shard = &ctx.shard;
     let mut waiting = Vec::with_capacity(records.len());
-    let mut applied: std::collections::BTreeMap<u16, u64> = Default::default();
-    for (partition, seq, text) in records {
+    let mut applied: std::collections::BTreeMap<(u16, Origin), u64> = Default::default();
+    for (partition, origin, seq, text) in records {
         let rec = BASE64
             .decode(text.as_bytes())
             .ok()
@@ -313,7 +334,7 @@ async fn apply_all(ctx: &Ctx, origin: u16, records: Vec<(u16, u64, String)>) -> 
             dn,
             glommio::spawn_local(async move { s.submit_for(owner, WriteOp::Replicate { origin, seq, rec }).await }),
         ));
-        let top = applied.entry(partition).or_default();
+        let top = applied.entry((partition, origin)).or_default();
         *top = (*top).max(seq);
     }
     let mut counts = Vec::new();
@@ -336,7 +357,7 @@ async fn apply_all(ctx: &Ctx, origin: u16, records: Vec<(u16, u64, String)>) -> 
             eprintln!("coredir: replication: counting a child: {}", e.message);
         }
     }
-    Ok(applied.into_iter().collect())
+    Ok(applied.into_iter().map(|((p, o), seq)| (p, o, seq)).collect())
 }
 
 // ---- Sending: this server's changes, pushed to the peer.
@@ -376,8 +397,11 @@ async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> R
     }
     let secret = config.replication.secret.as_deref().unwrap_or_default();
     send(&mut stream, &Frame::Hello { proof: proof(secret, &nonce), facts: ours.clone() }).await?;
-    let mut acked = match recv(&mut stream).await? {
-        Frame::Ruv { applied } if applied.len() == ours.partitions as usize => applied,
+    let theirs_now = Origin { sid: theirs.server_id, incarnation: theirs.incarnation };
+    let mut acked: std::collections::BTreeMap<Origin, Vec<u64>> = match recv(&mut stream).await? {
+        Frame::Ruv { applied } if applied.iter().all(|(_, v)| v.len() == ours.partitions as usize) => {
+            applied.into_iter().collect()
+        }
         Frame::Refuse { reason } => {
             shared.update(|s| s.outbound = "refused".into());
             bail!("the peer refused: {reason}");
@@ -392,7 +416,12 @@ async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> R
     );
     let mut last_sent = Instant::now();
     loop {
-        let (batch, backlog, oldest) = pending(ctx, ours.server_id, &acked)?;
+        // What to offer: every origin held here but the receiver's own.
+        for o in vector(ctx)?.into_iter().map(|(o, _)| o).filter(|o| *o != theirs_now) {
+            acked.entry(o).or_insert_with(|| vec![0; ours.partitions as usize]);
+        }
+        acked.remove(&theirs_now);
+        let (batch, backlog, oldest) = pending(ctx, &acked)?;
         let lag_s = oldest.map_or(0.0, |c| wall_us().saturating_sub(c.phys_us) as f64 / 1e6);
         lag.set(lag_s);
         backlog_gauge.set(backlog as f64);
@@ -416,8 +445,8 @@ async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> R
         last_sent = Instant::now();
         match recv(&mut stream).await? {
             Frame::Ack { applied } => {
-                for (p, seq) in applied {
-                    if let Some(a) = acked.get_mut(p as usize) {
+                for (p, origin, seq) in applied {
+                    if let Some(a) = acked.get_mut(&origin).and_then(|v| v.get_mut(p as usize)) {
                         *a = (*a).max(seq);
                     }
                 }
@@ -437,32 +466,42 @@ async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> R
     }
 }
 
-/// The next frame's records (this server's, above what the peer applied,
-/// oldest CSN first), how many are pending in all, and the oldest's CSN.
+/// The next frame's records (above what the peer holds, oldest CSN
+/// first), how many are pending in all, and the oldest's CSN.
 #[allow(clippy::type_complexity)]
-fn pending(ctx: &Ctx, origin: u16, acked: &[u64]) -> Result<(Vec<(u16, u64, String)>, u64, Option<Csn>)> {
+fn pending(
+    ctx: &Ctx,
+    acked: &std::collections::BTreeMap<Origin, Vec<u64>>,
+) -> Result<(Vec<(u16, Origin, u64, String)>, u64, Option<Csn>)> {
     let shard = &ctx.shard;
-    let mut all: Vec<(Csn, u16, u64, Vec<u8>)> = Vec::new();
+    let mut all: Vec<(Csn, u16, Origin, u64, Vec<u8>)> = Vec::new();
     let mut backlog = 0u64;
-    for (p, &done) in acked.iter().enumerate() {
-        let p = p as u16;
-        let store = &shard.stores[shard.manifest.owners[p as usize] as usize];
-        let txn = store.read().map_err(|e| anyhow!(e.message))?;
-        backlog += changelog::next_seq(&txn, p).map_err(|e| anyhow!(e.message))?.saturating_sub(done + 1);
-        let prefix = &log_key(p, origin, 0)[..4];
-        let mut taken = 0;
-        txn.scan(Tree::Changelog, prefix, &log_key(p, origin, done + 1), &mut |k, v| {
-            let csn = v.get(1..17).and_then(Csn::from_bytes).unwrap_or_default();
-            all.push((csn, p, be_u64(&k[4..]), v.to_vec()));
-            taken += 1;
-            taken < BATCH
-        })
-        .map_err(|e| anyhow!(e.message))?;
+    for (&origin, positions) in acked {
+        for (p, &done) in positions.iter().enumerate() {
+            let p = p as u16;
+            let store = &shard.stores[shard.manifest.owners[p as usize] as usize];
+            let txn = store.read().map_err(|e| anyhow!(e.message))?;
+            let have = txn.get(Tree::Meta, &ruv_key(p, origin)).map_err(|e| anyhow!(e.message))?.map_or(0, be_u64);
+            if have <= done {
+                continue;
+            }
+            let from = log_key(p, origin, done + 1);
+            let mut taken = 0;
+            txn.scan(Tree::Changelog, &from[..LOG_PREFIX], &from, &mut |k, v| {
+                let csn = v.get(1..17).and_then(Csn::from_bytes).unwrap_or_default();
+                all.push((csn, p, origin, be_u64(&k[LOG_PREFIX..]), v.to_vec()));
+                taken += 1;
+                taken < BATCH
+            })
+            .map_err(|e| anyhow!(e.message))?;
+            // Exact while short; past a frame, the positions tell.
+            backlog += if taken < BATCH { taken as u64 } else { have - done };
+        }
     }
     all.sort_by_key(|r| r.0);
     let oldest = all.first().map(|r| r.0);
-    // Within a partition, sequence order is CSN order: cutting the sorted
-    // list leaves no gap in any partition.
+    // Within a partition and origin, sequence order is CSN order: cutting
+    // the sorted list leaves no gap in any of them.
     all.truncate(BATCH);
-    Ok((all.into_iter().map(|(_, p, s, v)| (p, s, BASE64.encode(v))).collect(), backlog, oldest))
+    Ok((all.into_iter().map(|(_, p, o, s, v)| (p, o, s, BASE64.encode(v))).collect(), backlog, oldest))
 }

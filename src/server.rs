@@ -526,7 +526,8 @@ fn bootstrap(config: &Config, manifest: &Manifest, stores: &[Arc<Engine>]) -> Re
         let is_suffix = dn == suffix;
         for (owner, op) in add_ops(manifest, &dn, entry, is_suffix) {
             let store = &*stores[owner];
-            let mut hlc = clock(store, config.sid(), config.replication.enabled()).map_err(|e| anyhow!(e.message))?;
+            let mut hlc = clock(store, config.sid(), config.replication.enabled(), manifest.incarnation)
+                .map_err(|e| anyhow!(e.message))?;
             for r in run_batch(store, |k| manifest.partition_of(k), &mut [op], &mut hlc) {
                 r.map_err(|e| anyhow!("creating {}: {}", dn.to_string_form(), e.message))?;
             }

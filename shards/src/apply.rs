@@ -15,7 +15,7 @@
 //! The parent's child count may live on another shard: the outcome's
 //! images (entry before and after) tell the caller which way to count.
 
-use crate::changelog;
+use crate::changelog::{self, Origin};
 use crate::dn::Dn;
 use crate::entry::{Entry, EntryView};
 use crate::error::{Error, Result};
@@ -35,7 +35,7 @@ pub enum Position {
     Gap { applied: u64 },
 }
 
-pub fn position<T: WriteTxn>(txn: &T, partition: u16, origin: u16, seq: u64) -> Result<Position> {
+pub fn position<T: WriteTxn>(txn: &T, partition: u16, origin: Origin, seq: u64) -> Result<Position> {
     let applied = txn.get(Tree::Meta, &changelog::ruv_key(partition, origin))?.map_or(0, be_u64);
     Ok(match seq {
         s if s <= applied => Position::Duplicate,
@@ -50,7 +50,7 @@ pub fn replicate<T: WriteTxn>(
     partition_of: &impl Fn(&[u8]) -> u32,
     next_id: &mut u64,
     clock: &mut Clock,
-    origin: u16,
+    origin: Origin,
     seq: u64,
     rec: &Record,
 ) -> Outcome {
@@ -62,7 +62,7 @@ pub fn replicate<T: WriteTxn>(
         Position::Gap { applied } => {
             return Err(Error::new(
                 LdapResultCode::Busy,
-                format!("replication gap: record {seq} of server {origin} after {applied}"),
+                format!("replication gap: record {seq} of origin {origin} after {applied}"),
             ))
         }
     }

@@ -1,8 +1,9 @@
 //! Change capture for mirror mode: every change an owner commits, while
 //! replication is on, also leaves in the same transaction
-//! - a `merge::Record` in the `changelog` tree, under
-//!   (partition, origin server, sequence number), the sequence dense per
-//!   (origin, partition) so that a receiver sees gaps;
+//! - a `merge::Record` in the `changelog` tree, under (partition, origin,
+//!   sequence number), the origin being the server id and its incarnation
+//!   (raised by a restore) and the sequence dense per (origin, partition)
+//!   so that a receiver sees gaps;
 //! - the entry's `merge::EntryState` in the `state` tree, under
 //!   (partition, entryUUID), tombstones included.
 //!
@@ -11,8 +12,9 @@
 //! that backups and resharding move them with their partition, like the
 //! entry ids of `id2entry`. The `meta` keys kept here do the same:
 //! `S` + partition -> the next local sequence number, `R` + partition +
-//! origin -> the highest sequence number applied from that origin (the
-//! replica update vector).
+//! origin -> the highest sequence number held from that origin (the
+//! replica update vector; records of every origin are kept, so a server
+//! can hand a restored peer back the changes it lost).
 
 use crate::csn::Csn;
 use crate::entry::{Attr, Entry};
@@ -26,13 +28,46 @@ use std::collections::BTreeMap;
 /// Attributes the server derives on every server instead of replicating.
 const DERIVED: [&str; 1] = ["entryCSN"];
 
-pub fn log_key(partition: u16, origin: u16, seq: u64) -> [u8; 12] {
-    let mut k = [0u8; 12];
+/// Where a change was first made: a server and its incarnation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Origin {
+    pub sid: u16,
+    pub incarnation: u32,
+}
+
+impl Origin {
+    fn bytes(self) -> [u8; 6] {
+        let mut b = [0u8; 6];
+        b[..2].copy_from_slice(&self.sid.to_be_bytes());
+        b[2..].copy_from_slice(&self.incarnation.to_be_bytes());
+        b
+    }
+
+    fn from_bytes(b: &[u8]) -> Option<Origin> {
+        Some(Origin {
+            sid: u16::from_be_bytes(b.get(..2)?.try_into().ok()?),
+            incarnation: u32::from_be_bytes(b.get(2..6)?.try_into().ok()?),
+        })
+    }
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}#{}", self.sid, self.incarnation)
+    }
+}
+
+/// The changelog key of an origin's `seq`th record in a partition; its
+/// first `LOG_PREFIX` bytes name (partition, origin).
+pub fn log_key(partition: u16, origin: Origin, seq: u64) -> [u8; 16] {
+    let mut k = [0u8; 16];
     k[..2].copy_from_slice(&partition.to_be_bytes());
-    k[2..4].copy_from_slice(&origin.to_be_bytes());
-    k[4..].copy_from_slice(&seq.to_be_bytes());
+    k[2..8].copy_from_slice(&origin.bytes());
+    k[8..].copy_from_slice(&seq.to_be_bytes());
     k
 }
+
+pub const LOG_PREFIX: usize = 8;
 
 pub fn state_key(partition: u16, uuid: &[u8; 16]) -> [u8; 18] {
     let mut k = [0u8; 18];
@@ -46,9 +81,49 @@ fn seq_key(partition: u16) -> [u8; 3] {
     [b'S', p[0], p[1]]
 }
 
-pub fn ruv_key(partition: u16, origin: u16) -> [u8; 5] {
-    let (p, o) = (partition.to_be_bytes(), origin.to_be_bytes());
-    [b'R', p[0], p[1], o[0], o[1]]
+pub fn ruv_key(partition: u16, origin: Origin) -> [u8; 9] {
+    let mut k = [b'R'; 9];
+    k[1..3].copy_from_slice(&partition.to_be_bytes());
+    k[3..].copy_from_slice(&origin.bytes());
+    k
+}
+
+/// Every origin a store holds records of (its vector's keys).
+pub fn origins<T: ReadTxn>(txn: &T) -> Result<Vec<Origin>> {
+    let mut out = Vec::new();
+    txn.scan(Tree::Meta, b"R", b"R", &mut |k, _| {
+        if let Some(o) = k.get(3..).and_then(Origin::from_bytes) {
+            if !out.contains(&o) {
+                out.push(o);
+            }
+        }
+        true
+    })?;
+    Ok(out)
+}
+
+/// After a restore: the records this server made before it are marked as
+/// held (so a peer's copies of them are duplicates, and the ones the
+/// backup missed are not), and numbering starts again for `new`.
+pub fn new_incarnation<T: WriteTxn>(txn: &mut T, partitions: u16, old: Origin) -> Result<()> {
+    for p in 0..partitions {
+        let next = next_seq(txn, p)?;
+        if next == 1 {
+            continue;
+        }
+        txn.delete(Tree::Meta, &seq_key(p))?;
+        // A backup of another server (a new mirror seeded from its peer)
+        // holds no record of this one: nothing to mark.
+        let mut own = false;
+        txn.scan(Tree::Changelog, &log_key(p, old, 0)[..LOG_PREFIX], b"", &mut |_, _| {
+            own = true;
+            false
+        })?;
+        if own {
+            txn.put(Tree::Meta, &ruv_key(p, old), &(next - 1).to_be_bytes())?;
+        }
+    }
+    Ok(())
 }
 
 /// The partition a `meta` key of this module belongs to, if it is one.
@@ -152,10 +227,19 @@ pub fn next_seq<T: ReadTxn>(txn: &T, partition: u16) -> Result<u64> {
 
 /// Stores the state and appends the record under this server's next
 /// sequence number for the partition.
-pub fn capture<T: WriteTxn>(txn: &mut T, partition: u16, origin: u16, rec: &Record, state: &EntryState) -> Result<u64> {
+pub fn capture<T: WriteTxn>(
+    txn: &mut T,
+    partition: u16,
+    origin: Origin,
+    rec: &Record,
+    state: &EntryState,
+) -> Result<u64> {
     let seq = next_seq(txn, partition)?;
     store(txn, partition, origin, seq, rec, state)?;
     txn.put(Tree::Meta, &seq_key(partition), &(seq + 1).to_be_bytes())?;
+    // Its own records are held too: a peer handing them back after a
+    // reconnection finds them duplicates.
+    txn.put(Tree::Meta, &ruv_key(partition, origin), &seq.to_be_bytes())?;
     Ok(seq)
 }
 
@@ -163,7 +247,7 @@ pub fn capture<T: WriteTxn>(txn: &mut T, partition: u16, origin: u16, rec: &Reco
 pub fn store<T: WriteTxn>(
     txn: &mut T,
     partition: u16,
-    origin: u16,
+    origin: Origin,
     seq: u64,
     rec: &Record,
     state: &EntryState,

@@ -37,6 +37,11 @@ pub struct Manifest {
     /// treats restored data as a new incarnation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<String>,
+    /// Raised by every restore: this server's changes are numbered afresh
+    /// under (server id, incarnation), so a peer never takes a reused
+    /// sequence number for one it has seen.
+    #[serde(default)]
+    pub incarnation: u32,
     /// The index configuration the stores' indexes were built with
     /// (`index::Config::describe`); `coredir reindex` rewrites it.
     pub indexes: String,
@@ -57,6 +62,7 @@ impl Manifest {
             root_password_hash,
             engine: "lmdb".into(),
             restored_from: None,
+            incarnation: 0,
             indexes: crate::index::config().describe(),
         }
     }

@@ -93,6 +93,7 @@ mod tests {
         let hlc = || crate::write::Clock {
             hlc: crate::csn::Hlc::new(1, None, crate::csn::DEFAULT_MAX_FORWARD_SKEW),
             capture: false,
+            incarnation: 0,
         };
         let put = |dn: &str, parent: Option<Parent>| {
             let key = Dn::parse(dn).unwrap().key();

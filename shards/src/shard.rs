@@ -307,7 +307,7 @@ impl Shard {
 
 async fn commit_loop(shard: Rc<Shard>, rx: LocalReceiver<Pending>) {
     let store = &shard.stores[shard.id];
-    let mut clock = match write::clock(&**store, shard.sid, shard.capture) {
+    let mut clock = match write::clock(&**store, shard.sid, shard.capture, shard.manifest.incarnation) {
         Ok(h) => h,
         Err(e) => {
             // Nothing can be written without a clock: say so on every write.

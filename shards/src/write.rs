@@ -36,7 +36,7 @@ pub enum WriteOp {
     Modify { key: Vec<u8>, dn: String, mods: Vec<Mod>, rdn: Vec<(String, Vec<u8>)>, stamp: Stamp, extras: Extras },
     /// Applies a peer's change record (`apply.rs`), `seq`th of its origin
     /// server in the record's partition.
-    Replicate { origin: u16, seq: u64, rec: Record },
+    Replicate { origin: changelog::Origin, seq: u64, rec: Record },
     /// Renames an entry whose old and new DNs have the same owner, atomically.
     Move {
         old_key: Vec<u8>,
@@ -265,13 +265,21 @@ const HLC: &[u8] = b"hlc";
 pub struct Clock {
     pub hlc: Hlc,
     pub capture: bool,
+    /// This server's incarnation (`Manifest::incarnation`).
+    pub incarnation: u32,
+}
+
+impl Clock {
+    pub fn origin(&self) -> changelog::Origin {
+        changelog::Origin { sid: self.hlc.sid(), incarnation: self.incarnation }
+    }
 }
 
 /// The owner's clock for a store: server id `sid`, continuing from the
 /// state the store recorded.
-pub fn clock<S: Store>(store: &S, sid: u16, capture: bool) -> Result<Clock> {
+pub fn clock<S: Store>(store: &S, sid: u16, capture: bool, incarnation: u32) -> Result<Clock> {
     let hlc = Hlc::new(sid, store.read()?.get(Tree::Meta, HLC)?, crate::csn::DEFAULT_MAX_FORWARD_SKEW);
-    Ok(Clock { hlc, capture })
+    Ok(Clock { hlc, capture, incarnation })
 }
 
 /// Runs a batch in one write transaction and commits it; one result per op.
@@ -360,7 +368,7 @@ fn capture<T: WriteTxn>(
         None => before.map(changelog::state_of_existing).unwrap_or_default(),
     };
     state.merge(rec);
-    changelog::capture(txn, partition, clock.hlc.sid(), rec, &state)?;
+    changelog::capture(txn, partition, clock.origin(), rec, &state)?;
     Ok(changelog::materialize(&state, &rec.uuid))
 }
 
