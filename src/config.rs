@@ -334,6 +334,15 @@ impl Config {
         self.replication.server_id.unwrap_or(self.server.id) as u16
     }
 
+    /// How owners stamp and record changes.
+    pub fn stamping(&self) -> shards::write::Stamping {
+        shards::write::Stamping {
+            sid: self.sid(),
+            capture: self.replication.enabled(),
+            max_forward_skew: std::time::Duration::from_secs(self.replication.max_forward_skew_s.unwrap_or(60)),
+        }
+    }
+
     pub fn validate(&self) -> Result<()> {
         self.listen_addr()?;
         if !(1..=4095).contains(&self.replication.server_id.unwrap_or(1)) {

@@ -49,7 +49,15 @@ impl Harness {
         let (manifest, stores, sync) = (db.manifest.clone(), db.stores.clone(), config.sync_mode()?);
         let interval = std::time::Duration::from_millis(config.storage.sync_interval_ms);
         let shard = ex
-            .run(shards::Shard::start(0, config.sid(), false, manifest, stores, None, sync, interval))
+            .run(shards::Shard::start(
+                0,
+                shards::write::Stamping::standalone(config.sid()),
+                manifest,
+                stores,
+                None,
+                sync,
+                interval,
+            ))
             .map_err(|e| anyhow::anyhow!(e.message))?;
         let ctx = Rc::new(Ctx::new(&config, shard, &shared));
         Ok(Harness { ex, ctx, _db: db, _dir: dir })

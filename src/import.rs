@@ -71,9 +71,9 @@ pub fn run(config: Config, file: &Path) -> Result<()> {
     for store in stores.iter() {
         let (tx, rx) = sync_channel::<Batch>(2);
         let (store, manifest) = (store.clone(), manifest.clone());
-        let (sid, capture) = (config.sid(), config.replication.enabled());
+        let stamping = config.stamping();
         writers.push(std::thread::spawn(move || -> Result<(), String> {
-            let mut hlc = clock(&*store, sid, capture, manifest.incarnation).map_err(|e| e.message)?;
+            let mut hlc = clock(&*store, stamping, manifest.incarnation).map_err(|e| e.message)?;
             for batch in rx {
                 let (lines, mut ops): (Vec<usize>, Vec<WriteOp>) = batch.into_iter().unzip();
                 let results = run_batch_owned(&*store, |k| manifest.partition_of(k), &mut ops, &mut hlc);

@@ -306,9 +306,8 @@ pub fn serve(config: Config) -> Result<()> {
             .io_memory(512 << 10)
             .spin_before_park(Duration::from_micros(config.server.spin_before_park_us))
             .spawn(move || async move {
-                let (interval, sid) = (Duration::from_millis(config.storage.sync_interval_ms), config.sid());
-                let capture = config.replication.enabled();
-                let shard = match Shard::start(i, sid, capture, manifest, stores, mesh, sync, interval).await {
+                let interval = Duration::from_millis(config.storage.sync_interval_ms);
+                let shard = match Shard::start(i, config.stamping(), manifest, stores, mesh, sync, interval).await {
                     Ok(s) => s,
                     Err(e) => {
                         let _ = ready.send(Err(e.message));
@@ -526,8 +525,7 @@ fn bootstrap(config: &Config, manifest: &Manifest, stores: &[Arc<Engine>]) -> Re
         let is_suffix = dn == suffix;
         for (owner, op) in add_ops(manifest, &dn, entry, is_suffix) {
             let store = &*stores[owner];
-            let mut hlc = clock(store, config.sid(), config.replication.enabled(), manifest.incarnation)
-                .map_err(|e| anyhow!(e.message))?;
+            let mut hlc = clock(store, config.stamping(), manifest.incarnation).map_err(|e| anyhow!(e.message))?;
             for r in run_batch(store, |k| manifest.partition_of(k), &mut [op], &mut hlc) {
                 r.map_err(|e| anyhow!("creating {}: {}", dn.to_string_form(), e.message))?;
             }

@@ -85,10 +85,8 @@ struct Pending {
 
 pub struct Shard {
     pub id: usize,
-    /// This server's id, in every CSN the shard issues.
-    pub sid: u16,
-    /// Whether commits record changes for replication (`changelog.rs`).
-    pub capture: bool,
+    /// How the shard stamps (and, in mirror mode, records) its changes.
+    pub stamping: write::Stamping,
     pub manifest: Arc<Manifest>,
     /// Every shard's store, indexed by shard id; only `stores[id]` is written here.
     pub stores: Arc<Vec<Arc<Engine>>>,
@@ -131,8 +129,7 @@ impl Shard {
     #[allow(clippy::too_many_arguments)]
     pub async fn start(
         id: usize,
-        sid: u16,
-        capture: bool,
+        stamping: write::Stamping,
         manifest: Arc<Manifest>,
         stores: Arc<Vec<Arc<Engine>>>,
         mesh: Option<Mesh>,
@@ -149,8 +146,7 @@ impl Shard {
         };
         let shard = Rc::new(Shard {
             id,
-            sid,
-            capture,
+            stamping,
             manifest,
             stores,
             queue,
@@ -307,7 +303,7 @@ impl Shard {
 
 async fn commit_loop(shard: Rc<Shard>, rx: LocalReceiver<Pending>) {
     let store = &shard.stores[shard.id];
-    let mut clock = match write::clock(&**store, shard.sid, shard.capture, shard.manifest.incarnation) {
+    let mut clock = match write::clock(&**store, shard.stamping, shard.manifest.incarnation) {
         Ok(h) => h,
         Err(e) => {
             // Nothing can be written without a clock: say so on every write.

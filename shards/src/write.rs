@@ -275,11 +275,29 @@ impl Clock {
     }
 }
 
-/// The owner's clock for a store: server id `sid`, continuing from the
-/// state the store recorded.
-pub fn clock<S: Store>(store: &S, sid: u16, capture: bool, incarnation: u32) -> Result<Clock> {
-    let hlc = Hlc::new(sid, store.read()?.get(Tree::Meta, HLC)?, crate::csn::DEFAULT_MAX_FORWARD_SKEW);
-    Ok(Clock { hlc, capture, incarnation })
+/// How an owner stamps its changes (from the configuration).
+#[derive(Debug, Clone, Copy)]
+pub struct Stamping {
+    /// The server id in every CSN.
+    pub sid: u16,
+    /// Whether commits record changes for replication (`changelog.rs`).
+    pub capture: bool,
+    /// How far ahead of this clock a peer's CSN may be.
+    pub max_forward_skew: std::time::Duration,
+}
+
+impl Stamping {
+    /// Stand-alone: CSNs only.
+    pub fn standalone(sid: u16) -> Stamping {
+        Stamping { sid, capture: false, max_forward_skew: crate::csn::DEFAULT_MAX_FORWARD_SKEW }
+    }
+}
+
+/// The owner's clock for a store, continuing from the state the store
+/// recorded.
+pub fn clock<S: Store>(store: &S, how: Stamping, incarnation: u32) -> Result<Clock> {
+    let hlc = Hlc::new(how.sid, store.read()?.get(Tree::Meta, HLC)?, how.max_forward_skew);
+    Ok(Clock { hlc, capture: how.capture, incarnation })
 }
 
 /// Runs a batch in one write transaction and commits it; one result per op.

@@ -30,7 +30,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
         None => old.parent(),
     };
     let ctx = &conn.ctx;
-    if ctx.shard.capture {
+    if ctx.shard.stamping.capture {
         return Err(Error::unwilling(shards::write::NO_REPLICATED_RENAME));
     }
     if old.is_root() || ctx.is_suffix(&old) {

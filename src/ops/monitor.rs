@@ -101,7 +101,7 @@ pub fn entries(ctx: &Ctx) -> Vec<Entry> {
     let uptime = now.saturating_sub(ctx.started).to_string();
     out.push(entry(m("cn=Uptime,cn=Time"), "monitoredObject", vec![("monitoredInfo", uptime)]));
     // Mirror mode.
-    if ctx.shard.capture {
+    if ctx.shard.stamping.capture {
         let r = ctx.shared.replication.snapshot();
         let info = format!(
             "peer={} sending={} receiving={} backlog={} lag_s={:.1} sent={} applied={} refused={}",
