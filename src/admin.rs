@@ -149,7 +149,9 @@ impl Admin {
                 if !self.config.lock().unwrap_or_else(|e| e.into_inner()).replication.enabled() {
                     bail!("mirror mode is off (no [replication] listen and peer)");
                 }
-                Response::Replication(self.shared.replication.snapshot())
+                let mut status = self.shared.replication.snapshot();
+                status.changelog_records = self.count(Tree::Changelog)?;
+                Response::Replication(status)
             }
             Request::Conflicts => Response::Conflicts { conflicts: self.conflicts()? },
             Request::Backup { dir } => {
@@ -217,7 +219,7 @@ impl Admin {
                 shard: i,
                 cpu: self.cpus[i % self.cpus.len()],
                 partitions: self.manifest.owners.iter().filter(|o| **o as usize == i).count(),
-                entries: count_entries(store)?,
+                entries: count_keys(store, Tree::Id2entry)?,
                 connections: self.shared.connections.count(i),
                 operations,
                 mesh_sent: snap.sum("coredir_mesh_messages_sent_total", &shard) as u64,
@@ -338,6 +340,11 @@ pub struct Conflict {
 }
 
 impl Admin {
+    /// Keys of a tree over every store.
+    fn count(&self, tree: Tree) -> Result<u64> {
+        self.stores.iter().map(|s| count_keys(s, tree)).sum()
+    }
+
     /// Every entry marked as a DN conflict's loser, from the stores' states.
     fn conflicts(&self) -> Result<Vec<Conflict>> {
         let mut out = Vec::new();
@@ -360,11 +367,12 @@ impl Admin {
     }
 }
 
-fn count_entries(store: &Engine) -> Result<u64> {
+/// Keys of one tree of a store (the admin thread holds off map growth).
+fn count_keys(store: &Engine, tree: Tree) -> Result<u64> {
     let _outside = store.outside();
     let txn = store.read().map_err(|e| anyhow!(e.message))?;
     let mut n = 0;
-    txn.scan(Tree::Id2entry, b"", b"", &mut |_, _| {
+    txn.scan(tree, b"", b"", &mut |_, _| {
         n += 1;
         true
     })
@@ -482,6 +490,7 @@ fn print_human(resp: &Response) {
                 r.outbound, r.records_sent, r.backlog, r.lag_s
             );
             println!("receiving     {} ({} records applied)", r.inbound, r.records_applied);
+            println!("changelog     {} records", r.changelog_records);
             if r.peer_silent_s >= 0.0 {
                 println!("peer heard    {:.1} s ago", r.peer_silent_s);
             }

@@ -92,6 +92,12 @@ pub struct Replication {
     /// How far ahead of this server's clock a peer's CSN may be before
     /// the peer is refused (seconds; default 60).
     pub max_forward_skew_s: Option<u64>,
+    /// How long changelog records (and deleted entries' tombstones) are
+    /// kept once the peer holds them (seconds; default 7 days). Records
+    /// the peer has not acknowledged are never trimmed.
+    pub changelog_max_age_s: Option<u64>,
+    /// How often the changelog is trimmed (seconds; default 60).
+    pub trim_interval_s: Option<u64>,
 }
 
 impl Replication {

@@ -118,6 +118,8 @@ pub struct Status {
     pub peer_silent_s: f64,
     /// Records the peer refused or that could not be applied here.
     pub conflicts: Vec<String>,
+    /// Records in this server's changelog (all origins).
+    pub changelog_records: u64,
 }
 
 /// The status, shared with the admin thread.
@@ -415,7 +417,15 @@ async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> R
         crate::stats::gauge("coredir_replication_backlog_records", 0),
     );
     let mut last_sent = Instant::now();
+    let mut last_trim = Instant::now();
+    let r = &config.replication;
+    let trim_every = Duration::from_secs(r.trim_interval_s.unwrap_or(60));
+    let max_age_us = r.changelog_max_age_s.unwrap_or(7 * 24 * 3600) * 1_000_000;
     loop {
+        if last_trim.elapsed() >= trim_every {
+            last_trim = Instant::now();
+            trim(ctx, &acked, theirs_now, wall_us().saturating_sub(max_age_us)).await?;
+        }
         // What to offer: every origin held here but the receiver's own.
         for o in vector(ctx)?.into_iter().map(|(o, _)| o).filter(|o| *o != theirs_now) {
             acked.entry(o).or_insert_with(|| vec![0; ours.partitions as usize]);
@@ -464,6 +474,33 @@ async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> R
             other => bail!("unexpected {other:?}"),
         }
     }
+}
+
+/// Trims, on every partition's owner, the records older than
+/// `older_than_us` that the peer holds: up to its acknowledged positions,
+/// and all of its own origin's.
+async fn trim(
+    ctx: &Ctx,
+    acked: &std::collections::BTreeMap<Origin, Vec<u64>>,
+    theirs: Origin,
+    older_than_us: u64,
+) -> Result<()> {
+    let shard = &ctx.shard;
+    let mut ops = Vec::new();
+    for (&origin, positions) in acked {
+        for (p, &upto) in positions.iter().enumerate().filter(|(_, &u)| u > 0) {
+            ops.push((p as u16, origin, upto));
+        }
+    }
+    for (p, &have) in held(ctx, theirs)?.iter().enumerate().filter(|(_, &h)| h > 0) {
+        ops.push((p as u16, theirs, have));
+    }
+    for (partition, origin, upto) in ops {
+        let owner = shard.manifest.owners[partition as usize] as usize;
+        let op = WriteOp::Trim { partition, origin, upto, older_than_us };
+        shard.submit_to(owner, op).await.map_err(|e| anyhow!("trimming the changelog: {}", e.message))?;
+    }
+    Ok(())
 }
 
 /// The next frame's records (above what the peer holds, oldest CSN

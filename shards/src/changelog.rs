@@ -220,6 +220,35 @@ pub fn load_state<T: ReadTxn>(txn: &T, partition: u16, uuid: &[u8; 16]) -> Resul
     }
 }
 
+/// Trims an origin's records of a partition: those up to `upto` (what the
+/// peer holds) and older than `older_than_us`; a trimmed delete takes its
+/// tombstone along (tombstones live as long as the changelog). Returns the
+/// number of records removed.
+pub fn trim<T: WriteTxn>(txn: &mut T, partition: u16, origin: Origin, upto: u64, older_than_us: u64) -> Result<u64> {
+    let start = log_key(partition, origin, 1);
+    let mut gone: Vec<(Vec<u8>, Option<[u8; 16]>)> = Vec::new();
+    txn.scan(Tree::Changelog, &start[..LOG_PREFIX], &start, &mut |k, v| {
+        let seq = be_u64(&k[LOG_PREFIX..]);
+        let csn = v.get(1..17).and_then(Csn::from_bytes).unwrap_or_default();
+        // Sequence order is CSN order: the first too new ends it.
+        if seq > upto || csn.phys_us >= older_than_us {
+            return false;
+        }
+        let deleted = Record::decode(v).filter(|r| r.change == Change::Delete).map(|r| r.uuid);
+        gone.push((k.to_vec(), deleted));
+        true
+    })?;
+    for (key, deleted) in &gone {
+        txn.delete(Tree::Changelog, key)?;
+        if let Some(uuid) = deleted {
+            if load_state(txn, partition, uuid)?.is_some_and(|s| s.deleted.is_some()) {
+                txn.delete(Tree::State, &state_key(partition, uuid))?;
+            }
+        }
+    }
+    Ok(gone.len() as u64)
+}
+
 /// The sequence number the next local change of a partition will take.
 pub fn next_seq<T: ReadTxn>(txn: &T, partition: u16) -> Result<u64> {
     Ok(txn.get(Tree::Meta, &seq_key(partition))?.map_or(1, be_u64))

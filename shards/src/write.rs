@@ -37,6 +37,8 @@ pub enum WriteOp {
     /// Applies a peer's change record (`apply.rs`), `seq`th of its origin
     /// server in the record's partition.
     Replicate { origin: changelog::Origin, seq: u64, rec: Record },
+    /// Trims an origin's changelog of a partition (`changelog::trim`).
+    Trim { partition: u16, origin: changelog::Origin, upto: u64, older_than_us: u64 },
     /// Renames an entry whose old and new DNs have the same owner, atomically.
     Move {
         old_key: Vec<u8>,
@@ -429,6 +431,9 @@ fn apply<T: WriteTxn>(
             Ok(None)
         }
         WriteOp::Child { parent, delta } => child(txn, parent, *delta).map(|_| None),
+        WriteOp::Trim { partition, origin, upto, older_than_us } => {
+            changelog::trim(txn, *partition, *origin, *upto, *older_than_us).map(|_| None)
+        }
         WriteOp::Replicate { origin, seq, rec } => {
             crate::apply::replicate(txn, partition_of, next_id, clock, *origin, *seq, rec)
         }

@@ -17,6 +17,11 @@ fn mirror_conf(id: u32, listen: u16, peer: u16) -> String {
     )
 }
 
+/// A pair whose changelogs keep records one second once the peer holds them.
+fn short_changelog(conf: String) -> String {
+    conf + "changelog_max_age_s = 1\ntrim_interval_s = 1\n"
+}
+
 /// Server A, and B restored from A's online backup: the same database.
 fn pair(shards: usize) -> (Server, Server) {
     pair_with(shards, &[])
@@ -359,4 +364,24 @@ fn a_server_restored_from_an_old_backup_gets_back_what_it_lost() {
     wait_for("identical data", || dump(&a) == dump(&b));
     assert!(has(&a, "r7"));
     assert_eq!(search_dns(&mut a.admin(), PEOPLE, Scope::OneLevel, "(uid=r*)").len(), 11);
+}
+
+#[test]
+fn the_changelog_is_trimmed_by_age_but_never_past_what_the_peer_holds() {
+    let (pa, pb) = (free_port(), free_port());
+    let a = Server::start_with_config(1, &short_changelog(mirror_conf(1, pa, pb)));
+    let mut b = seeded_from(&a, &short_changelog(mirror_conf(2, pb, pa)), &[]);
+    let records = |s: &Server| replication(s)["changelog_records"].as_u64().unwrap();
+    assert_eq!(add_user(&mut a.admin(), "t1").rc, 0);
+    assert_eq!(a.admin().delete(&format!("uid=t1,{PEOPLE}")).unwrap().rc, 0);
+    wait_for("both trimmed", || records(&a) == 0 && records(&b) == 0);
+    // With B away, A keeps what B has not acknowledged, however old.
+    b.kill9();
+    assert_eq!(add_user(&mut a.admin(), "t2").rc, 0);
+    std::thread::sleep(std::time::Duration::from_millis(3000));
+    assert!(records(&a) >= 1, "A trimmed what B never had");
+    b.launch();
+    wait_for("t2 on B", || get_entry(&mut b.admin(), &format!("uid=t2,{PEOPLE}"), vec!["uid"]).is_some());
+    wait_for("trimmed again", || records(&a) == 0);
+    wait_for("identical data", || dump(&a) == dump(&b));
 }
