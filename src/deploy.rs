@@ -69,24 +69,30 @@ pub struct PlanOptions {
 }
 
 /// One configuration per NUMA node, as TOML with a header naming the file
-/// it belongs in. Without mirror mode each node serves its own port and
-/// data; the mirror link between the nodes is left out and says why.
+/// it belongs in. Nodes pair up as mirrors (0 with 1, 2 with 3, ...):
+/// each pair's replication ports are `--base-port` + 7000 + node index and
+/// they share a secret made up here; an odd last node runs alone.
 pub fn plan(o: &PlanOptions) -> Result<String> {
     let nodes = nodes(&o.sys)?;
     if nodes.is_empty() {
         bail!("no NUMA nodes under {}", o.sys.display());
     }
+    let port = |i: usize, offset: usize| -> Result<usize> {
+        let p = o.base_port as usize + offset + i;
+        if p > u16::MAX as usize {
+            bail!("--base-port: port {p} is out of range");
+        }
+        Ok(p)
+    };
+    let secrets: Vec<String> =
+        (0..nodes.len().div_ceil(2)).map(|_| format!("{:032x}", rand::random::<u128>())).collect();
     let mut out = String::new();
     for (i, (node, cpus)) in nodes.iter().enumerate() {
-        let port = o.base_port as usize + i;
-        if port > u16::MAX as usize {
-            bail!("--base-port: port {port} is out of range");
-        }
         out.push_str(&format!(
             "# /etc/coredir/node{node}.toml: NUMA node {node}, CPUs {}, {} shards\n\
              # run: systemctl enable --now coredir@{node}\n\
              [server]\n\
-             listen = \"{}:{port}\"\n\
+             listen = \"{}:{}\"\n\
              data = {:?}\n\
              numa_node = {node}\n\
              shards = 0\n\
@@ -98,16 +104,42 @@ pub fn plan(o: &PlanOptions) -> Result<String> {
             compact(cpus),
             cpus.len(),
             o.listen_host,
+            port(i, 0)?,
             o.data_root.join(format!("node{node}")).display().to_string(),
             o.run_dir.join(format!("node{node}.sock")).display().to_string(),
             i + 1,
             PathBuf::from("/var/log/coredir").join(format!("node{node}.log")).display().to_string(),
         ));
-        if nodes.len() > 1 {
-            out.push_str(
-                "# Mirror link to the other node(s): not written, because mirror mode does not exist yet\n\
-                 # (until then each node is a separate directory on its own port).\n\n",
-            );
+        let peer = i ^ 1;
+        match nodes.get(peer) {
+            Some((peer_node, _)) => {
+                let seed = if i % 2 == 1 {
+                    format!(
+                        "# Seed this node from node {peer_node} before its first start:\n\
+                         #   coredir ctl --socket {} backup /var/lib/coredir/seed\n\
+                         #   coredir restore --config /etc/coredir/node{node}.toml /var/lib/coredir/seed\n",
+                        o.run_dir.join(format!("node{peer_node}.sock")).display()
+                    )
+                } else {
+                    String::new()
+                };
+                out.push_str(&format!(
+                    "# Mirror pair with node {peer_node}: both take writes and replicate to each other.\n{seed}\
+                     [replication]\n\
+                     listen = \"{}:{}\"\n\
+                     peer = \"{}:{}\"\n\
+                     secret = \"{}\"\n\n",
+                    o.listen_host,
+                    port(i, 7000)?,
+                    if o.listen_host == "0.0.0.0" { "127.0.0.1" } else { &o.listen_host },
+                    port(peer, 7000)?,
+                    secrets[i / 2],
+                ));
+            }
+            None if nodes.len() > 1 => {
+                out.push_str("# No mirror: an odd node out (mirror mode pairs two servers).\n\n");
+            }
+            None => {}
         }
     }
     Ok(out)

@@ -75,7 +75,13 @@ fn deploy_plan_writes_one_configuration_per_node() {
         assert!(block.contains(&format!("listen = \"0.0.0.0:{}\"", 3389 + i)), "{block}");
         assert!(block.contains(&format!("numa_node = {i}")), "{block}");
         assert!(block.contains(&format!("admin_socket = \"/run/coredir/node{i}.sock\"")), "{block}");
+        // The two nodes are a mirror pair: each sends to the other's listener.
+        assert!(block.contains(&format!("listen = \"0.0.0.0:{}\"", 10389 + i)), "{block}");
+        assert!(block.contains(&format!("peer = \"127.0.0.1:{}\"", 10389 + (1 - i))), "{block}");
     }
+    let secret = |b: &str| b.lines().find(|l| l.starts_with("secret = ")).map(str::to_string);
+    assert!(secret(blocks[0]).is_some() && secret(blocks[0]) == secret(blocks[1]), "{out}");
+    assert!(blocks[1].contains("coredir restore --config /etc/coredir/node1.toml"), "{out}");
     let (code, _, err) = coredir(&["deploy", "plan", "--sys", "/nonexistent"], &[]);
     assert_eq!(code, 1);
     assert!(err.contains("/nonexistent"), "{err}");
