@@ -358,10 +358,14 @@ impl Config {
         if r.enabled() && (r.listen.is_none() || r.peer.is_none() || r.secret.as_deref().is_none_or(str::is_empty)) {
             bail!("replication: mirror mode needs listen, peer and secret");
         }
-        for (key, addr) in [("replication.listen", &r.listen), ("replication.peer", &r.peer)] {
-            if let Some(a) = addr {
-                a.parse::<std::net::SocketAddr>().map_err(|e| anyhow!("{key}: {a:?}: {e}"))?;
-            }
+        if let Some(a) = &r.listen {
+            a.parse::<std::net::SocketAddr>().map_err(|e| anyhow!("replication.listen: {a:?}: {e}"))?;
+        }
+        // The peer may be a host name: "ldap2.example.com:7389".
+        if let Some(a) = &r.peer {
+            let port = a.rsplit_once(':').and_then(|(host, port)| (!host.is_empty()).then_some(port));
+            port.and_then(|p| p.parse::<u16>().ok())
+                .ok_or_else(|| anyhow!("replication.peer: {a:?} is not host:port"))?;
         }
         Dn::parse(&self.directory.suffix).map_err(|e| anyhow!("directory.suffix: {}", e.message))?;
         if Dn::parse(&self.directory.suffix)?.is_root() {
