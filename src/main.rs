@@ -35,6 +35,8 @@
 //! - `import`, `export`: offline LDIF load (parallel per shard) and dump.
 //! - `reindex`: offline index rebuild after `[indexes]` changed.
 //! - `backup`: `backup`, `restore` and `reshard`, tree-by-tree store copies.
+//! - `replication`: mirror mode's channel on shard 0 (handshake, push from
+//!   the changelog, apply on the owners, trimming, `ctl replication`).
 //! - `conn`: framing with PDU limits, read loop, writer task, `Identity`.
 //! - `ber`: direct BER encoding of search entries; PDU header peeking.
 //! - `ops/`: one file per LDAP operation (`bind`, `search`, `add`,

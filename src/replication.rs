@@ -339,7 +339,8 @@ async fn apply_all(ctx: &Ctx, records: Vec<(u16, Origin, u64, String)>) -> Resul
         let top = applied.entry((partition, origin)).or_default();
         *top = (*top).max(seq);
     }
-    let mut counts = Vec::new();
+    // Child counts, summed per parent: one write per parent and frame.
+    let mut counts: std::collections::HashMap<Vec<u8>, (Parent, i64)> = Default::default();
     for (dn, task) in waiting {
         let images = task.await.map_err(|e| format!("{}: {}", dn.to_string_form(), e.message))?;
         let Some(images) = images else { continue };
@@ -349,15 +350,26 @@ async fn apply_all(ctx: &Ctx, records: Vec<(u16, Origin, u64, String)>) -> Resul
         };
         let (was, now) = (parent(&images.before), parent(&images.after));
         if was.as_ref().map(|p| &p.key) != now.as_ref().map(|p| &p.key) {
-            counts.extend(was.map(|p| (p, -1)));
-            counts.extend(now.map(|p| (p, 1)));
+            for (p, delta) in was.map(|p| (p, -1)).into_iter().chain(now.map(|p| (p, 1))) {
+                counts.entry(p.key.clone()).or_insert((p, 0)).1 += delta;
+            }
         }
     }
-    for (parent, delta) in counts {
-        let owner = shard.owner_of(&parent.key);
-        if let Err(e) = shard.submit_to(owner, WriteOp::Child { parent, delta }).await {
-            eprintln!("coredir: replication: counting a child: {}", e.message);
-        }
+    let updates: Vec<_> = counts
+        .into_values()
+        .filter(|(_, delta)| *delta != 0)
+        .map(|(parent, delta)| {
+            let s = ctx.shard.clone();
+            glommio::spawn_local(async move {
+                let owner = s.owner_of(&parent.key);
+                if let Err(e) = s.submit_to(owner, WriteOp::Child { parent, delta }).await {
+                    eprintln!("coredir: replication: counting children: {}", e.message);
+                }
+            })
+        })
+        .collect();
+    for u in updates {
+        u.await;
     }
     Ok(applied.into_iter().map(|((p, o), seq)| (p, o, seq)).collect())
 }

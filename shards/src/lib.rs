@@ -30,6 +30,12 @@
 //! - `write`: `WriteOp`s as applied by an owner inside one transaction;
 //!   `BulkLoad` for imports into a new database.
 //! - `repair`: start-up recount of child counts after a crash.
+//! - `csn`: CSNs (OpenLDAP's text form) and each owner's hybrid logical clock.
+//! - `merge`: mirror mode's replicated entry state and records, and the
+//!   merge that converges in any order (conflict DNs included).
+//! - `changelog`: change capture in the owner's commit (records, states,
+//!   sequence numbers, the replica update vector, trimming).
+//! - `apply`: a peer's record applied on the owner (`WriteOp::Replicate`).
 //! - `shard`: `Shard`, routing of writes to owners over the mesh, and the
 //!   group-commit loop, with its metric handles (mesh messages, batch
 //!   sizes, commit time, queue depth) registered on the shard's thread.
