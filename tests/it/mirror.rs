@@ -40,15 +40,20 @@ fn seeded_from(a: &Server, conf: &str, env: &[(&str, &str)]) -> Server {
     let backup = b.dir.path().join("seed");
     let (code, out, err) = ctl(a, &["backup", backup.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}{err}");
-    let restore = std::process::Command::new(env!("CARGO_BIN_EXE_coredir"))
-        .args(["restore", "--config", b.config_path().to_str().unwrap(), "--data", b.data().to_str().unwrap()])
-        .arg(&backup)
-        .output()
-        .unwrap();
-    assert!(restore.status.success(), "{}", String::from_utf8_lossy(&restore.stderr));
+    restore_into(&b, &backup);
     b.env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     b.launch();
     b
+}
+
+/// `coredir restore` of a backup into a stopped server's data directory.
+fn restore_into(s: &Server, backup: &std::path::Path) {
+    let restore = std::process::Command::new(env!("CARGO_BIN_EXE_coredir"))
+        .args(["restore", "--config", s.config_path().to_str().unwrap(), "--data", s.data().to_str().unwrap()])
+        .arg(backup)
+        .output()
+        .unwrap();
+    assert!(restore.status.success(), "{}", String::from_utf8_lossy(&restore.stderr));
 }
 
 /// Every entry under the suffix with all its attributes, user and
@@ -349,12 +354,7 @@ fn a_server_restored_from_an_old_backup_gets_back_what_it_lost() {
     // A's disk is lost: it comes back from the older backup.
     a.kill9();
     std::fs::remove_dir_all(a.data()).unwrap();
-    let restore = std::process::Command::new(env!("CARGO_BIN_EXE_coredir"))
-        .args(["restore", "--config", a.config_path().to_str().unwrap(), "--data", a.data().to_str().unwrap()])
-        .arg(&backup)
-        .output()
-        .unwrap();
-    assert!(restore.status.success(), "{}", String::from_utf8_lossy(&restore.stderr));
+    restore_into(&a, &backup);
     a.launch();
     assert!(!has(&a, "r9") || has(&b, "r9"));
     // New changes on A are not mistaken for ones B has seen...
