@@ -53,6 +53,8 @@ use std::time::{Duration, Instant};
 const BATCH: usize = 512;
 /// Largest frame accepted (a frame of big entries).
 const MAX_FRAME: usize = 64 << 20;
+/// Largest frame before the peer has proved the secret (the handshake).
+const MAX_HANDSHAKE: usize = 64 << 10;
 const HEARTBEAT: Duration = Duration::from_secs(1);
 const POLL: Duration = Duration::from_millis(20);
 const RETRY: Duration = Duration::from_secs(1);
@@ -192,12 +194,12 @@ async fn send(stream: &mut TcpStream, frame: &Frame) -> Result<()> {
     Ok(())
 }
 
-async fn recv(stream: &mut TcpStream) -> Result<Frame> {
+async fn recv(stream: &mut TcpStream, limit: usize) -> Result<Frame> {
     let mut len = [0u8; 4];
     stream.read_exact(&mut len).await?;
     let n = u32::from_be_bytes(len) as usize;
-    if n > MAX_FRAME {
-        bail!("a {n}-byte frame is over the {MAX_FRAME}-byte limit");
+    if n > limit {
+        bail!("a {n}-byte frame is over the {limit}-byte limit");
     }
     let mut body = vec![0u8; n];
     stream.read_exact(&mut body).await?;
@@ -240,8 +242,9 @@ async fn receive(mut stream: TcpStream, ctx: &Ctx, config: &Config, shared: &Sha
     let ours = facts(ctx, config);
     let nonce: [u8; 16] = rand::random();
     send(&mut stream, &Frame::Challenge { nonce, facts: ours.clone() }).await?;
-    let hello =
-        recv(&mut stream).await.map_err(|e| anyhow!("the peer hung up after the challenge ({e}): see its log"))?;
+    let hello = recv(&mut stream, MAX_HANDSHAKE)
+        .await
+        .map_err(|e| anyhow!("the peer hung up after the challenge ({e}): see its log"))?;
     let Frame::Hello { proof: given, facts: theirs } = hello else {
         bail!("the peer did not say hello");
     };
@@ -260,7 +263,7 @@ async fn receive(mut stream: TcpStream, ctx: &Ctx, config: &Config, shared: &Sha
     shared.update(|s| s.inbound = "streaming".into());
     shared.heard();
     loop {
-        let frame = recv(&mut stream).await?;
+        let frame = recv(&mut stream, MAX_FRAME).await?;
         shared.heard();
         match frame {
             Frame::Heartbeat { .. } => {}
@@ -402,7 +405,7 @@ async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> R
     let mut stream = TcpStream::connect(peer).await.map_err(|e| anyhow!("connecting: {e}"))?;
     stream.set_nodelay(true).map_err(|e| anyhow!("{e}"))?;
     let ours = facts(ctx, config);
-    let Frame::Challenge { nonce, facts: theirs } = recv(&mut stream).await? else {
+    let Frame::Challenge { nonce, facts: theirs } = recv(&mut stream, MAX_HANDSHAKE).await? else {
         bail!("the peer did not challenge");
     };
     if let Some(reason) = mismatch(&ours, &theirs) {
@@ -412,7 +415,7 @@ async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> R
     let secret = config.replication.secret.as_deref().unwrap_or_default();
     send(&mut stream, &Frame::Hello { proof: proof(secret, &nonce), facts: ours.clone() }).await?;
     let theirs_now = Origin { sid: theirs.server_id, incarnation: theirs.incarnation };
-    let mut acked: std::collections::BTreeMap<Origin, Vec<u64>> = match recv(&mut stream).await? {
+    let mut acked: std::collections::BTreeMap<Origin, Vec<u64>> = match recv(&mut stream, MAX_FRAME).await? {
         Frame::Ruv { applied } if applied.iter().all(|(_, v)| v.len() == ours.partitions as usize) => {
             applied.into_iter().collect()
         }
@@ -465,7 +468,7 @@ async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> R
         let n = batch.len() as u64;
         send(&mut stream, &Frame::Records { records: batch }).await?;
         last_sent = Instant::now();
-        match recv(&mut stream).await? {
+        match recv(&mut stream, MAX_FRAME).await? {
             Frame::Ack { applied } => {
                 for (p, origin, seq) in applied {
                     if let Some(a) = acked.get_mut(&origin).and_then(|v| v.get_mut(p as usize)) {

@@ -385,3 +385,24 @@ fn the_changelog_is_trimmed_by_age_but_never_past_what_the_peer_holds() {
     wait_for("trimmed again", || records(&a) == 0);
     wait_for("identical data", || dump(&a) == dump(&b));
 }
+
+#[test]
+fn garbage_on_the_replication_port_is_refused_and_the_server_carries_on() {
+    use std::io::{Read, Write};
+    let (pa, pb) = (free_port(), free_port());
+    let a = Server::start_with_config(1, &mirror_conf(1, pa, pb));
+    for junk in [vec![0xff, 0xff, 0xff, 0xff, 1, 2, 3], b"\x00\x00\x00\x05hello".to_vec()] {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", pa)).unwrap();
+        let mut len = [0u8; 4];
+        s.read_exact(&mut len).unwrap();
+        let mut challenge = vec![0u8; u32::from_be_bytes(len) as usize];
+        s.read_exact(&mut challenge).unwrap();
+        assert!(String::from_utf8_lossy(&challenge).contains("Challenge"));
+        s.write_all(&junk).unwrap();
+        // The server hangs up on it.
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+    }
+    wait_for("the refusal reported", || !replication(&a)["inbound_error"].as_str().unwrap().is_empty());
+    assert_eq!(add_user(&mut a.admin(), "still-here").rc, 0);
+}
