@@ -118,7 +118,8 @@ pub struct Status {
     pub lag_s: f64,
     /// Seconds since the peer was last heard from (a frame or heartbeat).
     pub peer_silent_s: f64,
-    /// Records the peer refused or that could not be applied here.
+    /// Records the peer refused or that could not be applied here (the
+    /// last 100 reasons).
     pub conflicts: Vec<String>,
     /// Records in this server's changelog (all origins).
     pub changelog_records: u64,
@@ -129,6 +130,16 @@ pub struct Status {
 pub struct Shared {
     pub status: Mutex<Status>,
     heard: Mutex<Option<Instant>>,
+}
+
+impl Status {
+    /// Records a refused record's reason, keeping the last 100.
+    fn refused(&mut self, reason: String) {
+        if self.conflicts.len() == 100 {
+            self.conflicts.remove(0);
+        }
+        self.conflicts.push(reason);
+    }
 }
 
 impl Shared {
@@ -279,7 +290,7 @@ async fn receive(mut stream: TcpStream, ctx: &Ctx, config: &Config, shared: &Sha
                         let _ = send(&mut stream, &Frame::Refuse { reason: reason.clone() }).await;
                         shared.update(|s| {
                             s.inbound = "refused".into();
-                            s.conflicts.push(reason.clone());
+                            s.refused(reason.clone());
                         });
                         bail!("{reason}");
                     }
@@ -482,7 +493,7 @@ async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> R
             Frame::Refuse { reason } => {
                 shared.update(|s| {
                     s.outbound = "refused".into();
-                    s.conflicts.push(reason.clone());
+                    s.refused(reason.clone());
                 });
                 bail!("the peer refused a record: {reason}");
             }
