@@ -43,7 +43,7 @@ use shards::changelog::{self, log_key, ruv_key, Origin, LOG_PREFIX};
 use shards::csn::{wall_us, Csn};
 use shards::dn::Dn;
 use shards::merge::Record;
-use shards::store::{ReadTxn, Store, Tree};
+use shards::store::{EngineRead, ReadTxn, Store, Tree};
 use shards::write::{be_u64, Parent, WriteOp};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
@@ -301,33 +301,42 @@ async fn receive(mut stream: TcpStream, ctx: &Ctx, config: &Config, shared: &Sha
     }
 }
 
-/// The replica update vector: for every origin the stores hold records
-/// of, per partition, the last sequence number held (from the partition
-/// owner's `meta`).
-fn vector(ctx: &Ctx) -> Result<Vec<(Origin, Vec<u64>)>> {
-    let shard = &ctx.shard;
-    let mut origins = Vec::new();
-    for store in shard.stores.iter() {
-        let txn = store.read().map_err(|e| anyhow!(e.message))?;
-        for o in changelog::origins(&txn).map_err(|e| anyhow!(e.message))? {
-            if !origins.contains(&o) {
-                origins.push(o);
+/// One read snapshot per store (indexed by shard), taken together for a
+/// whole pass over the partitions; never held across an `.await`.
+fn snapshots(ctx: &Ctx) -> Result<Vec<EngineRead<'_>>> {
+    ctx.shard.stores.iter().map(|s| s.read().map_err(|e| anyhow!(e.message))).collect()
+}
+
+/// Every origin the stores hold records of.
+fn origins(txns: &[EngineRead<'_>]) -> Result<Vec<Origin>> {
+    let mut out = Vec::new();
+    for txn in txns {
+        for o in changelog::origins(txn).map_err(|e| anyhow!(e.message))? {
+            if !out.contains(&o) {
+                out.push(o);
             }
         }
     }
-    origins.into_iter().map(|o| Ok((o, held(ctx, o)?))).collect()
+    Ok(out)
 }
 
-/// Per partition, the last sequence number of `origin` held here.
-fn held(ctx: &Ctx, origin: Origin) -> Result<Vec<u64>> {
-    let shard = &ctx.shard;
-    (0..shard.manifest.partitions as u16)
+/// Per partition, the last sequence number of `origin` held here (from the
+/// partition owner's `meta`).
+fn held(ctx: &Ctx, txns: &[EngineRead<'_>], origin: Origin) -> Result<Vec<u64>> {
+    let m = &ctx.shard.manifest;
+    (0..m.partitions as u16)
         .map(|p| {
-            let store = &shard.stores[shard.manifest.owners[p as usize] as usize];
-            let txn = store.read().map_err(|e| anyhow!(e.message))?;
+            let txn = &txns[m.owners[p as usize] as usize];
             Ok(txn.get(Tree::Meta, &ruv_key(p, origin)).map_err(|e| anyhow!(e.message))?.map_or(0, be_u64))
         })
         .collect()
+}
+
+/// The replica update vector: for every origin held, per partition, the
+/// last sequence number held.
+fn vector(ctx: &Ctx) -> Result<Vec<(Origin, Vec<u64>)>> {
+    let txns = snapshots(ctx)?;
+    origins(&txns)?.into_iter().map(|o| Ok((o, held(ctx, &txns, o)?))).collect()
 }
 
 /// Applies a frame's records on their owners, each partition's in order
@@ -436,6 +445,8 @@ async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> R
         }
         other => bail!("unexpected {other:?}"),
     };
+    // The receiver's own changes are not offered back to it.
+    acked.remove(&theirs_now);
     shared.update(|s| s.outbound = "catching-up".into());
     let sent_total = crate::stats::counter("coredir_replication_records_sent_total", 0, &[]);
     let (lag, backlog_gauge) = (
@@ -452,12 +463,14 @@ async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> R
             last_trim = Instant::now();
             trim(ctx, &acked, theirs_now, wall_us().saturating_sub(max_age_us)).await?;
         }
-        // What to offer: every origin held here but the receiver's own.
-        for o in vector(ctx)?.into_iter().map(|(o, _)| o).filter(|o| *o != theirs_now) {
-            acked.entry(o).or_insert_with(|| vec![0; ours.partitions as usize]);
-        }
-        acked.remove(&theirs_now);
-        let (batch, backlog, oldest) = pending(ctx, &acked)?;
+        let (batch, backlog, oldest) = {
+            let txns = snapshots(ctx)?;
+            // What to offer: every origin held here but the receiver's own.
+            for o in origins(&txns)?.into_iter().filter(|o| *o != theirs_now) {
+                acked.entry(o).or_insert_with(|| vec![0; ours.partitions as usize]);
+            }
+            pending(ctx, &txns, &acked)?
+        };
         let lag_s = oldest.map_or(0.0, |c| wall_us().saturating_sub(c.phys_us) as f64 / 1e6);
         lag.set(lag_s);
         backlog_gauge.set(backlog as f64);
@@ -518,7 +531,8 @@ async fn trim(
             ops.push((p as u16, origin, upto));
         }
     }
-    for (p, &have) in held(ctx, theirs)?.iter().enumerate().filter(|(_, &h)| h > 0) {
+    let theirs_held = held(ctx, &snapshots(ctx)?, theirs)?;
+    for (p, &have) in theirs_held.iter().enumerate().filter(|(_, &h)| h > 0) {
         ops.push((p as u16, theirs, have));
     }
     for (partition, origin, upto) in ops {
@@ -534,16 +548,16 @@ async fn trim(
 #[allow(clippy::type_complexity)]
 fn pending(
     ctx: &Ctx,
+    txns: &[EngineRead<'_>],
     acked: &std::collections::BTreeMap<Origin, Vec<u64>>,
 ) -> Result<(Vec<(u16, Origin, u64, String)>, u64, Option<Csn>)> {
-    let shard = &ctx.shard;
+    let owners = &ctx.shard.manifest.owners;
     let mut all: Vec<(Csn, u16, Origin, u64, Vec<u8>)> = Vec::new();
     let mut backlog = 0u64;
     for (&origin, positions) in acked {
         for (p, &done) in positions.iter().enumerate() {
             let p = p as u16;
-            let store = &shard.stores[shard.manifest.owners[p as usize] as usize];
-            let txn = store.read().map_err(|e| anyhow!(e.message))?;
+            let txn = &txns[owners[p as usize] as usize];
             let have = txn.get(Tree::Meta, &ruv_key(p, origin)).map_err(|e| anyhow!(e.message))?.map_or(0, be_u64);
             if have <= done {
                 continue;
