@@ -282,9 +282,10 @@ async fn receive(mut stream: TcpStream, ctx: &Ctx, config: &Config, shared: &Sha
                 let n = records.len() as u64;
                 match apply_all(ctx, records).await {
                     Ok(applied) => {
-                        send(&mut stream, &Frame::Ack { applied }).await?;
+                        // Counted before the ack: they are applied whether or not it arrives.
                         applied_total.increment(n);
                         shared.update(|s| s.records_applied += n);
+                        send(&mut stream, &Frame::Ack { applied }).await?;
                     }
                     Err(reason) => {
                         let _ = send(&mut stream, &Frame::Refuse { reason: reason.clone() }).await;
