@@ -43,8 +43,9 @@ use shards::changelog::{self, log_key, ruv_key, Origin, LOG_PREFIX};
 use shards::csn::{wall_us, Csn};
 use shards::dn::Dn;
 use shards::merge::Record;
+use shards::moves;
 use shards::store::{EngineRead, ReadTxn, Store, Tree};
-use shards::write::{be_u64, Parent, WriteOp};
+use shards::write::{be_u64, WriteOp};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -364,38 +365,28 @@ async fn apply_all(ctx: &Ctx, records: Vec<(u16, Origin, u64, String)>) -> Resul
         *top = (*top).max(seq);
     }
     // Child counts, summed per parent: one write per parent and frame.
-    let mut counts: std::collections::HashMap<Vec<u8>, (Parent, i64)> = Default::default();
+    let mut images = Vec::with_capacity(waiting.len());
     for (dn, task) in waiting {
-        let images = task.await.map_err(|e| format!("{}: {}", dn.to_string_form(), e.message))?;
-        let Some(images) = images else { continue };
-        let parent = |e: &Option<shards::entry::Entry>| {
-            let dn = e.as_ref().and_then(|e| Dn::parse(&e.dn).ok());
-            dn.filter(|d| !d.is_root() && !ctx.is_suffix(d)).map(|d| Parent::of(&d))
-        };
-        let (was, now) = (parent(&images.before), parent(&images.after));
-        if was.as_ref().map(|p| &p.key) != now.as_ref().map(|p| &p.key) {
-            for (p, delta) in was.map(|p| (p, -1)).into_iter().chain(now.map(|p| (p, 1))) {
-                counts.entry(p.key.clone()).or_insert((p, 0)).1 += delta;
-            }
-        }
+        let outcome = task.await.map_err(|e| format!("{}: {}", dn.to_string_form(), e.message))?;
+        images.extend(outcome.map(|b| *b));
     }
-    let updates: Vec<_> = counts
-        .into_values()
-        .filter(|(_, delta)| *delta != 0)
-        .map(|(parent, delta)| {
-            let s = ctx.shard.clone();
-            glommio::spawn_local(async move {
-                let owner = s.owner_of(&parent.key);
-                if let Err(e) = s.submit_to(owner, WriteOp::Child { parent, delta }).await {
-                    eprintln!("coredir: replication: counting children: {}", e.message);
-                }
-            })
-        })
-        .collect();
-    for u in updates {
-        u.await;
-    }
+    let is_top = |d: &Dn| ctx.is_suffix(d);
+    moves::count_children(shard, images.into_iter(), &is_top).await;
+    // Renamed entries move on to their new partitions.
+    moves::deliver(shard, &is_top).await.map_err(|e| e.message)?;
     Ok(applied.into_iter().map(|((p, o), seq)| (p, o, seq)).collect())
+}
+
+/// Delivers the states renames left in parcels (`shards::moves`) that no
+/// one delivered: after a crash, or when a delivery failed (shard 0).
+pub async fn deliver_parcels(ctx: Rc<Ctx>) {
+    let is_top = |d: &Dn| ctx.is_suffix(d);
+    loop {
+        if let Err(e) = moves::deliver(&ctx.shard, &is_top).await {
+            eprintln!("coredir: replication: delivering a renamed entry's state: {}", e.message);
+        }
+        glommio::timer::sleep(RETRY).await;
+    }
 }
 
 // ---- Sending: this server's changes, pushed to the peer.

@@ -11,6 +11,9 @@
 //!    shows replaces what is stored: inserted, rewritten or removed, with
 //!    its indexes. The record is logged under its origin, and the vector
 //!    moves on, all in the same commit.
+//! 4. When the state's DN lies in another partition (a modify-DN, here or
+//!    on the peer), the state is posted there too (`moves.rs`), and
+//!    `absorb` joins it in on arrival (`WriteOp::Absorb`).
 //!
 //! The parent's child count may live on another shard: the outcome's
 //! images (entry before and after) tell the caller which way to count.
@@ -20,7 +23,8 @@ use crate::dn::Dn;
 use crate::entry::{Entry, EntryView};
 use crate::error::{Error, Result};
 use crate::index;
-use crate::merge::{self, EntryState, Record};
+use crate::merge::{self, Change, EntryState, Record};
+use crate::moves;
 use crate::store::{Tree, WriteTxn};
 use crate::write::{be_u64, insert, Clock, Images, Outcome};
 use ldap3_proto::LdapResultCode;
@@ -75,25 +79,108 @@ pub fn replicate<T: WriteTxn>(
             _ => Default::default(),
         },
     };
-    let before = match changelog::materialize(&state, &rec.uuid) {
-        Some(e) => stored(txn, &Dn::parse(&e.dn)?.key())?,
-        None => None,
-    };
+    let here = Here { partition_of, partition, known: (&rec.dn, partition) };
+    let was = here.home(&state);
+    let before = here.shown(txn, &state, &rec.uuid)?;
     state.merge(rec);
-    let mut after = changelog::materialize(&state, &rec.uuid);
+    let images = settle(txn, &here, next_id, &mut state, &rec.uuid, before)?;
+    changelog::store(txn, partition, origin, seq, rec, &state)?;
+    txn.put(Tree::Meta, &changelog::ruv_key(partition, origin), &seq.to_be_bytes())?;
+    // The partitions that may show the entry: where it was, where it is
+    // now, and where the record's rename sends it.
+    let to = match &rec.change {
+        Change::Rename { to, .. } => here.partition(to),
+        _ => None,
+    };
+    moves::post(txn, partition, &[was, here.home(&state), to], &rec.uuid, &state)?;
+    Ok(Some(Box::new(images)))
+}
+
+/// Joins a state another partition posted (`moves.rs`) into this
+/// partition's; a join that changes nothing ends the hand-over.
+pub fn absorb<T: WriteTxn>(
+    txn: &mut T,
+    partition_of: &impl Fn(&[u8]) -> u32,
+    next_id: &mut u64,
+    partition: u16,
+    uuid: &[u8; 16],
+    incoming: &EntryState,
+) -> Outcome {
+    let mut state = changelog::load_state(txn, partition, uuid)?.unwrap_or_default();
+    let old = state.clone();
+    state.join(incoming);
+    if state == old {
+        return Ok(None);
+    }
+    let here = Here { partition_of, partition, known: ("", partition) };
+    let before = here.shown(txn, &old, uuid)?;
+    let images = settle(txn, &here, next_id, &mut state, uuid, before)?;
+    let mut buf = Vec::with_capacity(256);
+    changelog::encode_state(&state, &mut buf);
+    txn.put(Tree::State, &changelog::state_key(partition, uuid), &buf)?;
+    moves::post(txn, partition, &[here.home(&old), here.home(&state)], uuid, &state)?;
+    Ok(Some(Box::new(images)))
+}
+
+/// One partition's view of states: an entry is shown here when its DN
+/// falls in this partition.
+struct Here<'a, P: Fn(&[u8]) -> u32> {
+    partition_of: &'a P,
+    partition: u16,
+    /// A DN whose partition is known already (the record's).
+    known: (&'a str, u16),
+}
+
+impl<P: Fn(&[u8]) -> u32> Here<'_, P> {
+    fn partition(&self, dn: &str) -> Option<u16> {
+        if dn == self.known.0 {
+            return Some(self.known.1);
+        }
+        Dn::parse(dn).ok().map(|d| (self.partition_of)(&d.key()) as u16)
+    }
+
+    /// The partition of the DN a state gives its entry.
+    fn home(&self, state: &EntryState) -> Option<u16> {
+        state.dn.as_ref().and_then(|(dn, _)| self.partition(dn))
+    }
+
+    /// The entry a state shows, if it shows one in this partition.
+    fn entry(&self, state: &EntryState, uuid: &[u8; 16]) -> Option<Entry> {
+        (self.home(state) == Some(self.partition)).then(|| changelog::materialize(state, uuid)).flatten()
+    }
+
+    /// What is stored for a state in this partition, with its id.
+    fn shown<T: WriteTxn>(&self, txn: &T, state: &EntryState, uuid: &[u8; 16]) -> Result<Option<(Vec<u8>, Entry)>> {
+        if !state.is_live() || self.home(state) != Some(self.partition) {
+            return Ok(None);
+        }
+        let Some(dn) = state.shown_dn(uuid) else { return Ok(None) };
+        Ok(stored(txn, &Dn::parse(&dn)?.key())?.filter(|(_, e)| changelog::uuid_of(e).ok() == Some(*uuid)))
+    }
+}
+
+/// Puts what a state shows in this partition in place of what was stored
+/// for it (`before`), settling a DN conflict first.
+fn settle<T: WriteTxn, P: Fn(&[u8]) -> u32>(
+    txn: &mut T,
+    here: &Here<'_, P>,
+    next_id: &mut u64,
+    state: &mut EntryState,
+    uuid: &[u8; 16],
+    before: Option<(Vec<u8>, Entry)>,
+) -> Result<Images> {
+    let mut after = here.entry(state, uuid);
     if let Some(new) = &after {
         let new_key = Dn::parse(&new.dn)?.key();
-        let held = stored(txn, &new_key)?.filter(|(_, e)| changelog::uuid_of(e).ok() != Some(rec.uuid));
+        let held = stored(txn, &new_key)?.filter(|(_, e)| changelog::uuid_of(e).ok() != Some(*uuid));
         if let Some((id, other)) = held {
-            if resolve_conflict(txn, partition_of, partition, &mut state, rec, (&new_key, &id, &other))? {
-                after = changelog::materialize(&state, &rec.uuid);
+            if resolve_conflict(txn, here.partition_of, here.partition, state, uuid, (&new_key, &id, &other))? {
+                after = here.entry(state, uuid);
             }
         }
     }
-    changelog::store(txn, partition, origin, seq, rec, &state)?;
-    txn.put(Tree::Meta, &changelog::ruv_key(partition, origin), &seq.to_be_bytes())?;
-    place(txn, partition_of, next_id, before.as_ref(), after.as_ref())?;
-    Ok(Some(Box::new(Images { before: before.map(|(_, e)| e), after })))
+    place(txn, here.partition_of, next_id, before.as_ref(), after.as_ref())?;
+    Ok(Images { before: before.map(|(_, e)| e), after })
 }
 
 /// The entry stored under a DN key, with its id.
@@ -112,7 +199,7 @@ fn resolve_conflict<T: WriteTxn>(
     partition_of: &impl Fn(&[u8]) -> u32,
     partition: u16,
     state: &mut EntryState,
-    rec: &Record,
+    uuid: &[u8; 16],
     (key, id, other): (&[u8], &[u8], &Entry),
 ) -> Result<bool> {
     let other_uuid = changelog::uuid_of(other)?;
@@ -122,13 +209,13 @@ fn resolve_conflict<T: WriteTxn>(
     };
     let place = |dn: &str| Dn::parse(dn).ok().map(|d| partition_of(&d.key()));
     let lost = &other.dn;
-    let loser = merge::conflict_loser((&rec.uuid, state.created), (&other_uuid, other_state.created));
+    let loser = merge::conflict_loser((uuid, state.created), (&other_uuid, other_state.created));
     eprintln!(
         "coredir: replication conflict: {lost} was added on both servers; entry {} keeps it only on the conflict DN",
         uuid::Uuid::from_bytes(*loser).hyphenated()
     );
-    if loser == &rec.uuid {
-        state.mark_conflict(lost, merge::conflict_slot(&rec.uuid, lost, partition as u32, place));
+    if loser == uuid {
+        state.mark_conflict(lost, merge::conflict_slot(uuid, lost, partition as u32, place));
         return Ok(true);
     }
     other_state.mark_conflict(lost, merge::conflict_slot(&other_uuid, lost, partition as u32, place));

@@ -130,7 +130,7 @@ pub fn new_incarnation<T: WriteTxn>(txn: &mut T, partitions: u16, old: Origin) -
 pub fn meta_partition(key: &[u8]) -> Option<u16> {
     match key {
         [b'S' | b'R', a, b, ..] => Some(u16::from_be_bytes([*a, *b])),
-        _ => None,
+        _ => crate::moves::parcel_partition(key),
     }
 }
 

@@ -35,7 +35,10 @@
 //!   merge that converges in any order (conflict DNs included).
 //! - `changelog`: change capture in the owner's commit (records, states,
 //!   sequence numbers, the replica update vector, trimming).
-//! - `apply`: a peer's record applied on the owner (`WriteOp::Replicate`).
+//! - `apply`: a peer's record applied on the owner (`WriteOp::Replicate`),
+//!   and a state another partition hands over (`WriteOp::Absorb`).
+//! - `moves`: modify-DN in mirror mode: an entry's state handed from
+//!   partition to partition through parcels in `meta`.
 //! - `shard`: `Shard`, routing of writes to owners over the mesh, and the
 //!   group-commit loop, with its metric handles (mesh messages, batch
 //!   sizes, commit time, queue depth) registered on the shard's thread.
@@ -62,6 +65,7 @@ pub mod ldif;
 pub mod manifest;
 pub mod matching;
 pub mod merge;
+pub mod moves;
 pub mod password;
 pub mod repair;
 pub mod schema;

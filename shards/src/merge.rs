@@ -33,8 +33,8 @@ pub struct Record {
     pub csn: Csn,
     /// The entry's `entryUUID`: its identity (the DN is an attribute).
     pub uuid: [u8; 16],
-    /// The entry's DN after the change (at the delete, for a delete): where
-    /// a receiver finds it, since DNs place entries in partitions.
+    /// The entry's DN before the change (after it, for an add): where a
+    /// receiver finds it, since DNs place entries in partitions.
     pub dn: String,
     pub change: Change,
 }
@@ -49,10 +49,13 @@ pub enum Change {
     Modify {
         deltas: Vec<Delta>,
     },
-    /// A new DN (the record's), moving the entry from `from` (one half of a
-    /// modify-DN; the values the new RDN needs travel as a `Modify`).
+    /// A modify-DN: the new DN, and the value changes that came with it
+    /// (the new RDN's values, the old one's with `deleteoldrdn`). Logged in
+    /// the old DN's partition; each server moves the entry's state to the
+    /// new DN's partition itself (`moves.rs`).
     Rename {
-        from: String,
+        to: String,
+        deltas: Vec<Delta>,
     },
     Delete,
 }
@@ -139,36 +142,72 @@ impl EntryState {
                     self.add_values(name, values, csn, i as u16);
                 }
             }
-            Change::Modify { deltas } => {
-                for (i, d) in deltas.iter().enumerate() {
-                    match d {
-                        Delta::Add { attr, values } => self.add_values(attr, values, csn, i as u16),
-                        Delta::Delete { attr, values } => {
-                            let a = self.attr(attr, csn, i as u16);
-                            let norm = matching::normalizer(attr);
-                            for v in values {
-                                let slot = a.values.entry(norm(v).into_owned()).or_insert_with(|| ValueState {
-                                    value: v.clone(),
-                                    added: Csn::default(),
-                                    pos: 0,
-                                    deleted: Csn::default(),
-                                });
-                                slot.deleted = slot.deleted.max(csn);
-                                // Never added: the spelling must not depend on arrival order.
-                                if slot.added == Csn::default() && v < &slot.value {
-                                    slot.value = v.clone();
-                                }
-                            }
-                        }
-                        Delta::Clear { attr } => {
-                            let a = self.attr(attr, csn, i as u16);
-                            a.cleared = a.cleared.max(csn);
+            Change::Modify { deltas } => self.apply_deltas(deltas, csn),
+            Change::Rename { to, deltas } => {
+                self.apply_deltas(deltas, csn);
+                self.set_dn(to, csn);
+            }
+            Change::Delete => self.deleted = Some(self.deleted.map_or(csn, |d| d.max(csn))),
+        }
+    }
+
+    fn apply_deltas(&mut self, deltas: &[Delta], csn: Csn) {
+        for (i, d) in deltas.iter().enumerate() {
+            match d {
+                Delta::Add { attr, values } => self.add_values(attr, values, csn, i as u16),
+                Delta::Delete { attr, values } => {
+                    let a = self.attr(attr, csn, i as u16);
+                    let norm = matching::normalizer(attr);
+                    for v in values {
+                        let slot = a.values.entry(norm(v).into_owned()).or_insert_with(|| ValueState {
+                            value: v.clone(),
+                            added: Csn::default(),
+                            pos: 0,
+                            deleted: Csn::default(),
+                        });
+                        slot.deleted = slot.deleted.max(csn);
+                        // Never added: the spelling must not depend on arrival order.
+                        if slot.added == Csn::default() && v < &slot.value {
+                            slot.value = v.clone();
                         }
                     }
                 }
+                Delta::Clear { attr } => {
+                    let a = self.attr(attr, csn, i as u16);
+                    a.cleared = a.cleared.max(csn);
+                }
             }
-            Change::Rename { .. } => self.set_dn(&rec.dn, csn),
-            Change::Delete => self.deleted = Some(self.deleted.map_or(csn, |d| d.max(csn))),
+        }
+    }
+
+    /// Joins another copy of the same entry's state into this one (the
+    /// state moving with a modify-DN, `moves.rs`): the newer stamp of each,
+    /// as `merge` takes, so joining the states of any two sets of records
+    /// gives the state of all of them.
+    pub fn join(&mut self, other: &EntryState) {
+        self.created = self.created.max(other.created);
+        if let Some((dn, csn)) = &other.dn {
+            self.set_dn(dn, *csn);
+        }
+        self.deleted = self.deleted.max(other.deleted);
+        if other.conflict > self.conflict {
+            self.conflict = other.conflict.clone();
+        }
+        for theirs in other.attrs.values() {
+            let (at, pos) = theirs.order;
+            let a = self.attr(&theirs.name, at, pos);
+            a.cleared = a.cleared.max(theirs.cleared);
+            for (norm, v) in &theirs.values {
+                let Some(slot) = a.values.get_mut(norm) else {
+                    a.values.insert(norm.clone(), v.clone());
+                    continue;
+                };
+                let rank = |v: &ValueState| (v.added, std::cmp::Reverse(v.pos), std::cmp::Reverse(v.value.clone()));
+                if rank(v) > rank(slot) {
+                    (slot.added, slot.pos, slot.value) = (v.added, v.pos, v.value.clone());
+                }
+                slot.deleted = slot.deleted.max(v.deleted);
+            }
         }
     }
 
@@ -218,6 +257,11 @@ impl EntryState {
         }
     }
 
+    /// Whether the entry exists: added and not deleted.
+    pub fn is_live(&self) -> bool {
+        self.deleted.is_none() && self.created != Csn::default()
+    }
+
     /// The newest CSN in the state: the entry's `entryCSN`.
     pub fn max_csn(&self) -> Csn {
         let mut max = self.created.max(self.deleted.unwrap_or_default());
@@ -237,7 +281,7 @@ impl EntryState {
     /// their agreed order, values oldest first; `None` for a tombstone or
     /// an entry whose add has not arrived yet.
     pub fn visible(&self) -> Option<Visible> {
-        if self.deleted.is_some() || self.created == Csn::default() {
+        if !self.is_live() {
             return None;
         }
         let (dn, _) = self.dn.as_ref()?;
@@ -264,6 +308,30 @@ impl EntryState {
     }
 }
 
+fn bytes(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+fn values(out: &mut Vec<u8>, vs: &[Vec<u8>]) {
+    out.extend_from_slice(&(vs.len() as u32).to_le_bytes());
+    vs.iter().for_each(|v| bytes(out, v));
+}
+
+fn encode_deltas(out: &mut Vec<u8>, deltas: &[Delta]) {
+    out.extend_from_slice(&(deltas.len() as u32).to_le_bytes());
+    for d in deltas {
+        let (tag, attr, vs): (u8, &str, &[Vec<u8>]) = match d {
+            Delta::Add { attr, values } => (0, attr, values),
+            Delta::Delete { attr, values } => (1, attr, values),
+            Delta::Clear { attr } => (2, attr, &[]),
+        };
+        out.push(tag);
+        bytes(out, attr.as_bytes());
+        values(out, vs);
+    }
+}
+
 /// The wire and changelog form of a record: a version byte, the CSN and
 /// UUID, then the change, with `u32` little-endian lengths.
 impl Record {
@@ -273,15 +341,7 @@ impl Record {
         out.push(Self::VERSION);
         out.extend_from_slice(&self.csn.to_bytes());
         out.extend_from_slice(&self.uuid);
-        let bytes = |out: &mut Vec<u8>, b: &[u8]| {
-            out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-            out.extend_from_slice(b);
-        };
         bytes(out, self.dn.as_bytes());
-        let values = |out: &mut Vec<u8>, vs: &[Vec<u8>]| {
-            out.extend_from_slice(&(vs.len() as u32).to_le_bytes());
-            vs.iter().for_each(|v| bytes(out, v));
-        };
         match &self.change {
             Change::Add { attrs } => {
                 out.push(0);
@@ -293,21 +353,12 @@ impl Record {
             }
             Change::Modify { deltas } => {
                 out.push(1);
-                out.extend_from_slice(&(deltas.len() as u32).to_le_bytes());
-                for d in deltas {
-                    let (tag, attr, vs): (u8, &str, &[Vec<u8>]) = match d {
-                        Delta::Add { attr, values } => (0, attr, values),
-                        Delta::Delete { attr, values } => (1, attr, values),
-                        Delta::Clear { attr } => (2, attr, &[]),
-                    };
-                    out.push(tag);
-                    bytes(out, attr.as_bytes());
-                    values(out, vs);
-                }
+                encode_deltas(out, deltas);
             }
-            Change::Rename { from } => {
+            Change::Rename { to, deltas } => {
                 out.push(2);
-                bytes(out, from.as_bytes());
+                bytes(out, to.as_bytes());
+                encode_deltas(out, deltas);
             }
             Change::Delete => out.push(3),
         }
@@ -335,6 +386,22 @@ impl Record {
             (n <= b.len() / 4).then_some(())?;
             (0..n).map(|_| bytes(b)).collect()
         }
+        fn deltas(b: &mut &[u8]) -> Option<Vec<Delta>> {
+            let n = len(b)?;
+            (n <= b.len() / 9).then_some(())?;
+            (0..n)
+                .map(|_| {
+                    let tag = take(b, 1)?[0];
+                    let (attr, values) = (text(b)?, values(b)?);
+                    match tag {
+                        0 => Some(Delta::Add { attr, values }),
+                        1 => Some(Delta::Delete { attr, values }),
+                        2 => Some(Delta::Clear { attr }),
+                        _ => None,
+                    }
+                })
+                .collect()
+        }
         if take(&mut b, 1)? != [Self::VERSION] {
             return None;
         }
@@ -348,24 +415,8 @@ impl Record {
                 let attrs = (0..n).map(|_| Some((text(&mut b)?, values(&mut b)?))).collect::<Option<_>>()?;
                 Change::Add { attrs }
             }
-            1 => {
-                let n = len(&mut b)?;
-                (n <= b.len() / 9).then_some(())?;
-                let deltas = (0..n)
-                    .map(|_| {
-                        let tag = take(&mut b, 1)?[0];
-                        let (attr, values) = (text(&mut b)?, values(&mut b)?);
-                        match tag {
-                            0 => Some(Delta::Add { attr, values }),
-                            1 => Some(Delta::Delete { attr, values }),
-                            2 => Some(Delta::Clear { attr }),
-                            _ => None,
-                        }
-                    })
-                    .collect::<Option<_>>()?;
-                Change::Modify { deltas }
-            }
-            2 => Change::Rename { from: text(&mut b)? },
+            1 => Change::Modify { deltas: deltas(&mut b)? },
+            2 => Change::Rename { to: text(&mut b)?, deltas: deltas(&mut b)? },
             3 => Change::Delete,
             _ => return None,
         };
@@ -548,8 +599,11 @@ mod tests {
             Record {
                 csn: csn(6, 1),
                 uuid: [9; 16],
-                dn: "cn=h,dc=x".into(),
-                change: Change::Rename { from: "cn=g,dc=x".into() },
+                dn: "cn=g,dc=x".into(),
+                change: Change::Rename {
+                    to: "cn=h,dc=x".into(),
+                    deltas: vec![Delta::Add { attr: "cn".into(), values: vals(&["h"]) }],
+                },
             },
             Record { csn: csn(7, 1), uuid: [9; 16], dn: "cn=h,dc=x".into(), change: Change::Delete },
         ];
@@ -581,13 +635,13 @@ mod tests {
                 let attr = attrs.choose(&mut rng).unwrap().to_string();
                 let (from, n) = (rng.gen_range(0..4), rng.gen_range(1..3));
                 let some = vals(&values[from..(from + n).min(values.len())]);
-                let mut dn = "cn=g,dc=x".to_string();
+                let dn = "cn=g,dc=x".to_string();
                 let change = match rng.gen_range(0..10) {
                     0 => Change::Delete,
-                    1 => {
-                        dn = format!("cn=g{},dc=x", rng.gen_range(0..3));
-                        Change::Rename { from: "cn=g,dc=x".into() }
-                    }
+                    1 => Change::Rename {
+                        to: format!("cn=g{},dc=x", rng.gen_range(0..3)),
+                        deltas: vec![Delta::Add { attr: "cn".into(), values: some }],
+                    },
                     2..=4 => Change::Modify { deltas: vec![Delta::Add { attr, values: some }] },
                     5..=6 => Change::Modify { deltas: vec![Delta::Delete { attr, values: some }] },
                     _ => Change::Modify {
@@ -597,6 +651,12 @@ mod tests {
                 history.push(Record { csn: csn(t, sid), uuid: [1; 16], dn, change });
             }
             let want = state(&history);
+            // Any split of the history, merged apart and then joined
+            // (a state moving between partitions), gives the same.
+            let cut = rng.gen_range(0..=history.len());
+            let mut joined = state(&history[..cut]);
+            joined.join(&state(&history[cut..]));
+            assert_eq!(joined, want, "history {history:?} joined at {cut}");
             for _ in 0..6 {
                 let mut order = history.clone();
                 order.extend(history.iter().filter(|_| rng.gen_bool(0.3)).cloned());

@@ -14,7 +14,7 @@ use crate::dn::Dn;
 use crate::entry::{Entry, EntryView, Mod};
 use crate::error::{Error, Result};
 use crate::manifest::Manifest;
-use crate::merge::{Change, Record};
+use crate::merge::{Change, EntryState, Record};
 use crate::store::{ReadTxn, Store, Tree, WriteTxn};
 use crate::{filter, index, matching, schema};
 use ldap3_proto::proto::LdapFilter;
@@ -39,7 +39,14 @@ pub enum WriteOp {
     Replicate { origin: changelog::Origin, seq: u64, rec: Record },
     /// Trims an origin's changelog of a partition (`changelog::trim`).
     Trim { partition: u16, origin: changelog::Origin, upto: u64, older_than_us: u64 },
-    /// Renames an entry whose old and new DNs have the same owner, atomically.
+    /// Joins an entry's state handed over by another partition (`moves.rs`).
+    Absorb { partition: u16, uuid: [u8; 16], state: Box<EntryState> },
+    /// Removes a delivered parcel (`moves::unbox`).
+    Unbox { key: Vec<u8>, state: Vec<u8> },
+    /// Renames an entry whose old and new DNs have the same owner,
+    /// atomically. In mirror mode the old DN's owner may differ from the
+    /// new one's: it logs the rename and posts the state to the new DN's
+    /// partition (`moves.rs`); the caller then delivers it.
     Move {
         old_key: Vec<u8>,
         old_dn: String,
@@ -256,9 +263,6 @@ pub struct Stamp {
 
 const NEXT_ID: &[u8] = b"next_id";
 
-/// Why a rename fails while replication is on (see the mirror-mode notes).
-pub const NO_REPLICATED_RENAME: &str =
-    "modify-DN is not replicated yet: with replication on, rename by adding the new entry and deleting the old one";
 /// The owner's clock's last state (`csn::Hlc::persist`).
 const HLC: &[u8] = b"hlc";
 
@@ -375,21 +379,21 @@ fn stamp_csn(entry: &mut Entry, partition: u16, hlc: &mut Hlc) -> Csn {
 
 /// Records a local change (see `changelog.rs`): merges it into the entry's
 /// state (`before` stands in for a state the entry does not have yet) and
-/// logs it; returns the entry the state now shows.
+/// logs it; returns the state.
 fn capture<T: WriteTxn>(
     txn: &mut T,
     partition: u16,
     clock: &Clock,
     before: Option<&Entry>,
     rec: &Record,
-) -> Result<Option<Entry>> {
+) -> Result<EntryState> {
     let mut state = match changelog::load_state(txn, partition, &rec.uuid)? {
         Some(s) => s,
         None => before.map(changelog::state_of_existing).unwrap_or_default(),
     };
     state.merge(rec);
     changelog::capture(txn, partition, clock.origin(), rec, &state)?;
-    Ok(changelog::materialize(&state, &rec.uuid))
+    Ok(state)
 }
 
 fn apply<T: WriteTxn>(
@@ -437,6 +441,10 @@ fn apply<T: WriteTxn>(
         WriteOp::Replicate { origin, seq, rec } => {
             crate::apply::replicate(txn, partition_of, next_id, clock, *origin, *seq, rec)
         }
+        WriteOp::Absorb { partition, uuid, state } => {
+            crate::apply::absorb(txn, partition_of, next_id, *partition, uuid, state)
+        }
+        WriteOp::Unbox { key, state } => crate::moves::unbox(txn, key, state).map(|_| None),
         WriteOp::Delete { key, dn, parent, extras } => {
             let id = leaf_id(txn, key, dn)?;
             let old = read_checked(txn, &id, extras)?;
@@ -482,7 +490,8 @@ fn apply<T: WriteTxn>(
                 let rec = Record { csn, uuid: changelog::uuid_of(&old)?, dn: old.dn.clone(), change };
                 // Stored as the state shows it, so that both servers hold the
                 // same attribute and value order.
-                entry = capture(txn, partition, clock, Some(&old), &rec)?.unwrap_or(entry);
+                let state = capture(txn, partition, clock, Some(&old), &rec)?;
+                entry = changelog::materialize(&state, &rec.uuid).unwrap_or(entry);
             }
             let mut buf = Vec::with_capacity(256);
             entry.encode(&mut buf);
@@ -491,9 +500,6 @@ fn apply<T: WriteTxn>(
             Ok(images(extras, Some(old), Some(entry)))
         }
         WriteOp::Move { old_key, old_dn, old_parent, new_key, new_parent, entry } => {
-            if clock.capture {
-                return Err(Error::unwilling(NO_REPLICATED_RENAME));
-            }
             check_key(new_key, &entry.dn)?;
             let id = leaf_id(txn, old_key, old_dn)?;
             if new_key != old_key && txn.get(Tree::Dn2id, new_key)?.is_some() {
@@ -509,11 +515,43 @@ fn apply<T: WriteTxn>(
             index::remove(txn, &old, &id)?;
             txn.delete(Tree::Dn2id, old_key)?;
             txn.delete(Tree::Id2entry, &id)?;
+            if clock.capture {
+                return move_captured(txn, (old_key, old), (new_key, entry), partition_of, next_id, clock);
+            }
             stamp_csn(entry, partition_of(new_key) as u16, &mut clock.hlc);
             insert(txn, new_key, entry, partition_of, next_id)?;
             Ok(None)
         }
     }
+}
+
+/// The rest of a `Move` in mirror mode, the old entry removed: logs the
+/// rename in the old DN's partition, and shows the entry at its new DN
+/// there or posts its state to the new DN's partition. The images (old
+/// entry, new entry if shown here) let the caller count children.
+fn move_captured<T: WriteTxn>(
+    txn: &mut T,
+    (old_key, old): (&[u8], Entry),
+    (new_key, entry): (&[u8], &mut Entry),
+    partition_of: &impl Fn(&[u8]) -> u32,
+    next_id: &mut u64,
+    clock: &mut Clock,
+) -> Outcome {
+    let (from, to) = (partition_of(old_key) as u16, partition_of(new_key) as u16);
+    let csn = stamp_csn(entry, from, &mut clock.hlc);
+    let uuid = changelog::uuid_of(&old)?;
+    let change = Change::Rename { to: entry.dn.clone(), deltas: changelog::deltas(&old, entry) };
+    let rec = Record { csn, uuid, dn: old.dn.clone(), change };
+    let state = capture(txn, from, clock, Some(&old), &rec)?;
+    let mut after = None;
+    if from == to {
+        let moved = changelog::materialize(&state, &uuid).ok_or_else(|| Error::other("a renamed entry vanished"))?;
+        insert(txn, new_key, &moved, partition_of, next_id)?;
+        after = Some(moved);
+    } else {
+        crate::moves::post(txn, from, &[Some(to)], &uuid, &state)?;
+    }
+    Ok(Some(Box::new(Images { before: Some(old), after })))
 }
 
 /// The stored entry `id`, checked against the Assertion control first.

@@ -6,6 +6,11 @@
 //! second step removes the copy again. A new parent is counted first (which
 //! also proves it exists) and the old parent uncounted last. Entries with
 //! children cannot be renamed yet (`notAllowedOnNonLeaf`).
+//!
+//! In mirror mode the entry keeps its replicated state: the old DN's owner
+//! logs the rename and hands the state to the new DN's partition
+//! (`shards::moves`), which shows the entry there; the images of both steps
+//! count the parents.
 
 use crate::acl::{Attr, Level};
 use crate::conn::Conn;
@@ -17,10 +22,43 @@ use ldap3_proto::control::LdapControl;
 use ldap3_proto::proto::LdapModifyDNRequest;
 use shards::dn::{Dn, Rdn};
 use shards::entry::Entry;
+use shards::moves;
 use shards::store::Store;
 use shards::write::{children, Extras, Images, Parent, WriteOp};
 use shards::{now_generalized, Error, Result, Shard};
 use std::rc::Rc;
+
+/// A rename in mirror mode: the new parent counted (and so kept) while the
+/// old DN's owner moves the entry and the state is delivered; the images
+/// count both parents.
+async fn move_replicated(conn: &Conn, old: &Dn, old_text: &str, new: &Dn, entry: Entry) -> Result<()> {
+    let shard = &conn.ctx.shard;
+    let (old_key, new_key) = (old.key(), new.key());
+    if shard.get_entry(&new_key)?.is_some() {
+        return Err(Error::already_exists(&entry.dn));
+    }
+    let guard = Parent::of(new);
+    shard.submit(&guard.key.clone(), WriteOp::Child { parent: guard.clone(), delta: 1 }).await?;
+    let op = WriteOp::Move {
+        old_key: old_key.clone(),
+        old_dn: old_text.to_string(),
+        old_parent: None,
+        new_key,
+        new_parent: None,
+        entry,
+    };
+    let moved = shard.submit_for(shard.owner_of(&old_key), op).await;
+    let is_top = |d: &Dn| conn.ctx.is_suffix(d);
+    if let Ok(images) = &moved {
+        moves::count_children(shard, images.iter().map(|b| (**b).clone()), &is_top).await;
+    }
+    let delivered = match &moved {
+        Ok(_) => moves::deliver(shard, &is_top).await,
+        Err(_) => Ok(()),
+    };
+    let _ = shard.submit(&guard.key.clone(), WriteOp::Child { parent: guard, delta: -1 }).await;
+    moved.and(delivered)
+}
 
 pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -> Result<Vec<LdapControl>> {
     let old = parse_dn(&req.dn)?;
@@ -30,9 +68,6 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
         None => old.parent(),
     };
     let ctx = &conn.ctx;
-    if ctx.shard.stamping.capture {
-        return Err(Error::unwilling(shards::write::NO_REPLICATED_RENAME));
-    }
     if old.is_root() || ctx.is_suffix(&old) {
         return Err(Error::unwilling("a naming context cannot be renamed"));
     }
@@ -63,7 +98,11 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
     rename_entry(&mut entry, &old, &new, req.deleteoldrdn, identity.dn());
     shards::schema::check::check_entry(&entry, &new)?;
     let after = ctrls.post_read.as_ref().map(|_| entry.clone());
-    move_entry(shard, &old, &req.dn, &new, entry).await.map_err(|e| with_matched(&conn, &new, e))?;
+    let moved = match shard.stamping.capture {
+        true => move_replicated(&conn, &old, &req.dn, &new, entry).await,
+        false => move_entry(shard, &old, &req.dn, &new, entry).await,
+    };
+    moved.map_err(|e| with_matched(&conn, &new, e))?;
     let images = Some(Box::new(Images { before, after }));
     Ok(controls::read_entry_controls(&conn, images, &ctrls.pre_read, &ctrls.post_read))
 }

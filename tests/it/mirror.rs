@@ -122,9 +122,75 @@ fn a_write_on_either_side_is_readable_on_the_other() {
     for name in ["coredir_replication_records_applied_total", "coredir_replication_lag_seconds"] {
         assert!(metrics.contains(name), "{name} missing");
     }
-    // modify-DN is refused loudly rather than left out of the stream.
+    // A rename travels: the entry leaves its old DN on B and shows at the new one.
     let res = ca.modifydn(&format!("uid=fromb,{PEOPLE}"), "uid=renamed", true, None).unwrap();
-    assert_eq!(res.rc, 53, "{res:?}");
+    assert_eq!(res.rc, 0, "{res:?}");
+    wait_for("the rename on B", || get_entry(&mut cb, &format!("uid=renamed,{PEOPLE}"), vec!["uid"]).is_some());
+    assert!(get_entry(&mut cb, &format!("uid=fromb,{PEOPLE}"), vec!["uid"]).is_none());
+    wait_for("identical data", || dump(&a) == dump(&b));
+}
+
+/// How many entries hold this `entryUUID`, as a server shows them.
+fn copies(c: &mut LdapConn, uuid: &str) -> usize {
+    search_dns(c, SUFFIX, Scope::Subtree, &format!("(entryUUID={uuid})")).len()
+}
+
+fn uuid_of(c: &mut LdapConn, dn: &str) -> String {
+    attr(c, dn, "entryUUID").unwrap_or_else(|| panic!("{dn} missing"))[0].clone()
+}
+
+#[test]
+fn renames_travel_and_concurrent_renames_converge() {
+    let (mut a, mut b) = pair(2);
+    let moved = format!("ou=moved,{SUFFIX}");
+    let ou = a.admin().add(&moved, vec![("objectClass", ["organizationalUnit"].into()), ("ou", ["moved"].into())]);
+    assert_eq!(ou.unwrap().rc, 0);
+    for i in 1..=6 {
+        assert_eq!(add_user(&mut a.admin(), &format!("r{i}")).rc, 0);
+    }
+    let user = |uid: &str| format!("uid={uid},{PEOPLE}");
+    let (mut ca, mut cb) = (a.admin(), b.admin());
+    wait_for("the users on B", || get_entry(&mut cb, &user("r6"), vec!["uid"]).is_some());
+    let uuids: Vec<String> = (1..=6).map(|i| uuid_of(&mut ca, &user(&format!("r{i}")))).collect();
+    // Renames on both sides, within a parent and to another, and back again.
+    assert_eq!(ca.modifydn(&user("r1"), "uid=r1x", true, None).unwrap().rc, 0);
+    assert_eq!(ca.modifydn(&user("r2"), "uid=r2", true, Some(&moved)).unwrap().rc, 0);
+    assert_eq!(cb.modifydn(&user("r3"), "uid=r3b", false, None).unwrap().rc, 0);
+    wait_for("r1x on B", || get_entry(&mut cb, &user("r1x"), vec!["uid"]).is_some());
+    assert_eq!(cb.modifydn(&user("r1x"), "uid=r1", true, None).unwrap().rc, 0);
+    wait_for("r3b on A", || get_entry(&mut ca, &user("r3b"), vec!["uid"]).is_some());
+    let r3b = vec![Mod::Replace("description", ["renamed on b"].into())];
+    assert_eq!(ca.modify(&user("r3b"), r3b).unwrap().rc, 0);
+    wait_for("identical data", || dump(&a) == dump(&b));
+    let r2 = format!("uid=r2,{moved}");
+    assert_eq!(attr(&mut cb, &r2, "entryUUID"), Some(vec![uuids[1].clone()]));
+    assert_eq!(attr(&mut cb, &user("r3b"), "uid"), Some(vec!["r3".into(), "r3b".into()]));
+    assert_eq!(attr(&mut ca, &user("r1"), "entryUUID"), Some(vec![uuids[0].clone()]));
+    // Apart: the same entry renamed on both sides (B's is later and wins),
+    // one renamed on B and modified on A under its old DN.
+    b.stop();
+    assert_eq!(a.admin().modifydn(&user("r4"), "uid=r4a", true, None).unwrap().rc, 0);
+    let r5 = vec![Mod::Replace("description", ["changed on a"].into())];
+    assert_eq!(a.admin().modify(&user("r5"), r5).unwrap().rc, 0);
+    a.stop();
+    b.launch();
+    assert_eq!(b.admin().modifydn(&user("r4"), "uid=r4b", true, Some(&moved)).unwrap().rc, 0);
+    assert_eq!(b.admin().modifydn(&user("r5"), "uid=r5b", true, None).unwrap().rc, 0);
+    a.launch();
+    wait_for("identical data after the meeting", || dump(&a) == dump(&b));
+    for s in [&a, &b] {
+        let mut c = s.admin();
+        for uuid in &uuids {
+            assert_eq!(copies(&mut c, uuid), 1, "{uuid} on {}", s.url());
+        }
+        // Each rename replaced the whole RDN attribute: the later one wins.
+        assert_eq!(attr(&mut c, &format!("uid=r4b,{moved}"), "uid"), Some(vec!["r4b".into()]));
+        assert_eq!(attr(&mut c, &user("r5b"), "description"), Some(vec!["changed on a".into()]));
+        wait_for("the counts", || {
+            attr(&mut c, &moved, "numSubordinates") == Some(vec!["2".to_string()])
+                && attr(&mut c, PEOPLE, "numSubordinates") == Some(vec!["4".to_string()])
+        });
+    }
 }
 
 #[test]

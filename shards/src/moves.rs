@@ -1,0 +1,169 @@
+//! Moving an entry's replicated state between partitions: modify-DN in
+//! mirror mode.
+//!
+//! DNs place entries in partitions, and an entry's `merge::EntryState`
+//! lives in the partition of the DN it is shown at, with the entry, so that
+//! every local write stays one owner transaction. A modify-DN to a DN of
+//! another partition is logged once, as a `Change::Rename` in the old DN's
+//! partition (where the peer's copy of the entry is); then, on each server,
+//! the old partition keeps the state (with its new DN, so later records
+//! that still name the old DN find it) and hands a copy to the new one.
+//!
+//! The hand-over is a parcel: the state, written to the `meta` tree under
+//! `O` + source partition + target partition + entryUUID in the same commit
+//! as the change that calls for it, then joined (`EntryState::join`) into
+//! the target partition's state by its owner (`WriteOp::Absorb`), and only
+//! then removed (`WriteOp::Unbox`, if no newer state replaced it). A crash
+//! in between leaves the parcel for the next `deliver`; joining twice is
+//! harmless. A join that changes the target's state posts parcels in turn
+//! to the partitions of the DNs it replaced, so that a server holding the
+//! entry at the loser of two concurrent renames learns of the winner. Joins
+//! only grow states, so the parcels run out.
+//!
+//! Applying a parcel or a record hands back the entry images before and
+//! after (`write::Images`); `count_children` turns them into child counts
+//! of the parents, which may live on any shard.
+
+use crate::changelog;
+use crate::dn::Dn;
+use crate::error::{Error, Result};
+use crate::merge::EntryState;
+use crate::shard::Shard;
+use crate::store::{ReadTxn, Store, Tree, WriteTxn};
+use crate::write::{Images, Parent, WriteOp};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+const OUTBOX: u8 = b'O';
+
+fn parcel_key(source: u16, target: u16, uuid: &[u8; 16]) -> [u8; 21] {
+    let mut k = [OUTBOX; 21];
+    k[1..3].copy_from_slice(&source.to_be_bytes());
+    k[3..5].copy_from_slice(&target.to_be_bytes());
+    k[5..].copy_from_slice(uuid);
+    k
+}
+
+/// The source partition of a parcel's `meta` key.
+pub fn parcel_partition(key: &[u8]) -> Option<u16> {
+    match key {
+        [OUTBOX, a, b, _, _, ..] if key.len() == 21 => Some(u16::from_be_bytes([*a, *b])),
+        _ => None,
+    }
+}
+
+/// Posts `state` from `source` to every other partition among `targets`.
+pub fn post<T: WriteTxn>(
+    txn: &mut T,
+    source: u16,
+    targets: &[Option<u16>],
+    uuid: &[u8; 16],
+    state: &EntryState,
+) -> Result<()> {
+    let mut buf = Vec::new();
+    for (i, target) in targets.iter().enumerate() {
+        let Some(target) = *target else { continue };
+        if target == source || targets[..i].contains(&Some(target)) {
+            continue;
+        }
+        if buf.is_empty() {
+            changelog::encode_state(state, &mut buf);
+        }
+        txn.put(Tree::Meta, &parcel_key(source, target, uuid), &buf)?;
+    }
+    Ok(())
+}
+
+/// A state on its way to another partition.
+#[derive(Debug, Clone)]
+pub struct Parcel {
+    pub key: Vec<u8>,
+    pub target: u16,
+    pub uuid: [u8; 16],
+    pub state: Vec<u8>,
+}
+
+/// Every parcel a store holds.
+pub fn pending<T: ReadTxn>(txn: &T) -> Result<Vec<Parcel>> {
+    let mut out = Vec::new();
+    txn.scan(Tree::Meta, &[OUTBOX], &[OUTBOX], &mut |k, v| {
+        if parcel_partition(k).is_some() {
+            out.push(Parcel {
+                key: k.to_vec(),
+                target: u16::from_be_bytes([k[3], k[4]]),
+                uuid: k[5..21].try_into().expect("16 bytes"),
+                state: v.to_vec(),
+            });
+        }
+        true
+    })?;
+    Ok(out)
+}
+
+/// Removes a delivered parcel, unless a newer state took its place.
+pub fn unbox<T: WriteTxn>(txn: &mut T, key: &[u8], state: &[u8]) -> Result<()> {
+    if txn.get(Tree::Meta, key)? == Some(state) {
+        txn.delete(Tree::Meta, key)?;
+    }
+    Ok(())
+}
+
+/// Delivers every parcel of every store, and those the deliveries post in
+/// turn (a few rounds; any left wait for the next call). `is_top` says
+/// which DNs have no parent to count (the root and the suffixes).
+pub async fn deliver(shard: &Rc<Shard>, is_top: &dyn Fn(&Dn) -> bool) -> Result<()> {
+    for _round in 0..4 {
+        let mut any = false;
+        for (owner, store) in shard.stores.iter().enumerate() {
+            let parcels = pending(&store.read()?)?;
+            for p in parcels {
+                any = true;
+                let state = changelog::decode_state(&p.state)
+                    .ok_or_else(|| Error::other("a parcel of replication state is corrupt"))?;
+                let op = WriteOp::Absorb { partition: p.target, uuid: p.uuid, state: Box::new(state) };
+                let images = shard.submit_for(shard.manifest.owners[p.target as usize] as usize, op).await?;
+                count_children(shard, images.into_iter().map(|b| *b), is_top).await;
+                shard.submit_to(owner, WriteOp::Unbox { key: p.key, state: p.state }).await?;
+            }
+        }
+        if !any {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Raises and lowers the child counts of the parents an entry left and
+/// joined, summed per parent: one write per parent.
+pub async fn count_children(shard: &Rc<Shard>, images: impl Iterator<Item = Images>, is_top: &dyn Fn(&Dn) -> bool) {
+    let mut counts: HashMap<Vec<u8>, (Parent, i64)> = HashMap::new();
+    let parent = |e: &Option<crate::entry::Entry>| {
+        let dn = e.as_ref().and_then(|e| Dn::parse(&e.dn).ok());
+        dn.filter(|d| !d.is_root() && !is_top(d)).map(|d| Parent::of(&d))
+    };
+    for images in images {
+        let (was, now) = (parent(&images.before), parent(&images.after));
+        if was.as_ref().map(|p| &p.key) != now.as_ref().map(|p| &p.key) {
+            for (p, delta) in was.map(|p| (p, -1)).into_iter().chain(now.map(|p| (p, 1))) {
+                counts.entry(p.key.clone()).or_insert((p, 0)).1 += delta;
+            }
+        }
+    }
+    let updates: Vec<_> = counts
+        .into_values()
+        .filter(|(_, delta)| *delta != 0)
+        .map(|(parent, delta)| {
+            // Side by side, so that one group commit takes them all.
+            let s = shard.clone();
+            glommio::spawn_local(async move {
+                let owner = s.owner_of(&parent.key);
+                if let Err(e) = s.submit_to(owner, WriteOp::Child { parent, delta }).await {
+                    eprintln!("coredir: replication: counting children: {}", e.message);
+                }
+            })
+        })
+        .collect();
+    for u in updates {
+        u.await;
+    }
+}
