@@ -491,6 +491,12 @@ fn print_human(resp: &Response) {
             );
             println!("receiving     {} ({} records applied)", r.inbound, r.records_applied);
             println!("changelog     {} records", r.changelog_records);
+            if r.forced_trims > 0 || r.partitions_resynced > 0 {
+                println!(
+                    "size cap      {} records trimmed before the peer held them, {} partitions resynced",
+                    r.forced_trims, r.partitions_resynced
+                );
+            }
             if r.peer_silent_s >= 0.0 {
                 println!("peer heard    {:.1} s ago", r.peer_silent_s);
             }

@@ -98,6 +98,11 @@ pub struct Replication {
     pub changelog_max_age_s: Option<u64>,
     /// How often the changelog is trimmed (seconds; default 60).
     pub trim_interval_s: Option<u64>,
+    /// The most records the changelog may hold (0, the default: no cap, as
+    /// 389-ds's nsslapd-changelogmaxentries). Over it, the oldest records
+    /// are trimmed even if the peer lacks them; the peer is then marked
+    /// lagging and gets the partitions it misses resynced.
+    pub changelog_max_records: Option<u64>,
 }
 
 impl Replication {

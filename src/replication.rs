@@ -87,6 +87,17 @@ enum Frame {
     Heartbeat {
         backlog: u64,
     },
+    /// A resync: entry states of a partition (entryUUID, state in base64),
+    /// joined into the receiver's (`WriteOp::Absorb`).
+    States {
+        partition: u16,
+        states: Vec<([u8; 16], String)>,
+    },
+    /// A resync's end: the positions the states cover, per origin.
+    Resynced {
+        partition: u16,
+        positions: Vec<(Origin, u64)>,
+    },
 }
 
 /// What both sides of a pair must agree on, and who they are.
@@ -103,7 +114,8 @@ struct Facts {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Status {
     pub peer: String,
-    /// Sending: connecting, catching-up, streaming, refused.
+    /// Sending: connecting, catching-up, streaming, lagging (the size cap
+    /// trimmed records the peer may lack), resyncing, refused.
     pub outbound: String,
     /// Receiving: waiting, streaming, refused.
     pub inbound: String,
@@ -124,6 +136,12 @@ pub struct Status {
     pub conflicts: Vec<String>,
     /// Records in this server's changelog (all origins).
     pub changelog_records: u64,
+    /// Records the size cap trimmed before the peer was known to hold them.
+    pub forced_trims: u64,
+    /// Whether a forced trim left the peer needing a resync.
+    pub lagging: bool,
+    /// Partitions resynced to the peer (sent whole, as states).
+    pub partitions_resynced: u64,
 }
 
 /// The status, shared with the admin thread.
@@ -298,9 +316,49 @@ async fn receive(mut stream: TcpStream, ctx: &Ctx, config: &Config, shared: &Sha
                     }
                 }
             }
+            Frame::States { partition, states } => {
+                absorb_all(ctx, partition, states)
+                    .await
+                    .map_err(|e| anyhow!("resync of partition {partition}: {e}"))?;
+                send(&mut stream, &Frame::Ack { applied: vec![] }).await?;
+            }
+            Frame::Resynced { partition, positions } => {
+                let owner = ctx.shard.manifest.owners[partition as usize] as usize;
+                ctx.shard
+                    .submit_to(owner, WriteOp::Advance { partition, positions })
+                    .await
+                    .map_err(|e| anyhow!("resync of partition {partition}: {}", e.message))?;
+                eprintln!("coredir: replication: partition {partition} resynced from the peer");
+                send(&mut stream, &Frame::Ack { applied: vec![] }).await?;
+            }
             other => bail!("unexpected {other:?}"),
         }
     }
+}
+
+/// Joins a resync's states into a partition, on its owner, then counts
+/// children and delivers what the joins moved.
+async fn absorb_all(ctx: &Ctx, partition: u16, states: Vec<([u8; 16], String)>) -> Result<()> {
+    let shard = &ctx.shard;
+    let owner = shard.manifest.owners[partition as usize] as usize;
+    let mut tasks = Vec::with_capacity(states.len());
+    for (uuid, text) in states {
+        let state = BASE64
+            .decode(text.as_bytes())
+            .ok()
+            .and_then(|b| changelog::decode_state(&b))
+            .ok_or_else(|| anyhow!("a state is corrupt"))?;
+        let s = shard.clone();
+        let op = WriteOp::Absorb { partition, uuid, state: Box::new(state) };
+        tasks.push(glommio::spawn_local(async move { s.submit_for(owner, op).await }));
+    }
+    let mut images = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        images.extend(t.await.map_err(|e| anyhow!(e.message))?.map(|b| *b));
+    }
+    let is_top = |d: &Dn| ctx.is_suffix(d);
+    moves::count_children(shard, images.into_iter(), &is_top).await;
+    moves::deliver(shard, &is_top).await.map_err(|e| anyhow!(e.message))
 }
 
 /// One read snapshot per store (indexed by shard), taken together for a
@@ -377,16 +435,74 @@ async fn apply_all(ctx: &Ctx, records: Vec<(u16, Origin, u64, String)>) -> Resul
     Ok(applied.into_iter().map(|((p, o), seq)| (p, o, seq)).collect())
 }
 
-/// Delivers the states renames left in parcels (`shards::moves`) that no
-/// one delivered: after a crash, or when a delivery failed (shard 0).
-pub async fn deliver_parcels(ctx: Rc<Ctx>) {
+/// Background work (shard 0): delivering the states renames left in
+/// parcels (`shards::moves`) that no one delivered (after a crash, or a
+/// failed delivery), and holding the changelog to its size cap.
+pub async fn housekeeping(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>) {
     let is_top = |d: &Dn| ctx.is_suffix(d);
+    let r = &config.replication;
+    let (cap, every) = (r.changelog_max_records.unwrap_or(0), Duration::from_secs(r.trim_interval_s.unwrap_or(60)));
+    let mut capped: Option<Instant> = None;
     loop {
         if let Err(e) = moves::deliver(&ctx.shard, &is_top).await {
             eprintln!("coredir: replication: delivering a renamed entry's state: {}", e.message);
         }
+        if cap > 0 && capped.is_none_or(|t| t.elapsed() >= every) {
+            capped = Some(Instant::now());
+            if let Err(e) = enforce_cap(&ctx, cap, &shared).await {
+                eprintln!("coredir: replication: holding the changelog to its cap: {e:#}");
+            }
+        }
         glommio::timer::sleep(RETRY).await;
     }
+}
+
+/// Trims the oldest records of every stream, in proportion, when the
+/// changelog holds more than `cap`: past what the peer may hold, so the
+/// peer is marked lagging (and resynced when it next connects) and the
+/// log says so. Deletes keep their tombstones for that resync.
+async fn enforce_cap(ctx: &Ctx, cap: u64, shared: &Shared) -> Result<()> {
+    let streams: Vec<changelog::Stream> = {
+        let txns = snapshots(ctx)?;
+        let mut all = Vec::new();
+        for txn in &txns {
+            all.extend(changelog::streams(txn).map_err(|e| anyhow!(e.message))?);
+        }
+        all
+    };
+    let count = |&(_, _, first, last): &changelog::Stream| (last + 1).saturating_sub(first);
+    let total: u64 = streams.iter().map(count).sum();
+    if total <= cap {
+        return Ok(());
+    }
+    let excess = total - cap;
+    let mut trimmed = 0;
+    for stream in &streams {
+        let k = (count(stream) * excess).div_ceil(total).min(count(stream));
+        if k == 0 {
+            continue;
+        }
+        let &(partition, origin, first, _) = stream;
+        let op =
+            WriteOp::Trim { partition, origin, upto: first + k - 1, older_than_us: u64::MAX, keep_tombstones: true };
+        let owner = ctx.shard.manifest.owners[partition as usize] as usize;
+        ctx.shard.submit_to(owner, op).await.map_err(|e| anyhow!(e.message))?;
+        trimmed += k;
+    }
+    eprintln!(
+        "coredir: replication: ALERT: the changelog held {total} records, over replication.changelog_max_records = \
+         {cap}; the oldest {trimmed} were trimmed whether or not the peer holds them: a peer that lacks them gets \
+         the partitions resynced when it connects"
+    );
+    crate::stats::counter("coredir_replication_forced_trim_records_total", 0, &[]).increment(trimmed);
+    shared.update(|s| {
+        s.forced_trims += trimmed;
+        s.lagging = true;
+        if s.outbound != "refused" {
+            s.outbound = "lagging".into();
+        }
+    });
+    Ok(())
 }
 
 // ---- Sending: this server's changes, pushed to the peer.
@@ -395,8 +511,9 @@ pub async fn deliver_parcels(ctx: Rc<Ctx>) {
 pub async fn push(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>) {
     let peer = config.replication.peer.clone().unwrap_or_default();
     shared.update(|s| s.peer = peer.clone());
+    let waiting = |s: &Status| if s.lagging { "lagging" } else { "connecting" }.to_string();
     loop {
-        shared.update(|s| s.outbound = "connecting".into());
+        shared.update(|s| s.outbound = waiting(s));
         if let Err(e) = push_once(&peer, &ctx, &config, &shared).await {
             let msg = format!("{e:#}");
             if shared.snapshot().outbound_error != msg {
@@ -404,7 +521,7 @@ pub async fn push(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>) {
             }
             shared.update(|s| {
                 if s.outbound != "refused" {
-                    s.outbound = "connecting".into();
+                    s.outbound = waiting(s);
                 }
                 s.outbound_error = msg;
             });
@@ -455,7 +572,7 @@ async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> R
             last_trim = Instant::now();
             trim(ctx, &acked, theirs_now, wall_us().saturating_sub(max_age_us)).await?;
         }
-        let (batch, backlog, oldest) = {
+        let Pending { batch, backlog, oldest, gaps } = {
             let txns = snapshots(ctx)?;
             // What to offer: every origin held here but the receiver's own.
             for o in origins(&txns)?.into_iter().filter(|o| *o != theirs_now) {
@@ -463,6 +580,14 @@ async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> R
             }
             pending(ctx, &txns, &acked)?
         };
+        if !gaps.is_empty() {
+            for partition in gaps {
+                resync(&mut stream, ctx, partition, &mut acked, shared).await?;
+            }
+            continue;
+        }
+        // Nothing the peer needs is trimmed: whatever a forced trim took, it held.
+        shared.update(|s| s.lagging = false);
         let lag_s = oldest.map_or(0.0, |c| wall_us().saturating_sub(c.phys_us) as f64 / 1e6);
         lag.set(lag_s);
         backlog_gauge.set(backlog as f64);
@@ -471,6 +596,8 @@ async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> R
             s.lag_s = lag_s;
             if backlog == 0 {
                 s.outbound = "streaming".into();
+            } else if s.outbound == "lagging" || s.outbound == "resyncing" {
+                s.outbound = "catching-up".into();
             }
         });
         if batch.is_empty() {
@@ -484,27 +611,73 @@ async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> R
         let n = batch.len() as u64;
         send(&mut stream, &Frame::Records { records: batch }).await?;
         last_sent = Instant::now();
-        match recv(&mut stream, MAX_FRAME).await? {
-            Frame::Ack { applied } => {
-                for (p, origin, seq) in applied {
-                    if let Some(a) = acked.get_mut(&origin).and_then(|v| v.get_mut(p as usize)) {
-                        *a = (*a).max(seq);
-                    }
-                }
-                shared.heard();
-                sent_total.increment(n);
-                shared.update(|s| s.records_sent += n);
+        for (p, origin, seq) in await_ack(&mut stream, shared).await? {
+            if let Some(a) = acked.get_mut(&origin).and_then(|v| v.get_mut(p as usize)) {
+                *a = (*a).max(seq);
             }
-            Frame::Refuse { reason } => {
-                shared.update(|s| {
-                    s.outbound = "refused".into();
-                    s.refused(reason.clone());
-                });
-                bail!("the peer refused a record: {reason}");
-            }
-            other => bail!("unexpected {other:?}"),
+        }
+        sent_total.increment(n);
+        shared.update(|s| s.records_sent += n);
+    }
+}
+
+/// The peer's acknowledgement of the last frame: what it applied.
+async fn await_ack(stream: &mut TcpStream, shared: &Shared) -> Result<Vec<(u16, Origin, u64)>> {
+    match recv(stream, MAX_FRAME).await? {
+        Frame::Ack { applied } => {
+            shared.heard();
+            Ok(applied)
+        }
+        Frame::Refuse { reason } => {
+            shared.update(|s| {
+                s.outbound = "refused".into();
+                s.refused(reason.clone());
+            });
+            bail!("the peer refused a record: {reason}");
+        }
+        other => bail!("unexpected {other:?}"),
+    }
+}
+
+/// Sends a partition whole, as the states of its entries, to a peer whose
+/// position lies before what the changelog still holds (the size cap
+/// trimmed it, or the peer was restored from an old backup). The peer
+/// joins them into its own (a merge: what it holds that this server does
+/// not stays), then moves its vector to the positions the states cover;
+/// the stream goes on from there.
+async fn resync(
+    stream: &mut TcpStream,
+    ctx: &Ctx,
+    partition: u16,
+    acked: &mut std::collections::BTreeMap<Origin, Vec<u64>>,
+    shared: &Shared,
+) -> Result<()> {
+    shared.update(|s| s.outbound = "resyncing".into());
+    let (states, positions) = {
+        let txn = ctx.shard.stores[ctx.shard.manifest.owners[partition as usize] as usize]
+            .read()
+            .map_err(|e| anyhow!(e.message))?;
+        let states = changelog::partition_states(&txn, partition).map_err(|e| anyhow!(e.message))?;
+        (states, changelog::positions(&txn, partition).map_err(|e| anyhow!(e.message))?)
+    };
+    eprintln!(
+        "coredir: replication: the peer is behind the changelog of partition {partition}: resyncing it ({} entries)",
+        states.len()
+    );
+    for chunk in states.chunks(BATCH) {
+        let states = chunk.iter().map(|(uuid, b)| (*uuid, BASE64.encode(b))).collect();
+        send(stream, &Frame::States { partition, states }).await?;
+        await_ack(stream, shared).await?;
+    }
+    send(stream, &Frame::Resynced { partition, positions: positions.clone() }).await?;
+    await_ack(stream, shared).await?;
+    for (origin, seq) in positions {
+        if let Some(a) = acked.get_mut(&origin).and_then(|v| v.get_mut(partition as usize)) {
+            *a = (*a).max(seq);
         }
     }
+    shared.update(|s| s.partitions_resynced += 1);
+    Ok(())
 }
 
 /// Trims, on every partition's owner, the records older than
@@ -529,23 +702,33 @@ async fn trim(
     }
     for (partition, origin, upto) in ops {
         let owner = shard.manifest.owners[partition as usize] as usize;
-        let op = WriteOp::Trim { partition, origin, upto, older_than_us };
+        let op = WriteOp::Trim { partition, origin, upto, older_than_us, keep_tombstones: false };
         shard.submit_to(owner, op).await.map_err(|e| anyhow!("trimming the changelog: {}", e.message))?;
     }
     Ok(())
 }
 
-/// The next frame's records (above what the peer holds, oldest CSN
-/// first), how many are pending in all, and the oldest's CSN.
-#[allow(clippy::type_complexity)]
+/// What the sender has for the peer.
+struct Pending {
+    /// The next frame's records (above what the peer holds, oldest CSN first).
+    batch: Vec<(u16, Origin, u64, String)>,
+    /// How many records are pending in all.
+    backlog: u64,
+    /// The oldest pending record's CSN.
+    oldest: Option<Csn>,
+    /// Partitions where the next record the peer needs is trimmed already.
+    gaps: Vec<u16>,
+}
+
 fn pending(
     ctx: &Ctx,
     txns: &[EngineRead<'_>],
     acked: &std::collections::BTreeMap<Origin, Vec<u64>>,
-) -> Result<(Vec<(u16, Origin, u64, String)>, u64, Option<Csn>)> {
+) -> Result<Pending> {
     let owners = &ctx.shard.manifest.owners;
     let mut all: Vec<(Csn, u16, Origin, u64, Vec<u8>)> = Vec::new();
     let mut backlog = 0u64;
+    let mut gaps = Vec::new();
     for (&origin, positions) in acked {
         for (p, &done) in positions.iter().enumerate() {
             let p = p as u16;
@@ -555,14 +738,25 @@ fn pending(
                 continue;
             }
             let from = log_key(p, origin, done + 1);
-            let mut taken = 0;
+            let (mut taken, mut gap) = (0, true);
             txn.scan(Tree::Changelog, &from[..LOG_PREFIX], &from, &mut |k, v| {
+                let seq = be_u64(&k[LOG_PREFIX..]);
+                if taken == 0 && seq != done + 1 {
+                    return false;
+                }
+                gap = false;
                 let csn = v.get(1..17).and_then(Csn::from_bytes).unwrap_or_default();
-                all.push((csn, p, origin, be_u64(&k[LOG_PREFIX..]), v.to_vec()));
+                all.push((csn, p, origin, seq, v.to_vec()));
                 taken += 1;
                 taken < BATCH
             })
             .map_err(|e| anyhow!(e.message))?;
+            if gap {
+                if !gaps.contains(&p) {
+                    gaps.push(p);
+                }
+                continue;
+            }
             // Exact while short; past a frame, the positions tell.
             backlog += if taken < BATCH { taken as u64 } else { have - done };
         }
@@ -572,5 +766,6 @@ fn pending(
     // Within a partition and origin, sequence order is CSN order: cutting
     // the sorted list leaves no gap in any of them.
     all.truncate(BATCH);
-    Ok((all.into_iter().map(|(_, p, o, s, v)| (p, o, s, BASE64.encode(v))).collect(), backlog, oldest))
+    let batch = all.into_iter().map(|(_, p, o, s, v)| (p, o, s, BASE64.encode(v))).collect();
+    Ok(Pending { batch, backlog, oldest, gaps })
 }

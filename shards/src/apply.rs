@@ -106,13 +106,23 @@ pub fn absorb<T: WriteTxn>(
     uuid: &[u8; 16],
     incoming: &EntryState,
 ) -> Outcome {
-    let mut state = changelog::load_state(txn, partition, uuid)?.unwrap_or_default();
+    let here = Here { partition_of, partition, known: ("", partition) };
+    let mut state = match changelog::load_state(txn, partition, uuid)? {
+        Some(s) => s,
+        // Written before replication was on (a resync meets those).
+        None => match incoming.dn.as_ref().filter(|(dn, _)| here.partition(dn) == Some(partition)) {
+            Some((dn, _)) => match stored(txn, &Dn::parse(dn)?.key())? {
+                Some((_, e)) if changelog::uuid_of(&e).ok() == Some(*uuid) => changelog::state_of_existing(&e),
+                _ => EntryState::default(),
+            },
+            None => EntryState::default(),
+        },
+    };
     let old = state.clone();
     state.join(incoming);
     if state == old {
         return Ok(None);
     }
-    let here = Here { partition_of, partition, known: ("", partition) };
     let before = here.shown(txn, &old, uuid)?;
     let images = settle(txn, &here, next_id, &mut state, uuid, before)?;
     let mut buf = Vec::with_capacity(256);

@@ -222,9 +222,18 @@ pub fn load_state<T: ReadTxn>(txn: &T, partition: u16, uuid: &[u8; 16]) -> Resul
 
 /// Trims an origin's records of a partition: those up to `upto` (what the
 /// peer holds) and older than `older_than_us`; a trimmed delete takes its
-/// tombstone along (tombstones live as long as the changelog). Returns the
-/// number of records removed.
-pub fn trim<T: WriteTxn>(txn: &mut T, partition: u16, origin: Origin, upto: u64, older_than_us: u64) -> Result<u64> {
+/// tombstone along (tombstones live as long as the changelog), unless
+/// `keep_tombstones` (a trim the size cap forced: the peer may not hold
+/// the delete, and a resync must carry it). Returns the number of records
+/// removed.
+pub fn trim<T: WriteTxn>(
+    txn: &mut T,
+    partition: u16,
+    origin: Origin,
+    upto: u64,
+    older_than_us: u64,
+    keep_tombstones: bool,
+) -> Result<u64> {
     let start = log_key(partition, origin, 1);
     let mut gone: Vec<(Vec<u8>, Option<[u8; 16]>)> = Vec::new();
     txn.scan(Tree::Changelog, &start[..LOG_PREFIX], &start, &mut |k, v| {
@@ -234,7 +243,7 @@ pub fn trim<T: WriteTxn>(txn: &mut T, partition: u16, origin: Origin, upto: u64,
         if seq > upto || csn.phys_us >= older_than_us {
             return false;
         }
-        let deleted = Record::decode(v).filter(|r| r.change == Change::Delete).map(|r| r.uuid);
+        let deleted = Record::decode(v).filter(|r| r.change == Change::Delete && !keep_tombstones).map(|r| r.uuid);
         gone.push((k.to_vec(), deleted));
         true
     })?;
@@ -247,6 +256,92 @@ pub fn trim<T: WriteTxn>(txn: &mut T, partition: u16, origin: Origin, upto: u64,
         }
     }
     Ok(gone.len() as u64)
+}
+
+/// One origin's records of a partition held in a store: (partition,
+/// origin, first sequence number held, last); `first > last` when none
+/// are left.
+pub type Stream = (u16, Origin, u64, u64);
+
+/// Every stream of records a store holds (from its vector's keys).
+pub fn streams<T: ReadTxn>(txn: &T) -> Result<Vec<Stream>> {
+    let mut held = Vec::new();
+    txn.scan(Tree::Meta, b"R", b"R", &mut |k, v| {
+        if let (Some(p), Some(o)) = (meta_partition(k), k.get(3..).and_then(Origin::from_bytes)) {
+            held.push((p, o, be_u64(v)));
+        }
+        true
+    })?;
+    let mut out = Vec::with_capacity(held.len());
+    for (p, o, last) in held {
+        let start = log_key(p, o, 0);
+        let mut first = last + 1;
+        txn.scan(Tree::Changelog, &start[..LOG_PREFIX], &start, &mut |k, _| {
+            first = be_u64(&k[LOG_PREFIX..]);
+            false
+        })?;
+        out.push((p, o, first, last));
+    }
+    Ok(out)
+}
+
+/// Per origin, the last record of a partition this store holds: where a
+/// resynced peer stands once it has the partition's states.
+pub fn positions<T: ReadTxn>(txn: &T, partition: u16) -> Result<Vec<(Origin, u64)>> {
+    let mut out = Vec::new();
+    let prefix = [b'R', partition.to_be_bytes()[0], partition.to_be_bytes()[1]];
+    txn.scan(Tree::Meta, &prefix, &prefix, &mut |k, v| {
+        if let Some(o) = k.get(3..).and_then(Origin::from_bytes) {
+            out.push((o, be_u64(v)));
+        }
+        true
+    })?;
+    Ok(out)
+}
+
+/// Moves the vector of a partition up to `positions` (after a resync).
+pub fn advance<T: WriteTxn>(txn: &mut T, partition: u16, positions: &[(Origin, u64)]) -> Result<()> {
+    for &(origin, seq) in positions {
+        let key = ruv_key(partition, origin);
+        if txn.get(Tree::Meta, &key)?.map_or(0, be_u64) < seq {
+            txn.put(Tree::Meta, &key, &seq.to_be_bytes())?;
+        }
+    }
+    Ok(())
+}
+
+/// Every entry state of a partition, encoded: the stored states (the
+/// tombstones and the states renames left included) and, for entries
+/// written before replication was on, their state as they stand. What a
+/// resync sends.
+pub fn partition_states<T: ReadTxn>(txn: &T, partition: u16) -> Result<Vec<([u8; 16], Vec<u8>)>> {
+    let mut out = Vec::new();
+    let prefix = partition.to_be_bytes();
+    txn.scan(Tree::State, &prefix, &prefix, &mut |k, v| {
+        if let Ok(uuid) = k[2..].try_into() {
+            out.push((uuid, v.to_vec()));
+        }
+        true
+    })?;
+    let (first, next) = (((partition as u64) << 48).to_be_bytes(), ((partition as u64 + 1) << 48).to_be_bytes());
+    let mut stateless = Vec::new();
+    txn.scan(Tree::Id2entry, &[], &first, &mut |k, v| {
+        if k >= &next[..] {
+            return false;
+        }
+        stateless.push(v.to_vec());
+        true
+    })?;
+    for bytes in stateless {
+        let entry = Entry::decode(&bytes)?;
+        let Ok(uuid) = uuid_of(&entry) else { continue };
+        if txn.get(Tree::State, &state_key(partition, &uuid))?.is_none() {
+            let mut buf = Vec::with_capacity(256);
+            encode_state(&state_of_existing(&entry), &mut buf);
+            out.push((uuid, buf));
+        }
+    }
+    Ok(out)
 }
 
 /// The sequence number the next local change of a partition will take.

@@ -38,7 +38,9 @@ pub enum WriteOp {
     /// server in the record's partition.
     Replicate { origin: changelog::Origin, seq: u64, rec: Record },
     /// Trims an origin's changelog of a partition (`changelog::trim`).
-    Trim { partition: u16, origin: changelog::Origin, upto: u64, older_than_us: u64 },
+    Trim { partition: u16, origin: changelog::Origin, upto: u64, older_than_us: u64, keep_tombstones: bool },
+    /// Moves a partition's replica update vector up (`changelog::advance`).
+    Advance { partition: u16, positions: Vec<(changelog::Origin, u64)> },
     /// Joins an entry's state handed over by another partition (`moves.rs`).
     Absorb { partition: u16, uuid: [u8; 16], state: Box<EntryState> },
     /// Removes a delivered parcel (`moves::unbox`).
@@ -435,9 +437,10 @@ fn apply<T: WriteTxn>(
             Ok(None)
         }
         WriteOp::Child { parent, delta } => child(txn, parent, *delta).map(|_| None),
-        WriteOp::Trim { partition, origin, upto, older_than_us } => {
-            changelog::trim(txn, *partition, *origin, *upto, *older_than_us).map(|_| None)
+        WriteOp::Trim { partition, origin, upto, older_than_us, keep_tombstones } => {
+            changelog::trim(txn, *partition, *origin, *upto, *older_than_us, *keep_tombstones).map(|_| None)
         }
+        WriteOp::Advance { partition, positions } => changelog::advance(txn, *partition, positions).map(|_| None),
         WriteOp::Replicate { origin, seq, rec } => {
             crate::apply::replicate(txn, partition_of, next_id, clock, *origin, *seq, rec)
         }

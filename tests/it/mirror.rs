@@ -475,3 +475,51 @@ fn garbage_on_the_replication_port_is_refused_and_the_server_carries_on() {
     wait_for("the refusal reported", || !replication(&a)["inbound_error"].as_str().unwrap().is_empty());
     assert_eq!(add_user(&mut a.admin(), "still-here").rc, 0);
 }
+
+#[test]
+fn a_peer_behind_a_capped_changelog_is_resynced_by_merging() {
+    let (pa, pb) = (free_port(), free_port());
+    let capped = |conf: String| conf + "changelog_max_records = 40\ntrim_interval_s = 1\n";
+    let mut a = Server::start_with_config(2, &capped(mirror_conf(1, pa, pb)));
+    let mut b = seeded_from(&a, &capped(mirror_conf(2, pb, pa)), &[]);
+    let user = |uid: &str| format!("uid={uid},{PEOPLE}");
+    for i in 0..10 {
+        assert_eq!(add_user(&mut a.admin(), &format!("early{i}")).rc, 0);
+    }
+    wait_for("the users on B", || get_entry(&mut b.admin(), &user("early9"), vec!["uid"]).is_some());
+    // B away while A writes past the cap: adds, deletes, a modify and a
+    // rename of entries B holds.
+    b.stop();
+    let mut ca = a.admin();
+    for i in 0..60 {
+        assert_eq!(add_user(&mut ca, &format!("late{i}")).rc, 0);
+    }
+    for i in 0..3 {
+        assert_eq!(ca.delete(&user(&format!("early{i}"))).unwrap().rc, 0);
+    }
+    assert_eq!(ca.modify(&user("early5"), vec![Mod::Replace("description", ["from a"].into())]).unwrap().rc, 0);
+    assert_eq!(ca.modifydn(&user("early6"), "uid=early6x", true, None).unwrap().rc, 0);
+    wait_for("A marking B lagging", || replication(&a)["outbound"] == "lagging");
+    assert!(replication(&a)["forced_trims"].as_u64().unwrap() > 0);
+    // B's own changes while A is away survive the resync: it merges.
+    a.stop();
+    b.launch();
+    assert_eq!(add_user(&mut b.admin(), "bonly").rc, 0);
+    let desc = vec![Mod::Replace("description", ["from b"].into())];
+    assert_eq!(b.admin().modify(&user("early7"), desc).unwrap().rc, 0);
+    a.launch();
+    wait_for("identical data", || dump(&a) == dump(&b));
+    let mut cb = b.admin();
+    assert_eq!(search_dns(&mut cb, PEOPLE, Scope::OneLevel, "(uid=late*)").len(), 60);
+    assert!(get_entry(&mut cb, &user("early0"), vec!["uid"]).is_none());
+    assert!(get_entry(&mut cb, &user("early6"), vec!["uid"]).is_none());
+    assert_eq!(attr(&mut cb, &user("early5"), "description"), Some(vec!["from a".into()]));
+    assert_eq!(attr(&mut cb, &user("early6x"), "uid"), Some(vec!["early6x".into()]));
+    assert_eq!(attr(&mut a.admin(), &user("early7"), "description"), Some(vec!["from b".into()]));
+    assert!(get_entry(&mut a.admin(), &user("bonly"), vec!["uid"]).is_some());
+    assert!(replication(&a)["partitions_resynced"].as_u64().unwrap() > 0);
+    for s in [&a, &b] {
+        let mut c = s.admin();
+        wait_for("the count", || attr(&mut c, PEOPLE, "numSubordinates") == Some(vec!["68".to_string()]));
+    }
+}
