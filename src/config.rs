@@ -89,6 +89,14 @@ pub struct Replication {
     pub peer: Option<String>,
     /// A secret both servers hold; each proves it to the other at connect.
     pub secret: Option<String>,
+    /// The SHA-256 fingerprint of the peer's certificate (hex, colons
+    /// optional). Set, the channel runs over TLS 1.3 and each side accepts
+    /// only the certificate the other pins; the secret is then optional.
+    pub peer_certificate_sha256: Option<String>,
+    /// This server's certificate and key on the channel (PEM; default:
+    /// `tls.certificate_file` and `tls.key_file`).
+    pub certificate_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
     /// How far ahead of this server's clock a peer's CSN may be before
     /// the peer is refused (seconds; default 60).
     pub max_forward_skew_s: Option<u64>,
@@ -354,14 +362,33 @@ impl Config {
         }
     }
 
+    /// The certificate and key this server shows on the replication channel.
+    pub fn replication_identity(&self) -> Option<(&std::path::Path, &std::path::Path)> {
+        let r = &self.replication;
+        match (&r.certificate_file, &r.key_file) {
+            (Some(c), Some(k)) => Some((c, k)),
+            _ => Some((self.tls.certificate_file.as_deref()?, self.tls.key_file.as_deref()?)),
+        }
+    }
+
     pub fn validate(&self) -> Result<()> {
         self.listen_addr()?;
         if !(1..=4095).contains(&self.replication.server_id.unwrap_or(1)) {
             bail!("replication.server_id: must be between 1 and 4095");
         }
         let r = &self.replication;
-        if r.enabled() && (r.listen.is_none() || r.peer.is_none() || r.secret.as_deref().is_none_or(str::is_empty)) {
-            bail!("replication: mirror mode needs listen, peer and secret");
+        let authenticated = r.secret.as_deref().is_some_and(|s| !s.is_empty()) || r.peer_certificate_sha256.is_some();
+        if r.enabled() && (r.listen.is_none() || r.peer.is_none() || !authenticated) {
+            bail!("replication: mirror mode needs listen, peer, and secret or peer_certificate_sha256");
+        }
+        if let Some(pin) = &r.peer_certificate_sha256 {
+            crate::tls::parse_fingerprint(pin)?;
+            if self.replication_identity().is_none() {
+                bail!(
+                    "replication.peer_certificate_sha256 needs this server's certificate: \
+                     replication.certificate_file and key_file (or tls.certificate_file and key_file)"
+                );
+            }
         }
         if let Some(a) = &r.listen {
             a.parse::<std::net::SocketAddr>().map_err(|e| anyhow!("replication.listen: {a:?}: {e}"))?;

@@ -149,6 +149,8 @@ pub struct Status {
 pub struct Shared {
     pub status: Mutex<Status>,
     heard: Mutex<Option<Instant>>,
+    /// The channel's TLS, when certificates are pinned (set at start).
+    pub tls: std::sync::OnceLock<crate::tls::Channel>,
 }
 
 impl Status {
@@ -215,16 +217,36 @@ fn proof(secret: &str, nonce: &[u8; 16]) -> Vec<u8> {
     h.finalize().to_vec()
 }
 
-async fn send(stream: &mut TcpStream, frame: &Frame) -> Result<()> {
+/// The channel's byte stream: TCP, or TLS over it.
+trait Io: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin {}
+impl<T: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin> Io for T {}
+type Stream = Box<dyn Io>;
+
+/// A new connection's stream: with `replication.peer_certificate_sha256`,
+/// TLS 1.3 with both certificates pinned, before any frame.
+async fn secure(tcp: TcpStream, shared: &Shared, inbound: bool) -> Result<Stream> {
+    tcp.set_nodelay(true).map_err(|e| anyhow!("{e}"))?;
+    let Some(tls) = shared.tls.get() else { return Ok(Box::new(tcp)) };
+    Ok(if inbound {
+        Box::new(tls.acceptor.accept(tcp).await.map_err(|e| anyhow!("TLS: {e}"))?)
+    } else {
+        let name = futures_rustls::rustls::pki_types::ServerName::try_from("coredir-peer").expect("a DNS name");
+        Box::new(tls.connector.connect(name, tcp).await.map_err(|e| anyhow!("TLS: {e}"))?)
+    })
+}
+
+async fn send(stream: &mut Stream, frame: &Frame) -> Result<()> {
     let body = serde_json::to_vec(frame)?;
     let mut buf = Vec::with_capacity(body.len() + 4);
     buf.extend_from_slice(&(body.len() as u32).to_be_bytes());
     buf.extend_from_slice(&body);
     stream.write_all(&buf).await?;
+    // TLS buffers what it encrypts.
+    stream.flush().await?;
     Ok(())
 }
 
-async fn recv(stream: &mut TcpStream, limit: usize) -> Result<Frame> {
+async fn recv(stream: &mut Stream, limit: usize) -> Result<Frame> {
     let mut len = [0u8; 4];
     stream.read_exact(&mut len).await?;
     let n = u32::from_be_bytes(len) as usize;
@@ -266,9 +288,9 @@ pub async fn serve(listener: TcpListener, ctx: Rc<Ctx>, config: Arc<Config>, sha
     }
 }
 
-async fn receive(mut stream: TcpStream, ctx: &Ctx, config: &Config, shared: &Shared) -> Result<()> {
+async fn receive(tcp: TcpStream, ctx: &Ctx, config: &Config, shared: &Shared) -> Result<()> {
     let applied_total = crate::stats::counter("coredir_replication_records_applied_total", 0, &[]);
-    stream.set_nodelay(true).map_err(|e| anyhow!("{e}"))?;
+    let mut stream = secure(tcp, shared, true).await?;
     let ours = facts(ctx, config);
     let nonce: [u8; 16] = rand::random();
     send(&mut stream, &Frame::Challenge { nonce, facts: ours.clone() }).await?;
@@ -531,8 +553,8 @@ pub async fn push(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>) {
 }
 
 async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> Result<()> {
-    let mut stream = TcpStream::connect(peer).await.map_err(|e| anyhow!("connecting: {e}"))?;
-    stream.set_nodelay(true).map_err(|e| anyhow!("{e}"))?;
+    let tcp = TcpStream::connect(peer).await.map_err(|e| anyhow!("connecting: {e}"))?;
+    let mut stream = secure(tcp, shared, false).await?;
     let ours = facts(ctx, config);
     let Frame::Challenge { nonce, facts: theirs } = recv(&mut stream, MAX_HANDSHAKE).await? else {
         bail!("the peer did not challenge");
@@ -622,7 +644,7 @@ async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> R
 }
 
 /// The peer's acknowledgement of the last frame: what it applied.
-async fn await_ack(stream: &mut TcpStream, shared: &Shared) -> Result<Vec<(u16, Origin, u64)>> {
+async fn await_ack(stream: &mut Stream, shared: &Shared) -> Result<Vec<(u16, Origin, u64)>> {
     match recv(stream, MAX_FRAME).await? {
         Frame::Ack { applied } => {
             shared.heard();
@@ -646,7 +668,7 @@ async fn await_ack(stream: &mut TcpStream, shared: &Shared) -> Result<Vec<(u16, 
 /// not stays), then moves its vector to the positions the states cover;
 /// the stream goes on from there.
 async fn resync(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     ctx: &Ctx,
     partition: u16,
     acked: &mut std::collections::BTreeMap<Origin, Vec<u64>>,

@@ -264,6 +264,16 @@ pub fn serve(config: Config) -> Result<()> {
         Some(l) => Some(listener::bind(l.parse()?, cpus[0], 16).map_err(|e| anyhow!("replication.listen: {e:#}"))?),
         None => None,
     };
+    let replication = Arc::new(crate::replication::Shared::default());
+    if let (Some(pin), Some((cert, key))) = (&config.replication.peer_certificate_sha256, config.replication_identity())
+    {
+        let channel = crate::tls::channel(cert, key, crate::tls::parse_fingerprint(pin)?)?;
+        let _ = replication.tls.set(channel);
+        println!(
+            "coredir: replication over TLS; this server's certificate has SHA-256 {} (the peer pins it)",
+            crate::tls::fingerprint_of(cert)?
+        );
+    }
     if config.replication.enabled() {
         println!(
             "coredir: mirror mode as server {} with {}",
@@ -289,7 +299,7 @@ pub fn serve(config: Config) -> Result<()> {
         started: unix_now(),
         draining: Default::default(),
         listeners: std::sync::Mutex::new(listening_fds),
-        replication: Default::default(),
+        replication,
     });
     let (ready_tx, ready_rx) = mpsc::channel::<Result<usize, String>>();
     let mut handles = Vec::new();

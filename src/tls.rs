@@ -39,7 +39,8 @@ impl Tls {
     }
 }
 
-fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>> {
+/// A certificate chain and its key, from PEM files.
+fn identity(cert: &Path, key: &Path) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .with_context(|| format!("tls.certificate_file: reading {}", cert.display()))?
         .collect::<Result<_, _>>()
@@ -48,6 +49,11 @@ fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>> {
         anyhow::bail!("tls.certificate_file: {} holds no certificate", cert.display());
     }
     let key = PrivateKeyDer::from_pem_file(key).map_err(|e| anyhow!("tls.key_file: {}: {e}", key.display()))?;
+    Ok((certs, key))
+}
+
+fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>> {
+    let (certs, key) = identity(cert, key)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
@@ -64,5 +70,176 @@ pub fn ssf(session: &ServerConnection) -> u32 {
         Some(s) if format!("{:?}", s.suite()).contains("AES_128") => 128,
         Some(_) => 256,
         None => 0,
+    }
+}
+
+// ---- The replication channel: mutual TLS with pinned certificates.
+
+/// Both ends of the replication channel over TLS: each side presents its
+/// certificate and accepts only the peer's, by its SHA-256 fingerprint
+/// (no CA: a pair of servers trusts exactly each other, as kanidm's
+/// replication does).
+pub struct Channel {
+    pub acceptor: TlsAcceptor,
+    pub connector: futures_rustls::TlsConnector,
+}
+
+/// A SHA-256 fingerprint in hex, with or without colons (as `openssl x509
+/// -noout -fingerprint -sha256` prints it).
+pub fn parse_fingerprint(text: &str) -> Result<[u8; 32]> {
+    let hex: String = text.chars().filter(|c| *c != ':').collect();
+    let bytes: Option<Vec<u8>> =
+        (0..hex.len()).step_by(2).map(|i| hex.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok())).collect();
+    bytes
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| anyhow!("replication.peer_certificate_sha256: {text:?} is not a SHA-256 fingerprint in hex"))
+}
+
+/// The fingerprint of the first certificate in a PEM file.
+pub fn fingerprint_of(cert: &Path) -> Result<String> {
+    let first = CertificateDer::pem_file_iter(cert)
+        .with_context(|| format!("reading {}", cert.display()))?
+        .next()
+        .ok_or_else(|| anyhow!("{} holds no certificate", cert.display()))?
+        .map_err(|e| anyhow!("{}: {e}", cert.display()))?;
+    Ok(sha256_hex(&first))
+}
+
+fn sha256_hex(cert: &CertificateDer<'_>) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(cert.as_ref()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn channel(cert: &Path, key: &Path, pin: [u8; 32]) -> Result<Channel> {
+    let (certs, key) = identity(cert, key)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let pinned = Arc::new(Pinned { pin, provider: provider.clone() });
+    let versions = [&rustls::version::TLS13];
+    let server = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&versions)?
+        .with_client_cert_verifier(pinned.clone())
+        .with_single_cert(certs.clone(), key.clone_key())
+        .map_err(|e| anyhow!("replication: the certificate and key do not make a usable pair: {e}"))?;
+    let client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&versions)?
+        .dangerous()
+        .with_custom_certificate_verifier(pinned)
+        .with_client_auth_cert(certs, key)
+        .map_err(|e| anyhow!("replication: the certificate and key do not make a usable pair: {e}"))?;
+    Ok(Channel {
+        acceptor: TlsAcceptor::from(Arc::new(server)),
+        connector: futures_rustls::TlsConnector::from(Arc::new(client)),
+    })
+}
+
+/// Accepts one certificate: the peer's, by fingerprint. Signatures are
+/// checked as rustls always does.
+#[derive(Debug)]
+struct Pinned {
+    pin: [u8; 32],
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl Pinned {
+    fn check(&self, cert: &CertificateDer<'_>) -> Result<(), rustls::Error> {
+        use sha2::Digest;
+        if sha2::Sha256::digest(cert.as_ref()).as_slice() == self.pin {
+            Ok(())
+        } else {
+            Err(rustls::Error::General(format!(
+                "the peer's certificate (SHA-256 {}) is not the one replication.peer_certificate_sha256 pins",
+                sha256_hex(cert)
+            )))
+        }
+    }
+
+    fn tls12(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn tls13(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+}
+
+impl rustls::client::danger::ServerCertVerifier for Pinned {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        self.check(end_entity).map(|_| rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.tls12(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.tls13(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.provider.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+impl rustls::server::danger::ClientCertVerifier for Pinned {
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        self.check(end_entity).map(|_| rustls::server::danger::ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.tls12(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.tls13(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.provider.signature_verification_algorithms.supported_schemes()
     }
 }

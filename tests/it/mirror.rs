@@ -523,3 +523,53 @@ fn a_peer_behind_a_capped_changelog_is_resynced_by_merging() {
         wait_for("the count", || attr(&mut c, PEOPLE, "numSubordinates") == Some(vec!["68".to_string()]));
     }
 }
+
+/// A self-signed certificate and key for a server of a pair, written to
+/// `dir`, and its SHA-256 fingerprint as `openssl x509 -fingerprint` prints it.
+fn identity(dir: &std::path::Path, name: &str) -> (String, String) {
+    use sha2::Digest;
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec![name.to_string()]).unwrap().self_signed(&key).unwrap();
+    let (cert_file, key_file) = (dir.join(format!("{name}.pem")), dir.join(format!("{name}.key")));
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    let fingerprint: Vec<String> = sha2::Sha256::digest(cert.der()).iter().map(|b| format!("{b:02X}")).collect();
+    let conf = format!("certificate_file = {:?}\nkey_file = {:?}\n", cert_file.display(), key_file.display());
+    (conf, fingerprint.join(":"))
+}
+
+#[test]
+fn the_channel_runs_over_tls_with_pinned_certificates() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pa, pb) = (free_port(), free_port());
+    let ((a_id, a_fp), (b_id, b_fp), (c_id, _)) =
+        (identity(dir.path(), "a"), identity(dir.path(), "b"), identity(dir.path(), "c"));
+    // No secret: the pinned certificates authenticate both ends.
+    let conf = |id: u32, listen: u16, peer: u16, own: &str, pin: &str| {
+        format!(
+            "[server]\nid = {id}\n[replication]\nlisten = \"127.0.0.1:{listen}\"\npeer = \"127.0.0.1:{peer}\"\n\
+             peer_certificate_sha256 = \"{pin}\"\n{own}"
+        )
+    };
+    let a = Server::start_with_config(1, &conf(1, pa, pb, &a_id, &b_fp));
+    assert!(a.banner.contains("replication over TLS"), "{}", a.banner);
+    let b = seeded_from(&a, &conf(2, pb, pa, &b_id, &a_fp), &[]);
+    assert_eq!(add_user(&mut a.admin(), "over-tls").rc, 0);
+    assert_eq!(add_user(&mut b.admin(), "back-over-tls").rc, 0);
+    wait_for("A's add on B", || get_entry(&mut b.admin(), &format!("uid=over-tls,{PEOPLE}"), vec!["uid"]).is_some());
+    wait_for("B's add on A", || {
+        get_entry(&mut a.admin(), &format!("uid=back-over-tls,{PEOPLE}"), vec!["uid"]).is_some()
+    });
+    drop(b);
+    // C has A's database and pins A, but its certificate is not the one A pins.
+    let c = seeded_from(&a, &conf(2, pb, pa, &c_id, &a_fp), &[]);
+    wait_for("A refusing C's certificate", || {
+        let status = replication(&a);
+        let pinned = |key: &str| {
+            status[key].as_str().unwrap().contains("is not the one replication.peer_certificate_sha256 pins")
+        };
+        pinned("outbound_error") && pinned("inbound_error")
+    });
+    assert_eq!(add_user(&mut c.admin(), "never").rc, 0);
+    assert!(get_entry(&mut a.admin(), &format!("uid=never,{PEOPLE}"), vec!["uid"]).is_none());
+}
