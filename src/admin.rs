@@ -490,6 +490,10 @@ fn print_human(resp: &Response) {
                 r.outbound, r.records_sent, r.backlog, r.lag_s
             );
             println!("receiving     {} ({} records applied)", r.inbound, r.records_applied);
+            if !r.backlog_by_partition.is_empty() {
+                let parts: Vec<String> = r.backlog_by_partition.iter().map(|(p, n)| format!("{p}:{n}")).collect();
+                println!("backlog by partition  {}", parts.join(" "));
+            }
             println!("changelog     {} records", r.changelog_records);
             if r.forced_trims > 0 || r.partitions_resynced > 0 {
                 println!(

@@ -127,6 +127,8 @@ pub struct Status {
     pub records_applied: u64,
     /// Records committed here and not yet acknowledged by the peer.
     pub backlog: u64,
+    /// The same per partition: (partition, records), those with any.
+    pub backlog_by_partition: Vec<(u16, u64)>,
     /// Age of the oldest unacknowledged change (0 when none).
     pub lag_s: f64,
     /// Seconds since the peer was last heard from (a frame or heartbeat).
@@ -594,7 +596,7 @@ async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> R
             last_trim = Instant::now();
             trim(ctx, &acked, theirs_now, wall_us().saturating_sub(max_age_us)).await?;
         }
-        let Pending { batch, backlog, oldest, gaps } = {
+        let Pending { batch, backlog, by_partition, oldest, gaps } = {
             let txns = snapshots(ctx)?;
             // What to offer: every origin held here but the receiver's own.
             for o in origins(&txns)?.into_iter().filter(|o| *o != theirs_now) {
@@ -615,6 +617,7 @@ async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> R
         backlog_gauge.set(backlog as f64);
         shared.update(|s| {
             s.backlog = backlog;
+            s.backlog_by_partition = by_partition;
             s.lag_s = lag_s;
             if backlog == 0 {
                 s.outbound = "streaming".into();
@@ -736,6 +739,8 @@ struct Pending {
     batch: Vec<(u16, Origin, u64, String)>,
     /// How many records are pending in all.
     backlog: u64,
+    /// And per partition (those with any).
+    by_partition: Vec<(u16, u64)>,
     /// The oldest pending record's CSN.
     oldest: Option<Csn>,
     /// Partitions where the next record the peer needs is trimmed already.
@@ -751,6 +756,7 @@ fn pending(
     let mut all: Vec<(Csn, u16, Origin, u64, Vec<u8>)> = Vec::new();
     let mut backlog = 0u64;
     let mut gaps = Vec::new();
+    let mut by_partition = std::collections::BTreeMap::<u16, u64>::new();
     for (&origin, positions) in acked {
         for (p, &done) in positions.iter().enumerate() {
             let p = p as u16;
@@ -780,7 +786,9 @@ fn pending(
                 continue;
             }
             // Exact while short; past a frame, the positions tell.
-            backlog += if taken < BATCH { taken as u64 } else { have - done };
+            let behind = if taken < BATCH { taken as u64 } else { have - done };
+            backlog += behind;
+            *by_partition.entry(p).or_default() += behind;
         }
     }
     all.sort_by_key(|r| r.0);
@@ -789,5 +797,6 @@ fn pending(
     // the sorted list leaves no gap in any of them.
     all.truncate(BATCH);
     let batch = all.into_iter().map(|(_, p, o, s, v)| (p, o, s, BASE64.encode(v))).collect();
-    Ok(Pending { batch, backlog, oldest, gaps })
+    let by_partition = by_partition.into_iter().filter(|(_, n)| *n > 0).collect();
+    Ok(Pending { batch, backlog, by_partition, oldest, gaps })
 }
