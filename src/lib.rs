@@ -17,6 +17,7 @@ pub mod listener;
 pub mod ops;
 pub mod reindex;
 pub mod replication;
+pub mod schema_export;
 pub mod server;
 pub mod stats;
 pub mod tls;

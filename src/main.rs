@@ -16,7 +16,7 @@
 //!
 //! - `main` -> `run`: the command line (`coredir serve`, `import`, `export`, `reindex`,
 //!   `backup`, `restore`, `reshard`, `hash-password`, `acl check`, `ctl`,
-//!   `config check`, `deploy plan`).
+//!   `config check`, `schema export`, `deploy plan`).
 //! - `server::serve`: start-up, one reactor per shard, readiness.
 //! - `listener::run` -> `conn::serve`: accept, then one connection's read
 //!   loop; `ops::dispatch` is the one `match` over LDAP operations.
@@ -34,6 +34,7 @@
 //! - `listener`: per-shard socket (socket2) and accept loop.
 //! - `import`, `export`: offline LDIF load (parallel per shard) and dump.
 //! - `reindex`: offline index rebuild after `[indexes]` changed.
+//! - `schema_export`: `coredir schema export` (OpenLDAP .schema syntax).
 //! - `backup`: `backup`, `restore` and `reshard`, tree-by-tree store copies.
 //! - `replication`: mirror mode's channel on shard 0 (handshake, push from
 //!   the changelog, apply on the owners, trimming, `ctl replication`).
@@ -170,6 +171,11 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// The schema in use (built-in and `schema.files`).
+    Schema {
+        #[command(subcommand)]
+        command: SchemaCommand,
+    },
     /// Deployment tools.
     Deploy {
         #[command(subcommand)]
@@ -228,6 +234,23 @@ enum ConfigCommand {
     /// Validate a configuration file without starting (schema files,
     /// access rules, limits, TLS files included); exits 1 on the first error.
     Check { file: PathBuf },
+}
+
+#[derive(Subcommand)]
+enum SchemaCommand {
+    /// Print it in OpenLDAP's .schema syntax, for a slapd that replicates
+    /// from coredir: `include` it after the slapd's own schema files, named
+    /// with `--skip` so that what they define is left out.
+    Export {
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Include the definitions slapd hardcodes (for other servers).
+        #[arg(long)]
+        all: bool,
+        /// A schema file the consumer loads already (repeatable).
+        #[arg(long)]
+        skip: Vec<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -325,6 +348,18 @@ fn run(cli: Cli) -> Result<()> {
                 coredir::tls::Tls::load(cert, key)?;
             }
             println!("{}: OK", file.display());
+            Ok(())
+        }
+        Command::Schema { command: SchemaCommand::Export { config, all, skip } } => {
+            let config = config::Config::load(config.as_deref())?;
+            config.install_schema()?;
+            let mut known = Vec::new();
+            for file in &skip {
+                let text =
+                    std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("--skip {}: {e}", file.display()))?;
+                known.extend(coredir::schema_export::defined_in(&text));
+            }
+            print!("{}", coredir::schema_export::openldap(all, &known));
             Ok(())
         }
         Command::Deploy { command: DeployCommand::Plan { sys, listen_host, base_port, data_root, run_dir } } => {
