@@ -26,6 +26,7 @@ pub struct Config {
     pub metrics: Metrics,
     pub monitor: Monitor,
     pub replication: Replication,
+    pub syncrepl: Syncrepl,
     /// Indexed attributes and their index types (`uid = "eq,sub"`); when
     /// present it replaces the default list entirely, like slapd's `index`
     /// lines.
@@ -111,6 +112,16 @@ pub struct Replication {
     /// are trimmed even if the peer lacks them; the peer is then marked
     /// lagging and gets the partitions it misses resynced.
     pub changelog_max_records: Option<u64>,
+}
+
+/// The RFC 4533 provider (`ops::syncrepl`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Syncrepl {
+    /// Serve syncrepl consumers (slapd's `syncrepl` directive). It keeps
+    /// the changelog (as mirror mode does, which serves them too), trimmed
+    /// by `replication.changelog_max_age_s`.
+    pub provider: bool,
 }
 
 impl Replication {
@@ -271,6 +282,7 @@ impl Default for Config {
             metrics: Metrics::default(),
             monitor: Monitor::default(),
             replication: Replication::default(),
+            syncrepl: Syncrepl::default(),
             indexes: None,
             source: None,
         }
@@ -357,7 +369,7 @@ impl Config {
     pub fn stamping(&self) -> shards::write::Stamping {
         shards::write::Stamping {
             sid: self.sid(),
-            capture: self.replication.enabled(),
+            capture: self.replication.enabled() || self.syncrepl.provider,
             max_forward_skew: std::time::Duration::from_secs(self.replication.max_forward_skew_s.unwrap_or(60)),
         }
     }

@@ -88,6 +88,8 @@ pub struct Conn {
     pub identity: RefCell<Identity>,
     /// Running searches by message id; setting the flag abandons one.
     pub running: RefCell<HashMap<i32, Rc<Cell<bool>>>>,
+    /// Searches a Cancel operation stopped: they end with `canceled`.
+    pub canceled: RefCell<std::collections::HashSet<i32>>,
     /// Operations running as tasks (searches and writes), for the
     /// `max_pending` limits.
     pub pending: Cell<usize>,
@@ -134,6 +136,7 @@ impl Conn {
             ctx,
             identity: RefCell::new(Identity::Anonymous),
             running: RefCell::new(HashMap::new()),
+            canceled: RefCell::default(),
             pending: Cell::new(0),
             tls_ssf: Cell::new(0),
             transport_ssf,

@@ -459,26 +459,57 @@ async fn apply_all(ctx: &Ctx, records: Vec<(u16, Origin, u64, String)>) -> Resul
     Ok(applied.into_iter().map(|((p, o), seq)| (p, o, seq)).collect())
 }
 
-/// Background work (shard 0): delivering the states renames left in
-/// parcels (`shards::moves`) that no one delivered (after a crash, or a
-/// failed delivery), and holding the changelog to its size cap.
+/// Background work (shard 0) while the changelog is kept: delivering the
+/// states renames left in parcels (`shards::moves`) that no one delivered
+/// (after a crash, or a failed delivery), holding the changelog to its
+/// size cap, and, without a peer (a syncrepl provider alone), trimming it
+/// by age (with a peer, the sender trims what the peer holds).
 pub async fn housekeeping(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>) {
     let is_top = |d: &Dn| ctx.is_suffix(d);
     let r = &config.replication;
     let (cap, every) = (r.changelog_max_records.unwrap_or(0), Duration::from_secs(r.trim_interval_s.unwrap_or(60)));
-    let mut capped: Option<Instant> = None;
+    let max_age_us = r.changelog_max_age_s.unwrap_or(7 * 24 * 3600) * 1_000_000;
+    let mut trimmed: Option<Instant> = None;
     loop {
         if let Err(e) = moves::deliver(&ctx.shard, &is_top).await {
             eprintln!("coredir: replication: delivering a renamed entry's state: {}", e.message);
         }
-        if cap > 0 && capped.is_none_or(|t| t.elapsed() >= every) {
-            capped = Some(Instant::now());
-            if let Err(e) = enforce_cap(&ctx, cap, &shared).await {
-                eprintln!("coredir: replication: holding the changelog to its cap: {e:#}");
+        if trimmed.is_none_or(|t| t.elapsed() >= every) {
+            trimmed = Some(Instant::now());
+            if cap > 0 {
+                if let Err(e) = enforce_cap(&ctx, cap, &shared).await {
+                    eprintln!("coredir: replication: holding the changelog to its cap: {e:#}");
+                }
+            }
+            if r.peer.is_none() {
+                if let Err(e) = trim_by_age(&ctx, wall_us().saturating_sub(max_age_us)).await {
+                    eprintln!("coredir: trimming the changelog: {e:#}");
+                }
             }
         }
         glommio::timer::sleep(RETRY).await;
     }
+}
+
+/// Trims every stream's records older than `older_than_us`.
+async fn trim_by_age(ctx: &Ctx, older_than_us: u64) -> Result<()> {
+    let streams = all_streams(ctx)?;
+    for (partition, origin, first, last) in streams.into_iter().filter(|s| s.2 <= s.3) {
+        let _ = first;
+        let op = WriteOp::Trim { partition, origin, upto: last, older_than_us, keep_tombstones: false };
+        let owner = ctx.shard.manifest.owners[partition as usize] as usize;
+        ctx.shard.submit_to(owner, op).await.map_err(|e| anyhow!(e.message))?;
+    }
+    Ok(())
+}
+
+/// Every stream of records in every store.
+fn all_streams(ctx: &Ctx) -> Result<Vec<changelog::Stream>> {
+    let mut all = Vec::new();
+    for txn in &snapshots(ctx)? {
+        all.extend(changelog::streams(txn).map_err(|e| anyhow!(e.message))?);
+    }
+    Ok(all)
 }
 
 /// Trims the oldest records of every stream, in proportion, when the
@@ -486,14 +517,7 @@ pub async fn housekeeping(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>
 /// peer is marked lagging (and resynced when it next connects) and the
 /// log says so. Deletes keep their tombstones for that resync.
 async fn enforce_cap(ctx: &Ctx, cap: u64, shared: &Shared) -> Result<()> {
-    let streams: Vec<changelog::Stream> = {
-        let txns = snapshots(ctx)?;
-        let mut all = Vec::new();
-        for txn in &txns {
-            all.extend(changelog::streams(txn).map_err(|e| anyhow!(e.message))?);
-        }
-        all
-    };
+    let streams = all_streams(ctx)?;
     let count = |&(_, _, first, last): &changelog::Stream| (last + 1).saturating_sub(first);
     let total: u64 = streams.iter().map(count).sum();
     if total <= cap {

@@ -347,7 +347,10 @@ pub fn serve(config: Config) -> Result<()> {
                     let (repl, config) = (shared.replication.clone(), Arc::new(config.clone()));
                     glommio::spawn_local(crate::replication::serve(l, ctx.clone(), config.clone(), repl.clone()))
                         .detach();
-                    glommio::spawn_local(crate::replication::push(ctx.clone(), config.clone(), repl.clone())).detach();
+                    glommio::spawn_local(crate::replication::push(ctx.clone(), config, repl)).detach();
+                }
+                if i == 0 && ctx.shard.stamping.capture {
+                    let (repl, config) = (shared.replication.clone(), Arc::new(config.clone()));
                     glommio::spawn_local(crate::replication::housekeeping(ctx.clone(), config, repl)).detach();
                 }
                 if let Some(fd) = tls_fd {

@@ -8,6 +8,7 @@
 //! - Pre-Read / Post-Read (RFC 4527): modify and delete / modify, add and
 //!   modify-DN; the images come from the owner's transaction.
 //! - ManageDsaIT (RFC 3296): accepted (there are no referral objects).
+//! - Sync Request (RFC 4533): search (`ops::syncrepl`).
 //!
 //! An unknown control marked critical, or a known one on an operation it
 //! does not apply to, fails the operation with
@@ -45,6 +46,8 @@ pub struct Controls {
     /// Attributes of the Pre-Read and Post-Read controls.
     pub pre_read: Option<Vec<String>>,
     pub post_read: Option<Vec<String>>,
+    /// The Sync Request control: refreshAndPersist (else refreshOnly), and the cookie.
+    pub sync: Option<(bool, Option<Vec<u8>>)>,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -85,6 +88,10 @@ pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
             }
             LdapControl::ServerSort { sort_requests } if k == Kind::Search => out.sort = Some(sort_requests.clone()),
             LdapControl::ManageDsaIT { .. } => {}
+            LdapControl::SyncRequest { mode, cookie, .. } if k == Kind::Search => {
+                let persist = matches!(mode, ldap3_proto::proto::SyncRequestMode::RefreshAndPersist);
+                out.sync = Some((persist, cookie.clone()));
+            }
             LdapControl::Unknown { oid, criticality, value } => {
                 let applies = match oid.as_str() {
                     ASSERTION => k != Kind::Other,

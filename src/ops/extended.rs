@@ -1,5 +1,6 @@
-//! Extended operations (RFC 4511 §4.12): WhoAmI (RFC 4532) and Password
-//! Modify (RFC 3062).
+//! Extended operations (RFC 4511 §4.12): WhoAmI (RFC 4532), Password
+//! Modify (RFC 3062) and Cancel (RFC 3909, for searches: the search ends
+//! with `canceled`).
 //!
 //! Password Modify: a bound user changes their own password (the old one
 //! is required and checked); the root DN, and whoever the access rules
@@ -22,7 +23,8 @@ use shards::write::{Stamp, WriteOp};
 use shards::{now_generalized, password, Error, Result};
 
 pub const OID_START_TLS: &str = "1.3.6.1.4.1.1466.20037";
-pub const SUPPORTED: &[&str] = &[OID_WHOAMI, OID_PASSWORD_MODIFY, OID_START_TLS];
+pub const OID_CANCEL: &str = "1.3.6.1.1.8";
+pub const SUPPORTED: &[&str] = &[OID_WHOAMI, OID_PASSWORD_MODIFY, OID_START_TLS, OID_CANCEL];
 
 /// StartTLS (RFC 4511 §4.14): accepted on a plain connection with TLS
 /// configured and no operation in progress; the handshake follows the
@@ -57,12 +59,33 @@ pub fn handle(conn: &Conn, req: &LdapExtendedRequest) -> Option<LdapExtendedResp
             LdapExtendedResponse { res: result(Ok(())), name: None, value: Some(authz.into_bytes()) }
         }
         OID_PASSWORD_MODIFY => return None,
+        OID_CANCEL => LdapExtendedResponse { res: result(cancel(conn, req)), name: None, value: None },
         other => LdapExtendedResponse {
             res: result(Err(Error::protocol(format!("extended operation {other} is not supported")))),
             name: None,
             value: None,
         },
     })
+}
+
+/// Cancel: `cancelRequestValue ::= SEQUENCE { cancelID MessageID }`.
+fn cancel(conn: &Conn, req: &LdapExtendedRequest) -> Result<()> {
+    let value = req.value.as_deref().unwrap_or_default();
+    let parsed = ldap3_lber::parse::Parser::default().parse(value).ok().filter(|(rest, _)| rest.is_empty());
+    let id = parsed
+        .and_then(|(_, tag)| tag.expect_constructed())
+        .and_then(|mut items| (items.len() == 1).then(|| items.remove(0)))
+        .and_then(|t| t.expect_primitive())
+        .filter(|b| !b.is_empty() && b.len() <= 4)
+        .map(|b| b.iter().fold(if b[0] & 0x80 != 0 { -1i32 } else { 0 }, |n, x| (n << 8) | *x as i32))
+        .ok_or_else(|| Error::protocol("malformed Cancel request value"))?;
+    let running = conn.running.borrow();
+    let flag = running
+        .get(&id)
+        .ok_or_else(|| Error::new(LdapResultCode::NoSuchOperation, format!("no search {id} is running")))?;
+    conn.canceled.borrow_mut().insert(id);
+    flag.set(true);
+    Ok(())
 }
 
 pub async fn password_modify(conn: &Conn, req: &LdapExtendedRequest) -> LdapExtendedResponse {

@@ -22,6 +22,7 @@ pub mod record;
 pub mod rootdse;
 pub mod search;
 pub mod sort;
+pub mod syncrepl;
 
 use crate::conn::{encode, Conn};
 use bytes::BytesMut;
@@ -79,7 +80,10 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
             record::end(conn, &rec, &LdapResultCode::Success, "", None);
             return Flow::Close;
         }
-        LdapOp::SearchRequest(req) => search::start(conn, msgid, req, ctrls, rec),
+        LdapOp::SearchRequest(req) => match ctrls.sync.clone() {
+            Some((persist, cookie)) => syncrepl::start(conn, msgid, req, persist, cookie, rec),
+            None => search::start(conn, msgid, req, ctrls, rec),
+        },
         LdapOp::AddRequest(req) => {
             spawn_write(conn, msgid, rec, LdapOp::AddResponse, add::handle(conn.clone(), req, ctrls))
         }

@@ -23,7 +23,14 @@ pub fn entry(ctx: &Ctx) -> Entry {
             attr("namingContexts", ctx.suffixes.iter().map(|s| s.to_string_form()).collect()),
             attr("supportedLDAPVersion", vec!["3".into()]),
             attr("supportedExtension", strs(extended::SUPPORTED)),
-            attr("supportedControl", strs(controls::SUPPORTED)),
+            attr("supportedControl", {
+                let mut c = strs(controls::SUPPORTED);
+                // The Sync Request control, where there is a changelog to serve it from.
+                if ctx.shard.stamping.capture {
+                    c.push(crate::ops::syncrepl::SYNC_REQUEST.to_string());
+                }
+                c
+            }),
             attr("supportedFeatures", strs(SUPPORTED_FEATURES)),
             attr("vendorName", vec!["coredir".into()]),
             attr("vendorVersion", vec![format!("coredir {}", env!("CARGO_PKG_VERSION"))]),

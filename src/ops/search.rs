@@ -52,6 +52,16 @@ pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest, ctrls: Control
         let mut sent = 0;
         let res = run(&conn, msgid, &req, &ctrls, &abandoned, &mut out, &mut done_ctrls, &mut sent).await;
         conn.running.borrow_mut().remove(&msgid);
+        if conn.canceled.borrow_mut().remove(&msgid) {
+            let done = LdapMsg::new(
+                msgid,
+                LdapOp::SearchResultDone(result(Err(shards::Error::new(LdapResultCode::Canceled, "canceled")))),
+            );
+            record::end_with(&conn, &rec, &done.op, Some(sent));
+            encode(&mut out, done);
+            conn.send(out).await;
+            return;
+        }
         if abandoned.get() {
             record::end(&conn, &rec, &LdapResultCode::Canceled, "", Some(sent));
             return;

@@ -21,6 +21,7 @@ mod schema;
 mod search;
 mod sharding;
 mod support;
+mod syncrepl;
 mod tls;
 mod tools;
 mod write;

@@ -282,6 +282,14 @@ pub fn ldap_utils() {
 /// (Debian's slapd and slapd-contrib), installed when missing. Debian's
 /// policy-rc.d keeps the package from starting a slapd service.
 pub fn slappasswd(args: &[&str]) -> String {
+    slapd_installed();
+    let out = Command::new("slappasswd").args(args).output().expect("slappasswd");
+    assert!(out.status.success(), "slappasswd {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// Debian's slapd and slapd-contrib, installed when missing.
+pub fn slapd_installed() {
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
         if Path::new("/usr/lib/ldap/pw-pbkdf2.la").exists() && Command::new("slappasswd").arg("-VV").output().is_ok() {
@@ -294,11 +302,8 @@ pub fn slappasswd(args: &[&str]) -> String {
             .env("DEBIAN_FRONTEND", "noninteractive")
             .status()
             .is_ok_and(|s| s.success());
-        assert!(ok, "slappasswd is missing and `apt-get install -y slapd slapd-contrib` failed");
+        assert!(ok, "slapd is missing and `apt-get install -y slapd slapd-contrib` failed");
     });
-    let out = Command::new("slappasswd").args(args).output().expect("slappasswd");
-    assert!(out.status.success(), "slappasswd {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
 /// Runs an OpenLDAP client tool; returns (exit code, stdout, stderr).

@@ -1,0 +1,583 @@
+//! Content synchronization (RFC 4533, "syncrepl"), the provider side: a
+//! search with the Sync Request control, so that a stock OpenLDAP consumer
+//! (slapd's `syncrepl` directive) replicates from coredir.
+//!
+//! - **Refresh** (both modes): every entry in scope goes out, in full with
+//!   the `add` state when it changed since the cookie (or there is no
+//!   usable cookie), else as a `present` message (its DN and entryUUID
+//!   only). That is RFC 4533's present phase: the consumer deletes what was
+//!   not named, so deletes need no history. Then refreshOnly ends with
+//!   SearchResultDone and a Sync Done control carrying the new cookie;
+//!   refreshAndPersist sends Sync Info `refreshPresent` (refreshDone) and
+//!   goes on.
+//! - **Persist**: the changelog (`shards::changelog`, kept when mirror mode
+//!   or `syncrepl.provider` is on) is tailed from the positions taken
+//!   before the refresh began, every `POLL`: each record names an entry by
+//!   entryUUID, and the entry goes out as it is now (`modify`, `add`), or
+//!   as `delete` when it is gone; a rename is the entry at its new DN,
+//!   which the consumer applies as a modify-DN (it matches by entryUUID).
+//!   After each round with changes, a Sync Info `newcookie`.
+//! - **Cookies** are OpenLDAP's: `rid=NNN,sid=SSS,csn=<csn>[;<csn>…]`, one
+//!   CSN per server id (both servers of a mirror pair), the consumer's
+//!   `rid` echoed. An entry counts as changed when its `entryCSN` is within
+//!   `MARGIN` of the cookie's CSN for its server or after it: a change
+//!   committed on another shard while a cookie was being made can carry a
+//!   slightly older CSN, and sending an entry twice is harmless. Entries in
+//!   the persist stage carry no cookie (the consumer drops an entry whose
+//!   cookie CSN is not above its own, and changes from different shards
+//!   are not in CSN order); the `newcookie` messages carry it.
+//! - Abandon and Cancel (RFC 3909) end a persistent search.
+//!
+//! ldap3_proto 0.9 writes `newcookie` as a constructed `[0]`; slapd expects
+//! the primitive `0x80` (research/replication.md §6), so it is built here.
+
+use crate::acl::{Level, ReadPlan, Target};
+use crate::conn::{encode, Conn};
+use crate::ops::record::{self, Record};
+use crate::ops::search::Selection;
+use crate::ops::{parse_dn, result, with_matched};
+use bytes::BytesMut;
+use ldap3_proto::control::LdapControl;
+use ldap3_proto::proto::{
+    LdapIntermediateResponse, LdapMsg, LdapOp, LdapPartialAttribute, LdapSearchRequest, LdapSearchResultEntry,
+    LdapSearchScope, SyncStateValue,
+};
+use ldap3_proto::LdapResultCode;
+use shards::changelog::{self, Origin, LOG_PREFIX};
+use shards::csn::Csn;
+use shards::dn::{Dn, KEY_SEPARATOR};
+use shards::entry::{Entry, EntryView};
+use shards::merge::{Change, Record as ChangeRecord};
+use shards::store::{ReadTxn, Store, Tree};
+use shards::write::be_u64;
+use shards::{filter, Error, Result};
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+pub const SYNC_REQUEST: &str = "1.3.6.1.4.1.4203.1.9.1.1";
+const SYNC_INFO: &str = "1.3.6.1.4.1.4203.1.9.1.4";
+/// How often a persistent search looks at the changelog.
+const POLL: Duration = Duration::from_millis(100);
+/// How far before a cookie's CSN entries count as changed (see above).
+const MARGIN_US: u64 = 5_000_000;
+/// Entries read per snapshot in the refresh before yielding.
+const CHUNK: usize = 1024;
+
+/// A cookie: the consumer's replica id and, per server id, a CSN.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Cookie {
+    pub rid: Option<u16>,
+    pub csns: BTreeMap<u16, Csn>,
+}
+
+impl Cookie {
+    /// Parses `rid=NNN[,sid=SSS],csn=<csn>[;<csn>…][,delcsn=…]`; `None` for
+    /// anything else (then the whole content is sent, as RFC 4533 §3.1 allows).
+    pub fn parse(bytes: &[u8]) -> Option<Cookie> {
+        let text = std::str::from_utf8(bytes).ok()?;
+        let mut cookie = Cookie::default();
+        for field in text.split(',') {
+            let (key, value) = field.split_once('=')?;
+            match key.trim() {
+                "rid" => cookie.rid = Some(value.parse().ok()?),
+                "sid" => {
+                    u16::from_str_radix(value, 16).ok()?;
+                }
+                "csn" => {
+                    for c in value.split(';').filter(|c| !c.is_empty()) {
+                        let csn = Csn::parse(c)?;
+                        let slot = cookie.csns.entry(csn.sid).or_insert(csn);
+                        *slot = (*slot).max(csn);
+                    }
+                }
+                _ => {}
+            }
+        }
+        Some(cookie)
+    }
+
+    /// The text form, as slapd composes it, with this server's id.
+    pub fn compose(&self, sid: u16) -> Vec<u8> {
+        let mut out = String::new();
+        if let Some(rid) = self.rid {
+            out.push_str(&format!("rid={rid:03},"));
+        }
+        out.push_str(&format!("sid={sid:03x}"));
+        if !self.csns.is_empty() {
+            let csns: Vec<String> = self.csns.values().map(Csn::to_string).collect();
+            out.push_str(&format!(",csn={}", csns.join(";")));
+        }
+        out.into_bytes()
+    }
+
+    /// Takes a CSN into the vector.
+    fn saw(&mut self, csn: Csn) {
+        let slot = self.csns.entry(csn.sid).or_insert(csn);
+        *slot = (*slot).max(csn);
+    }
+
+    /// Whether an entry with this `entryCSN` changed after the cookie.
+    fn changed_since(&self, csn: Option<Csn>) -> bool {
+        let Some(csn) = csn else { return true };
+        self.csns.get(&csn.sid).is_none_or(|c| csn.phys_us + MARGIN_US > c.phys_us)
+    }
+}
+
+/// The Sync Info `newcookie` message's value (primitive `[0]`).
+pub fn new_cookie_value(cookie: &[u8]) -> Vec<u8> {
+    let mut out = vec![0x80];
+    let n = cookie.len();
+    if n < 0x80 {
+        out.push(n as u8);
+    } else {
+        let len = n.to_be_bytes();
+        let skip = len.iter().take_while(|b| **b == 0).count();
+        out.push(0x80 | (len.len() - skip) as u8);
+        out.extend_from_slice(&len[skip..]);
+    }
+    out.extend_from_slice(cookie);
+    out
+}
+
+/// Starts a syncrepl search (`persist`: refreshAndPersist).
+pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest, persist: bool, cookie: Option<Vec<u8>>, rec: Record) {
+    let abandoned = Rc::new(Cell::new(false));
+    conn.running.borrow_mut().insert(msgid, abandoned.clone());
+    let in_flight = crate::conn::InFlight::new(conn);
+    let conn = conn.clone();
+    glommio::spawn_local(async move {
+        let _in_flight = in_flight;
+        let mut sent = 0u64;
+        let res = run(&conn, msgid, &req, persist, cookie.as_deref(), &abandoned, &mut sent).await;
+        conn.running.borrow_mut().remove(&msgid);
+        let canceled = conn.canceled.borrow_mut().remove(&msgid);
+        if abandoned.get() && !canceled {
+            record::end(&conn, &rec, &LdapResultCode::Canceled, "", Some(sent));
+            return;
+        }
+        let (res, ctrl) = match res {
+            Ok(_) if canceled => (Err(Error::new(LdapResultCode::Canceled, "canceled")), Vec::new()),
+            Ok(done) => (Ok(()), done.into_iter().collect()),
+            Err(e) => (Err(e), Vec::new()),
+        };
+        let mut done = LdapMsg::new(msgid, LdapOp::SearchResultDone(result(res)));
+        done.ctrl = ctrl;
+        record::end_with(&conn, &rec, &done.op, Some(sent));
+        let mut out = BytesMut::new();
+        encode(&mut out, done);
+        conn.send(out).await;
+    })
+    .detach();
+}
+
+/// One syncrepl search: what scope, filter and access allow.
+struct Session<'a> {
+    conn: &'a Conn,
+    msgid: i32,
+    base: Dn,
+    scope: LdapSearchScope,
+    filter: filter::Node,
+    sel: Selection<'a>,
+    plan: Option<ReadPlan<'a>>,
+}
+
+impl Session<'_> {
+    fn in_scope(&self, dn: &Dn) -> bool {
+        match self.scope {
+            LdapSearchScope::Base => *dn == self.base,
+            LdapSearchScope::OneLevel => dn.depth() == self.base.depth() + 1 && dn.is_within(&self.base),
+            LdapSearchScope::Subtree => dn.is_within(&self.base),
+            LdapSearchScope::Children => *dn != self.base && dn.is_within(&self.base),
+        }
+    }
+
+    /// Whether the requester sees this entry and it matches the filter.
+    fn matches(&self, key: &[u8], view: &EntryView<'_>) -> bool {
+        let target = Target { key, entry: Some(view) };
+        match &self.plan {
+            None => self.filter.matches(view),
+            Some(plan) => {
+                plan.entry_readable(&target)
+                    && self.filter.eval_with(view, &|names| plan.can_search(&target, names)) == Some(true)
+            }
+        }
+    }
+
+    /// The entry message: stored attributes the selection asks for and the
+    /// requester may read (no computed ones: a consumer's schema may not
+    /// know them), with its Sync State.
+    fn entry(&self, out: &mut BytesMut, key: &[u8], view: &EntryView<'_>, state: SyncStateValue) -> Result<()> {
+        let target = Target { key, entry: Some(view) };
+        let uuid = uuid_of_view(view)?;
+        let attributes = match state {
+            SyncStateValue::Present => Vec::new(),
+            _ => view
+                .attrs()
+                .filter(|a| self.sel.wants(a.name))
+                .filter(|a| self.plan.as_ref().is_none_or(|p| p.allows(&target, a.name, Level::Read)))
+                .map(|a| LdapPartialAttribute {
+                    atype: a.name.to_string(),
+                    vals: a.vals().map(<[u8]>::to_vec).collect(),
+                })
+                .collect(),
+        };
+        let mut msg = LdapMsg::new(
+            self.msgid,
+            LdapOp::SearchResultEntry(LdapSearchResultEntry { dn: view.dn().to_string(), attributes }),
+        );
+        msg.ctrl = vec![LdapControl::SyncState { state, entry_uuid: uuid, cookie: None }];
+        encode(out, msg);
+        Ok(())
+    }
+
+    /// A delete message: the DN and entryUUID of an entry that is gone.
+    fn delete(&self, out: &mut BytesMut, dn: &str, uuid: [u8; 16]) {
+        let mut msg = LdapMsg::new(
+            self.msgid,
+            LdapOp::SearchResultEntry(LdapSearchResultEntry { dn: dn.to_string(), attributes: Vec::new() }),
+        );
+        msg.ctrl = vec![LdapControl::SyncState {
+            state: SyncStateValue::Delete,
+            entry_uuid: uuid::Uuid::from_bytes(uuid),
+            cookie: None,
+        }];
+        encode(out, msg);
+    }
+
+    fn info(&self, out: &mut BytesMut, info: LdapIntermediateResponse) {
+        encode(out, LdapMsg::new(self.msgid, LdapOp::IntermediateResponse(info)));
+    }
+}
+
+fn uuid_of_view(view: &EntryView<'_>) -> Result<uuid::Uuid> {
+    let text = view.attrs().find(|a| a.name.eq_ignore_ascii_case("entryUUID")).and_then(|a| a.vals().next());
+    let text = text.and_then(|t| std::str::from_utf8(t).ok()).unwrap_or_default();
+    uuid::Uuid::parse_str(text).map_err(|_| Error::other(format!("{}: no entryUUID", view.dn())))
+}
+
+fn entry_csn(view: &EntryView<'_>) -> Option<Csn> {
+    let a = view.attrs().find(|a| a.name.eq_ignore_ascii_case("entryCSN"))?;
+    Csn::parse(std::str::from_utf8(a.vals().next()?).ok()?)
+}
+
+/// The search; for refreshOnly, the Sync Done control of SearchResultDone.
+async fn run(
+    conn: &Conn,
+    msgid: i32,
+    req: &LdapSearchRequest,
+    persist: bool,
+    cookie: Option<&[u8]>,
+    abandoned: &Cell<bool>,
+    sent: &mut u64,
+) -> Result<Option<LdapControl>> {
+    let ctx = &conn.ctx;
+    if !ctx.shard.stamping.capture {
+        return Err(Error::new(
+            LdapResultCode::UnavailableCriticalExtension,
+            "this server is not a syncrepl provider: set [syncrepl] provider = true (it keeps a changelog)",
+        ));
+    }
+    let base = parse_dn(&req.base)?;
+    if !ctx.within_suffix(&base) {
+        return Err(Error::no_such_object(&req.base));
+    }
+    let live = ctx.live();
+    let identity = conn.identity.borrow().clone();
+    let plan = conn.access(&live, &identity).map(ReadPlan::new);
+    let mut node = filter::compile(&req.filter);
+    if let Some(plan) = &plan {
+        node = node.restrict(&|names| plan.searchable(names));
+    }
+    let session = Session {
+        conn,
+        msgid,
+        base,
+        scope: req.scope.clone(),
+        filter: node,
+        sel: Selection::new(&req.attrs, false),
+        plan,
+    };
+    if ctx.shard.get_entry(&session.base.key())?.is_none() {
+        return Err(with_matched(conn, &session.base, Error::no_such_object(&req.base)));
+    }
+    let given = cookie.and_then(Cookie::parse);
+    let rid = given.as_ref().and_then(|c| c.rid).or_else(|| cookie.and_then(rid_only));
+    // Where the persist stage will start: before anything the refresh reads.
+    let marks = positions(ctx)?;
+    let mut next = Cookie { rid, csns: given.as_ref().map(|c| c.csns.clone()).unwrap_or_default() };
+    refresh(&session, given.as_ref(), &mut next, abandoned, sent).await?;
+    let sid = ctx.shard.stamping.sid;
+    if !persist {
+        return Ok(Some(LdapControl::SyncDone { cookie: Some(next.compose(sid)), refresh_deletes: false }));
+    }
+    let mut out = BytesMut::new();
+    session.info(
+        &mut out,
+        LdapIntermediateResponse::SyncInfoRefreshPresent { cookie: Some(next.compose(sid)), done: true },
+    );
+    conn.send(out).await;
+    tail(&session, marks, next, abandoned, sent).await?;
+    Ok(None)
+}
+
+/// The rid of a cookie that carries nothing else usable (`rid=001`).
+fn rid_only(bytes: &[u8]) -> Option<u16> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    text.split(',').find_map(|f| f.strip_prefix("rid=")).and_then(|r| r.parse().ok())
+}
+
+/// The refresh stage: every entry in scope, in full if it changed since
+/// `given`, else as present. `next` gathers the CSNs seen.
+async fn refresh(
+    s: &Session<'_>,
+    given: Option<&Cookie>,
+    next: &mut Cookie,
+    abandoned: &Cell<bool>,
+    sent: &mut u64,
+) -> Result<()> {
+    let shard = &s.conn.ctx.shard;
+    let base_key = s.base.key();
+    let mut prefix = base_key.clone();
+    prefix.push(KEY_SEPARATOR);
+    for store in shard.stores.iter() {
+        // The base entry lives in exactly one store: take it first there.
+        let mut from = base_key.clone();
+        loop {
+            let mut out = BytesMut::new();
+            let mut last = None;
+            {
+                let txn = store.read()?;
+                let mut rows: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(CHUNK);
+                txn.scan(Tree::Dn2id, &base_key, &from, &mut |k, v| {
+                    if last.is_none() && k == from.as_slice() && from != base_key {
+                        return true;
+                    }
+                    if k == base_key.as_slice() || k.starts_with(&prefix) {
+                        rows.push((k.to_vec(), v.to_vec()));
+                    }
+                    last = Some(k.to_vec());
+                    rows.len() < CHUNK
+                })?;
+                for (key, id) in &rows {
+                    let Some(bytes) = txn.get(Tree::Id2entry, id)? else { continue };
+                    let view = EntryView::new(bytes)?;
+                    let dn = Dn::parse(view.dn())?;
+                    if !s.in_scope(&dn) || !s.matches(key, &view) {
+                        continue;
+                    }
+                    let csn = entry_csn(&view);
+                    if let Some(csn) = csn {
+                        next.saw(csn);
+                    }
+                    let changed = given.is_none_or(|g| g.changed_since(csn));
+                    let state = if changed { SyncStateValue::Add } else { SyncStateValue::Present };
+                    s.entry(&mut out, key, &view, state)?;
+                    *sent += 1;
+                }
+                if rows.len() < CHUNK {
+                    last = None;
+                }
+            }
+            s.conn.send(out).await;
+            if abandoned.get() {
+                return Ok(());
+            }
+            match last {
+                Some(k) => from = k,
+                None => break,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The last record of every (partition, origin) stream.
+fn positions(ctx: &crate::server::Ctx) -> Result<BTreeMap<(u16, Origin), u64>> {
+    let mut marks = BTreeMap::new();
+    for store in ctx.shard.stores.iter() {
+        for (p, o, _, last) in changelog::streams(&store.read()?)? {
+            marks.insert((p, o), last);
+        }
+    }
+    Ok(marks)
+}
+
+/// The persist stage: the changelog from `marks`, until abandoned.
+async fn tail(
+    s: &Session<'_>,
+    mut marks: BTreeMap<(u16, Origin), u64>,
+    mut cookie: Cookie,
+    abandoned: &Cell<bool>,
+    sent: &mut u64,
+) -> Result<()> {
+    let ctx = &s.conn.ctx;
+    loop {
+        glommio::timer::sleep(POLL).await;
+        if abandoned.get() {
+            return Ok(());
+        }
+        let mut out = BytesMut::new();
+        let mut changed = false;
+        for store in ctx.shard.stores.iter() {
+            let txn = store.read()?;
+            for (p, o, _, last) in changelog::streams(&txn)? {
+                let mark = marks.entry((p, o)).or_insert(0);
+                if last <= *mark {
+                    continue;
+                }
+                let from = changelog::log_key(p, o, *mark + 1);
+                let mut records = Vec::new();
+                txn.scan(Tree::Changelog, &from[..LOG_PREFIX], &from, &mut |k, v| {
+                    records.push((be_u64(&k[LOG_PREFIX..]), v.to_vec()));
+                    true
+                })?;
+                for (seq, bytes) in records {
+                    let Some(rec) = ChangeRecord::decode(&bytes) else { continue };
+                    match announce(s, &txn, p, &rec, &mut out)? {
+                        Announce::Later => break,
+                        Announce::Sent => *sent += 1,
+                        Announce::Nothing => {}
+                    }
+                    cookie.saw(rec.csn);
+                    changed = true;
+                    *mark = seq;
+                }
+            }
+        }
+        if changed {
+            let value = new_cookie_value(&cookie.compose(ctx.shard.stamping.sid));
+            s.info(&mut out, LdapIntermediateResponse::Raw { name: Some(SYNC_INFO.to_string()), value: Some(value) });
+            s.conn.send(out).await;
+        }
+    }
+}
+
+enum Announce {
+    Sent,
+    Nothing,
+    /// The entry is on its way to another partition: look again next round.
+    Later,
+}
+
+enum Located {
+    Found(Dn, Vec<u8>, Entry),
+    Gone,
+    /// Its state is on its way to the partition of its new DN.
+    Pending,
+}
+
+/// Finds an entry by entryUUID from a DN it had: where the state kept
+/// there says it went, partition after partition (each rename leaves the
+/// state behind with the DN it moved to).
+fn locate(shard: &shards::Shard, uuid: &[u8; 16], mut shown: String) -> Result<Located> {
+    for _hop in 0..16 {
+        let dn = Dn::parse(&shown)?;
+        let key = dn.key();
+        let txn = shard.store_for(&key).read()?;
+        if let Some(id) = txn.get(Tree::Dn2id, &key)? {
+            if let Some(bytes) = txn.get(Tree::Id2entry, id)? {
+                let entry = Entry::decode_view(&EntryView::new(bytes)?)?;
+                if changelog::uuid_of(&entry).ok() == Some(*uuid) {
+                    return Ok(Located::Found(dn, key, entry));
+                }
+            }
+        }
+        let partition = shard.manifest.partition_of(&key) as u16;
+        match changelog::load_state(&txn, partition, uuid)? {
+            None => return Ok(Located::Pending),
+            Some(st) if !st.is_live() => return Ok(Located::Gone),
+            Some(st) => match st.shown_dn(uuid) {
+                Some(next) if next != shown => shown = next,
+                _ => return Ok(Located::Pending),
+            },
+        }
+    }
+    Ok(Located::Pending)
+}
+
+/// What one change record means to the consumer, as the entry is now.
+fn announce<T: ReadTxn>(
+    s: &Session<'_>,
+    txn: &T,
+    partition: u16,
+    rec: &ChangeRecord,
+    out: &mut BytesMut,
+) -> Result<Announce> {
+    let shard = &s.conn.ctx.shard;
+    let state = changelog::load_state(txn, partition, &rec.uuid)?;
+    let old_dn = Dn::parse(&rec.dn)?;
+    let Some(state) = state.filter(|st| st.is_live()) else {
+        if s.in_scope(&old_dn) {
+            s.delete(out, &rec.dn, rec.uuid);
+            return Ok(Announce::Sent);
+        }
+        return Ok(Announce::Nothing);
+    };
+    let Some(shown) = state.shown_dn(&rec.uuid) else { return Ok(Announce::Nothing) };
+    let (dn, key, entry) = match locate(shard, &rec.uuid, shown)? {
+        Located::Found(dn, key, entry) => (dn, key, entry),
+        // Deleted since: the delete's own record says so.
+        Located::Gone => return Ok(Announce::Nothing),
+        Located::Pending => return Ok(Announce::Later),
+    };
+    let mut bytes = Vec::new();
+    entry.encode(&mut bytes);
+    let view = EntryView::new(&bytes)?;
+    if s.in_scope(&dn) && s.matches(&key, &view) {
+        let state = if matches!(rec.change, Change::Add { .. }) { SyncStateValue::Add } else { SyncStateValue::Modify };
+        s.entry(out, &key, &view, state)?;
+        return Ok(Announce::Sent);
+    }
+    // Out of scope now: if it may have been in it before, the consumer drops it.
+    if matches!(rec.change, Change::Rename { .. } | Change::Modify { .. }) && s.in_scope(&old_dn) {
+        s.delete(out, &entry.dn, rec.uuid);
+        return Ok(Announce::Sent);
+    }
+    Ok(Announce::Nothing)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cookies_parse_and_compose_as_slapd_writes_them() {
+        let text =
+            "rid=001,sid=002,csn=20261201003440.153276Z#000000#001#000067;20261201003441.000001Z#000002#002#000000";
+        let c = Cookie::parse(text.as_bytes()).unwrap();
+        assert_eq!(c.rid, Some(1));
+        assert_eq!(c.csns.len(), 2);
+        assert_eq!(c.csns[&2].to_string(), "20261201003441.000001Z#000002#002#000000");
+        assert_eq!(String::from_utf8(c.compose(2)).unwrap(), text);
+        // A consumer's first cookie holds its rid only.
+        let first = Cookie::parse(b"rid=123").unwrap();
+        assert_eq!((first.rid, first.csns.len()), (Some(123), 0));
+        assert_eq!(first.compose(1), b"rid=123,sid=001");
+        for bad in ["rid=x", "csn=garbage", "nonsense"] {
+            assert_eq!(Cookie::parse(bad.as_bytes()), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn entries_count_as_changed_after_the_cookie_less_the_margin() {
+        let csn = |t: u64, sid: u16| Csn { phys_us: t, logical: 0, sid, partition: 0 };
+        let mut c = Cookie::default();
+        c.saw(csn(100_000_000, 1));
+        assert!(!c.changed_since(Some(csn(90_000_000, 1))));
+        assert!(c.changed_since(Some(csn(99_000_000, 1))), "within the margin");
+        assert!(c.changed_since(Some(csn(1, 2))), "another server's, unknown to the cookie");
+        assert!(c.changed_since(None));
+    }
+
+    #[test]
+    fn new_cookie_is_a_primitive_context_tag() {
+        // RFC 4533: syncInfoValue ::= CHOICE { newcookie [0] syncCookie, … }, IMPLICIT TAGS.
+        assert_eq!(new_cookie_value(b"abc"), [0x80, 3, b'a', b'b', b'c']);
+        let long = vec![b'x'; 300];
+        let v = new_cookie_value(&long);
+        assert_eq!(&v[..4], &[0x80, 0x82, 0x01, 0x2c]);
+        assert_eq!(v.len(), 304);
+    }
+}

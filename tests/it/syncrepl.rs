@@ -1,0 +1,260 @@
+//! RFC 4533 interop: a stock OpenLDAP slapd (Debian's, installed when
+//! missing) replicates from coredir with its `syncrepl` directive, in
+//! refreshAndPersist and refreshOnly mode, loading `coredir schema export`.
+
+use crate::support::*;
+use ldap3::{LdapConn, Mod};
+use std::collections::BTreeSet;
+use std::process::{Child, Command, Stdio};
+
+/// A port nobody listens on now (the kernel's pick).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A slapd consuming from a coredir server; stopped (by its pid) on drop.
+struct Consumer {
+    dir: tempfile::TempDir,
+    port: u16,
+    child: Option<Child>,
+}
+
+impl Consumer {
+    /// `kind`: `refreshAndPersist`, or `refreshOnly` polling every second.
+    fn new(provider: &Server, kind: &str) -> Consumer {
+        slapd_installed();
+        let dir = tempfile::tempdir().unwrap();
+        let schema = dir.path().join("coredir.schema");
+        let s = "/etc/ldap/schema";
+        let files = ["core", "cosine", "inetorgperson", "nis"].map(|f| format!("{s}/{f}.schema"));
+        let mut export = Command::new(env!("CARGO_BIN_EXE_coredir"));
+        export.args(["schema", "export"]);
+        for f in &files {
+            export.args(["--skip", f]);
+        }
+        let out = export.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        std::fs::write(&schema, &out.stdout).unwrap();
+        std::fs::create_dir(dir.path().join("db")).unwrap();
+        let includes: String = files.iter().map(|f| format!("include {f}\n")).collect();
+        let interval = if kind == "refreshOnly" { " interval=00:00:00:01" } else { "" };
+        let conf = format!(
+            "{includes}include {schema}\npidfile {dir}/slapd.pid\nmodulepath /usr/lib/ldap\nmoduleload back_mdb\n\
+             database mdb\nsuffix \"{SUFFIX}\"\nrootdn \"{ROOT_DN}\"\nrootpw {ROOT_PW}\ndirectory {dir}/db\n\
+             index entryUUID eq\nindex entryCSN eq\n\
+             syncrepl rid=001 provider={url} type={kind}{interval} searchbase=\"{SUFFIX}\" scope=sub \
+             attrs=\"*,+\" bindmethod=simple binddn=\"{ROOT_DN}\" credentials={ROOT_PW} retry=\"1 +\"\n",
+            schema = schema.display(),
+            dir = dir.path().display(),
+            url = provider.url(),
+        );
+        std::fs::write(dir.path().join("slapd.conf"), conf).unwrap();
+        let mut c = Consumer { dir, port: free_port(), child: None };
+        c.start();
+        c
+    }
+
+    /// Starts slapd on its database (and so with the cookie it stored).
+    fn start(&mut self) {
+        let log = std::fs::File::create(self.dir.path().join("slapd.log")).unwrap();
+        let child = Command::new("slapd")
+            .arg("-f")
+            .arg(self.dir.path().join("slapd.conf"))
+            .args(["-h", &format!("ldap://127.0.0.1:{}/", self.port), "-d", "sync"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("slapd");
+        self.child = Some(child);
+        wait_for("slapd to listen", || std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok());
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("ldap://127.0.0.1:{}", self.port)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("slapd.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Every entry under the suffix, as `ldapsearch` prints it (user
+/// attributes, entryUUID and entryCSN), one record per entry, sorted.
+fn content(url: &str) -> BTreeSet<String> {
+    let (code, out, err) = tool(
+        "ldapsearch",
+        &[
+            "-x",
+            "-H",
+            url,
+            "-D",
+            ROOT_DN,
+            "-w",
+            ROOT_PW,
+            "-LLL",
+            "-o",
+            "ldif-wrap=no",
+            "-b",
+            SUFFIX,
+            "(objectClass=*)",
+            "*",
+            "entryUUID",
+            "entryCSN",
+        ],
+        None,
+    );
+    assert!(code == 0 || code == 32, "ldapsearch on {url}: {err}");
+    // One record per entry, its lines sorted: slapd's modify-DN puts the
+    // new RDN value last, coredir keeps the attribute's place.
+    let record = |r: &str| {
+        let mut lines: Vec<&str> = r.lines().collect();
+        lines[1..].sort_unstable();
+        lines.join("\n")
+    };
+    out.split("\n\n").map(str::trim).filter(|r| !r.is_empty()).map(record).collect()
+}
+
+fn same_content(provider: &Server, consumer: &Consumer) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let last = (content(&provider.url()), content(&consumer.url()));
+        if last.0 == last.1 {
+            return;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = std::fs::write(std::env::temp_dir().join("coredir-syncrepl-consumer.log"), consumer.log());
+            let only_provider: Vec<_> = last.0.difference(&last.1).take(3).collect();
+            let only_consumer: Vec<_> = last.1.difference(&last.0).take(3).collect();
+            panic!(
+                "slapd never caught up: {} entries on coredir, {} on slapd\nonly on coredir: {only_provider:#?}\n\
+                 only on slapd: {only_consumer:#?}\nslapd log tail:\n{}",
+                last.0.len(),
+                last.1.len(),
+                consumer.log().lines().rev().take(30).collect::<Vec<_>>().join("\n")
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// A scripted mix of `n` changes: adds, modifies, renames (within a parent
+/// and to another), deletes and group member additions.
+fn mixed_changes(c: &mut LdapConn, tag: &str, n: usize) {
+    let group = format!("cn=team-{tag},ou=groups,{SUFFIX}");
+    let res = c.add(
+        &group,
+        vec![
+            ("objectClass", ["groupOfNames"].into()),
+            ("cn", [format!("team-{tag}").as_str()].into()),
+            ("member", [ROOT_DN].into()),
+        ],
+    );
+    assert_eq!(res.unwrap().rc, 0);
+    let mut live: Vec<String> = Vec::new();
+    let mut members = BTreeSet::new();
+    let user = |uid: &str| format!("uid={uid},{PEOPLE}");
+    for i in 0..n {
+        let pick = |live: &Vec<String>| live[(i * 7) % live.len()].clone();
+        match i % 10 {
+            0..=3 => {
+                let uid = format!("{tag}{i}");
+                assert_eq!(add_user(c, &uid).rc, 0);
+                live.push(uid);
+            }
+            4 | 5 if !live.is_empty() => {
+                let uid = pick(&live);
+                let text = format!("change {i}");
+                let change = vec![Mod::Replace("description", [text.as_str()].into())];
+                assert_eq!(c.modify(&user(&uid), change).unwrap().rc, 0);
+            }
+            6 if !live.is_empty() => {
+                let uid = pick(&live);
+                let new = format!("{uid}r");
+                assert_eq!(c.modifydn(&user(&uid), &format!("uid={new}"), true, None).unwrap().rc, 0);
+                live.retain(|u| *u != uid);
+                live.push(new);
+            }
+            7 if !live.is_empty() => {
+                let uid = pick(&live);
+                assert_eq!(c.delete(&user(&uid)).unwrap().rc, 0);
+                live.retain(|u| *u != uid);
+            }
+            8 if !live.is_empty() => {
+                let member = user(&pick(&live));
+                if members.insert(member.clone()) {
+                    assert_eq!(c.modify(&group, vec![Mod::Add("member", [member.as_str()].into())]).unwrap().rc, 0);
+                }
+            }
+            _ => {
+                // A move to another parent and back out of it.
+                let uid = format!("{tag}{i}m");
+                assert_eq!(add_user(c, &uid).rc, 0);
+                let res = c.modifydn(&user(&uid), &format!("uid={uid}"), true, Some(&format!("ou=groups,{SUFFIX}")));
+                assert_eq!(res.unwrap().rc, 0);
+            }
+        }
+    }
+}
+
+fn provider(shards: usize) -> Server {
+    Server::start_with_config(shards, "[syncrepl]\nprovider = true\n")
+}
+
+#[test]
+fn slapd_replicates_from_coredir_in_refresh_and_persist() {
+    ldap_utils();
+    let s = provider(2);
+    let mut c = s.admin();
+    // Content before the consumer first connects.
+    mixed_changes(&mut c, "before", 100);
+    let mut consumer = Consumer::new(&s, "refreshAndPersist");
+    same_content(&s, &consumer);
+    // Changes while it listens: 1,000 of them.
+    mixed_changes(&mut c, "live", 1000);
+    same_content(&s, &consumer);
+    // Stopped, changes made, restarted with its cookie: only what changed
+    // comes in full; what was deleted meanwhile is deleted there too.
+    consumer.stop();
+    mixed_changes(&mut c, "apart", 100);
+    consumer.start();
+    same_content(&s, &consumer);
+    assert!(consumer.log().contains("cookie=rid=001,sid=001,csn="), "no cookie in slapd's log");
+}
+
+#[test]
+fn slapd_replicates_from_coredir_in_refresh_only() {
+    ldap_utils();
+    let s = provider(2);
+    let mut c = s.admin();
+    mixed_changes(&mut c, "before", 100);
+    let consumer = Consumer::new(&s, "refreshOnly");
+    same_content(&s, &consumer);
+    mixed_changes(&mut c, "polled", 1000);
+    same_content(&s, &consumer);
+}
+
+#[test]
+fn a_sync_request_without_a_changelog_is_refused_loudly() {
+    ldap_utils();
+    let s = Server::start(1);
+    let (code, out, err) = tool(
+        "ldapsearch",
+        &["-x", "-H", &s.url(), "-D", ROOT_DN, "-w", ROOT_PW, "-o", "ldif-wrap=no", "-E", "!sync=ro", "-b", SUFFIX],
+        None,
+    );
+    assert_eq!(code, 12, "{out}{err}");
+    assert!(out.contains("set [syncrepl] provider = true"), "{out}");
+}
