@@ -237,6 +237,11 @@ pub fn serve(config: Config) -> Result<()> {
     for (i, store) in stores.iter().enumerate() {
         let mib = store.size() as f64 / (1 << 20) as f64;
         eprintln!("coredir: shard {i}: {mib:.1} MiB of data ({} engine)", manifest.engine);
+        // Whether deletes have left tombstones without a break (syncrepl's delete phase).
+        let mut txn = store.write().map_err(|e| anyhow!(e.message))?;
+        shards::changelog::note_capture(&mut txn, config.stamping().capture, shards::csn::wall_us())
+            .and_then(|_| shards::store::WriteTxn::commit(txn))
+            .map_err(|e| anyhow!(e.message))?;
     }
 
     let tls = match (&config.tls.certificate_file, &config.tls.key_file) {

@@ -76,6 +76,40 @@ pub fn state_key(partition: u16, uuid: &[u8; 16]) -> [u8; 18] {
     k
 }
 
+/// `T` + partition -> the time of the newest record trimmed.
+fn trim_key(partition: u16) -> [u8; 3] {
+    let p = partition.to_be_bytes();
+    [b'T', p[0], p[1]]
+}
+
+/// `meta` key: since when (µs) this store has kept tombstones without a
+/// break (capture on at every start since).
+const CAPTURE_SINCE: &[u8] = b"capture_since";
+
+/// At start: notes when capture began, or forgets it when capture is off
+/// (deletes then leave no tombstones).
+pub fn note_capture<T: WriteTxn>(txn: &mut T, on: bool, now_us: u64) -> Result<()> {
+    match (on, txn.get(Tree::Meta, CAPTURE_SINCE)?.is_some()) {
+        (true, false) => txn.put(Tree::Meta, CAPTURE_SINCE, &now_us.to_be_bytes()),
+        (false, true) => txn.delete(Tree::Meta, CAPTURE_SINCE).map(|_| ()),
+        _ => Ok(()),
+    }
+}
+
+/// Whether this store holds the tombstone of every delete made since
+/// `since_us`: capture was on since before, and no record since was trimmed.
+pub fn covers<T: ReadTxn>(txn: &T, since_us: u64) -> Result<bool> {
+    let Some(from) = txn.get(Tree::Meta, CAPTURE_SINCE)?.map(be_u64) else { return Ok(false) };
+    let mut trimmed = 0;
+    txn.scan(Tree::Meta, b"T", b"T", &mut |k, v| {
+        if k.len() == 3 {
+            trimmed = trimmed.max(be_u64(v));
+        }
+        true
+    })?;
+    Ok(from <= since_us && trimmed < since_us)
+}
+
 fn seq_key(partition: u16) -> [u8; 3] {
     let p = partition.to_be_bytes();
     [b'S', p[0], p[1]]
@@ -130,6 +164,7 @@ pub fn new_incarnation<T: WriteTxn>(txn: &mut T, partitions: u16, old: Origin) -
 pub fn meta_partition(key: &[u8]) -> Option<u16> {
     match key {
         [b'S' | b'R', a, b, ..] => Some(u16::from_be_bytes([*a, *b])),
+        [b'T', a, b] => Some(u16::from_be_bytes([*a, *b])),
         _ => crate::moves::parcel_partition(key),
     }
 }
@@ -247,6 +282,16 @@ pub fn trim<T: WriteTxn>(
         gone.push((k.to_vec(), deleted));
         true
     })?;
+    // Changes before this time may have lost their tombstones: a syncrepl
+    // consumer whose cookie is older gets the present phase (`covers`).
+    if let Some((key, _)) = gone.last() {
+        let trimmed = txn.get(Tree::Changelog, key)?.and_then(|v| v.get(1..17).and_then(Csn::from_bytes));
+        let tkey = trim_key(partition);
+        let before = txn.get(Tree::Meta, &tkey)?.map_or(0, be_u64);
+        if let Some(csn) = trimmed.filter(|c| c.phys_us > before) {
+            txn.put(Tree::Meta, &tkey, &csn.phys_us.to_be_bytes())?;
+        }
+    }
     for (key, deleted) in &gone {
         txn.delete(Tree::Changelog, key)?;
         if let Some(uuid) = deleted {

@@ -307,16 +307,18 @@ async fn run(
     // Where the persist stage will start: before anything the refresh reads.
     let marks = positions(ctx)?;
     let mut next = Cookie { rid, csns: given.as_ref().map(|c| c.csns.clone()).unwrap_or_default() };
-    refresh(&session, given.as_ref(), &mut next, abandoned, sent).await?;
+    let phase = refresh(&session, given.as_ref(), &mut next, abandoned, sent).await?;
     let sid = ctx.shard.stamping.sid;
+    let (cookie, deletes) = (Some(next.compose(sid)), phase != Phase::Present);
     if !persist {
-        return Ok(Some(LdapControl::SyncDone { cookie: Some(next.compose(sid)), refresh_deletes: false }));
+        return Ok(Some(LdapControl::SyncDone { cookie, refresh_deletes: deletes }));
     }
     let mut out = BytesMut::new();
-    session.info(
-        &mut out,
-        LdapIntermediateResponse::SyncInfoRefreshPresent { cookie: Some(next.compose(sid)), done: true },
-    );
+    let end = match deletes {
+        true => LdapIntermediateResponse::SyncInfoRefreshDelete { cookie, done: true },
+        false => LdapIntermediateResponse::SyncInfoRefreshPresent { cookie, done: true },
+    };
+    session.info(&mut out, end);
     conn.send(out).await;
     tail(&session, marks, next, abandoned, sent).await?;
     Ok(None)
@@ -328,16 +330,41 @@ fn rid_only(bytes: &[u8]) -> Option<u16> {
     text.split(',').find_map(|f| f.strip_prefix("rid=")).and_then(|r| r.parse().ok())
 }
 
+/// How a refresh tells the consumer what is gone.
+#[derive(Clone, Copy, PartialEq)]
+enum Phase {
+    /// Every entry named, unchanged ones as present: the rest is gone.
+    Present,
+    /// Only changed entries, then the entryUUIDs of those deleted since
+    /// `floor_us` (the changelog's tombstones cover it).
+    Delete { floor_us: u64 },
+}
+
+fn phase(ctx: &crate::server::Ctx, given: Option<&Cookie>) -> Result<Phase> {
+    let Some(min) = given.and_then(|g| g.csns.values().map(|c| c.phys_us).min()) else { return Ok(Phase::Present) };
+    let floor_us = min.saturating_sub(MARGIN_US);
+    for store in ctx.shard.stores.iter() {
+        if !changelog::covers(&store.read()?, floor_us)? {
+            return Ok(Phase::Present);
+        }
+    }
+    Ok(Phase::Delete { floor_us })
+}
+
 /// The refresh stage: every entry in scope, in full if it changed since
-/// `given`, else as present. `next` gathers the CSNs seen.
+/// `given`, else as present or (delete phase) not at all, then for the
+/// delete phase the entryUUIDs of what is gone. `next` gathers the CSNs
+/// seen.
 async fn refresh(
     s: &Session<'_>,
     given: Option<&Cookie>,
     next: &mut Cookie,
     abandoned: &Cell<bool>,
     sent: &mut u64,
-) -> Result<()> {
+) -> Result<Phase> {
     let shard = &s.conn.ctx.shard;
+    let phase = phase(&s.conn.ctx, given)?;
+    let mut gone: Vec<uuid::Uuid> = Vec::new();
     let base_key = s.base.key();
     let mut prefix = base_key.clone();
     prefix.push(KEY_SEPARATOR);
@@ -364,7 +391,7 @@ async fn refresh(
                     let Some(bytes) = txn.get(Tree::Id2entry, id)? else { continue };
                     let view = EntryView::new(bytes)?;
                     let dn = Dn::parse(view.dn())?;
-                    if !s.in_scope(&dn) || !s.matches(key, &view) {
+                    if !s.in_scope(&dn) {
                         continue;
                     }
                     let csn = entry_csn(&view);
@@ -372,7 +399,16 @@ async fn refresh(
                         next.saw(csn);
                     }
                     let changed = given.is_none_or(|g| g.changed_since(csn));
-                    let state = if changed { SyncStateValue::Add } else { SyncStateValue::Present };
+                    let state = match (s.matches(key, &view), changed, phase) {
+                        (true, true, _) => SyncStateValue::Add,
+                        (true, false, Phase::Present) => SyncStateValue::Present,
+                        // Changed so that the filter no longer takes it.
+                        (false, true, Phase::Delete { .. }) => {
+                            gone.push(uuid_of_view(&view)?);
+                            continue;
+                        }
+                        _ => continue,
+                    };
                     s.entry(&mut out, key, &view, state)?;
                     *sent += 1;
                 }
@@ -382,7 +418,7 @@ async fn refresh(
             }
             s.conn.send(out).await;
             if abandoned.get() {
-                return Ok(());
+                return Ok(phase);
             }
             match last {
                 Some(k) => from = k,
@@ -390,7 +426,59 @@ async fn refresh(
             }
         }
     }
-    Ok(())
+    if let (Phase::Delete { .. }, Some(given)) = (phase, given) {
+        gone.extend(departed(s, given)?);
+        let mut out = BytesMut::new();
+        for chunk in gone.chunks(CHUNK) {
+            let info = LdapIntermediateResponse::SyncInfoIdSet {
+                cookie: None,
+                refresh_deletes: true,
+                syncuuids: chunk.to_vec(),
+            };
+            s.info(&mut out, info);
+        }
+        s.conn.send(out).await;
+    }
+    Ok(phase)
+}
+
+/// The entries deleted since the cookie (their tombstones), and those a
+/// rename since took out of scope.
+fn departed(s: &Session<'_>, given: &Cookie) -> Result<Vec<uuid::Uuid>> {
+    let shard = &s.conn.ctx.shard;
+    let mut out = Vec::new();
+    for store in shard.stores.iter() {
+        let mut states = Vec::new();
+        store.read()?.scan(Tree::State, &[], &[], &mut |k, v| {
+            if let (Ok(p), Ok(uuid)) = (<[u8; 2]>::try_from(&k[..2]), <[u8; 16]>::try_from(&k[2..])) {
+                states.push((u16::from_be_bytes(p), uuid, v.to_vec()));
+            }
+            true
+        })?;
+        for (p, uuid, bytes) in states {
+            let Some(state) = changelog::decode_state(&bytes) else { continue };
+            if let Some(deleted) = state.deleted {
+                if given.changed_since(Some(deleted)) {
+                    out.push(uuid::Uuid::from_bytes(uuid));
+                }
+                continue;
+            }
+            // A state a rename left behind, renamed since the cookie.
+            let Some((dn, at)) = &state.dn else { continue };
+            let home = Dn::parse(dn).map(|d| shard.manifest.partition_of(&d.key()) as u16);
+            if home.is_ok_and(|h| h == p) || !given.changed_since(Some(*at)) {
+                continue;
+            }
+            if let Located::Found(now, ..) = locate(shard, &uuid, dn.clone())? {
+                if !s.in_scope(&now) {
+                    out.push(uuid::Uuid::from_bytes(uuid));
+                }
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
 }
 
 /// The last record of every (partition, origin) stream.
@@ -422,10 +510,16 @@ async fn tail(
         let mut changed = false;
         for store in ctx.shard.stores.iter() {
             let txn = store.read()?;
-            for (p, o, _, last) in changelog::streams(&txn)? {
+            for (p, o, first, last) in changelog::streams(&txn)? {
                 let mark = marks.entry((p, o)).or_insert(0);
                 if last <= *mark {
                     continue;
+                }
+                if first > *mark + 1 {
+                    return Err(Error::new(
+                        LdapResultCode::EsyncRefreshRequired,
+                        "the changelog was trimmed past this session's position: refresh",
+                    ));
                 }
                 let from = changelog::log_key(p, o, *mark + 1);
                 let mut records = Vec::new();

@@ -232,6 +232,9 @@ fn slapd_replicates_from_coredir_in_refresh_and_persist() {
     consumer.start();
     same_content(&s, &consumer);
     assert!(consumer.log().contains("cookie=rid=001,sid=001,csn="), "no cookie in slapd's log");
+    // The changelog covered its cookie: only the changes and the deleted
+    // entries' UUIDs came (RFC 4533's delete phase).
+    assert!(consumer.log().contains("REFRESH_DELETE"), "the restart did not use the delete phase");
 }
 
 #[test]
