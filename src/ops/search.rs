@@ -222,7 +222,13 @@ async fn run(
         return Ok(());
     }
     let sorting = sorter.is_some();
+    // contextCSN, on the suffix entries, where there is a changelog.
+    let context_csn = match ctx.shard.stamping.capture && sel.wants_computed("contextCSN") {
+        true => Some((ctx.suffixes.iter().map(Dn::key).collect(), crate::ops::syncrepl::context_csn(ctx)?)),
+        false => None,
+    };
     let mut emit = Emit {
+        context_csn,
         msgid,
         filter: &node,
         sel: &sel,
@@ -413,6 +419,8 @@ struct Emit<'a> {
     page_left: Option<usize>,
     /// Collects entries instead of writing them (server-side sort).
     sorter: Option<Sorter>,
+    /// The suffixes' keys and their contextCSN values, when asked for.
+    context_csn: Option<(Vec<Vec<u8>>, Vec<Vec<u8>>)>,
 }
 
 /// What visiting one candidate decided.
@@ -428,6 +436,12 @@ enum Stop {
     Code(LdapResultCode),
     PageAtId([u8; 8]),
     PageAtKey(Vec<u8>),
+}
+
+/// The contextCSN values of the entry with this key, if it is a suffix.
+fn context<'v>(context_csn: &'v Option<(Vec<Vec<u8>>, Vec<Vec<u8>>)>, key: &[u8]) -> Option<&'v [Vec<u8>]> {
+    let (keys, values) = context_csn.as_ref()?;
+    keys.iter().any(|k| k == key).then_some(values.as_slice())
 }
 
 impl Emit<'_> {
@@ -459,13 +473,14 @@ impl Emit<'_> {
         let n_children = children(txn, key)?;
         let plan = self.plan;
         let readable = |name: &str| plan.is_none_or(|p| p.allows(&target, name, Level::Read));
+        let csns = context(&self.context_csn, key);
         match &mut self.sorter {
             Some(sorter) => {
                 let mut buf = BytesMut::new();
-                write_entry(&mut buf, self.msgid, view, n_children, self.sel, &readable);
+                write_entry(&mut buf, self.msgid, view, n_children, self.sel, &readable, csns);
                 sorter.push(view, buf)?;
             }
-            None => write_entry(self.out, self.msgid, view, n_children, self.sel, &readable),
+            None => write_entry(self.out, self.msgid, view, n_children, self.sel, &readable, csns),
         }
         self.sent += 1;
         if let Some(left) = &mut self.page_left {
@@ -597,6 +612,7 @@ fn write_entry(
     n_children: u64,
     sel: &Selection,
     readable: &impl Fn(&str) -> bool,
+    context_csn: Option<&[Vec<u8>]>,
 ) {
     let mut attrs: Vec<OutAttr<'_, Vals<'_>>> = view
         .attrs()
@@ -607,6 +623,12 @@ fn write_entry(
     computed.retain(|(name, _)| readable(name));
     for (name, buf) in &computed {
         attrs.push(OutAttr { name, vals: Vals::from_encoded(buf, 1) });
+    }
+    let mut csns = Vec::new();
+    if let Some(values) = context_csn.filter(|v| !v.is_empty() && readable("contextCSN")) {
+        let slices: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+        encode_vals(&slices, &mut csns);
+        attrs.push(OutAttr { name: "contextCSN", vals: Vals::from_encoded(&csns, values.len() as u32) });
     }
     ber::search_entry(out, msgid, view.dn(), &attrs, sel.types_only);
 }

@@ -481,6 +481,25 @@ fn departed(s: &Session<'_>, given: &Cookie) -> Result<Vec<uuid::Uuid>> {
     Ok(out)
 }
 
+/// `contextCSN` (one value per server id): the newest CSN of each origin
+/// in the changelog, as slapd keeps it on the suffix entry.
+pub fn context_csn(ctx: &crate::server::Ctx) -> Result<Vec<Vec<u8>>> {
+    let mut cookie = Cookie::default();
+    for store in ctx.shard.stores.iter() {
+        let txn = store.read()?;
+        for (p, o, first, last) in changelog::streams(&txn)? {
+            if first > last {
+                continue;
+            }
+            let rec = txn.get(Tree::Changelog, &changelog::log_key(p, o, last))?;
+            if let Some(csn) = rec.and_then(|v| v.get(1..17)).and_then(Csn::from_bytes) {
+                cookie.saw(csn);
+            }
+        }
+    }
+    Ok(cookie.csns.values().map(|c| c.to_string().into_bytes()).collect())
+}
+
 /// The last record of every (partition, origin) stream.
 fn positions(ctx: &crate::server::Ctx) -> Result<BTreeMap<(u16, Origin), u64>> {
     let mut marks = BTreeMap::new();

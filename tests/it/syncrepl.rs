@@ -225,6 +225,21 @@ fn slapd_replicates_from_coredir_in_refresh_and_persist() {
     // Changes while it listens: 1,000 of them.
     mixed_changes(&mut c, "live", 1000);
     same_content(&s, &consumer);
+    // contextCSN on the suffix: the newest change, which slapd learns too.
+    let context = |url: &str| {
+        let (_, out, _) =
+            tool("ldapsearch", &["-x", "-H", url, "-LLL", "-s", "base", "-b", SUFFIX, "contextCSN"], None);
+        out.lines().filter_map(|l| l.strip_prefix("contextCSN: ")).map(String::from).collect::<Vec<_>>()
+    };
+    let ours = context(&s.url());
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    let newest = content(&s.url())
+        .iter()
+        .filter_map(|r| r.lines().find_map(|l| l.strip_prefix("entryCSN: ")))
+        .map(String::from)
+        .max();
+    assert!(Some(&ours[0]) >= newest.as_ref(), "{ours:?} {newest:?}");
+    wait_for("slapd's contextCSN", || context(&consumer.url()) == ours);
     // Stopped, changes made, restarted with its cookie: only what changed
     // comes in full; what was deleted meanwhile is deleted there too.
     consumer.stop();
