@@ -684,6 +684,62 @@ mod tests {
         assert!(c.changed_since(None));
     }
 
+    /// The message's bytes as the server writes them.
+    fn wire(op: LdapOp, ctrl: Vec<LdapControl>) -> Vec<u8> {
+        let mut msg = LdapMsg::new(7, op);
+        msg.ctrl = ctrl;
+        let mut out = BytesMut::new();
+        encode(&mut out, msg);
+        out.to_vec()
+    }
+
+    fn holds(haystack: &[u8], needle: &[u8]) -> bool {
+        haystack.windows(needle.len()).any(|w| w == needle)
+    }
+
+    /// Sync State, Sync Done and the Sync Info choices, against bytes
+    /// written out from RFC 4533 §2 (and as slapd reads them).
+    #[test]
+    fn sync_messages_encode_as_rfc_4533_says() {
+        let uuid = uuid::Uuid::from_bytes([0x11; 16]);
+        let entry = LdapOp::SearchResultEntry(LdapSearchResultEntry { dn: "dc=x".into(), attributes: vec![] });
+        let state = LdapControl::SyncState { state: SyncStateValue::Add, entry_uuid: uuid, cookie: None };
+        let bytes = wire(entry, vec![state]);
+        // controlType, then the value: SEQUENCE { ENUMERATED add(1), OCTET STRING uuid }.
+        assert!(holds(&bytes, b"\x04\x181.3.6.1.4.1.4203.1.9.1.2"), "{bytes:02x?}");
+        let mut value = vec![0x04, 0x17, 0x30, 0x15, 0x0a, 0x01, 0x01, 0x04, 0x10];
+        value.extend_from_slice(&[0x11; 16]);
+        assert!(holds(&bytes, &value), "{bytes:02x?}");
+
+        let done = LdapControl::SyncDone { cookie: Some(b"ck".to_vec()), refresh_deletes: true };
+        let bytes = wire(LdapOp::SearchResultDone(result(Ok(()))), vec![done]);
+        // SEQUENCE { cookie, refreshDeletes TRUE }.
+        assert!(holds(&bytes, &[0x04, 0x09, 0x30, 0x07, 0x04, 0x02, b'c', b'k', 0x01, 0x01, 0xff]), "{bytes:02x?}");
+
+        let info = |i: LdapIntermediateResponse| wire(LdapOp::IntermediateResponse(i), vec![]);
+        // refreshPresent [2] { cookie } (refreshDone TRUE is the default: left out).
+        let bytes = info(LdapIntermediateResponse::SyncInfoRefreshPresent { cookie: Some(b"ck".to_vec()), done: true });
+        assert!(holds(&bytes, &[0x81, 0x06, 0xa2, 0x04, 0x04, 0x02, b'c', b'k']), "{bytes:02x?}");
+        let bytes = info(LdapIntermediateResponse::SyncInfoRefreshDelete { cookie: Some(b"ck".to_vec()), done: true });
+        assert!(holds(&bytes, &[0x81, 0x06, 0xa1, 0x04, 0x04, 0x02, b'c', b'k']), "{bytes:02x?}");
+        // syncIdSet [3] { refreshDeletes TRUE, SET OF uuid }.
+        let bytes = info(LdapIntermediateResponse::SyncInfoIdSet {
+            cookie: None,
+            refresh_deletes: true,
+            syncuuids: vec![uuid],
+        });
+        let mut set = vec![0xa3, 0x17, 0x01, 0x01, 0xff, 0x31, 0x12, 0x04, 0x10];
+        set.extend_from_slice(&[0x11; 16]);
+        assert!(holds(&bytes, &set), "{bytes:02x?}");
+        // newcookie [0], primitive, with the Sync Info OID as the name.
+        let raw = LdapIntermediateResponse::Raw {
+            name: Some(SYNC_INFO.to_string()),
+            value: Some(new_cookie_value(b"ck")),
+        };
+        let bytes = info(raw);
+        assert!(holds(&bytes, b"\x80\x181.3.6.1.4.1.4203.1.9.1.4\x81\x04\x80\x02ck"), "{bytes:02x?}");
+    }
+
     #[test]
     fn new_cookie_is_a_primitive_context_tag() {
         // RFC 4533: syncInfoValue ::= CHOICE { newcookie [0] syncCookie, … }, IMPLICIT TAGS.
