@@ -732,10 +732,8 @@ mod tests {
         set.extend_from_slice(&[0x11; 16]);
         assert!(holds(&bytes, &set), "{bytes:02x?}");
         // newcookie [0], primitive, with the Sync Info OID as the name.
-        let raw = LdapIntermediateResponse::Raw {
-            name: Some(SYNC_INFO.to_string()),
-            value: Some(new_cookie_value(b"ck")),
-        };
+        let raw =
+            LdapIntermediateResponse::Raw { name: Some(SYNC_INFO.to_string()), value: Some(new_cookie_value(b"ck")) };
         let bytes = info(raw);
         assert!(holds(&bytes, b"\x80\x181.3.6.1.4.1.4203.1.9.1.4\x81\x04\x80\x02ck"), "{bytes:02x?}");
     }

@@ -427,6 +427,30 @@ impl Raw {
     }
 }
 
+impl Raw {
+    /// The next message, skipping those ldap3_proto 0.9 cannot decode: the
+    /// Sync Info `newcookie` in its RFC form (a primitive `[0]`).
+    pub fn recv_lenient(&mut self) -> Option<LdapMsg> {
+        let mut codec = LdapCodec::new(Some(64 << 20), None);
+        loop {
+            if let coredir::ber::Frame::Size(n) = coredir::ber::peek_frame(&self.buf) {
+                if self.buf.len() >= n {
+                    let mut one = self.buf.split_to(n);
+                    match codec.decode(&mut one) {
+                        Ok(Some(m)) => return Some(m),
+                        _ => continue,
+                    }
+                }
+            }
+            let mut chunk = [0u8; 65536];
+            match self.sock.read(&mut chunk) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+}
+
 /// `coredir ctl ARGS` against a running server: exit code, stdout, stderr.
 pub fn ctl(s: &Server, args: &[&str]) -> (i32, String, String) {
     let socket = s.data().join("admin.sock");

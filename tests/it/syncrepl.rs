@@ -4,6 +4,7 @@
 
 use crate::support::*;
 use ldap3::{LdapConn, Mod};
+use ldap3_proto::proto::LdapMsg;
 use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
 
@@ -275,4 +276,84 @@ fn a_sync_request_without_a_changelog_is_refused_loudly() {
     );
     assert_eq!(code, 12, "{out}{err}");
     assert!(out.contains("set [syncrepl] provider = true"), "{out}");
+}
+
+/// A persistent sync search on a raw connection: the refresh is read up
+/// to its Sync Info message, then the search stays open.
+fn persistent_search(r: &mut Raw, msgid: i32) {
+    use ldap3_proto::proto::{LdapOp, LdapSearchRequest, LdapSearchScope, SyncRequestMode};
+    let mut msg = LdapMsg::new(
+        msgid,
+        LdapOp::SearchRequest(LdapSearchRequest {
+            base: SUFFIX.into(),
+            scope: LdapSearchScope::Subtree,
+            aliases: ldap3_proto::proto::LdapDerefAliases::Never,
+            sizelimit: 0,
+            timelimit: 0,
+            typesonly: false,
+            filter: ldap3_proto::proto::LdapFilter::Present("objectClass".into()),
+            attrs: vec![],
+        }),
+    );
+    msg.ctrl = vec![ldap3_proto::control::LdapControl::SyncRequest {
+        criticality: true,
+        mode: SyncRequestMode::RefreshAndPersist,
+        cookie: None,
+        reload_hint: false,
+    }];
+    r.send(vec![msg]);
+    loop {
+        let m = r.recv_lenient().expect("closed");
+        match m.op {
+            LdapOp::SearchResultEntry(_) => {}
+            LdapOp::IntermediateResponse(_) => return,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn cancel_and_abandon_end_a_persistent_search() {
+    use ldap3_proto::proto::{LdapExtendedRequest, LdapOp};
+    let s = provider(1);
+    let mut r = Raw::connect(&s);
+    r.send(vec![LdapMsg::new(1, bind(ROOT_DN, ROOT_PW))]);
+    assert!(
+        matches!(r.recv_lenient().unwrap().op, LdapOp::BindResponse(ref b) if b.res.code == ldap3_proto::LdapResultCode::Success)
+    );
+    // A change while it persists arrives as an entry.
+    persistent_search(&mut r, 2);
+    assert_eq!(add_user(&mut s.admin(), "seen").rc, 0);
+    let m = r.recv_lenient().unwrap();
+    assert!(matches!(m.op, LdapOp::SearchResultEntry(ref e) if e.dn.starts_with("uid=seen,")), "{m:?}");
+    // Cancel (RFC 3909): cancelRequestValue ::= SEQUENCE { cancelID 2 }.
+    let cancel = LdapExtendedRequest { name: "1.3.6.1.1.8".into(), value: Some(vec![0x30, 0x03, 0x02, 0x01, 0x02]) };
+    r.send(vec![LdapMsg::new(3, LdapOp::ExtendedRequest(cancel))]);
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let m = r.recv_lenient().expect("closed");
+        match (m.msgid, &m.op) {
+            (2, LdapOp::SearchResultDone(res)) => seen.push(res.code.clone()),
+            (3, LdapOp::ExtendedResponse(res)) => seen.push(res.res.code.clone()),
+            (2, LdapOp::IntermediateResponse(_)) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(seen.contains(&ldap3_proto::LdapResultCode::Canceled), "{seen:?}");
+    assert!(seen.contains(&ldap3_proto::LdapResultCode::Success), "{seen:?}");
+    // Abandon: the search ends without an answer; the connection goes on.
+    persistent_search(&mut r, 4);
+    r.send(vec![LdapMsg::new(5, LdapOp::AbandonRequest(4)), LdapMsg::new(6, whoami())]);
+    loop {
+        let m = r.recv_lenient().expect("closed");
+        match (m.msgid, &m.op) {
+            (6, LdapOp::ExtendedResponse(_)) => break,
+            (4, LdapOp::SearchResultDone(_)) => panic!("an abandoned search is not answered"),
+            _ => {}
+        }
+    }
+    assert_eq!(add_user(&mut s.admin(), "unseen").rc, 0);
+    r.send(vec![LdapMsg::new(7, whoami())]);
+    let m = r.recv_lenient().unwrap();
+    assert_eq!(m.msgid, 7, "{m:?}");
 }
