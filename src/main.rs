@@ -42,7 +42,8 @@
 //! - `ber`: direct BER encoding of search entries; PDU header peeking.
 //! - `ops/`: one file per LDAP operation (`bind`, `search`, `add`,
 //!   `modify`, `delete`, `modify_dn`, `compare`, `abandon`, `extended`),
-//!   plus `rootdse` (root DSE), `controls` (request/response controls),
+//!   plus `syncrepl` (the RFC 4533 provider on the changelog),
+//!   `rootdse` (root DSE), `controls` (request/response controls),
 //!   `paging` and `sort` (search controls) and `mod.rs` (dispatch and the
 //!   one place errors become responses).
 //! - `shards` (crate): everything a shard owns: DNs, entries, filters,
