@@ -28,6 +28,18 @@ use shards::write::{children, Extras, Images, Parent, WriteOp};
 use shards::{now_generalized, Error, Result, Shard};
 use std::rc::Rc;
 
+/// The old DN's owner's part of a rename (the parents are counted apart).
+fn move_op(old_key: &[u8], old_text: &str, new_key: Vec<u8>, entry: Entry) -> WriteOp {
+    WriteOp::Move {
+        old_key: old_key.to_vec(),
+        old_dn: old_text.to_string(),
+        old_parent: None,
+        new_key,
+        new_parent: None,
+        entry,
+    }
+}
+
 /// A rename in mirror mode: the new parent counted (and so kept) while the
 /// old DN's owner moves the entry and the state is delivered; the images
 /// count both parents.
@@ -39,15 +51,7 @@ async fn move_replicated(conn: &Conn, old: &Dn, old_text: &str, new: &Dn, entry:
     }
     let guard = Parent::of(new);
     shard.submit(&guard.key.clone(), WriteOp::Child { parent: guard.clone(), delta: 1 }).await?;
-    let op = WriteOp::Move {
-        old_key: old_key.clone(),
-        old_dn: old_text.to_string(),
-        old_parent: None,
-        new_key,
-        new_parent: None,
-        entry,
-    };
-    let moved = shard.submit_for(shard.owner_of(&old_key), op).await;
+    let moved = shard.submit_for(shard.owner_of(&old_key), move_op(&old_key, old_text, new_key, entry)).await;
     let is_top = |d: &Dn| conn.ctx.is_suffix(d);
     if let Ok(images) = &moved {
         moves::count_children(shard, images.iter().map(|b| (**b).clone()), &is_top).await;
@@ -154,15 +158,7 @@ async fn move_entry(shard: &Shard, old: &Dn, old_text: &str, new: &Dn, entry: En
         if parent_changed {
             shard.submit(&new_parent.key.clone(), WriteOp::Child { parent: new_parent.clone(), delta: 1 }).await?;
         }
-        let op = WriteOp::Move {
-            old_key: old_key.clone(),
-            old_dn: old_text.to_string(),
-            old_parent: None,
-            new_key,
-            new_parent: None,
-            entry,
-        };
-        if let Err(e) = shard.submit(&old_key, op).await {
+        if let Err(e) = shard.submit(&old_key, move_op(&old_key, old_text, new_key, entry)).await {
             if parent_changed {
                 let _ = shard.submit(&new_parent.key.clone(), WriteOp::Child { parent: new_parent, delta: -1 }).await;
             }

@@ -38,10 +38,16 @@ const CHUNK_BYTES: usize = 64 << 10;
 /// Candidates examined before the scan pauses to let other tasks run.
 const CHUNK_SCANNED: usize = 2048;
 
-pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest, ctrls: Controls, rec: Record) {
+/// Registers a running search: its Abandon flag, and its place among the
+/// connection's pending operations while it lives.
+pub fn running(conn: &Rc<Conn>, msgid: i32) -> (Rc<Cell<bool>>, crate::conn::InFlight) {
     let abandoned = Rc::new(Cell::new(false));
     conn.running.borrow_mut().insert(msgid, abandoned.clone());
-    let in_flight = crate::conn::InFlight::new(conn);
+    (abandoned, crate::conn::InFlight::new(conn))
+}
+
+pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest, ctrls: Controls, rec: Record) {
+    let (abandoned, in_flight) = running(conn, msgid);
     let conn = conn.clone();
     glommio::spawn_local(async move {
         let _in_flight = in_flight;

@@ -143,9 +143,7 @@ pub fn new_cookie_value(cookie: &[u8]) -> Vec<u8> {
 
 /// Starts a syncrepl search (`persist`: refreshAndPersist).
 pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest, persist: bool, cookie: Option<Vec<u8>>, rec: Record) {
-    let abandoned = Rc::new(Cell::new(false));
-    conn.running.borrow_mut().insert(msgid, abandoned.clone());
-    let in_flight = crate::conn::InFlight::new(conn);
+    let (abandoned, in_flight) = crate::ops::search::running(conn, msgid);
     let conn = conn.clone();
     glommio::spawn_local(async move {
         let _in_flight = in_flight;
