@@ -58,7 +58,9 @@ pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest, ctrls: Control
         let mut sent = 0;
         let res = run(&conn, msgid, &req, &ctrls, &abandoned, &mut out, &mut done_ctrls, &mut sent).await;
         conn.running.borrow_mut().remove(&msgid);
-        if conn.canceled.borrow_mut().remove(&msgid) {
+        // Nothing to hash on the usual path: no Cancel on this connection.
+        let canceled = !conn.canceled.borrow().is_empty() && conn.canceled.borrow_mut().remove(&msgid);
+        if canceled {
             let done = LdapMsg::new(
                 msgid,
                 LdapOp::SearchResultDone(result(Err(shards::Error::new(LdapResultCode::Canceled, "canceled")))),
