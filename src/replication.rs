@@ -494,8 +494,7 @@ pub async fn housekeeping(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>
 /// Trims every stream's records older than `older_than_us`.
 async fn trim_by_age(ctx: &Ctx, older_than_us: u64) -> Result<()> {
     let streams = all_streams(ctx)?;
-    for (partition, origin, first, last) in streams.into_iter().filter(|s| s.2 <= s.3) {
-        let _ = first;
+    for (partition, origin, _, last) in streams.into_iter().filter(|(_, _, first, last)| first <= last) {
         let op = WriteOp::Trim { partition, origin, upto: last, older_than_us, keep_tombstones: false };
         let owner = ctx.shard.manifest.owners[partition as usize] as usize;
         ctx.shard.submit_to(owner, op).await.map_err(|e| anyhow!(e.message))?;

@@ -71,14 +71,7 @@ pub fn replicate<T: WriteTxn>(
         }
     }
     clock.hlc.observe(rec.csn).map_err(|skew| Error::unwilling(format!("refused: {skew}")))?;
-    let mut state = match changelog::load_state(txn, partition, &rec.uuid)? {
-        Some(s) => s,
-        // Written before replication was on: the entry at the DN, if it is this one.
-        None => match stored(txn, &key)? {
-            Some((_, e)) if changelog::uuid_of(&e).ok() == Some(rec.uuid) => changelog::state_of_existing(&e),
-            _ => Default::default(),
-        },
-    };
+    let mut state = current_state(txn, partition, &rec.uuid, Some(&key))?;
     let here = Here { partition_of, partition, known: (&rec.dn, partition) };
     let was = here.home(&state);
     let before = here.shown(txn, &state, &rec.uuid)?;
@@ -107,17 +100,12 @@ pub fn absorb<T: WriteTxn>(
     incoming: &EntryState,
 ) -> Outcome {
     let here = Here { partition_of, partition, known: ("", partition) };
-    let mut state = match changelog::load_state(txn, partition, uuid)? {
-        Some(s) => s,
-        // Written before replication was on (a resync meets those).
-        None => match incoming.dn.as_ref().filter(|(dn, _)| here.partition(dn) == Some(partition)) {
-            Some((dn, _)) => match stored(txn, &Dn::parse(dn)?.key())? {
-                Some((_, e)) if changelog::uuid_of(&e).ok() == Some(*uuid) => changelog::state_of_existing(&e),
-                _ => EntryState::default(),
-            },
-            None => EntryState::default(),
-        },
+    // A resync meets entries written before replication was on.
+    let key = match incoming.dn.as_ref().filter(|(dn, _)| here.partition(dn) == Some(partition)) {
+        Some((dn, _)) => Some(Dn::parse(dn)?.key()),
+        None => None,
     };
+    let mut state = current_state(txn, partition, uuid, key.as_deref())?;
     let old = state.clone();
     state.join(incoming);
     if state == old {
@@ -191,6 +179,19 @@ fn settle<T: WriteTxn, P: Fn(&[u8]) -> u32>(
     }
     place(txn, here.partition_of, next_id, before.as_ref(), after.as_ref())?;
     Ok(Images { before: before.map(|(_, e)| e), after })
+}
+
+/// An entry's state in a partition: the one stored, or, for an entry
+/// written before replication was on and stored under `key`, its state as
+/// it stands; else an empty one.
+fn current_state<T: WriteTxn>(txn: &T, partition: u16, uuid: &[u8; 16], key: Option<&[u8]>) -> Result<EntryState> {
+    if let Some(state) = changelog::load_state(txn, partition, uuid)? {
+        return Ok(state);
+    }
+    Ok(match key.map(|k| stored(txn, k)).transpose()?.flatten() {
+        Some((_, e)) if changelog::uuid_of(&e).ok() == Some(*uuid) => changelog::state_of_existing(&e),
+        _ => EntryState::default(),
+    })
 }
 
 /// The entry stored under a DN key, with its id.

@@ -315,10 +315,7 @@ async fn walk(
     if req.scope == LdapSearchScope::Base {
         return Ok(None);
     }
-    let mut prefix = base_key;
-    prefix.push(KEY_SEPARATOR);
-    let one_level = req.scope == LdapSearchScope::OneLevel;
-    let scope = Scope { depth: one_level.then(|| key_depth(&prefix)), prefix };
+    let scope = Scope::below(&base_key, &req.scope);
     let first = match &position {
         Position::Range { store, .. } | Position::Index { store, .. } => *store,
         _ => 0,
@@ -397,16 +394,40 @@ fn search_monitor(
     Ok(())
 }
 
-/// Which DN keys a one-level, subtree or children search covers.
-struct Scope {
+/// Which DN keys below the base a one-level, subtree or children search
+/// covers (the base itself is decided apart).
+pub struct Scope {
     prefix: Vec<u8>,
     /// For one-level scope, the depth of the base's children.
     depth: Option<usize>,
 }
 
 impl Scope {
-    fn contains(&self, key: &[u8]) -> bool {
+    pub fn below(base_key: &[u8], scope: &LdapSearchScope) -> Scope {
+        let mut prefix = base_key.to_vec();
+        prefix.push(KEY_SEPARATOR);
+        let depth = (*scope == LdapSearchScope::OneLevel).then(|| key_depth(&prefix));
+        Scope { prefix, depth }
+    }
+
+    pub fn contains(&self, key: &[u8]) -> bool {
         key.starts_with(&self.prefix) && self.depth.is_none_or(|d| key_depth(key) == d)
+    }
+}
+
+/// Whether the requester may see the entry and it matches the filter
+/// (`plan` is `None` for the root DN).
+pub fn visible_match(
+    plan: Option<&ReadPlan<'_>>,
+    filter: &filter::Node,
+    target: &Target,
+    view: &EntryView<'_>,
+) -> bool {
+    match plan {
+        None => filter.matches(view),
+        Some(plan) => {
+            plan.entry_readable(target) && filter.eval_with(view, &|names| plan.can_search(target, names)) == Some(true)
+        }
     }
 }
 
@@ -465,14 +486,7 @@ impl Emit<'_> {
             return Ok(Visit::Stop(LdapResultCode::TimeLimitExceeded));
         }
         let target = Target { key, entry: Some(view) };
-        let matched = match self.plan {
-            None => self.filter.matches(view),
-            Some(plan) => {
-                plan.entry_readable(&target)
-                    && self.filter.eval_with(view, &|names| plan.can_search(&target, names)) == Some(true)
-            }
-        };
-        if !matched {
+        if !visible_match(self.plan, self.filter, &target, view) {
             return Ok(Visit::Next);
         }
         if self.sent == self.limits.size {

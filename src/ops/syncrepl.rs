@@ -34,7 +34,7 @@
 use crate::acl::{Level, ReadPlan, Target};
 use crate::conn::{encode, Conn};
 use crate::ops::record::{self, Record};
-use crate::ops::search::Selection;
+use crate::ops::search::{visible_match, Scope, Selection};
 use crate::ops::{parse_dn, result, with_matched};
 use bytes::BytesMut;
 use ldap3_proto::control::LdapControl;
@@ -45,7 +45,7 @@ use ldap3_proto::proto::{
 use ldap3_proto::LdapResultCode;
 use shards::changelog::{self, Origin, LOG_PREFIX};
 use shards::csn::Csn;
-use shards::dn::{Dn, KEY_SEPARATOR};
+use shards::dn::Dn;
 use shards::entry::{Entry, EntryView};
 use shards::merge::{Change, Record as ChangeRecord};
 use shards::store::{ReadTxn, Store, Tree};
@@ -175,32 +175,26 @@ struct Session<'a> {
     conn: &'a Conn,
     msgid: i32,
     base: Dn,
+    base_key: Vec<u8>,
     scope: LdapSearchScope,
+    below: Scope,
     filter: filter::Node,
     sel: Selection<'a>,
     plan: Option<ReadPlan<'a>>,
 }
 
 impl Session<'_> {
-    fn in_scope(&self, dn: &Dn) -> bool {
-        match self.scope {
-            LdapSearchScope::Base => *dn == self.base,
-            LdapSearchScope::OneLevel => dn.depth() == self.base.depth() + 1 && dn.is_within(&self.base),
-            LdapSearchScope::Subtree => dn.is_within(&self.base),
-            LdapSearchScope::Children => *dn != self.base && dn.is_within(&self.base),
+    /// Whether the search's scope takes the entry with this DN key.
+    fn in_scope(&self, key: &[u8]) -> bool {
+        match key == self.base_key.as_slice() {
+            true => matches!(self.scope, LdapSearchScope::Base | LdapSearchScope::Subtree),
+            false => self.scope != LdapSearchScope::Base && self.below.contains(key),
         }
     }
 
     /// Whether the requester sees this entry and it matches the filter.
     fn matches(&self, key: &[u8], view: &EntryView<'_>) -> bool {
-        let target = Target { key, entry: Some(view) };
-        match &self.plan {
-            None => self.filter.matches(view),
-            Some(plan) => {
-                plan.entry_readable(&target)
-                    && self.filter.eval_with(view, &|names| plan.can_search(&target, names)) == Some(true)
-            }
-        }
+        visible_match(self.plan.as_ref(), &self.filter, &Target { key, entry: Some(view) }, view)
     }
 
     /// The entry message: stored attributes the selection asks for and the
@@ -288,16 +282,19 @@ async fn run(
     if let Some(plan) = &plan {
         node = node.restrict(&|names| plan.searchable(names));
     }
+    let base_key = base.key();
     let session = Session {
         conn,
         msgid,
+        below: Scope::below(&base_key, &req.scope),
         base,
+        base_key,
         scope: req.scope.clone(),
         filter: node,
         sel: Selection::new(&req.attrs, false),
         plan,
     };
-    if ctx.shard.get_entry(&session.base.key())?.is_none() {
+    if ctx.shard.get_entry(&session.base_key)?.is_none() {
         return Err(with_matched(conn, &session.base, Error::no_such_object(&req.base)));
     }
     let given = cookie.and_then(Cookie::parse);
@@ -334,8 +331,8 @@ enum Phase {
     /// Every entry named, unchanged ones as present: the rest is gone.
     Present,
     /// Only changed entries, then the entryUUIDs of those deleted since
-    /// `floor_us` (the changelog's tombstones cover it).
-    Delete { floor_us: u64 },
+    /// the cookie (the changelog's tombstones cover it).
+    Delete,
 }
 
 fn phase(ctx: &crate::server::Ctx, given: Option<&Cookie>) -> Result<Phase> {
@@ -346,7 +343,7 @@ fn phase(ctx: &crate::server::Ctx, given: Option<&Cookie>) -> Result<Phase> {
             return Ok(Phase::Present);
         }
     }
-    Ok(Phase::Delete { floor_us })
+    Ok(Phase::Delete)
 }
 
 /// The refresh stage: every entry in scope, in full if it changed since
@@ -363,23 +360,21 @@ async fn refresh(
     let shard = &s.conn.ctx.shard;
     let phase = phase(&s.conn.ctx, given)?;
     let mut gone: Vec<uuid::Uuid> = Vec::new();
-    let base_key = s.base.key();
-    let mut prefix = base_key.clone();
-    prefix.push(KEY_SEPARATOR);
+    let base_key = s.base_key.as_slice();
     for store in shard.stores.iter() {
         // The base entry lives in exactly one store: take it first there.
-        let mut from = base_key.clone();
+        let mut from = base_key.to_vec();
         loop {
             let mut out = BytesMut::new();
             let mut last = None;
             {
                 let txn = store.read()?;
                 let mut rows: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(CHUNK);
-                txn.scan(Tree::Dn2id, &base_key, &from, &mut |k, v| {
+                txn.scan(Tree::Dn2id, base_key, &from, &mut |k, v| {
                     if last.is_none() && k == from.as_slice() && from != base_key {
                         return true;
                     }
-                    if k == base_key.as_slice() || k.starts_with(&prefix) {
+                    if s.in_scope(k) {
                         rows.push((k.to_vec(), v.to_vec()));
                     }
                     last = Some(k.to_vec());
@@ -388,10 +383,6 @@ async fn refresh(
                 for (key, id) in &rows {
                     let Some(bytes) = txn.get(Tree::Id2entry, id)? else { continue };
                     let view = EntryView::new(bytes)?;
-                    let dn = Dn::parse(view.dn())?;
-                    if !s.in_scope(&dn) {
-                        continue;
-                    }
                     let csn = entry_csn(&view);
                     if let Some(csn) = csn {
                         next.saw(csn);
@@ -401,7 +392,7 @@ async fn refresh(
                         (true, true, _) => SyncStateValue::Add,
                         (true, false, Phase::Present) => SyncStateValue::Present,
                         // Changed so that the filter no longer takes it.
-                        (false, true, Phase::Delete { .. }) => {
+                        (false, true, Phase::Delete) => {
                             gone.push(uuid_of_view(&view)?);
                             continue;
                         }
@@ -424,7 +415,7 @@ async fn refresh(
             }
         }
     }
-    if let (Phase::Delete { .. }, Some(given)) = (phase, given) {
+    if let (Phase::Delete, Some(given)) = (phase, given) {
         gone.extend(departed(s, given)?);
         let mut out = BytesMut::new();
         for chunk in gone.chunks(CHUNK) {
@@ -467,8 +458,8 @@ fn departed(s: &Session<'_>, given: &Cookie) -> Result<Vec<uuid::Uuid>> {
             if home.is_ok_and(|h| h == p) || !given.changed_since(Some(*at)) {
                 continue;
             }
-            if let Located::Found(now, ..) = locate(shard, &uuid, dn.clone())? {
-                if !s.in_scope(&now) {
+            if let Located::Found(key, _) = locate(shard, &uuid, dn.clone())? {
+                if !s.in_scope(&key) {
                     out.push(uuid::Uuid::from_bytes(uuid));
                 }
             }
@@ -573,7 +564,8 @@ enum Announce {
 }
 
 enum Located {
-    Found(Dn, Vec<u8>, Entry),
+    /// Its DN key and the entry.
+    Found(Vec<u8>, Entry),
     Gone,
     /// Its state is on its way to the partition of its new DN.
     Pending,
@@ -584,14 +576,13 @@ enum Located {
 /// state behind with the DN it moved to).
 fn locate(shard: &shards::Shard, uuid: &[u8; 16], mut shown: String) -> Result<Located> {
     for _hop in 0..16 {
-        let dn = Dn::parse(&shown)?;
-        let key = dn.key();
+        let key = Dn::parse(&shown)?.key();
         let txn = shard.store_for(&key).read()?;
         if let Some(id) = txn.get(Tree::Dn2id, &key)? {
             if let Some(bytes) = txn.get(Tree::Id2entry, id)? {
                 let entry = Entry::decode_view(&EntryView::new(bytes)?)?;
                 if changelog::uuid_of(&entry).ok() == Some(*uuid) {
-                    return Ok(Located::Found(dn, key, entry));
+                    return Ok(Located::Found(key, entry));
                 }
             }
         }
@@ -618,17 +609,17 @@ fn announce<T: ReadTxn>(
 ) -> Result<Announce> {
     let shard = &s.conn.ctx.shard;
     let state = changelog::load_state(txn, partition, &rec.uuid)?;
-    let old_dn = Dn::parse(&rec.dn)?;
+    let old_key = Dn::parse(&rec.dn)?.key();
     let Some(state) = state.filter(|st| st.is_live()) else {
-        if s.in_scope(&old_dn) {
+        if s.in_scope(&old_key) {
             s.delete(out, &rec.dn, rec.uuid);
             return Ok(Announce::Sent);
         }
         return Ok(Announce::Nothing);
     };
     let Some(shown) = state.shown_dn(&rec.uuid) else { return Ok(Announce::Nothing) };
-    let (dn, key, entry) = match locate(shard, &rec.uuid, shown)? {
-        Located::Found(dn, key, entry) => (dn, key, entry),
+    let (key, entry) = match locate(shard, &rec.uuid, shown)? {
+        Located::Found(key, entry) => (key, entry),
         // Deleted since: the delete's own record says so.
         Located::Gone => return Ok(Announce::Nothing),
         Located::Pending => return Ok(Announce::Later),
@@ -636,13 +627,13 @@ fn announce<T: ReadTxn>(
     let mut bytes = Vec::new();
     entry.encode(&mut bytes);
     let view = EntryView::new(&bytes)?;
-    if s.in_scope(&dn) && s.matches(&key, &view) {
+    if s.in_scope(&key) && s.matches(&key, &view) {
         let state = if matches!(rec.change, Change::Add { .. }) { SyncStateValue::Add } else { SyncStateValue::Modify };
         s.entry(out, &key, &view, state)?;
         return Ok(Announce::Sent);
     }
     // Out of scope now: if it may have been in it before, the consumer drops it.
-    if matches!(rec.change, Change::Rename { .. } | Change::Modify { .. }) && s.in_scope(&old_dn) {
+    if matches!(rec.change, Change::Rename { .. } | Change::Modify { .. }) && s.in_scope(&old_key) {
         s.delete(out, &entry.dn, rec.uuid);
         return Ok(Announce::Sent);
     }
