@@ -26,6 +26,8 @@ use std::time::Duration;
 pub struct Ctx {
     pub shard: Rc<Shard>,
     pub root_dn: Dn,
+    /// `root_dn`'s storage key, compared with every bind's.
+    pub root_key: Vec<u8>,
     pub root_password_hash: String,
     pub suffixes: Vec<Dn>,
     pub passwords: crate::config::Passwords,
@@ -98,6 +100,7 @@ impl Ctx {
         Ctx {
             shard,
             root_dn: Dn::parse(&config.directory.root_dn).expect("validated"),
+            root_key: Dn::parse(&config.directory.root_dn).expect("validated").key(),
             root_password_hash: shared.root_password_hash.clone(),
             suffixes: vec![Dn::parse(&config.directory.suffix).expect("validated")],
             passwords: config.passwords.clone(),

@@ -92,6 +92,9 @@ struct Shared {
     hist: RefCell<Histogram<u64>>,
     ops: Cell<u64>,
     errors: Cell<u64>,
+    /// Connections that ended with an error, warm-up included: a load that
+    /// could not even bind must not report zero operations and no error.
+    lost: Cell<u64>,
     first_error: RefCell<Option<String>>,
     measuring: Cell<bool>,
     stop: Cell<bool>,
@@ -161,6 +164,7 @@ async fn drive(opts: Opts) -> Result<(Report, Histogram<u64>)> {
         hist: RefCell::new(Histogram::new_with_bounds(1, 60_000_000, 3)?),
         ops: Cell::new(0),
         errors: Cell::new(0),
+        lost: Cell::new(0),
         first_error: RefCell::new(None),
         measuring: Cell::new(false),
         stop: Cell::new(false),
@@ -175,6 +179,7 @@ async fn drive(opts: Opts) -> Result<(Report, Histogram<u64>)> {
         let shared = shared.clone();
         tasks.push(glommio::spawn_local(async move {
             if let Err(e) = connection(&shared, c).await {
+                shared.lost.set(shared.lost.get() + 1);
                 shared.error(e.to_string());
             }
         }));
@@ -205,7 +210,7 @@ fn report(shared: &Shared, seconds: f64) -> Report {
     let q = |p: f64| if h.is_empty() { 0.0 } else { h.value_at_quantile(p) as f64 };
     Report {
         ops: shared.ops.get(),
-        errors: shared.errors.get(),
+        errors: shared.errors.get().max(shared.lost.get()),
         seconds,
         ops_per_s: shared.ops.get() as f64 / seconds,
         p50_us: q(0.50),

@@ -68,6 +68,10 @@ struct LoadArgs {
     /// Do not check the DN of search results (for slapd's back-null).
     #[arg(long)]
     any_dn: bool,
+    /// The server's process id: its CPU time over the measured window is
+    /// sampled (/proc/PID/stat) and operations per server CPU-second printed.
+    #[arg(long)]
+    server_pid: Option<u32>,
 }
 
 #[derive(Subcommand)]
@@ -108,6 +112,13 @@ fn run(cli: Cli) -> Result<()> {
             print_row_header();
             print_row(&a.label, &format!("{:?}", a.scenario).to_lowercase(), a.conns, a.depth, &r);
             println!("{}", json(&a.label, &format!("{:?}", a.scenario).to_lowercase(), a.conns, a.depth, &r));
+            if r.server_cpu_s > 0.0 {
+                println!(
+                    "{:.0} ops per server CPU-second ({:.2} CPU-seconds)",
+                    r.ops as f64 / r.server_cpu_s,
+                    r.server_cpu_s
+                );
+            }
             if r.errors > 0 {
                 anyhow::bail!("{} errors; first: {}", r.errors, r.first_error.unwrap_or_default());
             }
@@ -141,7 +152,7 @@ fn opts(a: &LoadArgs) -> Opts {
         cpus: a.cpus.clone(),
         tag: format!("{}-{}", std::process::id(), rand::random::<u32>()),
         check_dn: !a.any_dn,
-        server_pid: None,
+        server_pid: a.server_pid,
     }
 }
 

@@ -143,6 +143,52 @@ impl Dn {
     }
 }
 
+/// The storage key of the DN `text`: the same bytes as
+/// `Dn::parse(text)?.key()`, built straight into one buffer when every RDN
+/// is a plain `type=value` (no escapes, no multi-valued RDN), which is what
+/// binds and searches send; anything else takes the full parser, which
+/// also reports the errors.
+pub fn key_of(text: &str) -> Result<Vec<u8>> {
+    match plain_key(text) {
+        Some(key) => Ok(key),
+        None => Dn::parse(text).map(|dn| dn.key()),
+    }
+}
+
+/// `key_of` for DNs made of plain `type=value` RDNs; `None` for any other
+/// form (or an error, which the full parser then names).
+fn plain_key(text: &str) -> Option<Vec<u8>> {
+    if text.bytes().any(|c| matches!(c, b'\\' | b'#' | b'+' | b'"' | b'<' | b'>' | b';' | 0)) {
+        return None;
+    }
+    let mut key = String::with_capacity(text.len());
+    for (i, rdn) in text.rsplit(',').enumerate() {
+        let (attr, value) = rdn.split_once('=')?;
+        let (attr, value) = (attr.trim_matches(' '), value.trim_matches(' '));
+        if !plain_attr(attr) || value.contains('=') {
+            return None;
+        }
+        if i > 0 {
+            key.push(KEY_SEPARATOR as char);
+        }
+        let attr = matching::canonical(attr);
+        key.push_str(&attr);
+        key.push('=');
+        escape_value(&matching::normalize(&attr, value.as_bytes()), &mut key);
+    }
+    Some(key.into_bytes())
+}
+
+/// An attribute type as `parse_ava` accepts it: a name or a dotted OID.
+fn plain_attr(attr: &str) -> bool {
+    let b = attr.as_bytes();
+    match b.first() {
+        Some(c) if c.is_ascii_digit() => b.iter().all(|c| c.is_ascii_digit() || *c == b'.'),
+        Some(c) if c.is_ascii_alphabetic() => b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.')),
+        _ => false,
+    }
+}
+
 /// Number of RDNs in a storage key.
 pub fn key_depth(key: &[u8]) -> usize {
     if key.is_empty() {
@@ -324,6 +370,15 @@ fn hex(c: u8) -> u8 {
 
 /// Escapes a value for the string form of a DN (RFC 4514 §2.4).
 pub fn escape_value(value: &[u8], out: &mut String) {
+    // Most values need no escape at all: copy them as they are.
+    if let (Some(first), Some(last)) = (value.first(), value.last()) {
+        let plain = |c: &u8| c.is_ascii() && !matches!(c, b'"' | b'+' | b',' | b';' | b'<' | b'>' | b'\\' | b'=' | 0);
+        if *first != b'#' && *first != b' ' && *last != b' ' && value.iter().all(plain) {
+            // ASCII checked just above.
+            out.push_str(std::str::from_utf8(value).unwrap_or_default());
+            return;
+        }
+    }
     let text = String::from_utf8_lossy(value);
     let n = text.chars().count();
     for (i, ch) in text.chars().enumerate() {
@@ -396,6 +451,68 @@ mod tests {
         for s in ["cn=a\\,b+sn=c,dc=x", "cn=\\ lead,dc=x", "cn=\\#x,dc=y"] {
             let dn = Dn::parse(s).unwrap();
             assert_eq!(Dn::parse(&dn.to_string_form()).unwrap().norm(), dn.norm(), "{s}");
+        }
+    }
+
+    /// `key_of` gives exactly `Dn::parse(..).key()`, or the same error, on
+    /// random strings over DN-ish pieces (plain and escaped forms mixed).
+    #[test]
+    fn key_of_equals_the_full_parser() {
+        use rand::{Rng, SeedableRng};
+        let pieces = [
+            "uid",
+            "CN",
+            "2.5.4.3",
+            "ou",
+            "dc",
+            "uidNumber",
+            "=",
+            "=",
+            ",",
+            ",",
+            " ",
+            "+",
+            "\\",
+            "\\2c",
+            "#61",
+            "a",
+            "B",
+            "x y",
+            "user42",
+            "Jürgen",
+            "\"",
+            "<",
+            ";",
+            "-",
+            ".",
+            "0",
+            "telephoneNumber",
+            "+1 555-0100",
+        ];
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let mut texts: Vec<String> = ["", " ", "uid=user1,ou=people,dc=example,dc=com", " CN = A  b , DC=X "]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        for _ in 0..20_000 {
+            let n = rng.gen_range(1..10);
+            texts.push((0..n).map(|_| pieces[rng.gen_range(0..pieces.len())]).collect());
+        }
+        for text in &texts {
+            let fast = key_of(text).map_err(|e| e.code);
+            let full = Dn::parse(text).map(|d| d.key()).map_err(|e| e.code);
+            assert_eq!(fast, full, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn escape_value_copies_plain_values_and_escapes_the_rest() {
+        for (value, want) in
+            [("abc", "abc"), (" a", "\\ a"), ("a ", "a\\ "), ("#a", "\\#a"), ("a,b", "a\\,b"), ("ü", "ü")]
+        {
+            let mut out = String::new();
+            escape_value(value.as_bytes(), &mut out);
+            assert_eq!(out, want, "{value:?}");
         }
     }
 }

@@ -10,7 +10,7 @@ use crate::conn::{Bound, Conn, Identity};
 use crate::ops::result;
 use ldap3_proto::proto::{LdapBindCred, LdapBindRequest, LdapResult};
 use ldap3_proto::LdapResultCode;
-use shards::dn::Dn;
+use shards::dn::key_of;
 use shards::matching::is_user_password;
 use shards::{password, Error, Result};
 use std::rc::Rc;
@@ -93,10 +93,10 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Step> {
         return Err(Error::unwilling("unauthenticated bind (DN with no password) disallowed"));
     }
     crate::ops::check_confidential(conn)?;
-    let dn = Dn::parse(&req.dn)?;
+    let key = key_of(&req.dn)?;
     let ctx = &conn.ctx;
     let cleartext = ctx.passwords.allow_cleartext;
-    if dn == ctx.root_dn {
+    if key == ctx.root_key {
         let identity = Identity::Root(Rc::from(req.dn.as_str()));
         let hash = ctx.root_password_hash.as_bytes();
         if password::is_slow(hash) {
@@ -114,7 +114,6 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Step> {
     let live = ctx.live();
     let access = Access::new(&live.acl, subject, &*ctx.shard);
     let password_class = live.acl.class("userPassword");
-    let key = dn.key();
     let bound =
         |e: &shards::entry::EntryView<'_>| Identity::User(Rc::new(Bound { dn: e.dn().to_string(), key: key.clone() }));
     // Checked in place in the snapshot: a bind copies nothing but the DN,

@@ -15,15 +15,14 @@
 
 use crate::server::Ctx;
 use crate::stats::{Op, Snapshot};
-use shards::dn::Dn;
 use shards::entry::{Attr, Entry};
 
 pub const BASE: &str = "cn=Monitor";
 
-/// Whether `dn` is cn=Monitor or below it (a look at its last RDN: no
-/// parse on the search path).
-pub fn is_monitor(dn: &Dn) -> bool {
-    dn.rdns().last().is_some_and(|r| r.norm() == "cn=monitor")
+/// Whether the DN with storage `key` is cn=Monitor or below it: keys are
+/// root-first, so a look at the first RDN decides.
+pub fn is_monitor_key(key: &[u8]) -> bool {
+    key.split(|b| *b == shards::dn::KEY_SEPARATOR).next() == Some(b"cn=monitor")
 }
 
 fn entry(dn: String, class: &str, attrs: Vec<(&str, String)>) -> Entry {

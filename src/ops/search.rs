@@ -23,6 +23,7 @@ use bytes::BytesMut;
 use ldap3_proto::control::{LdapControl, ServerSortResult};
 use ldap3_proto::proto::{LdapMsg, LdapOp, LdapSearchRequest, LdapSearchScope};
 use ldap3_proto::LdapResultCode;
+use shards::dn::key_of;
 use shards::dn::{key_depth, Dn, KEY_SEPARATOR};
 use shards::entry::{encode_vals, Entry, EntryView, Vals};
 use shards::schema::subschema;
@@ -150,7 +151,8 @@ async fn run(
     if filter::depth(&req.filter) > live.limits.max_filter_depth {
         return Err(Error::new(LdapResultCode::AdminLimitExceeded, "filter nesting is too deep"));
     }
-    let base = parse_dn(&req.base)?;
+    // The base as its storage key, without building a `Dn`.
+    let base_key = key_of(&req.base)?;
     let identity = conn.identity.borrow().clone();
     let is_root = identity.is_root();
     let plan = conn.access(&live, &identity).map(ReadPlan::new);
@@ -160,20 +162,21 @@ async fn run(
         // Assertions on attributes the requester may not search are Undefined.
         node = node.restrict(&|names| plan.searchable(names));
     }
-    if subschema::is_subschema(&base.norm()) {
+    // A one-RDN key is that RDN's normalized form.
+    if subschema::is_subschema_key(&base_key) {
         if req.scope != LdapSearchScope::OneLevel {
             *sent = write_computed(out, msgid, &subschema::entry(), &node, &sel) as u64;
         }
         return Ok(());
     }
-    if monitor::is_monitor(&base) {
+    if monitor::is_monitor_key(&base_key) {
         let allowed = is_root || plan.as_ref().is_some_and(|p| p.access.reads_monitor());
         if !allowed {
             return Err(Error::no_such_object(&req.base));
         }
-        return search_monitor(ctx, msgid, req, &base, &node, &sel, out, sent);
+        return search_monitor(ctx, msgid, req, &parse_dn(&req.base)?, &node, &sel, out, sent);
     }
-    if base.is_root() {
+    if base_key.is_empty() {
         if req.scope != LdapSearchScope::Base {
             return Err(Error::new(LdapResultCode::NoSuchObject, "only a base search can read the root DSE"));
         }
@@ -248,7 +251,7 @@ async fn run(
         page_left: if sorting { None } else { page_size },
         sorter,
     };
-    let walked = walk(conn, &mut emit, req, ctrls, &base, position.clone(), abandoned).await;
+    let walked = walk(conn, &mut emit, req, ctrls, &base_key, position.clone(), abandoned).await;
     *sent = emit.sent as u64;
     let stopped = walked?;
     if let Some(sorter) = emit.sorter.take() {
@@ -288,16 +291,15 @@ async fn walk(
     emit: &mut Emit<'_>,
     req: &LdapSearchRequest,
     ctrls: &Controls,
-    base: &Dn,
+    base_key: &[u8],
     position: Position,
     abandoned: &Cell<bool>,
 ) -> Result<Option<Position>> {
     let shard = &conn.ctx.shard;
-    let base_key = base.key();
     {
-        let txn = shard.store_for(&base_key).read()?;
-        let Some(id) = txn.get(Tree::Dn2id, &base_key)? else {
-            return Err(with_matched(conn, base, Error::no_such_object(&req.base)));
+        let txn = shard.store_for(base_key).read()?;
+        let Some(id) = txn.get(Tree::Dn2id, base_key)? else {
+            return Err(with_matched(conn, &parse_dn(&req.base)?, Error::no_such_object(&req.base)));
         };
         if ctrls.assertion.is_some() {
             let view = EntryView::new(txn.get(Tree::Id2entry, id)?.unwrap_or_default())?;
@@ -305,7 +307,7 @@ async fn walk(
         }
         let base_wanted = matches!(req.scope, LdapSearchScope::Base | LdapSearchScope::Subtree);
         if base_wanted && matches!(position, Position::Start | Position::Offset(_)) {
-            match emit.visit(&txn, &base_key, id)? {
+            match emit.visit(&txn, base_key, id)? {
                 Visit::Next => {}
                 Visit::Stop(code) => return Err(Error::new(code, "")),
                 Visit::PageFull => return Ok(Some(Position::AfterBase)),
@@ -315,7 +317,7 @@ async fn walk(
     if req.scope == LdapSearchScope::Base {
         return Ok(None);
     }
-    let scope = Scope::below(&base_key, &req.scope);
+    let scope = Scope::below(base_key, &req.scope);
     let first = match &position {
         Position::Range { store, .. } | Position::Index { store, .. } => *store,
         _ => 0,

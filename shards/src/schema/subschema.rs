@@ -7,9 +7,10 @@ use crate::matching::RULES;
 
 pub const DN: &str = "cn=Subschema";
 
-/// Whether a (normalized) DN names the subschema subentry.
-pub fn is_subschema(norm_dn: &str) -> bool {
-    norm_dn == "cn=subschema"
+/// Whether the DN with storage `key` names the subschema subentry (the
+/// key of a one-RDN DN is that RDN's normal form).
+pub fn is_subschema_key(key: &[u8]) -> bool {
+    key == b"cn=subschema"
 }
 
 /// The subschema entry; its schema attributes are operational
