@@ -515,7 +515,7 @@ pub fn same_attr(a: &str, b: &str) -> bool {
 
 /// Whether the attribute is operational (returned for `+`, not for `*`).
 pub fn is_operational(name: &str) -> bool {
-    attr_type(name).is_some_and(|at| at.usage.is_operational())
+    schema::get().is_operational(name)
 }
 
 pub fn is_no_user_modification(name: &str) -> bool {

@@ -547,8 +547,7 @@ impl Emit<'_> {
                 // index holds ids only, so the entry's DN decides its scope.
                 let Some(bytes) = txn.get(Tree::Id2entry, id)? else { continue };
                 let view = EntryView::new(bytes)?;
-                let Ok(dn) = Dn::parse(view.dn()) else { continue };
-                let key = dn.key();
+                let Ok(key) = key_of(view.dn()) else { continue };
                 if !scope.contains(&key) {
                     continue;
                 }

@@ -120,6 +120,16 @@ pub struct Schema {
     // FxHash, not SipHash (the keys are the schema's own names).
     attr_by_name: FxHashMap<String, usize>,
     class_by_name: FxHashMap<String, usize>,
+    /// The shapes (first letter, length) of every operational type's names
+    /// and OIDs: a name of no such shape is a user attribute without a
+    /// lookup, which is most of the names a search returns.
+    operational_shapes: [u64; 32],
+}
+
+/// Where `operational_shapes` keeps a name's (first letter, length).
+fn shape(name: &str) -> (usize, u32) {
+    let first = name.as_bytes().first().map_or(0, |b| (b.to_ascii_lowercase() & 31) as usize);
+    (first, name.len().min(63) as u32)
 }
 
 /// The attribute type of a description: what precedes its options (`cn;lang-de`).
@@ -174,6 +184,13 @@ impl Schema {
         self.attr_index(name).map(|i| &self.attrs[i])
     }
 
+    /// Whether `name` is an operational attribute type (options ignored).
+    pub fn is_operational(&self, name: &str) -> bool {
+        let name = base_type(name);
+        let (first, len) = shape(name);
+        (self.operational_shapes[first] >> len) & 1 == 1 && self.attr(name).is_some_and(|at| at.usage.is_operational())
+    }
+
     pub fn attr_index(&self, name: &str) -> Option<usize> {
         with_lower(base_type(name), |n| self.attr_by_name.get(n).copied())
     }
@@ -222,6 +239,10 @@ impl Schema {
             for n in at.names.iter().chain(std::iter::once(&at.oid)) {
                 if self.attr_by_name.insert(n.to_ascii_lowercase(), i).is_some() {
                     return Err(format!("attribute type name or OID '{n}' is defined twice"));
+                }
+                if at.usage.is_operational() {
+                    let (first, len) = shape(n);
+                    self.operational_shapes[first] |= 1 << len;
                 }
             }
         }

@@ -635,6 +635,29 @@ mod tests {
         assert!(s.attr("entryUUID").unwrap().no_user_modification);
     }
 
+    /// The shape filter in `is_operational` never hides an operational
+    /// type: it agrees with a full lookup for every name, OID, case and
+    /// option form, including a custom operational type's.
+    #[test]
+    fn is_operational_agrees_with_the_lookup() {
+        let s = build(
+            "x.schema",
+            "attributetype ( 1.2.3.4 NAME 'fooTime' SYNTAX 1.3.6.1.4.1.1466.115.121.1.15 USAGE directoryOperation )",
+        )
+        .unwrap();
+        let mut names = vec!["unknownThing".to_string(), String::new(), "x".repeat(80)];
+        for at in &s.attrs {
+            for n in at.names.iter().chain(std::iter::once(&at.oid)) {
+                names.extend([n.clone(), n.to_ascii_uppercase(), format!("{n};binary")]);
+            }
+        }
+        for n in &names {
+            let full = s.attr(n).is_some_and(|at| at.usage.is_operational());
+            assert_eq!(s.is_operational(n), full, "{n}");
+        }
+        assert!(s.is_operational("FOOTIME") && s.is_operational("entryUUID") && !s.is_operational("cn"));
+    }
+
     #[test]
     fn custom_schema_file() {
         let text = "# a comment\n\
