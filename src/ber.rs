@@ -1,11 +1,13 @@
-//! A BER writer for the one response that dominates traffic:
-//! SearchResultEntry, written straight from an entry's stored layout.
+//! A BER writer for the responses that dominate traffic: SearchResultEntry,
+//! written straight from an entry's stored layout, and the plain LDAPResult
+//! that ends every bind, search and write.
 //!
 //! ldap3_proto builds a tree of owned tags for every message; for entries
 //! that would copy every value twice. Here the lengths are computed first
 //! and the bytes written once, in definite minimal-length form.
 
 use bytes::{BufMut, BytesMut};
+use ldap3_proto::proto::{LdapOp, LdapResult};
 
 /// One attribute of an entry being written: a name and its values.
 pub struct OutAttr<'a, I: Iterator<Item = &'a [u8]> + Clone> {
@@ -113,6 +115,40 @@ where
     entry_op(out, dn, attrs, types_only);
 }
 
+/// The response of `op` when it is a plain LDAPResult (no referral, no
+/// SASL credentials): its `[APPLICATION n]` tag and the result.
+pub fn plain_result(op: &LdapOp) -> Option<(u8, &LdapResult)> {
+    let (tag, res) = match op {
+        LdapOp::BindResponse(b) if b.saslcreds.is_none() => (0x61, &b.res),
+        LdapOp::SearchResultDone(r) => (0x65, r),
+        LdapOp::ModifyResponse(r) => (0x67, r),
+        LdapOp::AddResponse(r) => (0x69, r),
+        LdapOp::DelResponse(r) => (0x6b, r),
+        LdapOp::ModifyDNResponse(r) => (0x6d, r),
+        LdapOp::CompareResult(r) => (0x6f, r),
+        _ => return None,
+    };
+    res.referral.is_empty().then_some((tag, res))
+}
+
+/// Appends the LDAPMessage (without controls) whose protocolOp is the
+/// LDAPResult `res` under `tag` (see `plain_result`).
+pub fn result_message(out: &mut BytesMut, msgid: i32, tag: u8, res: &LdapResult) {
+    let (id, id_skip) = int_bytes(msgid);
+    let (code, code_skip) = int_bytes(res.code.clone() as i32);
+    let body = tlv(4 - code_skip) + tlv(res.matcheddn.len()) + tlv(res.message.len());
+    let msg = tlv(4 - id_skip) + tlv(body);
+    out.reserve(tlv(msg));
+    out.put_u8(0x30);
+    put_len(out, msg);
+    put_tlv(out, 0x02, &id[id_skip..]);
+    out.put_u8(tag);
+    put_len(out, body);
+    put_tlv(out, 0x0a, &code[code_skip..]);
+    put_tlv(out, 0x04, res.matcheddn.as_bytes());
+    put_tlv(out, 0x04, res.message.as_bytes());
+}
+
 /// What the BER header at the front of `buf` says about the next PDU.
 #[derive(Debug, PartialEq)]
 pub enum Frame {
@@ -184,6 +220,48 @@ mod tests {
             assert_eq!(mine, theirs, "msgid {msgid}");
             assert_eq!(LdapCodec::default().decode(&mut mine).unwrap(), Some(msg));
         }
+    }
+
+    /// Every plain result, written here, is byte for byte what ldap3_proto
+    /// writes (and what it decodes back).
+    #[test]
+    fn results_match_ldap3_proto_encoding() {
+        use ldap3_proto::proto::LdapBindResponse;
+        use ldap3_proto::LdapResultCode as Code;
+        let long = "m".repeat(300);
+        for msgid in [0, 1, 127, 128, 65535, i32::MAX] {
+            for (code, matched, message) in
+                [(Code::Success, "", ""), (Code::NoSuchObject, "dc=x", "no such"), (Code::Other, "", &*long)]
+            {
+                let res = LdapResult { code, matcheddn: matched.into(), message: message.into(), referral: vec![] };
+                let bind = LdapBindResponse { res: res.clone(), saslcreds: None };
+                for op in [
+                    LdapOp::BindResponse(bind),
+                    LdapOp::SearchResultDone(res.clone()),
+                    LdapOp::ModifyResponse(res.clone()),
+                    LdapOp::AddResponse(res.clone()),
+                    LdapOp::DelResponse(res.clone()),
+                    LdapOp::ModifyDNResponse(res.clone()),
+                    LdapOp::CompareResult(res.clone()),
+                ] {
+                    let (tag, r) = plain_result(&op).expect("a plain result");
+                    let mut mine = BytesMut::new();
+                    result_message(&mut mine, msgid, tag, r);
+                    let msg = LdapMsg::new(msgid, op);
+                    let mut theirs = BytesMut::new();
+                    LdapCodec::default().encode(msg.clone(), &mut theirs).unwrap();
+                    assert_eq!(mine, theirs, "msgid {msgid} {:?}", msg.op);
+                    assert_eq!(LdapCodec::default().decode(&mut mine).unwrap(), Some(msg));
+                }
+            }
+        }
+        let referral = LdapResult {
+            code: Code::Referral,
+            matcheddn: String::new(),
+            message: String::new(),
+            referral: vec!["ldap://x/".into()],
+        };
+        assert!(plain_result(&LdapOp::SearchResultDone(referral)).is_none());
     }
 
     #[test]

@@ -287,6 +287,13 @@ enum Out {
 
 /// Appends one encoded message to `out`.
 pub fn encode(out: &mut BytesMut, msg: LdapMsg) {
+    // Results end every request: written directly, without ldap3_proto's
+    // tag tree, when they carry no controls and no referral.
+    if msg.ctrl.is_empty() {
+        if let Some((tag, res)) = crate::ber::plain_result(&msg.op) {
+            return crate::ber::result_message(out, msg.msgid, tag, res);
+        }
+    }
     if let Err(e) = LdapCodec::default().encode(msg, out) {
         eprintln!("coredir: encoding a response failed: {e}");
     }
