@@ -7,12 +7,20 @@
 //!
 //! - `eq`: `type \0 e normalized-value \0 id` (values cut at `MAX_VALUE`);
 //! - `pres`: `type \0 p \0 id`;
-//! - `sub`: `type \0 s suffix \0 id` for every suffix of the normalized
-//!   value that starts at a character boundary, ending in `\x02` and cut at
-//!   `SUB_LEN` bytes. A substring piece is then one prefix scan: `final`
-//!   scans `final\x02`, `initial` and `any` scan the piece (for `initial`
-//!   a superset: the piece may also occur later in a value); the cost
-//!   follows the number of matches, not the size of the directory;
+//! - `sub`: `type \0 s suffix \0 id` for the suffixes of the normalized
+//!   value that start at an even character position (the empty one at
+//!   the end included when the length is even), ending in `\x02` and cut
+//!   at `SUB_LEN` bytes: half the keys of every suffix, as slapd's
+//!   `subany` step of 2. A piece that starts at an even position is a
+//!   prefix of a key; one at an odd position has its rest (the piece
+//!   without its first character) as a prefix of the next key. So an
+//!   `any` or `final` piece is two prefix scans, the piece and its rest
+//!   (`final` scans `final\x02`); `initial` starts at 0, one scan (a
+//!   superset: the piece may also occur later in a value). The cost
+//!   follows the number of matches, not the size of the directory.
+//!   Stores indexed before 2026-12-01 keep every suffix; they still
+//!   answer right, their extra keys only widening candidate sets until
+//!   `coredir reindex` drops them;
 //! - `ordering`: `type \0 o order-key \0 id`, so `>=` and `<=` are range scans.
 //!
 //! Cut keys make a lookup a superset of the matches; every candidate is
@@ -183,12 +191,18 @@ fn sub_keys(key: &str, norm: &[u8], out: &mut Vec<Vec<u8>>) {
         k.push(0);
         k
     };
-    for i in 0..norm.len() {
-        // Suffixes start at character boundaries (not UTF-8 continuation bytes).
-        if norm[i] & 0xC0 != 0x80 {
-            out.push(piece(&norm[i..]));
-        }
+    // Suffixes start at character boundaries (not UTF-8 continuation
+    // bytes), every second one; the end counts as a position.
+    let starts = (0..=norm.len()).filter(|i| norm.get(*i).is_none_or(|b| b & 0xC0 != 0x80));
+    for i in starts.step_by(2) {
+        out.push(piece(&norm[i..]));
     }
+}
+
+/// `piece` without its first character.
+fn rest(piece: &[u8]) -> &[u8] {
+    let next = (1..piece.len()).find(|i| piece[*i] & 0xC0 != 0x80).unwrap_or(piece.len());
+    &piece[next..]
 }
 
 pub fn add<T: WriteTxn>(txn: &mut T, entry: &Entry, id: &[u8]) -> Result<()> {
@@ -252,8 +266,16 @@ pub fn candidates<T: ReadTxn>(txn: &T, filter: &Node) -> Result<Option<Vec<Candi
         }
         Node::Present(attr) if indexed(attr, |k| k.pres) => Some(union(txn, attr, b'p', |p| p.push(0))?),
         Node::Substrings { attr, initial, any, last, .. } if indexed(attr, |k| k.sub) => {
-            let piece = best_piece(initial.as_deref(), any, last.as_deref());
-            Some(union(txn, attr, b's', |p| p.extend_from_slice(&piece[..piece.len().min(SUB_LEN)]))?)
+            let (piece, at_start) = best_piece(initial.as_deref(), any, last.as_deref());
+            let scan =
+                |piece: &[u8]| union(txn, attr, b's', |p| p.extend_from_slice(&piece[..piece.len().min(SUB_LEN)]));
+            let mut found = scan(&piece)?;
+            if !at_start {
+                found.extend(scan(rest(&piece))?);
+                found.sort_unstable();
+                found.dedup();
+            }
+            Some(found)
         }
         Node::Order { attr, key, greater, .. } if indexed(attr, |k| k.ordering) => {
             Some(range(txn, attr, &key[..key.len().min(MAX_VALUE)], *greater)?)
@@ -290,16 +312,17 @@ pub fn candidates<T: ReadTxn>(txn: &T, filter: &Node) -> Result<Option<Vec<Candi
     })
 }
 
-/// The most selective piece of a substring assertion, as a `sub` key prefix.
-fn best_piece(initial: Option<&[u8]>, any: &[Vec<u8>], last: Option<&[u8]>) -> Vec<u8> {
-    let mut options: Vec<Vec<u8>> = any.iter().cloned().collect();
-    options.extend(initial.map(<[u8]>::to_vec));
+/// The most selective piece of a substring assertion, as a `sub` key
+/// prefix, and whether it is the `initial` piece (which starts at 0).
+fn best_piece(initial: Option<&[u8]>, any: &[Vec<u8>], last: Option<&[u8]>) -> (Vec<u8>, bool) {
+    let mut options: Vec<(Vec<u8>, bool)> = any.iter().map(|a| (a.clone(), false)).collect();
+    options.extend(initial.map(|i| (i.to_vec(), true)));
     if let Some(l) = last {
         let mut p = l.to_vec();
         p.push(ANCHOR_END);
-        options.push(p);
+        options.push((p, false));
     }
-    options.into_iter().max_by_key(Vec::len).unwrap_or_default()
+    options.into_iter().max_by_key(|(p, _)| p.len()).unwrap_or_default()
 }
 
 /// The ids under one key prefix for the type and each of its subtypes.
@@ -359,14 +382,18 @@ mod tests {
     }
 
     #[test]
-    fn sub_keys_cover_every_suffix() {
-        let mut out = Vec::new();
-        sub_keys("cn", b"abc", &mut out);
-        let parts: Vec<Vec<u8>> = out.iter().map(|k| k[4..k.len() - 1].to_vec()).collect();
-        assert_eq!(parts, vec![b"abc\x02".to_vec(), b"bc\x02".to_vec(), b"c\x02".to_vec()]);
-        out.clear();
-        sub_keys("cn", "é".repeat(40).as_bytes(), &mut out);
-        assert_eq!(out.len(), 40, "one key per character");
-        assert!(out.iter().all(|k| k.len() <= 4 + SUB_LEN + 1));
+    fn sub_keys_keep_every_second_suffix() {
+        let parts = |value: &[u8]| {
+            let mut out = Vec::new();
+            sub_keys("cn", value, &mut out);
+            out.iter().map(|k| k[4..k.len() - 1].to_vec()).collect::<Vec<_>>()
+        };
+        assert_eq!(parts(b"abc"), vec![b"abc\x02".to_vec(), b"c\x02".to_vec()]);
+        assert_eq!(parts(b"ab"), vec![b"ab\x02".to_vec(), b"\x02".to_vec()], "the end of an even value");
+        let wide = "é".repeat(40);
+        assert_eq!(parts(wide.as_bytes()).len(), 21, "every second character, and the end");
+        assert!(parts(wide.as_bytes()).iter().all(|k| k.len() <= SUB_LEN));
+        assert_eq!(rest("éa".as_bytes()), b"a");
+        assert_eq!(rest(b"a"), b"");
     }
 }

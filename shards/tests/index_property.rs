@@ -56,7 +56,10 @@ fn random_item(rng: &mut SmallRng) -> LdapFilter {
             _ => rng.gen_range(-20..60).to_string(),
         };
         let cut = rng.gen_range(1..=w.chars().count());
-        w.chars().take(cut).collect::<String>()
+        // Pieces start at every position, odd and even (the `sub` index
+        // keeps every second suffix; the lookup covers the other half).
+        let skip = rng.gen_range(0..cut);
+        w.chars().take(cut).skip(skip).collect::<String>()
     };
     match rng.gen_range(0..6) {
         0 => LdapFilter::Equality(a, word(rng)),
