@@ -97,10 +97,11 @@ impl Ctx {
 
     pub fn new(config: &Config, shard: Rc<Shard>, shared: &Arc<Shared>) -> Ctx {
         let shard_id = shard.id;
+        let root_dn = Dn::parse(&config.directory.root_dn).expect("validated");
         Ctx {
             shard,
-            root_dn: Dn::parse(&config.directory.root_dn).expect("validated"),
-            root_key: Dn::parse(&config.directory.root_dn).expect("validated").key(),
+            root_key: root_dn.key(),
+            root_dn,
             root_password_hash: shared.root_password_hash.clone(),
             suffixes: vec![Dn::parse(&config.directory.suffix).expect("validated")],
             passwords: config.passwords.clone(),
