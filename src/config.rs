@@ -44,11 +44,18 @@ pub struct Passwords {
     pub default_scheme: String,
     /// Whether a `userPassword` value without a `{SCHEME}` verifies.
     pub allow_cleartext: bool,
+    /// Whether Password Modify of one's own password needs the old one.
+    /// slapd does not ask for it when the access rules allow the write.
+    pub self_change_requires_old: bool,
 }
 
 impl Default for Passwords {
     fn default() -> Passwords {
-        Passwords { default_scheme: shards::password::DEFAULT_SCHEME.into(), allow_cleartext: false }
+        Passwords {
+            default_scheme: shards::password::DEFAULT_SCHEME.into(),
+            allow_cleartext: false,
+            self_change_requires_old: false,
+        }
     }
 }
 

@@ -123,6 +123,44 @@ impl Dn {
             && self.rdns[self.rdns.len() - base.rdns.len()..].iter().zip(&base.rdns).all(|(a, b)| a.norm == b.norm)
     }
 
+    /// slapd's pretty form (its `dnPretty`), in which entries store and
+    /// return DNs: each type by its schema name, no spaces around
+    /// separators, the AVAs of a multi-valued RDN sorted by type, and
+    /// special characters escaped as `\XX` (`cn=Smith\2C John`). Fails
+    /// with `invalidDNSyntax` where slapd's does: a type the schema does
+    /// not define, an empty value, one type twice in an RDN.
+    pub fn pretty(&self) -> Result<String> {
+        let mut out = String::new();
+        for (i, rdn) in self.rdns.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            let mut avas: Vec<(&str, &[u8])> = Vec::with_capacity(rdn.avas.len());
+            for ava in &rdn.avas {
+                let Some(at) = matching::attr_type(&ava.attr) else {
+                    return Err(Error::invalid_dn(&self.to_string_form(), "undefined attribute type"));
+                };
+                if ava.value.is_empty() {
+                    return Err(Error::invalid_dn(&self.to_string_form(), "empty attribute value"));
+                }
+                if avas.iter().any(|(name, _)| *name == at.name()) {
+                    return Err(Error::invalid_dn(&self.to_string_form(), "an attribute type twice in one RDN"));
+                }
+                avas.push((at.name(), &ava.value));
+            }
+            avas.sort_by_key(|(name, _)| name.to_ascii_lowercase());
+            for (j, (name, value)) in avas.into_iter().enumerate() {
+                if j > 0 {
+                    out.push('+');
+                }
+                out.push_str(name);
+                out.push('=');
+                pretty_value(value, &mut out);
+            }
+        }
+        Ok(out)
+    }
+
     /// The user-facing string form (values re-escaped as needed).
     pub fn to_string_form(&self) -> String {
         let mut out = String::new();
@@ -341,7 +379,8 @@ fn parse_string_value(text: &str, b: &[u8], mut pos: usize) -> Result<(Vec<u8>, 
                 }
                 keep = out.len();
             }
-            b'"' | b'<' | b'>' | b'=' | 0 => {
+            // RFC 4514 §3 lets '=' stand unescaped in a value (slapd agrees).
+            b'"' | b'<' | b'>' | 0 => {
                 return Err(Error::invalid_dn(text, "unescaped special character in value"))
             }
             c => {
@@ -365,6 +404,24 @@ fn hex(c: u8) -> u8 {
         b'0'..=b'9' => c - b'0',
         b'a'..=b'f' => c - b'a' + 10,
         _ => c - b'A' + 10,
+    }
+}
+
+/// Escapes a value as slapd's pretty DNs do: RFC 4514's special
+/// characters and `=` as `\XX`, a leading `#` or space and a trailing
+/// space likewise; other UTF-8 as it is.
+fn pretty_value(value: &[u8], out: &mut String) {
+    let text = String::from_utf8_lossy(value);
+    let n = text.len();
+    for (i, ch) in text.char_indices() {
+        let escape = matches!(ch, '"' | '+' | ',' | ';' | '<' | '>' | '\\' | '=' | '\0')
+            || (i == 0 && matches!(ch, '#' | ' '))
+            || (i + 1 == n && ch == ' ');
+        if escape {
+            out.push_str(&format!("\\{:02X}", ch as u32));
+        } else {
+            out.push(ch);
+        }
     }
 }
 

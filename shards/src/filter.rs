@@ -88,6 +88,9 @@ pub enum Node {
         rule: Rule,
         value: Vec<u8>,
         dn_attributes: bool,
+        /// An ordering rule: a value matches when it sorts below the
+        /// assertion (RFC 4517 §4.2: the rule's `less than`).
+        less: bool,
     },
     /// An assertion on an attribute the requester may search in some
     /// entries only (access control decides per entry, see `eval_with`).
@@ -111,15 +114,10 @@ pub fn compile(f: &LdapFilter) -> Node {
         LdapFilter::Not(f) => Node::Not(Box::new(compile(f))),
         LdapFilter::Present(a) if matching::same_attr(a, "objectClass") => Node::True,
         LdapFilter::Present(a) => Names::of(schema, a).map_or(Node::Undefined, Node::Present),
-        LdapFilter::Equality(a, v) | LdapFilter::Approx(a, v) => item(
-            schema,
-            a,
-            |at| at.equality,
-            |attr, rule| {
-                let value = rule.normalize(v.as_bytes())?.into_owned();
-                Some(Node::Equal { attr, rule, value })
-            },
-        ),
+        LdapFilter::Equality(a, v) if matching::same_attr(a, "objectClass") => {
+            object_class(schema, a, v).unwrap_or_else(|| equality(schema, a, v))
+        }
+        LdapFilter::Equality(a, v) | LdapFilter::Approx(a, v) => equality(schema, a, v),
         LdapFilter::Substring(a, sub) => item(
             schema,
             a,
@@ -142,7 +140,7 @@ pub fn compile(f: &LdapFilter) -> Node {
                 a,
                 |at| at.ordering,
                 |attr, rule| {
-                    let norm = rule.normalize(v.as_bytes())?;
+                    let norm = rule.valid_assertion(v.as_bytes()).then(|| rule.normalize(v.as_bytes()))??;
                     let key = rule.order_key(&norm).into_owned();
                     Some(Node::Order { attr, rule, key, greater })
                 },
@@ -150,6 +148,39 @@ pub fn compile(f: &LdapFilter) -> Node {
         }
         LdapFilter::Extensible(m) => extensible(schema, m).unwrap_or(Node::Undefined),
     }
+}
+
+fn equality(schema: &'static Schema, a: &str, v: &str) -> Node {
+    item(
+        schema,
+        a,
+        |at| at.equality,
+        |attr, rule| {
+            let value = rule.valid_assertion(v.as_bytes()).then(|| rule.normalize(v.as_bytes()))??.into_owned();
+            Some(Node::Equal { attr, rule, value })
+        },
+    )
+}
+
+/// `(objectClass=person)` matches entries of every class below `person`
+/// (RFC 4512 §2.4.1): one equality per subclass, so the objectClass index
+/// answers it as stored. Every entry is of class `top`. `None` for a value
+/// that names no class.
+fn object_class(schema: &'static Schema, attr: &str, value: &str) -> Option<Node> {
+    let class = schema.class_index(value)?;
+    if schema.classes[class].oid == "2.5.6.0" {
+        return Some(Node::True);
+    }
+    let rule = schema.attr(attr)?.equality?;
+    let names = Names::of(schema, attr)?;
+    let mut each = schema.subclasses[class].iter().filter_map(|c| {
+        let value = rule.normalize(schema.classes[*c].oid.as_bytes())?.into_owned();
+        Some(Node::Equal { attr: names, rule, value })
+    });
+    Some(match schema.subclasses[class].len() {
+        1 => each.next()?,
+        _ => Node::Or(each.collect()),
+    })
 }
 
 fn item(
@@ -169,12 +200,31 @@ fn extensible(schema: &'static Schema, m: &LdapMatchingRuleAssertion) -> Option<
         Some(t) => Some(Names::of(schema, t)?),
         None => None,
     };
-    let rule = match &m.matching_rule {
-        Some(name) => matching::rule_named(name)?.rule,
-        None => schema.attr(m.type_.as_deref()?)?.equality?,
+    let (rule, usage) = match &m.matching_rule {
+        Some(name) => matching::rule_named(name).map(|i| (i.rule, i.usage))?,
+        None => (schema.attr(m.type_.as_deref()?)?.equality?, matching::Usage::Equality),
     };
-    let value = rule.normalize(m.match_value.as_bytes())?.into_owned();
-    Some(Node::Extensible { attr, rule, value, dn_attributes: m.dn_attributes })
+    if usage == matching::Usage::Substrings {
+        // The value is a substrings assertion: without a '*' it is not one
+        // and the item is Undefined, as slapd has it.
+        return substrings_assertion(attr?, rule, &m.match_value);
+    }
+    let raw = m.match_value.as_bytes();
+    let value = rule.valid_assertion(raw).then(|| rule.normalize(raw))??.into_owned();
+    let less = usage == matching::Usage::Ordering;
+    Some(Node::Extensible { attr, rule, value, dn_attributes: m.dn_attributes, less })
+}
+
+/// `cn:caseIgnoreSubstringsMatch:=jo*n`: a substrings item.
+fn substrings_assertion(attr: Names, rule: Rule, text: &str) -> Option<Node> {
+    if !text.contains('*') {
+        return None;
+    }
+    let pieces: Vec<&str> = text.split('*').collect();
+    let piece = |p: &str| (!p.is_empty()).then(|| rule.normalize_piece(p.as_bytes()).into_owned());
+    let (first, last) = (pieces[0], pieces[pieces.len() - 1]);
+    let any = pieces[1..pieces.len() - 1].iter().filter_map(|p| piece(p)).collect();
+    Some(Node::Substrings { attr, rule, initial: piece(first), any, last: piece(last) })
 }
 
 /// Three-valued AND / OR / NOT.
@@ -233,8 +283,8 @@ impl Node {
                     have.as_ref() <= key.as_slice()
                 }
             }),
-            Node::Extensible { attr, rule, value, dn_attributes } => {
-                extensible_eval(e, attr, *rule, value, *dn_attributes)
+            Node::Extensible { attr, rule, value, dn_attributes, less } => {
+                extensible_eval(e, attr, *rule, value, *dn_attributes, *less)
             }
         }
     }
@@ -311,9 +361,16 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-fn extensible_eval(e: &EntryView<'_>, attr: &Option<Names>, rule: Rule, want: &[u8], dn_attrs: bool) -> Option<bool> {
+fn extensible_eval(
+    e: &EntryView<'_>,
+    attr: &Option<Names>,
+    rule: Rule,
+    want: &[u8],
+    dn_attrs: bool,
+    less: bool,
+) -> Option<bool> {
     let ours = |name: &str| attr.as_ref().is_none_or(|a| a.covers(name));
-    let hit = |v: &[u8]| rule.normalize(v).is_some_and(|n| n.as_ref() == want);
+    let hit = |v: &[u8]| rule.normalize(v).is_some_and(|n| rule_matches(rule, less, &n, want));
     if e.attrs().filter(|a| ours(a.name)).any(|a| a.vals().any(hit)) {
         return Some(true);
     }
@@ -327,6 +384,20 @@ fn extensible_eval(e: &EntryView<'_>, attr: &Option<Names>, rule: Rule, want: &[
         return Some(in_dn);
     }
     Some(false)
+}
+
+/// One normalized value against an extensible match's assertion.
+fn rule_matches(rule: Rule, less: bool, have: &[u8], want: &[u8]) -> bool {
+    let bits = |v: &[u8]| std::str::from_utf8(v).ok().and_then(|s| s.parse::<i64>().ok());
+    match rule {
+        Rule::IntegerBitAnd | Rule::IntegerBitOr => match (bits(have), bits(want)) {
+            (Some(h), Some(w)) if rule == Rule::IntegerBitAnd => h & w == w,
+            (Some(h), Some(w)) => h & w != 0,
+            _ => false,
+        },
+        _ if less => rule.order_key(have) < rule.order_key(want),
+        _ => have == want,
+    }
 }
 
 /// The Assertion control (RFC 4528): `assertionFailed` unless the entry
@@ -669,7 +740,20 @@ mod tests {
             ("(objectClass=*)", t),
             ("(objectClass=inetorgperson)", t),
             ("(objectClass=2.16.840.1.113730.3.2.2)", t),
-            ("(objectClass=person)", f),
+            // Every superclass of the entry's classes (RFC 4512 §2.4.1).
+            ("(objectClass=person)", t),
+            ("(objectClass=2.5.6.6)", t),
+            ("(objectClass=top)", t),
+            ("(objectClass=device)", f),
+            ("(cn:caseIgnoreSubstringsMatch:=jo*)", t),
+            ("(cn:caseIgnoreSubstringsMatch:=johnny)", u),
+            ("(uidNumber:integerOrderingMatch:=1000000)", t),
+            ("(uidNumber:integerOrderingMatch:=1)", f),
+            ("(uidNumber=01)", u),
+            ("(uidNumber:1.2.840.113556.1.4.803:=40)", t),
+            ("(uidNumber:1.2.840.113556.1.4.803:=41)", f),
+            ("(uidNumber:integerBitOrMatch:=1032)", t),
+            ("(uidNumber:integerBitOrMatch:=1025)", f),
             ("(name=johnny)", t),
             ("(cn=jo*)", t),
             ("(cn=*doe)", t),
@@ -680,8 +764,9 @@ mod tests {
             ("(uidNumber>=999)", t),
             ("(uidNumber>=1001)", f),
             ("(uidNumber<=1000)", t),
-            ("(uidNumber<=0999)", f),
-            ("(uidNumber=01000)", t),
+            ("(uidNumber<=999)", f),
+            ("(uidNumber<=0999)", u), // leading zeros: invalid (slapd: Undefined)
+            ("(uidNumber=01000)", u),
             ("(uidNumber=abc)", u),
             ("(!(uidNumber=abc))", u),
             ("(|(uidNumber=abc)(uid=jdoe))", t),

@@ -47,6 +47,10 @@ pub enum Rule {
     GeneralizedTime,
     GeneralizedTimeOrdering,
     IntegerFirstComponent,
+    /// Extensible match only (slapd, Active Directory): every bit of the
+    /// assertion set, or any of them.
+    IntegerBitAnd,
+    IntegerBitOr,
     ObjectIdentifierFirstComponent,
     DirectoryStringFirstComponent,
     CaseExactIA5,
@@ -109,6 +113,8 @@ pub const RULES: &[RuleInfo] = &[
     r(Rule::GeneralizedTime, "generalizedTimeMatch", "2.5.13.27", "24", EQ),
     r(Rule::GeneralizedTimeOrdering, "generalizedTimeOrderingMatch", "2.5.13.28", "24", ORD),
     r(Rule::IntegerFirstComponent, "integerFirstComponentMatch", "2.5.13.29", "27", EQ),
+    r(Rule::IntegerBitAnd, "integerBitAndMatch", "1.2.840.113556.1.4.803", "27", EQ),
+    r(Rule::IntegerBitOr, "integerBitOrMatch", "1.2.840.113556.1.4.804", "27", EQ),
     r(Rule::ObjectIdentifierFirstComponent, "objectIdentifierFirstComponentMatch", "2.5.13.30", "38", EQ),
     r(Rule::DirectoryStringFirstComponent, "directoryStringFirstComponentMatch", "2.5.13.31", "15", EQ),
     r(Rule::CaseExactIA5, "caseExactIA5Match", "1.3.6.1.4.1.1466.109.114.1", "26", EQ),
@@ -169,7 +175,7 @@ impl Rule {
                 v if v.eq_ignore_ascii_case(b"false") => Some(Cow::Borrowed(b"FALSE")),
                 _ => None,
             },
-            Integer | IntegerOrdering => integer(value).map(Cow::Owned),
+            Integer | IntegerOrdering | IntegerBitAnd | IntegerBitOr => integer(value).map(Cow::Owned),
             IntegerFirstComponent => first_component(value).and_then(|c| integer(c.as_bytes())).map(Cow::Owned),
             BitString | OctetString | OctetStringOrdering => Some(Cow::Borrowed(value)),
             DistinguishedName => dn(value).map(|d| Cow::Owned(d.into_bytes())),
@@ -204,6 +210,16 @@ impl Rule {
         match self {
             Rule::Integer | Rule::IntegerOrdering | Rule::IntegerFirstComponent => Cow::Owned(integer_key(norm)),
             _ => Cow::Borrowed(norm),
+        }
+    }
+
+    /// Whether an assertion value (filter, Compare) is valid for the rule:
+    /// slapd makes an item with an invalid one Undefined.
+    pub fn valid_assertion(self, value: &[u8]) -> bool {
+        use Rule::*;
+        match self {
+            Integer | IntegerOrdering | IntegerBitAnd | IntegerBitOr => strict_integer(value),
+            _ => true,
         }
     }
 
@@ -289,6 +305,18 @@ pub fn integer(value: &[u8]) -> Option<Vec<u8>> {
     }
     out.extend_from_slice(digits);
     Some(out)
+}
+
+/// RFC 4517 §3.3.16 as slapd checks an assertion value: no sign but `-`,
+/// no leading zeros, no `-0`. Stored values and DN keys keep the lenient
+/// normal form above (existing keys must not move).
+fn strict_integer(value: &[u8]) -> bool {
+    let digits = value.strip_prefix(b"-").unwrap_or(value);
+    match digits {
+        b"0" => digits.len() == value.len(),
+        [first, ..] => *first != b'0' && digits.iter().all(u8::is_ascii_digit),
+        [] => false,
+    }
 }
 
 /// Sign byte, then the digit count (inverted for negatives), then digits
@@ -484,18 +512,35 @@ pub fn stored_name(name: &str) -> Cow<'_, str> {
 pub struct AttrName<'a> {
     name: &'a str,
     at: Option<&'static AttributeType>,
+    /// The type's subtypes besides itself (`name`: `cn`, `sn`, ...), which
+    /// a selection of the type also returns (RFC 4512 §2.5.1).
+    subtypes: &'static [usize],
 }
 
 impl<'a> AttrName<'a> {
+    /// The type exactly (entries: `get`, `position`).
     pub fn new(name: &'a str) -> AttrName<'a> {
-        AttrName { name, at: attr_type(name) }
+        AttrName { name, at: attr_type(name), subtypes: &[] }
+    }
+
+    /// The type and its subtypes (attribute selection: `name` returns `cn`).
+    pub fn with_subtypes(name: &'a str) -> AttrName<'a> {
+        let schema = schema::get();
+        let index = schema.attr_index(name);
+        let subtypes = index.map_or(&[][..], |i| schema.subtypes[i].as_slice());
+        AttrName { name, at: index.map(|i| &schema.attrs[i]), subtypes: if subtypes.len() > 1 { subtypes } else { &[] } }
     }
 
     /// Whether a stored attribute description names this type.
     pub fn is(&self, stored: &str) -> bool {
         let base = schema::base_type(stored);
         match self.at {
-            Some(at) => at.names.iter().any(|n| n.eq_ignore_ascii_case(base)) || at.oid == base,
+            Some(at) if at.names.iter().any(|n| n.eq_ignore_ascii_case(base)) || at.oid == base => true,
+            // Most types have no subtypes: no lookup for them.
+            Some(_) if !self.subtypes.is_empty() => {
+                schema::get().attr_index(base).is_some_and(|t| self.subtypes.contains(&t))
+            }
+            Some(_) => false,
             None => self.name.eq_ignore_ascii_case(stored),
         }
     }
@@ -614,6 +659,9 @@ mod tests {
         assert_eq!(int("-1", "0"), Ordering::Less);
         assert_eq!(int("0", "1"), Ordering::Less);
         assert_eq!(int("007", "7"), Ordering::Equal);
+        for (v, ok) in [("0", true), ("-17", true), ("42", true), ("0042", false), ("-0", false), ("+5", false)] {
+            assert_eq!(Rule::Integer.valid_assertion(v.as_bytes()), ok, "{v}");
+        }
         assert_eq!(int("-100", "99"), Ordering::Less);
         let t = |v: &str| generalized_time(v.as_bytes()).unwrap();
         assert!(t("20260101000000Z") < t("20260101000000.5Z"));

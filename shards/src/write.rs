@@ -473,8 +473,8 @@ fn apply<T: WriteTxn>(
             for (attr, value) in rdn {
                 if !entry.has_value(attr, value) {
                     return Err(Error::new(
-                        LdapResultCode::NotALlowedOnRDN,
-                        format!("{attr}: cannot remove the value used in the entry's RDN"),
+                        LdapResultCode::NamingViolation,
+                        format!("value of naming attribute '{attr}' is not present in entry"),
                     ));
                 }
             }

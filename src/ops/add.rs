@@ -27,9 +27,14 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
         return Err(Error::already_exists("the root DSE"));
     }
     if !ctx.within_suffix(&dn) {
-        return Err(Error::no_such_object(&req.dn));
+        // slapd without a default referral: no superior knowledge.
+        return Err(Error::unwilling("no global superior knowledge"));
     }
-    let mut entry = Entry { dn: req.dn.clone(), attrs: Vec::with_capacity(req.attributes.len() + 6) };
+    if req.attributes.is_empty() {
+        return Err(Error::protocol("no attributes provided"));
+    }
+    // Stored, and returned, in slapd's pretty form.
+    let mut entry = Entry { dn: dn.pretty()?, attrs: Vec::with_capacity(req.attributes.len() + 6) };
     for a in &req.attributes {
         if a.vals.is_empty() {
             return Err(Error::protocol(format!("{}: no values for attribute type", a.atype)));
@@ -40,8 +45,11 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
                 format!("{}: no user modification allowed", a.atype),
             ));
         }
-        entry.add_values(&a.atype, &a.vals)?;
+        let mut vals = a.vals.clone();
+        shards::schema::get().spell_values(&a.atype, &mut vals);
+        entry.add_values(&a.atype, &vals)?;
     }
+    add_rdn_values(&mut entry, &dn)?;
     let is_suffix = ctx.is_suffix(&dn);
     let identity = conn.identity.borrow().clone();
     let live = conn.ctx.live();
@@ -68,6 +76,17 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     });
     insert(&ctx.shard, &dn, entry, is_suffix).await.map_err(|e| with_matched(&conn, &dn, e))?;
     Ok(post.into_iter().collect())
+}
+
+/// RFC 4511 §4.7 lets a client leave the RDN's values out of the
+/// attribute list; like slapd, each one missing is added as the DN spells it.
+fn add_rdn_values(entry: &mut Entry, dn: &Dn) -> Result<()> {
+    for ava in dn.rdn().map(|r| r.avas.as_slice()).unwrap_or_default() {
+        if !entry.has_value(&ava.attr, &ava.value) {
+            entry.add_values(&ava.attr, std::slice::from_ref(&ava.value))?;
+        }
+    }
+    Ok(())
 }
 
 /// The schema checks of a new entry (add and import); records its

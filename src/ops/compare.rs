@@ -12,6 +12,12 @@ use ldap3_proto::proto::LdapCompareRequest;
 use ldap3_proto::LdapResultCode;
 use shards::{matching, password, Error, Result};
 
+/// The class a Compare of `objectClass` asks about, if it names one.
+fn object_class(atype: &str, value: &[u8]) -> Option<usize> {
+    let name = std::str::from_utf8(value).ok()?;
+    matching::same_attr(atype, "objectClass").then(|| shards::schema::get().class_index(name)).flatten()
+}
+
 pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result<LdapResultCode> {
     let dn = parse_dn(&req.dn)?;
     let Some(at) = matching::attr_type(&req.atype) else {
@@ -43,19 +49,28 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
         }
     }
     controls::check_assertion(ctrls.assertion.as_ref(), &entry)?;
-    let attr = entry
-        .get(&req.atype)
-        .ok_or_else(|| Error::new(LdapResultCode::NoSuchAttribute, format!("{}: no such attribute", req.atype)))?;
+    // A supertype compares the values of its subtypes too (`name`: `cn`, `sn`).
+    let names = shards::filter::Names::new(&req.atype).expect("the type exists");
+    let vals: Vec<&Vec<u8>> = entry.attrs.iter().filter(|a| names.covers(&a.name)).flat_map(|a| &a.vals).collect();
+    if vals.is_empty() {
+        return Err(Error::new(LdapResultCode::NoSuchAttribute, format!("{}: no such attribute", req.atype)));
+    }
     let found = if is_password {
-        attr.vals.iter().any(|v| password::verify_with(v, &req.val, conn.ctx.passwords.allow_cleartext))
+        vals.iter().any(|v| password::verify_with(v, &req.val, conn.ctx.passwords.allow_cleartext))
+    } else if let Some(class) = object_class(&req.atype, &req.val) {
+        // An entry is of every superclass of its classes (RFC 4512 §2.4.1).
+        let schema = shards::schema::get();
+        vals.iter().any(|v| {
+            schema.class_index(&String::from_utf8_lossy(v)).is_some_and(|c| schema.is_subclass(c, class))
+        })
     } else {
-        let Some(want) = rule.normalize(&req.val) else {
+        let Some(want) = rule.valid_assertion(&req.val).then(|| rule.normalize(&req.val)).flatten() else {
             return Err(Error::new(
                 LdapResultCode::InvalidAttributeSyntax,
                 format!("{}: assertion value invalid per syntax", req.atype),
             ));
         };
-        attr.vals.iter().any(|v| rule.normalize(v).is_some_and(|n| n == want))
+        vals.iter().any(|v| rule.normalize(v).is_some_and(|n| n == want))
     };
     Ok(if found { LdapResultCode::CompareTrue } else { LdapResultCode::CompareFalse })
 }

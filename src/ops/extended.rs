@@ -12,7 +12,7 @@
 
 use crate::acl::Level;
 use crate::conn::{Conn, Identity};
-use crate::ops::{access, parse_dn, result, with_matched};
+use crate::ops::{access, parse_dn, result};
 use ldap3_proto::proto::{
     LdapExtendedRequest, LdapExtendedResponse, LdapPasswordModifyRequest, LdapPasswordModifyResponse,
     OID_PASSWORD_MODIFY, OID_WHOAMI,
@@ -114,7 +114,7 @@ async fn change(conn: &Conn, req: LdapPasswordModifyRequest) -> Result<Option<St
     let live = conn.ctx.live();
     let own = match &identity {
         Identity::Anonymous => {
-            return Err(Error::unwilling("only an authenticated user may change a password"));
+            return Err(Error::new(LdapResultCode::StrongerAuthRequired, "only authenticated users may change passwords"));
         }
         id => id.dn().to_string(),
     };
@@ -139,11 +139,12 @@ async fn change(conn: &Conn, req: LdapPasswordModifyRequest) -> Result<Option<St
         let attr = [(a.acl().class("userPassword"), "userPassword")];
         access::require(&a, shard, &dn.key(), &attr, Level::Write)?;
     }
-    let entry = shard.get_entry(&dn.key())?.ok_or_else(|| with_matched(conn, &dn, Error::no_such_object(&target)))?;
+    // slapd names no matchedDN here.
+    let entry = shard.get_entry(&dn.key())?.ok_or_else(|| Error::no_such_object(&target))?;
     let scheme = conn.ctx.passwords.default_scheme.clone();
     let cleartext = conn.ctx.passwords.allow_cleartext;
     let stored: Vec<Vec<u8>> = entry.get("userPassword").map(|a| a.vals.clone()).unwrap_or_default();
-    if self_change && !is_root && req.old_password.is_none() {
+    if self_change && !is_root && req.old_password.is_none() && conn.ctx.passwords.self_change_requires_old {
         return Err(Error::unwilling("the old password is required to change one's own password"));
     }
     let generated = req.new_password.is_none().then(generate);
@@ -157,7 +158,7 @@ async fn change(conn: &Conn, req: LdapPasswordModifyRequest) -> Result<Option<St
         })
         .await;
     if !old_ok {
-        return Err(Error::new(LdapResultCode::InvalidCredentials, "the old password does not match"));
+        return Err(Error::unwilling("unwilling to verify old password"));
     }
     let hashed = hashed.map_err(Error::other)?;
     let mods = vec![Mod::Replace(Attr { name: "userPassword".into(), vals: vec![hashed.into_bytes()] })];

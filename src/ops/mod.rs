@@ -189,11 +189,11 @@ fn spawn_write(
     fut: impl Future<Output = Result<Vec<LdapControl>>> + 'static,
 ) {
     let in_flight = crate::conn::InFlight::new(conn);
-    let confidential = check_confidential(conn);
+    let allowed = check_confidential(conn).and_then(|_| check_authenticated(conn));
     let conn = conn.clone();
     glommio::spawn_local(async move {
         let _in_flight = in_flight;
-        let outcome = match confidential {
+        let outcome = match allowed {
             Ok(()) => fut.await,
             Err(e) => Err(e),
         };
@@ -217,6 +217,15 @@ pub fn check_confidential(conn: &Conn) -> Result<()> {
             LdapResultCode::ConfidentialityRequired,
             "TLS is required for this operation (use StartTLS or ldaps://)",
         ));
+    }
+    Ok(())
+}
+
+/// Anonymous writes are refused before access control, as slapd does
+/// without `allow update_anon`: `strongAuthRequired`.
+pub fn check_authenticated(conn: &Conn) -> Result<()> {
+    if matches!(*conn.identity.borrow(), crate::conn::Identity::Anonymous) {
+        return Err(Error::new(LdapResultCode::StrongerAuthRequired, "modifications require authentication"));
     }
     Ok(())
 }

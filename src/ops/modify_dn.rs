@@ -20,6 +20,7 @@ use crate::ops::delete::remove;
 use crate::ops::{access, parse_dn, with_matched};
 use ldap3_proto::control::LdapControl;
 use ldap3_proto::proto::LdapModifyDNRequest;
+use ldap3_proto::LdapResultCode;
 use shards::dn::{Dn, Rdn};
 use shards::entry::Entry;
 use shards::moves;
@@ -72,12 +73,18 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
         None => old.parent(),
     };
     let ctx = &conn.ctx;
-    if old.is_root() || ctx.is_suffix(&old) {
-        return Err(Error::unwilling("a naming context cannot be renamed"));
-    }
     let new = Dn::renamed(rdn, &superior);
-    if !ctx.within_suffix(&new) || ctx.is_suffix(&new) {
-        return Err(Error::unwilling(format!("{} is outside every naming context", new.to_string_form())));
+    // As slapd: a rename that leaves its naming context (the suffix itself
+    // included) would span two DSAs.
+    if old.is_root() || ctx.is_suffix(&old) || !ctx.within_suffix(&new) || ctx.is_suffix(&new) {
+        return Err(Error::new(
+            LdapResultCode::AffectsMultipleDSAs,
+            format!("{} is outside the naming context of {}", new.to_string_form(), req.dn),
+        ));
+    }
+    new.pretty()?;
+    if superior.is_within(&old) {
+        return Err(Error::unwilling("newSuperior is the entry itself or below it"));
     }
     let shard = &ctx.shard;
     let identity = conn.identity.borrow().clone();
@@ -106,7 +113,8 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
         true => move_replicated(&conn, &old, &req.dn, &new, entry).await,
         false => move_entry(shard, &old, &req.dn, &new, entry).await,
     };
-    moved.map_err(|e| with_matched(&conn, &new, e))?;
+    // slapd names no matchedDN for a missing newSuperior.
+    moved?;
     let images = Some(Box::new(Images { before, after }));
     Ok(controls::read_entry_controls(&conn, images, &ctrls.pre_read, &ctrls.post_read))
 }
@@ -125,16 +133,12 @@ fn rename_entry(entry: &mut Entry, old: &Dn, new: &Dn, delete_old_rdn: bool, mod
     let new_rdn = new.rdn().expect("not the root");
     if delete_old_rdn {
         for ava in &old.rdn().expect("not the root").avas {
-            let kept_by_new = new_rdn.avas.iter().any(|n| {
-                shards::matching::same_attr(&n.attr, &ava.attr)
-                    && shards::matching::values_equal(&n.attr, &n.value, &ava.value)
-            });
-            if !kept_by_new {
-                let _ = entry.apply(&[shards::entry::Mod::Delete(shards::entry::Attr {
-                    name: ava.attr.clone(),
-                    vals: vec![ava.value.clone()],
-                })]);
-            }
+            // A value the new RDN keeps in another spelling (`cn=leaf` to
+            // `cn=LEAF`) goes too: slapd stores the new spelling.
+            let _ = entry.apply(&[shards::entry::Mod::Delete(shards::entry::Attr {
+                name: ava.attr.clone(),
+                vals: vec![ava.value.clone()],
+            })]);
         }
     }
     for ava in &new_rdn.avas {
@@ -142,7 +146,7 @@ fn rename_entry(entry: &mut Entry, old: &Dn, new: &Dn, delete_old_rdn: bool, mod
             let _ = entry.add_values(&ava.attr, std::slice::from_ref(&ava.value));
         }
     }
-    entry.dn = new.to_string_form();
+    entry.dn = new.pretty().unwrap_or_else(|_| new.to_string_form());
     entry.set("modifiersName", vec![modifier.as_bytes().to_vec()]);
     entry.set("modifyTimestamp", vec![now_generalized().into_bytes()]);
     // The new DN's owner stamps the rename's CSN (an add keeps one it finds).

@@ -20,7 +20,7 @@ use crate::ops::record::{self, Record};
 use crate::ops::sort::Sorter;
 use crate::ops::{monitor, parse_dn, result, rootdse, with_matched};
 use bytes::BytesMut;
-use ldap3_proto::control::{LdapControl, ServerSortResult};
+use ldap3_proto::control::LdapControl;
 use ldap3_proto::proto::{LdapMsg, LdapOp, LdapSearchRequest, LdapSearchScope};
 use ldap3_proto::LdapResultCode;
 use shards::dn::key_of;
@@ -101,7 +101,7 @@ impl<'a> Selection<'a> {
                 "*" => sel.user = true,
                 "+" => sel.operational = true,
                 "1.1" => {}
-                name => sel.names.push(matching::AttrName::new(name)),
+                name => sel.names.push(matching::AttrName::with_subtypes(name)),
             }
         }
         sel
@@ -215,16 +215,13 @@ async fn run(
                     .is_some_and(|n| p.searchable(Some(&n)) != shards::filter::Searchable::Yes)
             })
         });
-        let sorted = match hidden {
-            Some(k) => Err(ServerSortResult {
-                result_code: LdapResultCode::InsufficentAccessRights,
-                attribute_type: Some(k.attribute_name.clone()),
-            }),
-            None => Sorter::new(keys),
-        };
-        match sorted {
-            Ok(s) => sorter = Some(s),
-            Err(sort_result) => done_ctrls.push(LdapControl::ServerSortResult { sort_result }),
+        match hidden {
+            // Sent unsorted, the sortResult saying why.
+            Some(k) => done_ctrls
+                .push(crate::ops::sort::response(LdapResultCode::InsufficentAccessRights, Some(&k.attribute_name))),
+            // As slapd: a key without an ordering rule (18) or an unknown
+            // attribute (16) fails the search, critical or not.
+            None => sorter = Some(Sorter::new(keys).map_err(|r| Error::new(r.result_code, "cannot sort by that key"))?),
         }
     }
     if page_size == Some(0) {
@@ -256,25 +253,29 @@ async fn run(
     let stopped = walked?;
     if let Some(sorter) = emit.sorter.take() {
         let rows = sorter.finish();
-        done_ctrls.push(LdapControl::ServerSortResult {
-            sort_result: ServerSortResult { result_code: LdapResultCode::Success, attribute_type: None },
-        });
         let skip = match position {
             Position::Offset(n) => n as usize,
             _ => 0,
         };
+        // The size limit applies to the sorted result: its first entries.
+        let visible = rows.len().min(emit.limits.size);
         let take = page_size.unwrap_or(usize::MAX);
         *sent = 0;
-        for row in rows.iter().skip(skip).take(take) {
+        for row in rows[..visible].iter().skip(skip).take(take) {
             emit.out.extend_from_slice(row);
             *sent += 1;
         }
+        let next = skip.saturating_add(take);
         if page_size.is_some() {
-            let next = skip.saturating_add(take);
-            let cookie =
-                if next < rows.len() { paging::encode(req, &Position::Offset(next as u64)) } else { Vec::new() };
-            done_ctrls.push(LdapControl::SimplePagedResults { size: 0, cookie });
+            let cookie = if next < visible { paging::encode(req, &Position::Offset(next as u64)) } else { Vec::new() };
+            // slapd's estimate: the entries still to come.
+            let size = visible.saturating_sub(next) as i64;
+            done_ctrls.push(LdapControl::SimplePagedResults { size, cookie });
         }
+        if rows.len() > visible && next >= visible {
+            return Err(Error::new(LdapResultCode::SizeLimitExceeded, ""));
+        }
+        done_ctrls.push(crate::ops::sort::response(LdapResultCode::Success, None));
         return Ok(());
     }
     if page_size.is_some() {
@@ -491,7 +492,8 @@ impl Emit<'_> {
         if !visible_match(self.plan, self.filter, &target, view) {
             return Ok(Visit::Next);
         }
-        if self.sent == self.limits.size {
+        // A sorted search collects every match; the limit applies after the sort.
+        if self.sent == self.limits.size && self.sorter.is_none() {
             return Ok(Visit::Stop(LdapResultCode::SizeLimitExceeded));
         }
         let n_children = children(txn, key)?;

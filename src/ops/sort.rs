@@ -2,8 +2,8 @@
 //! collected with their sort keys, ordered with each key's ordering rule,
 //! then sent. At most `MAX_SORTED` entries are sorted
 //! (`adminLimitExceeded` past it). Multi-valued attributes sort by their
-//! least value (greatest when reversed); entries without the attribute come
-//! last.
+//! least value, reversed or not; entries without the attribute come last
+//! (first when reversed).
 
 use bytes::BytesMut;
 use ldap3_proto::control::{ServerSortRequet, ServerSortResult};
@@ -15,6 +15,36 @@ use shards::{Error, Result};
 use std::cmp::Ordering;
 
 pub const MAX_SORTED: usize = 100_000;
+
+/// The Sort Response control (RFC 2891 §1.2): `attributeType` is `[0]`
+/// and only present on failure (ldap3_proto always writes it, untagged).
+pub fn response(code: LdapResultCode, attr: Option<&str>) -> ldap3_proto::control::LdapControl {
+    let mut inner = vec![0x0a, 0x01, code as u8];
+    if let Some(a) = attr {
+        inner.push(0x80);
+        ber_length(a.len(), &mut inner);
+        inner.extend_from_slice(a.as_bytes());
+    }
+    let mut value = vec![0x30];
+    ber_length(inner.len(), &mut value);
+    value.extend_from_slice(&inner);
+    ldap3_proto::control::LdapControl::Unknown {
+        oid: "1.2.840.113556.1.4.474".into(),
+        criticality: false,
+        value: Some(value),
+    }
+}
+
+fn ber_length(n: usize, out: &mut Vec<u8>) {
+    if n < 0x80 {
+        out.push(n as u8);
+    } else {
+        let bytes = n.to_be_bytes();
+        let skip = bytes.iter().take_while(|b| **b == 0).count();
+        out.push(0x80 | (bytes.len() - skip) as u8);
+        out.extend_from_slice(&bytes[skip..]);
+    }
+}
 
 struct Key {
     attr: Names,
@@ -64,13 +94,15 @@ impl Sorter {
         let keys = &self.keys;
         self.rows.sort_by(|(a, _), (b, _)| {
             for (i, k) in keys.iter().enumerate() {
+                // RFC 2891 §2.2: no value sorts above every value, so it
+                // comes last, or first when the key is reversed.
                 let ord = match (&a[i], &b[i]) {
-                    (Some(x), Some(y)) if k.reverse => y.cmp(x),
                     (Some(x), Some(y)) => x.cmp(y),
                     (Some(_), None) => Ordering::Less,
                     (None, Some(_)) => Ordering::Greater,
                     (None, None) => Ordering::Equal,
                 };
+                let ord = if k.reverse { ord.reverse() } else { ord };
                 if ord != Ordering::Equal {
                     return ord;
                 }
@@ -81,16 +113,12 @@ impl Sorter {
     }
 }
 
-/// The entry's order key for one sort key: its least value (greatest when reversed).
+/// The entry's order key for one sort key: its least value, reversed or
+/// not (RFC 2891 §2.2: reversing a key reverses the order it gives).
 fn sort_key(view: &EntryView<'_>, k: &Key) -> Option<Vec<u8>> {
-    let values = view
-        .attrs()
+    view.attrs()
         .filter(|a| k.attr.covers(a.name))
         .flat_map(|a| a.vals())
-        .filter_map(|v| k.rule.normalize(v).map(|n| k.rule.order_key(&n).into_owned()));
-    if k.reverse {
-        values.max()
-    } else {
-        values.min()
-    }
+        .filter_map(|v| k.rule.normalize(v).map(|n| k.rule.order_key(&n).into_owned()))
+        .min()
 }

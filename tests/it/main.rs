@@ -6,6 +6,7 @@ mod access;
 mod admin;
 mod bind;
 mod config;
+mod conformance;
 mod controls;
 mod crash;
 mod deploy;

@@ -155,13 +155,14 @@ fn password_modify() {
             c.extended(PasswordModify { user_id: id, old_pass: old, new_pass: new }).unwrap();
         (res.rc, exop.val.is_some().then(|| exop.parse::<PasswordModifyResp>().gen_pass))
     };
-    assert_eq!(pm(&mut user, None, Some("wrong"), Some("n1")).0, 49, "old password checked");
-    assert_eq!(pm(&mut user, None, None, Some("n1")).0, 53, "old password required");
-    assert_eq!(pm(&mut user, None, Some("pw-a"), Some("n1")).0, 0);
+    assert_eq!(pm(&mut user, None, Some("wrong"), Some("n1")).0, 53, "old password checked (slapd: unwilling)");
+    // As slapd: the old password is not required when the rules allow the write.
+    assert_eq!(pm(&mut user, None, None, Some("n0")).0, 0, "old password not required");
+    assert_eq!(pm(&mut user, None, Some("n0"), Some("n1")).0, 0);
     assert_eq!(bind(&s, "a", "n1"), 0);
     assert_eq!(bind(&s, "a", "pw-a"), 49);
     assert_eq!(pm(&mut user, Some(&format!("dn:{b}")), Some("pw-b"), Some("x")).0, 50, "not another's");
-    assert_eq!(pm(&mut s.conn(), Some(&b), None, Some("x")).0, 53, "anonymous");
+    assert_eq!(pm(&mut s.conn(), Some(&b), None, Some("x")).0, 8, "anonymous");
     // The root DN resets anyone's; without a new password one is generated.
     assert_eq!(pm(&mut admin, Some(&b), None, Some("reset")).0, 0);
     assert_eq!(bind(&s, "b", "reset"), 0);
@@ -181,4 +182,18 @@ fn password_modify() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(bind(&s, "a", "from-ldappasswd"), 0);
+}
+
+#[test]
+fn self_change_can_require_the_old_password() {
+    let s = Server::start_with_config(1, "[passwords]\nself_change_requires_old = true\n");
+    assert_eq!(add_user(&mut s.admin(), "a").rc, 0);
+    let mut user = s.conn();
+    user.simple_bind(&format!("uid=a,{PEOPLE}"), "pw-a").unwrap().success().unwrap();
+    let change = |c: &mut LdapConn, old: Option<&str>| {
+        c.extended(PasswordModify { user_id: None, old_pass: old, new_pass: Some("n1") }).unwrap().1.rc
+    };
+    assert_eq!(change(&mut user, None), 53, "the old password is required");
+    assert_eq!(change(&mut user, Some("pw-a")), 0);
+    assert_eq!(bind(&s, "a", "n1"), 0);
 }

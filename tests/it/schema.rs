@@ -39,7 +39,8 @@ fn schema_violations_have_their_codes() {
         ("e", person("e", vec![("mail", ["jöhn@example.com"].into())]), 21, "mail"),
         ("f", person("f", vec![("objectClass", ["device"].into())]), 65, "structural object class chain"),
         ("g", person("g", vec![("objectClass", ["noSuchClass"].into())]), 21, "noSuchClass"),
-        ("h", person("x", vec![]), 64, "naming attribute"),
+        // The RDN value is added when the attribute list lacks it (RFC 4511 §4.7, as slapd).
+        ("h", person("x", vec![]), 0, ""),
         (
             "i",
             person(
@@ -139,14 +140,15 @@ fn matching_rules_decide_searches() {
         ("(homeDirectory=/home/ann)", vec![]),
         ("(uidNumber>=1000)", vec!["p1", "p2"]),
         ("(uidNumber<=1000)", vec!["p0", "p1"]),
-        ("(uidNumber=0990)", vec!["p0"]),
+        ("(uidNumber=0990)", vec![]), // leading zeros: invalid, so Undefined (as slapd)
+        ("(uidNumber=990)", vec!["p0"]),
         ("(telephoneNumber=+15550101)", vec!["p1"]),
         ("(telephoneNumber=+1 555 0100)", vec!["p0"]),
         ("(createTimestamp>=20000101000000Z)", vec!["p0", "p1", "p2"]),
         ("(createTimestamp<=20000101000000Z)", vec![]),
         ("(sn>=A)", vec![]),
         ("(!(uidNumber=abc))", vec![]),
-        ("(objectClass=2.5.6.6)", vec![]),
+        ("(objectClass=2.5.6.6)", vec!["p0", "p1", "p2"]), // person, a superclass (RFC 4512 §2.4.1)
         ("(objectClass=posixaccount)", vec!["p0", "p1", "p2"]),
         ("(cn~=ann lee)", vec!["p0"]),
     ] {
@@ -155,7 +157,8 @@ fn matching_rules_decide_searches() {
     // Compare uses the equality rule too.
     let dn = format!("uid=p0,{PEOPLE}");
     assert_eq!(c.compare(&dn, "cn", "ann LEE").unwrap().0.rc, 6);
-    assert_eq!(c.compare(&dn, "uidNumber", "00990").unwrap().0.rc, 6);
+    assert_eq!(c.compare(&dn, "uidNumber", "990").unwrap().0.rc, 6);
+    assert_eq!(c.compare(&dn, "uidNumber", "00990").unwrap().0.rc, 21, "leading zeros are invalid, as slapd says");
     assert_eq!(c.compare(&dn, "homeDirectory", "/home/ann").unwrap().0.rc, 5);
     assert_eq!(c.compare(&dn, "noSuchAttr", "x").unwrap().0.rc, 17);
 }

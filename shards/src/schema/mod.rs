@@ -116,6 +116,9 @@ pub struct Schema {
     /// For each attribute type, itself and all its subtypes (filters on
     /// `name` match `cn` and `sn`).
     pub subtypes: Vec<Vec<usize>>,
+    /// For each object class, itself and every class below it: an entry of
+    /// class `inetOrgPerson` is also a `person` (RFC 4512 §2.4.1).
+    pub subclasses: Vec<Vec<usize>>,
     // Looked up for every attribute of every entry a request touches:
     // FxHash, not SipHash (the keys are the schema's own names).
     attr_by_name: FxHashMap<String, usize>,
@@ -222,6 +225,51 @@ impl Schema {
     }
 
     /// A class and all its superclasses.
+    /// Values as slapd stores them: object classes in the schema's
+    /// spelling, DN-valued attributes (`member`, `owner`, the DN of a
+    /// `uniqueMember`) in pretty form. Values that do not parse are kept
+    /// for the schema check to refuse.
+    pub fn spell_values(&self, name: &str, vals: &mut [Vec<u8>]) {
+        const DN: &str = "1.3.6.1.4.1.1466.115.121.1.12";
+        const NAME_AND_UID: &str = "1.3.6.1.4.1.1466.115.121.1.34";
+        let Some(at) = self.attr(name.split(';').next().unwrap_or(name)) else { return };
+        if at.oid == "2.5.4.0" {
+            return self.spell_classes(vals);
+        }
+        let syntax = at.syntax_ref.oid;
+        if syntax != DN && syntax != NAME_AND_UID {
+            return;
+        }
+        for v in vals {
+            let Ok(text) = std::str::from_utf8(v) else { continue };
+            let (dn, uid) = match text.rfind("#'") {
+                Some(at) if syntax == NAME_AND_UID => text.split_at(at),
+                _ => (text, ""),
+            };
+            if let Ok(pretty) = crate::dn::Dn::parse(dn).and_then(|d| d.pretty()) {
+                *v = format!("{pretty}{uid}").into_bytes();
+            }
+        }
+    }
+
+    /// Object class values as slapd stores them: in the schema's spelling
+    /// (`groupofnames` → `groupOfNames`, an OID → its name); unknown
+    /// values are kept for the schema check to refuse.
+    pub fn spell_classes(&self, vals: &mut [Vec<u8>]) {
+        for v in vals {
+            let Some(c) = std::str::from_utf8(v).ok().and_then(|n| self.class_index(n)) else { continue };
+            let name = self.classes[c].name();
+            if name.as_bytes() != v.as_slice() {
+                *v = name.as_bytes().to_vec();
+            }
+        }
+    }
+
+    /// Whether an entry of class `sub` is of class `sup`.
+    pub fn is_subclass(&self, sub: usize, sup: usize) -> bool {
+        self.subclasses[sup].contains(&sub)
+    }
+
     pub fn closure(&self, class: usize, out: &mut Vec<usize>) {
         if out.contains(&class) {
             return;
@@ -250,6 +298,17 @@ impl Schema {
     }
 
     pub(super) fn index_class_names(&mut self) -> Result<(), String> {
+        self.subclasses = (0..self.classes.len())
+            .map(|c| {
+                (0..self.classes.len())
+                    .filter(|d| {
+                        let mut chain = Vec::new();
+                        self.closure(*d, &mut chain);
+                        chain.contains(&c)
+                    })
+                    .collect()
+            })
+            .collect();
         for (i, oc) in self.classes.iter().enumerate() {
             for n in oc.names.iter().chain(std::iter::once(&oc.oid)) {
                 if self.class_by_name.insert(n.to_ascii_lowercase(), i).is_some() {
