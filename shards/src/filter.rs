@@ -17,13 +17,17 @@ use ldap3_proto::proto::{LdapFilter, LdapMatchingRuleAssertion};
 
 /// An attribute type as a filter item names it: the type and its subtypes
 /// (indexes into the schema's attribute types), resolved once per request.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Names {
     schema: &'static Schema,
     /// The type named.
     ty: usize,
     /// It and its subtypes.
     types: &'static [usize],
+    /// The description's options (`lang-en` of `description;lang-en`),
+    /// which a stored description must all carry (RFC 4512 §2.5.2); rare,
+    /// so allocated only when present.
+    options: Option<std::sync::Arc<str>>,
 }
 
 impl Names {
@@ -34,12 +38,18 @@ impl Names {
 
     fn of(schema: &'static Schema, attr: &str) -> Option<Names> {
         let i = schema.attr_index(attr)?;
-        Some(Names { schema, ty: i, types: &schema.subtypes[i] })
+        let options = attr.split_once(';').map(|(_, o)| o.into());
+        Some(Names { schema, ty: i, types: &schema.subtypes[i], options })
     }
 
     /// The type's schema name (as entries store it).
     pub fn name(&self) -> &'static str {
         self.schema.attrs[self.ty].name()
+    }
+
+    /// The type's own substrings rule.
+    pub fn substr(&self) -> Option<Rule> {
+        self.schema.attrs[self.ty].substr
     }
 
     /// Index keys of the type and its subtypes.
@@ -50,8 +60,9 @@ impl Names {
     /// Whether a stored attribute description (maybe with options) is ours:
     /// entries store types under their first name, so this is a byte compare.
     pub fn covers(&self, stored: &str) -> bool {
-        let base = stored.split(';').next().unwrap_or(stored);
+        let (base, options) = stored.split_once(';').unwrap_or((stored, ""));
         self.types.iter().any(|t| self.schema.attrs[*t].name().eq_ignore_ascii_case(base))
+            && self.options.as_deref().is_none_or(|want| matching::options_within(want, options))
     }
 }
 
@@ -114,7 +125,7 @@ pub fn compile(f: &LdapFilter) -> Node {
         LdapFilter::Not(f) => Node::Not(Box::new(compile(f))),
         LdapFilter::Present(a) if matching::same_attr(a, "objectClass") => Node::True,
         LdapFilter::Present(a) => Names::of(schema, a).map_or(Node::Undefined, Node::Present),
-        LdapFilter::Equality(a, v) if matching::same_attr(a, "objectClass") => {
+        LdapFilter::Equality(a, v) | LdapFilter::Approx(a, v) if matching::same_attr(a, "objectClass") => {
             object_class(schema, a, v).unwrap_or_else(|| equality(schema, a, v))
         }
         LdapFilter::Equality(a, v) | LdapFilter::Approx(a, v) => equality(schema, a, v),
@@ -175,7 +186,7 @@ fn object_class(schema: &'static Schema, attr: &str, value: &str) -> Option<Node
     let names = Names::of(schema, attr)?;
     let mut each = schema.subclasses[class].iter().filter_map(|c| {
         let value = rule.normalize(schema.classes[*c].oid.as_bytes())?.into_owned();
-        Some(Node::Equal { attr: names, rule, value })
+        Some(Node::Equal { attr: names.clone(), rule, value })
     });
     Some(match schema.subclasses[class].len() {
         1 => each.next()?,
@@ -307,11 +318,44 @@ impl Node {
             Node::Or(ns) => Node::Or(ns.into_iter().map(|n| n.restrict(searchable)).collect()),
             Node::Not(n) => Node::Not(Box::new(n.restrict(searchable))),
             Node::True | Node::Undefined | Node::Guarded(..) => self,
-            Node::Present(a) => wrap(Some(a), self),
-            Node::Equal { attr, .. } | Node::Substrings { attr, .. } | Node::Order { attr, .. } => {
-                wrap(Some(attr), self)
+            Node::Present(ref a) => wrap(Some(a.clone()), self),
+            Node::Equal { ref attr, .. } | Node::Substrings { ref attr, .. } | Node::Order { ref attr, .. } => {
+                wrap(Some(attr.clone()), self)
             }
-            Node::Extensible { attr, .. } => wrap(attr, self),
+            Node::Extensible { ref attr, .. } => wrap(attr.clone(), self),
+        }
+    }
+
+    /// A Matched Values item (RFC 3876) on one value of the attribute
+    /// `name`: `None` when the item does not name that attribute (its
+    /// values are then not filtered by it).
+    pub fn value_matches(&self, name: &str, v: &[u8]) -> Option<bool> {
+        let norm = |rule: &Rule| rule.normalize(v);
+        match self {
+            Node::True => matching::same_attr(name, "objectClass").then_some(true),
+            Node::Present(attr) => attr.covers(name).then_some(true),
+            Node::Equal { attr, rule, value } => {
+                attr.covers(name).then(|| norm(rule).is_some_and(|n| n.as_ref() == value.as_slice()))
+            }
+            Node::Substrings { attr, rule, initial, any, last } => attr
+                .covers(name)
+                .then(|| norm(rule).is_some_and(|n| substrings(&n, initial.as_deref(), any, last.as_deref()))),
+            Node::Order { attr, rule, key, greater } => attr.covers(name).then(|| {
+                norm(rule).is_some_and(|n| {
+                    let have = rule.order_key(&n);
+                    if *greater {
+                        have.as_ref() >= key.as_slice()
+                    } else {
+                        have.as_ref() <= key.as_slice()
+                    }
+                })
+            }),
+            Node::Extensible { attr: Some(attr), rule, value, less, .. } => {
+                attr.covers(name).then(|| norm(rule).is_some_and(|n| rule_matches(*rule, *less, &n, value)))
+            }
+            // `(objectClass=person)` compiles to one equality per subclass.
+            Node::Or(items) => items.iter().filter_map(|i| i.value_matches(name, v)).reduce(|a, b| a || b),
+            _ => None,
         }
     }
 

@@ -499,8 +499,12 @@ pub fn stored_name(name: &str) -> Cow<'_, str> {
         Some(at) => name.split_at(at),
         None => (name, ""),
     };
+    // Options are stored in lower case, as slapd stores them.
+    let lower = options.bytes().any(|b| b.is_ascii_uppercase());
     match attr_type(base) {
-        Some(at) if at.name() != base => Cow::Owned(format!("{}{}", at.name(), options)),
+        Some(at) if at.name() != base || lower => {
+            Cow::Owned(format!("{}{}", at.name(), options.to_ascii_lowercase()))
+        }
         _ => Cow::Borrowed(name),
     }
 }
@@ -511,6 +515,10 @@ pub fn stored_name(name: &str) -> Cow<'_, str> {
 #[derive(Clone, Copy)]
 pub struct AttrName<'a> {
     name: &'a str,
+    /// What follows the type: `;lang-en` or "".
+    options: &'a str,
+    /// A selection: subtypes and descriptions with more options match too.
+    selecting: bool,
     at: Option<&'static AttributeType>,
     /// The type's subtypes besides itself (`name`: `cn`, `sn`, ...), which
     /// a selection of the type also returns (RFC 4512 §2.5.1).
@@ -520,7 +528,7 @@ pub struct AttrName<'a> {
 impl<'a> AttrName<'a> {
     /// The type exactly (entries: `get`, `position`).
     pub fn new(name: &'a str) -> AttrName<'a> {
-        AttrName { name, at: attr_type(name), subtypes: &[] }
+        AttrName { name, options: options_of(name), selecting: false, at: attr_type(name), subtypes: &[] }
     }
 
     /// The type and its subtypes (attribute selection: `name` returns `cn`).
@@ -528,12 +536,25 @@ impl<'a> AttrName<'a> {
         let schema = schema::get();
         let index = schema.attr_index(name);
         let subtypes = index.map_or(&[][..], |i| schema.subtypes[i].as_slice());
-        AttrName { name, at: index.map(|i| &schema.attrs[i]), subtypes: if subtypes.len() > 1 { subtypes } else { &[] } }
+        let subtypes = if subtypes.len() > 1 { subtypes } else { &[] };
+        AttrName { name, options: options_of(name), selecting: true, at: index.map(|i| &schema.attrs[i]), subtypes }
     }
 
-    /// Whether a stored attribute description names this type.
+    /// Whether a stored attribute description is this one: the same type
+    /// with the same options (`new`), or, for a selection
+    /// (`with_subtypes`), the type or a subtype carrying at least the
+    /// options asked for (`description` returns `description;lang-en`).
     pub fn is(&self, stored: &str) -> bool {
         let base = schema::base_type(stored);
+        let options = &stored[base.len()..];
+        // Most descriptions have no options: two empty strings.
+        if !(self.options.is_empty() && options.is_empty()) {
+            let within = options_within(self.options, options);
+            let exact = if self.selecting { within } else { within && options_within(options, self.options) };
+            if !exact {
+                return false;
+            }
+        }
         match self.at {
             Some(at) if at.names.iter().any(|n| n.eq_ignore_ascii_case(base)) || at.oid == base => true,
             // Most types have no subtypes: no lookup for them.
@@ -544,6 +565,18 @@ impl<'a> AttrName<'a> {
             None => self.name.eq_ignore_ascii_case(stored),
         }
     }
+}
+
+/// The options part of a description, with its leading ';' ("" for none).
+fn options_of(name: &str) -> &str {
+    &name[schema::base_type(name).len()..]
+}
+
+/// Whether every option in `want` (`;lang-en;x` or `lang-en;x`) is among
+/// those of `have`, compared without case.
+pub fn options_within(want: &str, have: &str) -> bool {
+    let have_opts = have.split(';').filter(|o| !o.is_empty());
+    want.split(';').filter(|o| !o.is_empty()).all(|w| have_opts.clone().any(|h| h.eq_ignore_ascii_case(w)))
 }
 
 /// Whether a stored attribute description is `userPassword`: entries store

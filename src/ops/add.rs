@@ -45,6 +45,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
                 format!("{}: no user modification allowed", a.atype),
             ));
         }
+        shards::schema::check::check_options(&a.atype)?;
         let mut vals = a.vals.clone();
         shards::schema::get().spell_values(&a.atype, &mut vals);
         entry.add_values(&a.atype, &vals)?;
@@ -82,9 +83,22 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
 /// attribute list; like slapd, each one missing is added as the DN spells it.
 fn add_rdn_values(entry: &mut Entry, dn: &Dn) -> Result<()> {
     for ava in dn.rdn().map(|r| r.avas.as_slice()).unwrap_or_default() {
+        check_naming_type(&ava.attr)?;
         if !entry.has_value(&ava.attr, &ava.value) {
             entry.add_values(&ava.attr, std::slice::from_ref(&ava.value))?;
         }
+    }
+    Ok(())
+}
+
+/// An operational type cannot name an entry (slapd's naming check): an
+/// RDN of `entryUUID=…` or `entryCSN=…` would forge what the server owns.
+pub fn check_naming_type(attr: &str) -> Result<()> {
+    if shards::matching::is_operational(attr) {
+        return Err(Error::new(
+            LdapResultCode::NamingViolation,
+            format!("naming attribute '{attr}' is operational"),
+        ));
     }
     Ok(())
 }

@@ -38,11 +38,12 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
         conn.ctx.shard.get_entry(&key)?.ok_or_else(|| with_matched(conn, &dn, Error::no_such_object(&req.dn)))?;
     let identity = conn.identity.borrow().clone();
     let live = conn.ctx.live();
-    if let Some(access) = conn.access(&live, &identity) {
-        let shard = &conn.ctx.shard;
+    let access = conn.access(&live, &identity);
+    let shard = &conn.ctx.shard;
+    if let Some(access) = &access {
         let attr = [(access.acl().class(&req.atype), req.atype.as_str())];
-        if access::require(&access, shard, &key, &attr, Level::Compare).is_err() {
-            if access::require(&access, shard, &key, &[(Attr::Entry, "entry")], Level::Disclose).is_err() {
+        if access::require(access, shard, &key, &attr, Level::Compare).is_err() {
+            if access::require(access, shard, &key, &[(Attr::Entry, "entry")], Level::Disclose).is_err() {
                 return Err(with_matched(conn, &dn, Error::no_such_object(&req.dn)));
             }
             return Err(access::denied(Level::Compare, &req.atype));
@@ -51,7 +52,20 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
     controls::check_assertion(ctrls.assertion.as_ref(), &entry)?;
     // A supertype compares the values of its subtypes too (`name`: `cn`, `sn`).
     let names = shards::filter::Names::new(&req.atype).expect("the type exists");
-    let vals: Vec<&Vec<u8>> = entry.attrs.iter().filter(|a| names.covers(&a.name)).flat_map(|a| &a.vals).collect();
+    // Each subtype needs its own compare right, as in slapd: `name` must
+    // not answer for an `sn` the rules hide.
+    let may_compare = |name: &str| {
+        matching::same_attr(name, &req.atype)
+            || access.as_ref().is_none_or(|a| {
+                access::require(a, shard, &key, &[(a.acl().class(name), name)], Level::Compare).is_ok()
+            })
+    };
+    let vals: Vec<&Vec<u8>> = entry
+        .attrs
+        .iter()
+        .filter(|a| names.covers(&a.name) && may_compare(&a.name))
+        .flat_map(|a| &a.vals)
+        .collect();
     if vals.is_empty() {
         return Err(Error::new(LdapResultCode::NoSuchAttribute, format!("{}: no such attribute", req.atype)));
     }
@@ -60,7 +74,8 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
     } else if let Some(class) = object_class(&req.atype, &req.val) {
         // An entry is of every superclass of its classes (RFC 4512 §2.4.1).
         let schema = shards::schema::get();
-        vals.iter().any(|v| {
+        schema.classes[class].oid == "2.5.6.0"
+            || vals.iter().any(|v| {
             schema.class_index(&String::from_utf8_lossy(v)).is_some_and(|c| schema.is_subclass(c, class))
         })
     } else {

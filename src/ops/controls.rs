@@ -8,6 +8,7 @@
 //! - Pre-Read / Post-Read (RFC 4527): modify and delete / modify, add and
 //!   modify-DN; the images come from the owner's transaction.
 //! - ManageDsaIT (RFC 3296): accepted (there are no referral objects).
+//! - Matched Values (RFC 3876): search; applied in `search::write_entry`.
 //! - Sync Request (RFC 4533): search (`ops::syncrepl`).
 //!
 //! An unknown control marked critical, or a known one on an operation it
@@ -34,9 +35,11 @@ pub const ASSERTION: &str = "1.3.6.1.1.12";
 pub const PRE_READ: &str = "1.3.6.1.1.13.1";
 pub const POST_READ: &str = "1.3.6.1.1.13.2";
 pub const MANAGE_DSA_IT: &str = "2.16.840.1.113730.3.4.2";
+pub const MATCHED_VALUES: &str = "1.2.826.0.1.3344810.2.3";
 
 /// What `supportedControl` lists: exactly what works.
-pub const SUPPORTED: &[&str] = &[PAGED_RESULTS, SORT_REQUEST, ASSERTION, PRE_READ, POST_READ, MANAGE_DSA_IT];
+pub const SUPPORTED: &[&str] =
+    &[PAGED_RESULTS, SORT_REQUEST, ASSERTION, PRE_READ, POST_READ, MANAGE_DSA_IT, MATCHED_VALUES];
 
 #[derive(Debug, Default)]
 pub struct Controls {
@@ -46,6 +49,8 @@ pub struct Controls {
     /// Attributes of the Pre-Read and Post-Read controls.
     pub pre_read: Option<Vec<String>>,
     pub post_read: Option<Vec<String>>,
+    /// The Matched Values control's items (RFC 3876).
+    pub matched_values: Option<Vec<LdapFilter>>,
     /// The Sync Request control: refreshAndPersist (else refreshOnly), and the cookie.
     pub sync: Option<(bool, Option<Vec<u8>>)>,
 }
@@ -97,6 +102,7 @@ pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
                     ASSERTION => k != Kind::Other,
                     PRE_READ => matches!(k, Kind::Modify | Kind::Delete | Kind::ModifyDn),
                     POST_READ => matches!(k, Kind::Modify | Kind::Add | Kind::ModifyDn),
+                    MATCHED_VALUES => k == Kind::Search,
                     _ => false,
                 };
                 if !applies {
@@ -109,6 +115,7 @@ pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
                 match oid.as_str() {
                     ASSERTION => out.assertion = Some(parse_filter(value)?),
                     PRE_READ => out.pre_read = Some(parse_attr_list(value)?),
+                    MATCHED_VALUES => out.matched_values = Some(parse_values_filter(value)?),
                     _ => out.post_read = Some(parse_attr_list(value)?),
                 }
             }
@@ -157,6 +164,23 @@ fn parse_filter(value: &[u8]) -> Result<LdapFilter> {
         return Err(protocol("assertion"));
     }
     LdapFilter::try_from(tag).map_err(|_| protocol("assertion"))
+}
+
+/// The Matched Values value: `SEQUENCE OF SimpleFilterItem`, filter
+/// items without `and`, `or` or `not` (RFC 3876 §2); anything else is
+/// malformed.
+fn parse_values_filter(value: &[u8]) -> Result<Vec<LdapFilter>> {
+    let (rest, tag) = ldap3_lber::parse::Parser::default().parse(value).map_err(|_| protocol("matched values"))?;
+    let items = tag.expect_constructed().filter(|_| rest.is_empty()).ok_or_else(|| protocol("matched values"))?;
+    items
+        .into_iter()
+        .map(|t| match LdapFilter::try_from(t) {
+            Ok(LdapFilter::And(_) | LdapFilter::Or(_) | LdapFilter::Not(_)) | Err(_) => {
+                Err(protocol("matched values"))
+            }
+            Ok(f) => Ok(f),
+        })
+        .collect()
 }
 
 /// The Pre-/Post-Read value: `SEQUENCE OF LDAPString` (attribute selection).

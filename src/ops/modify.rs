@@ -37,6 +37,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
     let mut mods = Vec::with_capacity(req.changes.len());
     for change in req.changes {
         let mut attr = Attr { name: change.modification.atype, vals: change.modification.vals };
+        shards::schema::check::check_options(&attr.name)?;
         shards::schema::get().spell_values(&attr.name, &mut attr.vals);
         if !user_modifiable(&attr.name) {
             return Err(Error::new(

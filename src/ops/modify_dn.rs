@@ -83,6 +83,16 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
         ));
     }
     new.pretty()?;
+    for ava in new.rdn().map(|r| r.avas.as_slice()).unwrap_or_default() {
+        // As slapd: the rename would write a no-user-modification type.
+        if !shards::write::user_modifiable(&ava.attr) {
+            return Err(Error::new(
+                LdapResultCode::ConstraintViolation,
+                format!("{}: no user modification allowed", ava.attr),
+            ));
+        }
+        crate::ops::add::check_naming_type(&ava.attr)?;
+    }
     if superior.is_within(&old) {
         return Err(Error::unwilling("newSuperior is the entry itself or below it"));
     }

@@ -91,11 +91,15 @@ pub struct Selection<'a> {
     operational: bool,
     names: Vec<matching::AttrName<'a>>,
     pub types_only: bool,
+    /// Matched Values items (RFC 3876): of an attribute one of them names,
+    /// only the values some item matches are returned.
+    pub values: Vec<filter::Node>,
 }
 
 impl<'a> Selection<'a> {
     pub fn new(attrs: &'a [String], types_only: bool) -> Selection<'a> {
-        let mut sel = Selection { user: attrs.is_empty(), operational: false, names: Vec::new(), types_only };
+        let mut sel =
+            Selection { user: attrs.is_empty(), operational: false, names: Vec::new(), types_only, values: Vec::new() };
         for a in attrs {
             match a.as_str() {
                 "*" => sel.user = true,
@@ -156,7 +160,10 @@ async fn run(
     let identity = conn.identity.borrow().clone();
     let is_root = identity.is_root();
     let plan = conn.access(&live, &identity).map(ReadPlan::new);
-    let sel = Selection::new(&req.attrs, req.typesonly);
+    let mut sel = Selection::new(&req.attrs, req.typesonly);
+    if let Some(items) = &ctrls.matched_values {
+        sel.values = items.iter().map(filter::compile).collect();
+    }
     let mut node = filter::compile(&req.filter);
     if let Some(plan) = &plan {
         // Assertions on attributes the requester may not search are Undefined.
@@ -221,7 +228,17 @@ async fn run(
                 .push(crate::ops::sort::response(LdapResultCode::InsufficentAccessRights, Some(&k.attribute_name))),
             // As slapd: a key without an ordering rule (18) or an unknown
             // attribute (16) fails the search, critical or not.
-            None => sorter = Some(Sorter::new(keys).map_err(|r| Error::new(r.result_code, "cannot sort by that key"))?),
+            None => {
+                // Only the rows that can be sent are kept: the size limit,
+                // or up to the end of the page asked for.
+                let skip = match position {
+                    Position::Offset(n) => n as usize,
+                    _ => 0,
+                };
+                let keep = limits.size.min(skip.saturating_add(page_size.unwrap_or(usize::MAX)));
+                let s = Sorter::new(keys, keep).map_err(|r| Error::new(r.result_code, "cannot sort by those keys"))?;
+                sorter = Some(s);
+            }
         }
     }
     if page_size == Some(0) {
@@ -252,16 +269,16 @@ async fn run(
     *sent = emit.sent as u64;
     let stopped = walked?;
     if let Some(sorter) = emit.sorter.take() {
-        let rows = sorter.finish();
+        let (rows, total) = sorter.finish();
         let skip = match position {
             Position::Offset(n) => n as usize,
             _ => 0,
         };
         // The size limit applies to the sorted result: its first entries.
-        let visible = rows.len().min(emit.limits.size);
+        let visible = total.min(emit.limits.size);
         let take = page_size.unwrap_or(usize::MAX);
         *sent = 0;
-        for row in rows[..visible].iter().skip(skip).take(take) {
+        for row in rows.iter().take(visible).skip(skip).take(take) {
             emit.out.extend_from_slice(row);
             *sent += 1;
         }
@@ -272,7 +289,7 @@ async fn run(
             let size = visible.saturating_sub(next) as i64;
             done_ctrls.push(LdapControl::SimplePagedResults { size, cookie });
         }
-        if rows.len() > visible && next >= visible {
+        if total > visible && next >= visible {
             return Err(Error::new(LdapResultCode::SizeLimitExceeded, ""));
         }
         done_ctrls.push(crate::ops::sort::response(LdapResultCode::Success, None));
@@ -655,7 +672,29 @@ fn write_entry(
         encode_vals(&slices, &mut csns);
         attrs.push(OutAttr { name: "contextCSN", vals: Vals::from_encoded(&csns, values.len() as u32) });
     }
+    let matched;
+    if !sel.values.is_empty() {
+        matched = matched_values(&sel.values, &attrs);
+        attrs = matched.iter().map(|(name, buf, n)| OutAttr { name, vals: Vals::from_encoded(buf, *n) }).collect();
+    }
     ber::search_entry(out, msgid, view.dn(), &attrs, sel.types_only);
+}
+
+/// What Matched Values (RFC 3876) leaves of the attributes: the values
+/// some item matches, encoded; as slapd, an attribute no item names (or
+/// whose items are Undefined) is left out.
+fn matched_values<'v>(items: &[filter::Node], attrs: &[OutAttr<'v, Vals<'v>>]) -> Vec<(&'v str, Vec<u8>, u32)> {
+    let mut out = Vec::new();
+    for a in attrs {
+        let kept: Vec<&[u8]> =
+            a.vals.clone().filter(|v| items.iter().any(|i| i.value_matches(a.name, v) == Some(true))).collect();
+        if !kept.is_empty() {
+            let mut buf = Vec::new();
+            encode_vals(&kept, &mut buf);
+            out.push((a.name, buf, kept.len() as u32));
+        }
+    }
+    out
 }
 
 /// Operational attributes computed at read time, when selected.

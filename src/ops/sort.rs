@@ -52,16 +52,28 @@ struct Key {
     reverse: bool,
 }
 
-/// Sorted output in the making.
+/// Sorted output in the making. Only the first `keep` rows of the order
+/// can be sent (the size limit, or the page asked for), so the sorter
+/// holds at most twice that many: memory is bounded by what the requester
+/// may receive, not by how many entries match.
 pub struct Sorter {
     keys: Vec<Key>,
     rows: Vec<(Vec<Option<Vec<u8>>>, BytesMut)>,
+    keep: usize,
+    /// Rows dropped because `keep` earlier rows sorted before them.
+    dropped: usize,
 }
 
+/// slapd's `sssvlv-maxkeys` default.
+pub const MAX_KEYS: usize = 5;
+
 impl Sorter {
-    /// A sorter for the request's keys, or the sortResult explaining why
-    /// the results cannot be sorted (they are then sent unsorted).
-    pub fn new(requests: &[ServerSortRequet]) -> std::result::Result<Sorter, ServerSortResult> {
+    /// A sorter for the request's keys that keeps the first `keep` rows,
+    /// or the sortResult explaining why the results cannot be sorted.
+    pub fn new(requests: &[ServerSortRequet], keep: usize) -> std::result::Result<Sorter, ServerSortResult> {
+        if requests.len() > MAX_KEYS {
+            return Err(ServerSortResult { result_code: LdapResultCode::UnwillingToPerform, attribute_type: None });
+        }
         let mut keys = Vec::new();
         for r in requests {
             let fail = |code| ServerSortResult { result_code: code, attribute_type: Some(r.attribute_name.clone()) };
@@ -74,7 +86,7 @@ impl Sorter {
             let Some(rule) = rule else { return Err(fail(LdapResultCode::InappropriateMatching)) };
             keys.push(Key { attr, rule, reverse: r.reverse_order });
         }
-        Ok(Sorter { keys, rows: Vec::new() })
+        Ok(Sorter { keys, rows: Vec::new(), keep: keep.clamp(1, MAX_SORTED), dropped: 0 })
     }
 
     pub fn push(&mut self, view: &EntryView<'_>, encoded: BytesMut) -> Result<()> {
@@ -86,31 +98,47 @@ impl Sorter {
         }
         let keys = self.keys.iter().map(|k| sort_key(view, k)).collect();
         self.rows.push((keys, encoded));
+        if self.rows.len() >= self.keep.saturating_mul(2) {
+            self.trim();
+        }
         Ok(())
     }
 
-    /// The encoded entries in order.
-    pub fn finish(mut self) -> Vec<BytesMut> {
+    /// Sorts and drops every row past the first `keep` (a stable sort:
+    /// equal keys keep the order they were found in).
+    fn trim(&mut self) {
         let keys = &self.keys;
-        self.rows.sort_by(|(a, _), (b, _)| {
-            for (i, k) in keys.iter().enumerate() {
-                // RFC 2891 §2.2: no value sorts above every value, so it
-                // comes last, or first when the key is reversed.
-                let ord = match (&a[i], &b[i]) {
-                    (Some(x), Some(y)) => x.cmp(y),
-                    (Some(_), None) => Ordering::Less,
-                    (None, Some(_)) => Ordering::Greater,
-                    (None, None) => Ordering::Equal,
-                };
-                let ord = if k.reverse { ord.reverse() } else { ord };
-                if ord != Ordering::Equal {
-                    return ord;
-                }
-            }
-            Ordering::Equal
-        });
-        self.rows.into_iter().map(|(_, bytes)| bytes).collect()
+        self.rows.sort_by(|(a, _), (b, _)| order(keys, a, b));
+        if self.rows.len() > self.keep {
+            self.dropped += self.rows.len() - self.keep;
+            self.rows.truncate(self.keep);
+        }
     }
+
+    /// The first `keep` encoded entries in order, and how many matched.
+    pub fn finish(mut self) -> (Vec<BytesMut>, usize) {
+        self.trim();
+        let total = self.rows.len() + self.dropped;
+        (self.rows.into_iter().map(|(_, bytes)| bytes).collect(), total)
+    }
+}
+
+fn order(keys: &[Key], a: &[Option<Vec<u8>>], b: &[Option<Vec<u8>>]) -> Ordering {
+    for (i, k) in keys.iter().enumerate() {
+        // RFC 2891 §2.2: no value sorts above every value, so it comes
+        // last, or first when the key is reversed.
+        let ord = match (&a[i], &b[i]) {
+            (Some(x), Some(y)) => x.cmp(y),
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (None, None) => Ordering::Equal,
+        };
+        let ord = if k.reverse { ord.reverse() } else { ord };
+        if ord != Ordering::Equal {
+            return ord;
+        }
+    }
+    Ordering::Equal
 }
 
 /// The entry's order key for one sort key: its least value, reversed or

@@ -247,7 +247,43 @@ fn pre_and_post_read() {
         "1.3.6.1.1.13.1",
         "1.3.6.1.1.13.2",
         "2.16.840.1.113730.3.4.2",
+        "1.2.826.0.1.3344810.2.3",
     ];
     want.sort();
     assert_eq!(listed, want);
+}
+
+/// A sorted search past the size limit returns the first entries of the
+/// whole sort (not of what was found first), with sizeLimitExceeded; the
+/// sorter keeps only that many rows, so a client cannot make the server
+/// hold every match.
+#[test]
+fn sorted_results_stop_at_the_size_limit() {
+    let s = Server::start_with_config(2, &format!("{FAST}[limits]\nsize_limit = 5\n"));
+    users(&s, 60);
+    let mut all = Vec::new();
+    let mut root = s.admin();
+    let res = root
+        .with_controls(vec![sort_control("uidNumber", None, false)])
+        .search(PEOPLE, Scope::OneLevel, "(uid=p*)", vec!["uidNumber"])
+        .unwrap();
+    for e in res.0 {
+        all.push(SearchEntry::construct(e).attrs["uidNumber"][0].parse::<i64>().unwrap());
+    }
+    assert_eq!(all.len(), 60, "the root DN has no size limit");
+    for reverse in [false, true] {
+        let mut anon = s.conn();
+        let res = anon
+            .with_controls(vec![sort_control("uidNumber", None, reverse)])
+            .search(PEOPLE, Scope::OneLevel, "(uid=p*)", vec!["uidNumber"])
+            .unwrap();
+        assert_eq!(res.1.rc, 4, "sizeLimitExceeded");
+        let got: Vec<i64> =
+            res.0.into_iter().map(|e| SearchEntry::construct(e).attrs["uidNumber"][0].parse().unwrap()).collect();
+        let mut want = all.clone();
+        if reverse {
+            want.reverse();
+        }
+        assert_eq!(got, want[..5], "the first five of the sort (reverse: {reverse})");
+    }
 }

@@ -77,6 +77,24 @@ fn allowed_or_supertype(schema: &Schema, allowed: &[bool], mut t: usize) -> bool
     }
 }
 
+/// The options of an attribute description, as slapd accepts them:
+/// language tags (RFC 3866) and `binary` on a binary syntax; any other is
+/// refused rather than silently dropped.
+pub fn check_options(name: &str) -> Result<()> {
+    let Some((base, options)) = name.split_once(';') else { return Ok(()) };
+    let binary = get().attr(base).is_some_and(|at| at.syntax_ref.binary);
+    for o in options.split(';') {
+        let lang = o.len() > 5 && o[..5].eq_ignore_ascii_case("lang-");
+        if !(lang || (binary && o.eq_ignore_ascii_case("binary"))) {
+            return Err(Error::new(
+                Code::UndefinedAttributeType,
+                format!("{name}: attribute description contains inappropriate option"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Values of one attribute: single-value and syntax.
 pub fn check_values(schema: &Schema, name: &str, vals: &[Vec<u8>]) -> Result<()> {
     let Some(at) = schema.attr(name) else {

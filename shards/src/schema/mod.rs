@@ -224,7 +224,6 @@ impl Schema {
         }
     }
 
-    /// A class and all its superclasses.
     /// Values as slapd stores them: object classes in the schema's
     /// spelling, DN-valued attributes (`member`, `owner`, the DN of a
     /// `uniqueMember`) in pretty form. Values that do not parse are kept
@@ -270,6 +269,7 @@ impl Schema {
         self.subclasses[sup].contains(&sub)
     }
 
+    /// A class and all its superclasses.
     pub fn closure(&self, class: usize, out: &mut Vec<usize>) {
         if out.contains(&class) {
             return;
