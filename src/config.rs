@@ -197,6 +197,9 @@ pub struct Server {
     /// The admin socket (`coredir ctl`); default `admin.sock` in the data
     /// directory.
     pub admin_socket: Option<PathBuf>,
+    /// Accept LDAPv2 binds, as slapd's `allow bind_v2` (off by default:
+    /// such a bind is a protocolError).
+    pub allow_bind_v2: bool,
     /// This server's id (replication and `ctl status`), 1..4095.
     pub id: u32,
     /// Run one shard per CPU of this NUMA node (`--numa-node`).
@@ -306,6 +309,7 @@ impl Default for Server {
             spin_before_park_us: 0,
             ldapi: None,
             admin_socket: None,
+            allow_bind_v2: false,
             id: 1,
             numa_node: None,
         }

@@ -31,6 +31,8 @@ pub struct Ctx {
     pub root_password_hash: String,
     pub suffixes: Vec<Dn>,
     pub passwords: crate::config::Passwords,
+    /// `server.allow_bind_v2`.
+    pub allow_bind_v2: bool,
     pub tls: Option<Arc<crate::tls::Tls>>,
     pub shared: Arc<Shared>,
     /// This shard's copy of the live settings and the generation it is of.
@@ -105,6 +107,7 @@ impl Ctx {
             root_password_hash: shared.root_password_hash.clone(),
             suffixes: vec![Dn::parse(&config.directory.suffix).expect("validated")],
             passwords: config.passwords.clone(),
+            allow_bind_v2: config.server.allow_bind_v2,
             live: std::cell::RefCell::new(Rc::new((**shared.live.load()).clone())),
             live_seen: std::cell::Cell::new(shared.generation.load(std::sync::atomic::Ordering::Acquire)),
             tls: shared.tls.clone(),
@@ -484,21 +487,20 @@ pub fn open_manifest(config: &Config, data: &Path, n_shards: usize) -> Result<(M
             shards::manifest::FILE
         );
     }
-    let password = match std::env::var("COREDIR_ROOT_PASSWORD") {
-        Ok(p) if !p.is_empty() => p,
-        _ => {
+    // A configured hash is the root password: nothing is generated, so
+    // nothing is printed that would not work.
+    let hash = match (&config.directory.root_password_hash, std::env::var("COREDIR_ROOT_PASSWORD")) {
+        (Some(h), _) => h.clone(),
+        (None, Ok(p)) if !p.is_empty() => password::hash_ssha(p.as_bytes()),
+        (None, _) => {
             let p = generate_password();
             println!("coredir: generated password for {}: {p}", config.directory.root_dn);
             println!("coredir: it is stored only as a hash and will not be shown again");
-            p
+            password::hash_ssha(p.as_bytes())
         }
     };
-    let mut m = Manifest::new(
-        n_shards as u32,
-        vec![config.directory.suffix.clone()],
-        config.directory.root_dn.clone(),
-        password::hash_ssha(password.as_bytes()),
-    );
+    let mut m =
+        Manifest::new(n_shards as u32, vec![config.directory.suffix.clone()], config.directory.root_dn.clone(), hash);
     m.engine = config.storage.engine.clone();
     m.save(data).map_err(|e| anyhow!(e.message))?;
     Ok((m, true))

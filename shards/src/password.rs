@@ -1,7 +1,8 @@
 //! `userPassword` schemes: verification of the hashes OpenLDAP and 389-ds
 //! write, and hashing of new passwords.
 //!
-//! Verified: `{SSHA}`, `{SHA}`, `{SSHA256}`, `{SSHA384}`, `{SSHA512}`,
+//! Verified: `{SSHA}`, `{SHA}`, `{MD5}`, `{SMD5}` (legacy data; never
+//! written), `{SSHA256}`, `{SSHA384}`, `{SSHA512}`,
 //! `{SHA256}`, `{SHA384}`, `{SHA512}` (digest, then salt, in base64, as
 //! slapd's pw-sha2 writes them); `{PBKDF2}`/`{PBKDF2-SHA1}`,
 //! `{PBKDF2-SHA256}`, `{PBKDF2-SHA512}` in the `iterations$salt$hash` form
@@ -59,6 +60,9 @@ pub fn verify_with(stored: &[u8], given: &[u8], cleartext: bool) -> bool {
         "SSHA384" => salted::<Sha384>(rest, given),
         "SSHA512" => salted::<Sha512>(rest, given),
         "SHA" => plain::<Sha1>(rest, given),
+        // Legacy data (slapd and 389-ds still verify them); never written.
+        "MD5" => plain::<md5::Md5>(rest, given),
+        "SMD5" => salted::<md5::Md5>(rest, given),
         "SHA256" => plain::<Sha256>(rest, given),
         "SHA384" => plain::<Sha384>(rest, given),
         "SHA512" => plain::<Sha512>(rest, given),
@@ -260,6 +264,8 @@ mod tests {
     /// Hashes of "secret" as other servers and tools wrote them.
     const FOREIGN: &[&str] = &[
         "{SHA}5en6G6MezRroT3XKqkdPOmY/BfQ=",
+        "{MD5}Xr4ilOzQ4PCOq3aQ0qbuaQ==",
+        "{SMD5}t6xns2DCS6727SipGd221U5hQ2w=",
         "{SHA512}vSsar3708Jvp9Szi2NWZZ02Bqp1qRCFpbcTZPdBhnWgs5WtNZKnvCXdhztmeD2cmW192CF5bDufKRpayrW/isg==",
         "{PBKDF2-SHA512}10000$/oQ4xZi382mk7kvCd3ZdkA$2wqjpuyV2l0U/a1QwoQPOtlQL.UcJGNACj1O24balruqQb/NgPW6OCvvrrJP8.SzA3/5iYvLnwWPzeX8IK/bEQ",
         "{PBKDF2-SHA256}10000$jq40ImWtmpTE.aYDYV1GfQ$mpiL4ui02ACmYOAnCjp/MI1gQk50xLbZ54RZneU0fCg",

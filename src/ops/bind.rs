@@ -73,8 +73,10 @@ enum Step {
 }
 
 fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Step> {
-    if req.version != 3 {
-        return Err(Error::protocol(format!("LDAP version {} is not supported", req.version)));
+    // As slapd: version 2 only with `allow bind_v2`; the session then
+    // goes on as version 3 would (DNs and results are the same here).
+    if req.version != 3 && !(req.version == 2 && conn.ctx.allow_bind_v2) {
+        return Err(Error::protocol("requested protocol version not allowed"));
     }
     let password = match &req.cred {
         LdapBindCred::Simple(p) => p.as_bytes(),

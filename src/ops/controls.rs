@@ -9,6 +9,8 @@
 //!   modify-DN; the images come from the owner's transaction.
 //! - ManageDsaIT (RFC 3296): accepted (there are no referral objects).
 //! - Matched Values (RFC 3876): search; applied in `search::write_entry`.
+//! - Subentries (RFC 3672): search; there are no subentries, so TRUE
+//!   returns nothing (the filter is ANDed with `objectClass=subentry`).
 //! - Sync Request (RFC 4533): search (`ops::syncrepl`).
 //!
 //! An unknown control marked critical, or a known one on an operation it
@@ -36,10 +38,11 @@ pub const PRE_READ: &str = "1.3.6.1.1.13.1";
 pub const POST_READ: &str = "1.3.6.1.1.13.2";
 pub const MANAGE_DSA_IT: &str = "2.16.840.1.113730.3.4.2";
 pub const MATCHED_VALUES: &str = "1.2.826.0.1.3344810.2.3";
+pub const SUBENTRIES: &str = "1.3.6.1.4.1.4203.1.10.1";
 
 /// What `supportedControl` lists: exactly what works.
 pub const SUPPORTED: &[&str] =
-    &[PAGED_RESULTS, SORT_REQUEST, ASSERTION, PRE_READ, POST_READ, MANAGE_DSA_IT, MATCHED_VALUES];
+    &[PAGED_RESULTS, SORT_REQUEST, ASSERTION, PRE_READ, POST_READ, MANAGE_DSA_IT, MATCHED_VALUES, SUBENTRIES];
 
 #[derive(Debug, Default)]
 pub struct Controls {
@@ -51,6 +54,8 @@ pub struct Controls {
     pub post_read: Option<Vec<String>>,
     /// The Matched Values control's items (RFC 3876).
     pub matched_values: Option<Vec<LdapFilter>>,
+    /// The Subentries control (RFC 3672): whether only subentries are wanted.
+    pub subentries: Option<bool>,
     /// The Sync Request control: refreshAndPersist (else refreshOnly), and the cookie.
     pub sync: Option<(bool, Option<Vec<u8>>)>,
 }
@@ -102,7 +107,7 @@ pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
                     ASSERTION => k != Kind::Other,
                     PRE_READ => matches!(k, Kind::Modify | Kind::Delete | Kind::ModifyDn),
                     POST_READ => matches!(k, Kind::Modify | Kind::Add | Kind::ModifyDn),
-                    MATCHED_VALUES => k == Kind::Search,
+                    MATCHED_VALUES | SUBENTRIES => k == Kind::Search,
                     _ => false,
                 };
                 if !applies {
@@ -116,6 +121,7 @@ pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
                     ASSERTION => out.assertion = Some(parse_filter(value)?),
                     PRE_READ => out.pre_read = Some(parse_attr_list(value)?),
                     MATCHED_VALUES => out.matched_values = Some(parse_values_filter(value)?),
+                    SUBENTRIES => out.subentries = Some(parse_boolean(value)?),
                     _ => out.post_read = Some(parse_attr_list(value)?),
                 }
             }
@@ -181,6 +187,14 @@ fn parse_values_filter(value: &[u8]) -> Result<Vec<LdapFilter>> {
             Ok(f) => Ok(f),
         })
         .collect()
+}
+
+/// The Subentries value: one BER BOOLEAN (one content byte).
+fn parse_boolean(value: &[u8]) -> Result<bool> {
+    match value {
+        [0x01, 0x01, b] => Ok(*b != 0),
+        _ => Err(protocol("subentries")),
+    }
 }
 
 /// The Pre-/Post-Read value: `SEQUENCE OF LDAPString` (attribute selection).

@@ -84,6 +84,19 @@ pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest, ctrls: Control
     .detach();
 }
 
+/// The attribute types an `@class` selection names; none for an unknown class.
+fn class_attrs(class: &str) -> Vec<matching::AttrName<'static>> {
+    let schema = shards::schema::get();
+    let Some(c) = schema.class_index(class) else { return Vec::new() };
+    let mut chain = Vec::new();
+    schema.closure(c, &mut chain);
+    let mut types: Vec<usize> =
+        chain.iter().flat_map(|c| schema.classes[*c].must.iter().chain(&schema.classes[*c].may)).copied().collect();
+    types.sort_unstable();
+    types.dedup();
+    types.into_iter().map(|t| matching::AttrName::with_subtypes(schema.attrs[t].name())).collect()
+}
+
 /// Which attributes a search returns, with the requested names resolved
 /// once per request.
 pub struct Selection<'a> {
@@ -105,6 +118,8 @@ impl<'a> Selection<'a> {
                 "*" => sel.user = true,
                 "+" => sel.operational = true,
                 "1.1" => {}
+                // RFC 4529: every attribute the class (and its superclasses) allows.
+                name if name.starts_with('@') => sel.names.extend(class_attrs(&name[1..])),
                 name => sel.names.push(matching::AttrName::with_subtypes(name)),
             }
         }
@@ -165,6 +180,12 @@ async fn run(
         sel.values = items.iter().map(filter::compile).collect();
     }
     let mut node = filter::compile(&req.filter);
+    // RFC 3672: with the Subentries control TRUE only subentries are
+    // returned, with FALSE (or without it) only the others.
+    if ctrls.subentries == Some(true) {
+        let subentry = ldap3_proto::proto::LdapFilter::Equality("objectClass".into(), "subentry".into());
+        node = filter::Node::And(vec![node, filter::compile(&subentry)]);
+    }
     if let Some(plan) = &plan {
         // Assertions on attributes the requester may not search are Undefined.
         node = node.restrict(&|names| plan.searchable(names));

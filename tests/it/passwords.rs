@@ -84,6 +84,8 @@ fn hashes_from_slappasswd_verify() {
     let cases: &[(&str, &[&str])] = &[
         ("{SSHA}", &[]),
         ("{SHA}", &[]),
+        ("{MD5}", &[]),
+        ("{SMD5}", &[]),
         ("{SSHA256}", &["-o", "module-load=pw-sha2.la"]),
         ("{SSHA384}", &["-o", "module-load=pw-sha2.la"]),
         ("{SSHA512}", &["-o", "module-load=pw-sha2.la"]),
@@ -196,4 +198,16 @@ fn self_change_can_require_the_old_password() {
     assert_eq!(change(&mut user, None), 53, "the old password is required");
     assert_eq!(change(&mut user, Some("pw-a")), 0);
     assert_eq!(bind(&s, "a", "n1"), 0);
+}
+
+/// With `directory.root_password_hash` set, a new database prints no
+/// generated password: the configured hash is the root password.
+#[test]
+fn a_configured_root_hash_prints_no_generated_password() {
+    let hash = hash_password("{SSHA}", "configured-secret");
+    let mut s = Server::prepare(1, &format!("[directory]\nroot_password_hash = \"{hash}\"\n"));
+    s.env = vec![("COREDIR_ROOT_PASSWORD".into(), String::new())];
+    s.launch();
+    assert!(!s.banner.contains("generated password"), "{}", s.banner);
+    assert_eq!(s.conn().simple_bind(ROOT_DN, "configured-secret").unwrap().rc, 0);
 }

@@ -225,3 +225,22 @@ fn too_many_pending_operations_get_busy() {
         }
     }
 }
+
+/// `server.allow_bind_v2`, as slapd's `allow bind_v2`: LDAPv2 binds work,
+/// anonymous and simple; other versions stay protocol errors.
+#[test]
+fn ldapv2_binds_when_allowed() {
+    let s = Server::start_with_config(1, "[server]\nallow_bind_v2 = true\n");
+    let mut r = Raw::connect(&s);
+    let v = |version, dn: &str, pw: &str| {
+        LdapOp::BindRequest(LdapBindRequest { version, dn: dn.into(), cred: LdapBindCred::Simple(pw.into()) })
+    };
+    r.send(vec![LdapMsg::new(1, v(2, "", ""))]);
+    assert_eq!(result_code(&r.recv().unwrap().op), Some(LdapResultCode::Success));
+    r.send(vec![LdapMsg::new(2, v(2, ROOT_DN, ROOT_PW))]);
+    assert_eq!(result_code(&r.recv().unwrap().op), Some(LdapResultCode::Success));
+    r.send(vec![LdapMsg::new(3, v(2, ROOT_DN, "wrong"))]);
+    assert_eq!(result_code(&r.recv().unwrap().op), Some(LdapResultCode::InvalidCredentials));
+    r.send(vec![LdapMsg::new(4, v(1, "", ""))]);
+    assert_eq!(result_code(&r.recv().unwrap().op), Some(LdapResultCode::ProtocolError));
+}
