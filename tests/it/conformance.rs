@@ -9,7 +9,8 @@
 //! and so does a listed one that no longer differs.
 //!
 //! The expected outcome is never written in a case: it is whatever slapd
-//! answers. `CONFORMANCE_CASE=substr` runs only the cases whose name
+//! answers. A listed difference also records a digest of coredir's
+//! answer, so it cannot drift unnoticed. `CONFORMANCE_CASE=substr` runs only the cases whose name
 //! contains `substr`; `CONFORMANCE_SHOW=1` prints every transcript.
 //!
 //! The case language is LDIF-shaped; see `tests/conformance/README.md`.
@@ -748,6 +749,16 @@ struct Difference {
     case: String,
     kind: String,
     reason: String,
+    /// The first 16 hex digits of the SHA-256 of coredir's transcript: a
+    /// listed case whose answer changes again fails until it is looked at.
+    coredir: String,
+}
+
+/// What `Difference::coredir` holds for a transcript.
+fn digest(transcript: &[String]) -> String {
+    use sha2::Digest;
+    let hash = sha2::Sha256::digest(transcript.join("\n").as_bytes());
+    hash.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
 fn differences() -> BTreeMap<String, Difference> {
@@ -805,6 +816,13 @@ fn coredir_answers_as_slapd_does() {
         match (theirs == ours, listed.get(&case.name)) {
             (true, Some(_)) => stale.push(case.name.clone()),
             (false, None) => failures.push(format!("  {} ({}):\n{}", case.name, case.at, diff(&theirs, &ours))),
+            (false, Some(d)) if d.coredir != digest(&ours) => failures.push(format!(
+                "  {} ({}): listed, but coredir's answer changed (coredir = \"{}\" now):\n{}",
+                case.name,
+                case.at,
+                digest(&ours),
+                diff(&theirs, &ours)
+            )),
             _ => {}
         }
     }
