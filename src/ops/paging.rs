@@ -14,7 +14,9 @@ use ldap3_proto::proto::LdapSearchRequest;
 use ldap3_proto::LdapResultCode;
 use shards::{Error, Result};
 
-const VERSION: u8 = 1;
+/// 2: the cookie also counts the entries sent before it, so the size
+/// limit holds across the pages of one search (as slapd's).
+const VERSION: u8 = 2;
 
 /// Where the previous page stopped.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,9 +39,11 @@ fn fingerprint(req: &LdapSearchRequest) -> u64 {
     shards::manifest::fnv1a64(text.as_bytes())
 }
 
-pub fn encode(req: &LdapSearchRequest, pos: &Position) -> Vec<u8> {
+/// The cookie for `pos`, after `sent` entries of this search.
+pub fn encode(req: &LdapSearchRequest, pos: &Position, sent: u64) -> Vec<u8> {
     let mut out = vec![VERSION];
     out.extend_from_slice(&fingerprint(req).to_be_bytes());
+    out.extend_from_slice(&sent.to_be_bytes());
     match pos {
         Position::Start => out.push(b's'),
         Position::AfterBase => out.push(b'b'),
@@ -61,20 +65,24 @@ pub fn encode(req: &LdapSearchRequest, pos: &Position) -> Vec<u8> {
     out
 }
 
-/// The position a client's cookie names; an empty cookie starts a search.
-pub fn decode(req: &LdapSearchRequest, cookie: &[u8]) -> Result<Position> {
+/// The position a client's cookie names and how many entries were sent
+/// before it; an empty cookie starts a search. The cookie is the client's
+/// to keep, not a secret: a forged count only lifts the size limit of a
+/// search the client could restart anyway, and every page stays bounded.
+pub fn decode(req: &LdapSearchRequest, cookie: &[u8]) -> Result<(Position, u64)> {
     if cookie.is_empty() {
-        return Ok(Position::Start);
+        return Ok((Position::Start, 0));
     }
     let bad = || {
         Error::new(LdapResultCode::UnwillingToPerform, "paged results cookie is invalid or belongs to another search")
     };
-    if cookie.len() < 10 || cookie[0] != VERSION || cookie[1..9] != fingerprint(req).to_be_bytes() {
+    if cookie.len() < 18 || cookie[0] != VERSION || cookie[1..9] != fingerprint(req).to_be_bytes() {
         return Err(bad());
     }
-    let rest = &cookie[10..];
+    let sent = u64::from_be_bytes(cookie[9..17].try_into().expect("8 bytes"));
+    let (tag, rest) = (cookie[17], &cookie[18..]);
     let store = || rest.get(..2).map(|s| u16::from_be_bytes([s[0], s[1]]) as usize).ok_or_else(bad);
-    Ok(match cookie[9] {
+    let pos = match tag {
         b's' => Position::Start,
         b'b' => Position::AfterBase,
         b'r' => Position::Range { store: store()?, after: rest[2..].to_vec() },
@@ -83,7 +91,8 @@ pub fn decode(req: &LdapSearchRequest, cookie: &[u8]) -> Result<Position> {
         }
         b'o' => Position::Offset(u64::from_be_bytes(rest.try_into().map_err(|_| bad())?)),
         _ => return Err(bad()),
-    })
+    };
+    Ok((pos, sent))
 }
 
 #[cfg(test)]
@@ -114,9 +123,9 @@ mod tests {
             Position::Index { store: 1, after: [0, 1, 2, 3, 4, 5, 6, 7] },
             Position::Offset(200),
         ] {
-            assert_eq!(decode(&r, &encode(&r, &pos)).unwrap(), pos);
+            assert_eq!(decode(&r, &encode(&r, &pos, 7)).unwrap(), (pos, 7));
         }
-        let cookie = encode(&r, &Position::Offset(5));
+        let cookie = encode(&r, &Position::Offset(5), 5);
         assert!(decode(&req("sn"), &cookie).is_err());
         assert!(decode(&r, &cookie[..12]).is_err());
         assert!(decode(&r, b"garbage").is_err());

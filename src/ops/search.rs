@@ -217,7 +217,7 @@ async fn run(
         size_limit = over.size.unwrap_or(size_limit);
         time_limit = over.time_s.unwrap_or(time_limit);
     }
-    let limits = Limits {
+    let mut limits = Limits {
         size: effective(req.sizelimit, size_limit, is_root),
         deadline: match effective(req.timelimit, time_limit as usize, is_root) {
             usize::MAX => None,
@@ -230,9 +230,12 @@ async fn run(
         },
         lookthrough_code: live.unindexed_result.clone(),
     };
-    let (page_size, position) = match &ctrls.paged {
-        Some((size, cookie)) => (Some((*size).max(0) as usize), paging::decode(req, cookie)?),
-        None => (None, Position::Start),
+    let (page_size, position, sent_before) = match &ctrls.paged {
+        Some((size, cookie)) => {
+            let (position, sent) = paging::decode(req, cookie)?;
+            (Some((*size).max(0) as usize), position, sent)
+        }
+        None => (None, Position::Start, 0),
     };
     let mut sorter = None;
     if let Some(keys) = &ctrls.sort {
@@ -263,9 +266,16 @@ async fn run(
         }
     }
     if page_size == Some(0) {
-        // RFC 2696: a page size of 0 abandons the paged search.
-        done_ctrls.push(LdapControl::SimplePagedResults { size: 0, cookie: Vec::new() });
+        // RFC 2696: a page size of 0 abandons the paged search; on a new
+        // one, as slapd, it returns no entries and a cookie to go on with.
+        let fresh = ctrls.paged.as_ref().is_some_and(|(_, c)| c.is_empty());
+        let cookie = if fresh { paging::encode(req, &Position::Start, 0) } else { Vec::new() };
+        done_ctrls.push(LdapControl::SimplePagedResults { size: 0, cookie });
         return Ok(());
+    }
+    if sorter.is_none() {
+        // The size limit holds across the pages of one search.
+        limits.size = limits.size.saturating_sub(usize::try_from(sent_before).unwrap_or(usize::MAX));
     }
     let sorting = sorter.is_some();
     // contextCSN, on the suffix entries, where there is a changelog.
@@ -305,7 +315,8 @@ async fn run(
         }
         let next = skip.saturating_add(take);
         if page_size.is_some() {
-            let cookie = if next < visible { paging::encode(req, &Position::Offset(next as u64)) } else { Vec::new() };
+            let cookie =
+                if next < visible { paging::encode(req, &Position::Offset(next as u64), next as u64) } else { Vec::new() };
             // slapd's estimate: the entries still to come.
             let size = visible.saturating_sub(next) as i64;
             done_ctrls.push(LdapControl::SimplePagedResults { size, cookie });
@@ -317,7 +328,8 @@ async fn run(
         return Ok(());
     }
     if page_size.is_some() {
-        let cookie = stopped.as_ref().map(|p| paging::encode(req, p)).unwrap_or_default();
+        let sent_now = sent_before.saturating_add(emit.sent as u64);
+        let cookie = stopped.as_ref().map(|p| paging::encode(req, p, sent_now)).unwrap_or_default();
         done_ctrls.push(LdapControl::SimplePagedResults { size: 0, cookie });
     }
     Ok(())
@@ -549,7 +561,9 @@ impl Emit<'_> {
         self.sent += 1;
         if let Some(left) = &mut self.page_left {
             *left -= 1;
-            if *left == 0 {
+            // At the size limit the walk goes on to the next match, which
+            // ends the search with sizeLimitExceeded in this page, as slapd.
+            if *left == 0 && self.sent < self.limits.size {
                 return Ok(Visit::PageFull);
             }
         }

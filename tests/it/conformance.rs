@@ -710,6 +710,10 @@ fn search(
     if page.is_some() && !ordered {
         let (mut ents, results): (Vec<String>, Vec<String>) = entries.into_iter().partition(|e| e.starts_with("  dn:"));
         ents.sort();
+        if results.iter().any(|r| r.contains(" rc=4 ")) {
+            // Cut by the size limit: which entries is the server's choice.
+            ents = vec![format!("  {} entries before the size limit", ents.len())];
+        }
         out.push(format!("{what}: {} entries in {} pages", ents.len(), pages));
         entries = ents.into_iter().chain(results.into_iter().filter(|r| !r.starts_with("  control paged"))).collect();
     }
