@@ -314,6 +314,11 @@ async fn run(
             *sent += 1;
         }
         let next = skip.saturating_add(take);
+        let over = total > visible && next >= visible;
+        if !over {
+            // slapd's order: the sort response first, then the page's.
+            done_ctrls.push(crate::ops::sort::response(LdapResultCode::Success, None));
+        }
         if page_size.is_some() {
             let cookie =
                 if next < visible { paging::encode(req, &Position::Offset(next as u64), next as u64) } else { Vec::new() };
@@ -321,10 +326,9 @@ async fn run(
             let size = visible.saturating_sub(next) as i64;
             done_ctrls.push(LdapControl::SimplePagedResults { size, cookie });
         }
-        if total > visible && next >= visible {
+        if over {
             return Err(Error::new(LdapResultCode::SizeLimitExceeded, ""));
         }
-        done_ctrls.push(crate::ops::sort::response(LdapResultCode::Success, None));
         return Ok(());
     }
     if page_size.is_some() {
