@@ -41,7 +41,8 @@ fn put_len(out: &mut BytesMut, n: usize) {
     }
 }
 
-fn put_tlv(out: &mut BytesMut, tag: u8, bytes: &[u8]) {
+/// One primitive or already-encoded element: tag, definite length, contents.
+pub fn put_tlv(out: &mut BytesMut, tag: u8, bytes: &[u8]) {
     out.put_u8(tag);
     put_len(out, bytes.len());
     out.put_slice(bytes);

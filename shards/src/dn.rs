@@ -380,9 +380,7 @@ fn parse_string_value(text: &str, b: &[u8], mut pos: usize) -> Result<(Vec<u8>, 
                 keep = out.len();
             }
             // RFC 4514 §3 lets '=' stand unescaped in a value (slapd agrees).
-            b'"' | b'<' | b'>' | 0 => {
-                return Err(Error::invalid_dn(text, "unescaped special character in value"))
-            }
+            b'"' | b'<' | b'>' | 0 => return Err(Error::invalid_dn(text, "unescaped special character in value")),
             c => {
                 out.push(c);
                 pos += 1;

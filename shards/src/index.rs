@@ -267,7 +267,9 @@ pub fn candidates<T: ReadTxn>(txn: &T, filter: &Node) -> Result<Option<Vec<Candi
         Node::Present(attr) if indexed(attr, |k| k.pres) => Some(union(txn, attr, b'p', |p| p.push(0))?),
         // The `sub` index holds pieces under the type's own rule; an
         // extensible match with another rule is evaluated, not looked up.
-        Node::Substrings { attr, rule, initial, any, last } if indexed(attr, |k| k.sub) && attr.substr() == Some(*rule) => {
+        Node::Substrings { attr, rule, initial, any, last }
+            if indexed(attr, |k| k.sub) && attr.substr() == Some(*rule) =>
+        {
             let (piece, at_start) = best_piece(initial.as_deref(), any, last.as_deref());
             let scan =
                 |piece: &[u8]| union(txn, attr, b's', |p| p.extend_from_slice(&piece[..piece.len().min(SUB_LEN)]));

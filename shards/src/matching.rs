@@ -502,9 +502,7 @@ pub fn stored_name(name: &str) -> Cow<'_, str> {
     // Options are stored in lower case, as slapd stores them.
     let lower = options.bytes().any(|b| b.is_ascii_uppercase());
     match attr_type(base) {
-        Some(at) if at.name() != base || lower => {
-            Cow::Owned(format!("{}{}", at.name(), options.to_ascii_lowercase()))
-        }
+        Some(at) if at.name() != base || lower => Cow::Owned(format!("{}{}", at.name(), options.to_ascii_lowercase())),
         _ => Cow::Borrowed(name),
     }
 }

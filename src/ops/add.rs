@@ -35,7 +35,8 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     }
     // Stored, and returned, in slapd's pretty form.
     let mut entry = Entry { dn: dn.pretty()?, attrs: Vec::with_capacity(req.attributes.len() + 6) };
-    for a in &req.attributes {
+    // The request is owned: its values are respelled in place, not copied.
+    for mut a in req.attributes {
         if a.vals.is_empty() {
             return Err(Error::protocol(format!("{}: no values for attribute type", a.atype)));
         }
@@ -46,9 +47,8 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
             ));
         }
         shards::schema::check::check_options(&a.atype)?;
-        let mut vals = a.vals.clone();
-        shards::schema::get().spell_values(&a.atype, &mut vals);
-        entry.add_values(&a.atype, &vals)?;
+        shards::schema::get().spell_values(&a.atype, &mut a.vals);
+        entry.add_values(&a.atype, &a.vals)?;
     }
     add_rdn_values(&mut entry, &dn)?;
     let is_suffix = ctx.is_suffix(&dn);
@@ -95,10 +95,7 @@ fn add_rdn_values(entry: &mut Entry, dn: &Dn) -> Result<()> {
 /// RDN of `entryUUID=…` or `entryCSN=…` would forge what the server owns.
 pub fn check_naming_type(attr: &str) -> Result<()> {
     if shards::matching::is_operational(attr) {
-        return Err(Error::new(
-            LdapResultCode::NamingViolation,
-            format!("naming attribute '{attr}' is operational"),
-        ));
+        return Err(Error::new(LdapResultCode::NamingViolation, format!("naming attribute '{attr}' is operational")));
     }
     Ok(())
 }

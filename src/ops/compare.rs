@@ -56,16 +56,12 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
     // not answer for an `sn` the rules hide.
     let may_compare = |name: &str| {
         matching::same_attr(name, &req.atype)
-            || access.as_ref().is_none_or(|a| {
-                access::require(a, shard, &key, &[(a.acl().class(name), name)], Level::Compare).is_ok()
-            })
+            || access
+                .as_ref()
+                .is_none_or(|a| access::require(a, shard, &key, &[(a.acl().class(name), name)], Level::Compare).is_ok())
     };
-    let vals: Vec<&Vec<u8>> = entry
-        .attrs
-        .iter()
-        .filter(|a| names.covers(&a.name) && may_compare(&a.name))
-        .flat_map(|a| &a.vals)
-        .collect();
+    let vals: Vec<&Vec<u8>> =
+        entry.attrs.iter().filter(|a| names.covers(&a.name) && may_compare(&a.name)).flat_map(|a| &a.vals).collect();
     if vals.is_empty() {
         return Err(Error::new(LdapResultCode::NoSuchAttribute, format!("{}: no such attribute", req.atype)));
     }
@@ -75,9 +71,9 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
         // An entry is of every superclass of its classes (RFC 4512 §2.4.1).
         let schema = shards::schema::get();
         schema.classes[class].oid == "2.5.6.0"
-            || vals.iter().any(|v| {
-            schema.class_index(&String::from_utf8_lossy(v)).is_some_and(|c| schema.is_subclass(c, class))
-        })
+            || vals
+                .iter()
+                .any(|v| schema.class_index(&String::from_utf8_lossy(v)).is_some_and(|c| schema.is_subclass(c, class)))
     } else {
         let Some(want) = rule.valid_assertion(&req.val).then(|| rule.normalize(&req.val)).flatten() else {
             return Err(Error::new(

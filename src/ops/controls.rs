@@ -181,9 +181,7 @@ fn parse_values_filter(value: &[u8]) -> Result<Vec<LdapFilter>> {
     items
         .into_iter()
         .map(|t| match LdapFilter::try_from(t) {
-            Ok(LdapFilter::And(_) | LdapFilter::Or(_) | LdapFilter::Not(_)) | Err(_) => {
-                Err(protocol("matched values"))
-            }
+            Ok(LdapFilter::And(_) | LdapFilter::Or(_) | LdapFilter::Not(_)) | Err(_) => Err(protocol("matched values")),
             Ok(f) => Ok(f),
         })
         .collect()

@@ -114,7 +114,10 @@ async fn change(conn: &Conn, req: LdapPasswordModifyRequest) -> Result<Option<St
     let live = conn.ctx.live();
     let own = match &identity {
         Identity::Anonymous => {
-            return Err(Error::new(LdapResultCode::StrongerAuthRequired, "only authenticated users may change passwords"));
+            return Err(Error::new(
+                LdapResultCode::StrongerAuthRequired,
+                "only authenticated users may change passwords",
+            ));
         }
         id => id.dn().to_string(),
     };

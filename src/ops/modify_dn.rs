@@ -82,7 +82,8 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
             format!("{} is outside the naming context of {}", new.to_string_form(), req.dn),
         ));
     }
-    new.pretty()?;
+    // Stored, and returned, in slapd's pretty form (which also validates it).
+    let new_text = new.pretty()?;
     for ava in new.rdn().map(|r| r.avas.as_slice()).unwrap_or_default() {
         // As slapd: the rename would write a no-user-modification type.
         if !shards::write::user_modifiable(&ava.attr) {
@@ -116,7 +117,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
     // Checked on the entry as read: a rename is not one owner transaction.
     controls::check_assertion(ctrls.assertion.as_ref(), &entry)?;
     let before = ctrls.pre_read.as_ref().map(|_| entry.clone());
-    rename_entry(&mut entry, &old, &new, req.deleteoldrdn, identity.dn());
+    rename_entry(&mut entry, &old, &new, new_text, req.deleteoldrdn, identity.dn());
     shards::schema::check::check_entry(&entry, &new)?;
     let after = ctrls.post_read.as_ref().map(|_| entry.clone());
     let moved = match shard.stamping.capture {
@@ -139,7 +140,7 @@ fn read_leaf(shard: &Shard, dn: &Dn, dn_text: &str) -> Result<Entry> {
 }
 
 /// Applies the RDN change to the entry's attributes and stamps it.
-fn rename_entry(entry: &mut Entry, old: &Dn, new: &Dn, delete_old_rdn: bool, modifier: &str) {
+fn rename_entry(entry: &mut Entry, old: &Dn, new: &Dn, new_text: String, delete_old_rdn: bool, modifier: &str) {
     let new_rdn = new.rdn().expect("not the root");
     if delete_old_rdn {
         for ava in &old.rdn().expect("not the root").avas {
@@ -156,7 +157,7 @@ fn rename_entry(entry: &mut Entry, old: &Dn, new: &Dn, delete_old_rdn: bool, mod
             let _ = entry.add_values(&ava.attr, std::slice::from_ref(&ava.value));
         }
     }
-    entry.dn = new.pretty().unwrap_or_else(|_| new.to_string_form());
+    entry.dn = new_text;
     entry.set("modifiersName", vec![modifier.as_bytes().to_vec()]);
     entry.set("modifyTimestamp", vec![now_generalized().into_bytes()]);
     // The new DN's owner stamps the rename's CSN (an add keeps one it finds).

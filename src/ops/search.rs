@@ -320,8 +320,11 @@ async fn run(
             done_ctrls.push(crate::ops::sort::response(LdapResultCode::Success, None));
         }
         if page_size.is_some() {
-            let cookie =
-                if next < visible { paging::encode(req, &Position::Offset(next as u64), next as u64) } else { Vec::new() };
+            let cookie = if next < visible {
+                paging::encode(req, &Position::Offset(next as u64), next as u64)
+            } else {
+                Vec::new()
+            };
             // slapd's estimate: the entries still to come.
             let size = visible.saturating_sub(next) as i64;
             done_ctrls.push(LdapControl::SimplePagedResults { size, cookie });

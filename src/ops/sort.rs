@@ -19,30 +19,17 @@ pub const MAX_SORTED: usize = 100_000;
 /// The Sort Response control (RFC 2891 §1.2): `attributeType` is `[0]`
 /// and only present on failure (ldap3_proto always writes it, untagged).
 pub fn response(code: LdapResultCode, attr: Option<&str>) -> ldap3_proto::control::LdapControl {
-    let mut inner = vec![0x0a, 0x01, code as u8];
+    let mut inner = BytesMut::new();
+    crate::ber::put_tlv(&mut inner, 0x0a, &[code as u8]);
     if let Some(a) = attr {
-        inner.push(0x80);
-        ber_length(a.len(), &mut inner);
-        inner.extend_from_slice(a.as_bytes());
+        crate::ber::put_tlv(&mut inner, 0x80, a.as_bytes());
     }
-    let mut value = vec![0x30];
-    ber_length(inner.len(), &mut value);
-    value.extend_from_slice(&inner);
+    let mut value = BytesMut::new();
+    crate::ber::put_tlv(&mut value, 0x30, &inner);
     ldap3_proto::control::LdapControl::Unknown {
         oid: "1.2.840.113556.1.4.474".into(),
         criticality: false,
-        value: Some(value),
-    }
-}
-
-fn ber_length(n: usize, out: &mut Vec<u8>) {
-    if n < 0x80 {
-        out.push(n as u8);
-    } else {
-        let bytes = n.to_be_bytes();
-        let skip = bytes.iter().take_while(|b| **b == 0).count();
-        out.push(0x80 | (bytes.len() - skip) as u8);
-        out.extend_from_slice(&bytes[skip..]);
+        value: Some(value.to_vec()),
     }
 }
 

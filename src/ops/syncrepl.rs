@@ -127,18 +127,9 @@ impl Cookie {
 
 /// The Sync Info `newcookie` message's value (primitive `[0]`).
 pub fn new_cookie_value(cookie: &[u8]) -> Vec<u8> {
-    let mut out = vec![0x80];
-    let n = cookie.len();
-    if n < 0x80 {
-        out.push(n as u8);
-    } else {
-        let len = n.to_be_bytes();
-        let skip = len.iter().take_while(|b| **b == 0).count();
-        out.push(0x80 | (len.len() - skip) as u8);
-        out.extend_from_slice(&len[skip..]);
-    }
-    out.extend_from_slice(cookie);
-    out
+    let mut out = bytes::BytesMut::with_capacity(cookie.len() + 4);
+    crate::ber::put_tlv(&mut out, 0x80, cookie);
+    out.to_vec()
 }
 
 /// Starts a syncrepl search (`persist`: refreshAndPersist).

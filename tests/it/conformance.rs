@@ -17,19 +17,13 @@
 
 use crate::support::*;
 use base64::Engine as _;
-use ldap3::asn1::{
-    parse_tag, write, ASNTag, Boolean, Integer, OctetString, Sequence, StructureTag, Tag, TagClass,
-};
+use ldap3::asn1::{parse_tag, write, ASNTag, Boolean, Integer, OctetString, Sequence, StructureTag, Tag, TagClass};
 use ldap3::controls::RawControl;
 use ldap3::exop::{Exop, PasswordModify, WhoAmI};
 use ldap3::{LdapConn, Mod, ResultEntry, Scope, SearchOptions};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-
-/// The schema files both servers load (coredir has them built in; its
-/// `schema export` adds what it defines beyond them).
-const SCHEMAS: [&str; 4] = ["core", "cosine", "inetorgperson", "nis"];
 
 /// The access rules both servers apply (coredir's defaults, spelled out).
 const RULES: [&str; 3] = [
@@ -69,21 +63,11 @@ impl Slapd {
     fn start() -> Slapd {
         slapd_installed();
         let dir = tempfile::tempdir().unwrap();
-        let files: Vec<String> = SCHEMAS.iter().map(|f| format!("/etc/ldap/schema/{f}.schema")).collect();
-        let mut export = Command::new(env!("CARGO_BIN_EXE_coredir"));
-        export.args(["schema", "export"]);
-        for f in &files {
-            export.args(["--skip", f]);
-        }
-        let out = export.output().unwrap();
-        assert!(out.status.success(), "coredir schema export: {}", String::from_utf8_lossy(&out.stderr));
-        let extra = dir.path().join("coredir.schema");
-        std::fs::write(&extra, &out.stdout).unwrap();
+        let includes = slapd_schema_includes(dir.path());
         std::fs::create_dir(dir.path().join("db")).unwrap();
-        let includes: String = files.iter().map(|f| format!("include {f}\n")).collect();
         let access: String = RULES.iter().map(|r| format!("access {r}\n")).collect();
         let conf = format!(
-            "{includes}include {extra}\npidfile {d}/slapd.pid\nargsfile {d}/slapd.args\n\
+            "{includes}pidfile {d}/slapd.pid\nargsfile {d}/slapd.args\n\
              modulepath /usr/lib/ldap\nmoduleload back_mdb\nmoduleload sssvlv\n\
              sizelimit 500\ntimelimit 3600\n\
              database mdb\nmaxsize 1073741824\nsuffix \"{SUFFIX}\"\nrootdn \"{ROOT_DN}\"\nrootpw {ROOT_PW}\n\
@@ -91,7 +75,6 @@ impl Slapd {
              index objectClass eq\nindex uid,cn,sn,mail eq,sub\n\
              index member,uniqueMember,memberUid,uidNumber,gidNumber,entryUUID eq\n\
              {access}overlay sssvlv\n",
-            extra = extra.display(),
             d = dir.path().display(),
         );
         std::fs::write(dir.path().join("slapd.conf"), conf).unwrap();
@@ -332,7 +315,10 @@ fn control(spec: &str) -> RawControl {
         }
         "manageDsaIT" => ("2.16.840.1.113730.3.4.2", None),
         "relax" => ("1.3.6.1.4.1.4203.666.5.12", None),
-        "subentries" => ("1.3.6.1.4.1.4203.1.10.1", Some(encode(Tag::Boolean(Boolean { inner: rest == "TRUE", ..Default::default() })))),
+        "subentries" => (
+            "1.3.6.1.4.1.4203.1.10.1",
+            Some(encode(Tag::Boolean(Boolean { inner: rest == "TRUE", ..Default::default() }))),
+        ),
         "preread" | "postread" => {
             let attrs = rest.split_whitespace().map(|a| octets(4, TagClass::Universal, a.as_bytes())).collect();
             (if name == "preread" { "1.3.6.1.1.13.1" } else { "1.3.6.1.1.13.2" }, Some(encode(seq(attrs))))
@@ -594,7 +580,8 @@ fn run_op(
                 "whoami" => c.with_controls(controls).extended(WhoAmI)?,
                 "passwd" => {
                     let (user, old, new) = (op.get("user").map(|u| expand(&u, base)), op.get("old"), op.get("new"));
-                    let pm = PasswordModify { user_id: user.as_deref(), old_pass: old.as_deref(), new_pass: new.as_deref() };
+                    let pm =
+                        PasswordModify { user_id: user.as_deref(), old_pass: old.as_deref(), new_pass: new.as_deref() };
                     c.with_controls(controls).extended(pm)?
                 }
                 oid => {
@@ -604,11 +591,15 @@ fn run_op(
             };
             show_result(&what, &r.1, out);
             let generated = op.arg == "passwd" && r.0.val.is_some();
-            out.push(format!("  name={:?} value={}", r.0.name, match (generated, &r.0.val) {
-                (true, _) => "<generated>".to_string(),
-                (false, Some(v)) => format!("{:?}", text(v)),
-                (false, None) => "none".into(),
-            }));
+            out.push(format!(
+                "  name={:?} value={}",
+                r.0.name,
+                match (generated, &r.0.val) {
+                    (true, _) => "<generated>".to_string(),
+                    (false, Some(v)) => format!("{:?}", text(v)),
+                    (false, None) => "none".into(),
+                }
+            ));
         }
         other => panic!("line {}: unknown operation {other}", op.line),
     }
@@ -654,7 +645,8 @@ fn search(
         Some(other) => panic!("line {}: scope {other}", op.line),
     };
     let filter = expand(&op.get("filter").unwrap_or_else(|| "(objectClass=*)".into()), base);
-    let attrs: Vec<String> = op.get("attrs").map(|a| a.split_whitespace().map(String::from).collect()).unwrap_or_default();
+    let attrs: Vec<String> =
+        op.get("attrs").map(|a| a.split_whitespace().map(String::from).collect()).unwrap_or_default();
     let opts = SearchOptions::new()
         .sizelimit(op.get("sizelimit").map_or(0, |v| v.parse().unwrap()))
         .timelimit(op.get("timelimit").map_or(0, |v| v.parse().unwrap()))
@@ -691,16 +683,15 @@ fn search(
         entries.extend(this_page);
         let label = if page.is_some() { format!("{what} page {pages}") } else { what.to_string() };
         show_result(&label, &r.1, &mut entries);
-        cookie = r
-            .1
-            .ctrls
-            .iter()
-            .find(|c| c.1.ctype == "1.2.840.113556.1.4.319")
-            .and_then(|c| parse_tag(c.1.val.as_deref().unwrap_or_default()).ok())
-            .and_then(|(_, t)| t.expect_constructed())
-            .and_then(|f| f.into_iter().nth(1))
-            .and_then(|t| t.expect_primitive())
-            .unwrap_or_default();
+        cookie =
+            r.1.ctrls
+                .iter()
+                .find(|c| c.1.ctype == "1.2.840.113556.1.4.319")
+                .and_then(|c| parse_tag(c.1.val.as_deref().unwrap_or_default()).ok())
+                .and_then(|(_, t)| t.expect_constructed())
+                .and_then(|f| f.into_iter().nth(1))
+                .and_then(|t| t.expect_primitive())
+                .unwrap_or_default();
         if page.is_none() || cookie.is_empty() || r.1.rc != 0 || pages > 1000 {
             break;
         }
@@ -726,8 +717,12 @@ fn search(
 fn show_search_entry(e: ResultEntry) -> String {
     let mut lines = Vec::new();
     if e.is_ref() {
-        let urls: Vec<String> = e.0.expect_constructed().unwrap_or_default().into_iter()
-            .map(|t| text(&t.expect_primitive().unwrap_or_default())).collect();
+        let urls: Vec<String> =
+            e.0.expect_constructed()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|t| text(&t.expect_primitive().unwrap_or_default()))
+                .collect();
         lines.push(format!("  reference {}", urls.join(" ")));
     } else {
         show_entry(e.0, "  ", &mut lines);

@@ -134,7 +134,8 @@ fn sorted_results() {
     let (vals, _) = sorted(&mut c, sort_control("cn", Some("caseIgnoreOrderingMatch"), false), "cn");
     assert!(vals.windows(2).all(|w| w[0].to_lowercase() <= w[1].to_lowercase()), "{vals:?}");
     // cn has no ORDERING rule: as slapd, the search fails with inappropriateMatching.
-    let res = c.with_controls(vec![sort_control("cn", None, false)]).search(PEOPLE, Scope::OneLevel, "(uid=p*)", vec!["cn"]);
+    let res =
+        c.with_controls(vec![sort_control("cn", None, false)]).search(PEOPLE, Scope::OneLevel, "(uid=p*)", vec!["cn"]);
     assert_eq!(res.unwrap().1.rc, 18);
     // Sorted and paged: pages of 7 make up the sorted whole.
     let (all, _) = sorted(&mut c, sort_control("uidNumber", None, false), "uid");

@@ -306,6 +306,23 @@ pub fn slapd_installed() {
     });
 }
 
+/// The `include` lines that give a slapd in `dir` coredir's schema:
+/// Debian's core, cosine, inetorgperson and nis files, then what
+/// `coredir schema export` defines beyond them (written into `dir`).
+pub fn slapd_schema_includes(dir: &Path) -> String {
+    let files = ["core", "cosine", "inetorgperson", "nis"].map(|f| format!("/etc/ldap/schema/{f}.schema"));
+    let mut export = Command::new(env!("CARGO_BIN_EXE_coredir"));
+    export.args(["schema", "export"]);
+    for f in &files {
+        export.args(["--skip", f]);
+    }
+    let out = export.output().unwrap();
+    assert!(out.status.success(), "coredir schema export: {}", String::from_utf8_lossy(&out.stderr));
+    let extra = dir.join("coredir.schema");
+    std::fs::write(&extra, &out.stdout).unwrap();
+    files.iter().chain(std::iter::once(&extra.display().to_string())).map(|f| format!("include {f}\n")).collect()
+}
+
 /// Runs an OpenLDAP client tool; returns (exit code, stdout, stderr).
 pub fn tool(name: &str, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
     ldap_utils();

@@ -25,27 +25,15 @@ impl Consumer {
     fn new(provider: &Server, kind: &str) -> Consumer {
         slapd_installed();
         let dir = tempfile::tempdir().unwrap();
-        let schema = dir.path().join("coredir.schema");
-        let s = "/etc/ldap/schema";
-        let files = ["core", "cosine", "inetorgperson", "nis"].map(|f| format!("{s}/{f}.schema"));
-        let mut export = Command::new(env!("CARGO_BIN_EXE_coredir"));
-        export.args(["schema", "export"]);
-        for f in &files {
-            export.args(["--skip", f]);
-        }
-        let out = export.output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        std::fs::write(&schema, &out.stdout).unwrap();
+        let includes = slapd_schema_includes(dir.path());
         std::fs::create_dir(dir.path().join("db")).unwrap();
-        let includes: String = files.iter().map(|f| format!("include {f}\n")).collect();
         let interval = if kind == "refreshOnly" { " interval=00:00:00:01" } else { "" };
         let conf = format!(
-            "{includes}include {schema}\npidfile {dir}/slapd.pid\nmodulepath /usr/lib/ldap\nmoduleload back_mdb\n\
+            "{includes}pidfile {dir}/slapd.pid\nmodulepath /usr/lib/ldap\nmoduleload back_mdb\n\
              database mdb\nsuffix \"{SUFFIX}\"\nrootdn \"{ROOT_DN}\"\nrootpw {ROOT_PW}\ndirectory {dir}/db\n\
              index entryUUID eq\nindex entryCSN eq\n\
              syncrepl rid=001 provider={url} type={kind}{interval} searchbase=\"{SUFFIX}\" scope=sub \
              attrs=\"*,+\" bindmethod=simple binddn=\"{ROOT_DN}\" credentials={ROOT_PW} retry=\"1 +\"\n",
-            schema = schema.display(),
             dir = dir.path().display(),
             url = provider.url(),
         );

@@ -20,7 +20,11 @@ fn add_result_codes() {
         .unwrap();
     assert_eq!(res.rc, 32, "parent missing");
     assert_eq!(res.matched.to_lowercase(), SUFFIX);
-    assert_eq!(c.add("uid=x,dc=other", vec![("objectClass", ["person"].into())]).unwrap().rc, 53, "outside the suffix (slapd: no global superior knowledge)");
+    assert_eq!(
+        c.add("uid=x,dc=other", vec![("objectClass", ["person"].into())]).unwrap().rc,
+        53,
+        "outside the suffix (slapd: no global superior knowledge)"
+    );
     assert_eq!(c.add("nodn", vec![("objectClass", ["person"].into())]).unwrap().rc, 34);
     assert_eq!(c.add(&format!("uid=y,{PEOPLE}"), vec![("uid", ["y"].into())]).unwrap().rc, 65, "no objectClass");
     let res = c
