@@ -9,7 +9,8 @@
 //! rule, or an assertion value the rule refuses is Undefined, which `!`
 //! keeps Undefined and a search treats as no match. `~=` is equality.
 
-use crate::dn::Dn;
+use crate::approx;
+use crate::dn::{self, Dn};
 use crate::entry::EntryView;
 use crate::matching::{self, Rule};
 use crate::schema::{self, Schema};
@@ -103,6 +104,18 @@ pub enum Node {
         /// assertion (RFC 4517 §4.2: the rule's `less than`).
         less: bool,
     },
+    /// `~=` on a string type: the assertion's words as phonetic codes
+    /// (see `approx`).
+    Approx {
+        attr: Names,
+        words: Vec<String>,
+    },
+    /// `(entryDN=<dn>)`: the entry's own DN, as a storage key (entryDN is
+    /// not stored with the entry; slapd computes it).
+    EntryDn {
+        attr: Names,
+        key: Vec<u8>,
+    },
     /// An assertion on an attribute the requester may search in some
     /// entries only (access control decides per entry, see `eval_with`).
     Guarded(Names, Box<Node>),
@@ -128,7 +141,14 @@ pub fn compile(f: &LdapFilter) -> Node {
         LdapFilter::Equality(a, v) | LdapFilter::Approx(a, v) if matching::same_attr(a, "objectClass") => {
             object_class(schema, a, v).unwrap_or_else(|| equality(schema, a, v))
         }
-        LdapFilter::Equality(a, v) | LdapFilter::Approx(a, v) => equality(schema, a, v),
+        LdapFilter::Equality(a, v) if matching::same_attr(a, "entryDN") => {
+            match (Names::of(schema, a), dn::key_of(v)) {
+                (Some(attr), Ok(key)) => Node::EntryDn { attr, key },
+                _ => Node::Undefined,
+            }
+        }
+        LdapFilter::Approx(a, v) => approx(schema, a, v),
+        LdapFilter::Equality(a, v) => equality(schema, a, v),
         LdapFilter::Substring(a, sub) => item(
             schema,
             a,
@@ -158,6 +178,19 @@ pub fn compile(f: &LdapFilter) -> Node {
             )
         }
         LdapFilter::Extensible(m) => extensible(schema, m).unwrap_or(Node::Undefined),
+    }
+}
+
+/// `~=`: phonetic for directory and IA5 strings (as slapd's approx rules
+/// for caseIgnore/caseExact and their IA5 forms), equality otherwise.
+fn approx(schema: &'static Schema, a: &str, v: &str) -> Node {
+    let phonetic = schema
+        .attr(a)
+        .and_then(|at| at.equality)
+        .is_some_and(|r| matches!(r, Rule::CaseIgnore | Rule::CaseExact | Rule::CaseIgnoreIA5 | Rule::CaseExactIA5));
+    match Names::of(schema, a) {
+        Some(attr) if phonetic => Node::Approx { attr, words: approx::assertion(v.as_bytes()) },
+        _ => equality(schema, a, v),
     }
 }
 
@@ -297,6 +330,10 @@ impl Node {
             Node::Extensible { attr, rule, value, dn_attributes, less } => {
                 extensible_eval(e, attr, *rule, value, *dn_attributes, *less)
             }
+            Node::EntryDn { key, .. } => Some(dn::key_of(e.dn()).is_ok_and(|k| k == *key)),
+            Node::Approx { attr, words } => {
+                Some(e.attrs().filter(|a| attr.covers(a.name)).any(|a| a.vals().any(|v| approx::matches(words, v))))
+            }
         }
     }
 
@@ -319,9 +356,11 @@ impl Node {
             Node::Not(n) => Node::Not(Box::new(n.restrict(searchable))),
             Node::True | Node::Undefined | Node::Guarded(..) => self,
             Node::Present(ref a) => wrap(Some(a.clone()), self),
-            Node::Equal { ref attr, .. } | Node::Substrings { ref attr, .. } | Node::Order { ref attr, .. } => {
-                wrap(Some(attr.clone()), self)
-            }
+            Node::Equal { ref attr, .. }
+            | Node::Substrings { ref attr, .. }
+            | Node::Order { ref attr, .. }
+            | Node::EntryDn { ref attr, .. }
+            | Node::Approx { ref attr, .. } => wrap(Some(attr.clone()), self),
             Node::Extensible { ref attr, .. } => wrap(attr.clone(), self),
         }
     }
@@ -353,6 +392,7 @@ impl Node {
             Node::Extensible { attr: Some(attr), rule, value, less, .. } => {
                 attr.covers(name).then(|| norm(rule).is_some_and(|n| rule_matches(*rule, *less, &n, value)))
             }
+            Node::Approx { attr, words } => attr.covers(name).then(|| approx::matches(words, v)),
             // `(objectClass=person)` compiles to one equality per subclass.
             Node::Or(items) => items.iter().filter_map(|i| i.value_matches(name, v)).reduce(|a, b| a || b),
             _ => None,

@@ -20,6 +20,7 @@
 //! - `schema`: attribute types, object classes and syntaxes (built-in and
 //!   custom files), entry checks, `cn=Subschema`.
 //! - `matching`: matching rules (normal forms, ordering) and attribute names.
+//! - `approx`: `~=` for strings, slapd's phonetic word match (Metaphone).
 //! - `index`: configurable eq/pres/sub/ordering indexes and filter ->
 //!   candidate ids.
 //! - `ldif`: RFC 2849 reading and writing (import and export).
@@ -54,6 +55,7 @@
 //!    never its messages.
 
 pub mod apply;
+pub mod approx;
 pub mod changelog;
 pub mod csn;
 pub mod dn;

@@ -547,8 +547,11 @@ impl<'a> AttrName<'a> {
         let options = &stored[base.len()..];
         // Most descriptions have no options: two empty strings.
         if !(self.options.is_empty() && options.is_empty()) {
-            let within = options_within(self.options, options);
-            let exact = if self.selecting { within } else { within && options_within(options, self.options) };
+            let exact = if self.selecting {
+                options_within(self.options, options)
+            } else {
+                options_cover(self.options, options, false) && options_cover(options, self.options, false)
+            };
             if !exact {
                 return false;
             }
@@ -572,9 +575,25 @@ fn options_of(name: &str) -> &str {
 
 /// Whether every option in `want` (`;lang-en;x` or `lang-en;x`) is among
 /// those of `have`, compared without case.
+/// A language range (`lang-en-`, `lang-`: RFC 3866 §2.2) covers the tag
+/// it names and every tag below it, in selections and filters, as slapd.
 pub fn options_within(want: &str, have: &str) -> bool {
+    options_cover(want, have, true)
+}
+
+/// `options_within`, with or without language ranges (an exact
+/// description has none).
+fn options_cover(want: &str, have: &str, ranges: bool) -> bool {
     let have_opts = have.split(';').filter(|o| !o.is_empty());
-    want.split(';').filter(|o| !o.is_empty()).all(|w| have_opts.clone().any(|h| h.eq_ignore_ascii_case(w)))
+    want.split(';').filter(|o| !o.is_empty()).all(|w| {
+        let range = ranges && w.ends_with('-') && w.get(..5).is_some_and(|p| p.eq_ignore_ascii_case("lang-"));
+        have_opts.clone().any(|h| {
+            h.eq_ignore_ascii_case(w)
+                || (range
+                    && (h.eq_ignore_ascii_case(&w[..w.len() - 1])
+                        || h.get(..w.len()).is_some_and(|p| p.eq_ignore_ascii_case(w))))
+        })
+    })
 }
 
 /// Whether a stored attribute description is `userPassword`: entries store

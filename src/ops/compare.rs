@@ -18,6 +18,16 @@ fn object_class(atype: &str, value: &[u8]) -> Option<usize> {
     matching::same_attr(atype, "objectClass").then(|| shards::schema::get().class_index(name)).flatten()
 }
 
+/// entryDN is not stored with the entry: slapd refuses to compare it
+/// (unwillingToPerform) once the value is a valid DN; search with an
+/// `(entryDN=...)` filter instead.
+fn compare_entry_dn(value: &[u8]) -> Result<LdapResultCode> {
+    if std::str::from_utf8(value).ok().and_then(|v| shards::dn::key_of(v).ok()).is_none() {
+        return Err(Error::new(LdapResultCode::InvalidAttributeSyntax, "entryDN: assertion value invalid per syntax"));
+    }
+    Err(Error::new(LdapResultCode::UnwillingToPerform, "entryDN: Compare not supported; search with (entryDN=...)"))
+}
+
 pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result<LdapResultCode> {
     let dn = parse_dn(&req.dn)?;
     let Some(at) = matching::attr_type(&req.atype) else {
@@ -50,6 +60,9 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
         }
     }
     controls::check_assertion(ctrls.assertion.as_ref(), &entry)?;
+    if matching::same_attr(&req.atype, "entryDN") {
+        return compare_entry_dn(&req.val);
+    }
     // A supertype compares the values of its subtypes too (`name`: `cn`, `sn`).
     let names = shards::filter::Names::new(&req.atype).expect("the type exists");
     // Each subtype needs its own compare right, as in slapd: `name` must

@@ -8,7 +8,16 @@ use crate::server::Ctx;
 use shards::entry::{Attr, Entry};
 
 /// All operational attributes (RFC 3673) and Modify-Increment (RFC 4525).
-pub const SUPPORTED_FEATURES: &[&str] = &["1.3.6.1.4.1.4203.1.5.1", "1.3.6.1.1.14"];
+/// Modify-Increment (RFC 4525), `+` (RFC 3673), `@class` (RFC 4529),
+/// `(&)`/`(|)` (RFC 4526), language tag and range options (RFC 3866).
+pub const SUPPORTED_FEATURES: &[&str] = &[
+    "1.3.6.1.1.14",
+    "1.3.6.1.4.1.4203.1.5.1",
+    "1.3.6.1.4.1.4203.1.5.2",
+    "1.3.6.1.4.1.4203.1.5.3",
+    "1.3.6.1.4.1.4203.1.5.4",
+    "1.3.6.1.4.1.4203.1.5.5",
+];
 
 pub fn entry(ctx: &Ctx) -> Entry {
     let attr = |name: &str, vals: Vec<String>| Attr {

@@ -171,6 +171,16 @@ struct Op {
 }
 
 impl Op {
+    /// The operation with `$B`/`$S` expanded in its text values too
+    /// (`member: uid=u1,$B`).
+    fn expanded(&self, base: &str) -> Op {
+        let value = |v: &Vec<u8>| match std::str::from_utf8(v) {
+            Ok(t) if t.contains('$') => expand(t, base).into_bytes(),
+            _ => v.clone(),
+        };
+        Op { lines: self.lines.iter().map(|(n, v)| (n.clone(), value(v))).collect(), ..self.clone() }
+    }
+
     fn get(&self, name: &str) -> Option<String> {
         self.lines.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| text(v))
     }
@@ -536,6 +546,7 @@ fn run_op(
     controls: Vec<RawControl>,
     out: &mut Vec<String>,
 ) -> ldap3::result::Result<()> {
+    let op = &op.expanded(base);
     let dn = expand(&op.arg, base);
     let what = format!("{} {}", op.kind, op.line);
     let c = &mut s.conn;
