@@ -59,6 +59,16 @@ pub enum Rule {
     CaseExactIA5Substrings,
     Uuid,
     UuidOrdering,
+    /// Rules OpenLDAP's stock schema files name that no filter can
+    /// evaluate here (slapd implements the first two as no-ops too; it
+    /// parses the X.509 assertions of the certificate rules and the authz
+    /// rules of `authzMatch`): stored values compare as octets (for
+    /// Modify), assertions are Undefined.
+    PresentationAddress,
+    ProtocolInformation,
+    CertificateExact,
+    AttributeCertificateExact,
+    Authz,
 }
 
 /// What a rule is used for (the EQUALITY, ORDERING or SUBSTR slot).
@@ -123,6 +133,11 @@ pub const RULES: &[RuleInfo] = &[
     r(Rule::CaseExactIA5Substrings, "caseExactIA5SubstringsMatch", "1.3.6.1.4.1.4203.1.2.1", "58", SUB),
     r(Rule::Uuid, "uuidMatch", "1.3.6.1.1.16.2", "1.3.6.1.1.16.1", EQ),
     r(Rule::UuidOrdering, "uuidOrderingMatch", "1.3.6.1.1.16.3", "1.3.6.1.1.16.1", ORD),
+    r(Rule::PresentationAddress, "presentationAddressMatch", "2.5.13.22", "43", EQ),
+    r(Rule::ProtocolInformation, "protocolInformationMatch", "2.5.13.24", "42", EQ),
+    r(Rule::CertificateExact, "certificateExactMatch", "2.5.13.34", "1.3.6.1.1.15.1", EQ),
+    r(Rule::AttributeCertificateExact, "attributeCertificateExactMatch", "2.5.13.45", "1.3.6.1.1.15.5", EQ),
+    r(Rule::Authz, "authzMatch", "1.3.6.1.4.1.4203.666.4.12", "1.3.6.1.4.1.4203.666.2.7", EQ),
 ];
 
 impl RuleInfo {
@@ -178,6 +193,9 @@ impl Rule {
             Integer | IntegerOrdering | IntegerBitAnd | IntegerBitOr => integer(value).map(Cow::Owned),
             IntegerFirstComponent => first_component(value).and_then(|c| integer(c.as_bytes())).map(Cow::Owned),
             BitString | OctetString | OctetStringOrdering => Some(Cow::Borrowed(value)),
+            PresentationAddress | ProtocolInformation | CertificateExact | AttributeCertificateExact | Authz => {
+                Some(Cow::Borrowed(value))
+            }
             DistinguishedName => dn(value).map(|d| Cow::Owned(d.into_bytes())),
             UniqueMember => unique_member(value).map(Cow::Owned),
             GeneralizedTime | GeneralizedTimeOrdering => generalized_time(value).map(|t| Cow::Owned(t.into_bytes())),
@@ -219,6 +237,7 @@ impl Rule {
         use Rule::*;
         match self {
             Integer | IntegerOrdering | IntegerBitAnd | IntegerBitOr => strict_integer(value),
+            PresentationAddress | ProtocolInformation | CertificateExact | AttributeCertificateExact | Authz => false,
             _ => true,
         }
     }

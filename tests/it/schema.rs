@@ -244,6 +244,51 @@ fn custom_schema_files_load_at_start() {
     assert!(err.contains("bad.schema:3: x: unknown matching rule 'nope'"), "{err}");
 }
 
+/// OpenLDAP's stock schema files load unchanged over the built-in schema:
+/// definitions identical to built-in ones are accepted, and what they add
+/// (misc.schema's mail routing, dyngroup's groupOfURLs) is usable.
+#[test]
+fn openldap_stock_schema_files_load() {
+    slapd_installed();
+    let stock = ["core", "cosine", "inetorgperson", "nis", "openldap", "collective", "corba", "duaconf"]
+        .iter()
+        .chain(&["dyngroup", "java", "misc"])
+        .map(|f| format!("{:?}", format!("/etc/ldap/schema/{f}.schema")))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let s = Server::start_with_config(1, &format!("[schema]\nfiles = [{stock}]\n"));
+    let mut c = s.admin();
+    let attrs =
+        person("m", vec![("objectClass", ["inetLocalMailRecipient"].into()), ("mailLocalAddress", ["m@x"].into())]);
+    assert_eq!(c.add(&format!("uid=m,{PEOPLE}"), attrs).unwrap().rc, 0);
+    let url = vec![
+        ("objectClass", ["groupOfURLs"].into()),
+        ("cn", ["u"].into()),
+        ("memberURL", ["ldap:///??sub?(uid=m)"].into()),
+    ];
+    assert_eq!(c.add(&format!("cn=u,{PEOPLE}"), url).unwrap().rc, 0);
+    let sub = get_entry(&mut c, "cn=Subschema", vec!["matchingRuleUse", "ldapSyntaxes"]).unwrap();
+    let uses = &sub.attrs["matchingRuleUse"];
+    assert!(
+        uses.iter().any(|u| u.starts_with("( 2.5.13.2 NAME 'caseIgnoreMatch' APPLIES (") && u.contains(" cn ")),
+        "{uses:?}"
+    );
+    assert!(sub.attrs["ldapSyntaxes"].iter().any(|v| v.contains("Presentation Address")));
+
+    // A definition that differs from a built-in one names both places.
+    let dir = tempfile::tempdir().unwrap();
+    let clash = dir.path().join("clash.schema");
+    std::fs::write(&clash, "attributetype ( 2.5.4.3 NAME ( 'cn' 'commonName' ) SUP name SINGLE-VALUE )\n").unwrap();
+    let cfg = dir.path().join("clash.toml");
+    std::fs::write(&cfg, format!("[schema]\nfiles = [{clash:?}]\n")).unwrap();
+    let err =
+        spawn(&dir.path().join("d"), 1, &dir.path().join("err"), &["--config", cfg.to_str().unwrap()]).unwrap_err();
+    assert!(
+        err.contains("clash.schema:1: attribute type cn (2.5.4.3) conflicts with the definition at builtin.schema:"),
+        "{err}"
+    );
+}
+
 #[test]
 fn index_changes_need_reindex() {
     let mut s = Server::start_with_config(2, "");

@@ -138,6 +138,8 @@ type Tokens = std::iter::Peekable<std::vec::IntoIter<Token>>;
 fn word(it: &mut Tokens, key: &str) -> Result<String, String> {
     match it.next() {
         Some(Token::Word(w)) => Ok(w),
+        // slapd also takes a quoted OID (`SYNTAX '1.3.6...'`, dyngroup.schema).
+        Some(Token::Quoted(w)) if key == "SYNTAX" => Ok(w),
         _ => Err(format!("{key} needs a value")),
     }
 }
@@ -221,12 +223,15 @@ impl Builder {
                 if let Some(syn) = desc.fields.iter_mut().find(|(k, _)| k == "SYNTAX") {
                     syn.1[0] = self.expand_syntax(&syn.1[0])?;
                 }
-                self.attrs.push(Pending { at, desc });
+                push_unique(&mut self.attrs, Pending { at, desc }, Kind::Attr, &HashMap::new())?;
             }
             "objectclass" | "objectclasses" => {
                 let mut desc = parse_desc(body, Kind::Class)?;
                 desc.oid = self.expand(&desc.oid)?;
-                self.classes.push(Pending { at, desc });
+                let aliases = names_map(&self.attrs);
+                let canonical: HashMap<String, String> =
+                    aliases.iter().map(|(n, i)| (n.clone(), self.attrs[*i].desc.oid.clone())).collect();
+                push_unique(&mut self.classes, Pending { at, desc }, Kind::Class, &canonical)?;
             }
             other => return Err(format!("unsupported schema statement '{other}'")),
         }
@@ -288,6 +293,72 @@ impl Builder {
         schema.index_class_names()?;
         Ok(schema)
     }
+}
+
+/// Adds a definition unless one with its OID or a name of it exists: a
+/// definition that says the same (`same_definition`) is accepted and
+/// skipped, so OpenLDAP's stock `core.schema` loads over the built-in
+/// schema; any other is refused, naming both places.
+fn push_unique(
+    defs: &mut Vec<Pending>,
+    new: Pending,
+    kind: Kind,
+    attr_oids: &HashMap<String, String>,
+) -> Result<(), String> {
+    let names = |d: &Desc| -> Vec<String> {
+        d.get("NAME").unwrap_or_default().iter().map(|n| n.to_ascii_lowercase()).collect()
+    };
+    let new_names = names(&new.desc);
+    let clash =
+        defs.iter().find(|old| old.desc.oid == new.desc.oid || names(&old.desc).iter().any(|n| new_names.contains(n)));
+    let Some(old) = clash else {
+        defs.push(new);
+        return Ok(());
+    };
+    if same_definition(&old.desc, &new.desc, kind, attr_oids) {
+        return Ok(());
+    }
+    let what = if kind == Kind::Attr { "attribute type" } else { "object class" };
+    let name = new_names.first().cloned().unwrap_or_else(|| new.desc.oid.clone());
+    Err(format!("{what} {name} ({}) conflicts with the definition at {}", new.desc.oid, old.at.trim_end_matches(": ")))
+}
+
+/// Whether two definitions mean the same: OID, names, and every field but
+/// the description and `X-` extensions, lists compared as sets without
+/// case and attribute names by their OIDs (`cn` is `commonName`). A
+/// SYNTAX's `{length}` bound is advisory and ignored.
+fn same_definition(a: &Desc, b: &Desc, kind: Kind, attr_oids: &HashMap<String, String>) -> bool {
+    let norm = |d: &Desc| -> Vec<(String, Vec<String>)> {
+        let mut fields: Vec<(String, Vec<String>)> = d
+            .fields
+            .iter()
+            .filter(|(k, _)| k != "DESC" && !k.starts_with("X-"))
+            .map(|(k, v)| {
+                let mut v: Vec<String> = v.iter().map(|x| x.to_ascii_lowercase()).collect();
+                if k == "MUST" || k == "MAY" {
+                    v = v.iter().map(|x| attr_oids.get(x).cloned().unwrap_or_else(|| x.clone())).collect();
+                    v.sort();
+                    v.dedup();
+                }
+                if k == "SYNTAX" {
+                    v = v.iter().map(|x| x.split('{').next().unwrap_or(x).to_string()).collect();
+                }
+                if k != "NAME" {
+                    v.sort();
+                }
+                (k.clone(), v)
+            })
+            .collect();
+        // A class without a kind is STRUCTURAL (RFC 4512 §4.1.1).
+        if kind == Kind::Class
+            && !fields.iter().any(|(k, _)| matches!(k.as_str(), "ABSTRACT" | "STRUCTURAL" | "AUXILIARY"))
+        {
+            fields.push(("STRUCTURAL".into(), Vec::new()));
+        }
+        fields.sort();
+        fields
+    };
+    a.oid == b.oid && norm(a) == norm(b)
 }
 
 fn annotate(p: &Pending, e: String) -> String {
@@ -620,6 +691,32 @@ mod tests {
         b.build()
     }
 
+    /// Run with STOCK_SCHEMA=1 on a machine with OpenLDAP's schema files.
+    #[test]
+    fn stock_schema_files_load() {
+        let dir = std::path::Path::new("/etc/ldap/schema");
+        if std::env::var("STOCK_SCHEMA").is_err() || !dir.exists() {
+            return;
+        }
+        let files: Vec<_> = [
+            "core",
+            "cosine",
+            "inetorgperson",
+            "nis",
+            "openldap",
+            "collective",
+            "corba",
+            "duaconf",
+            "dyngroup",
+            "java",
+            "misc",
+        ]
+        .iter()
+        .map(|f| dir.join(format!("{f}.schema")))
+        .collect();
+        Schema::load(&files).unwrap();
+    }
+
     #[test]
     fn builtin_schema_resolves() {
         let s = Schema::builtin();
@@ -687,6 +784,19 @@ olcObjectClasses: {0}( siteOID:2 NAME 'badged' AUXILIARY MUST badgeNumber )\n";
     }
 
     #[test]
+    fn a_definition_identical_to_a_built_in_one_is_accepted() {
+        let same = "attributetype ( 2.5.4.3 NAME ( 'cn' 'commonName' ) DESC 'RFC4519: common name(s)' SUP name )\n\
+                    objectclass ( 2.5.6.6 NAME 'person' DESC 'RFC2256: a person' SUP top STRUCTURAL\n\
+                    \tMUST ( surname $ commonName ) MAY ( userPassword $ telephoneNumber $ seeAlso $ description ) )";
+        let s = build("core.schema", same).unwrap();
+        assert_eq!(s.attr("commonName").unwrap().oid, "2.5.4.3");
+        let other = "attributetype ( 2.5.4.3 NAME ( 'cn' 'commonName' ) SUP name SINGLE-VALUE )";
+        assert!(build("core.schema", other)
+            .unwrap_err()
+            .contains("conflicts with the definition at builtin.schema:96"));
+    }
+
+    #[test]
     fn bad_definitions_name_file_and_line() {
         for (text, want) in [
             (
@@ -703,7 +813,10 @@ olcObjectClasses: {0}( siteOID:2 NAME 'badged' AUXILIARY MUST badgeNumber )\n";
                 "f.schema:1: y: MUST names unknown attribute type 'noSuchAttr'",
             ),
             ("attributetype ( 1.2.3 NAME 'x' SYNTAX 1.3.6.1.4.1.1466.115.121.1.15", "f.schema:1: missing ')'"),
-            ("attributetype ( 1.2.3 NAME 'cn' SYNTAX 1.3.6.1.4.1.1466.115.121.1.15 )", "'cn' is defined twice"),
+            (
+                "attributetype ( 1.2.3 NAME 'cn' SYNTAX 1.3.6.1.4.1.1466.115.121.1.15 )",
+                "attribute type cn (1.2.3) conflicts with the definition at builtin.schema:",
+            ),
             (
                 "attributetype ( 1.2.3 NAME 'x' ORDERING caseIgnoreMatch SYNTAX 1.3.6.1.4.1.1466.115.121.1.15 )",
                 "cannot be used as ORDERING",

@@ -29,6 +29,7 @@ pub fn entry() -> Entry {
         })
         .collect();
     let rules = RULES.iter().map(|r| format!("( {} NAME '{}' SYNTAX {} )", r.oid, r.name, r.syntax_oid())).collect();
+    let uses = matching_rule_uses(schema);
     Entry {
         dn: DN.into(),
         attrs: vec![
@@ -38,10 +39,36 @@ pub fn entry() -> Entry {
             attr("subtreeSpecification", vec!["{}".into()]),
             attr("ldapSyntaxes", syntaxes),
             attr("matchingRules", rules),
+            attr("matchingRuleUse", uses),
             attr("attributeTypes", schema.attrs.iter().map(|a| a.definition.clone()).collect()),
             attr("objectClasses", schema.classes.iter().map(|c| c.definition.clone()).collect()),
             attr("entryDN", vec![DN.into()]),
             attr("subschemaSubentry", vec![DN.into()]),
         ],
     }
+}
+
+/// `matchingRuleUse` (RFC 4512 §4.1.4): for each rule, the attribute types
+/// it applies to: those that name it and those whose syntax is its
+/// assertion syntax (so extensible matches can use it), as slapd lists
+/// them. Rules that apply to nothing are left out.
+fn matching_rule_uses(schema: &super::Schema) -> Vec<String> {
+    RULES
+        .iter()
+        .filter_map(|r| {
+            let syntax = r.syntax_oid();
+            let applies: Vec<&str> = schema
+                .attrs
+                .iter()
+                .filter(|a| [a.equality, a.ordering, a.substr].contains(&Some(r.rule)) || a.syntax == syntax)
+                .map(|a| a.name())
+                .collect();
+            let list = match applies.as_slice() {
+                [] => return None,
+                [one] => one.to_string(),
+                many => format!("( {} )", many.join(" $ ")),
+            };
+            Some(format!("( {} NAME '{}' APPLIES {list} )", r.oid, r.name))
+        })
+        .collect()
 }
