@@ -17,7 +17,10 @@
 //!   `any` or `final` piece is two prefix scans, the piece and its rest
 //!   (`final` scans `final\x02`); `initial` starts at 0, one scan (a
 //!   superset: the piece may also occur later in a value). The cost
-//!   follows the number of matches, not the size of the directory.
+//!   follows the number of matches, not the size of the directory. A value
+//!   longer than `SUB_MAX_CHARS` gets one `type \0 s \xFF \0 id` key
+//!   instead, which every substring lookup adds to its candidates: keys and
+//!   memory per value stay bounded, and long values are still found;
 //!   Stores indexed before 2026-12-01 keep every suffix; they still
 //!   answer right, their extra keys only widening candidate sets until
 //!   `coredir reindex` drops them;
@@ -41,6 +44,14 @@ const MAX_VALUE: usize = 256;
 /// Long enough to tell `user12345@` from its neighbours; every byte more
 /// is paid once per character of every indexed value.
 const SUB_LEN: usize = 12;
+/// Values longer than this (in characters) get no piece keys but one
+/// `LONG` key, which every substring lookup includes: a value costs at
+/// most `SUB_MAX_CHARS / 2 + 1` keys of at most `SUB_LEN` bytes, and a
+/// piece deep inside a long value is still found (by evaluation).
+const SUB_MAX_CHARS: usize = 256;
+/// After `type \0 s`: marks a long value (0xFF never occurs in the UTF-8
+/// or IA5 values substring rules index).
+const LONG: u8 = 0xFF;
 const ANCHOR_END: u8 = 0x02;
 
 /// Index types of one attribute.
@@ -184,16 +195,24 @@ pub fn entry_keys(entry: &Entry, out: &mut Vec<Vec<u8>>) {
 fn sub_keys(key: &str, norm: &[u8], out: &mut Vec<Vec<u8>>) {
     let piece = |from: &[u8]| {
         let mut k = head(key, b's');
-        let body = k.len();
-        k.extend_from_slice(from);
-        k.push(ANCHOR_END);
-        k.truncate(body + SUB_LEN);
+        k.reserve_exact(SUB_LEN + 2);
+        let take = from.len().min(SUB_LEN);
+        k.extend_from_slice(&from[..take]);
+        if take < SUB_LEN {
+            k.push(ANCHOR_END);
+        }
         k.push(0);
         k
     };
     // Suffixes start at character boundaries (not UTF-8 continuation
     // bytes), every second one; the end counts as a position.
     let starts = (0..=norm.len()).filter(|i| norm.get(*i).is_none_or(|b| b & 0xC0 != 0x80));
+    if starts.clone().nth(SUB_MAX_CHARS + 1).is_some() {
+        let mut k = head(key, b's');
+        k.extend_from_slice(&[LONG, 0]);
+        out.push(k);
+        return;
+    }
     for i in starts.step_by(2) {
         out.push(piece(&norm[i..]));
     }
@@ -276,9 +295,10 @@ pub fn candidates<T: ReadTxn>(txn: &T, filter: &Node) -> Result<Option<Vec<Candi
             let mut found = scan(&piece)?;
             if !at_start {
                 found.extend(scan(rest(&piece))?);
-                found.sort_unstable();
-                found.dedup();
             }
+            found.extend(union(txn, attr, b's', |p| p.extend_from_slice(&[LONG, 0]))?);
+            found.sort_unstable();
+            found.dedup();
             Some(found)
         }
         Node::Order { attr, key, greater, .. } if indexed(attr, |k| k.ordering) => {
@@ -399,5 +419,20 @@ mod tests {
         assert!(parts(wide.as_bytes()).iter().all(|k| k.len() <= SUB_LEN));
         assert_eq!(rest("éa".as_bytes()), b"a");
         assert_eq!(rest(b"a"), b"");
+    }
+
+    /// A long value costs a bounded number of bounded keys (issue 17: a
+    /// 32 KiB `cn` grew the server by 317 MB), not one per position with
+    /// the whole suffix behind it.
+    #[test]
+    fn a_long_value_has_a_bounded_number_of_short_keys() {
+        let mut out = Vec::new();
+        sub_keys("cn", &vec![b'a'; 32 * 1024], &mut out);
+        assert!(out.len() <= SUB_MAX_CHARS / 2 + 1, "{} keys", out.len());
+        let bytes: usize = out.iter().map(|k| k.capacity()).sum();
+        assert!(bytes <= out.len() * 64, "{bytes} bytes held by {} keys", out.len());
+        let mut short = Vec::new();
+        sub_keys("cn", &vec![b'a'; 200], &mut short);
+        assert!(short.iter().all(|k| k.capacity() <= 64), "pieces of a value below the limit are short too");
     }
 }

@@ -41,6 +41,12 @@ fn random_entry(rng: &mut SmallRng, i: usize) -> Entry {
     if rng.gen_bool(0.5) {
         attrs.push(attr("description", vec![format!("{last} team")]));
     }
+    // Long values (past the `sub` index's piece limit) are found too.
+    if rng.gen_bool(0.1) {
+        let filler = "x".repeat(rng.gen_range(250..400));
+        let (other_first, other_last) = (pick(rng, FIRST), pick(rng, LAST));
+        attrs[2].vals.push(format!("{other_first} {filler} {other_last}").into_bytes());
+    }
     // The id decides the DN: `uid` values repeat, DNs may not.
     Entry { dn: format!("cn=e{i},dc=example,dc=com"), attrs }
 }

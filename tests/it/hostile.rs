@@ -157,3 +157,34 @@ fn a_client_that_never_reads_is_dropped() {
     assert!(rss() < before + 256 * 1024, "RSS grew from {before} kB to {} kB", rss());
     assert_eq!(search_dns(&mut good, PEOPLE, ldap3::Scope::OneLevel, "(uid=r2)").len(), 1);
 }
+
+/// Issue 17: one add with a 32 KiB `cn` grew the server by ~317 MB (the
+/// substring index kept every suffix of the value). Memory per value is
+/// now bounded, and the long value is still found by any piece of it.
+#[test]
+fn a_long_indexed_value_costs_bounded_memory() {
+    let s = Server::start(1);
+    let mut admin = s.admin();
+    let rss = || {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", s.pid())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap().to_string();
+        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap()
+    };
+    assert_eq!(add_user(&mut admin, "warm").rc, 0);
+    let before = rss();
+    for i in 0..4 {
+        let (cn, uid) = (format!("head{i} {} tail{i}", "y".repeat(32 * 1024)), format!("long{i}"));
+        let attrs = vec![
+            ("objectClass", ["inetOrgPerson"].into()),
+            ("uid", [uid.as_str()].into()),
+            ("sn", ["x"].into()),
+            ("cn", [cn.as_str()].into()),
+        ];
+        assert_eq!(admin.add(&format!("uid=long{i},{PEOPLE}"), attrs).unwrap().rc, 0);
+    }
+    let grown = rss().saturating_sub(before);
+    assert!(grown < 40 * 1024, "four 32 KiB values grew the server by {grown} kB");
+    assert_eq!(search_dns(&mut admin, PEOPLE, ldap3::Scope::OneLevel, "(cn=*tail2)").len(), 1);
+    assert_eq!(search_dns(&mut admin, PEOPLE, ldap3::Scope::OneLevel, "(cn=head3*)").len(), 1);
+    assert_eq!(search_dns(&mut admin, PEOPLE, ldap3::Scope::OneLevel, "(cn=*yyyy tail1*)").len(), 1);
+}
