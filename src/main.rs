@@ -313,6 +313,10 @@ enum AclCommand {
 }
 
 fn main() {
+    // Everything coredir writes (stores, manifest, backups, exports) holds
+    // password hashes: private to the owner from the first byte.
+    // SAFETY: umask only sets the process's file-creation mask.
+    unsafe { libc::umask(0o077) };
     if let Err(e) = run(Cli::parse()) {
         eprintln!("coredir: {e:#}");
         std::process::exit(1);

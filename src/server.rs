@@ -177,11 +177,31 @@ pub fn open_stores(config: &Config, data: &Path, manifest: &Manifest) -> Result<
     Ok(Arc::new(stores))
 }
 
+/// Makes a data directory readable by its owner only (0700, files 0600):
+/// the manifest holds the root password's hash and the stores every
+/// `userPassword`. Directories made by older versions are fixed here;
+/// new files are private anyway (`main` sets the umask to 077).
+fn owner_only(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            owner_only(&entry.path())?;
+        } else if kind.is_file() {
+            std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o600))?;
+        }
+    }
+    Ok(())
+}
+
 /// Takes the data directory's lock for the life of the returned file, so a
 /// server and an offline tool never write the same directory at once.
 pub fn lock_data_dir(data: &Path) -> Result<std::fs::File> {
     use std::os::fd::AsRawFd;
     std::fs::create_dir_all(data).with_context(|| format!("creating {}", data.display()))?;
+    owner_only(data).with_context(|| format!("restricting {} to its owner", data.display()))?;
     let path = data.join("lock");
     let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path)?;
     // SAFETY: flock on a descriptor we own.

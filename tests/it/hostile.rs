@@ -188,3 +188,36 @@ fn a_long_indexed_value_costs_bounded_memory() {
     assert_eq!(search_dns(&mut admin, PEOPLE, ldap3::Scope::OneLevel, "(cn=head3*)").len(), 1);
     assert_eq!(search_dns(&mut admin, PEOPLE, ldap3::Scope::OneLevel, "(cn=*yyyy tail1*)").len(), 1);
 }
+
+/// Issue 17: `manifest.toml` (the root password's hash) was 0644 in a
+/// 0755 directory. The data directory is 0700 and every file in it 0600,
+/// also for a directory an older version made world-readable.
+#[test]
+fn the_data_directory_is_private_to_its_owner() {
+    use std::os::unix::fs::PermissionsExt;
+    fn check(dir: &std::path::Path) {
+        let mode = std::fs::metadata(dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", dir.display());
+        for e in std::fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                check(&e.path());
+            } else {
+                let mode = e.metadata().unwrap().permissions().mode() & 0o777;
+                assert_eq!(mode & 0o077, 0, "{} is {mode:o}", e.path().display());
+            }
+        }
+    }
+    let s = Server::start(2);
+    assert_eq!(add_user(&mut s.admin(), "p").rc, 0);
+    check(&s.data());
+    drop(s);
+    // A directory an older version left open to everyone.
+    let mut s = Server::start(1);
+    s.kill9();
+    let data = s.data();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(data.join("manifest.toml"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    s.launch();
+    check(&data);
+}
