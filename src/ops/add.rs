@@ -68,7 +68,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
         access::require_new(a, &dn.key(), &entry, WRITE)?;
     }
     check_new(&mut entry, &dn)?;
-    controls::check_assertion(ctrls.assertion.as_ref(), &entry)?;
+    controls::check_assertion(&conn, ctrls.assertion.as_ref(), &dn.key(), &entry)?;
     hash_passwords(&conn, &mut entry.attrs).await?;
     stamp_new(&mut entry, identity.dn());
     // The stored entry is exactly this one: Post-Read needs no owner round trip.

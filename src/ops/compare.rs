@@ -59,7 +59,7 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
             return Err(access::denied(Level::Compare, &req.atype));
         }
     }
-    controls::check_assertion(ctrls.assertion.as_ref(), &entry)?;
+    controls::check_assertion(conn, ctrls.assertion.as_ref(), &key, &entry)?;
     if matching::same_attr(&req.atype, "entryDN") {
         return compare_entry_dn(&req.val);
     }

@@ -19,10 +19,11 @@
 //! ldap3_proto drops the criticality of paged-results and sort requests;
 //! both are implemented, so nothing is lost.
 
+use crate::acl::{ReadPlan, Target};
 use crate::ber::{self, OutAttr};
 use crate::conn::Conn;
 use crate::ops::access::readable;
-use crate::ops::search::Selection;
+use crate::ops::search::{visible_match, Selection};
 use bytes::BytesMut;
 use ldap3_proto::control::{LdapControl, ServerSortRequet};
 use ldap3_proto::proto::{LdapFilter, LdapOp};
@@ -205,12 +206,56 @@ fn parse_attr_list(value: &[u8]) -> Result<Vec<String>> {
         .collect()
 }
 
-/// Fails with `assertionFailed` unless the entry matches the assertion.
-pub fn check_assertion(assertion: Option<&LdapFilter>, entry: &Entry) -> Result<()> {
+/// Fails with `assertionFailed` unless the entry (with storage `key`)
+/// matches the assertion as the requester may see it: evaluated exactly
+/// like a search filter under their access rights, so an assertion on an
+/// attribute they may not search is Undefined and fails. Without that,
+/// `!assert=(userPassword=<hash>)` told anonymous whether a guess was
+/// right (issue 17). Writes check it here on the entry as read, then
+/// again on the owner (unrestricted: the rights were checked here).
+pub fn check_assertion(conn: &Conn, assertion: Option<&LdapFilter>, key: &[u8], entry: &Entry) -> Result<()> {
     let Some(f) = assertion else { return Ok(()) };
     let mut bytes = Vec::new();
     entry.encode(&mut bytes);
-    shards::filter::check_assertion(Some(f), &EntryView::new(&bytes)?)
+    check_assertion_view(conn, Some(f), key, &EntryView::new(&bytes)?)
+}
+
+/// `check_assertion` on an encoded entry.
+pub fn check_assertion_view(
+    conn: &Conn,
+    assertion: Option<&LdapFilter>,
+    key: &[u8],
+    view: &EntryView<'_>,
+) -> Result<()> {
+    let Some(f) = assertion else { return Ok(()) };
+    let identity = conn.identity.borrow().clone();
+    let live = conn.ctx.live();
+    let node = shards::filter::compile(f);
+    let holds = match conn.access(&live, &identity).map(ReadPlan::new) {
+        None => node.matches(view),
+        Some(plan) => {
+            let node = node.restrict(&|names| plan.searchable(names));
+            visible_match(Some(&plan), &node, &Target { key, entry: Some(view) }, view)
+        }
+    };
+    if holds {
+        Ok(())
+    } else {
+        Err(shards::Error::new(LdapResultCode::AssertionFailed, "assertion control: the assertion does not hold"))
+    }
+}
+
+/// For a write the owner applies: the assertion under the requester's
+/// rights on the entry as it is now (a missing entry is the owner's to
+/// report).
+pub fn check_assertion_before_write(conn: &Conn, assertion: Option<&LdapFilter>, key: &[u8]) -> Result<()> {
+    if assertion.is_none() {
+        return Ok(());
+    }
+    match conn.ctx.shard.get_entry(key)? {
+        Some(entry) => check_assertion(conn, assertion, key, &entry),
+        None => Ok(()),
+    }
 }
 
 /// The Pre-Read and Post-Read response controls for an update's images.

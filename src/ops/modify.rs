@@ -60,6 +60,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
     }
     let rdn = dn.rdn().map(|r| r.avas.iter().map(|a| (a.attr.clone(), a.value.clone())).collect()).unwrap_or_default();
     let stamp = Stamp { modifier: identity.dn().to_string(), time: now_generalized() };
+    controls::check_assertion_before_write(&conn, ctrls.assertion.as_ref(), &key)?;
     let extras =
         Extras { assertion: ctrls.assertion, before: ctrls.pre_read.is_some(), after: ctrls.post_read.is_some() };
     let op = WriteOp::Modify { key: key.clone(), dn: req.dn.clone(), mods, rdn, stamp, extras };

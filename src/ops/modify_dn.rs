@@ -115,7 +115,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
     }
     let mut entry = read_leaf(shard, &old, &req.dn).map_err(|e| with_matched(&conn, &old, e))?;
     // Checked on the entry as read: a rename is not one owner transaction.
-    controls::check_assertion(ctrls.assertion.as_ref(), &entry)?;
+    controls::check_assertion(&conn, ctrls.assertion.as_ref(), &old.key(), &entry)?;
     let before = ctrls.pre_read.as_ref().map(|_| entry.clone());
     rename_entry(&mut entry, &old, &new, new_text, req.deleteoldrdn, identity.dn());
     shards::schema::check::check_entry(&entry, &new)?;

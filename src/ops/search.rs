@@ -14,7 +14,7 @@
 use crate::acl::{Level, ReadPlan, Target};
 use crate::ber::{self, OutAttr};
 use crate::conn::{encode, Conn};
-use crate::ops::controls::Controls;
+use crate::ops::controls::{self, Controls};
 use crate::ops::paging::{self, Position};
 use crate::ops::record::{self, Record};
 use crate::ops::sort::Sorter;
@@ -361,7 +361,7 @@ async fn walk(
         };
         if ctrls.assertion.is_some() {
             let view = EntryView::new(txn.get(Tree::Id2entry, id)?.unwrap_or_default())?;
-            filter::check_assertion(ctrls.assertion.as_ref(), &view)?;
+            controls::check_assertion_view(conn, ctrls.assertion.as_ref(), base_key, &view)?;
         }
         let base_wanted = matches!(req.scope, LdapSearchScope::Base | LdapSearchScope::Subtree);
         if base_wanted && matches!(position, Position::Start | Position::Offset(_)) {

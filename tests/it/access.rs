@@ -227,3 +227,55 @@ fn a_bad_rule_stops_the_start() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("access.rules: access rule 1") && err.contains("nosuch"), "{err}");
 }
+
+/// Issue 17: the Assertion control was an oracle: anonymous learned
+/// whether a guessed `userPassword` hash was right (0 against 122) on a
+/// base search or a Compare, with no bind to log or lock out. The
+/// assertion is a filter under the requester's rights: without `search`
+/// on userPassword it is Undefined, so true and false guesses look alike.
+#[test]
+fn the_assertion_control_is_no_oracle() {
+    use ldap3::controls::Assertion;
+    let s = Server::start(2);
+    populate(&s);
+    let alice = dn("alice");
+    let mut root = s.admin();
+    let (rs, _) = root.search(&alice, Scope::Base, "(objectClass=*)", vec!["userPassword"]).unwrap().success().unwrap();
+    let hash = SearchEntry::construct(rs[0].clone()).attrs["userPassword"][0].clone();
+    let right = format!("(userPassword={hash})");
+    let wrong = "(userPassword={SSHA}AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA)".to_string();
+    let assert = |f: &str| {
+        let mut ctrl = Assertion::new(f.to_string());
+        ctrl.crit = true;
+        ctrl
+    };
+    let base_rc = |c: &mut LdapConn, f: &str| {
+        c.with_controls(assert(f)).search(&alice, Scope::Base, "(objectClass=*)", vec!["1.1"]).unwrap().1.rc
+    };
+    let compare_rc =
+        |c: &mut LdapConn, f: &str| c.with_controls(assert(f)).compare(&alice, "sn", "alice").unwrap().0.rc;
+    // The root may search everything: the assertion decides.
+    assert_eq!((base_rc(&mut root, &right), base_rc(&mut root, &wrong)), (0, 122));
+    for mut c in [s.conn(), as_user(&s, "carol")] {
+        assert_eq!((base_rc(&mut c, &right), base_rc(&mut c, &wrong)), (122, 122), "search");
+        assert_eq!((compare_rc(&mut c, &right), compare_rc(&mut c, &wrong)), (122, 122), "compare");
+        // An assertion the requester may evaluate still works.
+        assert_eq!(base_rc(&mut c, "(sn=*)"), 0);
+    }
+    // A write carries it too. The default rule gives self `=wx` on
+    // userPassword (write and auth, not search): her own hash is no
+    // assertion she may make either.
+    let mut carol = as_user(&s, "carol");
+    let m = || vec![Mod::Replace("userPassword", HashSet::from(["pw-carol"]))];
+    let (rs, _) =
+        root.search(&dn("carol"), Scope::Base, "(objectClass=*)", vec!["userPassword"]).unwrap().success().unwrap();
+    let own = format!("(userPassword={})", SearchEntry::construct(rs[0].clone()).attrs["userPassword"][0]);
+    let rc = carol.with_controls(assert(&own)).modify(&dn("carol"), m()).unwrap().rc;
+    assert_eq!(rc, 122, "self has =wx on userPassword, not search");
+    let rc = carol.with_controls(assert("(sn=nobody)")).modify(&dn("carol"), m()).unwrap().rc;
+    assert_eq!(rc, 122);
+    let rc = carol.with_controls(assert("(sn=*)")).modify(&dn("carol"), m()).unwrap().rc;
+    assert_eq!(rc, 0);
+    let rc = carol.with_controls(assert(&right)).modify(&dn("carol"), m()).unwrap().rc;
+    assert_eq!(rc, 122, "alice's hash is no match for carol's entry either way");
+}
