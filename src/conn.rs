@@ -16,6 +16,7 @@ use crate::accesslog::{self, LogLevel};
 use crate::ber::{self, Frame};
 use crate::ops::{self, Flow};
 use crate::server::Ctx;
+use crate::strict::Check;
 use bytes::BytesMut;
 use futures_lite::{AsyncRead, AsyncWrite};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
@@ -23,6 +24,7 @@ use futures_rustls::server::TlsStream;
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::net::{TcpStream, UnixStream};
 use ldap3_proto::proto::LdapMsg;
+use ldap3_proto::proto::LdapResult;
 use ldap3_proto::simple::DisconnectionNotice;
 use ldap3_proto::{LdapCodec, LdapResultCode};
 use std::cell::{Cell, RefCell};
@@ -497,7 +499,16 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
                     return disconnect(conn, inline, &why).await;
                 }
                 Frame::Size(n) if n > rbuf.len() => break,
-                Frame::Size(_) => {}
+                Frame::Size(n) => match crate::strict::check(&rbuf[..n]) {
+                    Ok(Check::Ok) => {}
+                    Ok(Check::Refuse { msgid, tag, code, why }) => {
+                        let res = LdapResult { code, matcheddn: String::new(), message: why.into(), referral: vec![] };
+                        crate::ber::result_message(&mut inline, msgid, tag, &res);
+                        bytes::Buf::advance(&mut rbuf, n);
+                        continue;
+                    }
+                    Err(why) => return disconnect(conn, inline, &format!("malformed LDAP message: {why}")).await,
+                },
             }
             match codec.decode(&mut rbuf) {
                 Ok(Some(msg)) => match ops::dispatch(conn, msg, &mut inline) {

@@ -20,4 +20,5 @@ pub mod replication;
 pub mod schema_export;
 pub mod server;
 pub mod stats;
+pub mod strict;
 pub mod tls;

@@ -35,6 +35,25 @@ pub fn bind(addr: SocketAddr, cpu: usize, backlog: i32) -> Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(socket.into_raw_fd()) })
 }
 
+/// Refuses an address another process already serves, as slapd does:
+/// SO_REUSEPORT (which the shards share) would let the kernel split
+/// clients between two servers and their two databases. A probe without
+/// SO_REUSEPORT cannot bind where anyone listens; port 0 is always free.
+pub fn ensure_unserved(addr: SocketAddr) -> Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    probe.set_reuse_address(true)?;
+    match probe.bind(&addr.into()) {
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            anyhow::bail!("binding {addr}: address in use (another process listens there)")
+        }
+        Err(e) => Err(e).with_context(|| format!("binding {addr}")),
+        Ok(()) => Ok(()),
+    }
+}
+
 pub fn local_addr(fd: &OwnedFd) -> Result<SocketAddr> {
     let socket = Socket::from(fd.try_clone()?);
     socket.local_addr()?.as_socket().context("listening socket has no IP address")

@@ -40,6 +40,8 @@
 //!   the changelog, apply on the owners, trimming, `ctl replication`).
 //! - `conn`: framing with PDU limits, read loop, writer task, `Identity`.
 //! - `ber`: direct BER encoding of search entries; PDU header peeking.
+//! - `strict`: every byte of an LDAPMessage checked before ldap3_proto
+//!   decodes it (envelope, controls, BER well-formedness, message IDs).
 //! - `ops/`: one file per LDAP operation (`bind`, `search`, `add`,
 //!   `modify`, `delete`, `modify_dn`, `compare`, `abandon`, `extended`),
 //!   plus `syncrepl` (the RFC 4533 provider on the changelog),

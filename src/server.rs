@@ -286,14 +286,22 @@ pub fn serve(config: Config) -> Result<()> {
         None => (None, (0..n_shards).map(|_| None).collect::<Vec<_>>()),
     };
     let mut metrics_fd = match &config.metrics.listen {
-        Some(l) => Some(listener::bind(l.parse()?, cpus[0], 128)?),
+        Some(l) => {
+            let addr = l.parse()?;
+            listener::ensure_unserved(addr).context("metrics.listen")?;
+            Some(listener::bind(addr, cpus[0], 128)?)
+        }
         None => None,
     };
     if let Some(fd) = &metrics_fd {
         println!("coredir: metrics on http://{}/metrics", listener::local_addr(fd)?);
     }
     let mut replication_fd = match &config.replication.listen {
-        Some(l) => Some(listener::bind(l.parse()?, cpus[0], 16).map_err(|e| anyhow!("replication.listen: {e:#}"))?),
+        Some(l) => {
+            let addr = l.parse()?;
+            listener::ensure_unserved(addr).context("replication.listen")?;
+            Some(listener::bind(addr, cpus[0], 16).map_err(|e| anyhow!("replication.listen: {e:#}"))?)
+        }
         None => None,
     };
     let replication = Arc::new(crate::replication::Shared::default());
@@ -442,6 +450,7 @@ fn bind_all(
     n_shards: usize,
     backlog: i32,
 ) -> Result<(std::net::SocketAddr, Vec<std::os::fd::OwnedFd>)> {
+    listener::ensure_unserved(addr)?;
     let mut fds = Vec::with_capacity(n_shards);
     for i in 0..n_shards {
         let fd = listener::bind(addr, cpus[i % cpus.len()], backlog)?;

@@ -221,3 +221,129 @@ fn the_data_directory_is_private_to_its_owner() {
     s.launch();
     check(&data);
 }
+
+/// A ModifyRequest (replace description with `value`) by hand, with
+/// `controls` (already encoded, `[0]` included) after it.
+fn raw_modify(msgid: u8, dn: &str, value: &str, controls: &[u8]) -> Vec<u8> {
+    let change = tlv(
+        0x30,
+        &[tlv(0x0a, &[2]), tlv(0x30, &[tlv(0x04, b"description"), tlv(0x31, &tlv(0x04, value.as_bytes()))].concat())]
+            .concat(),
+    );
+    let op = tlv(0x66, &[tlv(0x04, dn.as_bytes()), tlv(0x30, &change)].concat());
+    tlv(0x30, &[tlv(0x02, &[msgid]), op, controls.to_vec()].concat())
+}
+
+fn description(s: &Server, dn: &str) -> Vec<String> {
+    let mut c = s.admin();
+    let (rs, _) = c.search(dn, ldap3::Scope::Base, "(objectClass=*)", vec!["description"]).unwrap().success().unwrap();
+    ldap3::SearchEntry::construct(rs[0].clone()).attrs.remove("description").unwrap_or_default()
+}
+
+/// Issue 17: a malformed controls field was dropped, so a modify whose
+/// critical Assertion did not hold was applied (at every truncation
+/// point). Every truncation of the controls, a wrong `[0]` tag, a 2-byte
+/// BOOLEAN and trailing data are a protocolError and a disconnect, and the
+/// modify is not applied.
+#[test]
+fn malformed_controls_are_refused_not_dropped() {
+    let s = Server::start(1);
+    assert_eq!(add_user(&mut s.admin(), "m").rc, 0);
+    let dn = format!("uid=m,{PEOPLE}");
+    // A critical Assertion (sn=nobody) that does not hold.
+    let filter = tlv(0xa3, &[tlv(0x04, b"sn"), tlv(0x04, b"nobody")].concat());
+    let control = tlv(0x30, &[tlv(0x04, b"1.3.6.1.1.12"), tlv(0x01, &[0xff]), tlv(0x04, &filter)].concat());
+    let controls = tlv(0xa0, &control);
+    let mut r = bound_raw(&s);
+    r.sock.write_all(&raw_modify(2, &dn, "held", &controls)).unwrap();
+    assert!(
+        matches!(outcome(&mut r), Some(LdapMsg { op: LdapOp::ModifyResponse(res), .. }) if res.code == LdapResultCode::AssertionFailed)
+    );
+    let mut bad: Vec<Vec<u8>> = (1..controls.len()).map(|cut| controls[..cut].to_vec()).collect();
+    bad.push([&[0xa1][..], &controls[1..]].concat());
+    let two_byte = tlv(0x30, &[tlv(0x04, b"1.3.6.1.1.12"), tlv(0x01, &[0, 0xff]), tlv(0x04, &filter)].concat());
+    bad.push(tlv(0xa0, &two_byte));
+    bad.push([controls.clone(), vec![0x04, 0x00]].concat());
+    for (i, ctrls) in bad.iter().enumerate() {
+        let mut r = bound_raw(&s);
+        r.sock.write_all(&raw_modify(2, &dn, &format!("applied{i}"), ctrls)).unwrap();
+        let m = outcome(&mut r);
+        assert!(is_disconnect(&m), "case {i}: {m:?}");
+    }
+    assert!(description(&s, &dn).is_empty(), "no malformed modify was applied: {:?}", description(&s, &dn));
+}
+
+/// Issue 17: message ID 0 (reserved for notices) and negative IDs are
+/// protocol errors; an Unbind ends the session whatever controls it
+/// carries; a modify-DN whose newSuperior is not UTF-8 is invalidDNSyntax
+/// (it returned 0 and did nothing).
+#[test]
+fn message_ids_unbind_controls_and_bad_utf8_names() {
+    let s = Server::start(1);
+    assert_eq!(add_user(&mut s.admin(), "n").rc, 0);
+    for id in [vec![0u8], vec![0xff], vec![0x80, 0, 0, 0]] {
+        let mut r = Raw::connect(&s);
+        let op = tlv(0x60, &[tlv(0x02, &[3]), tlv(0x04, b""), tlv(0x80, b"")].concat());
+        r.sock.write_all(&tlv(0x30, &[tlv(0x02, &id), op].concat())).unwrap();
+        let m = outcome(&mut r);
+        assert!(is_disconnect(&m), "message ID {id:?}: {m:?}");
+    }
+    let mut r = bound_raw(&s);
+    let control = tlv(0xa0, &tlv(0x30, &[tlv(0x04, b"1.2.3.4"), tlv(0x01, &[0xff])].concat()));
+    r.sock.write_all(&tlv(0x30, &[tlv(0x02, &[2]), vec![0x42, 0x00], control].concat())).unwrap();
+    assert!(outcome(&mut r).is_none(), "an Unbind with controls closes the connection");
+
+    let mut r = bound_raw(&s);
+    let dn = format!("uid=n,{PEOPLE}");
+    let op = tlv(
+        0x6c,
+        &[
+            tlv(0x04, dn.as_bytes()),
+            tlv(0x04, b"uid=n2"),
+            tlv(0x01, &[0xff]),
+            tlv(0x80, &[b'o', b'u', b'=', 0xc3, 0x28]),
+        ]
+        .concat(),
+    );
+    r.sock.write_all(&tlv(0x30, &[tlv(0x02, &[2]), op].concat())).unwrap();
+    let m = outcome(&mut r);
+    assert!(
+        matches!(&m, Some(LdapMsg { msgid: 2, op: LdapOp::ModifyDNResponse(res), .. }) if res.code == LdapResultCode::InvalidDNSyntax),
+        "{m:?}"
+    );
+    // The connection goes on, and nothing was renamed.
+    r.send(vec![LdapMsg::new(3, search(&dn, LdapSearchScope::Base))]);
+    assert!(matches!(outcome(&mut r).unwrap().op, LdapOp::SearchResultEntry(_)));
+}
+
+/// Issue 17: a second coredir with another data directory started on a
+/// port a running one held (SO_REUSEPORT), and the kernel split clients
+/// between two databases. It refuses to start, as slapd does.
+#[test]
+fn a_second_server_refuses_a_port_in_use() {
+    let s = Server::start(1);
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_coredir"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{}", s.port), "--shards", "1", "--data"])
+        .arg(dir.path().join("d"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the second server started on a port in use");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(!status.success());
+    assert!(err.contains("address in use"), "{err}");
+    assert_eq!(search_dns(&mut s.conn(), PEOPLE, ldap3::Scope::Base, "(objectClass=*)").len(), 1);
+}

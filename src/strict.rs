@@ -1,0 +1,245 @@
+//! Strict decoding of an LDAPMessage (RFC 4511 §4.1.1) before ldap3_proto
+//! reads it: ldap3_proto skips what it does not understand (a malformed
+//! controls field was dropped, so a modify whose critical Assertion did
+//! not hold was applied), so every byte of a frame is checked here first.
+//!
+//! - The envelope: `SEQUENCE { messageID INTEGER (1..2^31-1), protocolOp,
+//!   controls [0] SEQUENCE OF Control OPTIONAL }` and nothing after it;
+//!   each Control is `{ OCTET STRING, BOOLEAN OPTIONAL, OCTET STRING
+//!   OPTIONAL }` in that order (message ID 0 is reserved for notices).
+//! - The protocolOp is well-formed BER throughout: definite lengths, every
+//!   constructed element exactly filled by its children, every BOOLEAN one
+//!   byte, nesting at most `MAX_DEPTH` deep.
+//! - A modify-DN's names are UTF-8 (ldap3_proto dropped a newSuperior that
+//!   was not, renaming in place): `invalidDNSyntax`, as slapd answers.
+//!
+//! A malformed frame is a protocolError and a disconnect (RFC 4511 §4.1.1);
+//! the work is linear in the frame, with no allocation.
+
+use ldap3_proto::LdapResultCode;
+
+/// How deep a protocolOp may nest (filters are bounded again, by depth
+/// and terms, when they are compiled).
+const MAX_DEPTH: usize = 128;
+
+const BOOLEAN: u8 = 0x01;
+const INTEGER: u8 = 0x02;
+const OCTET_STRING: u8 = 0x04;
+const SEQUENCE: u8 = 0x30;
+const CONTROLS: u8 = 0xA0;
+const MODIFY_DN: u8 = 0x6C;
+
+/// What the checks found in a frame.
+#[derive(Debug, PartialEq)]
+pub enum Check {
+    /// Well-formed: ldap3_proto may decode it.
+    Ok,
+    /// Well-formed but refused with a result: the message's ID, the
+    /// response tag to answer with, the code and why.
+    Refuse { msgid: i32, tag: u8, code: LdapResultCode, why: &'static str },
+}
+
+/// One TLV: its tag, its content, and what follows it.
+struct Tlv<'a> {
+    tag: u8,
+    content: &'a [u8],
+    rest: &'a [u8],
+}
+
+fn tlv(buf: &[u8]) -> Result<Tlv<'_>, &'static str> {
+    let (&tag, buf) = buf.split_first().ok_or("truncated element")?;
+    if tag & 0x1F == 0x1F {
+        return Err("multi-byte tags are not LDAP");
+    }
+    let (&first, buf) = buf.split_first().ok_or("truncated length")?;
+    let (len, buf) = if first < 0x80 {
+        (first as usize, buf)
+    } else {
+        let n = (first & 0x7F) as usize;
+        if n == 0 {
+            return Err("indefinite length");
+        }
+        if n > 4 || buf.len() < n {
+            return Err("bad length");
+        }
+        (buf[..n].iter().fold(0usize, |acc, b| acc << 8 | *b as usize), &buf[n..])
+    };
+    if len > buf.len() {
+        return Err("element longer than its container");
+    }
+    Ok(Tlv { tag, content: &buf[..len], rest: &buf[len..] })
+}
+
+/// Checks a whole frame (one LDAPMessage, as `ber::peek_frame` sized it).
+pub fn check(frame: &[u8]) -> Result<Check, &'static str> {
+    let msg = tlv(frame)?;
+    if msg.tag != SEQUENCE || !msg.rest.is_empty() {
+        return Err("not an LDAPMessage");
+    }
+    let id = tlv(msg.content)?;
+    let msgid = message_id(&id)?;
+    let op = tlv(id.rest)?;
+    well_formed(op.tag, op.content, 0)?;
+    if !op.rest.is_empty() {
+        let controls = tlv(op.rest)?;
+        if controls.tag != CONTROLS || !controls.rest.is_empty() {
+            return Err("trailing data after the operation");
+        }
+        check_controls(controls.content)?;
+    }
+    if op.tag == MODIFY_DN && !modify_dn_utf8(op.content)? {
+        let why = "a modify-DN name is not UTF-8";
+        return Ok(Check::Refuse { msgid, tag: 0x6D, code: LdapResultCode::InvalidDNSyntax, why });
+    }
+    Ok(Check::Ok)
+}
+
+/// `MessageID ::= INTEGER (0 .. maxInt)`; 0 is reserved for unsolicited
+/// notifications, so a request must carry 1 or more.
+fn message_id(id: &Tlv<'_>) -> Result<i32, &'static str> {
+    let c = id.content;
+    if id.tag != INTEGER || c.is_empty() || c.len() > 5 || (c.len() == 5 && c[0] != 0) {
+        return Err("bad message ID");
+    }
+    if c[0] & 0x80 != 0 {
+        return Err("negative message ID");
+    }
+    let v = c.iter().fold(0i64, |acc, b| acc << 8 | *b as i64);
+    match i32::try_from(v) {
+        Ok(v) if v > 0 => Ok(v),
+        _ => Err("message ID out of range"),
+    }
+}
+
+/// BER well-formedness of one element: a constructed one exactly filled by
+/// well-formed children, a universal BOOLEAN of one byte.
+fn well_formed(tag: u8, content: &[u8], depth: usize) -> Result<(), &'static str> {
+    if depth > MAX_DEPTH {
+        return Err("nested too deep");
+    }
+    if tag == BOOLEAN && content.len() != 1 {
+        return Err("a BOOLEAN is one byte");
+    }
+    if tag & 0x20 == 0 {
+        return Ok(());
+    }
+    let mut rest = content;
+    while !rest.is_empty() {
+        let child = tlv(rest)?;
+        well_formed(child.tag, child.content, depth + 1)?;
+        rest = child.rest;
+    }
+    Ok(())
+}
+
+fn check_controls(mut list: &[u8]) -> Result<(), &'static str> {
+    while !list.is_empty() {
+        let control = tlv(list)?;
+        if control.tag != SEQUENCE {
+            return Err("a control is a SEQUENCE");
+        }
+        let oid = tlv(control.content)?;
+        if oid.tag != OCTET_STRING || oid.content.is_empty() {
+            return Err("a control starts with its type");
+        }
+        let mut rest = oid.rest;
+        let mut seen_value = false;
+        let mut seen_criticality = false;
+        while !rest.is_empty() {
+            let field = tlv(rest)?;
+            match field.tag {
+                BOOLEAN if !seen_criticality && !seen_value && field.content.len() == 1 => seen_criticality = true,
+                OCTET_STRING if !seen_value => seen_value = true,
+                _ => return Err("a control is type, criticality, value"),
+            }
+            rest = field.rest;
+        }
+        list = control.rest;
+    }
+    Ok(())
+}
+
+/// Whether a ModifyDNRequest's entry, newrdn and newSuperior are UTF-8
+/// (its structure is checked by `well_formed` and ldap3_proto).
+fn modify_dn_utf8(content: &[u8]) -> Result<bool, &'static str> {
+    let mut rest = content;
+    while !rest.is_empty() {
+        let field = tlv(rest)?;
+        if matches!(field.tag, OCTET_STRING | 0x80) && std::str::from_utf8(field.content).is_err() {
+            return Ok(false);
+        }
+        rest = field.rest;
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(id: &[u8], op: &[u8], controls: &[u8]) -> Vec<u8> {
+        let mut body = vec![INTEGER, id.len() as u8];
+        body.extend_from_slice(id);
+        body.extend_from_slice(op);
+        body.extend_from_slice(controls);
+        let mut out = vec![SEQUENCE, body.len() as u8];
+        out.extend(body);
+        out
+    }
+
+    const UNBIND: &[u8] = &[0x42, 0x00];
+
+    #[test]
+    fn envelopes() {
+        assert_eq!(check(&msg(&[1], UNBIND, &[])), Ok(Check::Ok));
+        assert_eq!(check(&msg(&[0], UNBIND, &[])), Err("message ID out of range"));
+        assert_eq!(check(&msg(&[0xFF], UNBIND, &[])), Err("negative message ID"));
+        assert_eq!(check(&msg(&[0x00, 0x80, 0, 0, 0], UNBIND, &[])), Err("message ID out of range"));
+        assert_eq!(check(&msg(&[0x7F, 0xFF, 0xFF, 0xFF], UNBIND, &[])), Ok(Check::Ok));
+        // A control with type, criticality and value; then malformed ones.
+        let good = [CONTROLS, 12, SEQUENCE, 10, OCTET_STRING, 3, b'1', b'.', b'2', BOOLEAN, 1, 0xFF, OCTET_STRING, 0];
+        assert_eq!(check(&msg(&[1], UNBIND, &good)), Ok(Check::Ok));
+        let two_byte_bool = [CONTROLS, 9, SEQUENCE, 7, OCTET_STRING, 1, b'1', BOOLEAN, 2, 0, 0xFF];
+        assert!(check(&msg(&[1], UNBIND, &two_byte_bool)).is_err());
+        let wrong_tag = [0xA1, 2, SEQUENCE, 0];
+        assert_eq!(check(&msg(&[1], UNBIND, &wrong_tag)), Err("trailing data after the operation"));
+        let truncated = [CONTROLS, 5, SEQUENCE, 5, OCTET_STRING, 1, b'1'];
+        assert!(check(&msg(&[1], UNBIND, &truncated)).is_err());
+        let value_first = [CONTROLS, 10, SEQUENCE, 8, OCTET_STRING, 1, b'1', OCTET_STRING, 0, BOOLEAN, 1, 0];
+        assert!(check(&msg(&[1], UNBIND, &value_first)).is_err());
+    }
+
+    fn t(tag: u8, content: &[u8]) -> Vec<u8> {
+        let mut out = vec![tag, content.len() as u8];
+        out.extend_from_slice(content);
+        out
+    }
+
+    fn search(types_only: &[u8], trailing: &[u8]) -> Vec<u8> {
+        let body = [
+            t(OCTET_STRING, b""),
+            t(0x0A, &[0]),
+            t(0x0A, &[0]),
+            t(INTEGER, &[0]),
+            t(INTEGER, &[0]),
+            t(BOOLEAN, types_only),
+            t(0x87, b"cn"),
+            t(SEQUENCE, b""),
+            trailing.to_vec(),
+        ]
+        .concat();
+        t(0x63, &body)
+    }
+
+    #[test]
+    fn operations() {
+        assert_eq!(check(&msg(&[1], &search(&[0], b""), &[])), Ok(Check::Ok));
+        assert_eq!(check(&msg(&[1], &search(&[0, 0], b""), &[])), Err("a BOOLEAN is one byte"));
+        // A truncated element inside the operation.
+        assert!(check(&msg(&[1], &search(&[0], &[OCTET_STRING, 5, 0]), &[])).is_err());
+        // A modify-DN to a newSuperior that is not UTF-8.
+        let rename = [t(OCTET_STRING, b"c=a"), t(OCTET_STRING, b"c=b"), t(BOOLEAN, &[0xFF]), t(0x80, &[0xC3, 0x28])];
+        let rename = t(MODIFY_DN, &rename.concat());
+        assert!(matches!(check(&msg(&[7], &rename, &[])), Ok(Check::Refuse { msgid: 7, tag: 0x6D, .. })));
+    }
+}
