@@ -10,6 +10,8 @@
 //! - The protocolOp is well-formed BER throughout: definite lengths, every
 //!   constructed element exactly filled by its children, every BOOLEAN one
 //!   byte, nesting at most `MAX_DEPTH` deep.
+//! - Bind, search, modify, add, compare and extended requests have their
+//!   number of fields, and a modify-DN exactly its four, in order.
 //! - A modify-DN's names are UTF-8 (ldap3_proto dropped a newSuperior that
 //!   was not, renaming in place): `invalidDNSyntax`, as slapd answers.
 //!
@@ -80,6 +82,7 @@ pub fn check(frame: &[u8]) -> Result<Check, &'static str> {
     let msgid = message_id(&id)?;
     let op = tlv(id.rest)?;
     well_formed(op.tag, op.content, 0)?;
+    op_fields(op.tag, op.content)?;
     if !op.rest.is_empty() {
         let controls = tlv(op.rest)?;
         if controls.tag != CONTROLS || !controls.rest.is_empty() {
@@ -155,6 +158,50 @@ fn check_controls(mut list: &[u8]) -> Result<(), &'static str> {
             rest = field.rest;
         }
         list = control.rest;
+    }
+    Ok(())
+}
+
+/// The number of fields each request has (RFC 4511 §4.2-§4.12): ldap3_proto
+/// ignores extra ones and some unknown tags, so they are refused here.
+/// ModifyDN's fields are checked one by one (a newSuperior under another
+/// tag than `[0]` was dropped, renaming in place).
+fn op_fields(tag: u8, content: &[u8]) -> Result<(), &'static str> {
+    let (min, max) = match tag {
+        0x60 => (3, 3),        // BindRequest
+        0x63 => (8, 8),        // SearchRequest
+        0x66 | 0x68 => (2, 2), // ModifyRequest, AddRequest
+        0x6E => (2, 2),        // CompareRequest
+        0x77 => (1, 2),        // ExtendedRequest
+        MODIFY_DN => return modify_dn_fields(content),
+        _ => return Ok(()),
+    };
+    let mut n = 0;
+    let mut rest = content;
+    while !rest.is_empty() {
+        rest = tlv(rest)?.rest;
+        n += 1;
+    }
+    if n < min || n > max {
+        return Err("wrong number of fields in the operation");
+    }
+    Ok(())
+}
+
+/// `entry LDAPDN, newrdn RelativeLDAPDN, deleteoldrdn BOOLEAN,
+/// newSuperior [0] LDAPDN OPTIONAL`, exactly.
+fn modify_dn_fields(content: &[u8]) -> Result<(), &'static str> {
+    let entry = tlv(content)?;
+    let newrdn = tlv(entry.rest)?;
+    let delete_old = tlv(newrdn.rest)?;
+    if entry.tag != OCTET_STRING || newrdn.tag != OCTET_STRING || delete_old.tag != BOOLEAN {
+        return Err("a modify-DN is entry, newrdn, deleteoldrdn, newSuperior");
+    }
+    if !delete_old.rest.is_empty() {
+        let sup = tlv(delete_old.rest)?;
+        if sup.tag != 0x80 || !sup.rest.is_empty() {
+            return Err("a modify-DN's newSuperior is [0], and last");
+        }
     }
     Ok(())
 }
@@ -237,6 +284,10 @@ mod tests {
         assert_eq!(check(&msg(&[1], &search(&[0, 0], b""), &[])), Err("a BOOLEAN is one byte"));
         // A truncated element inside the operation.
         assert!(check(&msg(&[1], &search(&[0], &[OCTET_STRING, 5, 0]), &[])).is_err());
+        // Extra fields, and a newSuperior under another tag.
+        assert!(check(&msg(&[1], &search(&[0], &t(OCTET_STRING, b"x")), &[])).is_err());
+        let other_tag = [t(OCTET_STRING, b"c=a"), t(OCTET_STRING, b"c=b"), t(BOOLEAN, &[0xFF]), t(0x81, b"c=z")];
+        assert!(check(&msg(&[1], &t(MODIFY_DN, &other_tag.concat()), &[])).is_err());
         // A modify-DN to a newSuperior that is not UTF-8.
         let rename = [t(OCTET_STRING, b"c=a"), t(OCTET_STRING, b"c=b"), t(BOOLEAN, &[0xFF]), t(0x80, &[0xC3, 0x28])];
         let rename = t(MODIFY_DN, &rename.concat());

@@ -399,6 +399,27 @@ impl Node {
         }
     }
 
+    /// Calls `f` with the attribute of every assertion (`None` for an
+    /// extensible match over all attributes).
+    pub fn for_each_attr(&self, f: &mut impl FnMut(Option<&Names>)) {
+        match self {
+            Node::And(ns) | Node::Or(ns) => ns.iter().for_each(|n| n.for_each_attr(f)),
+            Node::Not(n) => n.for_each_attr(f),
+            Node::Guarded(attr, n) => {
+                f(Some(attr));
+                n.for_each_attr(f)
+            }
+            Node::True | Node::Undefined => {}
+            Node::Present(attr)
+            | Node::Equal { attr, .. }
+            | Node::Substrings { attr, .. }
+            | Node::Order { attr, .. }
+            | Node::Approx { attr, .. }
+            | Node::EntryDn { attr, .. } => f(Some(attr)),
+            Node::Extensible { attr, .. } => f(attr.as_ref()),
+        }
+    }
+
     /// Whether the entry matches (Undefined does not).
     pub fn matches(&self, e: &EntryView<'_>) -> bool {
         self.eval(e) == Some(true)

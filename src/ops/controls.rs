@@ -246,16 +246,29 @@ pub fn check_assertion_view(
 }
 
 /// For a write the owner applies: the assertion under the requester's
-/// rights on the entry as it is now (a missing entry is the owner's to
-/// report).
-pub fn check_assertion_before_write(conn: &Conn, assertion: Option<&LdapFilter>, key: &[u8]) -> Result<()> {
-    if assertion.is_none() {
-        return Ok(());
+/// rights on the entry as it is now, and the assertion the owner should
+/// check again in its transaction. That is the whole filter only when the
+/// requester may search every attribute it names in any entry: otherwise
+/// a change between the two checks (an empty modify of their own, say)
+/// would let the owner's unrestricted evaluation answer for a hidden
+/// term, so the owner checks nothing and the check here is the only one.
+pub fn check_assertion_before_write(
+    conn: &Conn,
+    assertion: Option<LdapFilter>,
+    key: &[u8],
+) -> Result<Option<LdapFilter>> {
+    let Some(f) = assertion else { return Ok(None) };
+    if let Some(entry) = conn.ctx.shard.get_entry(key)? {
+        check_assertion(conn, Some(&f), key, &entry)?;
     }
-    match conn.ctx.shard.get_entry(key)? {
-        Some(entry) => check_assertion(conn, assertion, key, &entry),
-        None => Ok(()),
-    }
+    let identity = conn.identity.borrow().clone();
+    let live = conn.ctx.live();
+    let Some(plan) = conn.access(&live, &identity).map(ReadPlan::new) else { return Ok(Some(f)) };
+    let mut everywhere = true;
+    shards::filter::compile(&f).for_each_attr(&mut |names| {
+        everywhere &= plan.searchable(names) == shards::filter::Searchable::Yes;
+    });
+    Ok(everywhere.then_some(f))
 }
 
 /// The Pre-Read and Post-Read response controls for an update's images.

@@ -60,9 +60,8 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
     }
     let rdn = dn.rdn().map(|r| r.avas.iter().map(|a| (a.attr.clone(), a.value.clone())).collect()).unwrap_or_default();
     let stamp = Stamp { modifier: identity.dn().to_string(), time: now_generalized() };
-    controls::check_assertion_before_write(&conn, ctrls.assertion.as_ref(), &key)?;
-    let extras =
-        Extras { assertion: ctrls.assertion, before: ctrls.pre_read.is_some(), after: ctrls.post_read.is_some() };
+    let assertion = controls::check_assertion_before_write(&conn, ctrls.assertion, &key)?;
+    let extras = Extras { assertion, before: ctrls.pre_read.is_some(), after: ctrls.post_read.is_some() };
     let op = WriteOp::Modify { key: key.clone(), dn: req.dn.clone(), mods, rdn, stamp, extras };
     let shard = &conn.ctx.shard;
     let images = shard.submit_for(shard.owner_of(&key), op).await.map_err(|e| with_matched(&conn, &dn, e))?;
