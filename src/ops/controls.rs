@@ -211,8 +211,8 @@ fn parse_attr_list(value: &[u8]) -> Result<Vec<String>> {
 /// like a search filter under their access rights, so an assertion on an
 /// attribute they may not search is Undefined and fails. Without that,
 /// `!assert=(userPassword=<hash>)` told anonymous whether a guess was
-/// right (issue 17). Writes check it here on the entry as read, then
-/// again on the owner (unrestricted: the rights were checked here).
+/// right (issue 17). Writes check it here on the entry as read; see
+/// `check_assertion_before_write` for the owner's second check.
 pub fn check_assertion(conn: &Conn, assertion: Option<&LdapFilter>, key: &[u8], entry: &Entry) -> Result<()> {
     let Some(f) = assertion else { return Ok(()) };
     let mut bytes = Vec::new();

@@ -25,10 +25,12 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-/// The access rules both servers apply (coredir's defaults, spelled out).
-const RULES: [&str; 3] = [
+/// The access rules both servers apply (coredir's defaults, spelled out,
+/// and every `ou=secret` subtree hidden for `acl.cases`).
+const RULES: [&str; 4] = [
     "to attrs=userPassword by self =wx by anonymous auth by * none",
     "to attrs=shadowLastChange by self write by * read",
+    r#"to dn.regex="(^|,)ou=secret,ou=[^,]+,dc=example,dc=com$" by * none"#,
     "to * by * read",
 ];
 
