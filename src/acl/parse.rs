@@ -9,7 +9,7 @@
 //! `continue`, `break`. Anything else is refused with the rule's number
 //! and the word that is not understood, never ignored. A bare `dn=` is a
 //! regular expression, as in slapd; patterns are matched case-insensitively
-//! against the whole normalized DN.
+//! anywhere in the normalized DN (unanchored, as regexec(3)).
 
 use super::{Acl, AttrList, By, Control, DnPattern, Level, Privs, Rule, What, Who};
 use regex::RegexBuilder;
@@ -173,10 +173,9 @@ fn named_index(acl: &mut Acl, names: Names) -> Result<usize, String> {
 fn dn_pattern(style: &str, value: &str, default: &str) -> Result<DnPattern, String> {
     let style = if style.is_empty() { default } else { style };
     if style == "regex" {
-        let re = RegexBuilder::new(&format!("^(?:{value})$"))
-            .case_insensitive(true)
-            .build()
-            .map_err(|e| format!("dn.regex {value:?}: {e}"))?;
+        // Unanchored, as slapd's regexec(3): rules anchor with ^ and $.
+        let re =
+            RegexBuilder::new(value).case_insensitive(true).build().map_err(|e| format!("dn.regex {value:?}: {e}"))?;
         return Ok(DnPattern::Regex(re));
     }
     let key = Dn::parse(value).map_err(|e| format!("DN {value:?}: {}", e.message))?.key();

@@ -275,7 +275,8 @@ pub fn parse_dn(text: &str) -> Result<shards::dn::Dn> {
     shards::dn::Dn::parse(text)
 }
 
-/// The longest existing ancestor of `dn`, for `matchedDN`.
+/// The longest existing ancestor of `dn`, for `matchedDN`; "" when the
+/// requester may not know of it (no `disclose` on its `entry`), as slapd.
 pub fn matched(conn: &Conn, dn: &shards::dn::Dn) -> String {
     use shards::store::{ReadTxn, Store, Tree};
     let shard = &conn.ctx.shard;
@@ -284,11 +285,22 @@ pub fn matched(conn: &Conn, dn: &shards::dn::Dn) -> String {
         let key = cur.key();
         let found = shard.store_for(&key).read().and_then(|t| t.get(Tree::Dn2id, &key).map(|v| v.is_some()));
         if found.unwrap_or(false) {
-            return cur.to_string_form();
+            return if disclosed(conn, &key) { cur.to_string_form() } else { String::new() };
         }
         cur = cur.parent();
     }
     String::new()
+}
+
+/// Whether the requester may learn that the entry with storage `key`
+/// exists (`disclose` on its `entry`); always under no access rules.
+pub fn disclosed(conn: &Conn, key: &[u8]) -> bool {
+    let identity = conn.identity.borrow().clone();
+    let live = conn.ctx.live();
+    conn.access(&live, &identity).is_none_or(|a| {
+        access::require(&a, &conn.ctx.shard, key, &[(crate::acl::Attr::Entry, "entry")], crate::acl::Level::Disclose)
+            .is_ok()
+    })
 }
 
 /// Adds `matchedDN` to a `noSuchObject` error.

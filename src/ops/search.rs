@@ -359,6 +359,11 @@ async fn walk(
         let Some(id) = txn.get(Tree::Dn2id, base_key)? else {
             return Err(with_matched(conn, &parse_dn(&req.base)?, Error::no_such_object(&req.base)));
         };
+        // A base the requester may not know of is reported as missing,
+        // with no matchedDN, as slapd reports it.
+        if !super::disclosed(conn, base_key) {
+            return Err(Error::no_such_object(&req.base));
+        }
         if ctrls.assertion.is_some() {
             let view = EntryView::new(txn.get(Tree::Id2entry, id)?.unwrap_or_default())?;
             controls::check_assertion_view(conn, ctrls.assertion.as_ref(), base_key, &view)?;
