@@ -506,6 +506,14 @@ impl<'a> ReadPlan<'a> {
         l
     }
 
+    /// Whether the requester may learn that the entry exists.
+    pub fn entry_disclosed(&self, target: &Target) -> bool {
+        match self.entry {
+            Some(p) => p.has(Level::Disclose),
+            None => self.access.decide(target, Attr::Entry).privs.has(Level::Disclose),
+        }
+    }
+
     /// Whether the entry may be returned at all.
     pub fn entry_readable(&self, target: &Target) -> bool {
         match self.entry {

@@ -360,9 +360,13 @@ async fn walk(
             return Err(with_matched(conn, &parse_dn(&req.base)?, Error::no_such_object(&req.base)));
         };
         // A base the requester may not know of is reported as missing,
-        // with no matchedDN, as slapd reports it.
-        if !super::disclosed(conn, base_key) {
-            return Err(Error::no_such_object(&req.base));
+        // with no matchedDN, as slapd reports it (the search's own plan:
+        // no second rights lookup per request).
+        if let Some(plan) = emit.plan {
+            let view = EntryView::new(txn.get(Tree::Id2entry, id)?.unwrap_or_default())?;
+            if !plan.entry_disclosed(&Target { key: base_key, entry: Some(&view) }) {
+                return Err(Error::no_such_object(&req.base));
+            }
         }
         if ctrls.assertion.is_some() {
             let view = EntryView::new(txn.get(Tree::Id2entry, id)?.unwrap_or_default())?;
