@@ -156,7 +156,7 @@ fn bulk(
                 match msg {
                     Bulk::Entries(entries) => {
                         for (key, partition, entry) in entries {
-                            load.add(key, partition, &entry);
+                            load.add(key, partition, &entry).map_err(|e| e.message)?;
                         }
                     }
                     Bulk::Children(counts) => counts.into_iter().for_each(|(k, n)| load.children(k, n)),

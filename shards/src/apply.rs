@@ -238,7 +238,7 @@ fn resolve_conflict<T: WriteTxn>(
     index::remove(txn, other, id)?;
     txn.delete(Tree::Dn2id, key)?;
     buf.clear();
-    moved.encode(&mut buf);
+    moved.encode(&mut buf)?;
     index::add(txn, &moved, id)?;
     txn.put(Tree::Dn2id, &Dn::parse(&moved.dn)?.key(), id)?;
     txn.put(Tree::Id2entry, id, &buf)?;
@@ -256,7 +256,7 @@ fn place<T: WriteTxn>(
     match (before, after) {
         (Some((id, old)), Some(new)) if old.dn == new.dn => {
             let mut buf = Vec::with_capacity(256);
-            new.encode(&mut buf);
+            new.encode(&mut buf)?;
             index::update(txn, old, new, id)?;
             txn.put(Tree::Id2entry, id, &buf)
         }

@@ -34,12 +34,25 @@ pub struct Ava {
 
 pub const KEY_SEPARATOR: u8 = 0;
 
+/// The longest DN accepted, in bytes as sent: slapd's `SLAP_LDAPDN_MAXLEN`.
+/// Longer is invalid syntax before any other work, which bounds what one
+/// hostile name costs (every step over a DN is linear in this). A constant,
+/// not a setting: stored DNs travel to peers and exports, which must accept
+/// them too.
+pub const MAX_DN_BYTES: usize = 8192;
+
 impl Dn {
     pub fn root() -> Dn {
         Dn { rdns: Vec::new() }
     }
 
     pub fn parse(text: &str) -> Result<Dn> {
+        if text.len() > MAX_DN_BYTES {
+            return Err(Error::invalid_dn(
+                &format!("{}…", text.chars().take(64).collect::<String>()),
+                &format!("longer than {MAX_DN_BYTES} bytes"),
+            ));
+        }
         let mut rdns = Vec::new();
         let bytes = text.as_bytes();
         let mut pos = skip_spaces(bytes, 0);
@@ -79,6 +92,11 @@ impl Dn {
 
     pub fn parent(&self) -> Dn {
         Dn { rdns: self.rdns.iter().skip(1).cloned().collect() }
+    }
+
+    /// The ancestor made of this DN's last `n` RDNs (`n` ≤ depth).
+    pub fn ancestor(&self, n: usize) -> Dn {
+        Dn { rdns: self.rdns[self.rdns.len() - n..].to_vec() }
     }
 
     /// This DN with its leftmost RDN replaced and placed under `superior`.
@@ -187,7 +205,7 @@ impl Dn {
 /// binds and searches send; anything else takes the full parser, which
 /// also reports the errors.
 pub fn key_of(text: &str) -> Result<Vec<u8>> {
-    match plain_key(text) {
+    match plain_key(text).filter(|_| text.len() <= MAX_DN_BYTES) {
         Some(key) => Ok(key),
         None => Dn::parse(text).map(|dn| dn.key()),
     }

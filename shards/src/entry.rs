@@ -11,7 +11,7 @@
 use crate::error::{Error, Result};
 use crate::matching;
 use ldap3_proto::LdapResultCode;
-use std::collections::HashSet;
+use std::collections::{hash_map, HashMap, HashSet};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Attr {
@@ -24,6 +24,12 @@ pub struct Entry {
     pub dn: String,
     pub attrs: Vec<Attr>,
 }
+
+/// The most attributes, and the longest attribute description, the
+/// stored layout holds (a `u16` count, a `u8` name length): more is
+/// refused before it is written, never truncated.
+pub const MAX_ATTRS: usize = u16::MAX as usize;
+pub const MAX_DESCRIPTION_BYTES: usize = u8::MAX as usize;
 
 /// One change of a Modify request (RFC 4511 §4.6).
 #[derive(Debug, Clone, PartialEq)]
@@ -63,11 +69,35 @@ impl Entry {
         self.get(name).is_some_and(|a| a.vals.iter().any(|v| matching::values_equal(name, v, value)))
     }
 
+    /// An entry from a request's attribute list, in time linear in its
+    /// length however many descriptions it carries or repeats (one add may
+    /// hold tens of thousands; `add_values` per description would scan the
+    /// entry each time): repeated descriptions are merged, and a value given
+    /// twice is refused as `add_values` refuses it.
+    pub fn gather(dn: String, attrs: Vec<(String, Vec<Vec<u8>>)>) -> Result<Entry> {
+        let mut at: HashMap<String, usize> = HashMap::with_capacity(attrs.len());
+        let mut groups: Vec<(String, Vec<Vec<u8>>)> = Vec::with_capacity(attrs.len());
+        for (name, vals) in attrs {
+            match at.entry(matching::description_key(&name)) {
+                hash_map::Entry::Occupied(e) => groups[*e.get()].1.extend(vals),
+                hash_map::Entry::Vacant(e) => {
+                    e.insert(groups.len());
+                    groups.push((name, vals));
+                }
+            }
+        }
+        let mut entry = Entry { dn, attrs: Vec::with_capacity(groups.len() + 6) };
+        for (name, vals) in groups {
+            entry.attrs.push(Attr { name: matching::stored_name(&name).into_owned(), vals: Vec::new() });
+            entry.extend_at(entry.attrs.len() - 1, &name, vals)?;
+        }
+        Ok(entry)
+    }
+
     /// Adds values, refusing a value that is already present (compared in
     /// normal form; through a set once there are many: groups carry
     /// thousands of members).
     pub fn add_values(&mut self, name: &str, vals: &[Vec<u8>]) -> Result<()> {
-        let norm = matching::normalizer(name);
         let i = match self.position(name) {
             Some(i) => i,
             None => {
@@ -75,6 +105,12 @@ impl Entry {
                 self.attrs.len() - 1
             }
         };
+        self.extend_at(i, name, vals.to_vec())
+    }
+
+    /// `add_values` on the attribute at `i`.
+    fn extend_at(&mut self, i: usize, name: &str, vals: Vec<Vec<u8>>) -> Result<()> {
+        let norm = matching::normalizer(name);
         let attr = &mut self.attrs[i];
         let dup = |at: usize| {
             Error::new(LdapResultCode::AttributeOrValueExists, format!("{name}: value #{at} provided more than once"))
@@ -82,73 +118,108 @@ impl Entry {
         if attr.vals.len() + vals.len() <= 8 {
             // Few values (the usual case): pairwise, without a set.
             for v in vals {
-                let n = norm(v);
+                let n = norm(&v);
                 if attr.vals.iter().any(|old| norm(old) == n) {
                     return Err(dup(attr.vals.len()));
                 }
-                attr.vals.push(v.clone());
+                drop(n);
+                attr.vals.push(v);
             }
             return Ok(());
         }
         let mut seen: HashSet<Vec<u8>> = attr.vals.iter().map(|v| norm(v).into_owned()).collect();
         for v in vals {
-            if !seen.insert(norm(v).into_owned()) {
+            if !seen.insert(norm(&v).into_owned()) {
                 return Err(dup(attr.vals.len()));
             }
-            attr.vals.push(v.clone());
+            attr.vals.push(v);
         }
         Ok(())
     }
 
-    /// Applies the changes of a Modify request in order (all or nothing).
+    /// Applies the changes of a Modify request in order (all or nothing),
+    /// in time linear in the request and the entry however many changes it
+    /// holds (a hostile modify may carry a hundred thousand): a run of adds
+    /// to one description is one add; attributes are found through a map
+    /// once there are many changes; an attribute that loses its last value
+    /// is left empty until the end (so positions stay valid), and one added
+    /// again after that goes to the end, as removing and appending would.
     pub fn apply(&mut self, mods: &[Mod]) -> Result<()> {
-        for m in mods {
-            match m {
+        let mut at = Positions::new(self, mods.len());
+        let mut i = 0;
+        while i < mods.len() {
+            match &mods[i] {
                 Mod::Add(a) => {
                     if a.vals.is_empty() {
                         return Err(Error::protocol(format!("{}: add with no values", a.name)));
                     }
-                    self.add_values(&a.name, &a.vals)?
+                    let run = mods[i..]
+                        .iter()
+                        .map_while(|m| match m {
+                            Mod::Add(b) if !b.vals.is_empty() && matching::same_attr(&b.name, &a.name) => Some(b),
+                            _ => None,
+                        })
+                        .collect::<Vec<&Attr>>();
+                    let vals = run.iter().flat_map(|b| b.vals.iter().cloned()).collect();
+                    let p = at.find_or_push(self, &a.name);
+                    self.extend_at(p, &a.name, vals)?;
+                    i += run.len();
+                    continue;
                 }
-                Mod::Delete(a) => self.delete_values(a)?,
-                Mod::Replace(a) => {
-                    if a.vals.is_empty() {
-                        self.remove(&a.name);
-                    } else {
-                        self.set(&a.name, Vec::new());
-                        self.add_values(&a.name, &a.vals)?;
+                Mod::Delete(a) => self.delete_values(&mut at, a)?,
+                Mod::Replace(a) => match (at.find(self, &a.name), a.vals.is_empty()) {
+                    (Some(p), true) => {
+                        self.attrs[p].vals.clear();
+                        at.cleared(&a.name);
                     }
-                }
-                Mod::Increment(a) => self.increment(a)?,
+                    (None, true) => {}
+                    // In place: a replaced attribute keeps its position.
+                    (found, false) => {
+                        let p = found.unwrap_or_else(|| at.find_or_push(self, &a.name));
+                        self.attrs[p].vals.clear();
+                        self.extend_at(p, &a.name, a.vals.clone())?;
+                    }
+                },
+                Mod::Increment(a) => self.increment(&at, a)?,
+            }
+            i += 1;
+        }
+        self.attrs.retain(|a| !a.vals.is_empty());
+        Ok(())
+    }
+
+    fn delete_values(&mut self, at: &mut Positions, a: &Attr) -> Result<()> {
+        let no_such = || Error::new(LdapResultCode::NoSuchAttribute, format!("{}: no such attribute or value", a.name));
+        let i = at.find(self, &a.name).ok_or_else(no_such)?;
+        let vals = &mut self.attrs[i].vals;
+        if a.vals.len() <= 8 {
+            for v in &a.vals {
+                let at = vals.iter().position(|old| matching::values_equal(&a.name, old, v)).ok_or_else(no_such)?;
+                vals.remove(at);
+            }
+        } else {
+            // Many values (members leaving a large group): one pass with a set.
+            let norm = matching::normalizer(&a.name);
+            let mut gone: HashSet<Vec<u8>> = a.vals.iter().map(|v| norm(v).into_owned()).collect();
+            let before = vals.len();
+            vals.retain(|old| !gone.remove(norm(old).as_ref()));
+            if !gone.is_empty() || before - vals.len() != a.vals.len() {
+                return Err(no_such());
             }
         }
-        Ok(())
-    }
-
-    fn delete_values(&mut self, a: &Attr) -> Result<()> {
-        let no_such = || Error::new(LdapResultCode::NoSuchAttribute, format!("{}: no such attribute or value", a.name));
-        let i = self.position(&a.name).ok_or_else(no_such)?;
-        if a.vals.is_empty() {
-            self.attrs.remove(i);
-            return Ok(());
-        }
-        for v in &a.vals {
-            let vals = &mut self.attrs[i].vals;
-            let at = vals.iter().position(|old| matching::values_equal(&a.name, old, v)).ok_or_else(no_such)?;
-            vals.remove(at);
-        }
-        if self.attrs[i].vals.is_empty() {
-            self.attrs.remove(i);
+        if a.vals.is_empty() || self.attrs[i].vals.is_empty() {
+            self.attrs[i].vals.clear();
+            at.cleared(&a.name);
         }
         Ok(())
     }
 
-    fn increment(&mut self, a: &Attr) -> Result<()> {
+    fn increment(&mut self, at: &Positions, a: &Attr) -> Result<()> {
         let by = parse_int(a.vals.first().map(Vec::as_slice).unwrap_or_default()).ok_or_else(|| {
             Error::new(LdapResultCode::InvalidAttributeSyntax, format!("{}: increment is not an integer", a.name))
         })?;
-        let i = self
-            .position(&a.name)
+        let i = at
+            .find(self, &a.name)
             .ok_or_else(|| Error::new(LdapResultCode::NoSuchAttribute, format!("{}: no such attribute", a.name)))?;
         for v in &mut self.attrs[i].vals {
             let n = parse_int(v).ok_or_else(|| {
@@ -159,7 +230,29 @@ impl Entry {
         Ok(())
     }
 
-    pub fn encode(&self, out: &mut Vec<u8>) {
+    /// Refuses what the stored layout cannot hold (see `MAX_ATTRS`).
+    pub fn check_layout(&self) -> Result<()> {
+        if self.attrs.len() > MAX_ATTRS {
+            return Err(Error::new(
+                LdapResultCode::AdminLimitExceeded,
+                format!("{}: more than {MAX_ATTRS} attribute descriptions", self.dn),
+            ));
+        }
+        match self.attrs.iter().find(|a| a.name.len() > MAX_DESCRIPTION_BYTES) {
+            Some(a) => Err(Error::new(
+                LdapResultCode::AdminLimitExceeded,
+                format!(
+                    "{}…: attribute description longer than {MAX_DESCRIPTION_BYTES} bytes",
+                    a.name.chars().take(64).collect::<String>()
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The stored form; fails, writing nothing, when `check_layout` does.
+    pub fn encode(&self, out: &mut Vec<u8>) -> Result<()> {
+        self.check_layout()?;
         out.extend_from_slice(&(self.dn.len() as u32).to_le_bytes());
         out.extend_from_slice(self.dn.as_bytes());
         out.extend_from_slice(&(self.attrs.len() as u16).to_le_bytes());
@@ -172,6 +265,7 @@ impl Entry {
                 out.extend_from_slice(v);
             }
         }
+        Ok(())
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Entry> {
@@ -186,6 +280,52 @@ impl Entry {
                 .map(|a| Attr { name: a.name.to_string(), vals: a.vals().map(<[u8]>::to_vec).collect() })
                 .collect(),
         })
+    }
+}
+
+/// Where `Entry::apply` finds an attribute: a scan for a few changes, a
+/// map keyed by `description_key` for many. An attribute emptied during
+/// the request is no longer found (see `apply`).
+enum Positions {
+    Scan,
+    Map(HashMap<String, usize>),
+}
+
+impl Positions {
+    fn new(entry: &Entry, n_mods: usize) -> Positions {
+        if n_mods <= 8 {
+            return Positions::Scan;
+        }
+        let keys = entry.attrs.iter().enumerate().map(|(i, a)| (matching::description_key(&a.name), i));
+        Positions::Map(keys.collect())
+    }
+
+    fn find(&self, entry: &Entry, name: &str) -> Option<usize> {
+        match self {
+            Positions::Scan => {
+                let want = matching::AttrName::new(name);
+                entry.attrs.iter().position(|a| !a.vals.is_empty() && want.is(&a.name))
+            }
+            Positions::Map(map) => map.get(&matching::description_key(name)).copied(),
+        }
+    }
+
+    fn find_or_push(&mut self, entry: &mut Entry, name: &str) -> usize {
+        if let Some(i) = self.find(entry, name) {
+            return i;
+        }
+        entry.attrs.push(Attr { name: matching::stored_name(name).into_owned(), vals: Vec::new() });
+        if let Positions::Map(map) = self {
+            map.insert(matching::description_key(name), entry.attrs.len() - 1);
+        }
+        entry.attrs.len() - 1
+    }
+
+    /// The attribute `name` was emptied: later changes no longer find it.
+    fn cleared(&mut self, name: &str) {
+        if let Positions::Map(map) = self {
+            map.remove(&matching::description_key(name));
+        }
     }
 }
 
@@ -341,13 +481,60 @@ mod tests {
     fn encode_round_trip() {
         let e = sample();
         let mut buf = Vec::new();
-        e.encode(&mut buf);
+        e.encode(&mut buf).unwrap();
         assert_eq!(Entry::decode(&buf).unwrap(), e);
         let v = EntryView::new(&buf).unwrap();
         assert_eq!(v.get("commonName").unwrap().vals().collect::<Vec<_>>(), vec![b"a"]);
         for cut in 0..buf.len() {
             assert!(EntryView::new(&buf[..cut]).is_err(), "truncated at {cut}");
         }
+    }
+
+    /// Many changes at once (the map, runs, sets) give exactly what the
+    /// same changes give one by one, order of attributes included.
+    #[test]
+    fn many_changes_apply_as_one_by_one() {
+        let names = ["cn", "CN", "commonName", "description", "description;lang-en", "sn", "telephoneNumber"];
+        let mut seed = 7u64;
+        let mut next = |n: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        let mut applied = 0;
+        for _ in 0..300 {
+            // Adds bring fresh values; deletes take back some of them (or a
+            // whole attribute); replaces reset: most sequences apply.
+            let mut fresh = 0;
+            let mut added: Vec<(&str, String)> = Vec::new();
+            let mut mods = Vec::new();
+            for _ in 0..24 {
+                let name = names[next(names.len() as u64) as usize];
+                let m = match next(10) {
+                    0..=4 => {
+                        let vals: Vec<String> =
+                            (0..1 + next(10)).map(|_| (fresh += 1, format!("v{fresh}")).1).collect();
+                        added.extend(vals.iter().map(|v| (name, v.clone())));
+                        Mod::Add(attr(name, &vals.iter().map(String::as_str).collect::<Vec<_>>()))
+                    }
+                    5..=7 if !added.is_empty() => {
+                        let (name, v) = added.swap_remove(next(added.len() as u64) as usize);
+                        Mod::Delete(attr(name, &[&v]))
+                    }
+                    8 => Mod::Delete(attr(name, &[])),
+                    _ => Mod::Replace(attr(name, &[&format!("r{}", next(3)), "r9"])),
+                };
+                mods.push(m);
+            }
+            let (mut all, mut one) = (sample(), sample());
+            let at_once = all.apply(&mods).map_err(|e| e.code);
+            let singly = mods.iter().try_for_each(|m| one.apply(std::slice::from_ref(m))).map_err(|e| e.code);
+            assert_eq!(at_once, singly, "{mods:?}");
+            if at_once.is_ok() {
+                assert_eq!(all, one, "{mods:?}");
+                applied += 1;
+            }
+        }
+        assert!(applied > 30, "only {applied} sequences applied: the test compares too few outcomes");
     }
 
     #[test]

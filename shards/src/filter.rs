@@ -779,7 +779,7 @@ mod tests {
 
     fn view_of(e: &Entry) -> Vec<u8> {
         let mut buf = Vec::new();
-        e.encode(&mut buf);
+        e.encode(&mut buf).unwrap();
         buf
     }
 

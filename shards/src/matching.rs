@@ -622,6 +622,26 @@ pub fn is_user_password(stored: &str) -> bool {
     schema::base_type(stored).eq_ignore_ascii_case("userPassword")
 }
 
+/// A key two descriptions share exactly when they describe the same
+/// attribute (`AttrName::new(a).is(b)`: one type, the same options in any
+/// order or case), for grouping thousands of them in linear time.
+pub fn description_key(name: &str) -> String {
+    let base = schema::base_type(name);
+    let mut options: Vec<String> =
+        name[base.len()..].split(';').filter(|o| !o.is_empty()).map(str::to_ascii_lowercase).collect();
+    options.sort_unstable();
+    options.dedup();
+    let mut key = match attr_type(base) {
+        Some(at) => at.oid.clone(),
+        None => base.to_ascii_lowercase(),
+    };
+    for o in options {
+        key.push(';');
+        key.push_str(&o);
+    }
+    key
+}
+
 /// Whether two attribute descriptions name the same type.
 pub fn same_attr(a: &str, b: &str) -> bool {
     a.eq_ignore_ascii_case(b) || AttrName::new(a).is(b)

@@ -133,11 +133,11 @@ impl BulkLoad {
     }
 
     /// Adds an entry (already checked: new DN, existing parent).
-    pub fn add(&mut self, key: Vec<u8>, partition: u32, entry: &Entry) {
+    pub fn add(&mut self, key: Vec<u8>, partition: u32, entry: &Entry) -> Result<()> {
+        let mut buf = Vec::with_capacity(256);
+        entry.encode(&mut buf)?;
         let id = (((partition as u64) << 48) | self.next_id).to_be_bytes();
         self.next_id += 1;
-        let mut buf = Vec::with_capacity(256);
-        entry.encode(&mut buf);
         self.keys.clear();
         index::entry_keys(entry, &mut self.keys);
         for k in self.keys.drain(..) {
@@ -151,6 +151,7 @@ impl BulkLoad {
         }
         self.dn2id.push((key, id));
         self.id2entry.push((id, buf));
+        Ok(())
     }
 
     /// Records the child count of a parent this store owns.
@@ -497,7 +498,7 @@ fn apply<T: WriteTxn>(
                 entry = changelog::materialize(&state, &rec.uuid).unwrap_or(entry);
             }
             let mut buf = Vec::with_capacity(256);
-            entry.encode(&mut buf);
+            entry.encode(&mut buf)?;
             index::update(txn, &old, &entry, &id)?;
             txn.put(Tree::Id2entry, &id, &buf)?;
             Ok(images(extras, Some(old), Some(entry)))
@@ -614,7 +615,7 @@ pub(crate) fn insert<T: WriteTxn>(
     let id = (((partition_of(key) as u64) << 48) | *next_id).to_be_bytes();
     *next_id += 1;
     let mut buf = Vec::with_capacity(256);
-    entry.encode(&mut buf);
+    entry.encode(&mut buf)?;
     index::add(txn, entry, &id)?;
     txn.put(Tree::Dn2id, key, &id)?;
     txn.put(Tree::Id2entry, &id, &buf)

@@ -29,7 +29,7 @@ fn entry_bytes(dn: &str, classes: &[&str]) -> Vec<u8> {
         }],
     };
     let mut out = Vec::new();
-    e.encode(&mut out);
+    e.encode(&mut out).unwrap();
     out
 }
 

@@ -76,7 +76,7 @@ pub fn require(access: &Access, shard: &Shard, key: &[u8], attrs: &[(Attr, &str)
 /// stored yet (add) and on its `entry`.
 pub fn require_new(access: &Access, key: &[u8], entry: &Entry, level: Level) -> Result<()> {
     let mut bytes = Vec::new();
-    entry.encode(&mut bytes);
+    entry.encode(&mut bytes)?;
     let view = EntryView::new(&bytes)?;
     let target = Target { key, entry: Some(&view) };
     if !access.allows(&target, Attr::Entry, level) {
@@ -100,7 +100,9 @@ pub fn denied(level: Level, what: &str) -> Error {
 pub fn readable(access: Option<&Access>, entry: &Entry) -> Vec<bool> {
     let Some(a) = access else { return vec![true; entry.attrs.len()] };
     let mut bytes = Vec::new();
-    entry.encode(&mut bytes);
+    if entry.encode(&mut bytes).is_err() {
+        return vec![false; entry.attrs.len()];
+    }
     let key = Dn::parse(&entry.dn).map(|d| d.key()).unwrap_or_default();
     let Ok(view) = EntryView::new(&bytes) else { return vec![false; entry.attrs.len()] };
     let target = Target { key: &key, entry: Some(&view) };

@@ -33,9 +33,8 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     if req.attributes.is_empty() {
         return Err(Error::protocol("no attributes provided"));
     }
-    // Stored, and returned, in slapd's pretty form.
-    let mut entry = Entry { dn: dn.pretty()?, attrs: Vec::with_capacity(req.attributes.len() + 6) };
     // The request is owned: its values are respelled in place, not copied.
+    let mut attrs = Vec::with_capacity(req.attributes.len());
     for mut a in req.attributes {
         if a.vals.is_empty() {
             return Err(Error::protocol(format!("{}: no values for attribute type", a.atype)));
@@ -48,8 +47,10 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
         }
         shards::schema::check::check_options(&a.atype)?;
         shards::schema::get().spell_values(&a.atype, &mut a.vals);
-        entry.add_values(&a.atype, &a.vals)?;
+        attrs.push((a.atype, a.vals));
     }
+    // Stored, and returned, in slapd's pretty form.
+    let mut entry = Entry::gather(dn.pretty()?, attrs)?;
     add_rdn_values(&mut entry, &dn)?;
     let is_suffix = ctx.is_suffix(&dn);
     let identity = conn.identity.borrow().clone();

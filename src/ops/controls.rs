@@ -216,7 +216,7 @@ fn parse_attr_list(value: &[u8]) -> Result<Vec<String>> {
 pub fn check_assertion(conn: &Conn, assertion: Option<&LdapFilter>, key: &[u8], entry: &Entry) -> Result<()> {
     let Some(f) = assertion else { return Ok(()) };
     let mut bytes = Vec::new();
-    entry.encode(&mut bytes);
+    entry.encode(&mut bytes)?;
     check_assertion_view(conn, Some(f), key, &EntryView::new(&bytes)?)
 }
 

@@ -770,7 +770,9 @@ fn computed_attrs(dn: &str, n_children: u64, sel: &Selection) -> Vec<(&'static s
 /// Returns whether it was written.
 fn write_computed(out: &mut BytesMut, msgid: i32, entry: &Entry, filter: &filter::Node, sel: &Selection) -> bool {
     let mut bytes = Vec::new();
-    entry.encode(&mut bytes);
+    if entry.encode(&mut bytes).is_err() {
+        return false;
+    }
     let view = EntryView::new(&bytes).expect("encoded just now");
     if !filter.matches(&view) {
         return false;

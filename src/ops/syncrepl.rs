@@ -616,7 +616,7 @@ fn announce<T: ReadTxn>(
         Located::Pending => return Ok(Announce::Later),
     };
     let mut bytes = Vec::new();
-    entry.encode(&mut bytes);
+    entry.encode(&mut bytes)?;
     let view = EntryView::new(&bytes)?;
     if s.in_scope(&key) && s.matches(&key, &view) {
         let state = if matches!(rec.change, Change::Add { .. }) { SyncStateValue::Add } else { SyncStateValue::Modify };

@@ -180,7 +180,8 @@ impl Op {
             Ok(t) if t.contains('$') => expand(t, base).into_bytes(),
             _ => v.clone(),
         };
-        Op { lines: self.lines.iter().map(|(n, v)| (n.clone(), value(v))).collect(), ..self.clone() }
+        let name = |n: &String| if n.contains('$') { expand(n, base) } else { n.clone() };
+        Op { lines: self.lines.iter().map(|(n, v)| (name(n), value(v))).collect(), ..self.clone() }
     }
 
     fn get(&self, name: &str) -> Option<String> {
@@ -282,8 +283,17 @@ fn parse_op(area: &str, record: Vec<(usize, String)>) -> Op {
 }
 
 /// `$B` is the case's own container, `$S` the suffix.
+/// `$B` is the case's base, `$S` the suffix, and `$R(n text)` is `text`
+/// n times (long DNs and filters without pages of case text).
 fn expand(s: &str, base: &str) -> String {
-    s.replace("$B", base).replace("$S", SUFFIX)
+    let mut s = s.replace("$B", base).replace("$S", SUFFIX);
+    while let Some(at) = s.find("$R(") {
+        let end = at + s[at..].find(')').expect("$R( is closed by )");
+        let (n, text) = s[at + 3..end].split_once(' ').expect("$R(n text)");
+        let repeated = text.repeat(n.parse().expect("$R count"));
+        s.replace_range(at..=end, &repeated);
+    }
+    s
 }
 
 // ------------------------------------------------------------- controls --

@@ -81,10 +81,22 @@ fn allowed_or_supertype(schema: &Schema, allowed: &[bool], mut t: usize) -> bool
 /// language tags (RFC 3866) and `binary` on a binary syntax; any other is
 /// refused rather than silently dropped.
 pub fn check_options(name: &str) -> Result<()> {
+    if name.len() > crate::entry::MAX_DESCRIPTION_BYTES {
+        return Err(Error::new(
+            Code::AdminLimitExceeded,
+            format!(
+                "{}…: attribute description longer than {} bytes",
+                name.chars().take(64).collect::<String>(),
+                crate::entry::MAX_DESCRIPTION_BYTES
+            ),
+        ));
+    }
     let Some((base, options)) = name.split_once(';') else { return Ok(()) };
     let binary = get().attr(base).is_some_and(|at| at.syntax_ref.binary);
     for o in options.split(';') {
-        let lang = o.len() > 5 && o[..5].eq_ignore_ascii_case("lang-");
+        // slapd's option characters: letters, digits, '-' and '.'.
+        let chars = o.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+        let lang = chars && o.len() > 5 && o[..5].eq_ignore_ascii_case("lang-");
         if !(lang || (binary && o.eq_ignore_ascii_case("binary"))) {
             return Err(Error::new(
                 Code::UndefinedAttributeType,
