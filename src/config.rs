@@ -243,6 +243,9 @@ pub struct Limits {
     pub max_pdu_bytes_anonymous: usize,
     /// Deepest filter nesting accepted.
     pub max_filter_depth: usize,
+    /// Most terms (items, ANDs, ORs, NOTs) in one filter, a search's or an
+    /// Assertion control's; past it adminLimitExceeded. 0: no limit.
+    pub max_filter_terms: usize,
     /// Entries a search may examine without an index (everyone but the
     /// root DN), like 389-ds's look-through limit; 0 means no limit.
     pub unindexed_lookthrough: usize,
@@ -344,6 +347,7 @@ impl Default for Limits {
             max_pdu_bytes: 4 << 20,
             max_pdu_bytes_anonymous: 256 << 10,
             max_filter_depth: 64,
+            max_filter_terms: 10_000,
             unindexed_lookthrough: 100_000,
             unindexed_result: "adminLimitExceeded".into(),
             size_limit: 500,

@@ -355,6 +355,10 @@ pub fn serve(config: Config) -> Result<()> {
             .name(&format!("shard-{i}"))
             .io_memory(512 << 10)
             .spin_before_park(Duration::from_micros(config.server.spin_before_park_us))
+            // glommio runs a task queue until this timer fires before it
+            // polls for I/O again: a search yielding after each slice lets
+            // other connections in only at the timer (100 ms by default).
+            .preempt_timer(crate::ops::search::SLICE * 2)
             .spawn(move || async move {
                 let interval = Duration::from_millis(config.storage.sync_interval_ms);
                 let shard = match Shard::start(i, config.stamping(), manifest, stores, mesh, sync, interval).await {

@@ -339,6 +339,10 @@ pub struct EntryView<'a> {
     dn: &'a str,
     attrs: &'a [u8],
     n_attrs: u16,
+    /// The attributes already located (`with_table`): a filter of many
+    /// terms reads them without walking every value before them each time
+    /// (a group of 100,000 members times 1,000 terms is 10^8 steps).
+    table: &'a [AttrView<'a>],
 }
 
 #[derive(Clone, Copy)]
@@ -386,35 +390,68 @@ impl<'a> EntryView<'a> {
                 r.take(len)?;
             }
         }
-        Ok(EntryView { dn, attrs, n_attrs })
+        Ok(EntryView { dn, attrs, n_attrs, table: &[] })
+    }
+
+    /// Every attribute located once, for `with_table`.
+    pub fn attr_table(&self) -> Vec<AttrView<'a>> {
+        self.attrs().collect()
+    }
+
+    /// This view reading its attributes from `table` (its `attr_table`).
+    pub fn with_table<'t>(&self, table: &'t [AttrView<'t>]) -> EntryView<'t>
+    where
+        'a: 't,
+    {
+        EntryView { table, ..*self }
     }
 
     pub fn dn(&self) -> &'a str {
         self.dn
     }
 
-    pub fn attrs(&self) -> impl Iterator<Item = AttrView<'a>> {
-        let mut buf = self.attrs;
-        (0..self.n_attrs).map(move |_| {
-            let name_len = buf[0] as usize;
-            // Validated in `new`.
-            let name = unsafe { std::str::from_utf8_unchecked(&buf[1..1 + name_len]) };
-            let n_vals = u32::from_le_bytes(buf[1 + name_len..5 + name_len].try_into().unwrap());
-            let start = 5 + name_len;
-            let mut end = start;
-            for _ in 0..n_vals {
-                let len = u32::from_le_bytes(buf[end..end + 4].try_into().unwrap()) as usize;
-                end += 4 + len;
-            }
-            let vals = &buf[start..end];
-            buf = &buf[end..];
-            AttrView { name, n_vals, vals }
-        })
+    pub fn attrs(&self) -> Attrs<'a> {
+        let left = if self.table.is_empty() { self.n_attrs } else { 0 };
+        Attrs { table: self.table.iter(), buf: self.attrs, left }
     }
 
     pub fn get(&self, name: &str) -> Option<AttrView<'a>> {
         let want = matching::AttrName::new(name);
         self.attrs().find(|a| want.is(a.name))
+    }
+}
+
+/// The attributes of an `EntryView`, in stored order.
+pub struct Attrs<'a> {
+    table: std::slice::Iter<'a, AttrView<'a>>,
+    buf: &'a [u8],
+    left: u16,
+}
+
+impl<'a> Iterator for Attrs<'a> {
+    type Item = AttrView<'a>;
+
+    fn next(&mut self) -> Option<AttrView<'a>> {
+        if let Some(a) = self.table.next() {
+            return Some(*a);
+        }
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let buf = self.buf;
+        let name_len = buf[0] as usize;
+        // Validated in `EntryView::new`.
+        let name = unsafe { std::str::from_utf8_unchecked(&buf[1..1 + name_len]) };
+        let n_vals = u32::from_le_bytes(buf[1 + name_len..5 + name_len].try_into().unwrap());
+        let start = 5 + name_len;
+        let mut end = start;
+        for _ in 0..n_vals {
+            let len = u32::from_le_bytes(buf[end..end + 4].try_into().unwrap()) as usize;
+            end += 4 + len;
+        }
+        self.buf = &buf[end..];
+        Some(AttrView { name, n_vals, vals: &buf[start..end] })
     }
 }
 
@@ -485,6 +522,9 @@ mod tests {
         assert_eq!(Entry::decode(&buf).unwrap(), e);
         let v = EntryView::new(&buf).unwrap();
         assert_eq!(v.get("commonName").unwrap().vals().collect::<Vec<_>>(), vec![b"a"]);
+        let table = v.attr_table();
+        let names = |v: &EntryView| v.attrs().map(|a| (a.name.to_string(), a.vals().count())).collect::<Vec<_>>();
+        assert_eq!(names(&v.with_table(&table)), names(&v));
         for cut in 0..buf.len() {
             assert!(EntryView::new(&buf[..cut]).is_err(), "truncated at {cut}");
         }

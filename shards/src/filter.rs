@@ -273,6 +273,23 @@ fn substrings_assertion(attr: Names, rule: Rule, text: &str) -> Option<Node> {
 
 /// Three-valued AND / OR / NOT.
 impl Node {
+    /// Whether the filter has more than `n` terms (it stops counting there).
+    pub fn more_terms_than(&self, n: usize) -> bool {
+        fn count(node: &Node, left: &mut usize) -> bool {
+            if *left == 0 {
+                return true;
+            }
+            *left -= 1;
+            match node {
+                Node::And(fs) | Node::Or(fs) => fs.iter().any(|f| count(f, left)),
+                Node::Not(f) | Node::Guarded(_, f) => count(f, left),
+                _ => false,
+            }
+        }
+        let mut left = n;
+        count(self, &mut left)
+    }
+
     pub fn eval(&self, e: &EntryView<'_>) -> Option<bool> {
         self.eval_with(e, &|_| true)
     }
@@ -763,6 +780,15 @@ fn write_text(f: &LdapFilter, out: &mut String) {
 }
 
 /// Nesting depth of a filter, for the configured maximum.
+/// The terms of a filter: every item and every AND, OR and NOT.
+pub fn terms(f: &LdapFilter) -> usize {
+    match f {
+        LdapFilter::And(fs) | LdapFilter::Or(fs) => 1 + fs.iter().map(terms).sum::<usize>(),
+        LdapFilter::Not(f) => 1 + terms(f),
+        _ => 1,
+    }
+}
+
 pub fn depth(f: &LdapFilter) -> usize {
     match f {
         LdapFilter::And(fs) | LdapFilter::Or(fs) => 1 + fs.iter().map(depth).max().unwrap_or(0),

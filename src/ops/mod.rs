@@ -49,7 +49,10 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
         encode(out, ldap3_proto::simple::DisconnectionNotice::gen_response(e.code, &e.message));
         return Flow::Close;
     };
-    let ctrls = match controls::parse(&msg.ctrl, &msg.op).and_then(|c| check_pending(conn, &msg.op).map(|_| c)) {
+    let ctrls = match controls::parse(&msg.ctrl, &msg.op)
+        .and_then(|c| check_pending(conn, &msg.op).map(|_| c))
+        .and_then(|c| check_filters(conn, &msg.op, &c).map(|_| c))
+    {
         Ok(c) => c,
         Err(e) => {
             if let Some(op) = error_response(&msg.op, e) {
@@ -271,6 +274,33 @@ fn op_name(op: &LdapOp) -> &'static str {
 }
 
 /// Parses a request DN, mapping errors to `invalidDNSyntax`.
+/// The filters of a request (a search's, an Assertion control's) within
+/// `limits.max_filter_depth` and `limits.max_filter_terms`: what one
+/// evaluation costs per entry is bounded before any entry is read.
+fn check_filters(conn: &Conn, op: &LdapOp, ctrls: &controls::Controls) -> Result<()> {
+    let limits = &conn.ctx.live().limits;
+    let search = match op {
+        LdapOp::SearchRequest(req) => Some(&req.filter),
+        _ => None,
+    };
+    for f in search.into_iter().chain(ctrls.assertion.as_ref()) {
+        if shards::filter::depth(f) > limits.max_filter_depth {
+            return Err(Error::new(LdapResultCode::AdminLimitExceeded, "filter nesting is too deep"));
+        }
+        let terms = shards::filter::terms(f);
+        if limits.max_filter_terms > 0 && terms > limits.max_filter_terms {
+            return Err(Error::new(
+                LdapResultCode::AdminLimitExceeded,
+                format!(
+                    "the filter has {terms} terms, more than {} (limits.max_filter_terms)",
+                    limits.max_filter_terms
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub fn parse_dn(text: &str) -> Result<shards::dn::Dn> {
     shards::dn::Dn::parse(text)
 }

@@ -38,6 +38,10 @@ use std::time::{Duration, Instant};
 const CHUNK_BYTES: usize = 64 << 10;
 /// Candidates examined before the scan pauses to let other tasks run.
 const CHUNK_SCANNED: usize = 2048;
+/// Reactor time one chunk may take before the scan pauses, however costly
+/// each candidate is (a filter of thousands of terms): other requests on
+/// the shard wait at most about this long for a search.
+pub const SLICE: Duration = Duration::from_millis(2);
 
 /// Registers a running search: its Abandon flag, and its place among the
 /// connection's pending operations while it lives.
@@ -167,9 +171,6 @@ async fn run(
 ) -> Result<()> {
     let ctx = &conn.ctx;
     let live = ctx.live();
-    if filter::depth(&req.filter) > live.limits.max_filter_depth {
-        return Err(Error::new(LdapResultCode::AdminLimitExceeded, "filter nesting is too deep"));
-    }
     // The base as its storage key, without building a `Dn`.
     let base_key = key_of(&req.base)?;
     let identity = conn.identity.borrow().clone();
@@ -492,6 +493,14 @@ pub fn visible_match(
     target: &Target,
     view: &EntryView<'_>,
 ) -> bool {
+    // Many terms: locate the attributes once, not once per term.
+    let table;
+    let view = if filter.more_terms_than(4) {
+        table = view.attr_table();
+        &view.with_table(&table)
+    } else {
+        view
+    };
     match plan {
         None => filter.matches(view),
         Some(plan) => {
@@ -604,15 +613,18 @@ impl Emit<'_> {
         candidates: &[index::Candidate],
         abandoned: &Cell<bool>,
     ) -> Result<Option<Stop>> {
-        for (i, chunk) in candidates.chunks(CHUNK_SCANNED).enumerate() {
-            if i > 0 {
+        let mut at = 0;
+        while at < candidates.len() {
+            if at > 0 {
                 self.flush(conn).await;
                 if abandoned.get() {
                     return Ok(None);
                 }
             }
             let txn = store.read()?;
-            for id in chunk {
+            let slice_end = Instant::now() + SLICE;
+            for id in &candidates[at..] {
+                at += 1;
                 // A candidate may have been deleted since the lookup; the
                 // index holds ids only, so the entry's DN decides its scope.
                 let Some(bytes) = txn.get(Tree::Id2entry, id)? else { continue };
@@ -625,6 +637,9 @@ impl Emit<'_> {
                     Visit::Next => {}
                     Visit::Stop(code) => return Ok(Some(Stop::Code(code))),
                     Visit::PageFull => return Ok(Some(Stop::PageAtId(*id))),
+                }
+                if at % CHUNK_SCANNED == 0 || self.out.len() >= CHUNK_BYTES || Instant::now() >= slice_end {
+                    break;
                 }
             }
         }
@@ -649,9 +664,13 @@ impl Emit<'_> {
             {
                 let txn = store.read()?;
                 let mut scanned = 0;
+                let slice_end = Instant::now() + SLICE;
                 txn.scan(Tree::Dn2id, &scope.prefix, &from, &mut |key, id| {
                     scanned += 1;
-                    if scanned > CHUNK_SCANNED || self.out.len() >= CHUNK_BYTES {
+                    if scanned > CHUNK_SCANNED
+                        || self.out.len() >= CHUNK_BYTES
+                        || (scanned > 1 && Instant::now() >= slice_end)
+                    {
                         resume = Some(key.to_vec());
                         return false;
                     }

@@ -371,7 +371,16 @@ async fn refresh(
                     last = Some(k.to_vec());
                     rows.len() < CHUNK
                 })?;
-                for (key, id) in &rows {
+                // However costly the filter, a chunk takes about one slice
+                // of reactor time: the walk resumes after the last row seen.
+                let slice_end = std::time::Instant::now() + crate::ops::search::SLICE;
+                let mut cut = false;
+                for (i, (key, id)) in rows.iter().enumerate() {
+                    if i > 0 && std::time::Instant::now() >= slice_end {
+                        last = Some(rows[i - 1].0.clone());
+                        cut = true;
+                        break;
+                    }
                     let Some(bytes) = txn.get(Tree::Id2entry, id)? else { continue };
                     let view = EntryView::new(bytes)?;
                     let csn = entry_csn(&view);
@@ -392,11 +401,12 @@ async fn refresh(
                     s.entry(&mut out, key, &view, state)?;
                     *sent += 1;
                 }
-                if rows.len() < CHUNK {
+                if rows.len() < CHUNK && !cut {
                     last = None;
                 }
             }
             s.conn.send(out).await;
+            futures_lite::future::yield_now().await;
             if abandoned.get() {
                 return Ok(phase);
             }
