@@ -140,6 +140,9 @@ impl Ctx {
     }
 }
 
+/// How long the shards may take to open their stores and join the mesh.
+const STARTUP_DEADLINE: Duration = Duration::from_secs(120);
+
 /// CPUs this process may run on (its affinity mask, which honours cpusets).
 pub fn allowed_cpus() -> Vec<usize> {
     // SAFETY: sched_getaffinity fills the zeroed set we pass.
@@ -355,10 +358,6 @@ pub fn serve(config: Config) -> Result<()> {
             .name(&format!("shard-{i}"))
             .io_memory(512 << 10)
             .spin_before_park(Duration::from_micros(config.server.spin_before_park_us))
-            // glommio runs a task queue until this timer fires before it
-            // polls for I/O again: a search yielding after each slice lets
-            // other connections in only at the timer (100 ms by default).
-            .preempt_timer(crate::ops::search::SLICE * 2)
             .spawn(move || async move {
                 let interval = Duration::from_millis(config.storage.sync_interval_ms);
                 let shard = match Shard::start(i, config.stamping(), manifest, stores, mesh, sync, interval).await {
@@ -410,11 +409,19 @@ pub fn serve(config: Config) -> Result<()> {
         handles.push(handle);
     }
     drop(ready_tx);
-    for _ in 0..n_shards {
-        match ready_rx.recv() {
+    // Start-up has a deadline: a shard that never reports (a lost wake-up
+    // in glommio's mesh join has been seen under load) fails the start with
+    // a clear error instead of leaving a process that never listens.
+    let deadline = std::time::Instant::now() + STARTUP_DEADLINE;
+    for ready in 0..n_shards {
+        match ready_rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => bail!("a shard failed to start: {e}"),
-            Err(_) => bail!("a shard stopped during start-up"),
+            Err(mpsc::RecvTimeoutError::Timeout) => bail!(
+                "start-up did not finish within {} s: {ready} of {n_shards} shards reported ready",
+                STARTUP_DEADLINE.as_secs()
+            ),
+            Err(mpsc::RecvTimeoutError::Disconnected) => bail!("a shard stopped during start-up"),
         }
     }
     if let Some(a) = tls_addr {

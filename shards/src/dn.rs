@@ -176,6 +176,14 @@ impl Dn {
                 pretty_value(value, &mut out);
             }
         }
+        // What is stored must parse again: respelled types, escapes and a
+        // new RDN can make it longer than the DN as sent.
+        if out.len() > MAX_DN_BYTES {
+            return Err(Error::invalid_dn(
+                &format!("{}…", out.chars().take(64).collect::<String>()),
+                &format!("longer than {MAX_DN_BYTES} bytes"),
+            ));
+        }
         Ok(out)
     }
 
@@ -264,6 +272,12 @@ impl Eq for Rdn {}
 
 impl Rdn {
     pub fn parse(text: &str) -> Result<Rdn> {
+        if text.len() > MAX_DN_BYTES {
+            return Err(Error::invalid_dn(
+                &format!("{}…", text.chars().take(64).collect::<String>()),
+                &format!("longer than {MAX_DN_BYTES} bytes"),
+            ));
+        }
         let bytes = text.as_bytes();
         let pos = skip_spaces(bytes, 0);
         let (rdn, next) = parse_rdn(text, bytes, pos)?;

@@ -25,10 +25,11 @@ pub struct Entry {
     pub attrs: Vec<Attr>,
 }
 
-/// The most attributes, and the longest attribute description, the
-/// stored layout holds (a `u16` count, a `u8` name length): more is
-/// refused before it is written, never truncated.
-pub const MAX_ATTRS: usize = u16::MAX as usize;
+/// The most attributes, and the longest attribute description, an entry
+/// may have: the stored layout holds a `u16` count (less some room for the
+/// server's own stamps, added after the check) and a `u8` name length.
+/// More is refused before anything is written, never truncated.
+pub const MAX_ATTRS: usize = u16::MAX as usize - 16;
 pub const MAX_DESCRIPTION_BYTES: usize = u8::MAX as usize;
 
 /// One change of a Modify request (RFC 4511 §4.6).
@@ -250,9 +251,12 @@ impl Entry {
         }
     }
 
-    /// The stored form; fails, writing nothing, when `check_layout` does.
+    /// The stored form; fails, writing nothing, when the layout cannot hold
+    /// the entry (writes call `check_layout` first, before any change).
     pub fn encode(&self, out: &mut Vec<u8>) -> Result<()> {
-        self.check_layout()?;
+        if self.attrs.len() > u16::MAX as usize || self.attrs.iter().any(|a| a.name.len() > MAX_DESCRIPTION_BYTES) {
+            return self.check_layout();
+        }
         out.extend_from_slice(&(self.dn.len() as u32).to_le_bytes());
         out.extend_from_slice(self.dn.as_bytes());
         out.extend_from_slice(&(self.attrs.len() as u16).to_le_bytes());

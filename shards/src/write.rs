@@ -409,6 +409,8 @@ fn apply<T: WriteTxn>(
     match op {
         WriteOp::Add { key, parent, entry } => {
             check_key(key, &entry.dn)?;
+            // Nothing may change before every precondition holds.
+            entry.check_layout()?;
             if txn.get(Tree::Dn2id, key)?.is_some() {
                 return Err(Error::already_exists(&entry.dn));
             }
@@ -487,6 +489,7 @@ fn apply<T: WriteTxn>(
             schema::check::check_entry(&entry, &Dn::parse(dn)?)?;
             entry.set("modifiersName", vec![stamp.modifier.clone().into_bytes()]);
             entry.set("modifyTimestamp", vec![stamp.time.clone().into_bytes()]);
+            entry.check_layout()?;
             let partition = partition_of(key) as u16;
             let csn = stamp_csn(&mut entry, partition, &mut clock.hlc);
             if clock.capture {

@@ -72,6 +72,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     controls::check_assertion(&conn, ctrls.assertion.as_ref(), &dn.key(), &entry)?;
     hash_passwords(&conn, &mut entry.attrs).await?;
     stamp_new(&mut entry, identity.dn());
+    entry.check_layout()?;
     // The stored entry is exactly this one: Post-Read needs no owner round trip.
     let post = ctrls.post_read.as_ref().map(|attrs| {
         controls::read_entry_control(POST_READ, &entry, attrs, &access::readable(access.as_ref(), &entry))

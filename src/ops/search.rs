@@ -623,7 +623,15 @@ impl Emit<'_> {
             }
             let txn = store.read()?;
             let slice_end = Instant::now() + SLICE;
-            for id in &candidates[at..] {
+            let start = at;
+            for id in &candidates[start..] {
+                // Skipped candidates count too: a million outside the scope
+                // must not run without a pause.
+                if at > start
+                    && (at - start >= CHUNK_SCANNED || self.out.len() >= CHUNK_BYTES || Instant::now() >= slice_end)
+                {
+                    break;
+                }
                 at += 1;
                 // A candidate may have been deleted since the lookup; the
                 // index holds ids only, so the entry's DN decides its scope.
@@ -637,9 +645,6 @@ impl Emit<'_> {
                     Visit::Next => {}
                     Visit::Stop(code) => return Ok(Some(Stop::Code(code))),
                     Visit::PageFull => return Ok(Some(Stop::PageAtId(*id))),
-                }
-                if at % CHUNK_SCANNED == 0 || self.out.len() >= CHUNK_BYTES || Instant::now() >= slice_end {
-                    break;
                 }
             }
         }

@@ -355,6 +355,9 @@ async fn refresh(
     for store in shard.stores.iter() {
         // The base entry lives in exactly one store: take it first there.
         let mut from = base_key.to_vec();
+        // Once resumed, `from` was handled already (the base itself too,
+        // when a slice ended right after it).
+        let mut resumed = false;
         loop {
             let mut out = BytesMut::new();
             let mut last = None;
@@ -362,7 +365,7 @@ async fn refresh(
                 let txn = store.read()?;
                 let mut rows: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(CHUNK);
                 txn.scan(Tree::Dn2id, base_key, &from, &mut |k, v| {
-                    if last.is_none() && k == from.as_slice() && from != base_key {
+                    if last.is_none() && resumed && k == from.as_slice() {
                         return true;
                     }
                     if s.in_scope(k) {
@@ -411,7 +414,7 @@ async fn refresh(
                 return Ok(phase);
             }
             match last {
-                Some(k) => from = k,
+                Some(k) => (from, resumed) = (k, true),
                 None => break,
             }
         }

@@ -81,7 +81,8 @@ fn allowed_or_supertype(schema: &Schema, allowed: &[bool], mut t: usize) -> bool
 /// language tags (RFC 3866) and `binary` on a binary syntax; any other is
 /// refused rather than silently dropped.
 pub fn check_options(name: &str) -> Result<()> {
-    if name.len() > crate::entry::MAX_DESCRIPTION_BYTES {
+    // As it will be stored: `2.5.4.13;…` is kept as `description;…`.
+    if crate::matching::stored_name(name).len() > crate::entry::MAX_DESCRIPTION_BYTES {
         return Err(Error::new(
             Code::AdminLimitExceeded,
             format!(
