@@ -76,7 +76,7 @@ impl Slapd {
              directory {d}/db\n\
              index objectClass eq\nindex uid,cn,sn,mail eq,sub\n\
              index member,uniqueMember,memberUid,uidNumber,gidNumber,entryUUID eq\n\
-             {access}overlay sssvlv\n",
+             {access}overlay sssvlv\nsssvlv-max 256\nsssvlv-maxperconn 256\n",
             d = dir.path().display(),
         );
         std::fs::write(dir.path().join("slapd.conf"), conf).unwrap();
