@@ -359,51 +359,65 @@ pub fn serve(config: Config) -> Result<()> {
             .io_memory(512 << 10)
             .spin_before_park(Duration::from_micros(config.server.spin_before_park_us))
             .spawn(move || async move {
-                let interval = Duration::from_millis(config.storage.sync_interval_ms);
-                let shard = match Shard::start(i, config.stamping(), manifest, stores, mesh, sync, interval).await {
-                    Ok(s) => s,
-                    Err(e) => {
-                        let _ = ready.send(Err(e.message));
-                        return;
-                    }
-                };
-                let ctx = Rc::new(Ctx::new(&config, shard, &shared));
-                glommio::spawn_local(flush_log(ctx.clone())).detach();
-                if let (0, Some(path)) = (i, &config.server.ldapi) {
-                    match listener::bind_local(path) {
-                        Ok(l) => {
-                            glommio::spawn_local(listener::run_local(l, ctx.clone())).detach();
+                glommio::spawn_local(tick()).detach();
+                glommio::spawn_local_into(
+                    async move {
+                        let interval = Duration::from_millis(config.storage.sync_interval_ms);
+                        let shard =
+                            match Shard::start(i, config.stamping(), manifest, stores, mesh, sync, interval).await {
+                                Ok(s) => s,
+                                Err(e) => {
+                                    let _ = ready.send(Err(e.message));
+                                    return;
+                                }
+                            };
+                        let ctx = Rc::new(Ctx::new(&config, shard, &shared));
+                        glommio::spawn_local(flush_log(ctx.clone())).detach();
+                        if let (0, Some(path)) = (i, &config.server.ldapi) {
+                            match listener::bind_local(path) {
+                                Ok(l) => {
+                                    glommio::spawn_local(listener::run_local(l, ctx.clone())).detach();
+                                }
+                                Err(e) => {
+                                    let _ = ready.send(Err(format!("{e:#}")));
+                                    return;
+                                }
+                            }
                         }
-                        Err(e) => {
-                            let _ = ready.send(Err(format!("{e:#}")));
-                            return;
+                        if let Some(fd) = metrics_fd {
+                            glommio::spawn_local(listener::run_metrics(fd)).detach();
                         }
-                    }
-                }
-                if let Some(fd) = metrics_fd {
-                    glommio::spawn_local(listener::run_metrics(fd)).detach();
-                }
-                if let Some(fd) = replication_fd {
-                    use std::os::fd::{FromRawFd, IntoRawFd};
-                    // SAFETY: a listening socket this process bound and owns.
-                    let l = unsafe { glommio::net::TcpListener::from_raw_fd(fd.into_raw_fd()) };
-                    let (repl, config) = (shared.replication.clone(), Arc::new(config.clone()));
-                    glommio::spawn_local(crate::replication::serve(l, ctx.clone(), config.clone(), repl.clone()))
-                        .detach();
-                    glommio::spawn_local(crate::replication::push(ctx.clone(), config, repl)).detach();
-                }
-                if i == 0 && ctx.shard.stamping.capture {
-                    let (repl, config) = (shared.replication.clone(), Arc::new(config.clone()));
-                    glommio::spawn_local(crate::replication::housekeeping(ctx.clone(), config, repl)).detach();
-                }
-                if let Some(fd) = tls_fd {
-                    glommio::spawn_local(listener::run(fd, ctx.clone(), listener::Kind::Ldaps)).detach();
-                }
-                let _ = ready.send(Ok(i));
-                listener::run(fd, ctx, listener::Kind::Ldap).await;
-                // Drained: the connections still running finish here; the
-                // admin thread ends the process.
-                futures_lite::future::pending::<()>().await;
+                        if let Some(fd) = replication_fd {
+                            use std::os::fd::{FromRawFd, IntoRawFd};
+                            // SAFETY: a listening socket this process bound and owns.
+                            let l = unsafe { glommio::net::TcpListener::from_raw_fd(fd.into_raw_fd()) };
+                            let (repl, config) = (shared.replication.clone(), Arc::new(config.clone()));
+                            glommio::spawn_local(crate::replication::serve(
+                                l,
+                                ctx.clone(),
+                                config.clone(),
+                                repl.clone(),
+                            ))
+                            .detach();
+                            glommio::spawn_local(crate::replication::push(ctx.clone(), config, repl)).detach();
+                        }
+                        if i == 0 && ctx.shard.stamping.capture {
+                            let (repl, config) = (shared.replication.clone(), Arc::new(config.clone()));
+                            glommio::spawn_local(crate::replication::housekeeping(ctx.clone(), config, repl)).detach();
+                        }
+                        if let Some(fd) = tls_fd {
+                            glommio::spawn_local(listener::run(fd, ctx.clone(), listener::Kind::Ldaps)).detach();
+                        }
+                        let _ = ready.send(Ok(i));
+                        listener::run(fd, ctx, listener::Kind::Ldap).await;
+                        // Drained: the connections still running finish here; the
+                        // admin thread ends the process.
+                        futures_lite::future::pending::<()>().await;
+                    },
+                    shard_queue(),
+                )
+                .expect("a fresh task queue")
+                .await
             })
             .map_err(|e| anyhow!("starting the reactor of shard {i} on CPU {cpu}: {e}"))?;
         handles.push(handle);
@@ -447,6 +461,47 @@ pub fn serve(config: Config) -> Result<()> {
         let _ = h.join();
     }
     Ok(())
+}
+
+/// How long the shard's work runs before glommio polls for I/O again: two
+/// search slices, so a costly search lets other connections in within a few
+/// milliseconds (glommio's default is 100 ms).
+const PREEMPT_TIMER: Duration = Duration::from_millis(4);
+
+/// The longest a shard reactor sleeps while it has runnable tasks, when it
+/// has been busy ...
+const TICK: Duration = Duration::from_millis(10);
+
+/// ... and when it has been idle: a timer wake costs ~0.15 ms of CPU on
+/// the reference VM, so an idle shard ticking every 10 ms would burn ~1.5%
+/// of a core for nothing.
+const IDLE_TICK: Duration = Duration::from_millis(200);
+
+/// The task queue all of a shard's work runs in (connections, commits,
+/// mesh, replication: `spawn_local` inherits it). Its latency need sets the
+/// preempt timer to [`PREEMPT_TIMER`] while it has work; the executor's own
+/// timer stays at glommio's default, which keeps the start of the reactor
+/// out of the stall [`tick`] describes (nothing can wake it yet then).
+fn shard_queue() -> glommio::TaskQueueHandle {
+    glommio::executor().create_task_queue(glommio::Shares::default(), glommio::Latency::Matters(PREEMPT_TIMER), "shard")
+}
+
+/// Wakes the reactor every [`TICK`] (every [`IDLE_TICK`] when nothing but
+/// this ran since the last round). glommio 0.9 can park a reactor that
+/// still has runnable tasks: when the preempt timer fires between the I/O
+/// poll and the task-queue run (the thread was descheduled in between, as
+/// happens on a loaded 2-core machine), `run_task_queues` reports that
+/// nothing ran and the executor sleeps in io_uring until some completion
+/// arrives. Found by tracing 2-shard starts under CPU load with a 4 ms
+/// timer: one hung for good in the mesh join with its connect task ready
+/// to run, one before its first task ever ran (issue 17 item 11). Any timer
+/// completion ends such a sleep, so this bounds the stall.
+async fn tick() {
+    loop {
+        // The stats are taken (reset) by each call; nothing else reads them.
+        let ran = glommio::executor().executor_stats().tasks_executed();
+        glommio::timer::sleep(if ran > 1 { TICK } else { IDLE_TICK }).await;
+    }
 }
 
 pub fn unix_now() -> u64 {

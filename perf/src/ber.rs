@@ -82,6 +82,8 @@ pub enum Filter<'a> {
     /// `(attr=initial*)` or `(attr=*final)`.
     Initial(&'a str, &'a str),
     Final(&'a str, &'a str),
+    /// `(|(attr=*v1*)(attr=*v2*)…)`.
+    AnyOf(&'a str, &'a [String]),
 }
 
 pub fn search(out: &mut Vec<u8>, msgid: i32, base: &str, scope: u8, filter: Filter<'_>) {
@@ -106,6 +108,14 @@ pub fn search(out: &mut Vec<u8>, msgid: i32, base: &str, scope: u8, filter: Filt
                     })
                 }
                 Filter::Present(a) => octets(o, 0x87, a.as_bytes()),
+                Filter::AnyOf(a, values) => tlv(o, 0xa1, |o| {
+                    for v in values {
+                        tlv(o, 0xa4, |o| {
+                            octets(o, 0x04, a.as_bytes());
+                            tlv(o, 0x30, |o| octets(o, 0x81, v.as_bytes()));
+                        })
+                    }
+                }),
             }
             tlv(o, 0x30, |_| {});
         })

@@ -8,15 +8,18 @@
 //! - `coredir-perf compare`: the whole side-by-side run against OpenLDAP
 //!   slapd (what `perf/compare` calls).
 //! - `coredir-perf commit`: group commit, `storage.sync` always vs never.
+//! - `coredir-perf probe`: a probe client's latency while another
+//!   connection on the same shard runs a costly search.
 //!
 //! Code map: `ber` (hand-written requests, allocation-free response
 //! parsing), `load` (the engine), `ldif` (data set), `compare`
-//! (orchestration of servers, runs and the table).
+//! (orchestration of servers, runs and the table), `probe`.
 
 mod ber;
 mod compare;
 mod ldif;
 mod load;
+mod probe;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -96,6 +99,8 @@ enum Command {
     Compare(compare::Args),
     /// Group commit: writes/s and write latency, storage.sync always vs never.
     Commit(compare::CommitArgs),
+    /// A probe client's latency while a costly search runs on its shard.
+    Probe(probe::Args),
 }
 
 fn main() {
@@ -134,6 +139,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Compare(args) => compare::run(args),
         Command::Commit(args) => compare::commit(args),
+        Command::Probe(args) => probe::run(args),
     }
 }
 

@@ -64,3 +64,51 @@ fn two_shards_split_the_directory_and_serve_every_operation() {
     }
     assert!(per_shard[0] > 0 && per_shard[1] > 0, "{per_shard:?}");
 }
+
+/// glommio could park a shard reactor that still had a task ready to run
+/// when its preempt timer fired while the thread was descheduled (a
+/// 2-shard start then hung in the mesh join, or before its first task).
+/// Starts under CPU load from two spinning threads must all finish.
+#[test]
+fn two_shard_starts_on_a_loaded_machine_all_finish() {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hogs: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    let mut failures = Vec::new();
+    for round in 0..8 {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_coredir"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--shards", "2", "--data"])
+            .arg(dir.path().join("db"))
+            .env("COREDIR_ROOT_PASSWORD", ROOT_PW)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            let up = std::io::BufReader::new(out).lines().map_while(Result::ok).any(|l| l.contains("listening on"));
+            let _ = tx.send(up);
+        });
+        // A normal start takes well under a second even on this load; the
+        // deadline only turns a hang into a failure.
+        if rx.recv_timeout(std::time::Duration::from_secs(30)) != Ok(true) {
+            failures.push(round);
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    hogs.into_iter().for_each(|h| h.join().unwrap());
+    assert!(failures.is_empty(), "starts that never reported listening: {failures:?}");
+}
