@@ -423,9 +423,9 @@ pub fn serve(config: Config) -> Result<()> {
         handles.push(handle);
     }
     drop(ready_tx);
-    // Start-up has a deadline: a shard that never reports (a lost wake-up
-    // in glommio's mesh join has been seen under load) fails the start with
-    // a clear error instead of leaving a process that never listens.
+    // Start-up has a deadline: a shard that never reports (as one parked
+    // with ready tasks did before `tick`) fails the start with a clear
+    // error instead of leaving a process that never listens.
     let deadline = std::time::Instant::now() + STARTUP_DEADLINE;
     for ready in 0..n_shards {
         match ready_rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {

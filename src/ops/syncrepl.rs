@@ -188,6 +188,16 @@ impl Session<'_> {
         visible_match(self.plan.as_ref(), &self.filter, &Target { key, entry: Some(view) }, view)
     }
 
+    /// Whether the requester may learn that the entry at `key` left its
+    /// content (deleted, renamed away, no longer matching). slapd's syncprov
+    /// sends such a delete only for an entry that matched the search under
+    /// the searcher's rights; the content before the change is not kept
+    /// here, so this asks whether the entry at its old DN, with what is
+    /// known of it now (nothing, for a delete), may be read at all.
+    fn may_learn(&self, key: &[u8], entry: Option<&EntryView<'_>>) -> bool {
+        self.plan.as_ref().is_none_or(|plan| plan.entry_readable(&Target { key, entry }))
+    }
+
     /// The entry message: stored attributes the selection asks for and the
     /// requester may read (no computed ones: a consumer's schema may not
     /// know them), with its Sync State.
@@ -396,7 +406,9 @@ async fn refresh(
                         (true, false, Phase::Present) => SyncStateValue::Present,
                         // Changed so that the filter no longer takes it.
                         (false, true, Phase::Delete) => {
-                            gone.push(uuid_of_view(&view)?);
+                            if s.may_learn(key, Some(&view)) {
+                                gone.push(uuid_of_view(&view)?);
+                            }
                             continue;
                         }
                         _ => continue,
@@ -451,7 +463,10 @@ fn departed(s: &Session<'_>, given: &Cookie) -> Result<Vec<uuid::Uuid>> {
         for (p, uuid, bytes) in states {
             let Some(state) = changelog::decode_state(&bytes) else { continue };
             if let Some(deleted) = state.deleted {
-                if given.changed_since(Some(deleted)) {
+                // Its last DN: in scope, and an entry the requester may read.
+                let key = state.dn.as_ref().and_then(|(dn, _)| Dn::parse(dn).ok()).map(|d| d.key());
+                let learns = key.is_some_and(|k| s.in_scope(&k) && s.may_learn(&k, None));
+                if learns && given.changed_since(Some(deleted)) {
                     out.push(uuid::Uuid::from_bytes(uuid));
                 }
                 continue;
@@ -615,7 +630,7 @@ fn announce<T: ReadTxn>(
     let state = changelog::load_state(txn, partition, &rec.uuid)?;
     let old_key = Dn::parse(&rec.dn)?.key();
     let Some(state) = state.filter(|st| st.is_live()) else {
-        if s.in_scope(&old_key) {
+        if s.in_scope(&old_key) && s.may_learn(&old_key, None) {
             s.delete(out, &rec.dn, rec.uuid);
             return Ok(Announce::Sent);
         }
@@ -637,7 +652,10 @@ fn announce<T: ReadTxn>(
         return Ok(Announce::Sent);
     }
     // Out of scope now: if it may have been in it before, the consumer drops it.
-    if matches!(rec.change, Change::Rename { .. } | Change::Modify { .. }) && s.in_scope(&old_key) {
+    if matches!(rec.change, Change::Rename { .. } | Change::Modify { .. })
+        && s.in_scope(&old_key)
+        && s.may_learn(&old_key, Some(&view))
+    {
         s.delete(out, &entry.dn, rec.uuid);
         return Ok(Announce::Sent);
     }

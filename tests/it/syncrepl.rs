@@ -266,10 +266,9 @@ fn a_sync_request_without_a_changelog_is_refused_loudly() {
     assert!(out.contains("set [syncrepl] provider = true"), "{out}");
 }
 
-/// A persistent sync search on a raw connection: the refresh is read up
-/// to its Sync Info message, then the search stays open.
-fn persistent_search(r: &mut Raw, msgid: i32) {
-    use ldap3_proto::proto::{LdapOp, LdapSearchRequest, LdapSearchScope, SyncRequestMode};
+/// A sync search of the whole suffix for every entry.
+fn sync_search(msgid: i32, mode: ldap3_proto::proto::SyncRequestMode, cookie: Option<Vec<u8>>) -> LdapMsg {
+    use ldap3_proto::proto::{LdapOp, LdapSearchRequest, LdapSearchScope};
     let mut msg = LdapMsg::new(
         msgid,
         LdapOp::SearchRequest(LdapSearchRequest {
@@ -283,12 +282,16 @@ fn persistent_search(r: &mut Raw, msgid: i32) {
             attrs: vec![],
         }),
     );
-    msg.ctrl = vec![ldap3_proto::control::LdapControl::SyncRequest {
-        criticality: true,
-        mode: SyncRequestMode::RefreshAndPersist,
-        cookie: None,
-        reload_hint: false,
-    }];
+    msg.ctrl =
+        vec![ldap3_proto::control::LdapControl::SyncRequest { criticality: true, mode, cookie, reload_hint: false }];
+    msg
+}
+
+/// A persistent sync search on a raw connection: the refresh is read up
+/// to its Sync Info message, then the search stays open.
+fn persistent_search(r: &mut Raw, msgid: i32) {
+    use ldap3_proto::proto::{LdapOp, SyncRequestMode};
+    let msg = sync_search(msgid, SyncRequestMode::RefreshAndPersist, None);
     r.send(vec![msg]);
     loop {
         let m = r.recv_lenient().expect("closed");
@@ -344,4 +347,101 @@ fn cancel_and_abandon_end_a_persistent_search() {
     r.send(vec![LdapMsg::new(7, whoami())]);
     let m = r.recv_lenient().unwrap();
     assert_eq!(m.msgid, 7, "{m:?}");
+}
+
+/// An anonymous refreshAndPersist must learn nothing of entries it may not
+/// read: slapd's syncprov sends a change, or the delete of an entry that
+/// left the content, only when the entry matched the search under the
+/// searcher's rights before or after. Modify, rename and delete of a
+/// hidden entry therefore reach it as nothing at all; a later refresh from
+/// its cookie lists no hidden entry among the deleted.
+#[test]
+fn persist_and_refresh_say_nothing_of_hidden_entries() {
+    use ldap3_proto::proto::LdapIntermediateResponse::SyncInfoIdSet;
+    use ldap3_proto::proto::{LdapOp, SyncRequestMode};
+    let secret = format!("ou=secret,{SUFFIX}");
+    let mut s = Server::start_with_config(
+        1,
+        &format!(
+            "[syncrepl]\nprovider = true\n[access]\nrules = [\n  'to dn.subtree=\"{secret}\" by * none',\n  'to * by * read',\n]\n"
+        ),
+    );
+    let mut root = s.admin();
+    let ou = vec![("objectClass", ["organizationalUnit"].into()), ("ou", ["secret"].into())];
+    assert_eq!(root.add(&secret, ou).unwrap().rc, 0);
+    let device = |cn: &'static str| vec![("objectClass", ["device"].into()), ("cn", [cn].into())];
+    assert_eq!(root.add(&format!("cn=hidden,{secret}"), device("hidden")).unwrap().rc, 0);
+    let mut r = Raw::connect(&s);
+    persistent_search(&mut r, 1);
+    // Changes to the hidden entry, then a visible one to know they are past.
+    let hidden = format!("cn=hidden,{secret}");
+    let desc = Mod::Replace("description", ["changed"].into());
+    assert_eq!(root.modify(&hidden, vec![desc]).unwrap().rc, 0);
+    assert_eq!(root.modifydn(&hidden, "cn=hidden2", true, None).unwrap().rc, 0);
+    assert_eq!(root.delete(&format!("cn=hidden2,{secret}")).unwrap().rc, 0);
+    assert_eq!(root.add(&format!("cn=marker,{PEOPLE}"), device("marker")).unwrap().rc, 0);
+    // The round that sent the marker was one write: a WhoAmI answered
+    // after it means everything of that round has been read.
+    r.send(vec![LdapMsg::new(2, whoami())]);
+    loop {
+        let m = r.recv_lenient().expect("the WhoAmI was never answered");
+        match m.op {
+            LdapOp::SearchResultEntry(ref e) => {
+                assert!(!e.dn.to_lowercase().contains("ou=secret"), "a hidden entry was announced: {m:?}")
+            }
+            LdapOp::ExtendedResponse(_) if m.msgid == 2 => break,
+            _ => {}
+        }
+    }
+    // A refresh from a cookie lists what was deleted since only when the
+    // changelog reaches 5 s before it: restart with the clock 10 s ahead.
+    assert_eq!(root.add(&format!("cn=hidden4,{secret}"), device("hidden4")).unwrap().rc, 0);
+    drop((root, r));
+    s.env.push(("COREDIR_TEST_CLOCK_OFFSET_S".into(), "10".into()));
+    s.restart();
+    let mut root = s.admin();
+    // A change at the new time, for the cookie to carry it.
+    assert_eq!(root.modify(PEOPLE, vec![Mod::Replace("description", ["now"].into())]).unwrap().rc, 0);
+    let refresh = |cookie: Option<Vec<u8>>| {
+        let mut r = Raw::connect(&s);
+        r.send(vec![sync_search(1, SyncRequestMode::RefreshOnly, cookie)]);
+        let mut got = Vec::new();
+        loop {
+            let m = r.recv_lenient().expect("the refresh never ended");
+            if let LdapOp::SearchResultDone(_) = m.op {
+                return (got, m.ctrl);
+            }
+            got.push(m);
+        }
+    };
+    let (_, done) = refresh(None);
+    let cookie = done.into_iter().find_map(|c| match c {
+        ldap3_proto::control::LdapControl::SyncDone { cookie, .. } => cookie,
+        _ => None,
+    });
+    // After that cookie: one hidden entry changed, one added and deleted.
+    let uuid_of = |root: &mut LdapConn, dn: &str| {
+        get_entry(root, dn, vec!["entryUUID"]).unwrap().attrs["entryUUID"][0].parse::<uuid::Uuid>().unwrap()
+    };
+    let hidden4 = format!("cn=hidden4,{secret}");
+    assert_eq!(root.modify(&hidden4, vec![Mod::Replace("description", ["x"].into())]).unwrap().rc, 0);
+    assert_eq!(root.add(&format!("cn=hidden3,{secret}"), device("hidden3")).unwrap().rc, 0);
+    let uuids = [uuid_of(&mut root, &hidden4), uuid_of(&mut root, &format!("cn=hidden3,{secret}"))];
+    assert_eq!(root.delete(&format!("cn=hidden3,{secret}")).unwrap().rc, 0);
+    // A visible delete, to see that the refresh runs its delete phase.
+    let marker = uuid_of(&mut root, &format!("cn=marker,{PEOPLE}"));
+    assert_eq!(root.delete(&format!("cn=marker,{PEOPLE}")).unwrap().rc, 0);
+    let mut deleted = Vec::new();
+    assert!(cookie.is_some());
+    for m in refresh(cookie).0 {
+        match m.op {
+            LdapOp::SearchResultEntry(ref e) => {
+                assert!(!e.dn.to_lowercase().contains("ou=secret"), "a hidden entry was listed: {m:?}")
+            }
+            LdapOp::IntermediateResponse(SyncInfoIdSet { syncuuids, .. }) => deleted.extend(syncuuids),
+            _ => {}
+        }
+    }
+    assert!(deleted.contains(&marker), "no delete phase: {deleted:?}");
+    assert!(!deleted.iter().any(|u| uuids.contains(u)), "a hidden entry was listed as deleted: {deleted:?}");
 }
