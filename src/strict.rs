@@ -9,7 +9,10 @@
 //!   OPTIONAL }` in that order (message ID 0 is reserved for notices).
 //! - The protocolOp is well-formed BER throughout: definite lengths, every
 //!   constructed element exactly filled by its children, every BOOLEAN one
-//!   byte, nesting at most `MAX_DEPTH` deep.
+//!   byte (an extensible match's `dnAttributes [4]` too), nesting at most
+//!   `MAX_DEPTH` deep.
+//! - A control coredir decodes has nothing after the one element of its
+//!   value: protocolError, with an answer (slapd ignores such bytes).
 //! - Bind, search, modify, add, compare and extended requests have their
 //!   number of fields, and a modify-DN exactly its four, in order.
 //! - A modify-DN's names are UTF-8 (ldap3_proto dropped a newSuperior that
@@ -30,6 +33,10 @@ const OCTET_STRING: u8 = 0x04;
 const SEQUENCE: u8 = 0x30;
 const CONTROLS: u8 = 0xA0;
 const MODIFY_DN: u8 = 0x6C;
+/// A filter's `extensibleMatch [9]` and its `dnAttributes [4]` (the only
+/// `[9]` in a protocolOp is the filter's).
+const EXTENSIBLE_MATCH: u8 = 0xA9;
+const DN_ATTRIBUTES: u8 = 0x84;
 
 /// What the checks found in a frame.
 #[derive(Debug, PartialEq)]
@@ -88,7 +95,12 @@ pub fn check(frame: &[u8]) -> Result<Check, &'static str> {
         if controls.tag != CONTROLS || !controls.rest.is_empty() {
             return Err("trailing data after the operation");
         }
-        check_controls(controls.content)?;
+        if check_controls(controls.content)? {
+            if let Some(tag) = response_tag(op.tag) {
+                let why = "bytes after the value of a control";
+                return Ok(Check::Refuse { msgid, tag, code: LdapResultCode::ProtocolError, why });
+            }
+        }
     }
     if op.tag == MODIFY_DN && !modify_dn_utf8(op.content)? {
         let why = "a modify-DN name is not UTF-8";
@@ -129,13 +141,45 @@ fn well_formed(tag: u8, content: &[u8], depth: usize) -> Result<(), &'static str
     let mut rest = content;
     while !rest.is_empty() {
         let child = tlv(rest)?;
+        // An extensibleMatch's dnAttributes: `[4] BOOLEAN`, one byte too.
+        if tag == EXTENSIBLE_MATCH && child.tag == DN_ATTRIBUTES && child.content.len() != 1 {
+            return Err("a BOOLEAN is one byte");
+        }
         well_formed(child.tag, child.content, depth + 1)?;
         rest = child.rest;
     }
     Ok(())
 }
 
-fn check_controls(mut list: &[u8]) -> Result<(), &'static str> {
+/// The controls whose values coredir decodes (paged results, sort, sync
+/// request, assertion, pre-/post-read, matched values, subentries).
+const DECODED: &[&[u8]] = &[
+    b"1.2.840.113556.1.4.319",
+    b"1.2.840.113556.1.4.473",
+    b"1.3.6.1.4.1.4203.1.9.1.1",
+    b"1.3.6.1.1.12",
+    b"1.3.6.1.1.13.1",
+    b"1.3.6.1.1.13.2",
+    b"1.2.826.0.1.3344810.2.3",
+    b"1.3.6.1.4.1.4203.1.10.1",
+];
+
+/// The response to a request, where it has one.
+fn response_tag(op: u8) -> Option<u8> {
+    match op {
+        0x4A => Some(0x6B),
+        0x63 => Some(0x65),
+        0x60 | 0x66 | 0x68 | 0x6C | 0x6E | 0x77 => Some(op + 1),
+        _ => None,
+    }
+}
+
+/// Checks the controls field; true when a control coredir decodes has
+/// bytes after the one element of its value. slapd ignores such bytes;
+/// coredir refuses them with protocolError, so no part of a control goes
+/// unread (listed in tests/conformance/differences.toml).
+fn check_controls(mut list: &[u8]) -> Result<bool, &'static str> {
+    let mut trailing = false;
     while !list.is_empty() {
         let control = tlv(list)?;
         if control.tag != SEQUENCE {
@@ -152,14 +196,19 @@ fn check_controls(mut list: &[u8]) -> Result<(), &'static str> {
             let field = tlv(rest)?;
             match field.tag {
                 BOOLEAN if !seen_criticality && !seen_value && field.content.len() == 1 => seen_criticality = true,
-                OCTET_STRING if !seen_value => seen_value = true,
+                OCTET_STRING if !seen_value => {
+                    seen_value = true;
+                    if DECODED.contains(&oid.content) {
+                        trailing |= tlv(field.content).is_ok_and(|v| !v.rest.is_empty());
+                    }
+                }
                 _ => return Err("a control is type, criticality, value"),
             }
             rest = field.rest;
         }
         list = control.rest;
     }
-    Ok(())
+    Ok(trailing)
 }
 
 /// The number of fields each request has (RFC 4511 §4.2-§4.12): ldap3_proto
@@ -254,6 +303,36 @@ mod tests {
         assert!(check(&msg(&[1], UNBIND, &truncated)).is_err());
         let value_first = [CONTROLS, 10, SEQUENCE, 8, OCTET_STRING, 1, b'1', OCTET_STRING, 0, BOOLEAN, 1, 0];
         assert!(check(&msg(&[1], UNBIND, &value_first)).is_err());
+    }
+
+    #[test]
+    fn control_values_with_trailing_bytes() {
+        let delete = t(0x4A, b"cn=x");
+        let control = |value: &[u8]| {
+            let oid = t(OCTET_STRING, b"1.3.6.1.1.12");
+            let one = t(SEQUENCE, &[oid, t(OCTET_STRING, value)].concat());
+            t(CONTROLS, &one)
+        };
+        let filter = t(0x87, b"cn");
+        assert_eq!(check(&msg(&[3], &delete, &control(&filter))), Ok(Check::Ok));
+        let trailing = [filter.as_slice(), &[0, 0]].concat();
+        let refused = check(&msg(&[3], &delete, &control(&trailing)));
+        assert!(matches!(refused, Ok(Check::Refuse { msgid: 3, tag: 0x6B, code: LdapResultCode::ProtocolError, .. })));
+        // Not a control coredir decodes: its value is its own business.
+        let other = t(SEQUENCE, &[t(OCTET_STRING, b"1.2.3"), t(OCTET_STRING, &trailing)].concat());
+        assert_eq!(check(&msg(&[3], &delete, &t(CONTROLS, &other))), Ok(Check::Ok));
+    }
+
+    #[test]
+    fn dn_attributes_is_one_byte() {
+        let search = |dn_attributes: &[u8]| {
+            let filter = t(0xA9, &[t(0x82, b"cn"), t(0x83, b"x"), t(0x84, dn_attributes)].concat());
+            let fields = [t(OCTET_STRING, b""), t(0x0A, &[0]), t(0x0A, &[0]), t(INTEGER, &[0]), t(INTEGER, &[0])];
+            let body = [fields.concat(), t(BOOLEAN, &[0]), filter, t(SEQUENCE, &[])].concat();
+            msg(&[1], &t(0x63, &body), &[])
+        };
+        assert_eq!(check(&search(&[0xFF])), Ok(Check::Ok));
+        assert_eq!(check(&search(&[0, 0xFF])), Err("a BOOLEAN is one byte"));
     }
 
     fn t(tag: u8, content: &[u8]) -> Vec<u8> {

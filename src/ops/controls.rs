@@ -88,20 +88,25 @@ fn unavailable(oid: &str, why: &str) -> Error {
     Error::new(LdapResultCode::UnavailableCriticalExtension, format!("critical control {oid} {why}"))
 }
 
-/// Parses the controls of a request for operation `op`.
+/// Parses the controls of a request for operation `op`. A control that
+/// applies given twice is a protocolError, as slapd's parsers say ("…
+/// control specified multiple times"): which of the two would hold?
 pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
     let k = kind(op);
     let mut out = Controls::default();
+    let mut manage_dsa_it = None;
     for c in ctrls {
         match c {
             LdapControl::SimplePagedResults { size, cookie } if k == Kind::Search => {
-                out.paged = Some((*size, cookie.clone()));
+                once(&mut out.paged, (*size, cookie.clone()), PAGED_RESULTS)?;
             }
-            LdapControl::ServerSort { sort_requests } if k == Kind::Search => out.sort = Some(sort_requests.clone()),
-            LdapControl::ManageDsaIT { .. } => {}
+            LdapControl::ServerSort { sort_requests } if k == Kind::Search => {
+                once(&mut out.sort, sort_requests.clone(), SORT_REQUEST)?
+            }
+            LdapControl::ManageDsaIT { .. } => once(&mut manage_dsa_it, (), MANAGE_DSA_IT)?,
             LdapControl::SyncRequest { mode, cookie, .. } if k == Kind::Search => {
                 let persist = matches!(mode, ldap3_proto::proto::SyncRequestMode::RefreshAndPersist);
-                out.sync = Some((persist, cookie.clone()));
+                once(&mut out.sync, (persist, cookie.clone()), oid_of(c))?;
             }
             LdapControl::Unknown { oid, criticality, value } => {
                 let applies = match oid.as_str() {
@@ -119,11 +124,11 @@ pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
                 }
                 let value = value.as_deref().unwrap_or_default();
                 match oid.as_str() {
-                    ASSERTION => out.assertion = Some(parse_filter(value)?),
-                    PRE_READ => out.pre_read = Some(parse_attr_list(value)?),
-                    MATCHED_VALUES => out.matched_values = Some(parse_values_filter(value)?),
-                    SUBENTRIES => out.subentries = Some(parse_boolean(value)?),
-                    _ => out.post_read = Some(parse_attr_list(value)?),
+                    ASSERTION => once(&mut out.assertion, parse_filter(value)?, ASSERTION)?,
+                    PRE_READ => once(&mut out.pre_read, parse_attr_list(value)?, PRE_READ)?,
+                    MATCHED_VALUES => once(&mut out.matched_values, parse_values_filter(value)?, MATCHED_VALUES)?,
+                    SUBENTRIES => once(&mut out.subentries, parse_boolean(value)?, SUBENTRIES)?,
+                    _ => once(&mut out.post_read, parse_attr_list(value)?, POST_READ)?,
                 }
             }
             other => {
@@ -134,6 +139,15 @@ pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
         }
     }
     Ok(out)
+}
+
+/// Fills a control's slot, refusing a second one.
+fn once<T>(slot: &mut Option<T>, value: T, oid: &str) -> Result<()> {
+    if slot.is_some() {
+        return Err(Error::protocol(format!("control {oid} specified multiple times")));
+    }
+    *slot = Some(value);
+    Ok(())
 }
 
 fn criticality(c: &LdapControl) -> bool {

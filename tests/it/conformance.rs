@@ -639,7 +639,8 @@ fn mods(op: &Op) -> Vec<Mod<Vec<u8>>> {
             continue;
         }
         let end = op.lines[i + 1..].iter().position(|(n, _)| n == "-").map_or(op.lines.len(), |p| p + i + 1);
-        let vals: HashSet<Vec<u8>> = op.lines[i + 1..end].iter().map(|(_, v)| v.clone()).collect();
+        let vals: HashSet<Vec<u8>> =
+            op.lines[i + 1..end].iter().filter(|(n, _)| n != "control").map(|(_, v)| v.clone()).collect();
         mods.push(match kind.as_str() {
             "add" => Mod::Add(attr, vals),
             "delete" => Mod::Delete(attr, vals),
