@@ -21,7 +21,7 @@ use crate::entry::{Attr, Entry};
 use crate::error::{Error, Result};
 use crate::matching;
 use crate::merge::{AttrState, Change, Delta, EntryState, Record, ValueState};
-use crate::store::{ReadTxn, Tree, WriteTxn};
+use crate::store::{ReadTxn, Store, Tree, WriteTxn};
 use crate::write::be_u64;
 use std::collections::BTreeMap;
 
@@ -253,6 +253,25 @@ pub fn load_state<T: ReadTxn>(txn: &T, partition: u16, uuid: &[u8; 16]) -> Resul
         None => Ok(None),
         Some(b) => decode_state(b).map(Some).ok_or_else(|| Error::other("a replication state record is corrupt")),
     }
+}
+
+/// Whether any partition keeps a state (live or tombstone) for this
+/// entryUUID: one read transaction per store.
+pub fn uuid_in_use(
+    manifest: &crate::manifest::Manifest,
+    stores: &[std::sync::Arc<crate::store::Engine>],
+    uuid: &[u8; 16],
+) -> Result<bool> {
+    for (store, engine) in stores.iter().enumerate() {
+        let txn = engine.read()?;
+        let mine = manifest.owners.iter().enumerate().filter(|(_, o)| **o as usize == store);
+        for (partition, _) in mine {
+            if txn.get(Tree::State, &state_key(partition as u16, uuid))?.is_some() {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
 }
 
 /// Trims an origin's records of a partition: those up to `upto` (what the

@@ -48,10 +48,7 @@ impl Dn {
 
     pub fn parse(text: &str) -> Result<Dn> {
         if text.len() > MAX_DN_BYTES {
-            return Err(Error::invalid_dn(
-                &format!("{}…", text.chars().take(64).collect::<String>()),
-                &format!("longer than {MAX_DN_BYTES} bytes"),
-            ));
+            return Err(too_long(text));
         }
         let mut rdns = Vec::new();
         let bytes = text.as_bytes();
@@ -179,10 +176,7 @@ impl Dn {
         // What is stored must parse again: respelled types, escapes and a
         // new RDN can make it longer than the DN as sent.
         if out.len() > MAX_DN_BYTES {
-            return Err(Error::invalid_dn(
-                &format!("{}…", out.chars().take(64).collect::<String>()),
-                &format!("longer than {MAX_DN_BYTES} bytes"),
-            ));
+            return Err(too_long(&out));
         }
         Ok(out)
     }
@@ -270,13 +264,15 @@ impl PartialEq for Rdn {
 
 impl Eq for Rdn {}
 
+/// invalidDNSyntax for a DN over [`MAX_DN_BYTES`], as slapd answers.
+fn too_long(text: &str) -> Error {
+    Error::invalid_dn(&Error::clipped(text), &format!("longer than {MAX_DN_BYTES} bytes"))
+}
+
 impl Rdn {
     pub fn parse(text: &str) -> Result<Rdn> {
         if text.len() > MAX_DN_BYTES {
-            return Err(Error::invalid_dn(
-                &format!("{}…", text.chars().take(64).collect::<String>()),
-                &format!("longer than {MAX_DN_BYTES} bytes"),
-            ));
+            return Err(too_long(text));
         }
         let bytes = text.as_bytes();
         let pos = skip_spaces(bytes, 0);

@@ -32,6 +32,14 @@ pub struct Entry {
 pub const MAX_ATTRS: usize = u16::MAX as usize - 16;
 pub const MAX_DESCRIPTION_BYTES: usize = u8::MAX as usize;
 
+/// adminLimitExceeded for a description the stored layout cannot hold.
+pub fn description_too_long(name: &str) -> Error {
+    Error::new(
+        LdapResultCode::AdminLimitExceeded,
+        format!("{}: attribute description longer than {MAX_DESCRIPTION_BYTES} bytes", Error::clipped(name)),
+    )
+}
+
 /// One change of a Modify request (RFC 4511 §4.6).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Mod {
@@ -240,13 +248,7 @@ impl Entry {
             ));
         }
         match self.attrs.iter().find(|a| a.name.len() > MAX_DESCRIPTION_BYTES) {
-            Some(a) => Err(Error::new(
-                LdapResultCode::AdminLimitExceeded,
-                format!(
-                    "{}…: attribute description longer than {MAX_DESCRIPTION_BYTES} bytes",
-                    a.name.chars().take(64).collect::<String>()
-                ),
-            )),
+            Some(a) => Err(description_too_long(&a.name)),
             None => Ok(()),
         }
     }

@@ -27,6 +27,10 @@ impl Error {
     pub fn already_exists(dn: &str) -> Error {
         Error::new(LdapResultCode::EntryAlreadyExists, format!("entry already exists: {dn}"))
     }
+    /// The first 64 characters of something too long to quote whole.
+    pub fn clipped(text: &str) -> String {
+        format!("{}…", text.chars().take(64).collect::<String>())
+    }
     pub fn invalid_dn(dn: &str, why: &str) -> Error {
         Error::new(LdapResultCode::InvalidDNSyntax, format!("invalid DN \"{dn}\": {why}"))
     }

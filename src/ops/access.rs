@@ -90,6 +90,22 @@ pub fn require_new(access: &Access, key: &[u8], entry: &Entry, level: Level) -> 
     Ok(())
 }
 
+/// Fails unless `level` is granted on the named attributes of an entry not
+/// stored yet.
+pub fn require_new_attrs(access: &Access, key: &[u8], entry: &Entry, names: &[String], level: Level) -> Result<()> {
+    if names.is_empty() {
+        return Ok(());
+    }
+    let mut bytes = Vec::new();
+    entry.encode(&mut bytes)?;
+    let view = EntryView::new(&bytes)?;
+    let target = Target { key, entry: Some(&view) };
+    match names.iter().find(|n| !access.allows(&target, access.acl().class(n), level)) {
+        Some(name) => Err(denied(level, name)),
+        None => Ok(()),
+    }
+}
+
 /// `insufficientAccessRights`, naming what was missing.
 pub fn denied(level: Level, what: &str) -> Error {
     Error::new(LdapResultCode::InsufficentAccessRights, format!("no {} access to {what}", level.name()))

@@ -6,8 +6,14 @@
 //! new child (which also proves the parent exists and keeps it from being
 //! deleted), then the entry's owner inserts the entry; if that fails the
 //! count is given back.
+//!
+//! With the Relax Rules control, the server-owned attributes a migration
+//! needs to carry over (`RELAXABLE`) may be given, by a requester with
+//! `manage` access to them (the root DN has it); an `entryUUID` already in
+//! use is refused while the changelog keeps states (replication and
+//! syncrepl know entries by it).
 
-use crate::acl::{self, Level::Write as WRITE};
+use crate::acl::{self, Level::Manage as MANAGE, Level::Write as WRITE};
 use crate::conn::Conn;
 use crate::ops::controls::{self, Controls, POST_READ};
 use crate::ops::{access, parse_dn, with_matched};
@@ -35,15 +41,19 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     }
     // The request is owned: its values are respelled in place, not copied.
     let mut attrs = Vec::with_capacity(req.attributes.len());
+    let mut relaxed = Vec::new();
     for mut a in req.attributes {
         if a.vals.is_empty() {
             return Err(Error::protocol(format!("{}: no values for attribute type", a.atype)));
         }
         if !user_modifiable(&a.atype) {
-            return Err(Error::new(
-                LdapResultCode::ConstraintViolation,
-                format!("{}: no user modification allowed", a.atype),
-            ));
+            if ctrls.relax.is_none() || !is_relaxable(&a.atype) {
+                return Err(Error::new(
+                    LdapResultCode::ConstraintViolation,
+                    format!("{}: no user modification allowed", a.atype),
+                ));
+            }
+            relaxed.push(a.atype.clone());
         }
         shards::schema::check::check_options(&a.atype)?;
         shards::schema::get().spell_values(&a.atype, &mut a.vals);
@@ -67,8 +77,12 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
             )?;
         }
         access::require_new(a, &dn.key(), &entry, WRITE)?;
+        access::require_new_attrs(a, &dn.key(), &entry, &relaxed, MANAGE)?;
     }
     check_new(&mut entry, &dn)?;
+    if relaxed.iter().any(|a| a.eq_ignore_ascii_case("entryUUID")) {
+        check_uuid_free(&ctx.shard, &entry)?;
+    }
     controls::check_assertion(&conn, ctrls.assertion.as_ref(), &dn.key(), &entry)?;
     hash_passwords(&conn, &mut entry.attrs).await?;
     stamp_new(&mut entry, identity.dn());
@@ -79,6 +93,32 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     });
     insert(&ctx.shard, &dn, entry, is_suffix).await.map_err(|e| with_matched(&conn, &dn, e))?;
     Ok(post.into_iter().collect())
+}
+
+/// What the Relax Rules control lets an add set: what slapd's `slapadd`
+/// and relaxed adds carry over in a migration. Not `entryCSN`: the owner
+/// stamps it, and mirror mode orders changes by it.
+const RELAXABLE: &[&str] = &["entryUUID", "createTimestamp", "creatorsName", "modifyTimestamp", "modifiersName"];
+
+fn is_relaxable(attr: &str) -> bool {
+    let base = attr.split(';').next().unwrap_or(attr);
+    RELAXABLE.iter().any(|r| r.eq_ignore_ascii_case(base))
+}
+
+/// A given `entryUUID` must be one value, and name no entry the changelog
+/// knows (live or deleted): both mirror mode and syncrepl know entries by
+/// it. Without a changelog nothing does.
+fn check_uuid_free(shard: &Shard, entry: &Entry) -> Result<()> {
+    let values = entry.get("entryUUID").map(|a| a.vals.as_slice()).unwrap_or_default();
+    let uuid = match values {
+        [one] => std::str::from_utf8(one).ok().and_then(|v| uuid::Uuid::parse_str(v).ok()),
+        _ => return Err(Error::new(LdapResultCode::ConstraintViolation, "entryUUID: multiple values provided")),
+    }
+    .ok_or_else(|| Error::new(LdapResultCode::InvalidAttributeSyntax, "entryUUID: value #0 invalid per syntax"))?;
+    if shard.stamping.capture && shards::changelog::uuid_in_use(&shard.manifest, &shard.stores, uuid.as_bytes())? {
+        return Err(Error::new(LdapResultCode::ConstraintViolation, format!("entryUUID {uuid} is in use")));
+    }
+    Ok(())
 }
 
 /// RFC 4511 §4.7 lets a client leave the RDN's values out of the

@@ -40,10 +40,14 @@ pub const POST_READ: &str = "1.3.6.1.1.13.2";
 pub const MANAGE_DSA_IT: &str = "2.16.840.1.113730.3.4.2";
 pub const MATCHED_VALUES: &str = "1.2.826.0.1.3344810.2.3";
 pub const SUBENTRIES: &str = "1.3.6.1.4.1.4203.1.10.1";
+/// OpenLDAP's Relax Rules (draft-zeilenga-ldap-relax): for migrations, an
+/// add may carry `entryUUID`, `createTimestamp`, `creatorsName`,
+/// `modifyTimestamp` and `modifiersName` (with `manage` access).
+pub const RELAX: &str = "1.3.6.1.4.1.4203.666.5.12";
 
 /// What `supportedControl` lists: exactly what works.
 pub const SUPPORTED: &[&str] =
-    &[PAGED_RESULTS, SORT_REQUEST, ASSERTION, PRE_READ, POST_READ, MANAGE_DSA_IT, MATCHED_VALUES, SUBENTRIES];
+    &[PAGED_RESULTS, SORT_REQUEST, ASSERTION, PRE_READ, POST_READ, MANAGE_DSA_IT, MATCHED_VALUES, SUBENTRIES, RELAX];
 
 #[derive(Debug, Default)]
 pub struct Controls {
@@ -59,6 +63,8 @@ pub struct Controls {
     pub subentries: Option<bool>,
     /// The Sync Request control: refreshAndPersist (else refreshOnly), and the cookie.
     pub sync: Option<(bool, Option<Vec<u8>>)>,
+    /// The Relax Rules control (add only, so far).
+    pub relax: Option<()>,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -114,6 +120,7 @@ pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
                     PRE_READ => matches!(k, Kind::Modify | Kind::Delete | Kind::ModifyDn),
                     POST_READ => matches!(k, Kind::Modify | Kind::Add | Kind::ModifyDn),
                     MATCHED_VALUES | SUBENTRIES => k == Kind::Search,
+                    RELAX => k == Kind::Add,
                     _ => false,
                 };
                 if !applies {
@@ -128,6 +135,9 @@ pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
                     PRE_READ => once(&mut out.pre_read, parse_attr_list(value)?, PRE_READ)?,
                     MATCHED_VALUES => once(&mut out.matched_values, parse_values_filter(value)?, MATCHED_VALUES)?,
                     SUBENTRIES => once(&mut out.subentries, parse_boolean(value)?, SUBENTRIES)?,
+                    // Its value is absent (slapd: "relax control value not empty").
+                    RELAX if value.is_empty() => once(&mut out.relax, (), RELAX)?,
+                    RELAX => return Err(protocol("relax")),
                     _ => once(&mut out.post_read, parse_attr_list(value)?, POST_READ)?,
                 }
             }

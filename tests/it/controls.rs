@@ -250,6 +250,7 @@ fn pre_and_post_read() {
         "2.16.840.1.113730.3.4.2",
         "1.2.826.0.1.3344810.2.3",
         "1.3.6.1.4.1.4203.1.10.1",
+        "1.3.6.1.4.1.4203.666.5.12",
     ];
     want.sort();
     assert_eq!(listed, want);
@@ -288,4 +289,42 @@ fn sorted_results_stop_at_the_size_limit() {
         }
         assert_eq!(got, want[..5], "the first five of the sort (reverse: {reverse})");
     }
+}
+
+/// Relax Rules on add: the root DN carries a migrated entry's entryUUID
+/// and timestamps over; the same entryUUID twice is refused while the
+/// changelog knows entries by it; a user with write but not manage access
+/// may not.
+#[test]
+fn relax_rules_carry_a_migrated_entry_over() {
+    let rules = format!(
+        "[syncrepl]\nprovider = true\n[access]\nrules = [\n  'to dn.subtree=\"{PEOPLE}\" by users write by * read',\n  'to * by * read',\n]\n"
+    );
+    let s = Server::start_with_config(2, &rules);
+    let mut root = s.admin();
+    let relax = || RawControl { ctype: "1.3.6.1.4.1.4203.666.5.12".into(), crit: true, val: None };
+    let uuid = "597ae2f6-16a6-1027-98f4-d28b5365dc14";
+    let device = |cn: &'static str| {
+        vec![
+            ("objectClass", HashSet::from(["device"])),
+            ("cn", HashSet::from([cn])),
+            ("entryUUID", HashSet::from([uuid])),
+            ("createTimestamp", HashSet::from(["20200101000000Z"])),
+        ]
+    };
+    let add = |c: &mut LdapConn, cn: &'static str| {
+        c.with_controls(relax()).add(&format!("cn={cn},{PEOPLE}"), device(cn)).unwrap().rc
+    };
+    assert_eq!(add(&mut root, "migrated"), 0);
+    let e = get_entry(&mut root, &format!("cn=migrated,{PEOPLE}"), vec!["entryUUID", "createTimestamp"]).unwrap();
+    assert_eq!(e.attrs["entryUUID"], vec![uuid]);
+    assert_eq!(e.attrs["createTimestamp"], vec!["20200101000000Z"]);
+    // Its DN hashes to another partition than the first's, on either shard.
+    assert_eq!(add(&mut root, "again"), 19);
+    assert_eq!(root.delete(&format!("cn=migrated,{PEOPLE}")).unwrap().rc, 0);
+    assert_eq!(add(&mut root, "after-delete"), 19, "a deleted entry's entryUUID stays taken");
+    assert_eq!(add_user(&mut root, "writer").rc, 0);
+    let mut writer = s.conn();
+    writer.simple_bind(&format!("uid=writer,{PEOPLE}"), "pw-writer").unwrap().success().unwrap();
+    assert_eq!(add(&mut writer, "by-writer"), 50);
 }

@@ -83,14 +83,7 @@ fn allowed_or_supertype(schema: &Schema, allowed: &[bool], mut t: usize) -> bool
 pub fn check_options(name: &str) -> Result<()> {
     // As it will be stored: `2.5.4.13;…` is kept as `description;…`.
     if crate::matching::stored_name(name).len() > crate::entry::MAX_DESCRIPTION_BYTES {
-        return Err(Error::new(
-            Code::AdminLimitExceeded,
-            format!(
-                "{}…: attribute description longer than {} bytes",
-                name.chars().take(64).collect::<String>(),
-                crate::entry::MAX_DESCRIPTION_BYTES
-            ),
-        ));
+        return Err(crate::entry::description_too_long(name));
     }
     let Some((base, options)) = name.split_once(';') else { return Ok(()) };
     let binary = get().attr(base).is_some_and(|at| at.syntax_ref.binary);
