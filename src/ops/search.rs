@@ -240,11 +240,14 @@ async fn run(
     };
     let mut sorter = None;
     if let Some(keys) = &ctrls.sort {
-        // Sorting by an attribute one may not search would disclose its order.
+        // Sorting by an attribute one may not search would disclose its
+        // order: refused when no entry allows it; decided per entry (the
+        // key counts as absent where it may not be searched) when the
+        // rules depend on the entry, as slapd decides per entry.
         let hidden = plan.as_ref().and_then(|p| {
             keys.iter().find(|k| {
                 shards::filter::Names::new(&k.attribute_name)
-                    .is_some_and(|n| p.searchable(Some(&n)) != shards::filter::Searchable::Yes)
+                    .is_some_and(|n| p.searchable(Some(&n)) == shards::filter::Searchable::No)
             })
         });
         match hidden {
@@ -579,7 +582,7 @@ impl Emit<'_> {
             Some(sorter) => {
                 let mut buf = BytesMut::new();
                 write_entry(&mut buf, self.msgid, view, n_children, self.sel, &readable, csns);
-                sorter.push(view, buf)?;
+                sorter.push(view, buf, &|names| plan.is_none_or(|p| p.can_search(&target, names)))?;
             }
             None => write_entry(self.out, self.msgid, view, n_children, self.sel, &readable, csns),
         }

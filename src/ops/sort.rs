@@ -76,14 +76,16 @@ impl Sorter {
         Ok(Sorter { keys, rows: Vec::new(), keep: keep.clamp(1, MAX_SORTED), dropped: 0 })
     }
 
-    pub fn push(&mut self, view: &EntryView<'_>, encoded: BytesMut) -> Result<()> {
+    /// Takes one entry; a key the requester may not search in this entry
+    /// (`searchable`) counts as absent, so its order discloses nothing.
+    pub fn push(&mut self, view: &EntryView<'_>, encoded: BytesMut, searchable: &dyn Fn(&Names) -> bool) -> Result<()> {
         if self.rows.len() == MAX_SORTED {
             return Err(Error::new(
                 LdapResultCode::AdminLimitExceeded,
                 format!("more than {MAX_SORTED} entries to sort; narrow the search"),
             ));
         }
-        let keys = self.keys.iter().map(|k| sort_key(view, k)).collect();
+        let keys = self.keys.iter().map(|k| sort_key(view, k).filter(|_| searchable(&k.attr))).collect();
         self.rows.push((keys, encoded));
         if self.rows.len() >= self.keep.saturating_mul(2) {
             self.trim();
