@@ -359,7 +359,8 @@ pub fn serve(config: Config) -> Result<()> {
             .io_memory(512 << 10)
             .spin_before_park(Duration::from_micros(config.server.spin_before_park_us))
             .spawn(move || async move {
-                glommio::spawn_local(tick()).detach();
+                glommio::spawn_local(tick(Duration::ZERO)).detach();
+                glommio::spawn_local(tick(TICK / 2)).detach();
                 glommio::spawn_local_into(
                     async move {
                         let interval = Duration::from_millis(config.storage.sync_interval_ms);
@@ -487,7 +488,7 @@ fn shard_queue() -> glommio::TaskQueueHandle {
 }
 
 /// Wakes the reactor every [`TICK`] (every [`IDLE_TICK`] when nothing but
-/// this ran since the last round). glommio 0.9 can park a reactor that
+/// the ticks ran since the last round). glommio 0.9 can park a reactor that
 /// still has runnable tasks: when the preempt timer fires between the I/O
 /// poll and the task-queue run (the thread was descheduled in between, as
 /// happens on a loaded 2-core machine), `run_task_queues` reports that
@@ -495,12 +496,15 @@ fn shard_queue() -> glommio::TaskQueueHandle {
 /// arrives. Found by tracing 2-shard starts under CPU load with a 4 ms
 /// timer: one hung for good in the mesh join with its connect task ready
 /// to run, one before its first task ever ran (issue 17 item 11). Any timer
-/// completion ends such a sleep, so this bounds the stall.
-async fn tick() {
+/// completion ends such a sleep, so this bounds the stall. Two ticks run
+/// half a period apart: the round that runs one (its timer consumed) may
+/// itself end in such a park, and then the other's timer is still armed.
+async fn tick(offset: Duration) {
+    glommio::timer::sleep(offset).await;
     loop {
         // The stats are taken (reset) by each call; nothing else reads them.
         let ran = glommio::executor().executor_stats().tasks_executed();
-        glommio::timer::sleep(if ran > 1 { TICK } else { IDLE_TICK }).await;
+        glommio::timer::sleep(if ran > 2 { TICK } else { IDLE_TICK }).await;
     }
 }
 

@@ -47,7 +47,7 @@ use shards::changelog::{self, Origin, LOG_PREFIX};
 use shards::csn::Csn;
 use shards::dn::Dn;
 use shards::entry::{Entry, EntryView};
-use shards::merge::{Change, Record as ChangeRecord};
+use shards::merge::{Change, EntryState, Record as ChangeRecord};
 use shards::store::{ReadTxn, Store, Tree};
 use shards::write::be_u64;
 use shards::{filter, Error, Result};
@@ -196,6 +196,21 @@ impl Session<'_> {
     /// known of it now (nothing, for a delete), may be read at all.
     fn may_learn(&self, key: &[u8], entry: Option<&EntryView<'_>>) -> bool {
         self.plan.as_ref().is_none_or(|plan| plan.entry_readable(&Target { key, entry }))
+    }
+
+    /// Whether a deleted entry was one this search showed: in scope and
+    /// matching under the requester's rights as it stood before the delete
+    /// (the tombstone keeps every value), as syncprov decides a delete.
+    fn showed_before_delete(&self, tomb: &EntryState, uuid: &[u8; 16]) -> bool {
+        let mut before = tomb.clone();
+        before.deleted = None;
+        let Some(entry) = changelog::materialize(&before, uuid) else { return false };
+        let Ok(key) = Dn::parse(&entry.dn).map(|d| d.key()) else { return false };
+        let mut bytes = Vec::new();
+        if entry.encode(&mut bytes).is_err() {
+            return false;
+        }
+        EntryView::new(&bytes).is_ok_and(|view| self.in_scope(&key) && self.matches(&key, &view))
     }
 
     /// The entry message: stored attributes the selection asks for and the
@@ -463,10 +478,7 @@ fn departed(s: &Session<'_>, given: &Cookie) -> Result<Vec<uuid::Uuid>> {
         for (p, uuid, bytes) in states {
             let Some(state) = changelog::decode_state(&bytes) else { continue };
             if let Some(deleted) = state.deleted {
-                // Its last DN: in scope, and an entry the requester may read.
-                let key = state.dn.as_ref().and_then(|(dn, _)| Dn::parse(dn).ok()).map(|d| d.key());
-                let learns = key.is_some_and(|k| s.in_scope(&k) && s.may_learn(&k, None));
-                if learns && given.changed_since(Some(deleted)) {
+                if given.changed_since(Some(deleted)) && s.showed_before_delete(&state, &uuid) {
                     out.push(uuid::Uuid::from_bytes(uuid));
                 }
                 continue;
@@ -558,11 +570,15 @@ async fn tail(
                     let Some(rec) = ChangeRecord::decode(&bytes) else { continue };
                     match announce(s, &txn, p, &rec, &mut out)? {
                         Announce::Later => break,
-                        Announce::Sent => *sent += 1,
+                        Announce::Sent => {
+                            *sent += 1;
+                            // A new cookie only after something it may see:
+                            // one after a hidden change would time it.
+                            changed = true;
+                        }
                         Announce::Nothing => {}
                     }
                     cookie.saw(rec.csn);
-                    changed = true;
                     *mark = seq;
                 }
             }
@@ -627,14 +643,16 @@ fn announce<T: ReadTxn>(
     out: &mut BytesMut,
 ) -> Result<Announce> {
     let shard = &s.conn.ctx.shard;
-    let state = changelog::load_state(txn, partition, &rec.uuid)?;
     let old_key = Dn::parse(&rec.dn)?.key();
-    let Some(state) = state.filter(|st| st.is_live()) else {
-        if s.in_scope(&old_key) && s.may_learn(&old_key, None) {
-            s.delete(out, &rec.dn, rec.uuid);
-            return Ok(Announce::Sent);
+    let state = match changelog::load_state(txn, partition, &rec.uuid)? {
+        Some(st) if st.is_live() => st,
+        tomb => {
+            if tomb.is_some_and(|tomb| s.showed_before_delete(&tomb, &rec.uuid)) {
+                s.delete(out, &rec.dn, rec.uuid);
+                return Ok(Announce::Sent);
+            }
+            return Ok(Announce::Nothing);
         }
-        return Ok(Announce::Nothing);
     };
     let Some(shown) = state.shown_dn(&rec.uuid) else { return Ok(Announce::Nothing) };
     let (key, entry) = match locate(shard, &rec.uuid, shown)? {
@@ -656,7 +674,8 @@ fn announce<T: ReadTxn>(
         && s.in_scope(&old_key)
         && s.may_learn(&old_key, Some(&view))
     {
-        s.delete(out, &entry.dn, rec.uuid);
+        // The DN it had: its new one may be hidden.
+        s.delete(out, &rec.dn, rec.uuid);
         return Ok(Announce::Sent);
     }
     Ok(Announce::Nothing)
