@@ -33,6 +33,7 @@ const OCTET_STRING: u8 = 0x04;
 const SEQUENCE: u8 = 0x30;
 const CONTROLS: u8 = 0xA0;
 const MODIFY_DN: u8 = 0x6C;
+const SEARCH: u8 = 0x63;
 /// A filter's `extensibleMatch [9]` and its `dnAttributes [4]` (the only
 /// `[9]` in a protocolOp is the filter's).
 const EXTENSIBLE_MATCH: u8 = 0xA9;
@@ -90,6 +91,13 @@ pub fn check(frame: &[u8]) -> Result<Check, &'static str> {
     let op = tlv(id.rest)?;
     well_formed(op.tag, op.content, 0)?;
     op_fields(op.tag, op.content)?;
+    if op.tag == SEARCH {
+        let mut rest = op.content;
+        for _ in 0..6 {
+            rest = tlv(rest)?.rest;
+        }
+        filter_shape(&tlv(rest)?)?;
+    }
     if !op.rest.is_empty() {
         let controls = tlv(op.rest)?;
         if controls.tag != CONTROLS || !controls.rest.is_empty() {
@@ -199,8 +207,10 @@ fn check_controls(mut list: &[u8]) -> Result<bool, &'static str> {
                 OCTET_STRING if !seen_value => {
                     seen_value = true;
                     if DECODED.contains(&oid.content) {
-                        trailing |= tlv(field.content).is_ok_and(|v| !v.rest.is_empty());
+                        trailing |= !value_shape(oid.content, field.content);
                     }
+                    // slapd: "manageDSAit control value not absent".
+                    trailing |= oid.content == b"2.16.840.1.113730.3.4.2" && !field.content.is_empty();
                 }
                 _ => return Err("a control is type, criticality, value"),
             }
@@ -209,6 +219,80 @@ fn check_controls(mut list: &[u8]) -> Result<bool, &'static str> {
         list = control.rest;
     }
     Ok(trailing)
+}
+
+/// Whether a control value coredir decodes is one well-formed element and
+/// nothing after it (an Assertion's, a well-formed filter).
+fn value_shape(oid: &[u8], value: &[u8]) -> bool {
+    let Ok(v) = tlv(value) else { return false };
+    v.rest.is_empty()
+        && well_formed(v.tag, v.content, 0).is_ok()
+        && (oid != b"1.3.6.1.1.12" || filter_shape(&v).is_ok())
+}
+
+/// A Filter has the shape RFC 4511 §4.5.1 gives each choice; ldap3_proto
+/// keeps what it understood of a wrong one (the last child of a NOT with
+/// two, two of an AVA's three elements, four of an extensible match's
+/// five), so a filter would be evaluated as something else than was sent.
+/// Depth is bounded by `well_formed`, which has been over it first.
+fn filter_shape(f: &Tlv<'_>) -> Result<(), &'static str> {
+    let children = |mut rest: &[u8], out: &mut Vec<u8>| -> Result<(), &'static str> {
+        while !rest.is_empty() {
+            let c = tlv(rest)?;
+            out.push(c.tag);
+            rest = c.rest;
+        }
+        Ok(())
+    };
+    let mut tags = Vec::new();
+    match f.tag {
+        0xA0 | 0xA1 => {
+            let mut rest = f.content;
+            while !rest.is_empty() {
+                let c = tlv(rest)?;
+                filter_shape(&c)?;
+                rest = c.rest;
+            }
+        }
+        0xA2 => {
+            let c = tlv(f.content)?;
+            if !c.rest.is_empty() {
+                return Err("a NOT filter has one filter");
+            }
+            filter_shape(&c)?;
+        }
+        0xA3 | 0xA5 | 0xA6 | 0xA8 => {
+            children(f.content, &mut tags)?;
+            if tags != [OCTET_STRING, OCTET_STRING] {
+                return Err("an attribute value assertion is a type and a value");
+            }
+        }
+        0xA4 => {
+            let ty = tlv(f.content)?;
+            let subs = tlv(ty.rest)?;
+            children(subs.content, &mut tags)?;
+            let inner = tags.len().saturating_sub(1);
+            let placed = tags.iter().enumerate().all(|(i, t)| match t {
+                0x80 => i == 0,
+                0x81 => true,
+                0x82 => i == inner,
+                _ => false,
+            });
+            if ty.tag != OCTET_STRING || subs.tag != SEQUENCE || !subs.rest.is_empty() || tags.is_empty() || !placed {
+                return Err("a substrings filter is a type and initial, any and final pieces in order");
+            }
+        }
+        0x87 => {}
+        EXTENSIBLE_MATCH => {
+            children(f.content, &mut tags)?;
+            let ordered = tags.windows(2).all(|w| w[0] < w[1]) && tags.iter().all(|t| (0x81..=0x84).contains(t));
+            if !ordered || !tags.contains(&0x83) {
+                return Err("an extensible match is [1] rule, [2] type, [3] value, [4] dnAttributes, in order");
+            }
+        }
+        _ => return Err("not a filter"),
+    }
+    Ok(())
 }
 
 /// The number of fields each request has (RFC 4511 §4.2-§4.12): ldap3_proto
@@ -321,6 +405,50 @@ mod tests {
         // Not a control coredir decodes: its value is its own business.
         let other = t(SEQUENCE, &[t(OCTET_STRING, b"1.2.3"), t(OCTET_STRING, &trailing)].concat());
         assert_eq!(check(&msg(&[3], &delete, &t(CONTROLS, &other))), Ok(Check::Ok));
+    }
+
+    #[test]
+    fn filters_have_their_shapes() {
+        let search = |filter: Vec<u8>| {
+            let fields = [t(OCTET_STRING, b""), t(0x0A, &[0]), t(0x0A, &[0]), t(INTEGER, &[0]), t(INTEGER, &[0])];
+            let body = [fields.concat(), t(BOOLEAN, &[0]), filter, t(SEQUENCE, &[])].concat();
+            check(&msg(&[1], &t(0x63, &body), &[]))
+        };
+        let ava =
+            |tag: u8, parts: &[&[u8]]| t(tag, &parts.iter().map(|p| t(OCTET_STRING, p)).collect::<Vec<_>>().concat());
+        let eq = ava(0xA3, &[b"cn", b"x"]);
+        let present = t(0x87, b"cn");
+        let subs = |pieces: &[(u8, &[u8])]| {
+            let inner: Vec<u8> = pieces.iter().flat_map(|(tag, v)| t(*tag, v)).collect();
+            t(0xA4, &[t(OCTET_STRING, b"cn"), t(SEQUENCE, &inner)].concat())
+        };
+        let good = [
+            eq.clone(),
+            present.clone(),
+            t(0xA0, &[eq.clone(), present.clone()].concat()),
+            t(0xA1, &[]),
+            t(0xA2, &eq),
+            subs(&[(0x80, b"a"), (0x81, b"b"), (0x81, b"c"), (0x82, b"d")]),
+            t(0xA9, &[t(0x81, b"caseExactMatch"), t(0x82, b"cn"), t(0x83, b"x"), t(0x84, &[0xFF])].concat()),
+        ];
+        for f in good {
+            assert_eq!(search(f.clone()), Ok(Check::Ok), "{f:02x?}");
+        }
+        let bad = [
+            t(0xA2, &[eq.clone(), present.clone()].concat()),
+            ava(0xA3, &[b"cn", b"x", b"y"]),
+            ava(0xA5, &[b"cn"]),
+            subs(&[]),
+            subs(&[(0x81, b"b"), (0x80, b"a")]),
+            subs(&[(0x82, b"d"), (0x81, b"b")]),
+            t(0xA9, &[t(0x83, b"x"), t(0x83, b"y")].concat()),
+            t(0xA9, &[t(0x82, b"cn")].concat()),
+            t(0xA9, &[t(0x82, b"cn"), t(0x83, b"x"), t(0x84, &[0]), t(0x85, b"")].concat()),
+            t(0xAA, &[]),
+        ];
+        for f in bad {
+            assert!(search(f.clone()).is_err(), "{f:02x?}");
+        }
     }
 
     #[test]
