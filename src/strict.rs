@@ -236,15 +236,6 @@ fn value_shape(oid: &[u8], value: &[u8]) -> bool {
 /// five), so a filter would be evaluated as something else than was sent.
 /// Depth is bounded by `well_formed`, which has been over it first.
 fn filter_shape(f: &Tlv<'_>) -> Result<(), &'static str> {
-    let children = |mut rest: &[u8], out: &mut Vec<u8>| -> Result<(), &'static str> {
-        while !rest.is_empty() {
-            let c = tlv(rest)?;
-            out.push(c.tag);
-            rest = c.rest;
-        }
-        Ok(())
-    };
-    let mut tags = Vec::new();
     match f.tag {
         0xA0 | 0xA1 => {
             let mut rest = f.content;
@@ -262,37 +253,72 @@ fn filter_shape(f: &Tlv<'_>) -> Result<(), &'static str> {
             filter_shape(&c)?;
         }
         0xA3 | 0xA5 | 0xA6 | 0xA8 => {
-            children(f.content, &mut tags)?;
-            if tags != [OCTET_STRING, OCTET_STRING] {
+            if !matches!(child_tags::<2>(f.content)?, Some(([OCTET_STRING, OCTET_STRING], 2))) {
                 return Err("an attribute value assertion is a type and a value");
             }
         }
-        0xA4 => {
-            let ty = tlv(f.content)?;
-            let subs = tlv(ty.rest)?;
-            children(subs.content, &mut tags)?;
-            let inner = tags.len().saturating_sub(1);
-            let placed = tags.iter().enumerate().all(|(i, t)| match t {
-                0x80 => i == 0,
-                0x81 => true,
-                0x82 => i == inner,
-                _ => false,
-            });
-            if ty.tag != OCTET_STRING || subs.tag != SEQUENCE || !subs.rest.is_empty() || tags.is_empty() || !placed {
-                return Err("a substrings filter is a type and initial, any and final pieces in order");
-            }
-        }
+        0xA4 => substrings_shape(f.content)?,
         0x87 => {}
         EXTENSIBLE_MATCH => {
-            children(f.content, &mut tags)?;
-            let ordered = tags.windows(2).all(|w| w[0] < w[1]) && tags.iter().all(|t| (0x81..=0x84).contains(t));
-            if !ordered || !tags.contains(&0x83) {
+            let ordered = child_tags::<4>(f.content)?.is_some_and(|(tags, n)| {
+                let tags = &tags[..n];
+                tags.windows(2).all(|w| w[0] < w[1])
+                    && tags.iter().all(|t| (0x81..=0x84).contains(t))
+                    && tags.contains(&0x83)
+            });
+            if !ordered {
                 return Err("an extensible match is [1] rule, [2] type, [3] value, [4] dnAttributes, in order");
             }
         }
         _ => return Err("not a filter"),
     }
     Ok(())
+}
+
+/// A substrings filter: a type, then at least one piece, `initial` only
+/// first and `final` only last.
+fn substrings_shape(content: &[u8]) -> Result<(), &'static str> {
+    const WHY: &str = "a substrings filter is a type and initial, any and final pieces in order";
+    let ty = tlv(content)?;
+    let subs = tlv(ty.rest)?;
+    if ty.tag != OCTET_STRING || subs.tag != SEQUENCE || !subs.rest.is_empty() || subs.content.is_empty() {
+        return Err(WHY);
+    }
+    let (mut rest, mut first, mut ended) = (subs.content, true, false);
+    while !rest.is_empty() {
+        let piece = tlv(rest)?;
+        let placed = !ended
+            && match piece.tag {
+                0x80 => first,
+                0x81 => true,
+                0x82 => {
+                    ended = true;
+                    true
+                }
+                _ => false,
+            };
+        if !placed {
+            return Err(WHY);
+        }
+        (rest, first) = (piece.rest, false);
+    }
+    Ok(())
+}
+
+/// The tags of an element's children and how many there are, when there
+/// are at most `N` (the frame check allocates nothing).
+fn child_tags<const N: usize>(mut rest: &[u8]) -> Result<Option<([u8; N], usize)>, &'static str> {
+    let (mut tags, mut n) = ([0u8; N], 0);
+    while !rest.is_empty() {
+        let child = tlv(rest)?;
+        if n == N {
+            return Ok(None);
+        }
+        tags[n] = child.tag;
+        n += 1;
+        rest = child.rest;
+    }
+    Ok(Some((tags, n)))
 }
 
 /// The number of fields each request has (RFC 4511 §4.2-§4.12): ldap3_proto
