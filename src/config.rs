@@ -246,6 +246,10 @@ pub struct Limits {
     /// Most terms (items, ANDs, ORs, NOTs) in one filter, a search's or an
     /// Assertion control's; past it adminLimitExceeded. 0: no limit.
     pub max_filter_terms: usize,
+    /// Most entries below an entry that modify-DN moves with it (a subtree
+    /// rename, held in memory while it runs; 389-ds bounds it too, slapd
+    /// does not); past it adminLimitExceeded. 0: no limit.
+    pub max_rename_entries: usize,
     /// Entries a search may examine without an index (everyone but the
     /// root DN), like 389-ds's look-through limit; 0 means no limit.
     pub unindexed_lookthrough: usize,
@@ -348,6 +352,7 @@ impl Default for Limits {
             max_pdu_bytes_anonymous: 256 << 10,
             max_filter_depth: 64,
             max_filter_terms: 10_000,
+            max_rename_entries: 10_000,
             unindexed_lookthrough: 100_000,
             unindexed_result: "adminLimitExceeded".into(),
             size_limit: 500,

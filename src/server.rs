@@ -373,6 +373,17 @@ pub fn serve(config: Config) -> Result<()> {
                                 }
                             };
                         let ctx = Rc::new(Ctx::new(&config, shard, &shared));
+                        if i == 0 {
+                            // Before anything is served: a crash's unfinished renames.
+                            match crate::ops::modify_dn::resume(&ctx.shard).await {
+                                Ok(0) => {}
+                                Ok(n) => eprintln!("coredir: finished {n} rename(s) a crash interrupted"),
+                                Err(e) => {
+                                    let _ = ready.send(Err(format!("finishing interrupted renames: {}", e.message)));
+                                    return;
+                                }
+                            }
+                        }
                         glommio::spawn_local(flush_log(ctx.clone())).detach();
                         if let (0, Some(path)) = (i, &config.server.ldapi) {
                             match listener::bind_local(path) {

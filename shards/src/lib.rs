@@ -40,6 +40,8 @@
 //!   and a state another partition hands over (`WriteOp::Absorb`).
 //! - `moves`: modify-DN in mirror mode: an entry's state handed from
 //!   partition to partition through parcels in `meta`.
+//! - `renames`: renames across owners (and of subtrees) made crash-atomic
+//!   by an intent record that a start finishes.
 //! - `shard`: `Shard`, routing of writes to owners over the mesh, and the
 //!   group-commit loop, with its metric handles (mesh messages, batch
 //!   sizes, commit time, queue depth) registered on the shard's thread.
@@ -69,6 +71,7 @@ pub mod matching;
 pub mod merge;
 pub mod moves;
 pub mod password;
+pub mod renames;
 pub mod repair;
 pub mod schema;
 pub mod shard;

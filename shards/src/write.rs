@@ -57,6 +57,8 @@ pub enum WriteOp {
         new_parent: Option<Parent>,
         entry: Entry,
     },
+    /// Records or clears the intent of a rename across owners (`renames.rs`).
+    Intent { uuid: [u8; 16], intent: Option<crate::renames::Intent> },
 }
 
 /// What an update checks and hands back inside the owner's transaction:
@@ -451,6 +453,7 @@ fn apply<T: WriteTxn>(
             crate::apply::absorb(txn, partition_of, next_id, *partition, uuid, state)
         }
         WriteOp::Unbox { key, state } => crate::moves::unbox(txn, key, state).map(|_| None),
+        WriteOp::Intent { uuid, intent } => crate::renames::write(txn, uuid, intent.as_ref()).map(|_| None),
         WriteOp::Delete { key, dn, parent, extras } => {
             let id = leaf_id(txn, key, dn)?;
             let old = read_checked(txn, &id, extras)?;
@@ -508,7 +511,11 @@ fn apply<T: WriteTxn>(
         }
         WriteOp::Move { old_key, old_dn, old_parent, new_key, new_parent, entry } => {
             check_key(new_key, &entry.dn)?;
-            let id = leaf_id(txn, old_key, old_dn)?;
+            // Renamed in place (another spelling of the same DN), children may stay.
+            let id = match new_key == old_key {
+                true => txn.get(Tree::Dn2id, old_key)?.ok_or_else(|| Error::no_such_object(old_dn))?.to_vec(),
+                false => leaf_id(txn, old_key, old_dn)?,
+            };
             if new_key != old_key && txn.get(Tree::Dn2id, new_key)?.is_some() {
                 return Err(Error::already_exists(&entry.dn));
             }

@@ -1,8 +1,10 @@
-//! The crash harness: writers add, modify and delete entries and record
-//! what was acknowledged; the server is killed with SIGKILL at a random
-//! moment; after the restart every acknowledged change must be there,
-//! nothing may be half-applied, the indexes must agree with the entries and
-//! the child counts with the tree, and the server must start on its own.
+//! The crash harness: writers add, modify, rename and delete entries, and
+//! rename a small subtree of their own, and record what was acknowledged;
+//! the server is killed with SIGKILL at a random moment; after the restart
+//! every acknowledged change must be there, nothing may be half-applied (a
+//! renamed entry at exactly one DN, a subtree whole at exactly one place),
+//! the indexes must agree with the entries and the child counts with the
+//! tree, and the server must start on its own.
 //!
 //! The regular suite runs a few iterations; the long mode runs 20 per
 //! engine: `COREDIR_CRASH_ITERATIONS=20 cargo test --release --test it crash`.
@@ -25,11 +27,29 @@ enum State {
     Present(String),
 }
 
-/// A writer's view after the crash: the acknowledged state of each of its
-/// entries, and the one operation whose outcome it never learned.
+/// Entries below each writer's subtree (`ou=t<writer>x<n>,ou=people`).
+const KIDS: usize = 3;
+
+/// What a writer has acknowledged: the state of each of its entries, and
+/// the RDN value of its subtree.
+#[derive(Clone)]
+struct Model {
+    entries: HashMap<String, State>,
+    tree: String,
+}
+
+/// The one operation whose outcome a writer never learned: the states it
+/// would have left (all of them or none), and the subtree's new name.
+#[derive(Clone, Default)]
+struct InFlight {
+    entries: Vec<(String, State)>,
+    tree: Option<String>,
+}
+
+/// A writer's view after the crash.
 struct Outcome {
-    acked: HashMap<String, State>,
-    in_flight: Option<(String, State)>,
+    acked: Model,
+    in_flight: InFlight,
 }
 
 fn attrs<'a>(uid: &'a str, cn: &'a str, desc: &'a str) -> Vec<(&'a str, HashSet<&'a str>)> {
@@ -43,41 +63,80 @@ fn attrs<'a>(uid: &'a str, cn: &'a str, desc: &'a str) -> Vec<(&'a str, HashSet<
     ]
 }
 
-/// Adds, modifies and deletes its own entries until the server dies.
-fn writer(url: String, w: usize, round: usize, mut acked: HashMap<String, State>, total: Arc<AtomicUsize>) -> Outcome {
+/// Adds, modifies, renames and deletes its own entries, and renames its
+/// subtree, until the server dies.
+fn writer(url: String, w: usize, round: usize, mut acked: Model, total: Arc<AtomicUsize>) -> Outcome {
     let mut rng = rand::rngs::SmallRng::seed_from_u64((w * 1000 + round) as u64);
-    let Ok(mut c) = LdapConn::new(&url) else { return Outcome { acked, in_flight: None } };
+    let idle = |acked| Outcome { acked, in_flight: InFlight::default() };
+    let Ok(mut c) = LdapConn::new(&url) else { return idle(acked) };
     if !c.simple_bind(ROOT_DN, ROOT_PW).is_ok_and(|r| r.rc == 0) {
-        return Outcome { acked, in_flight: None };
+        return idle(acked);
     }
     for n in 0.. {
         let present: Vec<String> =
-            acked.iter().filter(|(_, s)| matches!(s, State::Present(_))).map(|(k, _)| k.clone()).collect();
-        let (uid, next) = match (rng.gen_range(0..10), present.is_empty()) {
-            (0..=4, _) | (_, true) => (format!("c{w}-{round}-{n}"), State::Present("v0".into())),
-            (5..=7, false) => (present[rng.gen_range(0..present.len())].clone(), State::Present(format!("v{n}"))),
-            _ => (present[rng.gen_range(0..present.len())].clone(), State::Absent),
-        };
-        let dn = format!("uid={uid},{PEOPLE}");
-        let before = acked.get(&uid).cloned().unwrap_or(State::Absent);
-        let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match (&before, &next) {
-            (State::Absent, State::Present(d)) => c.add(&dn, attrs(&uid, &format!("Crash {uid}"), d)),
-            (State::Present(_), State::Present(d)) => {
-                c.modify(&dn, vec![Mod::Replace("description", HashSet::from([d.as_str()]))])
+            acked.entries.iter().filter(|(_, s)| matches!(s, State::Present(_))).map(|(k, _)| k.clone()).collect();
+        let fresh = format!("c{w}-{round}-{n}");
+        let picked = if present.is_empty() { String::new() } else { present[rng.gen_range(0..present.len())].clone() };
+        let pick = || picked.clone();
+        let choice = rng.gen_range(0..12);
+        let mut flight = InFlight::default();
+        let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match (choice, present.is_empty()) {
+            (0..=3, _) | (_, true) => {
+                flight.entries.push((fresh.clone(), State::Present("v0".into())));
+                c.add(&format!("uid={fresh},{PEOPLE}"), attrs(&fresh, &format!("Crash {fresh}"), "v0"))
             }
-            _ => c.delete(&dn),
+            (4..=6, false) => {
+                let uid = pick();
+                flight.entries.push((uid.clone(), State::Present(format!("v{n}"))));
+                let d = format!("v{n}");
+                c.modify(&format!("uid={uid},{PEOPLE}"), vec![Mod::Replace("description", HashSet::from([d.as_str()]))])
+            }
+            (7..=8, false) => {
+                let uid = pick();
+                let State::Present(d) = acked.entries[&uid].clone() else { unreachable!() };
+                flight.entries.extend([(uid.clone(), State::Absent), (fresh.clone(), State::Present(d))]);
+                c.modifydn(&format!("uid={uid},{PEOPLE}"), &format!("uid={fresh}"), true, None)
+            }
+            (9, false) => {
+                let tree = format!("t{w}x{round}-{n}");
+                flight.tree = Some(tree.clone());
+                c.modifydn(&format!("ou={},{PEOPLE}", acked.tree), &format!("ou={tree}"), true, None)
+            }
+            _ => {
+                let uid = pick();
+                flight.entries.push((uid.clone(), State::Absent));
+                c.delete(&format!("uid={uid},{PEOPLE}"))
+            }
         }));
         match res {
             Ok(Ok(r)) if r.rc == 0 => {
-                acked.insert(uid, next);
+                acked.entries.extend(flight.entries);
+                if let Some(t) = flight.tree {
+                    acked.tree = t;
+                }
                 total.fetch_add(1, Ordering::Relaxed);
             }
-            Ok(Ok(r)) => panic!("{dn}: unexpected result {r:?}"),
+            Ok(Ok(r)) => panic!("writer {w}: unexpected result {r:?}"),
             // The connection died: this op may or may not have been applied.
-            _ => return Outcome { acked, in_flight: Some((uid, next)) },
+            _ => return Outcome { acked, in_flight: flight },
         }
     }
     unreachable!()
+}
+
+/// Each writer's subtree as the server has it: the names of the `ou=t<w>x*`
+/// entries, and the children of each.
+fn trees(c: &mut LdapConn, w: usize) -> Vec<(String, usize, usize)> {
+    search_dns(c, PEOPLE, Scope::OneLevel, &format!("(ou=t{w}x*)"))
+        .into_iter()
+        .map(|dn| {
+            let kids = search_dns(c, &dn, Scope::OneLevel, "(objectClass=*)").len();
+            let counted =
+                get_entry(c, &dn, vec!["numSubordinates"]).unwrap().attrs["numSubordinates"][0].parse().unwrap();
+            let ou = dn.split(',').next().unwrap().trim_start_matches("ou=").to_string();
+            (ou, kids, counted)
+        })
+        .collect()
 }
 
 /// The entries under ou=people as `uid -> description`, found by `filter`.
@@ -96,7 +155,7 @@ fn people(c: &mut LdapConn, filter: &str) -> HashMap<String, String> {
         .collect()
 }
 
-fn check(c: &mut LdapConn, models: &[HashMap<String, State>], in_flight: &[Option<(String, State)>]) {
+fn check(c: &mut LdapConn, models: &[Model], in_flight: &[InFlight]) {
     let scanned = people(c, "(!(uid=nobody))");
     // Indexes agree with the entries: the substring and equality indexes
     // find exactly what a full scan finds.
@@ -104,20 +163,50 @@ fn check(c: &mut LdapConn, models: &[HashMap<String, State>], in_flight: &[Optio
     for uid in scanned.keys().take(50) {
         assert_eq!(people(c, &format!("(uid={uid})")).len(), 1, "the uid equality index lost {uid}");
     }
-    for (model, flight) in models.iter().zip(in_flight) {
-        for (uid, state) in model {
-            let found = scanned.get(uid).map(|d| State::Present(d.clone())).unwrap_or(State::Absent);
-            match flight {
-                Some((f, after)) if f == uid => {
-                    assert!(found == *state || found == *after, "{uid}: {found:?} is neither {state:?} nor {after:?}")
-                }
-                _ => assert_eq!(&found, state, "{uid}: acknowledged state lost"),
+    let found = |uid: &str| scanned.get(uid).map(|d| State::Present(d.clone())).unwrap_or(State::Absent);
+    for (w, (model, flight)) in models.iter().zip(in_flight).enumerate() {
+        for (uid, state) in &model.entries {
+            if !flight.entries.iter().any(|(f, _)| f == uid) {
+                assert_eq!(&found(uid), state, "{uid}: acknowledged state lost");
             }
         }
+        // The operation in flight took effect wholly or not at all.
+        let before: Vec<State> =
+            flight.entries.iter().map(|(f, _)| model.entries.get(f).cloned().unwrap_or(State::Absent)).collect();
+        let now: Vec<State> = flight.entries.iter().map(|(f, _)| found(f)).collect();
+        let after: Vec<State> = flight.entries.iter().map(|(_, s)| s.clone()).collect();
+        assert!(now == before || now == after, "writer {w}: {now:?} is neither {before:?} nor {after:?}");
+        // The subtree is whole, at exactly one of its names.
+        let names: Vec<&String> = std::iter::once(&model.tree).chain(&flight.tree).collect();
+        let trees = trees(c, w);
+        assert!(
+            trees.len() == 1 && names.contains(&&trees[0].0) && trees[0].1 == KIDS && trees[0].2 == KIDS,
+            "writer {w}: subtree {trees:?} (name, children, numSubordinates), acknowledged as {names:?}"
+        );
     }
+    let kids = search_dns(c, PEOPLE, Scope::Subtree, "(cn=kid*)").len();
+    assert_eq!(kids, KIDS * models.len(), "children of the subtrees");
     let all = search_dns(c, PEOPLE, Scope::OneLevel, "(objectClass=*)").len();
     let n: usize = get_entry(c, PEOPLE, vec!["numSubordinates"]).unwrap().attrs["numSubordinates"][0].parse().unwrap();
     assert_eq!(n, all, "child count of ou=people");
+}
+
+/// Writer `w`'s subtree: an `ou` with `KIDS` people below it.
+fn plant_tree(c: &mut LdapConn, w: usize) -> Model {
+    let tree = format!("t{w}x");
+    let dn = format!("ou={tree},{PEOPLE}");
+    let ou = vec![("objectClass", HashSet::from(["organizationalUnit"])), ("ou", HashSet::from([tree.as_str()]))];
+    assert_eq!(c.add(&dn, ou).unwrap().rc, 0);
+    for k in 0..KIDS {
+        let cn = format!("kid{k}");
+        let kid = vec![
+            ("objectClass", HashSet::from(["person"])),
+            ("cn", HashSet::from([cn.as_str()])),
+            ("sn", HashSet::from(["Kid"])),
+        ];
+        assert_eq!(c.add(&format!("cn={cn},{dn}"), kid).unwrap().rc, 0);
+    }
+    Model { entries: HashMap::new(), tree }
 }
 
 #[test]
@@ -125,7 +214,7 @@ fn crash_harness() {
     let iterations: usize = std::env::var("COREDIR_CRASH_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
     let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
     let mut s = Server::start(2);
-    let mut models: Vec<HashMap<String, State>> = vec![HashMap::new(); WRITERS];
+    let mut models: Vec<Model> = (0..WRITERS).map(|w| plant_tree(&mut s.admin(), w)).collect();
     for round in 0..iterations {
         let total = Arc::new(AtomicUsize::new(0));
         let handles: Vec<_> = models
@@ -152,11 +241,16 @@ fn crash_harness() {
         check(&mut c, &models, &in_flight);
         // The in-flight operation's outcome is now known: learn it.
         let scanned = people(&mut c, "(!(uid=nobody))");
-        for (model, flight) in models.iter_mut().zip(in_flight) {
-            if let Some((uid, _)) = flight {
+        for (w, (model, flight)) in models.iter_mut().zip(in_flight).enumerate() {
+            for (uid, _) in flight.entries {
                 let state = scanned.get(&uid).map(|d| State::Present(d.clone())).unwrap_or(State::Absent);
-                model.insert(uid, state);
+                model.entries.insert(uid, state);
             }
+            model.tree = trees(&mut c, w).remove(0).0;
         }
     }
+    // How often a kill fell inside a rename across owners, for the record.
+    let log = std::fs::read_to_string(&s.stderr).unwrap_or_default();
+    let resumed = log.lines().filter(|l| l.contains("rename(s) a crash interrupted")).count();
+    eprintln!("crash harness: {iterations} kills, {resumed} starts finished interrupted renames");
 }

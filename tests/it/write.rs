@@ -173,7 +173,12 @@ fn modify_dn() {
     assert_eq!(c.delete(&format!("uid=taken,{PEOPLE}")).unwrap().rc, 0);
     assert_eq!(c.modifydn(PEOPLE, "ou=persons", false, None).unwrap().rc, 0, "an empty ou is a leaf");
     assert_eq!(c.modifydn(&format!("ou=persons,{SUFFIX}"), "ou=people", false, None).unwrap().rc, 0);
-    assert_eq!(c.modifydn(&groups, "ou=teams", false, None).unwrap().rc, 66, "subtree renames are refused for now");
+    // A subtree moves whole.
+    assert_eq!(c.modifydn(&groups, "ou=teams", true, None).unwrap().rc, 0, "a subtree rename");
+    let teams = format!("ou=teams,{SUFFIX}");
+    assert_eq!(search_dns(&mut c, &teams, Scope::OneLevel, "(uid=moved)"), vec![format!("uid=moved,{teams}")]);
+    assert!(get_entry(&mut c, &moved, vec![]).is_none(), "nothing left at the old DN");
+    assert_eq!(c.modifydn(&teams, "ou=groups", true, None).unwrap().rc, 0);
     assert_eq!(c.modifydn(&moved, "bad", false, None).unwrap().rc, 34);
     // Case-only rename stays the same entry.
     assert_eq!(c.modifydn(&moved, "uid=MOVED", false, None).unwrap().rc, 0);

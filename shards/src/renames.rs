@@ -1,0 +1,143 @@
+//! Renames that span owners, made crash-atomic by an intent record.
+//!
+//! DNs place entries in partitions, so a modify-DN whose new DN has another
+//! owner, and every rename of an entry with children (each descendant's DN
+//! changes, and with it its partition), is several commits on several
+//! owners. Before the first of them, the rename's *intent* (the old and new
+//! DN of the renamed entry, under `N` + its entryUUID in `meta`) is
+//! committed; it is removed after the last. A start that finds an intent
+//! finishes the rename (`ops::modify_dn::resume`): once the entry is at its
+//! new DN, every entry still below the old DN is moved below the new one,
+//! and the old entries are removed, deepest first. An intent whose entry
+//! never reached its new DN is dropped: the rename never happened. So a
+//! crash leaves the old tree or the new one, never both and never half.
+
+use crate::dn::{Dn, KEY_SEPARATOR};
+use crate::entry::Entry;
+use crate::error::{Error, Result};
+use crate::store::{Engine, ReadTxn, Store, Tree, WriteTxn};
+use std::sync::Arc;
+
+const INTENT: u8 = b'N';
+
+/// A rename in progress: the renamed entry's UUID and its DNs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Intent {
+    pub uuid: [u8; 16],
+    pub old: String,
+    pub new: String,
+}
+
+fn key(uuid: &[u8; 16]) -> [u8; 17] {
+    let mut k = [INTENT; 17];
+    k[1..].copy_from_slice(uuid);
+    k
+}
+
+impl Intent {
+    fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.old.len() + self.new.len() + 1);
+        v.extend_from_slice(self.old.as_bytes());
+        v.push(0);
+        v.extend_from_slice(self.new.as_bytes());
+        v
+    }
+
+    fn decode(k: &[u8], v: &[u8]) -> Option<Intent> {
+        let uuid = k.get(1..17)?.try_into().ok()?;
+        let cut = v.iter().position(|b| *b == 0)?;
+        let text = |b: &[u8]| String::from_utf8(b.to_vec()).ok();
+        Some(Intent { uuid, old: text(&v[..cut])?, new: text(&v[cut + 1..])? })
+    }
+}
+
+/// Records (`Some`) or clears (`None`) an intent (`WriteOp::Intent`).
+pub fn write<T: WriteTxn>(txn: &mut T, uuid: &[u8; 16], intent: Option<&Intent>) -> Result<()> {
+    match intent {
+        Some(i) => txn.put(Tree::Meta, &key(uuid), &i.encode()),
+        None => txn.delete(Tree::Meta, &key(uuid)).map(|_| ()),
+    }
+}
+
+/// Every intent a store holds.
+pub fn pending(store: &Engine) -> Result<Vec<Intent>> {
+    let mut out = Vec::new();
+    let mut corrupt = false;
+    store.read()?.scan(Tree::Meta, &[INTENT], &[INTENT], &mut |k, v| {
+        match Intent::decode(k, v) {
+            Some(i) if k.len() == 17 => out.push(i),
+            _ => corrupt = true,
+        }
+        true
+    })?;
+    if corrupt {
+        return Err(Error::other("a rename intent in meta is corrupt"));
+    }
+    Ok(out)
+}
+
+/// One entry of a subtree being renamed: its old DN key and the entry.
+pub struct Member {
+    pub old_key: Vec<u8>,
+    pub entry: Entry,
+}
+
+/// The entries strictly below `base` in every store, parents before their
+/// children; past `limit` entries (0: none), `adminLimitExceeded`.
+pub fn below(stores: &[Arc<Engine>], base: &[u8], limit: usize) -> Result<Vec<Member>> {
+    let mut prefix = base.to_vec();
+    prefix.push(KEY_SEPARATOR);
+    let mut found: Vec<(Vec<u8>, Vec<u8>, usize)> = Vec::new();
+    let mut over = false;
+    for (s, store) in stores.iter().enumerate() {
+        store.read()?.scan(Tree::Dn2id, &prefix, &prefix, &mut |k, id| {
+            found.push((k.to_vec(), id.to_vec(), s));
+            over = limit > 0 && found.len() > limit;
+            !over
+        })?;
+        if over {
+            return Err(Error::new(
+                ldap3_proto::LdapResultCode::AdminLimitExceeded,
+                format!("the subtree has more than {limit} entries below it (limits.max_rename_entries)"),
+            ));
+        }
+    }
+    // Keys run from the root down: a parent's key sorts before its children's.
+    found.sort_unstable();
+    let mut out = Vec::with_capacity(found.len());
+    for (old_key, id, s) in found {
+        let txn = stores[s].read()?;
+        let bytes = txn.get(Tree::Id2entry, &id)?.ok_or_else(|| Error::other("dn2id names a missing entry"))?;
+        out.push(Member { old_key, entry: Entry::decode(bytes)? });
+    }
+    Ok(out)
+}
+
+/// The DN an entry below `old_base` takes below `new_base`.
+pub fn moved_dn(dn: &Dn, old_base: &Dn, new_base: &Dn) -> Dn {
+    let extra = dn.depth() - old_base.depth();
+    let mut out = new_base.clone();
+    for rdn in dn.rdns()[..extra].iter().rev() {
+        out = Dn::renamed(rdn.clone(), &out);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_intent_reads_back() {
+        let i = Intent { uuid: [7; 16], old: "cn=a,dc=x".into(), new: "cn=b,ou=y,dc=x".into() };
+        assert_eq!(Intent::decode(&key(&i.uuid), &i.encode()), Some(i));
+        assert_eq!(Intent::decode(&key(&[1; 16]), b"no separator"), None);
+    }
+
+    #[test]
+    fn descendants_keep_their_rdns_under_the_new_base() {
+        let (old, new) = (Dn::parse("ou=a,dc=x").unwrap(), Dn::parse("ou=b,ou=c,dc=x").unwrap());
+        let dn = Dn::parse("cn=k,ou=s,ou=a,dc=x").unwrap();
+        assert_eq!(moved_dn(&dn, &old, &new).norm(), "cn=k,ou=s,ou=b,ou=c,dc=x");
+    }
+}
