@@ -51,9 +51,14 @@ impl Intent {
     }
 }
 
-/// Records (`Some`) or clears (`None`) an intent (`WriteOp::Intent`).
+/// Records (`Some`) or clears (`None`) an intent (`WriteOp::Intent`). One
+/// rename of an entry at a time: two carrying one subtree to two places
+/// would leave both copies.
 pub fn write<T: WriteTxn>(txn: &mut T, uuid: &[u8; 16], intent: Option<&Intent>) -> Result<()> {
     match intent {
+        Some(_) if txn.get(Tree::Meta, &key(uuid))?.is_some() => {
+            Err(Error::new(ldap3_proto::LdapResultCode::Busy, "another rename of this entry is in progress"))
+        }
         Some(i) => txn.put(Tree::Meta, &key(uuid), &i.encode()),
         None => txn.delete(Tree::Meta, &key(uuid)).map(|_| ()),
     }

@@ -80,3 +80,24 @@ fn connections_beyond_the_caps_get_busy() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// `limits.max_rename_entries` bounds what one modify-DN moves: past it
+/// adminLimitExceeded and nothing moved; within it the whole subtree.
+#[test]
+fn subtree_renames_stop_at_max_rename_entries() {
+    let s = Server::start_with_config(2, "[limits]\nmax_rename_entries = 3\n");
+    let mut c = s.admin();
+    for uid in ["r1", "r2", "r3"] {
+        assert_eq!(add_user(&mut c, uid).rc, 0);
+    }
+    let renamed = format!("ou=staff,{SUFFIX}");
+    assert_eq!(c.modifydn(PEOPLE, "ou=staff", true, None).unwrap().rc, 0, "3 entries below: within the limit");
+    assert_eq!(search_dns(&mut c, &renamed, Scope::OneLevel, "(uid=r*)").len(), 3);
+    let r4 = vec![("objectClass", ["person"].into()), ("cn", ["r4"].into()), ("sn", ["R"].into())];
+    assert_eq!(c.add(&format!("cn=r4,{renamed}"), r4).unwrap().rc, 0);
+    let refused = c.modifydn(&renamed, "ou=people", true, None).unwrap();
+    assert_eq!(refused.rc, 11, "{refused:?}");
+    assert!(refused.text.contains("max_rename_entries"), "{refused:?}");
+    assert_eq!(search_dns(&mut c, &renamed, Scope::OneLevel, "(|(uid=r*)(cn=r4))").len(), 4, "nothing moved");
+    assert!(get_entry(&mut c, PEOPLE, vec![]).is_none());
+}
