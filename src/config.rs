@@ -250,6 +250,10 @@ pub struct Limits {
     /// rename, held in memory while it runs; 389-ds bounds it too, slapd
     /// does not); past it adminLimitExceeded. 0: no limit.
     pub max_rename_entries: usize,
+    /// Most bytes the entries of one sorted search (server-side sort, a
+    /// virtual list view) may take while they are sorted; past it
+    /// adminLimitExceeded. 0: no limit.
+    pub max_sort_bytes: usize,
     /// Entries a search may examine without an index (everyone but the
     /// root DN), like 389-ds's look-through limit; 0 means no limit.
     pub unindexed_lookthrough: usize,
@@ -353,6 +357,7 @@ impl Default for Limits {
             max_filter_depth: 64,
             max_filter_terms: 10_000,
             max_rename_entries: 10_000,
+            max_sort_bytes: 64 << 20,
             unindexed_lookthrough: 100_000,
             unindexed_result: "adminLimitExceeded".into(),
             size_limit: 500,

@@ -1,7 +1,8 @@
 //! Request controls (RFC 4511 §4.1.11) this server implements, parsed once
 //! per request, and the response controls it returns.
 //!
-//! - Simple Paged Results (RFC 2696), Server-Side Sort (RFC 2891): search.
+//! - Simple Paged Results (RFC 2696), Server-Side Sort (RFC 2891), Virtual
+//!   List View (`ops::vlv`, with a sort): search.
 //! - Assertion (RFC 4528): search (on the base entry), compare, add (on the
 //!   new entry), modify and delete (on the entry, inside the owner's
 //!   transaction), modify-DN (on the entry as read before the rename).
@@ -46,8 +47,18 @@ pub const SUBENTRIES: &str = "1.3.6.1.4.1.4203.1.10.1";
 pub const RELAX: &str = "1.3.6.1.4.1.4203.666.5.12";
 
 /// What `supportedControl` lists: exactly what works.
-pub const SUPPORTED: &[&str] =
-    &[PAGED_RESULTS, SORT_REQUEST, ASSERTION, PRE_READ, POST_READ, MANAGE_DSA_IT, MATCHED_VALUES, SUBENTRIES, RELAX];
+pub const SUPPORTED: &[&str] = &[
+    PAGED_RESULTS,
+    SORT_REQUEST,
+    crate::ops::vlv::REQUEST,
+    ASSERTION,
+    PRE_READ,
+    POST_READ,
+    MANAGE_DSA_IT,
+    MATCHED_VALUES,
+    SUBENTRIES,
+    RELAX,
+];
 
 #[derive(Debug, Default)]
 pub struct Controls {
@@ -65,6 +76,8 @@ pub struct Controls {
     pub sync: Option<(bool, Option<Vec<u8>>)>,
     /// The Relax Rules control (add only, so far).
     pub relax: Option<()>,
+    /// The Virtual List View request (search, with a sort).
+    pub vlv: Option<crate::ops::vlv::Request>,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -119,7 +132,7 @@ pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
                     ASSERTION => k != Kind::Other,
                     PRE_READ => matches!(k, Kind::Modify | Kind::Delete | Kind::ModifyDn),
                     POST_READ => matches!(k, Kind::Modify | Kind::Add | Kind::ModifyDn),
-                    MATCHED_VALUES | SUBENTRIES => k == Kind::Search,
+                    MATCHED_VALUES | SUBENTRIES | crate::ops::vlv::REQUEST => k == Kind::Search,
                     RELAX => k == Kind::Add,
                     _ => false,
                 };
@@ -138,6 +151,9 @@ pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
                     // Its value is absent (slapd: "relax control value not empty").
                     RELAX if value.is_empty() => once(&mut out.relax, (), RELAX)?,
                     RELAX => return Err(protocol("relax")),
+                    crate::ops::vlv::REQUEST => {
+                        once(&mut out.vlv, crate::ops::vlv::parse(value)?, crate::ops::vlv::REQUEST)?
+                    }
                     _ => once(&mut out.post_read, parse_attr_list(value)?, POST_READ)?,
                 }
             }

@@ -23,6 +23,7 @@ pub mod rootdse;
 pub mod search;
 pub mod sort;
 pub mod syncrepl;
+pub mod vlv;
 
 use crate::conn::{encode, Conn};
 use bytes::BytesMut;

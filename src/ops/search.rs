@@ -238,6 +238,16 @@ async fn run(
         }
         None => (None, Position::Start, 0),
     };
+    if ctrls.vlv.is_some() {
+        // As slapd's sssvlv: a view needs a sort, and is no page.
+        if ctrls.sort.is_none() {
+            done_ctrls.push(crate::ops::vlv::response(0, 0, LdapResultCode::VirtualListViewError as u8));
+            return Err(Error::new(LdapResultCode::VirtualListViewError, "Sort control is required with VLV"));
+        }
+        if ctrls.paged.is_some() {
+            return Err(Error::unwilling("VLV incompatible with PagedResults"));
+        }
+    }
     let mut sorter = None;
     if let Some(keys) = &ctrls.sort {
         // Sorting by an attribute one may not search would disclose its
@@ -263,8 +273,13 @@ async fn run(
                     Position::Offset(n) => n as usize,
                     _ => 0,
                 };
-                let keep = limits.size.min(skip.saturating_add(page_size.unwrap_or(usize::MAX)));
-                let s = Sorter::new(keys, keep).map_err(|r| Error::new(r.result_code, "cannot sort by those keys"))?;
+                // A view may start anywhere: every row is kept.
+                let keep = match ctrls.vlv {
+                    Some(_) => crate::ops::sort::MAX_SORTED,
+                    None => limits.size.min(skip.saturating_add(page_size.unwrap_or(usize::MAX))),
+                };
+                let s = Sorter::new(keys, keep, live.limits.max_sort_bytes)
+                    .map_err(|r| Error::new(r.result_code, "cannot sort by those keys"))?;
                 sorter = Some(s);
             }
         }
@@ -303,6 +318,10 @@ async fn run(
     let walked = walk(conn, &mut emit, req, ctrls, &base_key, position.clone(), abandoned).await;
     *sent = emit.sent as u64;
     let stopped = walked?;
+    if let (Some(view), true) = (&ctrls.vlv, emit.sorter.is_some()) {
+        let sorter = emit.sorter.take().expect("checked");
+        return send_view(sorter, view, emit.out, emit.limits.size, done_ctrls, sent);
+    }
     if let Some(sorter) = emit.sorter.take() {
         let (rows, total) = sorter.finish();
         let skip = match position {
@@ -342,6 +361,33 @@ async fn run(
         let sent_now = sent_before.saturating_add(emit.sent as u64);
         let cookie = stopped.as_ref().map(|p| paging::encode(req, p, sent_now)).unwrap_or_default();
         done_ctrls.push(LdapControl::SimplePagedResults { size: 0, cookie });
+    }
+    Ok(())
+}
+
+/// Sends the window of a Virtual List View, within the size limit, after
+/// the sort and view response controls.
+fn send_view(
+    sorter: Sorter,
+    view: &crate::ops::vlv::Request,
+    out: &mut BytesMut,
+    size: usize,
+    done_ctrls: &mut Vec<LdapControl>,
+    sent: &mut u64,
+) -> Result<()> {
+    let (rows, response) = sorter.select(view).map_err(|(e, response)| {
+        done_ctrls.push(response);
+        e
+    })?;
+    done_ctrls.push(crate::ops::sort::response(LdapResultCode::Success, None));
+    done_ctrls.push(response);
+    *sent = 0;
+    for row in rows.iter().take(size) {
+        out.extend_from_slice(row);
+        *sent += 1;
+    }
+    if rows.len() > size {
+        return Err(Error::new(LdapResultCode::SizeLimitExceeded, ""));
     }
     Ok(())
 }

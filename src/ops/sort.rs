@@ -1,12 +1,13 @@
 //! Server-Side Sort (RFC 2891): the matching entries of a search are
 //! collected with their sort keys, ordered with each key's ordering rule,
-//! then sent. At most `MAX_SORTED` entries are sorted
-//! (`adminLimitExceeded` past it). Multi-valued attributes sort by their
+//! then sent. At most `MAX_SORTED` entries, held in at most
+//! `limits.max_sort_bytes`, are sorted (`adminLimitExceeded` past either). Multi-valued attributes sort by their
 //! least value, reversed or not; entries without the attribute come last
 //! (first when reversed).
 
+use crate::ops::vlv;
 use bytes::BytesMut;
-use ldap3_proto::control::{ServerSortRequet, ServerSortResult};
+use ldap3_proto::control::{LdapControl, ServerSortRequet, ServerSortResult};
 use ldap3_proto::LdapResultCode;
 use shards::entry::EntryView;
 use shards::filter::Names;
@@ -18,7 +19,7 @@ pub const MAX_SORTED: usize = 100_000;
 
 /// The Sort Response control (RFC 2891 §1.2): `attributeType` is `[0]`
 /// and only present on failure (ldap3_proto always writes it, untagged).
-pub fn response(code: LdapResultCode, attr: Option<&str>) -> ldap3_proto::control::LdapControl {
+pub fn response(code: LdapResultCode, attr: Option<&str>) -> LdapControl {
     let mut inner = BytesMut::new();
     crate::ber::put_tlv(&mut inner, 0x0a, &[code as u8]);
     if let Some(a) = attr {
@@ -26,11 +27,7 @@ pub fn response(code: LdapResultCode, attr: Option<&str>) -> ldap3_proto::contro
     }
     let mut value = BytesMut::new();
     crate::ber::put_tlv(&mut value, 0x30, &inner);
-    ldap3_proto::control::LdapControl::Unknown {
-        oid: "1.2.840.113556.1.4.474".into(),
-        criticality: false,
-        value: Some(value.to_vec()),
-    }
+    LdapControl::Unknown { oid: "1.2.840.113556.1.4.474".into(), criticality: false, value: Some(value.to_vec()) }
 }
 
 struct Key {
@@ -49,6 +46,9 @@ pub struct Sorter {
     keep: usize,
     /// Rows dropped because `keep` earlier rows sorted before them.
     dropped: usize,
+    /// Bytes the rows hold, and the most they may (`limits.max_sort_bytes`).
+    bytes: usize,
+    max_bytes: usize,
 }
 
 /// slapd's `sssvlv-maxkeys` default.
@@ -57,7 +57,11 @@ pub const MAX_KEYS: usize = 5;
 impl Sorter {
     /// A sorter for the request's keys that keeps the first `keep` rows,
     /// or the sortResult explaining why the results cannot be sorted.
-    pub fn new(requests: &[ServerSortRequet], keep: usize) -> std::result::Result<Sorter, ServerSortResult> {
+    pub fn new(
+        requests: &[ServerSortRequet],
+        keep: usize,
+        max_bytes: usize,
+    ) -> std::result::Result<Sorter, ServerSortResult> {
         if requests.len() > MAX_KEYS {
             return Err(ServerSortResult { result_code: LdapResultCode::UnwillingToPerform, attribute_type: None });
         }
@@ -73,7 +77,8 @@ impl Sorter {
             let Some(rule) = rule else { return Err(fail(LdapResultCode::InappropriateMatching)) };
             keys.push(Key { attr, rule, reverse: r.reverse_order });
         }
-        Ok(Sorter { keys, rows: Vec::new(), keep: keep.clamp(1, MAX_SORTED), dropped: 0 })
+        let max_bytes = if max_bytes == 0 { usize::MAX } else { max_bytes };
+        Ok(Sorter { keys, rows: Vec::new(), keep: keep.clamp(1, MAX_SORTED), dropped: 0, bytes: 0, max_bytes })
     }
 
     /// Takes one entry; a key the requester may not search in this entry
@@ -85,10 +90,18 @@ impl Sorter {
                 format!("more than {MAX_SORTED} entries to sort; narrow the search"),
             ));
         }
-        let keys = self.keys.iter().map(|k| sort_key(view, k).filter(|_| searchable(&k.attr))).collect();
+        let keys: Vec<Option<Vec<u8>>> =
+            self.keys.iter().map(|k| sort_key(view, k).filter(|_| searchable(&k.attr))).collect();
+        self.bytes += row_bytes(&keys, &encoded);
         self.rows.push((keys, encoded));
         if self.rows.len() >= self.keep.saturating_mul(2) {
             self.trim();
+        }
+        if self.bytes > self.max_bytes {
+            return Err(Error::new(
+                LdapResultCode::AdminLimitExceeded,
+                format!("the entries to sort take more than {} bytes (limits.max_sort_bytes)", self.max_bytes),
+            ));
         }
         Ok(())
     }
@@ -100,8 +113,36 @@ impl Sorter {
         self.rows.sort_by(|(a, _), (b, _)| order(keys, a, b));
         if self.rows.len() > self.keep {
             self.dropped += self.rows.len() - self.keep;
+            for (keys, encoded) in &self.rows[self.keep..] {
+                self.bytes -= row_bytes(keys, encoded);
+            }
             self.rows.truncate(self.keep);
         }
+    }
+
+    /// The window a Virtual List View request selects (the sorter kept
+    /// every row), with its response control; or why it cannot be given.
+    pub fn select(
+        mut self,
+        req: &vlv::Request,
+    ) -> std::result::Result<(Vec<BytesMut>, LdapControl), (Error, LdapControl)> {
+        self.trim();
+        let n = self.rows.len();
+        let first = match &req.target {
+            vlv::Target::Value(v) => {
+                let k = &self.keys[0];
+                let Some(key) = k.rule.normalize(v).map(|x| k.rule.order_key(&x).into_owned()) else {
+                    let code = LdapResultCode::InappropriateMatching as u8;
+                    return Err(vlv::failure(0, n, code, "the value does not fit the first sort key"));
+                };
+                let key = Some(key);
+                Some(self.rows.iter().position(|(keys, _)| order_by(k, &keys[0], &key) != Ordering::Less).unwrap_or(n))
+            }
+            vlv::Target::Offset { .. } => None,
+        };
+        let w = vlv::window(req, n, first)?;
+        let rows = self.rows.drain(w.rows).map(|(_, bytes)| bytes).collect();
+        Ok((rows, vlv::response(w.target, n, 0)))
     }
 
     /// The first `keep` encoded entries in order, and how many matched.
@@ -112,22 +153,34 @@ impl Sorter {
     }
 }
 
+/// What one row costs: its entry as encoded and its keys.
+fn row_bytes(keys: &[Option<Vec<u8>>], encoded: &BytesMut) -> usize {
+    encoded.len() + keys.iter().map(|k| k.as_ref().map_or(0, Vec::len) + 24).sum::<usize>()
+}
+
 fn order(keys: &[Key], a: &[Option<Vec<u8>>], b: &[Option<Vec<u8>>]) -> Ordering {
-    for (i, k) in keys.iter().enumerate() {
-        // RFC 2891 §2.2: no value sorts above every value, so it comes
-        // last, or first when the key is reversed.
-        let ord = match (&a[i], &b[i]) {
-            (Some(x), Some(y)) => x.cmp(y),
-            (Some(_), None) => Ordering::Less,
-            (None, Some(_)) => Ordering::Greater,
-            (None, None) => Ordering::Equal,
-        };
-        let ord = if k.reverse { ord.reverse() } else { ord };
-        if ord != Ordering::Equal {
-            return ord;
-        }
+    keys.iter()
+        .enumerate()
+        .map(|(i, k)| order_by(k, &a[i], &b[i]))
+        .find(|o| *o != Ordering::Equal)
+        .unwrap_or(Ordering::Equal)
+}
+
+/// The order one key gives two rows' values.
+fn order_by(k: &Key, a: &Option<Vec<u8>>, b: &Option<Vec<u8>>) -> Ordering {
+    // RFC 2891 §2.2: no value sorts above every value, so it comes
+    // last, or first when the key is reversed.
+    let ord = match (a, b) {
+        (Some(x), Some(y)) => x.cmp(y),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => Ordering::Equal,
+    };
+    if k.reverse {
+        ord.reverse()
+    } else {
+        ord
     }
-    Ordering::Equal
 }
 
 /// The entry's order key for one sort key: its least value, reversed or

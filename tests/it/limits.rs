@@ -101,3 +101,28 @@ fn subtree_renames_stop_at_max_rename_entries() {
     assert_eq!(search_dns(&mut c, &renamed, Scope::OneLevel, "(|(uid=r*)(cn=r4))").len(), 4, "nothing moved");
     assert!(get_entry(&mut c, PEOPLE, vec![]).is_none());
 }
+
+/// `limits.max_sort_bytes` bounds what a sorted search (or a virtual list
+/// view, which keeps every row) holds: past it adminLimitExceeded.
+#[test]
+fn sorted_searches_stop_at_max_sort_bytes() {
+    let s = Server::start_with_config(1, "[limits]\nmax_sort_bytes = 4000\n");
+    let mut c = s.admin();
+    for i in 0..40 {
+        assert_eq!(add_user(&mut c, &format!("s{i:02}")).rc, 0);
+    }
+    // SEQUENCE { SEQUENCE { attributeType "cn", orderingRule [0] "caseIgnoreOrderingMatch" } }
+    let rule = b"caseIgnoreOrderingMatch";
+    let mut key = vec![0x04, 0x02, b'c', b'n', 0x80, rule.len() as u8];
+    key.extend_from_slice(rule);
+    let mut val = vec![0x30, key.len() as u8 + 2, 0x30, key.len() as u8];
+    val.extend(key);
+    let sort = ldap3::controls::RawControl { ctype: "1.2.840.113556.1.4.473".into(), crit: true, val: Some(val) };
+    let mut search =
+        |filter: &str| c.with_controls(vec![sort.clone()]).search(PEOPLE, Scope::OneLevel, filter, vec!["*"]).unwrap();
+    let few = search("(uid=s0*)");
+    assert_eq!((few.1.rc, few.0.len()), (0, 10), "{:?}", few.1);
+    let all = search("(uid=s*)");
+    assert_eq!(all.1.rc, 11, "{:?}", all.1);
+    assert!(all.1.text.contains("max_sort_bytes"), "{:?}", all.1);
+}
