@@ -69,6 +69,9 @@ pub struct Extras {
     pub assertion: Option<LdapFilter>,
     pub before: bool,
     pub after: bool,
+    /// The Relax Rules control (a modify): the structural class may
+    /// change, and given modifiersName/modifyTimestamp values stay.
+    pub relax: bool,
 }
 
 /// The entry images an op was asked for.
@@ -486,12 +489,24 @@ fn apply<T: WriteTxn>(
             }
             // The structural class is checked first, as slapd does: a
             // changed class makes every other complaint beside the point.
-            if let Ok(structural) = schema::check::structural_class(&entry) {
-                keep_structural_class(&old, &mut entry, &structural)?;
+            match schema::check::structural_class(&entry) {
+                Ok(structural) if extras.relax => entry.set("structuralObjectClass", vec![structural.into_bytes()]),
+                Ok(structural) => keep_structural_class(&old, &mut entry, &structural)?,
+                Err(_) => {}
             }
             schema::check::check_entry(&entry, &Dn::parse(dn)?)?;
-            entry.set("modifiersName", vec![stamp.modifier.clone().into_bytes()]);
-            entry.set("modifyTimestamp", vec![stamp.time.clone().into_bytes()]);
+            let given = |name: &str| {
+                extras.relax
+                    && mods
+                        .iter()
+                        .any(|m| matches!(m, Mod::Add(a) | Mod::Replace(a) if a.name.eq_ignore_ascii_case(name)))
+            };
+            if !given("modifiersName") {
+                entry.set("modifiersName", vec![stamp.modifier.clone().into_bytes()]);
+            }
+            if !given("modifyTimestamp") {
+                entry.set("modifyTimestamp", vec![stamp.time.clone().into_bytes()]);
+            }
             entry.check_layout()?;
             let partition = partition_of(key) as u16;
             let csn = stamp_csn(&mut entry, partition, &mut clock.hlc);

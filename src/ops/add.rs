@@ -98,11 +98,11 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
 /// What the Relax Rules control lets an add set: what slapd's `slapadd`
 /// and relaxed adds carry over in a migration. Not `entryCSN`: the owner
 /// stamps it, and mirror mode orders changes by it.
-const RELAXABLE: &[&str] = &["entryUUID", "createTimestamp", "creatorsName", "modifyTimestamp", "modifiersName"];
+pub const RELAXABLE: &[&str] = &["entryUUID", "createTimestamp", "creatorsName", "modifyTimestamp", "modifiersName"];
 
 /// Without options: `entryUUID;lang-x` would carry a forged value past
 /// the checks below, next to a fresh real one.
-fn is_relaxable(attr: &str) -> bool {
+pub fn is_relaxable(attr: &str) -> bool {
     RELAXABLE.iter().any(|r| r.eq_ignore_ascii_case(attr))
 }
 
@@ -111,7 +111,7 @@ fn is_relaxable(attr: &str) -> bool {
 /// the changelog knows, live or deleted (mirror mode and syncrepl know
 /// entries by it). Two relaxed adds of one UUID at the same moment are not
 /// caught: Relax is for a migration run by the root DN.
-fn check_uuid_free(shard: &Shard, entry: &Entry) -> Result<()> {
+pub fn check_uuid_free(shard: &Shard, entry: &Entry) -> Result<()> {
     let values = entry.get("entryUUID").map(|a| a.vals.as_slice()).unwrap_or_default();
     let uuid = match values {
         [one] => std::str::from_utf8(one).ok().and_then(|v| uuid::Uuid::parse_str(v).ok()),

@@ -74,7 +74,7 @@ pub struct Controls {
     pub subentries: Option<bool>,
     /// The Sync Request control: refreshAndPersist (else refreshOnly), and the cookie.
     pub sync: Option<(bool, Option<Vec<u8>>)>,
-    /// The Relax Rules control (add only, so far).
+    /// The Relax Rules control (it changes what an add and a modify may do).
     pub relax: Option<()>,
     /// The Virtual List View request (search, with a sort).
     pub vlv: Option<crate::ops::vlv::Request>,
@@ -133,7 +133,8 @@ pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
                     PRE_READ => matches!(k, Kind::Modify | Kind::Delete | Kind::ModifyDn),
                     POST_READ => matches!(k, Kind::Modify | Kind::Add | Kind::ModifyDn),
                     MATCHED_VALUES | SUBENTRIES | crate::ops::vlv::REQUEST => k == Kind::Search,
-                    RELAX => k == Kind::Add,
+                    // As slapd: any update (it relaxes add and modify).
+                    RELAX => matches!(k, Kind::Add | Kind::Modify | Kind::Delete | Kind::ModifyDn),
                     _ => false,
                 };
                 if !applies {

@@ -36,7 +36,7 @@ pub async fn handle(conn: Rc<Conn>, dn_text: String, ctrls: Controls) -> Result<
         }
     }
     let assertion = controls::check_assertion_before_write(&conn, ctrls.assertion, &dn.key())?;
-    let extras = Extras { assertion, before: ctrls.pre_read.is_some(), after: false };
+    let extras = Extras { assertion, before: ctrls.pre_read.is_some(), ..Extras::default() };
     let images =
         remove(&conn.ctx.shard, &dn, &dn_text, is_suffix, extras).await.map_err(|e| with_matched(&conn, &dn, e))?;
     Ok(controls::read_entry_controls(&conn, images, &ctrls.pre_read, &None))

@@ -8,7 +8,7 @@
 
 use crate::acl::Level;
 use crate::conn::Conn;
-use crate::ops::add::hash_passwords;
+use crate::ops::add::{check_uuid_free, hash_passwords, is_relaxable};
 use crate::ops::controls::{self, Controls};
 use crate::ops::{access, parse_dn, with_matched};
 use ldap3_proto::control::LdapControl;
@@ -35,15 +35,19 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
         access::require(&a, &conn.ctx.shard, &key, &attrs, Level::Write)?;
     }
     let mut mods = Vec::with_capacity(req.changes.len());
+    let mut relaxed = Vec::new();
     for change in req.changes {
         let mut attr = Attr { name: change.modification.atype, vals: change.modification.vals };
         shards::schema::check::check_options(&attr.name)?;
         shards::schema::get().spell_values(&attr.name, &mut attr.vals);
         if !user_modifiable(&attr.name) {
-            return Err(Error::new(
-                LdapResultCode::ConstraintViolation,
-                format!("{}: no user modification allowed", attr.name),
-            ));
+            if ctrls.relax.is_none() || !is_relaxable(&attr.name) {
+                return Err(Error::new(
+                    LdapResultCode::ConstraintViolation,
+                    format!("{}: no user modification allowed", attr.name),
+                ));
+            }
+            relaxed.push(attr.name.clone());
         }
         mods.push(match change.operation {
             LdapModifyType::Add => {
@@ -58,12 +62,54 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
             LdapModifyType::Increment => Mod::Increment(attr),
         });
     }
+    if !relaxed.is_empty() {
+        relax_checks(&conn, &key, &relaxed, &mods)?;
+    }
     let rdn = dn.rdn().map(|r| r.avas.iter().map(|a| (a.attr.clone(), a.value.clone())).collect()).unwrap_or_default();
     let stamp = Stamp { modifier: identity.dn().to_string(), time: now_generalized() };
     let assertion = controls::check_assertion_before_write(&conn, ctrls.assertion, &key)?;
-    let extras = Extras { assertion, before: ctrls.pre_read.is_some(), after: ctrls.post_read.is_some() };
+    let extras = Extras {
+        assertion,
+        before: ctrls.pre_read.is_some(),
+        after: ctrls.post_read.is_some(),
+        relax: ctrls.relax.is_some(),
+    };
     let op = WriteOp::Modify { key: key.clone(), dn: req.dn.clone(), mods, rdn, stamp, extras };
     let shard = &conn.ctx.shard;
     let images = shard.submit_for(shard.owner_of(&key), op).await.map_err(|e| with_matched(&conn, &dn, e))?;
     Ok(controls::read_entry_controls(&conn, images, &ctrls.pre_read, &ctrls.post_read))
+}
+
+/// A relaxed modify of server-owned attributes: `manage` access to each,
+/// and a new `entryUUID` only where nothing knows entries by it (not with
+/// replication, whose records name the entry by its UUID) and no other
+/// entry has it.
+fn relax_checks(conn: &Conn, key: &[u8], relaxed: &[String], mods: &[Mod]) -> Result<()> {
+    let identity = conn.identity.borrow().clone();
+    let live = conn.ctx.live();
+    if let Some(a) = conn.access(&live, &identity) {
+        let attrs: Vec<_> = relaxed.iter().map(|n| (a.acl().class(n), n.as_str())).collect();
+        access::require(&a, &conn.ctx.shard, key, &attrs, Level::Manage)?;
+    }
+    if !relaxed.iter().any(|n| n.eq_ignore_ascii_case("entryUUID")) {
+        return Ok(());
+    }
+    if conn.ctx.shard.stamping.capture {
+        return Err(Error::unwilling(
+            "entryUUID cannot change while replication (mirror mode, syncrepl) knows entries by it",
+        ));
+    }
+    for m in mods {
+        match m {
+            Mod::Replace(a) if a.name.eq_ignore_ascii_case("entryUUID") => {
+                let probe = shards::entry::Entry { dn: String::new(), attrs: vec![a.clone()] };
+                check_uuid_free(&conn.ctx.shard, &probe)?;
+            }
+            Mod::Add(a) | Mod::Delete(a) | Mod::Increment(a) if a.name.eq_ignore_ascii_case("entryUUID") => {
+                return Err(Error::new(LdapResultCode::ConstraintViolation, "entryUUID: only a replace may change it"));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
