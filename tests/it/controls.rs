@@ -335,4 +335,19 @@ fn relax_rules_carry_a_migrated_entry_over() {
     let mut writer = s.conn();
     writer.simple_bind(&format!("uid=writer,{PEOPLE}"), "pw-writer").unwrap().success().unwrap();
     assert_eq!(add(&mut writer, "by-writer"), 50);
+    // A relaxed modify likewise needs manage access, and with replication
+    // on (syncrepl here) an entry keeps its entryUUID.
+    let dn = format!("uid=writer,{PEOPLE}");
+    let stamp = |c: &mut LdapConn| {
+        let m = vec![Mod::Replace("modifyTimestamp", HashSet::from(["20200101000000Z"]))];
+        c.with_controls(relax()).modify(&dn, m).unwrap().rc
+    };
+    assert_eq!(stamp(&mut writer), 50, "write is not manage");
+    assert_eq!(stamp(&mut root), 0);
+    assert_eq!(
+        get_entry(&mut root, &dn, vec!["modifyTimestamp"]).unwrap().attrs["modifyTimestamp"],
+        vec!["20200101000000Z"]
+    );
+    let new_uuid = vec![Mod::Replace("entryUUID", HashSet::from(["597ae2f6-16a6-1027-98f4-d28b5365dc16"]))];
+    assert_eq!(root.with_controls(relax()).modify(&dn, new_uuid).unwrap().rc, 53);
 }
