@@ -252,7 +252,7 @@ fn openldap_stock_schema_files_load() {
     slapd_installed();
     let stock = ["core", "cosine", "inetorgperson", "nis", "openldap", "collective", "corba", "duaconf"]
         .iter()
-        .chain(&["dyngroup", "java", "misc"])
+        .chain(&["dyngroup", "java", "misc", "pmi", "namedobject", "msuser"])
         .map(|f| format!("{:?}", format!("/etc/ldap/schema/{f}.schema")))
         .collect::<Vec<_>>()
         .join(", ");

@@ -179,6 +179,21 @@ fn oid_list(it: &mut Tokens, key: &str) -> Result<Vec<String>, String> {
     }
 }
 
+/// An `ldapsyntax ( OID … X-SUBST 'known-oid' )` definition, as slapd
+/// takes it: a new syntax is a known one under another OID; without
+/// `X-SUBST` nothing would say how to check its values.
+fn substitute(body: &str) -> Result<(String, String), String> {
+    let inner = body.trim().strip_prefix('(').and_then(|b| b.trim_end().strip_suffix(')'));
+    let inner = inner.ok_or("ldapsyntax takes '( OID … )'")?;
+    let oid = inner.split_whitespace().next().ok_or("ldapsyntax needs an OID")?;
+    let after = inner.find("X-SUBST").map(|i| &inner[i + "X-SUBST".len()..]);
+    let quoted = after.and_then(|a| a.trim_start().strip_prefix('\'')).and_then(|a| a.split_once('\''));
+    match quoted {
+        Some((stand_in, _)) => Ok((oid.to_string(), stand_in.trim().to_string())),
+        None => Err(format!("ldapsyntax {oid}: only a substitute of a known syntax (X-SUBST '<oid>') can be defined")),
+    }
+}
+
 /// A definition waiting to be resolved, with where it came from.
 struct Pending {
     at: String,
@@ -190,6 +205,9 @@ struct Pending {
 #[derive(Default)]
 pub struct Builder {
     macros: HashMap<String, String>,
+    /// `ldapsyntax` definitions: a syntax OID and the known syntax that
+    /// stands in for it (`X-SUBST`).
+    substitutes: HashMap<String, String>,
     attrs: Vec<Pending>,
     classes: Vec<Pending>,
 }
@@ -222,6 +240,10 @@ impl Builder {
                 desc.oid = self.expand(&desc.oid)?;
                 if let Some(syn) = desc.fields.iter_mut().find(|(k, _)| k == "SYNTAX") {
                     syn.1[0] = self.expand_syntax(&syn.1[0])?;
+                    let (oid, len) = syn.1[0].split_at(syn.1[0].find('{').unwrap_or(syn.1[0].len()));
+                    if let Some(stand_in) = self.substitutes.get(oid) {
+                        syn.1[0] = format!("{stand_in}{len}");
+                    }
                 }
                 push_unique(&mut self.attrs, Pending { at, desc }, Kind::Attr, &HashMap::new())?;
             }
@@ -232,6 +254,14 @@ impl Builder {
                 let canonical: HashMap<String, String> =
                     aliases.iter().map(|(n, i)| (n.clone(), self.attrs[*i].desc.oid.clone())).collect();
                 push_unique(&mut self.classes, Pending { at, desc }, Kind::Class, &canonical)?;
+            }
+            "ldapsyntax" | "ldapsyntaxes" => {
+                let (oid, stand_in) = substitute(body)?;
+                let oid = self.expand(&oid)?;
+                if syntax::find(&stand_in).is_none() {
+                    return Err(format!("ldapsyntax {oid}: X-SUBST names unknown syntax {stand_in}"));
+                }
+                self.substitutes.insert(oid, stand_in);
             }
             other => return Err(format!("unsupported schema statement '{other}'")),
         }
@@ -794,6 +824,19 @@ olcObjectClasses: {0}( siteOID:2 NAME 'badged' AUXILIARY MUST badgeNumber )\n";
         assert!(build("core.schema", other)
             .unwrap_err()
             .contains("conflicts with the definition at builtin.schema:96"));
+    }
+
+    #[test]
+    fn ldapsyntax_substitutes_a_known_syntax() {
+        let mut b = Builder::default();
+        let text = "ldapsyntax ( 1.2.3.4 NAME 'Mine' DESC 'x' X-SUBST '1.3.6.1.4.1.1466.115.121.1.15' )\n\
+                    attributetype ( 1.2.3.5 NAME 'mine' SYNTAX 1.2.3.4 )";
+        b.add_text("f.schema", text).unwrap();
+        let schema = b.build().unwrap();
+        assert_eq!(schema.attrs.iter().find(|a| a.names[0] == "mine").unwrap().syntax, "1.3.6.1.4.1.1466.115.121.1.15");
+        let mut bare = Builder::default();
+        let err = bare.add_text("f.schema", "ldapsyntax ( 1.2.3.4 DESC 'no stand-in' )").unwrap_err();
+        assert!(err.contains("X-SUBST"), "{err}");
     }
 
     #[test]

@@ -75,6 +75,8 @@ pub const SYNTAXES: &[Syntax] = &[
     s("1.3.6.1.1.15.1", "X.509 Certificate Exact Assertion", utf8),
     s("1.3.6.1.1.15.5", "X.509 Attribute Certificate Exact Assertion", utf8),
     s("1.3.6.1.4.1.4203.666.2.7", "OpenLDAP authz", utf8),
+    // slapd's built-in X.509 attribute certificate syntax (pmi.schema).
+    bin("1.3.6.1.4.1.4203.666.11.10.2.1", "X.509 AttributeCertificate"),
     // RFC 2307bis syntaxes OpenLDAP's nis.schema uses (slapd's nis module).
     s("1.3.6.1.1.1.0.0", "RFC2307 NIS Netgroup Triple", utf8),
     s("1.3.6.1.1.1.0.1", "RFC2307 Boot Parameter", utf8),
