@@ -103,10 +103,9 @@ pub fn check(frame: &[u8]) -> Result<Check, &'static str> {
         if controls.tag != CONTROLS || !controls.rest.is_empty() {
             return Err("trailing data after the operation");
         }
-        if check_controls(controls.content)? {
+        if let Some((code, why)) = check_controls(op.tag, controls.content)? {
             if let Some(tag) = response_tag(op.tag) {
-                let why = "bytes after the value of a control";
-                return Ok(Check::Refuse { msgid, tag, code: LdapResultCode::ProtocolError, why });
+                return Ok(Check::Refuse { msgid, tag, code, why });
             }
         }
     }
@@ -183,12 +182,26 @@ fn response_tag(op: u8) -> Option<u8> {
     }
 }
 
-/// Checks the controls field; true when a control coredir decodes has
-/// bytes after the one element of its value. slapd ignores such bytes;
-/// coredir refuses them with protocolError, so no part of a control goes
-/// unread (listed in tests/conformance/differences.toml).
-fn check_controls(mut list: &[u8]) -> Result<bool, &'static str> {
+/// Controls ldap3_proto decodes without their criticality, with the
+/// operation each applies to in coredir (none: not implemented).
+const CRITICALITY_DROPPED: &[(&[u8], Option<u8>)] = &[
+    (b"1.2.840.113556.1.4.319", Some(SEARCH)),
+    (b"1.2.840.113556.1.4.473", Some(SEARCH)),
+    // Active Directory's DirSync.
+    (b"1.2.840.113556.1.4.841", None),
+];
+
+/// Checks the controls field of an operation with tag `op`; the result to
+/// refuse it with, if any:
+/// - protocolError when a control coredir decodes has bytes after the one
+///   element of its value. slapd ignores such bytes; coredir refuses
+///   them, so no part of a control goes unread (listed in
+///   tests/conformance/differences.toml);
+/// - unavailableCriticalExtension for a critical control of those whose
+///   criticality ldap3_proto drops, on an operation it does not apply to.
+fn check_controls(op: u8, mut list: &[u8]) -> Result<Option<(LdapResultCode, &'static str)>, &'static str> {
     let mut trailing = false;
+    let mut unavailable = false;
     while !list.is_empty() {
         let control = tlv(list)?;
         if control.tag != SEQUENCE {
@@ -204,7 +217,11 @@ fn check_controls(mut list: &[u8]) -> Result<bool, &'static str> {
         while !rest.is_empty() {
             let field = tlv(rest)?;
             match field.tag {
-                BOOLEAN if !seen_criticality && !seen_value && field.content.len() == 1 => seen_criticality = true,
+                BOOLEAN if !seen_criticality && !seen_value && field.content.len() == 1 => {
+                    seen_criticality = true;
+                    let applies = CRITICALITY_DROPPED.iter().find(|(o, _)| *o == oid.content).map(|(_, to)| *to);
+                    unavailable |= field.content[0] != 0 && applies.is_some_and(|to| to != Some(op));
+                }
                 OCTET_STRING if !seen_value => {
                     seen_value = true;
                     if DECODED.contains(&oid.content) {
@@ -219,7 +236,13 @@ fn check_controls(mut list: &[u8]) -> Result<bool, &'static str> {
         }
         list = control.rest;
     }
-    Ok(trailing)
+    Ok(match (trailing, unavailable) {
+        (true, _) => Some((LdapResultCode::ProtocolError, "bytes after the value of a control")),
+        (_, true) => {
+            Some((LdapResultCode::UnavailableCriticalExtension, "critical control not supported with this operation"))
+        }
+        _ => None,
+    })
 }
 
 /// Whether a control value coredir decodes is one well-formed element and
