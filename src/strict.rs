@@ -246,12 +246,32 @@ fn check_controls(op: u8, mut list: &[u8]) -> Result<Option<(LdapResultCode, &'s
 }
 
 /// Whether a control value coredir decodes is one well-formed element and
-/// nothing after it (an Assertion's, a well-formed filter).
+/// nothing after it (an Assertion's, a well-formed filter; Matched
+/// Values', well-formed filter items).
 fn value_shape(oid: &[u8], value: &[u8]) -> bool {
     let Ok(v) = tlv(value) else { return false };
     v.rest.is_empty()
         && well_formed(v.tag, v.content, 0).is_ok()
         && (oid != b"1.3.6.1.1.12" || filter_shape(&v).is_ok())
+        && (oid != b"1.2.826.0.1.3344810.2.3" || items_shape(&v).is_ok())
+}
+
+/// `ValuesReturnFilter ::= SEQUENCE OF SimpleFilterItem` (RFC 3876): filter
+/// items, each of its choice's shape, and no AND, OR or NOT.
+fn items_shape(v: &Tlv<'_>) -> Result<(), &'static str> {
+    if v.tag != SEQUENCE {
+        return Err("a values return filter is a SEQUENCE");
+    }
+    let mut rest = v.content;
+    while !rest.is_empty() {
+        let item = tlv(rest)?;
+        if matches!(item.tag, 0xA0..=0xA2) {
+            return Err("a values return filter has no AND, OR or NOT");
+        }
+        filter_shape(&item)?;
+        rest = item.rest;
+    }
+    Ok(())
 }
 
 /// A Filter has the shape RFC 4511 §4.5.1 gives each choice; ldap3_proto
@@ -455,6 +475,22 @@ mod tests {
         // Not a control coredir decodes: its value is its own business.
         let other = t(SEQUENCE, &[t(OCTET_STRING, b"1.2.3"), t(OCTET_STRING, &trailing)].concat());
         assert_eq!(check(&msg(&[3], &delete, &t(CONTROLS, &other))), Ok(Check::Ok));
+    }
+
+    #[test]
+    fn matched_values_items_have_their_shapes() {
+        let search = |value: Vec<u8>| {
+            let fields = [t(OCTET_STRING, b""), t(0x0A, &[0]), t(0x0A, &[0]), t(INTEGER, &[0]), t(INTEGER, &[0])];
+            let body = [fields.concat(), t(BOOLEAN, &[0]), t(0x87, b"cn"), t(SEQUENCE, &[])].concat();
+            let control = t(SEQUENCE, &[t(OCTET_STRING, b"1.2.826.0.1.3344810.2.3"), t(OCTET_STRING, &value)].concat());
+            check(&msg(&[1], &t(0x63, &body), &t(CONTROLS, &control)))
+        };
+        let eq = t(0xA3, &[t(OCTET_STRING, b"cn"), t(OCTET_STRING, b"x")].concat());
+        assert_eq!(search(t(SEQUENCE, &eq)), Ok(Check::Ok));
+        let three = t(0xA3, &[t(OCTET_STRING, b"cn"), t(OCTET_STRING, b"x"), t(OCTET_STRING, b"y")].concat());
+        for bad in [t(SEQUENCE, &three), t(SEQUENCE, &t(0xA2, &eq)), eq.clone()] {
+            assert!(matches!(search(bad), Ok(Check::Refuse { code: LdapResultCode::ProtocolError, .. })));
+        }
     }
 
     #[test]
