@@ -41,6 +41,8 @@ impl Harness {
             draining: Default::default(),
             listeners: Default::default(),
             replication: Default::default(),
+            carries: Default::default(),
+            resumed: std::sync::atomic::AtomicBool::new(true),
         });
         let ex = LocalExecutorBuilder::new(Placement::Unbound)
             .io_memory(512 << 10)

@@ -86,6 +86,11 @@ pub struct Shared {
     pub listeners: std::sync::Mutex<Vec<std::os::fd::RawFd>>,
     /// Mirror mode's state, for `ctl replication`.
     pub replication: Arc<crate::replication::Shared>,
+    /// Subtrees being renamed across owners (`ops::modify_dn::Carries`).
+    pub carries: crate::ops::modify_dn::Carries,
+    /// Set once shard 0 has finished the renames a crash interrupted; no
+    /// shard serves before.
+    pub resumed: std::sync::atomic::AtomicBool,
 }
 
 impl Ctx {
@@ -343,6 +348,8 @@ pub fn serve(config: Config) -> Result<()> {
         draining: Default::default(),
         listeners: std::sync::Mutex::new(listening_fds),
         replication,
+        carries: Default::default(),
+        resumed: Default::default(),
     });
     let (ready_tx, ready_rx) = mpsc::channel::<Result<usize, String>>();
     let mut handles = Vec::new();
@@ -383,6 +390,12 @@ pub fn serve(config: Config) -> Result<()> {
                                     return;
                                 }
                             }
+                            shared.resumed.store(true, std::sync::atomic::Ordering::Release);
+                        }
+                        // Start-up only: the other shards' owners serve shard 0's
+                        // resumption meanwhile; the start-up deadline bounds the wait.
+                        while !shared.resumed.load(std::sync::atomic::Ordering::Acquire) {
+                            glommio::timer::sleep(Duration::from_millis(1)).await;
                         }
                         glommio::spawn_local(flush_log(ctx.clone())).detach();
                         if let (0, Some(path)) = (i, &config.server.ldapi) {

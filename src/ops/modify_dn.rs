@@ -27,6 +27,7 @@ use crate::ops::{access, parse_dn, with_matched};
 use ldap3_proto::control::LdapControl;
 use ldap3_proto::proto::LdapModifyDNRequest;
 use ldap3_proto::LdapResultCode;
+use shards::dn::KEY_SEPARATOR;
 use shards::dn::{Dn, Rdn};
 use shards::entry::Entry;
 use shards::moves;
@@ -35,6 +36,8 @@ use shards::store::Store;
 use shards::write::{children, Extras, Images, Parent, WriteOp};
 use shards::{now_generalized, Error, Result, Shard};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 /// The old DN's owner's part of a rename (the parents are counted apart).
 fn move_op(old_key: &[u8], old_text: &str, new_key: Vec<u8>, entry: Entry) -> WriteOp {
@@ -120,6 +123,8 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
             access::require(&a, shard, &superior.key(), &children, Level::Write)?;
         }
     }
+    // Held until the rename is done: writes below either DN are `busy`.
+    let _claim = ctx.shared.carries.claim(old.key(), new.key())?;
     let in_place = old.key() == new.key();
     let (mut entry, below) = read_subtree(&conn, &old, &req.dn, in_place).map_err(|e| with_matched(&conn, &old, e))?;
     // Checked on the entry as read: a rename is not one owner transaction.
@@ -219,21 +224,22 @@ async fn move_entry(shard: &Rc<Shard>, old: &Dn, new: &Dn, entry: Entry, below: 
 async fn carry(shard: &Rc<Shard>, old: &Dn, new: &Dn, entry: Entry, below: Vec<Member>) -> Result<()> {
     let uuid = shards::changelog::uuid_of(&entry)?;
     let intent = Intent { uuid, old: old.to_string_form(), new: entry.dn.clone() };
-    let home = shard.owner_of(&old.key());
-    shard.submit_to(home, WriteOp::Intent { uuid, intent: Some(intent) }).await?;
+    // Every new DN is made (and checked: not too long) before anything is written.
     let mut arrivals = vec![(new.clone(), entry)];
     arrivals.extend(below.into_iter().map(|m| moved(m.entry, old, new)).collect::<Result<Vec<_>>>()?);
     let departures: Vec<Dn> = arrivals.iter().map(|(dn, _)| renames::moved_dn(dn, new, old)).collect();
+    let home = shard.owner_of(&old.key());
+    shard.submit_to(home, WriteOp::Intent { uuid, intent: Some(intent) }).await?;
     let mut inserted = Vec::new();
     if let Err(e) = insert_all(shard, arrivals, false, &mut inserted).await {
         // Only what this carry inserted: the new DN may be taken by another entry.
-        let _ = remove_all(shard, inserted, true).await;
+        let _ = remove_all(shard, inserted, GONE).await;
         let _ = shard.submit_to(home, WriteOp::Intent { uuid, intent: None }).await;
         return Err(e);
     }
     // From here on the rename is done for a crash: what fails now is
     // finished by the next start (`resume`), which keeps the intent.
-    remove_all(shard, departures, false).await?;
+    remove_all(shard, departures, &[]).await?;
     shard.submit_to(home, WriteOp::Intent { uuid, intent: None }).await
 }
 
@@ -299,9 +305,12 @@ async fn insert_all(
     result
 }
 
-/// Removes entries, children before parents. With `tolerant`, one that is
-/// already gone is no failure (an undo, a resumed carry).
-async fn remove_all(shard: &Rc<Shard>, mut dns: Vec<Dn>, tolerant: bool) -> Result<()> {
+/// What an undo tolerates: an entry already gone.
+const GONE: &[LdapResultCode] = &[LdapResultCode::NoSuchObject];
+
+/// Removes entries, children before parents; a removal that fails with
+/// one of the `tolerated` codes is no failure.
+async fn remove_all(shard: &Rc<Shard>, mut dns: Vec<Dn>, tolerated: &[LdapResultCode]) -> Result<()> {
     dns.sort_by_key(|dn| std::cmp::Reverse(dn.depth()));
     let mut result = Ok(());
     for level in dns.chunk_by(|a, b| a.depth() == b.depth()) {
@@ -318,7 +327,7 @@ async fn remove_all(shard: &Rc<Shard>, mut dns: Vec<Dn>, tolerant: bool) -> Resu
                 .collect();
             for t in tasks {
                 match t.await {
-                    Err(e) if tolerant && e.code == LdapResultCode::NoSuchObject => {}
+                    Err(e) if tolerated.contains(&e.code) => {}
                     r => result = result.and(r),
                 }
             }
@@ -329,31 +338,154 @@ async fn remove_all(shard: &Rc<Shard>, mut dns: Vec<Dn>, tolerant: bool) -> Resu
 }
 
 /// Finishes the carries a crash interrupted (see the module text); run on
-/// one shard at start, before it serves. Returns how many it finished.
+/// shard 0 at start, before any shard serves. Returns how many it finished.
 pub async fn resume(shard: &Rc<Shard>) -> Result<usize> {
     let mut finished = 0;
     for (home, store) in shard.stores.iter().enumerate() {
         for intent in renames::pending(store)? {
             let (old, new) = (Dn::parse(&intent.old)?, Dn::parse(&intent.new)?);
-            let arrived =
-                shard.get_entry(&new.key())?.is_some_and(|e| shards::changelog::uuid_of(&e).ok() == Some(intent.uuid));
-            if arrived {
-                let below = renames::below(&shard.stores, &old.key(), 0)?;
-                let arrivals = below.into_iter().map(|m| moved(m.entry, &old, &new)).collect::<Result<Vec<_>>>()?;
-                let mut departures: Vec<Dn> =
-                    arrivals.iter().map(|(dn, _)| renames::moved_dn(dn, &new, &old)).collect();
-                insert_all(shard, arrivals, true, &mut Vec::new()).await?;
-                if shard
-                    .get_entry(&old.key())?
-                    .is_some_and(|e| shards::changelog::uuid_of(&e).ok() == Some(intent.uuid))
-                {
-                    departures.push(old.clone());
-                }
-                remove_all(shard, departures, true).await?;
+            if uuid_at(shard, &new)? == Some(intent.uuid) {
+                finish(shard, &old, &new, intent.uuid).await?;
                 finished += 1;
             }
             shard.submit_to(home, WriteOp::Intent { uuid: intent.uuid, intent: None }).await?;
         }
     }
     Ok(finished)
+}
+
+/// The entryUUID of the entry at `dn`, if there is one.
+fn uuid_at(shard: &Shard, dn: &Dn) -> Result<Option<[u8; 16]>> {
+    Ok(shard.get_entry(&dn.key())?.and_then(|e| shards::changelog::uuid_of(&e).ok()))
+}
+
+/// Moves what is still below `old` (whose entry `uuid` is at `new`) to
+/// below `new`: an entry whose copy is there leaves; one whose new DN holds
+/// another entry stays where it is, said on stderr, and so do its
+/// ancestors.
+async fn finish(shard: &Rc<Shard>, old: &Dn, new: &Dn, uuid: [u8; 16]) -> Result<()> {
+    let (mut arrivals, mut departures) = (Vec::new(), Vec::new());
+    let (o, n) = (old.to_string_form(), new.to_string_form());
+    for m in renames::below(&shard.stores, &old.key(), 0)? {
+        let (was, own) = (m.entry.dn.clone(), shards::changelog::uuid_of(&m.entry)?);
+        let (dn, entry) = match moved(m.entry, old, new) {
+            Ok(moved) => moved,
+            Err(e) => {
+                eprintln!("coredir: finishing the rename of {o} to {n}: {was} stays: {}", e.message);
+                continue;
+            }
+        };
+        match uuid_at(shard, &dn)? {
+            Some(there) if there != own => {
+                eprintln!("coredir: finishing the rename of {o} to {n}: {was} stays: another entry holds its new DN");
+            }
+            Some(_) => departures.push(renames::moved_dn(&dn, new, old)),
+            None => {
+                departures.push(renames::moved_dn(&dn, new, old));
+                arrivals.push((dn, entry));
+            }
+        }
+    }
+    insert_all(shard, arrivals, true, &mut Vec::new()).await?;
+    if uuid_at(shard, old)? == Some(uuid) {
+        departures.push(old.clone());
+    }
+    // An entry kept above keeps its ancestors: they stay, not being leaves.
+    remove_all(shard, departures, &[LdapResultCode::NoSuchObject, LdapResultCode::NotAllowedOnNonLeaf]).await
+}
+
+/// The renames running in this process, shared by every shard: an add,
+/// delete or modify of an entry within the old or new DN of one, or a
+/// rename touching either, is `busy` until it is done, so no update is
+/// lost to a copy and no entry appears or vanishes below a subtree while
+/// it moves. A lock between shards, taken only by writes while a rename
+/// runs: otherwise a write costs one relaxed load of `active`.
+#[derive(Default)]
+pub struct Carries {
+    active: AtomicUsize,
+    table: Mutex<Vec<(Vec<u8>, Vec<u8>)>>,
+}
+
+/// Whether storage key `key` is `base` or below it.
+fn within(key: &[u8], base: &[u8]) -> bool {
+    base.is_empty() || key == base || (key.starts_with(base) && key.get(base.len()) == Some(&KEY_SEPARATOR))
+}
+
+fn busy() -> Error {
+    Error::new(LdapResultCode::Busy, "a rename of a subtree holding this entry is in progress")
+}
+
+impl Carries {
+    /// `busy` when a running rename covers the entry with this key.
+    pub fn check(&self, key: &[u8]) -> Result<()> {
+        if self.active.load(Ordering::Relaxed) == 0 {
+            return Ok(());
+        }
+        let table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        match table.iter().any(|(old, new)| within(key, old) || within(key, new)) {
+            true => Err(busy()),
+            false => Ok(()),
+        }
+    }
+
+    /// Registers a rename from `old` to `new` until the claim is dropped;
+    /// `busy` when it overlaps one running (either within the other).
+    fn claim(&self, old: Vec<u8>, new: Vec<u8>) -> Result<Claim<'_>> {
+        let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        let overlaps = |a: &[u8], b: &[u8]| within(a, b) || within(b, a);
+        if table.iter().any(|(o, n)| [o, n].iter().any(|p| overlaps(&old, p) || overlaps(&new, p))) {
+            return Err(busy());
+        }
+        table.push((old.clone(), new));
+        self.active.fetch_add(1, Ordering::Relaxed);
+        Ok(Claim { carries: self, old })
+    }
+}
+
+/// A registered rename; dropping it ends the registration.
+struct Claim<'a> {
+    carries: &'a Carries,
+    old: Vec<u8>,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        let mut table = self.carries.table.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = table.iter().position(|(o, _)| *o == self.old) {
+            table.swap_remove(i);
+            self.carries.active.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(dn: &str) -> Vec<u8> {
+        Dn::parse(dn).unwrap().key()
+    }
+
+    #[test]
+    fn a_running_rename_makes_writes_below_either_dn_busy() {
+        let carries = Carries::default();
+        assert!(carries.check(&key("cn=x,ou=a,dc=t")).is_ok(), "nothing runs");
+        let claim = carries.claim(key("ou=a,dc=t"), key("ou=b,dc=t")).unwrap();
+        for busy in ["ou=a,dc=t", "cn=x,ou=a,dc=t", "cn=y,cn=x,ou=b,dc=t"] {
+            assert_eq!(carries.check(&key(busy)).unwrap_err().code, LdapResultCode::Busy, "{busy}");
+        }
+        for free in ["dc=t", "ou=ab,dc=t", "cn=x,ou=c,dc=t"] {
+            assert!(carries.check(&key(free)).is_ok(), "{free}");
+        }
+        // Renames overlapping it either way wait too; others go on.
+        assert!(carries.claim(key("cn=x,ou=a,dc=t"), key("cn=x,ou=c,dc=t")).is_err());
+        assert!(carries.claim(key("ou=c,dc=t"), key("ou=d,ou=b,dc=t")).is_err());
+        assert!(carries.claim(key("dc=t"), key("dc=u")).is_err(), "an ancestor of the subtree");
+        let other = carries.claim(key("ou=c,dc=t"), key("ou=d,dc=t")).unwrap();
+        drop(claim);
+        assert!(carries.check(&key("cn=x,ou=a,dc=t")).is_ok(), "done");
+        assert_eq!(carries.check(&key("ou=d,dc=t")).unwrap_err().code, LdapResultCode::Busy);
+        drop(other);
+        assert_eq!(carries.active.load(Ordering::Relaxed), 0);
+    }
 }

@@ -112,3 +112,61 @@ fn two_shard_starts_on_a_loaded_machine_all_finish() {
     hogs.into_iter().for_each(|h| h.join().unwrap());
     assert!(failures.is_empty(), "starts that never reported listening: {failures:?}");
 }
+
+/// While a subtree moves across owners, writes to its entries are either
+/// refused with `busy` or kept: whatever the interleaving, no acknowledged
+/// modify is lost to the copy, and every entry ends at exactly one DN.
+#[test]
+fn writes_during_a_subtree_rename_are_kept_or_busy() {
+    let s = Server::start(2);
+    let mut c = s.admin();
+    let (old, new) = (format!("ou=big,{SUFFIX}"), format!("ou=moved,{SUFFIX}"));
+    let ou = vec![("objectClass", HashSet::from(["organizationalUnit"])), ("ou", HashSet::from(["big"]))];
+    assert_eq!(c.add(&old, ou).unwrap().rc, 0);
+    const KIDS: usize = 300;
+    for k in 0..KIDS {
+        let cn = format!("k{k}");
+        let kid = vec![
+            ("objectClass", HashSet::from(["person"])),
+            ("cn", HashSet::from([cn.as_str()])),
+            ("sn", HashSet::from(["v0"])),
+        ];
+        assert_eq!(c.add(&format!("cn={cn},{old}"), kid).unwrap().rc, 0);
+    }
+    let (url, old_dn, new_dn) = (s.url(), old.clone(), new.clone());
+    let writer = std::thread::spawn(move || {
+        let (old, new) = (old_dn, new_dn);
+        let mut w = ldap3::LdapConn::new(&url).unwrap();
+        w.simple_bind(ROOT_DN, ROOT_PW).unwrap().success().unwrap();
+        // The last value acknowledged per child.
+        let mut acked = vec![None; KIDS];
+        for round in 1..=4 {
+            for (k, last) in acked.iter_mut().enumerate() {
+                let v = format!("v{round}");
+                let m = || vec![Mod::Replace("sn", HashSet::from([v.as_str()]))];
+                for parent in [&old, &new] {
+                    match w.modify(&format!("cn=k{k},{parent}"), m()).unwrap().rc {
+                        0 => {
+                            *last = Some(v.clone());
+                            break;
+                        }
+                        32 | 51 => {}
+                        rc => panic!("modify of k{k}: {rc}"),
+                    }
+                }
+            }
+        }
+        acked
+    });
+    assert_eq!(c.modifydn(&old, "ou=moved", true, None).unwrap().rc, 0);
+    let acked = writer.join().unwrap();
+    assert!(search_dns(&mut c, SUFFIX, Scope::Subtree, "(ou=big)").is_empty());
+    for (k, last) in acked.iter().enumerate() {
+        let found = search_dns(&mut c, SUFFIX, Scope::Subtree, &format!("(cn=k{k})"));
+        assert_eq!(found, vec![format!("cn=k{k},{new}")], "k{k} at exactly one DN");
+        let sn = get_entry(&mut c, &found[0], vec!["sn"]).unwrap().attrs["sn"].clone();
+        if let Some(v) = last {
+            assert_eq!(&sn[0], v, "k{k}: the acknowledged modify was lost");
+        }
+    }
+}
