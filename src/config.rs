@@ -254,6 +254,9 @@ pub struct Limits {
     /// virtual list view) may take while they are sorted; past it
     /// adminLimitExceeded. 0: no limit.
     pub max_sort_bytes: usize,
+    /// Sorted searches (sort, virtual list view) one connection may have
+    /// running at once (slapd's `sssvlv-maxperconn`); past it `busy`.
+    pub max_sorts_per_connection: usize,
     /// Entries a search may examine without an index (everyone but the
     /// root DN), like 389-ds's look-through limit; 0 means no limit.
     pub unindexed_lookthrough: usize,
@@ -358,6 +361,7 @@ impl Default for Limits {
             max_filter_terms: 10_000,
             max_rename_entries: 10_000,
             max_sort_bytes: 64 << 20,
+            max_sorts_per_connection: 5,
             unindexed_lookthrough: 100_000,
             unindexed_result: "adminLimitExceeded".into(),
             size_limit: 500,

@@ -95,6 +95,8 @@ pub struct Conn {
     /// Operations running as tasks (searches and writes), for the
     /// `max_pending` limits.
     pub pending: Cell<usize>,
+    /// Sorted searches running (`limits.max_sorts_per_connection`).
+    pub sorting: Cell<usize>,
     /// Security strength of TLS on this connection (0 without).
     pub tls_ssf: Cell<u32>,
     /// Of the transport (71 for the local socket, as slapd; 0 for TCP).
@@ -140,6 +142,7 @@ impl Conn {
             running: RefCell::new(HashMap::new()),
             canceled: RefCell::default(),
             pending: Cell::new(0),
+            sorting: Cell::new(0),
             tls_ssf: Cell::new(0),
             transport_ssf,
             out,

@@ -249,6 +249,7 @@ async fn run(
         }
     }
     let mut sorter = None;
+    let mut _sorting = None;
     if let Some(keys) = &ctrls.sort {
         // Sorting by an attribute one may not search would disclose its
         // order: refused when no entry allows it; decided per entry (the
@@ -280,6 +281,7 @@ async fn run(
                 };
                 let s = Sorter::new(keys, keep, live.limits.max_sort_bytes)
                     .map_err(|r| Error::new(r.result_code, "cannot sort by those keys"))?;
+                _sorting = Some(Sorting::start(conn, live.limits.max_sorts_per_connection)?);
                 sorter = Some(s);
             }
         }
@@ -363,6 +365,26 @@ async fn run(
         done_ctrls.push(LdapControl::SimplePagedResults { size: 0, cookie });
     }
     Ok(())
+}
+
+/// A sorted search counted on its connection while it runs: what each
+/// holds is bounded by `limits.max_sort_bytes`, how many by this.
+struct Sorting<'c>(&'c Conn);
+
+impl<'c> Sorting<'c> {
+    fn start(conn: &'c Conn, most: usize) -> Result<Sorting<'c>> {
+        if most > 0 && conn.sorting.get() >= most {
+            return Err(Error::new(LdapResultCode::Busy, "Other sort requests already in progress"));
+        }
+        conn.sorting.set(conn.sorting.get() + 1);
+        Ok(Sorting(conn))
+    }
+}
+
+impl Drop for Sorting<'_> {
+    fn drop(&mut self) {
+        self.0.sorting.set(self.0.sorting.get() - 1);
+    }
 }
 
 /// Sends the window of a Virtual List View, within the size limit, after
