@@ -247,6 +247,12 @@ fn plain_attr(attr: &str) -> bool {
     }
 }
 
+/// Whether storage key `key` names an entry strictly below `base` (every
+/// entry is below the root, whose key is empty).
+pub fn key_below(key: &[u8], base: &[u8]) -> bool {
+    base.is_empty() || (key.len() > base.len() && key.starts_with(base) && key[base.len()] == KEY_SEPARATOR)
+}
+
 /// Number of RDNs in a storage key.
 pub fn key_depth(key: &[u8]) -> usize {
     if key.is_empty() {

@@ -26,7 +26,7 @@ pub mod check;
 pub mod parse;
 
 use regex::Regex;
-use shards::dn::{key_depth, KEY_SEPARATOR};
+use shards::dn::{key_below, key_depth, KEY_SEPARATOR};
 use shards::entry::EntryView;
 use shards::filter::{Names, Node};
 use std::cell::RefCell;
@@ -149,9 +149,7 @@ pub enum DnPattern {
 
 impl DnPattern {
     pub fn matches(&self, key: &[u8]) -> bool {
-        let below = |base: &[u8]| {
-            base.is_empty() || (key.len() > base.len() && key.starts_with(base) && key[base.len()] == KEY_SEPARATOR)
-        };
+        let below = |base: &[u8]| key_below(key, base);
         match self {
             DnPattern::Base(base) => key == base.as_slice(),
             DnPattern::One(base) => below(base) && key_depth(key) == key_depth(base) + 1,

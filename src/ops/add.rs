@@ -29,7 +29,7 @@ use std::rc::Rc;
 pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Result<Vec<LdapControl>> {
     let dn = parse_dn(&req.dn)?;
     let ctx = &conn.ctx;
-    conn.ctx.shared.carries.check(&dn.key())?;
+    conn.ctx.shared.carries.check(&dn)?;
     if dn.is_root() {
         return Err(Error::already_exists("the root DSE"));
     }

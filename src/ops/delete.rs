@@ -16,7 +16,7 @@ use std::rc::Rc;
 
 pub async fn handle(conn: Rc<Conn>, dn_text: String, ctrls: Controls) -> Result<Vec<LdapControl>> {
     let dn = parse_dn(&dn_text)?;
-    conn.ctx.shared.carries.check(&dn.key())?;
+    conn.ctx.shared.carries.check(&dn)?;
     if dn.is_root() {
         return Err(Error::unwilling("the root DSE cannot be deleted"));
     }

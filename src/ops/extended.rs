@@ -167,7 +167,7 @@ async fn change(conn: &Conn, req: LdapPasswordModifyRequest) -> Result<Option<St
     let mods = vec![Mod::Replace(Attr { name: "userPassword".into(), vals: vec![hashed.into_bytes()] })];
     let stamp = Stamp { modifier: own, time: now_generalized() };
     let key = dn.key();
-    conn.ctx.shared.carries.check(&key)?;
+    conn.ctx.shared.carries.check(&dn)?;
     let op = WriteOp::Modify { key: key.clone(), dn: target, mods, rdn: Vec::new(), stamp, extras: Default::default() };
     shard.submit(&key, op).await?;
     Ok(generated)

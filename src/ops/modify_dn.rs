@@ -27,8 +27,7 @@ use crate::ops::{access, parse_dn, with_matched};
 use ldap3_proto::control::LdapControl;
 use ldap3_proto::proto::LdapModifyDNRequest;
 use ldap3_proto::LdapResultCode;
-use shards::dn::KEY_SEPARATOR;
-use shards::dn::{Dn, Rdn};
+use shards::dn::{key_below, Dn, Rdn};
 use shards::entry::Entry;
 use shards::moves;
 use shards::renames::{self, Intent, Member};
@@ -252,28 +251,43 @@ fn moved(mut entry: Entry, old: &Dn, new: &Dn) -> Result<(Dn, Entry)> {
 
 /// Rewrites the stored DNs below an entry renamed in place.
 async fn respell(shard: &Rc<Shard>, old: &Dn, new: &Dn, below: Vec<Member>) -> Result<()> {
-    for wave in below.chunks(WAVE) {
-        let mut tasks = Vec::with_capacity(wave.len());
-        for m in wave {
-            let (dn, entry) = moved(m.entry.clone(), old, new)?;
-            let op = move_op(&m.old_key, &dn.to_string_form(), m.old_key.clone(), entry);
-            let s = shard.clone();
-            let key = m.old_key.clone();
-            tasks.push(glommio::spawn_local(async move { s.submit(&key, op).await }));
-        }
-        for t in tasks {
-            t.await?;
-        }
+    let mut ops = Vec::with_capacity(below.len());
+    for m in below {
+        let (dn, entry) = moved(m.entry, old, new)?;
+        let op = move_op(&m.old_key, &dn.to_string_form(), m.old_key.clone(), entry);
+        ops.push((m.old_key, op));
     }
-    Ok(())
+    let writes = side_by_side(ops, |(key, op)| {
+        let s = shard.clone();
+        async move { s.submit(&key, op).await }
+    });
+    writes.await.into_iter().collect()
 }
 
 /// Most inserts or removals of one carry in flight at once.
 const WAVE: usize = 256;
 
-/// Inserts entries, parents before children: one depth at a time, side by
-/// side within it so that group commits take many; the DNs inserted go to
-/// `inserted`. With `resuming`, an entry already there is left alone.
+/// Runs one write per item, `WAVE` at a time side by side so that group
+/// commits take many; the results in the items' order.
+async fn side_by_side<T, R, Fut>(items: Vec<T>, write: impl Fn(T) -> Fut) -> Vec<Result<R>>
+where
+    R: 'static,
+    Fut: std::future::Future<Output = Result<R>> + 'static,
+{
+    let mut out = Vec::with_capacity(items.len());
+    let mut items = items.into_iter().peekable();
+    while items.peek().is_some() {
+        let tasks: Vec<_> = items.by_ref().take(WAVE).map(|i| glommio::spawn_local(write(i))).collect();
+        for t in tasks {
+            out.push(t.await);
+        }
+    }
+    out
+}
+
+/// Inserts entries, parents before children: one depth at a time; the DNs
+/// inserted go to `inserted`. With `resuming`, an entry already there is
+/// left alone.
 async fn insert_all(
     shard: &Rc<Shard>,
     mut entries: Vec<(Dn, Entry)>,
@@ -281,28 +295,22 @@ async fn insert_all(
     inserted: &mut Vec<Dn>,
 ) -> Result<()> {
     entries.sort_by_key(|(dn, _)| dn.depth());
-    let mut result = Ok(());
     for level in entries.chunk_by(|a, b| a.0.depth() == b.0.depth()) {
-        for wave in level.chunks(WAVE) {
-            let tasks: Vec<_> = wave
-                .iter()
-                .cloned()
-                .map(|(dn, entry)| {
-                    let s = shard.clone();
-                    glommio::spawn_local(async move { insert(&s, &dn, entry, false).await.map(|_| dn) })
-                })
-                .collect();
-            for t in tasks {
-                match t.await {
-                    Err(e) if resuming && e.code == LdapResultCode::EntryAlreadyExists => {}
-                    Err(e) => result = result.and(Err(e)),
-                    Ok(dn) => inserted.push(dn),
-                }
+        let writes = side_by_side(level.to_vec(), |(dn, entry)| {
+            let s = shard.clone();
+            async move { insert(&s, &dn, entry, false).await.map(|_| dn) }
+        });
+        let mut result = Ok(());
+        for r in writes.await {
+            match r {
+                Err(e) if resuming && e.code == LdapResultCode::EntryAlreadyExists => {}
+                Err(e) => result = result.and(Err(e)),
+                Ok(dn) => inserted.push(dn),
             }
-            result.clone()?;
         }
+        result?;
     }
-    result
+    Ok(())
 }
 
 /// What an undo tolerates: an entry already gone.
@@ -312,29 +320,19 @@ const GONE: &[LdapResultCode] = &[LdapResultCode::NoSuchObject];
 /// one of the `tolerated` codes is no failure.
 async fn remove_all(shard: &Rc<Shard>, mut dns: Vec<Dn>, tolerated: &[LdapResultCode]) -> Result<()> {
     dns.sort_by_key(|dn| std::cmp::Reverse(dn.depth()));
-    let mut result = Ok(());
     for level in dns.chunk_by(|a, b| a.depth() == b.depth()) {
-        for wave in level.chunks(WAVE) {
-            let tasks: Vec<_> = wave
-                .iter()
-                .cloned()
-                .map(|dn| {
-                    let s = shard.clone();
-                    glommio::spawn_local(async move {
-                        remove(&s, &dn, &dn.to_string_form(), false, Extras::default()).await.map(|_| ())
-                    })
-                })
-                .collect();
-            for t in tasks {
-                match t.await {
-                    Err(e) if tolerated.contains(&e.code) => {}
-                    r => result = result.and(r),
-                }
+        let writes = side_by_side(level.to_vec(), |dn| {
+            let s = shard.clone();
+            async move { remove(&s, &dn, &dn.to_string_form(), false, Extras::default()).await.map(|_| ()) }
+        });
+        for r in writes.await {
+            match r {
+                Err(e) if tolerated.contains(&e.code) => {}
+                r => r?,
             }
-            result.clone()?;
         }
     }
-    result
+    Ok(())
 }
 
 /// Finishes the carries a crash interrupted (see the module text); run on
@@ -408,7 +406,7 @@ pub struct Carries {
 
 /// Whether storage key `key` is `base` or below it.
 fn within(key: &[u8], base: &[u8]) -> bool {
-    base.is_empty() || key == base || (key.starts_with(base) && key.get(base.len()) == Some(&KEY_SEPARATOR))
+    key == base || key_below(key, base)
 }
 
 fn busy() -> Error {
@@ -416,13 +414,15 @@ fn busy() -> Error {
 }
 
 impl Carries {
-    /// `busy` when a running rename covers the entry with this key.
-    pub fn check(&self, key: &[u8]) -> Result<()> {
+    /// `busy` when a running rename covers the entry `dn` (whose key is
+    /// built only then).
+    pub fn check(&self, dn: &Dn) -> Result<()> {
         if self.active.load(Ordering::Relaxed) == 0 {
             return Ok(());
         }
+        let key = dn.key();
         let table = self.table.lock().unwrap_or_else(|p| p.into_inner());
-        match table.iter().any(|(old, new)| within(key, old) || within(key, new)) {
+        match table.iter().any(|(old, new)| within(&key, old) || within(&key, new)) {
             true => Err(busy()),
             false => Ok(()),
         }
@@ -469,13 +469,14 @@ mod tests {
     #[test]
     fn a_running_rename_makes_writes_below_either_dn_busy() {
         let carries = Carries::default();
-        assert!(carries.check(&key("cn=x,ou=a,dc=t")).is_ok(), "nothing runs");
+        let dn = |d: &str| Dn::parse(d).unwrap();
+        assert!(carries.check(&dn("cn=x,ou=a,dc=t")).is_ok(), "nothing runs");
         let claim = carries.claim(key("ou=a,dc=t"), key("ou=b,dc=t")).unwrap();
         for busy in ["ou=a,dc=t", "cn=x,ou=a,dc=t", "cn=y,cn=x,ou=b,dc=t"] {
-            assert_eq!(carries.check(&key(busy)).unwrap_err().code, LdapResultCode::Busy, "{busy}");
+            assert_eq!(carries.check(&dn(busy)).unwrap_err().code, LdapResultCode::Busy, "{busy}");
         }
         for free in ["dc=t", "ou=ab,dc=t", "cn=x,ou=c,dc=t"] {
-            assert!(carries.check(&key(free)).is_ok(), "{free}");
+            assert!(carries.check(&dn(free)).is_ok(), "{free}");
         }
         // Renames overlapping it either way wait too; others go on.
         assert!(carries.claim(key("cn=x,ou=a,dc=t"), key("cn=x,ou=c,dc=t")).is_err());
@@ -483,8 +484,8 @@ mod tests {
         assert!(carries.claim(key("dc=t"), key("dc=u")).is_err(), "an ancestor of the subtree");
         let other = carries.claim(key("ou=c,dc=t"), key("ou=d,dc=t")).unwrap();
         drop(claim);
-        assert!(carries.check(&key("cn=x,ou=a,dc=t")).is_ok(), "done");
-        assert_eq!(carries.check(&key("ou=d,dc=t")).unwrap_err().code, LdapResultCode::Busy);
+        assert!(carries.check(&dn("cn=x,ou=a,dc=t")).is_ok(), "done");
+        assert_eq!(carries.check(&dn("ou=d,dc=t")).unwrap_err().code, LdapResultCode::Busy);
         drop(other);
         assert_eq!(carries.active.load(Ordering::Relaxed), 0);
     }
