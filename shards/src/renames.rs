@@ -92,29 +92,34 @@ pub struct Member {
 pub fn below(stores: &[Arc<Engine>], base: &[u8], limit: usize) -> Result<Vec<Member>> {
     let mut prefix = base.to_vec();
     prefix.push(KEY_SEPARATOR);
-    let mut found: Vec<(Vec<u8>, Vec<u8>, usize)> = Vec::new();
-    let mut over = false;
-    for (s, store) in stores.iter().enumerate() {
-        store.read()?.scan(Tree::Dn2id, &prefix, &prefix, &mut |k, id| {
-            found.push((k.to_vec(), id.to_vec(), s));
-            over = limit > 0 && found.len() > limit;
-            !over
+    let mut out = Vec::new();
+    let mut failed = None;
+    for store in stores {
+        // Each entry read in the snapshot that found its DN.
+        let txn = store.read()?;
+        txn.scan(Tree::Dn2id, &prefix, &prefix, &mut |k, id| {
+            if limit > 0 && out.len() == limit {
+                failed = Some(Error::new(
+                    ldap3_proto::LdapResultCode::AdminLimitExceeded,
+                    format!("the subtree has more than {limit} entries below it (limits.max_rename_entries)"),
+                ));
+                return false;
+            }
+            let read = txn
+                .get(Tree::Id2entry, id)
+                .and_then(|bytes| Entry::decode(bytes.ok_or_else(|| Error::other("dn2id names a missing entry"))?));
+            match read {
+                Ok(entry) => out.push(Member { old_key: k.to_vec(), entry }),
+                Err(e) => failed = Some(e),
+            }
+            failed.is_none()
         })?;
-        if over {
-            return Err(Error::new(
-                ldap3_proto::LdapResultCode::AdminLimitExceeded,
-                format!("the subtree has more than {limit} entries below it (limits.max_rename_entries)"),
-            ));
+        if let Some(e) = failed {
+            return Err(e);
         }
     }
     // Keys run from the root down: a parent's key sorts before its children's.
-    found.sort_unstable();
-    let mut out = Vec::with_capacity(found.len());
-    for (old_key, id, s) in found {
-        let txn = stores[s].read()?;
-        let bytes = txn.get(Tree::Id2entry, &id)?.ok_or_else(|| Error::other("dn2id names a missing entry"))?;
-        out.push(Member { old_key, entry: Entry::decode(bytes)? });
-    }
+    out.sort_unstable_by(|a, b| a.old_key.cmp(&b.old_key));
     Ok(out)
 }
 
