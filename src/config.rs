@@ -209,8 +209,14 @@ pub struct Server {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Directory {
-    /// The naming context created with a new database.
-    pub suffix: String,
+    /// The naming context (slapd's `suffix`); its entry, with `ou=people`
+    /// and `ou=groups`, is created with a new database.
+    pub suffix: Option<String>,
+    /// Several naming contexts, in the order `namingContexts` lists them
+    /// (instead of `suffix`). Each one's entry is created when the suffix
+    /// is first configured; the first also gets `ou=people` and `ou=groups`
+    /// in a new database.
+    pub suffixes: Vec<String>,
     /// The root identity; it needs no entry and bypasses access checks.
     pub root_dn: String,
     /// `{SSHA}` hash of the root password; overrides the hash chosen when
@@ -330,10 +336,14 @@ impl Default for Server {
     }
 }
 
+/// The naming context of a configuration that names none.
+pub const DEFAULT_SUFFIX: &str = "dc=example,dc=com";
+
 impl Default for Directory {
     fn default() -> Directory {
         Directory {
-            suffix: "dc=example,dc=com".into(),
+            suffix: None,
+            suffixes: Vec::new(),
             root_dn: "cn=admin,dc=example,dc=com".into(),
             root_password_hash: None,
         }
@@ -388,7 +398,36 @@ impl Config {
         Ok(config)
     }
 
-    /// Checks every value, naming the key of the first bad one.
+    /// The configured naming contexts, checked: `directory.suffix` or
+    /// `directory.suffixes` (not both), else `dc=example,dc=com`. None may
+    /// be empty or lie within another: slapd serves a nested suffix only
+    /// as a glued subordinate database, which coredir does not have.
+    pub fn naming_contexts(&self) -> Result<Vec<Dn>> {
+        let d = &self.directory;
+        let (key, texts) = match (&d.suffix, d.suffixes.is_empty()) {
+            (Some(_), false) => bail!("directory: give suffix or suffixes, not both"),
+            (Some(s), true) => ("directory.suffix", vec![s.clone()]),
+            (None, false) => ("directory.suffixes", d.suffixes.clone()),
+            (None, true) => ("directory.suffix", vec![DEFAULT_SUFFIX.to_string()]),
+        };
+        let mut dns: Vec<Dn> = Vec::with_capacity(texts.len());
+        for t in &texts {
+            let dn = Dn::parse(t).map_err(|e| anyhow!("{key}: {t:?}: {}", e.message))?;
+            if dn.is_root() {
+                bail!("{key}: a suffix must not be empty");
+            }
+            if let Some(other) = dns.iter().find(|o| dn.is_within(o) || o.is_within(&dn)) {
+                bail!(
+                    "{key}: {t:?} {} {:?}; nested naming contexts are not supported",
+                    if *other == dn { "repeats" } else { "overlaps" },
+                    other.to_string_form()
+                );
+            }
+            dns.push(dn);
+        }
+        Ok(dns)
+    }
+
     /// The server id in this server's CSNs.
     pub fn sid(&self) -> u16 {
         self.replication.server_id.unwrap_or(self.server.id) as u16
@@ -412,6 +451,7 @@ impl Config {
         }
     }
 
+    /// Checks every value, naming the key of the first bad one.
     pub fn validate(&self) -> Result<()> {
         self.listen_addr()?;
         if !(1..=4095).contains(&self.replication.server_id.unwrap_or(1)) {
@@ -440,10 +480,7 @@ impl Config {
             port.and_then(|p| p.parse::<u16>().ok())
                 .ok_or_else(|| anyhow!("replication.peer: {a:?} is not host:port"))?;
         }
-        Dn::parse(&self.directory.suffix).map_err(|e| anyhow!("directory.suffix: {}", e.message))?;
-        if Dn::parse(&self.directory.suffix)?.is_root() {
-            bail!("directory.suffix: must not be empty");
-        }
+        self.naming_contexts()?;
         Dn::parse(&self.directory.root_dn).map_err(|e| anyhow!("directory.root_dn: {}", e.message))?;
         if let Some(h) = &self.directory.root_password_hash {
             if !shards::password::is_hashed(h.as_bytes()) {

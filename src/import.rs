@@ -50,10 +50,10 @@ pub fn run(config: Config, file: &Path) -> Result<()> {
     unsynced.storage.sync = "never".into();
     let stores = server::open_stores(&unsynced, &data, &manifest)?;
     let input = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
-    let suffix = Dn::parse(&config.directory.suffix)?;
+    let suffixes = config.naming_contexts()?;
     let started = Instant::now();
     if created {
-        let res = bulk(&manifest, &stores, input, &suffix, config.sid());
+        let res = bulk(&manifest, &stores, input, &suffixes, config.sid());
         if res.is_err() {
             // Nothing was written: leave the directory as empty as it was.
             drop(stores);
@@ -90,8 +90,9 @@ pub fn run(config: Config, file: &Path) -> Result<()> {
         Router { manifest: &manifest, senders: &senders, pending: vec![Vec::new(); n_shards], sent_ok: true };
     let parsed = ldif::read(std::io::BufReader::new(input), |rec| {
         let line = rec.line;
-        let (dn, entry) = entry_of(rec, &suffix).map_err(|e| format!("line {line}: {e}"))?;
-        router.route(line, &dn, entry, dn == suffix);
+        let (dn, entry) = entry_of(rec, &suffixes).map_err(|e| format!("line {line}: {e}"))?;
+        let is_suffix = suffixes.contains(&dn);
+        router.route(line, &dn, entry, is_suffix);
         progress.inc(1);
         if router.sent_ok {
             Ok(())
@@ -142,7 +143,7 @@ fn bulk(
     manifest: &Arc<Manifest>,
     stores: &Arc<Vec<Arc<Engine>>>,
     input: std::fs::File,
-    suffix: &Dn,
+    suffixes: &[Dn],
     sid: u16,
 ) -> Result<usize> {
     let mut senders = Vec::new();
@@ -176,9 +177,9 @@ fn bulk(
     let send = |shard: usize, batch: Vec<(Vec<u8>, u32, Entry)>| senders[shard].send(Bulk::Entries(batch)).is_ok();
     let parsed = ldif::read(std::io::BufReader::new(input), |rec| {
         let line = rec.line;
-        let (dn, mut entry) = entry_of(rec, suffix).map_err(|e| format!("line {line}: {e}"))?;
+        let (dn, mut entry) = entry_of(rec, suffixes).map_err(|e| format!("line {line}: {e}"))?;
         let key = dn.key();
-        if dn != *suffix {
+        if !suffixes.contains(&dn) {
             let parent = dn.parent().key();
             if !seen.contains(&parent) {
                 return Err(format!("line {line}: {}", Error::no_such_object(&dn.parent().to_string_form()).message));
@@ -241,10 +242,11 @@ fn progress_bar() -> indicatif::ProgressBar {
 }
 
 /// Builds and checks an entry from an LDIF record.
-fn entry_of(rec: ldif::Record, suffix: &Dn) -> Result<(Dn, Entry), String> {
+fn entry_of(rec: ldif::Record, suffixes: &[Dn]) -> Result<(Dn, Entry), String> {
     let dn = Dn::parse(&rec.dn).map_err(|e| e.message)?;
-    if !dn.is_within(suffix) {
-        return Err(format!("{} is outside the naming context {}", rec.dn, suffix.to_string_form()));
+    if !suffixes.iter().any(|s| dn.is_within(s)) {
+        let names: Vec<String> = suffixes.iter().map(Dn::to_string_form).collect();
+        return Err(format!("{} is outside the naming contexts ({})", rec.dn, names.join("; ")));
     }
     // Values grouped per attribute type first, so duplicate checks are one
     // pass; each line's name is looked up in the schema once.

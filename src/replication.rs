@@ -108,6 +108,9 @@ struct Facts {
     database_id: String,
     partitions: u32,
     hash: String,
+    /// The naming contexts served (absent from peers before 2026-12-02).
+    #[serde(default)]
+    suffixes: Vec<String>,
 }
 
 /// What `coredir ctl replication` shows, per direction.
@@ -188,6 +191,7 @@ fn facts(ctx: &Ctx, config: &Config) -> Facts {
         database_id: m.database_id.clone(),
         partitions: m.partitions,
         hash: m.hash.clone(),
+        suffixes: ctx.suffixes.iter().map(Dn::to_string_form).collect(),
     }
 }
 
@@ -206,6 +210,18 @@ fn mismatch(ours: &Facts, theirs: &Facts) -> Option<String> {
         return Some(format!(
             "the peer partitions differently ({} by {} here, {} by {} there)",
             ours.partitions, ours.hash, theirs.partitions, theirs.hash
+        ));
+    }
+    let contexts = |f: &Facts| -> Vec<Vec<u8>> {
+        let mut keys: Vec<Vec<u8>> = f.suffixes.iter().filter_map(|s| Dn::parse(s).ok()).map(|d| d.key()).collect();
+        keys.sort();
+        keys
+    };
+    if !theirs.suffixes.is_empty() && contexts(theirs) != contexts(ours) {
+        return Some(format!(
+            "the peer serves other naming contexts ({} here, {} there); configure the same directory.suffixes",
+            ours.suffixes.join("; "),
+            theirs.suffixes.join("; ")
         ));
     }
     None

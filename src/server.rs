@@ -110,7 +110,7 @@ impl Ctx {
             root_key: root_dn.key(),
             root_dn,
             root_password_hash: shared.root_password_hash.clone(),
-            suffixes: vec![Dn::parse(&config.directory.suffix).expect("validated")],
+            suffixes: config.naming_contexts().expect("validated"),
             passwords: config.passwords.clone(),
             allow_bind_v2: config.server.allow_bind_v2,
             live: std::cell::RefCell::new(Rc::new((**shared.live.load()).clone())),
@@ -142,6 +142,12 @@ impl Ctx {
 
     pub fn within_suffix(&self, dn: &Dn) -> bool {
         self.suffixes.iter().any(|s| dn.is_within(s))
+    }
+
+    /// The suffix whose naming context holds `dn`, if any (they do not
+    /// nest: `Config::naming_contexts`).
+    pub fn naming_context(&self, dn: &Dn) -> Option<&Dn> {
+        self.suffixes.iter().find(|s| dn.is_within(s))
     }
 }
 
@@ -232,10 +238,13 @@ pub fn open_database(config: &Config, n_shards: usize) -> Result<Database> {
     let lock = lock_data_dir(data)?;
     let (manifest, created) = open_manifest(config, data, n_shards)?;
     manifest.check_indexes().map_err(|e| anyhow!("{}: {e}", data.display()))?;
-    let manifest = Arc::new(manifest);
+    let mut manifest = Arc::new(manifest);
     let stores = open_stores(config, data, &manifest)?;
     if created {
         bootstrap(config, &manifest, &stores)?;
+    } else if let Some(changed) = naming_contexts_changed(config, &manifest, &stores)? {
+        changed.save(data).map_err(|e| anyhow!(e.message))?;
+        manifest = Arc::new(changed);
     }
     let fixed = shards::repair::children_counts(&manifest, &stores)
         .map_err(|e| anyhow!("checking child counts: {}", e.message))?;
@@ -622,8 +631,8 @@ pub fn open_manifest(config: &Config, data: &Path, n_shards: usize) -> Result<(M
             password::hash_ssha(p.as_bytes())
         }
     };
-    let mut m =
-        Manifest::new(n_shards as u32, vec![config.directory.suffix.clone()], config.directory.root_dn.clone(), hash);
+    let suffixes = config.naming_contexts()?.iter().map(Dn::to_string_form).collect();
+    let mut m = Manifest::new(n_shards as u32, suffixes, config.directory.root_dn.clone(), hash);
     m.engine = config.storage.engine.clone();
     m.save(data).map_err(|e| anyhow!(e.message))?;
     Ok((m, true))
@@ -636,41 +645,115 @@ fn generate_password() -> String {
     (0..20).map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char).collect()
 }
 
-/// Creates the suffix entry with `ou=people` and `ou=groups` in a new
-/// database (never again: an operator may delete them).
+/// Creates the suffix entries in a new database, with `ou=people` and
+/// `ou=groups` below the first (never again: an operator may delete them).
 fn bootstrap(config: &Config, manifest: &Manifest, stores: &[Arc<Engine>]) -> Result<()> {
-    let suffix = Dn::parse(&config.directory.suffix)?;
+    let suffixes = config.naming_contexts()?;
+    let mut entries = Vec::new();
+    for suffix in &suffixes {
+        entries.push((suffix.clone(), suffix_entry(suffix)?));
+    }
+    for ou in ["people", "groups"] {
+        let dn = Dn::parse(&format!("ou={ou},{}", suffixes[0].to_string_form()))?;
+        entries.push((
+            dn,
+            vec![("objectClass", vec!["top".into(), "organizationalUnit".into()]), ("ou", vec![ou.into()])],
+        ));
+    }
+    create_entries(config, manifest, stores, &suffixes, entries)
+}
+
+/// At the start of an existing database: a suffix newly configured gets
+/// its entry (unless one is there); one no longer configured is forgotten
+/// if it holds no entry, and refused otherwise (its entries would be kept
+/// but never served). Returns the manifest to save, if it changed.
+fn naming_contexts_changed(config: &Config, manifest: &Manifest, stores: &[Arc<Engine>]) -> Result<Option<Manifest>> {
+    let configured = config.naming_contexts()?;
+    let recorded: Vec<Dn> = manifest.suffixes.iter().filter_map(|s| Dn::parse(s).ok()).collect();
+    if configured == recorded {
+        return Ok(None);
+    }
+    let exists = |dn: &Dn| -> Result<bool> {
+        use shards::store::ReadTxn;
+        let txn = stores[manifest.owner_of(&dn.key())].read().map_err(|e| anyhow!(e.message))?;
+        Ok(txn.get(shards::store::Tree::Dn2id, &dn.key()).map_err(|e| anyhow!(e.message))?.is_some())
+    };
+    for gone in recorded.iter().filter(|r| !configured.contains(r)) {
+        if exists(gone)? {
+            bail!(
+                "the naming context {} holds entries in {} but is no longer in directory.suffix(es); \
+                 configure it again, or delete its entries first",
+                gone.to_string_form(),
+                config.server.data.display()
+            );
+        }
+    }
+    let mut entries = Vec::new();
+    for new in configured.iter().filter(|c| !recorded.contains(c)) {
+        if exists(new)? {
+            continue;
+        }
+        // Both servers of a pair would create it, as two entries at one
+        // DN; added once by the root DN, it replicates like any entry.
+        if config.replication.enabled() {
+            eprintln!(
+                "coredir: the new naming context {} has no entry yet; add it as {} (with replication on, \
+                 coredir does not create it)",
+                new.to_string_form(),
+                config.directory.root_dn
+            );
+            continue;
+        }
+        entries.push((new.clone(), suffix_entry(new)?));
+    }
+    create_entries(config, manifest, stores, &configured, entries)?;
+    let mut changed = manifest.clone();
+    changed.suffixes = configured.iter().map(Dn::to_string_form).collect();
+    Ok(Some(changed))
+}
+
+/// The attributes of a suffix entry, from the class its RDN names.
+fn suffix_entry(suffix: &Dn) -> Result<Vec<(&'static str, Vec<String>)>> {
     let rdn = &suffix.rdns()[0].avas[0];
-    let rdn_value = String::from_utf8_lossy(&rdn.value).to_string();
-    let v = rdn_value.as_str();
-    let suffix_attrs = match shards::matching::canonical(&rdn.attr).as_ref() {
-        "dc" => vec![("objectClass", vec!["top", "dcObject", "organization"]), ("dc", vec![v]), ("o", vec![v])],
-        "o" => vec![("objectClass", vec!["top", "organization"]), ("o", vec![v])],
-        "ou" => vec![("objectClass", vec!["top", "organizationalUnit"]), ("ou", vec![v])],
-        "c" => vec![("objectClass", vec!["top", "country"]), ("c", vec![v])],
+    let v = String::from_utf8_lossy(&rdn.value).to_string();
+    let classes = |cs: &[&str]| cs.iter().map(|c| c.to_string()).collect::<Vec<_>>();
+    Ok(match shards::matching::canonical(&rdn.attr).as_ref() {
+        "dc" => vec![
+            ("objectClass", classes(&["top", "dcObject", "organization"])),
+            ("dc", vec![v.clone()]),
+            ("o", vec![v]),
+        ],
+        "o" => vec![("objectClass", classes(&["top", "organization"])), ("o", vec![v])],
+        "ou" => vec![("objectClass", classes(&["top", "organizationalUnit"])), ("ou", vec![v])],
+        "c" => vec![("objectClass", classes(&["top", "country"])), ("c", vec![v])],
         other => bail!(
             "cannot create the suffix entry {}: its RDN attribute '{other}' is not dc, o, ou or c; \
              create it with `coredir import`",
-            config.directory.suffix
+            suffix.to_string_form()
         ),
-    };
-    let mut entries = vec![(suffix.clone(), suffix_attrs)];
-    for ou in ["people", "groups"] {
-        let dn = Dn::parse(&format!("ou={ou},{}", config.directory.suffix))?;
-        entries.push((dn, vec![("objectClass", vec!["top", "organizationalUnit"]), ("ou", vec![ou])]));
-    }
+    })
+}
+
+/// Writes entries as the root DN, parents first.
+fn create_entries(
+    config: &Config,
+    manifest: &Manifest,
+    stores: &[Arc<Engine>],
+    suffixes: &[Dn],
+    entries: Vec<(Dn, Vec<(&'static str, Vec<String>)>)>,
+) -> Result<()> {
     for (dn, attrs) in entries {
         let mut entry = Entry {
             dn: dn.to_string_form(),
             attrs: attrs
                 .into_iter()
-                .map(|(n, vs)| Attr { name: n.into(), vals: vs.into_iter().map(|v| v.as_bytes().to_vec()).collect() })
+                .map(|(n, vs)| Attr { name: n.into(), vals: vs.into_iter().map(String::into_bytes).collect() })
                 .collect(),
         };
         crate::ops::add::check_new(&mut entry, &dn)
             .map_err(|e| anyhow!("creating {}: {}", dn.to_string_form(), e.message))?;
         crate::ops::add::stamp_new(&mut entry, &config.directory.root_dn);
-        let is_suffix = dn == suffix;
+        let is_suffix = suffixes.contains(&dn);
         for (owner, op) in add_ops(manifest, &dn, entry, is_suffix) {
             let store = &*stores[owner];
             let mut hlc = clock(store, config.stamping(), manifest.incarnation).map_err(|e| anyhow!(e.message))?;

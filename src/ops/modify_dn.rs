@@ -84,8 +84,9 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
     let ctx = &conn.ctx;
     let new = Dn::renamed(rdn, &superior);
     // As slapd: a rename that leaves its naming context (the suffix itself
-    // included) would span two DSAs.
-    if old.is_root() || ctx.is_suffix(&old) || !ctx.within_suffix(&new) || ctx.is_suffix(&new) {
+    // included), into another or none, would span two DSAs.
+    let context = ctx.naming_context(&old);
+    if context.is_none() || ctx.is_suffix(&old) || ctx.naming_context(&new) != context || ctx.is_suffix(&new) {
         return Err(Error::new(
             LdapResultCode::AffectsMultipleDSAs,
             format!("{} is outside the naming context of {}", new.to_string_form(), req.dn),

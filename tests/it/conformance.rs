@@ -47,6 +47,10 @@ const VOLATILE: [&str; 8] = [
     "authtimestamp",
 ];
 
+/// The second naming context both servers hold (`$N` is a case's own
+/// container there).
+const SECOND: &str = "dc=example,dc=net";
+
 fn corpus() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance")
 }
@@ -67,16 +71,18 @@ impl Slapd {
         let dir = tempfile::tempdir().unwrap();
         let includes = slapd_schema_includes(dir.path());
         std::fs::create_dir(dir.path().join("db")).unwrap();
+        std::fs::create_dir(dir.path().join("db2")).unwrap();
+        let indexes = "index objectClass eq\nindex uid,cn,sn,mail eq,sub\n\
+                       index member,uniqueMember,memberUid,uidNumber,gidNumber,entryUUID eq\n";
         let access: String = RULES.iter().map(|r| format!("access {r}\n")).collect();
         let conf = format!(
             "{includes}pidfile {d}/slapd.pid\nargsfile {d}/slapd.args\n\
              modulepath /usr/lib/ldap\nmoduleload back_mdb\nmoduleload sssvlv\n\
              sizelimit 500\ntimelimit 3600\n\
              database mdb\nmaxsize 1073741824\nsuffix \"{SUFFIX}\"\nrootdn \"{ROOT_DN}\"\nrootpw {ROOT_PW}\n\
-             directory {d}/db\n\
-             index objectClass eq\nindex uid,cn,sn,mail eq,sub\n\
-             index member,uniqueMember,memberUid,uidNumber,gidNumber,entryUUID eq\n\
-             {access}overlay sssvlv\nsssvlv-max 256\nsssvlv-maxperconn 256\n",
+             directory {d}/db\n{indexes}{access}overlay sssvlv\nsssvlv-max 256\nsssvlv-maxperconn 256\n\
+             database mdb\nmaxsize 1073741824\nsuffix \"{SECOND}\"\nrootdn \"{ROOT_DN}\"\n\
+             directory {d}/db2\n{indexes}{access}overlay sssvlv\nsssvlv-max 256\nsssvlv-maxperconn 256\n",
             d = dir.path().display(),
         );
         std::fs::write(dir.path().join("slapd.conf"), conf).unwrap();
@@ -126,7 +132,8 @@ impl Slapd {
             ("dc", ["example"].into()),
             ("o", ["example"].into()),
         ];
-        c.add(SUFFIX, suffix).unwrap().success().unwrap();
+        c.add(SUFFIX, suffix.clone()).unwrap().success().unwrap();
+        c.add(SECOND, suffix).unwrap().success().unwrap();
         for ou in ["people", "groups"] {
             let attrs: Vec<(&str, HashSet<&str>)> =
                 vec![("objectClass", ["top", "organizationalUnit"].into()), ("ou", [ou].into())];
@@ -150,7 +157,10 @@ impl Drop for Slapd {
 
 fn coredir_config() -> String {
     let rules: Vec<String> = RULES.iter().map(|r| format!("{r:?}")).collect();
-    format!("[access]\nrules = [{}]\n[limits]\nsize_limit = 500\n", rules.join(", "))
+    format!(
+        "[directory]\nsuffixes = [{SUFFIX:?}, {SECOND:?}]\n[access]\nrules = [{}]\n[limits]\nsize_limit = 500\n",
+        rules.join(", ")
+    )
 }
 
 // ---------------------------------------------------------------- cases --
@@ -173,7 +183,7 @@ struct Op {
 }
 
 impl Op {
-    /// The operation with `$B`/`$S` expanded in its text values too
+    /// The operation with `$B`/`$S`/`$N` expanded in its text values too
     /// (`member: uid=u1,$B`).
     fn expanded(&self, base: &str) -> Op {
         let value = |v: &Vec<u8>| match std::str::from_utf8(v) {
@@ -282,11 +292,12 @@ fn parse_op(area: &str, record: Vec<(usize, String)>) -> Op {
     Op { kind: kind.to_lowercase(), arg: text(&arg), lines, line }
 }
 
-/// `$B` is the case's own container, `$S` the suffix.
-/// `$B` is the case's base, `$S` the suffix, and `$R(n text)` is `text`
+/// `$B` is the case's own container, `$S` the suffix, `$N` the case's
+/// container in the second naming context, and `$R(n text)` is `text`
 /// n times (long DNs and filters without pages of case text).
 fn expand(s: &str, base: &str) -> String {
-    let mut s = s.replace("$B", base).replace("$S", SUFFIX);
+    let second = base.replace(SUFFIX, SECOND);
+    let mut s = s.replace("$B", base).replace("$S", SUFFIX).replace("$N", &second);
     while let Some(at) = s.find("$R(") {
         let end = at + s[at..].find(')').expect("$R( is closed by )");
         let (n, text) = s[at + 3..end].split_once(' ').expect("$R(n text)");
@@ -508,7 +519,9 @@ fn run_case(url: &str, case: &Case) -> Vec<String> {
     let mut s = Session::new(url);
     let container: Vec<(&str, HashSet<&str>)> =
         vec![("objectClass", ["organizationalUnit"].into()), ("ou", [case.name.as_str()].into())];
-    s.conn.add(&base, container).unwrap().success().unwrap_or_else(|e| panic!("{}: container: {e}", case.at));
+    s.conn.add(&base, container.clone()).unwrap().success().unwrap_or_else(|e| panic!("{}: container: {e}", case.at));
+    let second = format!("ou={},{SECOND}", case.name);
+    s.conn.add(&second, container).unwrap().success().unwrap_or_else(|e| panic!("{}: container: {e}", case.at));
     let mut out = Vec::new();
     for op in &case.ops {
         let mark = out.len();

@@ -7,6 +7,7 @@ mod admin;
 mod bind;
 mod config;
 mod conformance;
+mod contexts;
 mod controls;
 mod crash;
 mod deploy;

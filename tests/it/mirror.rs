@@ -575,3 +575,29 @@ fn the_channel_runs_over_tls_with_pinned_certificates() {
     assert_eq!(add_user(&mut c.admin(), "never").rc, 0);
     assert!(get_entry(&mut a.admin(), &format!("uid=never,{PEOPLE}"), vec!["uid"]).is_none());
 }
+
+#[test]
+fn both_naming_contexts_replicate_and_a_peer_serving_others_is_refused() {
+    let contexts = format!("[directory]\nsuffixes = [{SUFFIX:?}, \"o=second\"]\n");
+    let (pa, pb) = (free_port(), free_port());
+    let a = Server::start_with_config(2, &(contexts.clone() + &mirror_conf(1, pa, pb)));
+    let b = seeded_from(&a, &(contexts.clone() + &mirror_conf(2, pb, pa)), &[]);
+    let (mut ca, mut cb) = (a.admin(), b.admin());
+    assert_eq!(ca.add("cn=a1,o=second", person_attrs("a1")).unwrap().rc, 0);
+    assert_eq!(cb.add("cn=b1,o=second", person_attrs("b1")).unwrap().rc, 0);
+    wait_for("A's add on B", || get_entry(&mut cb, "cn=a1,o=second", vec!["cn"]).is_some());
+    wait_for("B's add on A", || get_entry(&mut ca, "cn=b1,o=second", vec!["cn"]).is_some());
+    assert_eq!(ca.modifydn("cn=a1,o=second", "cn=a2", true, None).unwrap().rc, 0);
+    wait_for("the rename on B", || get_entry(&mut cb, "cn=a2,o=second", vec!["cn"]).is_some());
+    drop((a, b, ca, cb));
+
+    // A peer that also serves o=third (no entry yet) would get changes it
+    // cannot place: refused, naming the contexts.
+    let (pa, pb) = (free_port(), free_port());
+    let a = Server::start_with_config(1, &(contexts.clone() + &mirror_conf(1, pa, pb)));
+    let more = format!("[directory]\nsuffixes = [{SUFFIX:?}, \"o=second\", \"o=third\"]\n");
+    let _b = seeded_from(&a, &(more + &mirror_conf(2, pb, pa)), &[]);
+    wait_for("A refusing B", || replication(&a)["outbound"] == "refused");
+    let err = replication(&a)["outbound_error"].as_str().unwrap().to_string();
+    assert!(err.contains("naming contexts") && err.contains("o=third"), "{err}");
+}

@@ -205,6 +205,11 @@ pub fn spawn_full(
     Err(format!("coredir did not start.\nstdout:\n{seen}\nstderr:\n{err}"))
 }
 
+/// The attributes of a `person` named `cn` (sn "x"), for an add.
+pub fn person_attrs(cn: &str) -> Vec<(&str, std::collections::HashSet<&str>)> {
+    vec![("objectClass", ["person"].into()), ("cn", [cn].into()), ("sn", ["x"].into())]
+}
+
 /// Distinguished names of a subtree search, sorted.
 pub fn search_dns(c: &mut LdapConn, base: &str, scope: Scope, filter: &str) -> Vec<String> {
     let (entries, _) = c.search(base, scope, filter, vec!["1.1"]).unwrap().success().unwrap();

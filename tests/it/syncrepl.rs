@@ -23,6 +23,13 @@ struct Consumer {
 impl Consumer {
     /// `kind`: `refreshAndPersist`, or `refreshOnly` polling every second.
     fn new(provider: &Server, kind: &str) -> Consumer {
+        Consumer::of(provider, kind, SUFFIX)
+    }
+
+    /// A consumer of the naming context `suffix` only (slapd's root DN
+    /// must lie within it to have a password: `cn=admin,` and the suffix).
+    fn of(provider: &Server, kind: &str, suffix: &str) -> Consumer {
+        let root_dn = if suffix == SUFFIX { ROOT_DN.to_string() } else { format!("cn=admin,{suffix}") };
         slapd_installed();
         let dir = tempfile::tempdir().unwrap();
         let includes = slapd_schema_includes(dir.path());
@@ -30,9 +37,9 @@ impl Consumer {
         let interval = if kind == "refreshOnly" { " interval=00:00:00:01" } else { "" };
         let conf = format!(
             "{includes}pidfile {dir}/slapd.pid\nmodulepath /usr/lib/ldap\nmoduleload back_mdb\n\
-             database mdb\nsuffix \"{SUFFIX}\"\nrootdn \"{ROOT_DN}\"\nrootpw {ROOT_PW}\ndirectory {dir}/db\n\
+             database mdb\nsuffix \"{suffix}\"\nrootdn \"{root_dn}\"\nrootpw {ROOT_PW}\ndirectory {dir}/db\n\
              index entryUUID eq\nindex entryCSN eq\n\
-             syncrepl rid=001 provider={url} type={kind}{interval} searchbase=\"{SUFFIX}\" scope=sub \
+             syncrepl rid=001 provider={url} type={kind}{interval} searchbase=\"{suffix}\" scope=sub \
              attrs=\"*,+\" bindmethod=simple binddn=\"{ROOT_DN}\" credentials={ROOT_PW} retry=\"1 +\"\n",
             dir = dir.path().display(),
             url = provider.url(),
@@ -83,26 +90,22 @@ impl Drop for Consumer {
 /// Every entry under the suffix, as `ldapsearch` prints it (user
 /// attributes, entryUUID and entryCSN), one record per entry, sorted.
 fn content(url: &str) -> BTreeSet<String> {
+    content_of(url, SUFFIX)
+}
+
+/// `content` of the subtree at `base`; outside the first suffix read
+/// anonymously (its root DN differs on the two sides; what the tests
+/// write there holds no password).
+fn content_of(url: &str, base: &str) -> BTreeSet<String> {
+    let bind: &[&str] = if base == SUFFIX { &["-D", ROOT_DN, "-w", ROOT_PW] } else { &[] };
     let (code, out, err) = tool(
         "ldapsearch",
         &[
-            "-x",
-            "-H",
-            url,
-            "-D",
-            ROOT_DN,
-            "-w",
-            ROOT_PW,
-            "-LLL",
-            "-o",
-            "ldif-wrap=no",
-            "-b",
-            SUFFIX,
-            "(objectClass=*)",
-            "*",
-            "entryUUID",
-            "entryCSN",
-        ],
+            &["-x", "-H", url],
+            bind,
+            &["-LLL", "-o", "ldif-wrap=no", "-b", base, "(objectClass=*)", "*", "entryUUID", "entryCSN"],
+        ]
+        .concat(),
         None,
     );
     assert!(code == 0 || code == 32, "ldapsearch on {url}: {err}");
@@ -117,9 +120,13 @@ fn content(url: &str) -> BTreeSet<String> {
 }
 
 fn same_content(provider: &Server, consumer: &Consumer) {
+    same_content_of(provider, consumer, SUFFIX)
+}
+
+fn same_content_of(provider: &Server, consumer: &Consumer, base: &str) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
-        let last = (content(&provider.url()), content(&consumer.url()));
+        let last = (content_of(&provider.url(), base), content_of(&consumer.url(), base));
         if last.0 == last.1 {
             return;
         }
@@ -251,6 +258,37 @@ fn slapd_replicates_from_coredir_in_refresh_only() {
     same_content(&s, &consumer);
     mixed_changes(&mut c, "polled", 1000);
     same_content(&s, &consumer);
+}
+
+#[test]
+fn slapd_replicates_one_of_two_naming_contexts() {
+    ldap_utils();
+    let second = "o=second";
+    let s = Server::start_with_config(
+        2,
+        &format!("[directory]\nsuffixes = [{SUFFIX:?}, {second:?}]\n[syncrepl]\nprovider = true\n"),
+    );
+    let mut c = s.admin();
+    for i in 0..30 {
+        let cn = format!("before{i}");
+        assert_eq!(c.add(&format!("cn={cn},{second}"), person_attrs(&cn)).unwrap().rc, 0);
+    }
+    mixed_changes(&mut c, "first", 50);
+    let consumer = Consumer::of(&s, "refreshAndPersist", second);
+    same_content_of(&s, &consumer, second);
+    // Live changes in both contexts: those of the second arrive.
+    mixed_changes(&mut c, "elsewhere", 50);
+    for i in 0..30 {
+        let dn = format!("cn=before{i},{second}");
+        let rc = match i % 3 {
+            0 => c.modify(&dn, vec![Mod::Replace("sn", ["changed"].into())]).unwrap().rc,
+            1 => c.modifydn(&dn, &format!("cn=renamed{i}"), true, None).unwrap().rc,
+            _ => c.delete(&dn).unwrap().rc,
+        };
+        assert_eq!(rc, 0, "{dn}");
+    }
+    same_content_of(&s, &consumer, second);
+    assert_eq!(content_of(&s.url(), second).len(), 21, "the suffix and 20 entries");
 }
 
 #[test]
