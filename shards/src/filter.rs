@@ -248,6 +248,20 @@ fn extensible(schema: &'static Schema, m: &LdapMatchingRuleAssertion) -> Option<
         Some(name) => matching::rule_named(name).map(|i| (i.rule, i.usage))?,
         None => (schema.attr(m.type_.as_deref()?)?.equality?, matching::Usage::Equality),
     };
+    // A rule the type cannot take is Undefined (slapd: inappropriate
+    // matching); without a type, each attribute is checked (`extensible_eval`).
+    if let Some(names) = &attr {
+        if !rule.info().usable_with(&schema.attrs[names.ty]) {
+            return None;
+        }
+    }
+    if let (Some(names), Rule::DistinguishedName, false) = (&attr, rule, m.dn_attributes) {
+        if names.name() == "entryDN" {
+            // entryDN is no stored attribute: the entry's own DN.
+            let key = dn::key_of(&m.match_value).ok()?;
+            return Some(Node::EntryDn { attr: attr?, key });
+        }
+    }
     if usage == matching::Usage::Substrings {
         // The value is a substrings assertion: without a '*' it is not one
         // and the item is Undefined, as slapd has it.
@@ -491,7 +505,10 @@ fn extensible_eval(
     dn_attrs: bool,
     less: bool,
 ) -> Option<bool> {
-    let ours = |name: &str| attr.as_ref().is_none_or(|a| a.covers(name));
+    let ours = |name: &str| match attr {
+        Some(a) => a.covers(name),
+        None => schema::get().attr(name).is_some_and(|at| rule.info().usable_with(at)),
+    };
     let hit = |v: &[u8]| rule.normalize(v).is_some_and(|n| rule_matches(rule, less, &n, want));
     if e.attrs().filter(|a| ours(a.name)).any(|a| a.vals().any(hit)) {
         return Some(true);
@@ -876,8 +893,12 @@ mod tests {
             ("(objectClass=2.5.6.6)", t),
             ("(objectClass=top)", t),
             ("(objectClass=device)", f),
-            ("(cn:caseIgnoreSubstringsMatch:=jo*)", t),
+            // slapd: a substrings rule is no rule for extensible matching
+            // of a Directory String (`mr_usable_with_at`), nor is integerMatch.
+            ("(cn:caseIgnoreSubstringsMatch:=jo*)", u),
             ("(cn:caseIgnoreSubstringsMatch:=johnny)", u),
+            ("(cn:integerMatch:=1)", u),
+            ("(!(cn:integerMatch:=1))", u),
             ("(uidNumber:integerOrderingMatch:=1000000)", t),
             ("(uidNumber:integerOrderingMatch:=1)", f),
             ("(uidNumber=01)", u),

@@ -151,6 +151,38 @@ impl RuleInfo {
     }
 }
 
+impl RuleInfo {
+    /// Whether an extensible match may apply this rule to values of `at`,
+    /// as slapd's `mr_usable_with_at` decides (and so `matchingRuleUse`):
+    /// a rule made for extensible matching applies to its own assertion
+    /// syntax, to a type whose equality it is, and to Country String for
+    /// the string syntaxes that syntax refines; some rules also list
+    /// compatible syntaxes. Substrings rules and the UUID and authz rules
+    /// are not for extensible matching; `directoryStringFirstComponentMatch`
+    /// slapd does not know. Anything else makes the item Undefined.
+    pub fn usable_with(&self, at: &AttributeType) -> bool {
+        use Rule::*;
+        let extensible = self.usage != Usage::Substrings
+            && !matches!(self.rule, Uuid | UuidOrdering | Authz | DirectoryStringFirstComponent);
+        let syntax = self.syntax_oid();
+        let refines = at.syntax == format!("{S}11") && ["15", "26", "44"].iter().any(|s| syntax == format!("{S}{s}"));
+        let compat: &[&str] = match self.rule {
+            CaseIgnore | CaseIgnoreOrdering | CaseIgnoreSubstrings | CaseExact | CaseExactOrdering
+            | CaseExactSubstrings => &["11", "44", "50"],
+            IntegerFirstComponent => &["27", "17"],
+            ObjectIdentifierFirstComponent => &["38", "3", "16", "54", "30", "31", "35", "37"],
+            CertificateExact => &["8"],
+            AttributeCertificateExact => &["1.3.6.1.4.1.4203.666.11.10.2.1"],
+            _ => &[],
+        };
+        let compatible = compat.iter().any(|c| match c.contains('.') {
+            true => at.syntax == *c,
+            false => at.syntax.strip_prefix(S) == Some(c),
+        });
+        (extensible && (at.syntax == syntax || at.equality == Some(self.rule) || refines)) || compatible
+    }
+}
+
 /// A rule by name or OID (case-insensitive), as filters and schema files name them.
 pub fn rule_named(name: &str) -> Option<&'static RuleInfo> {
     RULES.iter().find(|r| r.name.eq_ignore_ascii_case(name) || r.oid == name)

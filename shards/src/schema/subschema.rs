@@ -49,20 +49,13 @@ pub fn entry() -> Entry {
 }
 
 /// `matchingRuleUse` (RFC 4512 §4.1.4): for each rule, the attribute types
-/// it applies to: those that name it and those whose syntax is its
-/// assertion syntax (so extensible matches can use it), as slapd lists
-/// them. Rules that apply to nothing are left out.
+/// an extensible match may apply it to (`RuleInfo::usable_with`, as slapd
+/// lists them). Rules that apply to nothing are left out.
 fn matching_rule_uses(schema: &super::Schema) -> Vec<String> {
     RULES
         .iter()
         .filter_map(|r| {
-            let syntax = r.syntax_oid();
-            let applies: Vec<&str> = schema
-                .attrs
-                .iter()
-                .filter(|a| [a.equality, a.ordering, a.substr].contains(&Some(r.rule)) || a.syntax == syntax)
-                .map(|a| a.name())
-                .collect();
+            let applies: Vec<&str> = schema.attrs.iter().filter(|a| r.usable_with(a)).map(|a| a.name()).collect();
             let list = match applies.as_slice() {
                 [] => return None,
                 [one] => one.to_string(),
