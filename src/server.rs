@@ -362,9 +362,11 @@ pub fn serve(config: Config) -> Result<()> {
     });
     let (ready_tx, ready_rx) = mpsc::channel::<Result<usize, String>>();
     let mut handles = Vec::new();
+    let floors = shards::shard::Floors::new(stores.len());
     for (i, fd) in fds.into_iter().enumerate() {
         let cpu = cpus[i % cpus.len()];
         let (manifest, stores, mesh, ready) = (manifest.clone(), stores.clone(), mesh.clone(), ready_tx.clone());
+        let floors = floors.clone();
         let config = config.clone();
         let shared = shared.clone();
         let tls_fd = tls_fds[i].take();
@@ -381,7 +383,9 @@ pub fn serve(config: Config) -> Result<()> {
                     async move {
                         let interval = Duration::from_millis(config.storage.sync_interval_ms);
                         let shard =
-                            match Shard::start(i, config.stamping(), manifest, stores, mesh, sync, interval).await {
+                            match Shard::start(i, config.stamping(), manifest, stores, floors, mesh, sync, interval)
+                                .await
+                            {
                                 Ok(s) => s,
                                 Err(e) => {
                                     let _ = ready.send(Err(e.message));

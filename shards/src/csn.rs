@@ -23,7 +23,7 @@ use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// OpenLDAP's counter field has 6 hex digits.
-const MAX_LOGICAL: u32 = 0xff_ffff;
+pub const MAX_LOGICAL: u32 = 0xff_ffff;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Csn {
@@ -186,6 +186,23 @@ impl Hlc {
             self.logical += 1;
         }
         Csn { phys_us: self.phys_us, logical: self.logical, sid: self.sid, partition }
+    }
+
+    /// A time every CSN this clock issues from now on lies above (its
+    /// `phys_us` is greater): the commit floor (`shard::Floors`).
+    pub fn floor(&self) -> u64 {
+        match self.logical == MAX_LOGICAL {
+            true => self.phys_us,
+            false => self.phys_us.saturating_sub(1),
+        }
+    }
+
+    /// Moves the clock to the wall clock and past every CSN of this
+    /// microsecond, so that `floor` reaches now while nothing is written.
+    pub fn close(&mut self) {
+        self.phys_us = self.phys_us.max(wall_us());
+        self.logical = MAX_LOGICAL;
+        self.moved = true;
     }
 
     /// Takes a remote CSN into account, so that later local CSNs sort after

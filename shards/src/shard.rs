@@ -19,7 +19,7 @@ use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -90,11 +90,41 @@ pub struct Shard {
     pub manifest: Arc<Manifest>,
     /// Every shard's store, indexed by shard id; only `stores[id]` is written here.
     pub stores: Arc<Vec<Arc<Engine>>>,
+    /// Every store's commit floor (shared by all shards).
+    pub floors: Arc<Floors>,
     queue: LocalSender<Pending>,
     mesh: Option<Senders<MeshMsg>>,
     waiting: RefCell<HashMap<u64, oneshot::Sender<Outcome>>>,
     next_request: Cell<u64>,
     pub metrics: ShardMetrics,
+}
+
+/// Commit floors, one per store (`Shard::floors`): a time such that every
+/// CSN its owner has not yet made visible, or will stamp, lies above it
+/// (its `phys_us` is greater). A syncrepl cookie may name no CSN above
+/// the lowest floor, or a change of a slower shard would come after a
+/// cookie that claims it. Each owner raises its own after every commit
+/// and, while idle, every `FLOOR_TICK`; others only read.
+pub struct Floors(Vec<AtomicU64>);
+
+/// How often an idle owner raises its floor to the clock.
+const FLOOR_TICK: Duration = Duration::from_millis(50);
+
+impl Floors {
+    pub fn new(stores: usize) -> Arc<Floors> {
+        Arc::new(Floors((0..stores).map(|_| AtomicU64::new(0)).collect()))
+    }
+
+    /// Raises `store`'s floor (its owner only; after the commit it covers).
+    fn raise(&self, store: usize, phys_us: u64) {
+        self.0[store].fetch_max(phys_us, Ordering::Release);
+    }
+
+    /// The lowest floor: read it before the changelog it is to cover.
+    /// Zero until every owner has published one.
+    pub fn lowest(&self) -> u64 {
+        self.0.iter().map(|f| f.load(Ordering::Acquire)).min().unwrap_or(0)
+    }
 }
 
 /// The write path's metric handles, registered on the shard's own thread
@@ -132,6 +162,7 @@ impl Shard {
         stamping: write::Stamping,
         manifest: Arc<Manifest>,
         stores: Arc<Vec<Arc<Engine>>>,
+        floors: Arc<Floors>,
         mesh: Option<Mesh>,
         sync: SyncMode,
         sync_interval: Duration,
@@ -149,6 +180,7 @@ impl Shard {
             stamping,
             manifest,
             stores,
+            floors,
             queue,
             mesh: senders,
             waiting: RefCell::new(HashMap::new()),
@@ -316,7 +348,35 @@ async fn commit_loop(shard: Rc<Shard>, rx: LocalReceiver<Pending>) {
             return;
         }
     };
-    while let Some(first) = rx.recv().await {
+    clock.commit_delay = test_commit_delay(shard.id);
+    clock.hlc.close();
+    shard.floors.raise(shard.id, clock.hlc.floor());
+    // The ticker wakes the loop while idle; a full channel means it is busy.
+    let (tick, ticks) = local_channel::new_bounded::<()>(1);
+    glommio::spawn_local(async move {
+        loop {
+            glommio::timer::sleep(FLOOR_TICK).await;
+            if let Err(glommio::GlommioError::Closed(_)) = tick.try_send(()) {
+                return;
+            }
+        }
+    })
+    .detach();
+    loop {
+        let first = match futures_lite::future::or(async { rx.recv().await.map(Some) }, async {
+            ticks.recv().await.map(|_| None)
+        })
+        .await
+        {
+            None => return,
+            Some(None) => {
+                // Idle: nothing stamped is unseen, so the floor is now.
+                clock.hlc.close();
+                shard.floors.raise(shard.id, clock.hlc.floor());
+                continue;
+            }
+            Some(Some(p)) => p,
+        };
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match futures_lite::future::poll_once(rx.recv()).await {
@@ -351,10 +411,20 @@ async fn commit_loop(shard: Rc<Shard>, rx: LocalReceiver<Pending>) {
             }
         };
         m.commit_seconds.record(started.elapsed().as_secs_f64());
+        shard.floors.raise(shard.id, clock.hlc.floor());
         for (reply, result) in replies.into_iter().zip(results) {
             shard.reply(reply, result).await;
         }
     }
+}
+
+/// `COREDIR_TEST_COMMIT_DELAY_MS=SHARD:MS`: that shard pauses every
+/// batch between stamping and commit (tests of the cookie's floor).
+fn test_commit_delay(shard: usize) -> Option<Duration> {
+    let v = std::env::var("COREDIR_TEST_COMMIT_DELAY_MS").ok()?;
+    let (s, ms) = v.split_once(':')?;
+    let ms: u64 = ms.parse().ok()?;
+    (s.parse::<usize>().ok()? == shard).then(|| Duration::from_millis(ms))
 }
 
 async fn sync_loop(store: Arc<Engine>, every: Duration) {

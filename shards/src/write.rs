@@ -281,6 +281,10 @@ pub struct Clock {
     pub capture: bool,
     /// This server's incarnation (`Manifest::incarnation`).
     pub incarnation: u32,
+    /// Test only (`COREDIR_TEST_COMMIT_DELAY_MS`): a pause between stamping
+    /// a batch and committing it, the window in which a later CSN of
+    /// another shard becomes visible first.
+    pub commit_delay: Option<std::time::Duration>,
 }
 
 impl Clock {
@@ -311,7 +315,7 @@ impl Stamping {
 /// recorded.
 pub fn clock<S: Store>(store: &S, how: Stamping, incarnation: u32) -> Result<Clock> {
     let hlc = Hlc::new(how.sid, store.read()?.get(Tree::Meta, HLC)?, how.max_forward_skew);
-    Ok(Clock { hlc, capture: how.capture, incarnation })
+    Ok(Clock { hlc, capture: how.capture, incarnation, commit_delay: None })
 }
 
 /// Runs a batch in one write transaction and commits it; one result per op.
@@ -347,6 +351,9 @@ pub fn run_batch<S: Store>(
         Some(state) => txn.put(Tree::Meta, HLC, &state),
         None => Ok(()),
     };
+    if let Some(pause) = clock.commit_delay {
+        std::thread::sleep(pause); // a blocking thread's, and a test's only
+    }
     if let Err(e) = bound.and_then(|_| txn.put(Tree::Meta, NEXT_ID, &next_id.to_be_bytes())).and_then(|_| txn.commit())
     {
         return fail_all(e);

@@ -19,13 +19,16 @@
 //!   After each round with changes, a Sync Info `newcookie`.
 //! - **Cookies** are OpenLDAP's: `rid=NNN,sid=SSS,csn=<csn>[;<csn>…]`, one
 //!   CSN per server id (both servers of a mirror pair), the consumer's
-//!   `rid` echoed. An entry counts as changed when its `entryCSN` is within
-//!   `MARGIN` of the cookie's CSN for its server or after it: a change
-//!   committed on another shard while a cookie was being made can carry a
-//!   slightly older CSN, and sending an entry twice is harmless. Entries in
-//!   the persist stage carry no cookie (the consumer drops an entry whose
-//!   cookie CSN is not above its own, and changes from different shards
-//!   are not in CSN order); the `newcookie` messages carry it.
+//!   `rid` echoed. A cookie claims every change up to its CSNs, so this
+//!   server's own CSN in it is never above the lowest commit floor
+//!   (`shards::shard::Floors`, read before the changelog is) nor at or
+//!   above a record held back for a pending rename: a change stamped on a
+//!   slower shard cannot come after a cookie that claims it. An entry
+//!   counts as changed when its `entryCSN` is above the cookie's CSN for
+//!   its server; for the mirror peer's CSNs, which arrive over streams per
+//!   partition that no floor bounds yet, within `MARGIN_US` of it (sending
+//!   an entry twice is harmless). Entries in the persist stage carry no
+//!   cookie; the `newcookie` messages carry it.
 //! - Abandon and Cancel (RFC 3909) end a persistent search.
 //!
 //! ldap3_proto 0.9 writes `newcookie` as a constructed `[0]`; slapd expects
@@ -60,7 +63,8 @@ pub const SYNC_REQUEST: &str = "1.3.6.1.4.1.4203.1.9.1.1";
 const SYNC_INFO: &str = "1.3.6.1.4.1.4203.1.9.1.4";
 /// How often a persistent search looks at the changelog.
 const POLL: Duration = Duration::from_millis(100);
-/// How far before a cookie's CSN entries count as changed (see above).
+/// How far before a cookie's CSN for the mirror peer entries count as
+/// changed (see above; this server's own CSNs need none).
 const MARGIN_US: u64 = 5_000_000;
 /// Entries read per snapshot in the refresh before yielding.
 const CHUNK: usize = 1024;
@@ -118,11 +122,40 @@ impl Cookie {
         *slot = (*slot).max(csn);
     }
 
-    /// Whether an entry with this `entryCSN` changed after the cookie.
-    fn changed_since(&self, csn: Option<Csn>) -> bool {
+    /// Whether an entry with this `entryCSN` changed after the cookie
+    /// (`own`: this server's id, whose cookie CSNs are exact).
+    fn changed_since(&self, csn: Option<Csn>, own: u16) -> bool {
         let Some(csn) = csn else { return true };
-        self.csns.get(&csn.sid).is_none_or(|c| csn.phys_us + MARGIN_US > c.phys_us)
+        self.csns.get(&csn.sid).is_none_or(|c| match csn.sid == own {
+            true => csn > *c,
+            false => csn.phys_us + MARGIN_US > c.phys_us,
+        })
     }
+
+    /// The cookie to hand out: the CSNs seen, but this server's own no
+    /// higher than `cap`, and never lower than in `before` (the cookie
+    /// last handed out, whose claim still holds).
+    fn capped(&self, own: u16, cap: Csn, before: &Cookie) -> Cookie {
+        let mut out = self.clone();
+        match self.csns.get(&own).map(|c| (*c).min(cap)).max(before.csns.get(&own).copied()) {
+            Some(c) => out.csns.insert(own, c),
+            None => out.csns.remove(&own),
+        };
+        out
+    }
+}
+
+/// The highest CSN of server `own` a cookie may claim: below the lowest
+/// commit floor (`floor_us`, read before the changelog) and below `held`,
+/// the first record held back.
+fn claimable(own: u16, floor_us: u64, held: Option<Csn>) -> Csn {
+    use shards::csn::MAX_LOGICAL;
+    let floor = Csn { phys_us: floor_us, logical: MAX_LOGICAL, sid: own, partition: u16::MAX };
+    let below = |h: Csn| match h.logical {
+        0 => Csn { phys_us: h.phys_us.saturating_sub(1), logical: MAX_LOGICAL, sid: own, partition: u16::MAX },
+        l => Csn { phys_us: h.phys_us, logical: l - 1, sid: own, partition: u16::MAX },
+    };
+    held.map_or(floor, |h| floor.min(below(h)))
 }
 
 /// The Sync Info `newcookie` message's value (primitive `[0]`).
@@ -315,12 +348,15 @@ async fn run(
     }
     let given = cookie.and_then(Cookie::parse);
     let rid = given.as_ref().and_then(|c| c.rid).or_else(|| cookie.and_then(rid_only));
-    // Where the persist stage will start: before anything the refresh reads.
+    // Where the persist stage will start: before anything the refresh
+    // reads; the floor before that, so that every change below it is in.
+    let floor_us = ctx.shard.floors.lowest();
     let marks = positions(ctx)?;
     let mut next = Cookie { rid, csns: given.as_ref().map(|c| c.csns.clone()).unwrap_or_default() };
     let phase = refresh(&session, given.as_ref(), &mut next, abandoned, sent).await?;
     let sid = ctx.shard.stamping.sid;
-    let (cookie, deletes) = (Some(next.compose(sid)), phase != Phase::Present);
+    let handed = next.capped(sid, claimable(sid, floor_us, None), &given.clone().unwrap_or_default());
+    let (cookie, deletes) = (Some(handed.compose(sid)), phase != Phase::Present);
     if !persist {
         return Ok(Some(LdapControl::SyncDone { cookie, refresh_deletes: deletes }));
     }
@@ -331,7 +367,7 @@ async fn run(
     };
     session.info(&mut out, end);
     conn.send(out).await;
-    tail(&session, marks, next, abandoned, sent).await?;
+    tail(&session, marks, next, handed, abandoned, sent).await?;
     Ok(None)
 }
 
@@ -352,8 +388,9 @@ enum Phase {
 }
 
 fn phase(ctx: &crate::server::Ctx, given: Option<&Cookie>) -> Result<Phase> {
-    let Some(min) = given.and_then(|g| g.csns.values().map(|c| c.phys_us).min()) else { return Ok(Phase::Present) };
-    let floor_us = min.saturating_sub(MARGIN_US);
+    let own = ctx.shard.stamping.sid;
+    let since = |c: &Csn| if c.sid == own { c.phys_us } else { c.phys_us.saturating_sub(MARGIN_US) };
+    let Some(floor_us) = given.and_then(|g| g.csns.values().map(since).min()) else { return Ok(Phase::Present) };
     for store in ctx.shard.stores.iter() {
         if !changelog::covers(&store.read()?, floor_us)? {
             return Ok(Phase::Present);
@@ -374,6 +411,7 @@ async fn refresh(
     sent: &mut u64,
 ) -> Result<Phase> {
     let shard = &s.conn.ctx.shard;
+    let own = shard.stamping.sid;
     let phase = phase(&s.conn.ctx, given)?;
     let mut gone: Vec<uuid::Uuid> = Vec::new();
     let base_key = s.base_key.as_slice();
@@ -415,7 +453,7 @@ async fn refresh(
                     if let Some(csn) = csn {
                         next.saw(csn);
                     }
-                    let changed = given.is_none_or(|g| g.changed_since(csn));
+                    let changed = given.is_none_or(|g| g.changed_since(csn, own));
                     let state = match (s.matches(key, &view), changed, phase) {
                         (true, true, _) => SyncStateValue::Add,
                         (true, false, Phase::Present) => SyncStateValue::Present,
@@ -466,6 +504,7 @@ async fn refresh(
 /// rename since took out of scope.
 fn departed(s: &Session<'_>, given: &Cookie) -> Result<Vec<uuid::Uuid>> {
     let shard = &s.conn.ctx.shard;
+    let own = shard.stamping.sid;
     let mut out = Vec::new();
     for store in shard.stores.iter() {
         let mut states = Vec::new();
@@ -478,7 +517,7 @@ fn departed(s: &Session<'_>, given: &Cookie) -> Result<Vec<uuid::Uuid>> {
         for (p, uuid, bytes) in states {
             let Some(state) = changelog::decode_state(&bytes) else { continue };
             if let Some(deleted) = state.deleted {
-                if given.changed_since(Some(deleted)) && s.showed_before_delete(&state, &uuid) {
+                if given.changed_since(Some(deleted), own) && s.showed_before_delete(&state, &uuid) {
                     out.push(uuid::Uuid::from_bytes(uuid));
                 }
                 continue;
@@ -486,7 +525,7 @@ fn departed(s: &Session<'_>, given: &Cookie) -> Result<Vec<uuid::Uuid>> {
             // A state a rename left behind, renamed since the cookie.
             let Some((dn, at)) = &state.dn else { continue };
             let home = Dn::parse(dn).map(|d| shard.manifest.partition_of(&d.key()) as u16);
-            if home.is_ok_and(|h| h == p) || !given.changed_since(Some(*at)) {
+            if home.is_ok_and(|h| h == p) || !given.changed_since(Some(*at), own) {
                 continue;
             }
             if let Located::Found(key, _) = locate(shard, &uuid, dn.clone())? {
@@ -536,10 +575,12 @@ async fn tail(
     s: &Session<'_>,
     mut marks: BTreeMap<(u16, Origin), u64>,
     mut cookie: Cookie,
+    mut handed: Cookie,
     abandoned: &Cell<bool>,
     sent: &mut u64,
 ) -> Result<()> {
     let ctx = &s.conn.ctx;
+    let own = ctx.shard.stamping.sid;
     loop {
         glommio::timer::sleep(POLL).await;
         if abandoned.get() {
@@ -547,6 +588,9 @@ async fn tail(
         }
         let mut out = BytesMut::new();
         let mut changed = false;
+        // Before the changelog: every change below it is in what is read.
+        let floor_us = ctx.shard.floors.lowest();
+        let mut held: Option<Csn> = None;
         for store in ctx.shard.stores.iter() {
             let txn = store.read()?;
             for (p, o, first, last) in changelog::streams(&txn)? {
@@ -569,7 +613,12 @@ async fn tail(
                 for (seq, bytes) in records {
                     let Some(rec) = ChangeRecord::decode(&bytes) else { continue };
                     match announce(s, &txn, p, &rec, &mut out)? {
-                        Announce::Later => break,
+                        Announce::Later => {
+                            if rec.csn.sid == own {
+                                held = Some(held.map_or(rec.csn, |h| h.min(rec.csn)));
+                            }
+                            break;
+                        }
                         Announce::Sent => {
                             *sent += 1;
                             // A new cookie only after something it may see:
@@ -584,7 +633,8 @@ async fn tail(
             }
         }
         if changed {
-            let value = new_cookie_value(&cookie.compose(ctx.shard.stamping.sid));
+            handed = cookie.capped(own, claimable(own, floor_us, held), &handed);
+            let value = new_cookie_value(&handed.compose(own));
             s.info(&mut out, LdapIntermediateResponse::Raw { name: Some(SYNC_INFO.to_string()), value: Some(value) });
             s.conn.send(out).await;
         }
@@ -704,14 +754,37 @@ mod tests {
     }
 
     #[test]
-    fn entries_count_as_changed_after_the_cookie_less_the_margin() {
+    fn entries_count_as_changed_after_the_cookie_exactly_for_own_csns() {
         let csn = |t: u64, sid: u16| Csn { phys_us: t, logical: 0, sid, partition: 0 };
         let mut c = Cookie::default();
         c.saw(csn(100_000_000, 1));
-        assert!(!c.changed_since(Some(csn(90_000_000, 1))));
-        assert!(c.changed_since(Some(csn(99_000_000, 1))), "within the margin");
-        assert!(c.changed_since(Some(csn(1, 2))), "another server's, unknown to the cookie");
-        assert!(c.changed_since(None));
+        c.saw(csn(100_000_000, 2));
+        // Server 1's own cookie CSN is exact; the peer's (2) keeps a margin.
+        assert!(!c.changed_since(Some(csn(99_000_000, 1)), 1));
+        assert!(!c.changed_since(Some(csn(100_000_000, 1)), 1));
+        assert!(c.changed_since(Some(csn(100_000_001, 1)), 1));
+        assert!(!c.changed_since(Some(csn(90_000_000, 2)), 1));
+        assert!(c.changed_since(Some(csn(99_000_000, 2)), 1), "within the margin");
+        assert!(c.changed_since(Some(csn(1, 3)), 1), "another server's, unknown to the cookie");
+        assert!(c.changed_since(None, 1));
+    }
+
+    #[test]
+    fn a_handed_out_cookie_claims_nothing_above_the_floor_or_a_held_record() {
+        let csn = |t: u64, l: u32| Csn { phys_us: t, logical: l, sid: 1, partition: 3 };
+        let mut seen = Cookie::default();
+        seen.saw(csn(500, 0));
+        let none = Cookie::default();
+        // The floor (300) is below what was seen: the cookie stops there.
+        let c = seen.capped(1, claimable(1, 300, None), &none);
+        assert_eq!(c.csns[&1].phys_us, 300);
+        // A held record at 200.4 caps it just below.
+        let c = seen.capped(1, claimable(1, 300, Some(csn(200, 4))), &none);
+        assert!(c.csns[&1] < csn(200, 4) && c.csns[&1] > csn(200, 3));
+        // Never below what was handed out before, never above what was seen.
+        let before = seen.capped(1, claimable(1, 400, None), &none);
+        assert_eq!(seen.capped(1, claimable(1, 0, None), &before).csns[&1], before.csns[&1]);
+        assert_eq!(seen.capped(1, claimable(1, 900, None), &none).csns[&1], csn(500, 0));
     }
 
     /// The message's bytes as the server writes them.

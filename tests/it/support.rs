@@ -450,6 +450,22 @@ impl Raw {
 }
 
 impl Raw {
+    /// The next whole message's bytes, undecoded; None once closed.
+    pub fn recv_frame(&mut self) -> Option<BytesMut> {
+        loop {
+            if let coredir::ber::Frame::Size(n) = coredir::ber::peek_frame(&self.buf) {
+                if self.buf.len() >= n {
+                    return Some(self.buf.split_to(n));
+                }
+            }
+            let mut chunk = [0u8; 65536];
+            match self.sock.read(&mut chunk) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
     /// The next message, skipping those ldap3_proto 0.9 cannot decode: the
     /// Sync Info `newcookie` in its RFC form (a primitive `[0]`).
     pub fn recv_lenient(&mut self) -> Option<LdapMsg> {

@@ -341,6 +341,70 @@ fn persistent_search(r: &mut Raw, msgid: i32) {
     }
 }
 
+/// A `newcookie` names no CSN of this server above a change it has not
+/// sent yet: shard 1 pauses 300 ms between stamping and committing each
+/// batch, so the other shard's later CSNs become visible first.
+#[test]
+fn no_new_cookie_claims_a_change_a_slower_shard_has_not_sent() {
+    use ldap3_proto::proto::LdapOp;
+    let mut s = Server::prepare(2, "[syncrepl]\nprovider = true\n");
+    s.env.push(("COREDIR_TEST_COMMIT_DELAY_MS".into(), "1:300".into()));
+    s.launch();
+    let mut r = Raw::connect(&s);
+    persistent_search(&mut r, 1);
+    let writer = |tag: &'static str, n: usize, pause_ms: u64| {
+        let mut c = s.admin();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(pause_ms));
+            for i in 0..n {
+                let cn = format!("{tag}{i}");
+                let attrs = vec![("objectClass", ["device"].into()), ("cn", [cn.as_str()].into())];
+                assert_eq!(c.add(&format!("cn={cn},{PEOPLE}"), attrs).unwrap().rc, 0);
+            }
+        })
+    };
+    let (a, b) = (writer("slow", 12, 0), writer("fast", 40, 20));
+    a.join().unwrap();
+    b.join().unwrap();
+    // The stream in order: entries (their DNs) and cookies (this server's CSN).
+    let mut events: Vec<(bool, String)> = Vec::new();
+    let mut entries = 0;
+    while entries < 52 {
+        let frame = r.recv_frame().expect("the announcements never all came");
+        let mut one = frame.clone();
+        match tokio_util::codec::Decoder::decode(&mut ldap3_proto::LdapCodec::default(), &mut one) {
+            Ok(Some(LdapMsg { op: LdapOp::SearchResultEntry(e), .. })) => {
+                entries += 1;
+                events.push((false, e.dn.to_lowercase()));
+            }
+            _ => {
+                let text = String::from_utf8_lossy(&frame).into_owned();
+                if let Some(csn) = text.split("csn=").nth(1) {
+                    let ours = csn.split(';').find(|c| c.contains("#001#")).map(|c| c[..40].to_string());
+                    events.extend(ours.map(|c| (true, c)));
+                }
+            }
+        }
+    }
+    let mut c = s.admin();
+    let (found, _) = c.search(PEOPLE, ldap3::Scope::OneLevel, "(cn=*)", vec!["entryCSN"]).unwrap().success().unwrap();
+    let csn_of: std::collections::HashMap<String, String> = found
+        .into_iter()
+        .map(ldap3::SearchEntry::construct)
+        .map(|e| (e.dn.to_lowercase(), e.attrs["entryCSN"][0].clone()))
+        .collect();
+    let mut announced = BTreeSet::new();
+    for (is_cookie, v) in &events {
+        if !is_cookie {
+            announced.insert(v.clone());
+            continue;
+        }
+        let claimed: Vec<&String> =
+            csn_of.iter().filter(|(dn, csn)| *csn <= v && !announced.contains(*dn)).map(|(dn, _)| dn).collect();
+        assert!(claimed.is_empty(), "a cookie ({v}) claims changes not yet sent: {claimed:?}");
+    }
+}
+
 #[test]
 fn cancel_and_abandon_end_a_persistent_search() {
     use ldap3_proto::proto::{LdapExtendedRequest, LdapOp};
