@@ -405,6 +405,64 @@ fn no_new_cookie_claims_a_change_a_slower_shard_has_not_sent() {
     }
 }
 
+/// refreshOnly rounds from each round's cookie while two writers add
+/// entries, one on a shard whose commits lag 300 ms: every entry comes in
+/// some round (a cookie never skips a change the next round would miss).
+#[test]
+fn refresh_only_rounds_from_their_cookies_miss_nothing_across_shards() {
+    use ldap3_proto::control::LdapControl;
+    use ldap3_proto::proto::{LdapOp, SyncRequestMode};
+    let mut s = Server::prepare(2, "[syncrepl]\nprovider = true\n");
+    s.env.push(("COREDIR_TEST_COMMIT_DELAY_MS".into(), "1:300".into()));
+    s.launch();
+    let round = |cookie: Option<Vec<u8>>| {
+        let mut r = Raw::connect(&s);
+        r.send(vec![sync_search(1, SyncRequestMode::RefreshOnly, cookie)]);
+        let mut dns = Vec::new();
+        loop {
+            let m = r.recv_lenient().expect("the refresh never ended");
+            match m.op {
+                LdapOp::SearchResultEntry(e) => dns.push(e.dn.to_lowercase()),
+                LdapOp::SearchResultDone(_) => {
+                    let cookie = m.ctrl.into_iter().find_map(|c| match c {
+                        LdapControl::SyncDone { cookie, .. } => cookie,
+                        _ => None,
+                    });
+                    return (dns, cookie);
+                }
+                _ => {}
+            }
+        }
+    };
+    let (_, mut cookie) = round(None);
+    let writer = |tag: &'static str, n: usize| {
+        let mut c = s.admin();
+        std::thread::spawn(move || {
+            for i in 0..n {
+                let cn = format!("{tag}{i}");
+                let attrs = vec![("objectClass", ["device"].into()), ("cn", [cn.as_str()].into())];
+                assert_eq!(c.add(&format!("cn={cn},{PEOPLE}"), attrs).unwrap().rc, 0);
+            }
+        })
+    };
+    let writers = [writer("slow", 12), writer("fast", 40)];
+    let mut got = BTreeSet::new();
+    while writers.iter().any(|w| !w.is_finished()) {
+        let (dns, next) = round(cookie.clone());
+        got.extend(dns);
+        cookie = next.or(cookie);
+    }
+    for w in writers {
+        w.join().unwrap();
+    }
+    let (dns, _) = round(cookie);
+    got.extend(dns);
+    let mut c = s.admin();
+    for dn in search_dns(&mut c, PEOPLE, ldap3::Scope::OneLevel, "(cn=*)") {
+        assert!(got.contains(&dn.to_lowercase()), "{dn} never came in a round");
+    }
+}
+
 #[test]
 fn cancel_and_abandon_end_a_persistent_search() {
     use ldap3_proto::proto::{LdapExtendedRequest, LdapOp};
