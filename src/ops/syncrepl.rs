@@ -485,7 +485,12 @@ async fn refresh(
         }
     }
     if let (Phase::Delete, Some(given)) = (phase, given) {
-        gone.extend(departed(s, given)?);
+        // What it learns is gone counts for the cookie too: slapd deletes
+        // only entries whose entryCSN the new cookie reaches.
+        for (uuid, csn) in departed(s, given)? {
+            next.saw(csn);
+            gone.push(uuid);
+        }
         let mut out = BytesMut::new();
         for chunk in gone.chunks(CHUNK) {
             let info = LdapIntermediateResponse::SyncInfoIdSet {
@@ -502,7 +507,7 @@ async fn refresh(
 
 /// The entries deleted since the cookie (their tombstones), and those a
 /// rename since took out of scope.
-fn departed(s: &Session<'_>, given: &Cookie) -> Result<Vec<uuid::Uuid>> {
+fn departed(s: &Session<'_>, given: &Cookie) -> Result<Vec<(uuid::Uuid, Csn)>> {
     let shard = &s.conn.ctx.shard;
     let own = shard.stamping.sid;
     let mut out = Vec::new();
@@ -518,7 +523,7 @@ fn departed(s: &Session<'_>, given: &Cookie) -> Result<Vec<uuid::Uuid>> {
             let Some(state) = changelog::decode_state(&bytes) else { continue };
             if let Some(deleted) = state.deleted {
                 if given.changed_since(Some(deleted), own) && s.showed_before_delete(&state, &uuid) {
-                    out.push(uuid::Uuid::from_bytes(uuid));
+                    out.push((uuid::Uuid::from_bytes(uuid), deleted));
                 }
                 continue;
             }
@@ -530,13 +535,13 @@ fn departed(s: &Session<'_>, given: &Cookie) -> Result<Vec<uuid::Uuid>> {
             }
             if let Located::Found(key, _) = locate(shard, &uuid, dn.clone())? {
                 if !s.in_scope(&key) {
-                    out.push(uuid::Uuid::from_bytes(uuid));
+                    out.push((uuid::Uuid::from_bytes(uuid), *at));
                 }
             }
         }
     }
     out.sort_unstable();
-    out.dedup();
+    out.dedup_by_key(|(uuid, _)| *uuid);
     Ok(out)
 }
 
@@ -621,19 +626,22 @@ async fn tail(
                         }
                         Announce::Sent => {
                             *sent += 1;
-                            // A new cookie only after something it may see:
-                            // one after a hidden change would time it.
                             changed = true;
+                            // Only CSNs of changes it may see: a cookie at
+                            // a hidden change's CSN would time it.
+                            cookie.saw(rec.csn);
                         }
                         Announce::Nothing => {}
                     }
-                    cookie.saw(rec.csn);
                     *mark = seq;
                 }
             }
         }
-        if changed {
-            handed = cookie.capped(own, claimable(own, floor_us, held), &handed);
+        // Also without changes this round: the floor may have passed what
+        // was sent, and the consumer's contextCSN should reach it.
+        let next = cookie.capped(own, claimable(own, floor_us, held), &handed);
+        if changed || next != handed {
+            handed = next;
             let value = new_cookie_value(&handed.compose(own));
             s.info(&mut out, LdapIntermediateResponse::Raw { name: Some(SYNC_INFO.to_string()), value: Some(value) });
             s.conn.send(out).await;
