@@ -353,9 +353,8 @@ async fn run(
     let floor_us = ctx.shard.floors.lowest();
     let marks = positions(ctx)?;
     let mut next = Cookie { rid, csns: given.as_ref().map(|c| c.csns.clone()).unwrap_or_default() };
-    let phase = refresh(&session, given.as_ref(), &mut next, abandoned, sent).await?;
+    let (phase, handed) = refresh(&session, given.as_ref(), &mut next, floor_us, abandoned, sent).await?;
     let sid = ctx.shard.stamping.sid;
-    let handed = next.capped(sid, claimable(sid, floor_us, None), &given.clone().unwrap_or_default());
     let (cookie, deletes) = (Some(handed.compose(sid)), phase != Phase::Present);
     if !persist {
         return Ok(Some(LdapControl::SyncDone { cookie, refresh_deletes: deletes }));
@@ -407,9 +406,10 @@ async fn refresh(
     s: &Session<'_>,
     given: Option<&Cookie>,
     next: &mut Cookie,
+    floor_us: u64,
     abandoned: &Cell<bool>,
     sent: &mut u64,
-) -> Result<Phase> {
+) -> Result<(Phase, Cookie)> {
     let shard = &s.conn.ctx.shard;
     let own = shard.stamping.sid;
     let phase = phase(&s.conn.ctx, given)?;
@@ -476,7 +476,7 @@ async fn refresh(
             s.conn.send(out).await;
             futures_lite::future::yield_now().await;
             if abandoned.get() {
-                return Ok(phase);
+                return Ok((phase, given.cloned().unwrap_or_default()));
             }
             match last {
                 Some(k) => (from, resumed) = (k, true),
@@ -484,25 +484,30 @@ async fn refresh(
             }
         }
     }
-    if let (Phase::Delete, Some(given)) = (phase, given) {
-        // What it learns is gone counts for the cookie too: slapd deletes
-        // only entries whose entryCSN the new cookie reaches.
-        for (uuid, csn) in departed(s, given)? {
-            next.saw(csn);
-            gone.push(uuid);
-        }
-        let mut out = BytesMut::new();
-        for chunk in gone.chunks(CHUNK) {
-            let info = LdapIntermediateResponse::SyncInfoIdSet {
-                cookie: None,
-                refresh_deletes: true,
-                syncuuids: chunk.to_vec(),
-            };
-            s.info(&mut out, info);
-        }
-        s.conn.send(out).await;
+    let before = given.cloned().unwrap_or_default();
+    let Some(given) = given.filter(|_| phase == Phase::Delete) else {
+        return Ok((phase, next.capped(own, claimable(own, floor_us, None), &before)));
+    };
+    // What it learns is gone counts for the cookie too.
+    for (uuid, csn) in departed(s, given)? {
+        next.saw(csn);
+        gone.push(uuid);
     }
-    Ok(phase)
+    // The set carries the new cookie: slapd deletes only entries whose
+    // entryCSN the cookie it holds reaches, and an entry sent in an
+    // earlier refresh may be newer than the cookie that refresh ended with.
+    let handed = next.capped(own, claimable(own, floor_us, None), &before);
+    let mut out = BytesMut::new();
+    for chunk in gone.chunks(CHUNK) {
+        let info = LdapIntermediateResponse::SyncInfoIdSet {
+            cookie: Some(handed.compose(own)),
+            refresh_deletes: true,
+            syncuuids: chunk.to_vec(),
+        };
+        s.info(&mut out, info);
+    }
+    s.conn.send(out).await;
+    Ok((phase, handed))
 }
 
 /// The entries deleted since the cookie (their tombstones), and those a
