@@ -205,6 +205,16 @@ impl Hlc {
         self.moved = true;
     }
 
+    /// Moves the clock to at least `csn` without the skew check: a stamp
+    /// already accepted (an entry's, moved or replicated in), which the
+    /// next change to that entry must sort after.
+    pub fn adopt(&mut self, csn: Csn) {
+        if (csn.phys_us, csn.logical) > (self.phys_us, self.logical) {
+            (self.phys_us, self.logical) = (csn.phys_us, csn.logical);
+            self.moved = true;
+        }
+    }
+
     /// Takes a remote CSN into account, so that later local CSNs sort after
     /// it; refuses one too far ahead of the wall clock.
     pub fn observe(&mut self, remote: Csn) -> Result<(), Skew> {

@@ -385,6 +385,16 @@ pub fn be_u64(v: &[u8]) -> u64 {
     v.try_into().map(u64::from_be_bytes).unwrap_or(0)
 }
 
+/// A change is stamped above every stamp it supersedes: the entry's
+/// `entryCSN` (in mirror mode its state's newest stamp) may come from the
+/// peer's clock or another shard's, which this clock never saw.
+fn supersede(hlc: &mut Hlc, old: &Entry) {
+    let stamp = old.get("entryCSN").and_then(|a| a.vals.first());
+    if let Some(csn) = stamp.and_then(|v| Csn::parse(&String::from_utf8_lossy(v))) {
+        hlc.adopt(csn);
+    }
+}
+
 /// Stamps an entry with the next CSN of its partition.
 fn stamp_csn(entry: &mut Entry, partition: u16, hlc: &mut Hlc) -> Csn {
     let csn = hlc.tick(partition);
@@ -460,6 +470,8 @@ fn apply<T: WriteTxn>(
             crate::apply::replicate(txn, partition_of, next_id, clock, *origin, *seq, rec)
         }
         WriteOp::Absorb { partition, uuid, state } => {
+            // The state moved in with stamps of another shard's clock.
+            clock.hlc.adopt(state.max_csn());
             crate::apply::absorb(txn, partition_of, next_id, *partition, uuid, state)
         }
         WriteOp::Unbox { key, state } => crate::moves::unbox(txn, key, state).map(|_| None),
@@ -472,6 +484,7 @@ fn apply<T: WriteTxn>(
             }
             if clock.capture {
                 let partition = partition_of(key) as u16;
+                supersede(&mut clock.hlc, &old);
                 let csn = clock.hlc.tick(partition);
                 let rec = Record { csn, uuid: changelog::uuid_of(&old)?, dn: old.dn.clone(), change: Change::Delete };
                 capture(txn, partition, clock, Some(&old), &rec)?;
@@ -516,6 +529,7 @@ fn apply<T: WriteTxn>(
             }
             entry.check_layout()?;
             let partition = partition_of(key) as u16;
+            supersede(&mut clock.hlc, &old);
             let csn = stamp_csn(&mut entry, partition, &mut clock.hlc);
             if clock.capture {
                 let change = Change::Modify { deltas: changelog::deltas(&old, &entry) };
@@ -548,6 +562,7 @@ fn apply<T: WriteTxn>(
                 child(txn, p, -1)?;
             }
             let old = Entry::decode(txn.get(Tree::Id2entry, &id)?.unwrap_or_default())?;
+            supersede(&mut clock.hlc, &old);
             index::remove(txn, &old, &id)?;
             txn.delete(Tree::Dn2id, old_key)?;
             txn.delete(Tree::Id2entry, &id)?;

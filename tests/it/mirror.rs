@@ -601,3 +601,39 @@ fn both_naming_contexts_replicate_and_a_peer_serving_others_is_refused() {
     let err = replication(&a)["outbound_error"].as_str().unwrap().to_string();
     assert!(err.contains("naming contexts") && err.contains("o=third"), "{err}");
 }
+
+/// A change is stamped above every stamp it supersedes: B's clock runs
+/// 30 s ahead (within the skew allowed); B modifies an entry, then A
+/// renames it twice (so that it moves between A's shards, whose clocks
+/// never saw B's stamp): the entry ends at the last DN with the modify,
+/// on both sides, and nowhere else.
+#[test]
+fn renames_after_a_change_from_a_peer_ahead_in_time_keep_the_entry() {
+    let (a, b) = pair_with(2, &[("COREDIR_TEST_CLOCK_OFFSET_S", "30")]);
+    let (mut ca, mut cb) = (a.admin(), b.admin());
+    for i in 0..6 {
+        assert_eq!(add_user(&mut ca, &format!("sk{i}")).rc, 0);
+    }
+    for i in 0..6 {
+        let dn = format!("uid=sk{i},{PEOPLE}");
+        wait_for("the add on B", || get_entry(&mut cb, &dn, vec!["uid"]).is_some());
+        assert_eq!(cb.modify(&dn, vec![Mod::Replace("description", ["from B"].into())]).unwrap().rc, 0);
+        wait_for("B's modify on A", || attr(&mut ca, &dn, "description") == Some(vec!["from B".to_string()]));
+        for step in ["a", "b"] {
+            let from = if step == "a" { dn.clone() } else { format!("uid=sk{i}a,{PEOPLE}") };
+            let res = ca.modifydn(&from, &format!("uid=sk{i}{step}"), true, None).unwrap();
+            assert_eq!(res.rc, 0, "{res:?}");
+        }
+    }
+    for s in [&a, &b] {
+        let mut c = s.admin();
+        for i in 0..6 {
+            let last = format!("uid=sk{i}b,{PEOPLE}");
+            wait_for("the last name", || attr(&mut c, &last, "description") == Some(vec!["from B".to_string()]));
+            for gone in [format!("uid=sk{i},{PEOPLE}"), format!("uid=sk{i}a,{PEOPLE}")] {
+                assert!(get_entry(&mut c, &gone, vec!["uid"]).is_none(), "{gone} is still there");
+            }
+        }
+    }
+    wait_for("identical data", || dump(&a) == dump(&b));
+}
