@@ -635,5 +635,12 @@ fn renames_after_a_change_from_a_peer_ahead_in_time_keep_the_entry() {
             }
         }
     }
+    // A replace on A after the moves wins over B's earlier value.
+    for i in 0..6 {
+        let last = format!("uid=sk{i}b,{PEOPLE}");
+        assert_eq!(ca.modify(&last, vec![Mod::Replace("description", ["from A"].into())]).unwrap().rc, 0);
+        assert_eq!(attr(&mut ca, &last, "description"), Some(vec!["from A".to_string()]));
+        wait_for("A's replace on B", || attr(&mut cb, &last, "description") == Some(vec!["from A".to_string()]));
+    }
     wait_for("identical data", || dump(&a) == dump(&b));
 }
