@@ -190,8 +190,8 @@ pub fn add_of(entry: &Entry) -> Change {
 }
 
 /// What a modify changed, value by value: from the entry before and after,
-/// so one change never adds and deletes the same value, and a Replace
-/// that keeps some values sends only the difference.
+/// so one change never adds and deletes the same value (a Replace is then
+/// made whole by `replace_whole`).
 pub fn deltas(before: &Entry, after: &Entry) -> Vec<Delta> {
     let mut out = Vec::new();
     let find = |e: &'_ Entry, name: &str| e.attrs.iter().position(|a| a.name.eq_ignore_ascii_case(name));
@@ -215,6 +215,26 @@ pub fn deltas(before: &Entry, after: &Entry) -> Vec<Delta> {
         out.push(Delta::Clear { attr: a.name.clone() });
     }
     out
+}
+
+/// A Replace wins over every value stamped before it (as in 389-ds), also
+/// over values this server has not seen yet: for each replaced attribute
+/// the change says Clear and then adds every value it keeps, instead of
+/// the difference `deltas` found.
+pub fn replace_whole(deltas: &mut Vec<Delta>, replaced: &[&str], after: &Entry) {
+    for name in replaced.iter().filter(|n| replicated(n)) {
+        let ours = |d: &Delta| match d {
+            Delta::Add { attr, .. } | Delta::Delete { attr, .. } | Delta::Clear { attr } => {
+                attr.eq_ignore_ascii_case(name)
+            }
+        };
+        deltas.retain(|d| !ours(d));
+        let kept = after.attrs.iter().find(|a| a.name.eq_ignore_ascii_case(name));
+        deltas.push(Delta::Clear { attr: kept.map_or(name.to_string(), |a| a.name.clone()) });
+        if let Some(a) = kept {
+            deltas.push(Delta::Add { attr: a.name.clone(), values: a.vals.clone() });
+        }
+    }
 }
 
 /// The state of an entry that was written before replication was on (or

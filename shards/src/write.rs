@@ -532,7 +532,16 @@ fn apply<T: WriteTxn>(
             supersede(&mut clock.hlc, &old);
             let csn = stamp_csn(&mut entry, partition, &mut clock.hlc);
             if clock.capture {
-                let change = Change::Modify { deltas: changelog::deltas(&old, &entry) };
+                let mut deltas = changelog::deltas(&old, &entry);
+                let replaced: Vec<&str> = mods
+                    .iter()
+                    .filter_map(|m| match m {
+                        Mod::Replace(a) => Some(a.name.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                changelog::replace_whole(&mut deltas, &replaced, &entry);
+                let change = Change::Modify { deltas };
                 let rec = Record { csn, uuid: changelog::uuid_of(&old)?, dn: old.dn.clone(), change };
                 // Stored as the state shows it, so that both servers hold the
                 // same attribute and value order.

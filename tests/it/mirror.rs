@@ -644,3 +644,30 @@ fn renames_after_a_change_from_a_peer_ahead_in_time_keep_the_entry() {
     }
     wait_for("identical data", || dump(&a) == dump(&b));
 }
+
+/// A replace wins over every value stamped before it (389-ds): B adds a
+/// value while apart, then A, later, replaces the attribute (keeping one
+/// of its values): after the heal both hold exactly A's values.
+#[test]
+fn a_later_replace_wins_over_a_value_added_apart() {
+    let (mut a, mut b) = pair(2);
+    let dn = format!("uid=rep,{PEOPLE}");
+    assert_eq!(add_user(&mut a.admin(), "rep").rc, 0);
+    let both = Mod::Replace("description", ["keep", "old"].into());
+    assert_eq!(a.admin().modify(&dn, vec![both]).unwrap().rc, 0);
+    wait_for("the entry on B", || attr(&mut b.admin(), &dn, "description").is_some_and(|d| d.len() == 2));
+    a.kill9();
+    assert_eq!(b.admin().modify(&dn, vec![Mod::Add("description", ["fromB"].into())]).unwrap().rc, 0);
+    b.kill9();
+    a.launch();
+    std::thread::sleep(std::time::Duration::from_millis(5)); // a later stamp than B's, on any clock
+    let replace = Mod::Replace("description", ["keep", "fromA"].into());
+    assert_eq!(a.admin().modify(&dn, vec![replace]).unwrap().rc, 0);
+    b.launch();
+    let want = |s: &Server| {
+        let mut d = attr(&mut s.admin(), &dn, "description").unwrap_or_default();
+        d.sort();
+        d == vec!["fromA".to_string(), "keep".to_string()]
+    };
+    wait_for("A's replace on both", || want(&a) && want(&b) && dump(&a) == dump(&b));
+}
