@@ -51,6 +51,15 @@ pub fn run(config: Config, file: &Path) -> Result<()> {
     let stores = server::open_stores(&unsynced, &data, &manifest)?;
     let input = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
     let suffixes = config.naming_contexts()?;
+    let recorded: Vec<Dn> = manifest.suffixes.iter().filter_map(|s| Dn::parse(s).ok()).collect();
+    if !created && recorded != suffixes {
+        bail!(
+            "the configured naming contexts differ from those {} was served with ({}); \
+             start the server once with this configuration (it records them), then import",
+            data.display(),
+            manifest.suffixes.join("; ")
+        );
+    }
     let started = Instant::now();
     if created {
         let res = bulk(&manifest, &stores, input, &suffixes, config.sid());

@@ -30,6 +30,8 @@ pub struct Ctx {
     pub root_key: Vec<u8>,
     pub root_password_hash: String,
     pub suffixes: Vec<Dn>,
+    /// One of a mirror pair (`replication` configured).
+    pub mirrored: bool,
     pub passwords: crate::config::Passwords,
     /// `server.allow_bind_v2`.
     pub allow_bind_v2: bool,
@@ -111,6 +113,7 @@ impl Ctx {
             root_dn,
             root_password_hash: shared.root_password_hash.clone(),
             suffixes: config.naming_contexts().expect("validated"),
+            mirrored: config.replication.enabled(),
             passwords: config.passwords.clone(),
             allow_bind_v2: config.server.allow_bind_v2,
             live: std::cell::RefCell::new(Rc::new((**shared.live.load()).clone())),

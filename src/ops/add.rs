@@ -68,7 +68,12 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     let live = conn.ctx.live();
     let access = conn.access(&live, &identity);
     if let Some(a) = &access {
-        if !is_suffix {
+        if is_suffix {
+            // As slapd's back-mdb: a naming context's entry has no parent
+            // to grant the write, so only the root DN adds it.
+            return Err(Error::new(LdapResultCode::InsufficentAccessRights, "no write access to parent"));
+        }
+        {
             access::require(
                 a,
                 &ctx.shard,

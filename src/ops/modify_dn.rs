@@ -86,6 +86,10 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
     // As slapd: a rename that leaves its naming context (the suffix itself
     // included), into another or none, would span two DSAs.
     let context = ctx.naming_context(&old);
+    if context.is_none() && !old.is_root() {
+        // slapd without a default referral, as for an add.
+        return Err(Error::unwilling("no global superior knowledge"));
+    }
     if context.is_none() || ctx.is_suffix(&old) || ctx.naming_context(&new) != context || ctx.is_suffix(&new) {
         return Err(Error::new(
             LdapResultCode::AffectsMultipleDSAs,

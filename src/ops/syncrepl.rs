@@ -123,10 +123,10 @@ impl Cookie {
     }
 
     /// Whether an entry with this `entryCSN` changed after the cookie
-    /// (`own`: this server's id, whose cookie CSNs are exact).
-    fn changed_since(&self, csn: Option<Csn>, own: u16) -> bool {
+    /// (`exact`: the server id whose cookie CSNs are exact, see `exact`).
+    fn changed_since(&self, csn: Option<Csn>, exact: Option<u16>) -> bool {
         let Some(csn) = csn else { return true };
-        self.csns.get(&csn.sid).is_none_or(|c| match csn.sid == own {
+        self.csns.get(&csn.sid).is_none_or(|c| match Some(csn.sid) == exact {
             true => csn > *c,
             false => csn.phys_us + MARGIN_US > c.phys_us,
         })
@@ -143,6 +143,15 @@ impl Cookie {
         };
         out
     }
+}
+
+/// The server id whose cookie CSNs are exact: this one's, unless it is
+/// one of a mirror pair. There an entry's `entryCSN` (its state's newest
+/// stamp) need not move when a change of the peer with an older stamp
+/// arrives late, and a consumer may come with a cookie the peer made:
+/// every CSN keeps the margin.
+fn exact(ctx: &crate::server::Ctx) -> Option<u16> {
+    (!ctx.mirrored).then_some(ctx.shard.stamping.sid)
 }
 
 /// The highest CSN of server `own` a cookie may claim: below the lowest
@@ -351,9 +360,11 @@ async fn run(
     // Where the persist stage will start: before anything the refresh
     // reads; the floor before that, so that every change below it is in.
     let floor_us = ctx.shard.floors.lowest();
+    let moving = in_transit(ctx)?;
     let marks = positions(ctx)?;
     let mut next = Cookie { rid, csns: given.as_ref().map(|c| c.csns.clone()).unwrap_or_default() };
-    let (phase, handed) = refresh(&session, given.as_ref(), &mut next, floor_us, abandoned, sent).await?;
+    let cap = (floor_us, moving);
+    let (phase, handed) = refresh(&session, given.as_ref(), &mut next, cap, abandoned, sent).await?;
     let sid = ctx.shard.stamping.sid;
     let (cookie, deletes) = (Some(handed.compose(sid)), phase != Phase::Present);
     if !persist {
@@ -387,8 +398,8 @@ enum Phase {
 }
 
 fn phase(ctx: &crate::server::Ctx, given: Option<&Cookie>) -> Result<Phase> {
-    let own = ctx.shard.stamping.sid;
-    let since = |c: &Csn| if c.sid == own { c.phys_us } else { c.phys_us.saturating_sub(MARGIN_US) };
+    let exact = exact(ctx);
+    let since = |c: &Csn| if Some(c.sid) == exact { c.phys_us } else { c.phys_us.saturating_sub(MARGIN_US) };
     let Some(floor_us) = given.and_then(|g| g.csns.values().map(since).min()) else { return Ok(Phase::Present) };
     for store in ctx.shard.stores.iter() {
         if !changelog::covers(&store.read()?, floor_us)? {
@@ -406,7 +417,7 @@ async fn refresh(
     s: &Session<'_>,
     given: Option<&Cookie>,
     next: &mut Cookie,
-    floor_us: u64,
+    (floor_us, moving): (u64, Option<Csn>),
     abandoned: &Cell<bool>,
     sent: &mut u64,
 ) -> Result<(Phase, Cookie)> {
@@ -453,7 +464,7 @@ async fn refresh(
                     if let Some(csn) = csn {
                         next.saw(csn);
                     }
-                    let changed = given.is_none_or(|g| g.changed_since(csn, own));
+                    let changed = given.is_none_or(|g| g.changed_since(csn, exact(&s.conn.ctx)));
                     let state = match (s.matches(key, &view), changed, phase) {
                         (true, true, _) => SyncStateValue::Add,
                         (true, false, Phase::Present) => SyncStateValue::Present,
@@ -486,7 +497,7 @@ async fn refresh(
     }
     let before = given.cloned().unwrap_or_default();
     let Some(given) = given.filter(|_| phase == Phase::Delete) else {
-        return Ok((phase, next.capped(own, claimable(own, floor_us, None), &before)));
+        return Ok((phase, next.capped(own, claimable(own, floor_us, moving), &before)));
     };
     // What it learns is gone counts for the cookie too.
     for (uuid, csn) in departed(s, given)? {
@@ -496,7 +507,7 @@ async fn refresh(
     // The set carries the new cookie: slapd deletes only entries whose
     // entryCSN the cookie it holds reaches, and an entry sent in an
     // earlier refresh may be newer than the cookie that refresh ended with.
-    let handed = next.capped(own, claimable(own, floor_us, None), &before);
+    let handed = next.capped(own, claimable(own, floor_us, moving), &before);
     let mut out = BytesMut::new();
     for chunk in gone.chunks(CHUNK) {
         let info = LdapIntermediateResponse::SyncInfoIdSet {
@@ -514,7 +525,7 @@ async fn refresh(
 /// rename since took out of scope.
 fn departed(s: &Session<'_>, given: &Cookie) -> Result<Vec<(uuid::Uuid, Csn)>> {
     let shard = &s.conn.ctx.shard;
-    let own = shard.stamping.sid;
+    let exact = exact(&s.conn.ctx);
     let mut out = Vec::new();
     for store in shard.stores.iter() {
         let mut states = Vec::new();
@@ -527,7 +538,7 @@ fn departed(s: &Session<'_>, given: &Cookie) -> Result<Vec<(uuid::Uuid, Csn)>> {
         for (p, uuid, bytes) in states {
             let Some(state) = changelog::decode_state(&bytes) else { continue };
             if let Some(deleted) = state.deleted {
-                if given.changed_since(Some(deleted), own) && s.showed_before_delete(&state, &uuid) {
+                if given.changed_since(Some(deleted), exact) && s.showed_before_delete(&state, &uuid) {
                     out.push((uuid::Uuid::from_bytes(uuid), deleted));
                 }
                 continue;
@@ -535,7 +546,7 @@ fn departed(s: &Session<'_>, given: &Cookie) -> Result<Vec<(uuid::Uuid, Csn)>> {
             // A state a rename left behind, renamed since the cookie.
             let Some((dn, at)) = &state.dn else { continue };
             let home = Dn::parse(dn).map(|d| shard.manifest.partition_of(&d.key()) as u16);
-            if home.is_ok_and(|h| h == p) || !given.changed_since(Some(*at), own) {
+            if home.is_ok_and(|h| h == p) || !given.changed_since(Some(*at), exact) {
                 continue;
             }
             if let Located::Found(key, _) = locate(shard, &uuid, dn.clone())? {
@@ -567,6 +578,25 @@ pub fn context_csn(ctx: &crate::server::Ctx) -> Result<Vec<Vec<u8>>> {
         }
     }
     Ok(cookie.csns.values().map(|c| c.to_string().into_bytes()).collect())
+}
+
+/// The oldest stamp of this server among the renames still on their way
+/// between partitions (their parcels): such an entry shows at neither DN,
+/// so a refresh cannot send it and its cookie may not claim it. A parcel
+/// that is gone was delivered before, and the entry shows at its new DN.
+fn in_transit(ctx: &crate::server::Ctx) -> Result<Option<Csn>> {
+    let own = ctx.shard.stamping.sid;
+    let mut oldest: Option<Csn> = None;
+    for store in ctx.shard.stores.iter() {
+        for parcel in shards::moves::pending(&store.read()?)? {
+            let Some(state) = changelog::decode_state(&parcel.state) else { continue };
+            let csn = state.max_csn();
+            if csn.sid == own {
+                oldest = Some(oldest.map_or(csn, |o| o.min(csn)));
+            }
+        }
+    }
+    Ok(oldest)
 }
 
 /// The last record of every (partition, origin) stream.
@@ -773,13 +803,16 @@ mod tests {
         c.saw(csn(100_000_000, 1));
         c.saw(csn(100_000_000, 2));
         // Server 1's own cookie CSN is exact; the peer's (2) keeps a margin.
-        assert!(!c.changed_since(Some(csn(99_000_000, 1)), 1));
-        assert!(!c.changed_since(Some(csn(100_000_000, 1)), 1));
-        assert!(c.changed_since(Some(csn(100_000_001, 1)), 1));
-        assert!(!c.changed_since(Some(csn(90_000_000, 2)), 1));
-        assert!(c.changed_since(Some(csn(99_000_000, 2)), 1), "within the margin");
-        assert!(c.changed_since(Some(csn(1, 3)), 1), "another server's, unknown to the cookie");
-        assert!(c.changed_since(None, 1));
+        let own = Some(1);
+        assert!(!c.changed_since(Some(csn(99_000_000, 1)), own));
+        assert!(!c.changed_since(Some(csn(100_000_000, 1)), own));
+        assert!(c.changed_since(Some(csn(100_000_001, 1)), own));
+        assert!(!c.changed_since(Some(csn(90_000_000, 2)), own));
+        assert!(c.changed_since(Some(csn(99_000_000, 2)), own), "within the margin");
+        assert!(c.changed_since(Some(csn(1, 3)), own), "another server's, unknown to the cookie");
+        assert!(c.changed_since(None, own));
+        // One of a mirror pair: its own CSNs keep the margin too.
+        assert!(c.changed_since(Some(csn(99_000_000, 1)), None));
     }
 
     #[test]

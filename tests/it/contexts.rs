@@ -121,3 +121,38 @@ fn naming_contexts_that_nest_repeat_or_compete_are_refused() {
         assert!(err.contains(says), "{config:?}: {err}");
     }
 }
+
+/// A naming context's entry has no parent whose rules could let a user
+/// add it: only the root DN may (slapd: "no write access to parent").
+#[test]
+fn only_the_root_dn_adds_a_suffix_entry() {
+    let s = Server::start_with_config(1, &(two_contexts() + "[access]\nrules = [\"to * by users write by * read\"]\n"));
+    let mut root = s.admin();
+    let user = format!("uid=writer,{PEOPLE}");
+    assert_eq!(add_user(&mut root, "writer").rc, 0);
+    assert_eq!(root.delete(SECOND).unwrap().rc, 0);
+    let mut c = s.conn();
+    assert_eq!(c.simple_bind(&user, "pw-writer").unwrap().rc, 0);
+    let org = vec![("objectClass", ["organization"].into()), ("o", ["second"].into())];
+    assert_eq!(c.add(&format!("cn=below,{PEOPLE}"), person_attrs("below")).unwrap().rc, 0, "the rules let it write");
+    let res = c.add(SECOND, org.clone()).unwrap();
+    assert_eq!(res.rc, 50, "{res:?}");
+    assert_eq!(root.add(SECOND, org).unwrap().rc, 0);
+}
+
+/// An import into an existing database under other naming contexts than
+/// it was served with is refused (the manifest would not record them).
+#[test]
+fn an_import_under_changed_naming_contexts_is_refused() {
+    let mut s = Server::start(1);
+    s.stop();
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("coredir.toml");
+    std::fs::write(&conf, with_engine(&two_contexts())).unwrap();
+    let ldif = dir.path().join("more.ldif");
+    std::fs::write(&ldif, format!("dn: cn=x,{SECOND}\nobjectClass: person\ncn: x\nsn: x\n")).unwrap();
+    let data = s.data().display().to_string();
+    let args = ["import", "--config", conf.to_str().unwrap(), "--data", &data, "--shards", "1", ldif.to_str().unwrap()];
+    let (ok, err) = coredir(&args);
+    assert!(!ok && err.contains("naming contexts differ"), "{err}");
+}
