@@ -44,12 +44,15 @@
 //!   by an intent record that a start finishes.
 //! - `shard`: `Shard`, routing of writes to owners over the mesh, and the
 //!   group-commit loop, with its metric handles (mesh messages, batch
-//!   sizes, commit time, queue depth) registered on the shard's thread.
+//!   sizes, commit time, queue depth) registered on the shard's thread;
+//!   `Floors`, each store's commit floor (what a syncrepl cookie may claim).
 //!
 //! ## Architecture invariants
 //!
 //! 1. Only a partition's owner writes it; other shards only read snapshots.
-//! 2. Values cross cores only as `MeshMsg`s; nothing here is `Mutex`ed.
+//! 2. Values cross cores only as `MeshMsg`s; nothing here is `Mutex`ed. The
+//!    one shared word per store is its commit floor (`Floors`): written by
+//!    its owner alone, once per commit and per idle tick, read by syncrepl.
 //! 3. Only `store` touches LMDB or sled; no transaction is held across an `.await`.
 //! 4. A write op checks before it changes: a refused op leaves no trace in a
 //!    shared batch, and every op of a batch is answered only after commit.
