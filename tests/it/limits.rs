@@ -126,3 +126,52 @@ fn sorted_searches_stop_at_max_sort_bytes() {
     assert_eq!(all.1.rc, 11, "{:?}", all.1);
     assert!(all.1.text.contains("max_sort_bytes"), "{:?}", all.1);
 }
+
+/// `limits.max_sorts_per_connection` (slapd's `sssvlv-maxperconn`): past it
+/// a sorted search on the same connection is `busy`. The client reads
+/// nothing until all are sent, so each sorted search waits to send its
+/// answer and stays running.
+#[test]
+fn sorted_searches_running_at_once_on_a_connection_are_bounded() {
+    use ldap3_proto::control::LdapControl;
+    use ldap3_proto::proto::{LdapOp, LdapSearchRequest, LdapSearchScope};
+    let s = Server::start_with_config(1, "[limits]\nmax_sorts_per_connection = 2\n");
+    // Each answer (13 MB) is more than the socket buffers and queue hold.
+    add_devices(&mut s.admin(), "big", 200, 64_000);
+    // SEQUENCE { SEQUENCE { attributeType "cn", orderingRule [0] "caseIgnoreOrderingMatch" } }
+    let rule = b"caseIgnoreOrderingMatch";
+    let mut key = vec![0x04, 0x02, b'c', b'n', 0x80, rule.len() as u8];
+    key.extend_from_slice(rule);
+    let mut value = vec![0x30, key.len() as u8 + 2, 0x30, key.len() as u8];
+    value.extend(key);
+    let sort = LdapControl::Unknown { oid: "1.2.840.113556.1.4.473".into(), criticality: true, value: Some(value) };
+    let search = |id: i32| {
+        let mut m = ldap3_proto::proto::LdapMsg::new(
+            id,
+            LdapOp::SearchRequest(LdapSearchRequest {
+                base: PEOPLE.into(),
+                scope: LdapSearchScope::OneLevel,
+                aliases: ldap3_proto::proto::LdapDerefAliases::Never,
+                sizelimit: 0,
+                timelimit: 0,
+                typesonly: false,
+                filter: ldap3_proto::proto::LdapFilter::Present("cn".into()),
+                attrs: vec![],
+            }),
+        );
+        m.ctrl = vec![sort.clone()];
+        m
+    };
+    let mut r = Raw::connect(&s);
+    r.send(vec![ldap3_proto::proto::LdapMsg::new(1, bind(ROOT_DN, ROOT_PW))]);
+    assert!(matches!(r.recv().unwrap().op, LdapOp::BindResponse(_)));
+    r.send((2..6).map(search).collect());
+    let mut codes = Vec::new();
+    while codes.len() < 4 {
+        if let LdapOp::SearchResultDone(done) = r.recv().expect("the searches never ended").op {
+            codes.push(done.code as u32);
+        }
+    }
+    codes.sort();
+    assert_eq!(codes, vec![0, 0, 51, 51], "two run, two are busy");
+}
