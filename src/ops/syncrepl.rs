@@ -25,10 +25,11 @@
 //!   above a record held back for a pending rename: a change stamped on a
 //!   slower shard cannot come after a cookie that claims it. An entry
 //!   counts as changed when its `entryCSN` is above the cookie's CSN for
-//!   its server; for the mirror peer's CSNs, which arrive over streams per
-//!   partition that no floor bounds yet, within `MARGIN_US` of it (sending
-//!   an entry twice is harmless). Entries in the persist stage carry no
-//!   cookie; the `newcookie` messages carry it.
+//!   its server; on a server of a mirror pair (see `exact`) also when it
+//!   is within `MARGIN_US` below it: the peer's CSNs arrive over streams
+//!   per partition that no floor bounds yet (sending an entry twice is
+//!   harmless). Entries in the persist stage carry no cookie; the
+//!   `newcookie` messages carry it.
 //! - Abandon and Cancel (RFC 3909) end a persistent search.
 //!
 //! ldap3_proto 0.9 writes `newcookie` as a constructed `[0]`; slapd expects
@@ -63,8 +64,8 @@ pub const SYNC_REQUEST: &str = "1.3.6.1.4.1.4203.1.9.1.1";
 const SYNC_INFO: &str = "1.3.6.1.4.1.4203.1.9.1.4";
 /// How often a persistent search looks at the changelog.
 const POLL: Duration = Duration::from_millis(100);
-/// How far before a cookie's CSN for the mirror peer entries count as
-/// changed (see above; this server's own CSNs need none).
+/// How far before a cookie's CSN entries count as changed on a server of
+/// a mirror pair (see `exact`; a lone provider's own CSNs need none).
 const MARGIN_US: u64 = 5_000_000;
 /// Entries read per snapshot in the refresh before yielding.
 const CHUNK: usize = 1024;
