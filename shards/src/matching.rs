@@ -164,8 +164,14 @@ impl RuleInfo {
         use Rule::*;
         let extensible = self.usage != Usage::Substrings
             && !matches!(self.rule, Uuid | UuidOrdering | Authz | DirectoryStringFirstComponent);
-        let syntax = self.syntax_oid();
-        let refines = at.syntax == format!("{S}11") && ["15", "26", "44"].iter().any(|s| syntax == format!("{S}{s}"));
+        // Without allocating: a type-less extensible filter asks this of
+        // every attribute of every entry it looks at.
+        let short = at.syntax.strip_prefix(S);
+        let own_syntax = match self.syntax.contains('.') {
+            true => at.syntax == self.syntax,
+            false => short == Some(self.syntax),
+        };
+        let refines = short == Some("11") && ["15", "26", "44"].contains(&self.syntax);
         let compat: &[&str] = match self.rule {
             CaseIgnore | CaseIgnoreOrdering | CaseIgnoreSubstrings | CaseExact | CaseExactOrdering
             | CaseExactSubstrings => &["11", "44", "50"],
@@ -177,9 +183,9 @@ impl RuleInfo {
         };
         let compatible = compat.iter().any(|c| match c.contains('.') {
             true => at.syntax == *c,
-            false => at.syntax.strip_prefix(S) == Some(c),
+            false => short == Some(c),
         });
-        (extensible && (at.syntax == syntax || at.equality == Some(self.rule) || refines)) || compatible
+        (extensible && (own_syntax || at.equality == Some(self.rule) || refines)) || compatible
     }
 }
 
