@@ -144,7 +144,7 @@ impl Ctx {
     }
 
     pub fn within_suffix(&self, dn: &Dn) -> bool {
-        self.suffixes.iter().any(|s| dn.is_within(s))
+        self.naming_context(dn).is_some()
     }
 
     /// The suffix whose naming context holds `dn`, if any (they do not

@@ -424,6 +424,7 @@ async fn refresh(
 ) -> Result<(Phase, Cookie)> {
     let shard = &s.conn.ctx.shard;
     let own = shard.stamping.sid;
+    let exact = exact(&s.conn.ctx);
     let phase = phase(&s.conn.ctx, given)?;
     let mut gone: Vec<uuid::Uuid> = Vec::new();
     let base_key = s.base_key.as_slice();
@@ -465,7 +466,7 @@ async fn refresh(
                     if let Some(csn) = csn {
                         next.saw(csn);
                     }
-                    let changed = given.is_none_or(|g| g.changed_since(csn, exact(&s.conn.ctx)));
+                    let changed = given.is_none_or(|g| g.changed_since(csn, exact));
                     let state = match (s.matches(key, &view), changed, phase) {
                         (true, true, _) => SyncStateValue::Add,
                         (true, false, Phase::Present) => SyncStateValue::Present,

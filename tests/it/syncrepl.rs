@@ -325,6 +325,26 @@ fn sync_search(msgid: i32, mode: ldap3_proto::proto::SyncRequestMode, cookie: Op
     msg
 }
 
+/// A refreshOnly sync search from `cookie`: the messages before its
+/// SearchResultDone, and the cookie its Sync Done control carries.
+fn refresh_only(s: &Server, cookie: Option<Vec<u8>>) -> (Vec<LdapMsg>, Option<Vec<u8>>) {
+    use ldap3_proto::control::LdapControl;
+    let mut r = Raw::connect(s);
+    r.send(vec![sync_search(1, ldap3_proto::proto::SyncRequestMode::RefreshOnly, cookie)]);
+    let mut got = Vec::new();
+    loop {
+        let m = r.recv_lenient().expect("the refresh never ended");
+        if let ldap3_proto::proto::LdapOp::SearchResultDone(_) = m.op {
+            let cookie = m.ctrl.into_iter().find_map(|c| match c {
+                LdapControl::SyncDone { cookie, .. } => cookie,
+                _ => None,
+            });
+            return (got, cookie);
+        }
+        got.push(m);
+    }
+}
+
 /// A persistent sync search on a raw connection: the refresh is read up
 /// to its Sync Info message, then the search stays open.
 fn persistent_search(r: &mut Raw, msgid: i32) {
@@ -410,29 +430,17 @@ fn no_new_cookie_claims_a_change_a_slower_shard_has_not_sent() {
 /// some round (a cookie never skips a change the next round would miss).
 #[test]
 fn refresh_only_rounds_from_their_cookies_miss_nothing_across_shards() {
-    use ldap3_proto::control::LdapControl;
-    use ldap3_proto::proto::{LdapOp, SyncRequestMode};
+    use ldap3_proto::proto::LdapOp;
     let mut s = Server::prepare(2, "[syncrepl]\nprovider = true\n");
     s.env.push(("COREDIR_TEST_COMMIT_DELAY_MS".into(), "1:300".into()));
     s.launch();
     let round = |cookie: Option<Vec<u8>>| {
-        let mut r = Raw::connect(&s);
-        r.send(vec![sync_search(1, SyncRequestMode::RefreshOnly, cookie)]);
-        let mut dns = Vec::new();
-        loop {
-            let m = r.recv_lenient().expect("the refresh never ended");
-            match m.op {
-                LdapOp::SearchResultEntry(e) => dns.push(e.dn.to_lowercase()),
-                LdapOp::SearchResultDone(_) => {
-                    let cookie = m.ctrl.into_iter().find_map(|c| match c {
-                        LdapControl::SyncDone { cookie, .. } => cookie,
-                        _ => None,
-                    });
-                    return (dns, cookie);
-                }
-                _ => {}
-            }
-        }
+        let (msgs, cookie) = refresh_only(&s, cookie);
+        let dns = msgs.into_iter().filter_map(|m| match m.op {
+            LdapOp::SearchResultEntry(e) => Some(e.dn.to_lowercase()),
+            _ => None,
+        });
+        (dns.collect::<Vec<_>>(), cookie)
     };
     let (_, mut cookie) = round(None);
     let writer = |tag: &'static str, n: usize| {
@@ -518,7 +526,7 @@ fn cancel_and_abandon_end_a_persistent_search() {
 #[test]
 fn persist_and_refresh_say_nothing_of_hidden_entries() {
     use ldap3_proto::proto::LdapIntermediateResponse::SyncInfoIdSet;
-    use ldap3_proto::proto::{LdapOp, SyncRequestMode};
+    use ldap3_proto::proto::LdapOp;
     let secret = format!("ou=secret,{SUFFIX}");
     let mut s = Server::start_with_config(
         1,
@@ -573,23 +581,7 @@ fn persist_and_refresh_say_nothing_of_hidden_entries() {
     let mut root = s.admin();
     // A change at the new time, for the cookie to carry it.
     assert_eq!(root.modify(PEOPLE, vec![Mod::Replace("description", ["now"].into())]).unwrap().rc, 0);
-    let refresh = |cookie: Option<Vec<u8>>| {
-        let mut r = Raw::connect(&s);
-        r.send(vec![sync_search(1, SyncRequestMode::RefreshOnly, cookie)]);
-        let mut got = Vec::new();
-        loop {
-            let m = r.recv_lenient().expect("the refresh never ended");
-            if let LdapOp::SearchResultDone(_) = m.op {
-                return (got, m.ctrl);
-            }
-            got.push(m);
-        }
-    };
-    let (_, done) = refresh(None);
-    let cookie = done.into_iter().find_map(|c| match c {
-        ldap3_proto::control::LdapControl::SyncDone { cookie, .. } => cookie,
-        _ => None,
-    });
+    let (_, cookie) = refresh_only(&s, None);
     // After that cookie: one hidden entry changed, one added and deleted.
     let uuid_of = |root: &mut LdapConn, dn: &str| {
         get_entry(root, dn, vec!["entryUUID"]).unwrap().attrs["entryUUID"][0].parse::<uuid::Uuid>().unwrap()
@@ -604,7 +596,7 @@ fn persist_and_refresh_say_nothing_of_hidden_entries() {
     assert_eq!(root.delete(&format!("cn=marker,{PEOPLE}")).unwrap().rc, 0);
     let mut deleted = Vec::new();
     assert!(cookie.is_some());
-    for m in refresh(cookie).0 {
+    for m in refresh_only(&s, cookie).0 {
         match m.op {
             LdapOp::SearchResultEntry(ref e) => {
                 assert!(!e.dn.to_lowercase().contains("ou=secret"), "a hidden entry was listed: {m:?}")
