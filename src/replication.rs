@@ -812,7 +812,7 @@ fn pending(
                     return false;
                 }
                 gap = false;
-                let csn = v.get(1..17).and_then(Csn::from_bytes).unwrap_or_default();
+                let csn = changelog::record_csn(v).unwrap_or_default();
                 all.push((csn, p, origin, seq, v.to_vec()));
                 taken += 1;
                 taken < BATCH

@@ -398,7 +398,7 @@ pub fn serve(config: Config) -> Result<()> {
                         let ctx = Rc::new(Ctx::new(&config, shard, &shared));
                         if i == 0 {
                             // Before anything is served: a crash's unfinished renames.
-                            match crate::ops::modify_dn::resume(&ctx.shard).await {
+                            match crate::ops::modify_dn::resume(&ctx).await {
                                 Ok(0) => {}
                                 Ok(n) => eprintln!("coredir: finished {n} rename(s) a crash interrupted"),
                                 Err(e) => {

@@ -300,6 +300,12 @@ pub fn uuid_in_use(
 /// `keep_tombstones` (a trim the size cap forced: the peer may not hold
 /// the delete, and a resync must carry it). Returns the number of records
 /// removed.
+/// The CSN of a stored change record (`Record::encode` puts it after the
+/// format byte), without decoding the rest.
+pub fn record_csn(stored: &[u8]) -> Option<Csn> {
+    stored.get(1..17).and_then(Csn::from_bytes)
+}
+
 pub fn trim<T: WriteTxn>(
     txn: &mut T,
     partition: u16,
@@ -312,7 +318,7 @@ pub fn trim<T: WriteTxn>(
     let mut gone: Vec<(Vec<u8>, Option<[u8; 16]>)> = Vec::new();
     txn.scan(Tree::Changelog, &start[..LOG_PREFIX], &start, &mut |k, v| {
         let seq = be_u64(&k[LOG_PREFIX..]);
-        let csn = v.get(1..17).and_then(Csn::from_bytes).unwrap_or_default();
+        let csn = record_csn(v).unwrap_or_default();
         // Sequence order is CSN order: the first too new ends it.
         if seq > upto || csn.phys_us >= older_than_us {
             return false;
@@ -324,7 +330,7 @@ pub fn trim<T: WriteTxn>(
     // Changes before this time may have lost their tombstones: a syncrepl
     // consumer whose cookie is older gets the present phase (`covers`).
     if let Some((key, _)) = gone.last() {
-        let trimmed = txn.get(Tree::Changelog, key)?.and_then(|v| v.get(1..17).and_then(Csn::from_bytes));
+        let trimmed = txn.get(Tree::Changelog, key)?.and_then(|v| record_csn(v));
         let tkey = trim_key(partition);
         let before = txn.get(Tree::Meta, &tkey)?.map_or(0, be_u64);
         if let Some(csn) = trimmed.filter(|c| c.phys_us > before) {

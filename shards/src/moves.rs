@@ -134,7 +134,9 @@ pub async fn deliver(shard: &Rc<Shard>, is_top: &dyn Fn(&Dn) -> bool) -> Result<
 }
 
 /// Raises and lowers the child counts of the parents an entry left and
-/// joined, summed per parent: one write per parent.
+/// joined, summed per parent: one write per parent. A parent not shown
+/// yet is counted all the same (`WriteOp::Tally`): its own record may
+/// come later, from another partition.
 pub async fn count_children(shard: &Rc<Shard>, images: impl Iterator<Item = Images>, is_top: &dyn Fn(&Dn) -> bool) {
     let mut counts: HashMap<Vec<u8>, (Parent, i64)> = HashMap::new();
     let parent = |e: &Option<crate::entry::Entry>| {
@@ -157,7 +159,7 @@ pub async fn count_children(shard: &Rc<Shard>, images: impl Iterator<Item = Imag
             let s = shard.clone();
             glommio::spawn_local(async move {
                 let owner = s.owner_of(&parent.key);
-                if let Err(e) = s.submit_to(owner, WriteOp::Child { parent, delta }).await {
+                if let Err(e) = s.submit_to(owner, WriteOp::Tally { parent: parent.key, delta }).await {
                     eprintln!("coredir: replication: counting children: {}", e.message);
                 }
             })

@@ -30,6 +30,10 @@ pub enum WriteOp {
     Add { key: Vec<u8>, parent: Option<Parent>, entry: Entry },
     /// Raises (checking the parent exists) or lowers a parent's child count.
     Child { parent: Parent, delta: i64 },
+    /// Counts a replicated entry's arrival or departure under a parent
+    /// that need not be shown yet: records of different partitions land
+    /// in any order, and the count must hold once the parent arrives.
+    Tally { parent: Vec<u8>, delta: i64 },
     /// Removes a leaf entry; with `parent`, also lowers the local parent's count.
     Delete { key: Vec<u8>, dn: String, parent: Option<Parent>, extras: Extras },
     /// Applies modifications; `stamp` holds the modifiersName/modifyTimestamp values.
@@ -56,9 +60,23 @@ pub enum WriteOp {
         new_key: Vec<u8>,
         new_parent: Option<Parent>,
         entry: Entry,
+        moving: Moving,
     },
     /// Records or clears the intent of a rename across owners (`renames.rs`).
     Intent { uuid: [u8; 16], intent: Option<crate::renames::Intent> },
+}
+
+/// What a `Move` moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Moving {
+    /// A leaf (or an entry renamed in place, children and all).
+    Leaf,
+    /// The top of a subtree whose entries follow it one by one (mirror
+    /// mode, syncrepl: each is a logged rename of its own).
+    Top,
+    /// An entry below a moved top: only its DN changes, to `entry.dn`;
+    /// the attributes are those stored, whatever a peer changed meanwhile.
+    Below,
 }
 
 /// What an update checks and hands back inside the owner's transaction:
@@ -462,6 +480,7 @@ fn apply<T: WriteTxn>(
             Ok(None)
         }
         WriteOp::Child { parent, delta } => child(txn, parent, *delta).map(|_| None),
+        WriteOp::Tally { parent, delta } => tally(txn, parent, *delta).map(|_| None),
         WriteOp::Trim { partition, origin, upto, older_than_us, keep_tombstones } => {
             changelog::trim(txn, *partition, *origin, *upto, *older_than_us, *keep_tombstones).map(|_| None)
         }
@@ -554,10 +573,11 @@ fn apply<T: WriteTxn>(
             txn.put(Tree::Id2entry, &id, &buf)?;
             Ok(images(extras, Some(old), Some(entry)))
         }
-        WriteOp::Move { old_key, old_dn, old_parent, new_key, new_parent, entry } => {
+        WriteOp::Move { old_key, old_dn, old_parent, new_key, new_parent, entry, moving } => {
             check_key(new_key, &entry.dn)?;
-            // Renamed in place (another spelling of the same DN), children may stay.
-            let id = match new_key == old_key {
+            // Renamed in place (another spelling of the same DN), children
+            // may stay; a subtree's entries move with their children.
+            let id = match new_key == old_key || *moving != Moving::Leaf {
                 true => txn.get(Tree::Dn2id, old_key)?.ok_or_else(|| Error::no_such_object(old_dn))?.to_vec(),
                 false => leaf_id(txn, old_key, old_dn)?,
             };
@@ -571,6 +591,11 @@ fn apply<T: WriteTxn>(
                 child(txn, p, -1)?;
             }
             let old = Entry::decode(txn.get(Tree::Id2entry, &id)?.unwrap_or_default())?;
+            if *moving == Moving::Below {
+                let dn = std::mem::take(&mut entry.dn);
+                *entry = Entry { dn, ..old.clone() };
+                entry.remove("entryCSN");
+            }
             supersede(&mut clock.hlc, &old);
             index::remove(txn, &old, &id)?;
             txn.delete(Tree::Dn2id, old_key)?;
@@ -681,14 +706,16 @@ fn child<T: WriteTxn>(txn: &mut T, parent: &Parent, delta: i64) -> Result<()> {
     if delta > 0 && txn.get(Tree::Dn2id, &parent.key)?.is_none() {
         return Err(Error::no_such_object(&parent.dn));
     }
-    let count = txn.get(Tree::Children, &parent.key)?.map_or(0, be_u64);
-    let count = (count as i64 + delta).max(0) as u64;
-    if count == 0 {
-        txn.delete(Tree::Children, &parent.key)?;
-    } else {
-        txn.put(Tree::Children, &parent.key, &count.to_be_bytes())?;
+    tally(txn, &parent.key, delta)
+}
+
+/// `child` without the parent's check (`WriteOp::Tally`).
+fn tally<T: WriteTxn>(txn: &mut T, key: &[u8], delta: i64) -> Result<()> {
+    let count = (txn.get(Tree::Children, key)?.map_or(0, be_u64) as i64 + delta).max(0) as u64;
+    match count {
+        0 => txn.delete(Tree::Children, key).map(|_| ()),
+        n => txn.put(Tree::Children, key, &n.to_be_bytes()),
     }
-    Ok(())
 }
 
 /// Number of children recorded for the entry with this key.

@@ -12,11 +12,15 @@
 //! carry runs, a search may see parts of both trees; clients are answered
 //! only once the old tree is gone.
 //!
-//! In mirror mode the entry keeps its replicated state: the old DN's owner
-//! logs the rename and hands the state to the new DN's partition
-//! (`shards::moves`), which shows the entry there; the images of both steps
-//! count the parents. Entries with children cannot be renamed there yet
-//! (`notAllowedOnNonLeaf`, saying so).
+//! With the changelog on (mirror mode, syncrepl) the entry keeps its
+//! replicated state: the old DN's owner logs the rename and hands the
+//! state to the new DN's partition (`shards::moves`), which shows the entry
+//! there; the images of both steps count the parents. An entry with
+//! children moves so first (`Moving::Top`, under an intent), then its
+//! descendants follow one depth at a time, parents first, each a logged
+//! rename that changes only the stored entry's DN (`Moving::Below`): a
+//! peer and a syncrepl consumer meet the moves in that order, and a
+//! start finishes what a crash left below the old DN.
 
 use crate::acl::{Attr, Level};
 use crate::conn::Conn;
@@ -32,14 +36,14 @@ use shards::entry::Entry;
 use shards::moves;
 use shards::renames::{self, Intent, Member};
 use shards::store::Store;
-use shards::write::{children, Extras, Images, Parent, WriteOp};
+use shards::write::{children, Extras, Images, Moving, Parent, WriteOp};
 use shards::{now_generalized, Error, Result, Shard};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// The old DN's owner's part of a rename (the parents are counted apart).
-fn move_op(old_key: &[u8], old_text: &str, new_key: Vec<u8>, entry: Entry) -> WriteOp {
+fn move_op(old_key: &[u8], old_text: &str, new_key: Vec<u8>, entry: Entry, moving: Moving) -> WriteOp {
     WriteOp::Move {
         old_key: old_key.to_vec(),
         old_dn: old_text.to_string(),
@@ -47,21 +51,60 @@ fn move_op(old_key: &[u8], old_text: &str, new_key: Vec<u8>, entry: Entry) -> Wr
         new_key,
         new_parent: None,
         entry,
+        moving,
     }
 }
 
-/// A rename in mirror mode: the new parent counted (and so kept) while the
-/// old DN's owner moves the entry and the state is delivered; the images
-/// count both parents.
-async fn move_replicated(conn: &Conn, old: &Dn, old_text: &str, new: &Dn, entry: Entry) -> Result<()> {
+/// A rename in mirror mode or with syncrepl: the new parent counted (and
+/// so kept) while the old DN's owner moves the entry and the state is
+/// delivered; the images count both parents. With entries below, the
+/// carry's way of moving them (see the module text).
+async fn move_replicated(
+    conn: &Conn,
+    old: &Dn,
+    old_text: &str,
+    new: &Dn,
+    entry: Entry,
+    below: Vec<Member>,
+) -> Result<()> {
     let shard = &conn.ctx.shard;
-    let (old_key, new_key) = (old.key(), new.key());
-    if shard.get_entry(&new_key)?.is_some() {
+    if shard.get_entry(&new.key())?.is_some() {
         return Err(Error::already_exists(&entry.dn));
     }
+    if below.is_empty() {
+        return move_one(conn, old, old_text, new, entry, Moving::Leaf).await;
+    }
+    // Every new DN is made and checked (not too long, not taken) first.
+    let mut followers = Vec::with_capacity(below.len());
+    for m in below {
+        let was = m.entry.dn.clone();
+        let (dn, entry) = moved(m.entry, old, new)?;
+        if shard.get_entry(&dn.key())?.is_some() {
+            return Err(Error::already_exists(&entry.dn));
+        }
+        followers.push(Follower { old_key: m.old_key, old_text: was, dn, entry });
+    }
+    let uuid = shards::changelog::uuid_of(&entry)?;
+    let intent = Intent { uuid, old: old.to_string_form(), new: entry.dn.clone() };
+    let home = shard.owner_of(&old.key());
+    shard.submit_to(home, WriteOp::Intent { uuid, intent: Some(intent) }).await?;
+    if let Err(e) = move_one(conn, old, old_text, new, entry, Moving::Top).await {
+        let _ = shard.submit_to(home, WriteOp::Intent { uuid, intent: None }).await;
+        return Err(e);
+    }
+    // From here on the rename is done for a crash: what fails now is
+    // finished by the next start (`resume`), which keeps the intent.
+    follow(shard, &|d: &Dn| conn.ctx.is_suffix(d), followers).await?;
+    shard.submit_to(home, WriteOp::Intent { uuid, intent: None }).await
+}
+
+/// One entry's logged rename (see `move_replicated`).
+async fn move_one(conn: &Conn, old: &Dn, old_text: &str, new: &Dn, entry: Entry, moving: Moving) -> Result<()> {
+    let shard = &conn.ctx.shard;
+    let (old_key, new_key) = (old.key(), new.key());
     let guard = Parent::of(new);
     shard.submit(&guard.key.clone(), WriteOp::Child { parent: guard.clone(), delta: 1 }).await?;
-    let moved = shard.submit_for(shard.owner_of(&old_key), move_op(&old_key, old_text, new_key, entry)).await;
+    let moved = shard.submit_for(shard.owner_of(&old_key), move_op(&old_key, old_text, new_key, entry, moving)).await;
     let is_top = |d: &Dn| conn.ctx.is_suffix(d);
     if let Ok(images) = &moved {
         moves::count_children(shard, images.iter().map(|b| (**b).clone()), &is_top).await;
@@ -72,6 +115,44 @@ async fn move_replicated(conn: &Conn, old: &Dn, old_text: &str, new: &Dn, entry:
     };
     let _ = shard.submit(&guard.key.clone(), WriteOp::Child { parent: guard, delta: -1 }).await;
     moved.and(delivered)
+}
+
+/// An entry below a moved top, to follow it: where it is, and where it goes.
+#[derive(Clone)]
+struct Follower {
+    old_key: Vec<u8>,
+    old_text: String,
+    dn: Dn,
+    /// At its new DN.
+    entry: Entry,
+}
+
+/// Moves the entries below a moved top after it, each a logged rename
+/// keeping what is stored but the DN: one depth at a time, parents first,
+/// each depth's states delivered before the next moves. Every entry is
+/// tried; the first failure is returned.
+async fn follow(shard: &Rc<Shard>, is_top: &dyn Fn(&Dn) -> bool, mut followers: Vec<Follower>) -> Result<()> {
+    followers.sort_by_key(|f| f.dn.depth());
+    let mut result = Ok(());
+    for level in followers.chunk_by(|a, b| a.dn.depth() == b.dn.depth()) {
+        let writes = side_by_side(level.to_vec(), |f| {
+            let s = shard.clone();
+            async move {
+                let op = move_op(&f.old_key, &f.old_text, f.dn.key(), f.entry, Moving::Below);
+                s.submit_for(s.owner_of(&f.old_key), op).await
+            }
+        });
+        let mut images = Vec::with_capacity(level.len());
+        for r in writes.await {
+            match r {
+                Ok(i) => images.extend(i.map(|b| *b)),
+                Err(e) => result = result.and(Err(e)),
+            }
+        }
+        moves::count_children(shard, images.into_iter(), is_top).await;
+        moves::deliver(shard, is_top).await?;
+    }
+    result
 }
 
 pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -> Result<Vec<LdapControl>> {
@@ -138,7 +219,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
     shards::schema::check::check_entry(&entry, &new)?;
     let after = ctrls.post_read.as_ref().map(|_| entry.clone());
     let moved = match shard.stamping.capture {
-        true => move_replicated(&conn, &old, &req.dn, &new, entry).await,
+        true => move_replicated(&conn, &old, &req.dn, &new, entry, below).await,
         false => move_entry(shard, &old, &new, entry, below).await,
     };
     // slapd names no matchedDN for a missing newSuperior.
@@ -154,14 +235,6 @@ fn read_subtree(conn: &Conn, dn: &Dn, dn_text: &str, in_place: bool) -> Result<(
     let entry = shard.get_entry(&key)?.ok_or_else(|| Error::no_such_object(dn_text))?;
     if children(&shard.store_for(&key).read()?, &key)? == 0 || (in_place && shard.stamping.capture) {
         return Ok((entry, Vec::new()));
-    }
-    if shard.stamping.capture {
-        return Err(Error::new(
-            LdapResultCode::NotAllowedOnNonLeaf,
-            format!(
-                "{dn_text} has children: subtree rename is not available with replication (mirror mode, syncrepl) yet"
-            ),
-        ));
     }
     let limit = conn.ctx.live().limits.max_rename_entries;
     Ok((entry, renames::below(&shard.stores, &key, limit)?))
@@ -198,7 +271,7 @@ async fn move_entry(shard: &Rc<Shard>, old: &Dn, new: &Dn, entry: Entry, below: 
     // The same DN in another spelling (`cn=Leaf` to `cn=leaf`) stays in
     // place, children and all; their stored DNs take the new spelling.
     if old_key == new_key {
-        shard.submit(&old_key, move_op(&old_key, &old_text, new_key, entry)).await?;
+        shard.submit(&old_key, move_op(&old_key, &old_text, new_key, entry, Moving::Leaf)).await?;
         return respell(shard, old, new, below).await;
     }
     if !below.is_empty() || shard.owner_of(&old_key) != shard.owner_of(&new_key) {
@@ -210,7 +283,7 @@ async fn move_entry(shard: &Rc<Shard>, old: &Dn, new: &Dn, entry: Entry, below: 
     if parent_changed {
         shard.submit(&new_parent.key.clone(), WriteOp::Child { parent: new_parent.clone(), delta: 1 }).await?;
     }
-    if let Err(e) = shard.submit(&old_key, move_op(&old_key, &old_text, new_key, entry)).await {
+    if let Err(e) = shard.submit(&old_key, move_op(&old_key, &old_text, new_key, entry, Moving::Leaf)).await {
         if parent_changed {
             let _ = shard.submit(&new_parent.key.clone(), WriteOp::Child { parent: new_parent, delta: -1 }).await;
         }
@@ -259,7 +332,7 @@ async fn respell(shard: &Rc<Shard>, old: &Dn, new: &Dn, below: Vec<Member>) -> R
     let mut ops = Vec::with_capacity(below.len());
     for m in below {
         let (dn, entry) = moved(m.entry, old, new)?;
-        let op = move_op(&m.old_key, &dn.to_string_form(), m.old_key.clone(), entry);
+        let op = move_op(&m.old_key, &dn.to_string_form(), m.old_key.clone(), entry, Moving::Leaf);
         ops.push((m.old_key, op));
     }
     let writes = side_by_side(ops, |(key, op)| {
@@ -342,19 +415,59 @@ async fn remove_all(shard: &Rc<Shard>, mut dns: Vec<Dn>, tolerated: &[LdapResult
 
 /// Finishes the carries a crash interrupted (see the module text); run on
 /// shard 0 at start, before any shard serves. Returns how many it finished.
-pub async fn resume(shard: &Rc<Shard>) -> Result<usize> {
+pub async fn resume(ctx: &crate::server::Ctx) -> Result<usize> {
+    let shard = &ctx.shard;
+    let is_top = |d: &Dn| ctx.is_suffix(d);
+    if shard.stamping.capture {
+        // A moved top may still be in its parcel: shown only once delivered.
+        moves::deliver(shard, &is_top).await?;
+    }
     let mut finished = 0;
     for (home, store) in shard.stores.iter().enumerate() {
         for intent in renames::pending(store)? {
             let (old, new) = (Dn::parse(&intent.old)?, Dn::parse(&intent.new)?);
             if uuid_at(shard, &new)? == Some(intent.uuid) {
-                finish(shard, &old, &new, intent.uuid).await?;
+                match shard.stamping.capture {
+                    true => finish_replicated(shard, &is_top, &old, &new).await?,
+                    false => finish(shard, &old, &new, intent.uuid).await?,
+                }
                 finished += 1;
             }
             shard.submit_to(home, WriteOp::Intent { uuid: intent.uuid, intent: None }).await?;
         }
     }
     Ok(finished)
+}
+
+/// `finish` with the changelog on: what is still below `old` follows the
+/// top to below `new`, except an entry whose new DN holds another entry
+/// (said on stderr), and what is below it.
+async fn finish_replicated(shard: &Rc<Shard>, is_top: &dyn Fn(&Dn) -> bool, old: &Dn, new: &Dn) -> Result<()> {
+    let (o, n) = (old.to_string_form(), new.to_string_form());
+    let mut followers: Vec<Follower> = Vec::new();
+    let mut stays: Vec<Dn> = Vec::new();
+    for m in renames::below(&shard.stores, &old.key(), 0)? {
+        let was = m.entry.dn.clone();
+        let dn = Dn::parse(&was)?;
+        if stays.iter().any(|s| dn.is_within(s)) {
+            continue;
+        }
+        let (dn_new, entry) = match moved(m.entry, old, new) {
+            Ok(moved) if shard.get_entry(&moved.0.key())?.is_none() => moved,
+            Ok(_) => {
+                eprintln!("coredir: finishing the rename of {o} to {n}: {was} stays: another entry holds its new DN");
+                stays.push(dn);
+                continue;
+            }
+            Err(e) => {
+                eprintln!("coredir: finishing the rename of {o} to {n}: {was} stays: {}", e.message);
+                stays.push(dn);
+                continue;
+            }
+        };
+        followers.push(Follower { old_key: m.old_key, old_text: was, dn: dn_new, entry });
+    }
+    follow(shard, is_top, followers).await
 }
 
 /// The entryUUID of the entry at `dn`, if there is one.

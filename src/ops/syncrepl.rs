@@ -2,7 +2,8 @@
 //! search with the Sync Request control, so that a stock OpenLDAP consumer
 //! (slapd's `syncrepl` directive) replicates from coredir.
 //!
-//! - **Refresh** (both modes): every entry in scope goes out, in full with
+//! - **Refresh** (both modes): every entry in scope goes out, in DN key
+//!   order across all stores (parents first), in full with
 //!   the `add` state when it changed since the cookie (or there is no
 //!   usable cookie), else as a `present` message (its DN and entryUUID
 //!   only). That is RFC 4533's present phase: the consumer deletes what was
@@ -16,7 +17,11 @@
 //!   entryUUID, and the entry goes out as it is now (`modify`, `add`), or
 //!   as `delete` when it is gone; a rename is the entry at its new DN,
 //!   which the consumer applies as a modify-DN (it matches by entryUUID).
-//!   After each round with changes, a Sync Info `newcookie`.
+//!   Records go out in CSN order across every stream, this server's own
+//!   only below the commit floor, and a record whose entry changed again
+//!   since says nothing (the later record does, in its turn): a consumer
+//!   meets a subtree's moves parents first. After each round with
+//!   changes, a Sync Info `newcookie`.
 //! - **Cookies** are OpenLDAP's: `rid=NNN,sid=SSS,csn=<csn>[;<csn>…]`, one
 //!   CSN per server id (both servers of a mirror pair), the consumer's
 //!   `rid` echoed. A cookie claims every change up to its CSNs, so this
@@ -428,73 +433,61 @@ async fn refresh(
     let phase = phase(&s.conn.ctx, given)?;
     let mut gone: Vec<uuid::Uuid> = Vec::new();
     let base_key = s.base_key.as_slice();
-    for store in shard.stores.iter() {
-        // The base entry lives in exactly one store: take it first there.
-        let mut from = base_key.to_vec();
-        // Once resumed, `from` was handled already (the base itself too,
-        // when a slice ended right after it).
-        let mut resumed = false;
-        loop {
-            let mut out = BytesMut::new();
-            let mut last = None;
-            {
-                let txn = store.read()?;
-                let mut rows: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(CHUNK);
-                txn.scan(Tree::Dn2id, base_key, &from, &mut |k, v| {
-                    if last.is_none() && resumed && k == from.as_slice() {
-                        return true;
-                    }
-                    if s.in_scope(k) {
-                        rows.push((k.to_vec(), v.to_vec()));
-                    }
-                    last = Some(k.to_vec());
-                    rows.len() < CHUNK
-                })?;
-                // However costly the filter, a chunk takes about one slice
-                // of reactor time: the walk resumes after the last row seen.
-                let slice_end = std::time::Instant::now() + crate::ops::search::SLICE;
-                let mut cut = false;
-                for (i, (key, id)) in rows.iter().enumerate() {
-                    if i > 0 && std::time::Instant::now() >= slice_end {
-                        last = Some(rows[i - 1].0.clone());
-                        cut = true;
-                        break;
-                    }
-                    let Some(bytes) = txn.get(Tree::Id2entry, id)? else { continue };
-                    let view = EntryView::new(bytes)?;
-                    let csn = entry_csn(&view);
-                    if let Some(csn) = csn {
-                        next.saw(csn);
-                    }
-                    let changed = given.is_none_or(|g| g.changed_since(csn, exact));
-                    let state = match (s.matches(key, &view), changed, phase) {
-                        (true, true, _) => SyncStateValue::Add,
-                        (true, false, Phase::Present) => SyncStateValue::Present,
-                        // Changed so that the filter no longer takes it.
-                        (false, true, Phase::Delete) => {
-                            if s.may_learn(key, Some(&view)) {
-                                gone.push(uuid_of_view(&view)?);
-                            }
-                            continue;
+    // Every store's entries merged in DN key order, so that a parent goes
+    // out before its children wherever each lives: a consumer renaming a
+    // moved subtree must meet its top first (slapd glues a missing parent,
+    // and then the top's own rename fails with alreadyExists).
+    let mut from = base_key.to_vec();
+    // Once resumed, `from` was handled already.
+    let mut resumed = false;
+    loop {
+        let mut out = BytesMut::new();
+        let next_from;
+        {
+            let txns = shard.stores.iter().map(|st| st.read()).collect::<Result<Vec<_>>>()?;
+            let (rows, bound) = next_rows(s, &txns, &from, resumed)?;
+            // However costly the filter, a chunk takes about one slice
+            // of reactor time: the walk resumes after the last row seen.
+            let slice_end = std::time::Instant::now() + crate::ops::search::SLICE;
+            let mut cut = None;
+            for (i, (key, id, store)) in rows.iter().enumerate() {
+                if i > 0 && std::time::Instant::now() >= slice_end {
+                    cut = Some(rows[i - 1].0.clone());
+                    break;
+                }
+                let txn = &txns[*store];
+                let Some(bytes) = txn.get(Tree::Id2entry, id)? else { continue };
+                let view = EntryView::new(bytes)?;
+                let csn = entry_csn(&view);
+                if let Some(csn) = csn {
+                    next.saw(csn);
+                }
+                let changed = given.is_none_or(|g| g.changed_since(csn, exact));
+                let state = match (s.matches(key, &view), changed, phase) {
+                    (true, true, _) => SyncStateValue::Add,
+                    (true, false, Phase::Present) => SyncStateValue::Present,
+                    // Changed so that the filter no longer takes it.
+                    (false, true, Phase::Delete) => {
+                        if s.may_learn(key, Some(&view)) {
+                            gone.push(uuid_of_view(&view)?);
                         }
-                        _ => continue,
-                    };
-                    s.entry(&mut out, key, &view, state)?;
-                    *sent += 1;
-                }
-                if rows.len() < CHUNK && !cut {
-                    last = None;
-                }
+                        continue;
+                    }
+                    _ => continue,
+                };
+                s.entry(&mut out, key, &view, state)?;
+                *sent += 1;
             }
-            s.conn.send(out).await;
-            futures_lite::future::yield_now().await;
-            if abandoned.get() {
-                return Ok((phase, given.cloned().unwrap_or_default()));
-            }
-            match last {
-                Some(k) => (from, resumed) = (k, true),
-                None => break,
-            }
+            next_from = cut.or(bound);
+        }
+        s.conn.send(out).await;
+        futures_lite::future::yield_now().await;
+        if abandoned.get() {
+            return Ok((phase, given.cloned().unwrap_or_default()));
+        }
+        match next_from {
+            Some(k) => (from, resumed) = (k, true),
+            None => break,
         }
     }
     let before = given.cloned().unwrap_or_default();
@@ -521,6 +514,46 @@ async fn refresh(
     }
     s.conn.send(out).await;
     Ok((phase, handed))
+}
+
+/// The next rows of the refresh in DN key order across stores: up to
+/// `CHUNK` in scope from each store after `from` (or from it, unless
+/// `resumed`), as (key, id, store), cut at the lowest last key of a store
+/// that had more; that key, the bound, is where the next chunk starts.
+#[allow(clippy::type_complexity)]
+fn next_rows<T: ReadTxn>(
+    s: &Session<'_>,
+    txns: &[T],
+    from: &[u8],
+    resumed: bool,
+) -> Result<(Vec<(Vec<u8>, Vec<u8>, usize)>, Option<Vec<u8>>)> {
+    let mut rows = Vec::new();
+    let mut bound: Option<Vec<u8>> = None;
+    for (store, txn) in txns.iter().enumerate() {
+        let (mut taken, mut last) = (0, None);
+        txn.scan(Tree::Dn2id, &s.base_key, from, &mut |k, v| {
+            if resumed && k == from {
+                return true;
+            }
+            if s.in_scope(k) {
+                rows.push((k.to_vec(), v.to_vec(), store));
+                taken += 1;
+            }
+            last = Some(k.to_vec());
+            taken < CHUNK
+        })?;
+        if taken == CHUNK {
+            bound = match (bound, last) {
+                (Some(b), Some(l)) => Some(b.min(l)),
+                (b, l) => b.or(l),
+            };
+        }
+    }
+    rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    if let Some(b) = &bound {
+        rows.retain(|r| r.0 <= *b);
+    }
+    Ok((rows, bound))
 }
 
 /// The entries deleted since the cookie (their tombstones), and those a
@@ -574,7 +607,7 @@ pub fn context_csn(ctx: &crate::server::Ctx) -> Result<Vec<Vec<u8>>> {
                 continue;
             }
             let rec = txn.get(Tree::Changelog, &changelog::log_key(p, o, last))?;
-            if let Some(csn) = rec.and_then(|v| v.get(1..17)).and_then(Csn::from_bytes) {
+            if let Some(csn) = rec.and_then(changelog::record_csn) {
                 cookie.saw(csn);
             }
         }
@@ -623,6 +656,7 @@ async fn tail(
 ) -> Result<()> {
     let ctx = &s.conn.ctx;
     let own = ctx.shard.stamping.sid;
+    let mut processed = Csn::default();
     loop {
         glommio::timer::sleep(POLL).await;
         if abandoned.get() {
@@ -632,48 +666,37 @@ async fn tail(
         let mut changed = false;
         // Before the changelog: every change below it is in what is read.
         let floor_us = ctx.shard.floors.lowest();
+        let txns = ctx.shard.stores.iter().map(|st| st.read()).collect::<Result<Vec<_>>>()?;
         let mut held: Option<Csn> = None;
-        for store in ctx.shard.stores.iter() {
-            let txn = store.read()?;
-            for (p, o, first, last) in changelog::streams(&txn)? {
-                let mark = marks.entry((p, o)).or_insert(0);
-                if last <= *mark {
-                    continue;
-                }
-                if first > *mark + 1 {
-                    return Err(Error::new(
-                        LdapResultCode::EsyncRefreshRequired,
-                        "the changelog was trimmed past this session's position: refresh",
-                    ));
-                }
-                let from = changelog::log_key(p, o, *mark + 1);
-                let mut records = Vec::new();
-                txn.scan(Tree::Changelog, &from[..LOG_PREFIX], &from, &mut |k, v| {
-                    records.push((be_u64(&k[LOG_PREFIX..]), v.to_vec()));
-                    true
-                })?;
-                for (seq, bytes) in records {
-                    let Some(rec) = ChangeRecord::decode(&bytes) else { continue };
-                    match announce(s, &txn, p, &rec, &mut out)? {
-                        Announce::Later => {
-                            if rec.csn.sid == own {
-                                held = Some(held.map_or(rec.csn, |h| h.min(rec.csn)));
-                            }
-                            break;
-                        }
-                        Announce::Sent => {
-                            *sent += 1;
-                            changed = true;
-                            // Only CSNs of changes it may see: a cookie at
-                            // a hidden change's CSN would time it.
-                            cookie.saw(rec.csn);
-                        }
-                        Announce::Nothing => {}
+        for (csn, store, p, o, seq, bytes) in unsent(&txns, &mut marks)? {
+            let rec = ChangeRecord::decode(&bytes);
+            // Every change goes out in CSN order, across partitions (a
+            // parent's move before its children's): one of this server
+            // above the floor may yet have one of a slower shard before it.
+            if csn.sid == own && csn.phys_us > floor_us {
+                held = Some(csn);
+                break;
+            }
+            if let Some(rec) = rec {
+                match announce(s, &txns[store], p, (&rec, processed), &mut out)? {
+                    Announce::Later => {
+                        held = (rec.csn.sid == own).then_some(rec.csn);
+                        break;
                     }
-                    *mark = seq;
+                    Announce::Sent => {
+                        *sent += 1;
+                        changed = true;
+                        // Only CSNs of changes it may see: a cookie at
+                        // a hidden change's CSN would time it.
+                        cookie.saw(rec.csn);
+                    }
+                    Announce::Nothing => {}
                 }
             }
+            processed = processed.max(csn);
+            marks.insert((p, o), seq);
         }
+        drop(txns);
         // Also without changes this round: the floor may have passed what
         // was sent, and the consumer's contextCSN should reach it.
         let next = cookie.capped(own, claimable(own, floor_us, held), &handed);
@@ -684,6 +707,39 @@ async fn tail(
             s.conn.send(out).await;
         }
     }
+}
+
+/// The records above `marks` in every stream, oldest CSN first: (CSN,
+/// store, partition, origin, sequence number, record).
+#[allow(clippy::type_complexity)]
+fn unsent<T: ReadTxn>(
+    txns: &[T],
+    marks: &mut BTreeMap<(u16, Origin), u64>,
+) -> Result<Vec<(Csn, usize, u16, Origin, u64, Vec<u8>)>> {
+    let mut all = Vec::new();
+    for (store, txn) in txns.iter().enumerate() {
+        for (p, o, first, last) in changelog::streams(txn)? {
+            let mark = *marks.entry((p, o)).or_insert(0);
+            if last <= mark {
+                continue;
+            }
+            if first > mark + 1 {
+                return Err(Error::new(
+                    LdapResultCode::EsyncRefreshRequired,
+                    "the changelog was trimmed past this session's position: refresh",
+                ));
+            }
+            let from = changelog::log_key(p, o, mark + 1);
+            txn.scan(Tree::Changelog, &from[..LOG_PREFIX], &from, &mut |k, v| {
+                let csn = changelog::record_csn(v).unwrap_or_default();
+                all.push((csn, store, p, o, be_u64(&k[LOG_PREFIX..]), v.to_vec()));
+                true
+            })?;
+        }
+    }
+    // Within a stream sequence order is CSN order, so no stream is cut.
+    all.sort_by_key(|r| r.0);
+    Ok(all)
 }
 
 enum Announce {
@@ -730,11 +786,13 @@ fn locate(shard: &shards::Shard, uuid: &[u8; 16], mut shown: String) -> Result<L
 }
 
 /// What one change record means to the consumer, as the entry is now.
+/// `processed`: the highest CSN of the records this session went through
+/// before this one.
 fn announce<T: ReadTxn>(
     s: &Session<'_>,
     txn: &T,
     partition: u16,
-    rec: &ChangeRecord,
+    (rec, processed): (&ChangeRecord, Csn),
     out: &mut BytesMut,
 ) -> Result<Announce> {
     let shard = &s.conn.ctx.shard;
@@ -759,6 +817,12 @@ fn announce<T: ReadTxn>(
     let mut bytes = Vec::new();
     entry.encode(&mut bytes)?;
     let view = EntryView::new(&bytes)?;
+    // Changed again since, by a record still to come: that one tells, in
+    // its place in CSN order (an entry moved twice must not reach the
+    // consumer at its last DN before the move of its new parent).
+    if entry_csn(&view).is_some_and(|now| now > processed.max(rec.csn)) {
+        return Ok(Announce::Nothing);
+    }
     if s.in_scope(&key) && s.matches(&key, &view) {
         let state = if matches!(rec.change, Change::Add { .. }) { SyncStateValue::Add } else { SyncStateValue::Modify };
         s.entry(out, &key, &view, state)?;

@@ -6,8 +6,9 @@
 //! the indexes must agree with the entries and the child counts with the
 //! tree, and the server must start on its own.
 //!
-//! The regular suite runs a few iterations; the long mode runs 20 per
-//! engine: `COREDIR_CRASH_ITERATIONS=20 cargo test --release --test it crash`.
+//! The regular suite runs a few iterations, without and with a changelog;
+//! the long mode runs 20 per engine:
+//! `COREDIR_CRASH_ITERATIONS=20 cargo test --release --test it crash`.
 //! Proves `storage.sync = "always"` (the default).
 
 use crate::support::*;
@@ -211,9 +212,20 @@ fn plant_tree(c: &mut LdapConn, w: usize) -> Model {
 
 #[test]
 fn crash_harness() {
+    harness("");
+}
+
+/// The same with the changelog kept (a syncrepl provider): renames are
+/// logged, and a subtree's entries follow its top one by one.
+#[test]
+fn crash_harness_with_a_changelog() {
+    harness("[syncrepl]\nprovider = true\n");
+}
+
+fn harness(config: &str) {
     let iterations: usize = std::env::var("COREDIR_CRASH_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
     let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
-    let mut s = Server::start(2);
+    let mut s = Server::start_with_config(2, config);
     let mut models: Vec<Model> = (0..WRITERS).map(|w| plant_tree(&mut s.admin(), w)).collect();
     for round in 0..iterations {
         let total = Arc::new(AtomicUsize::new(0));

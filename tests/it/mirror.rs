@@ -671,3 +671,79 @@ fn a_later_replace_wins_over_a_value_added_apart() {
     };
     wait_for("A's replace on both", || want(&a) && want(&b) && dump(&a) == dump(&b));
 }
+
+/// Adds `ou={ou}` under `base` holding `n` people, the first of whom
+/// holds `n / 4` more.
+fn branch(c: &mut LdapConn, base: &str, ou: &str, n: usize) -> String {
+    let top = format!("ou={ou},{base}");
+    let res = c.add(&top, vec![("objectClass", ["organizationalUnit"].into()), ("ou", [ou].into())]);
+    assert_eq!(res.unwrap().rc, 0, "{top}");
+    let person = |c: &mut LdapConn, dn: &str, cn: &str| {
+        let res = c.add(dn, person_attrs(cn)).unwrap();
+        assert_eq!(res.rc, 0, "{dn}: {res:?}");
+    };
+    for i in 0..n {
+        person(c, &format!("cn={ou}{i},{top}"), &format!("{ou}{i}"));
+    }
+    for i in 0..n / 4 {
+        person(c, &format!("cn={ou}0-{i},cn={ou}0,{top}"), &format!("{ou}0-{i}"));
+    }
+    top
+}
+
+/// DNs below `base` (itself included), as one server shows them; none
+/// when `base` is missing.
+fn tree(s: &Server, base: &str) -> Vec<String> {
+    let res = s.admin().search(base, Scope::Subtree, "(objectClass=*)", vec!["1.1"]).unwrap();
+    if res.1.rc == 32 {
+        return Vec::new();
+    }
+    let mut dns: Vec<String> = res.success().unwrap().0.into_iter().map(|e| SearchEntry::construct(e).dn).collect();
+    dns.sort();
+    dns
+}
+
+/// A subtree rename travels as a whole: every entry leaves its old DN and
+/// shows at its new one on both sides, keeps its entryUUID, and the
+/// parents count their children; a move of part of it on the other side
+/// travels back the same way.
+#[test]
+fn a_subtree_renamed_on_either_side_moves_whole_on_both() {
+    let (a, b) = pair(2);
+    let (mut ca, mut cb) = (a.admin(), b.admin());
+    let old = branch(&mut ca, SUFFIX, "dept", 24);
+    let count = tree(&a, &old).len();
+    wait_for("the branch on B", || tree(&b, &old).len() == count);
+    let uuid = uuid_of(&mut ca, &format!("cn=dept0-3,cn=dept0,{old}"));
+    let res = ca.modifydn(&old, "ou=dept2", true, None).unwrap();
+    assert_eq!(res.rc, 0, "{res:?}");
+    let new = format!("ou=dept2,{SUFFIX}");
+    for s in [&a, &b] {
+        wait_for("the whole branch at its new DN", || tree(s, &new).len() == count);
+        assert!(tree(s, &old).is_empty(), "entries left at the old DN on {}", s.url());
+        let mut c = s.admin();
+        assert_eq!(uuid_of(&mut c, &format!("cn=dept0-3,cn=dept0,{new}")), uuid);
+        assert_eq!(attr(&mut c, &new, "numSubordinates"), Some(vec!["24".to_string()]));
+    }
+    // B moves part of it under ou=people; A sees it whole there.
+    let res = cb.modifydn(&format!("cn=dept0,{new}"), "cn=dept0", true, Some(PEOPLE)).unwrap();
+    assert_eq!(res.rc, 0, "{res:?}");
+    let moved = format!("cn=dept0,{PEOPLE}");
+    for s in [&a, &b] {
+        wait_for("the part moved", || tree(s, &moved).len() == 7 && tree(s, &new).len() == count - 7);
+        let mut c = s.admin();
+        wait_for("the counts", || {
+            attr(&mut c, &new, "numSubordinates") == Some(vec!["23".to_string()])
+                && attr(&mut c, &moved, "numSubordinates") == Some(vec!["6".to_string()])
+        });
+        assert_eq!(copies(&mut c, &uuid), 1);
+    }
+    wait_for("identical data", || dump(&a) == dump(&b));
+    // Counted right: the emptied branch can be deleted leaf by leaf.
+    let mut leaves_first = tree(&a, &moved);
+    leaves_first.sort_by_key(|dn| std::cmp::Reverse(dn.matches(',').count()));
+    for dn in leaves_first {
+        assert_eq!(ca.delete(&dn).unwrap().rc, 0, "{dn}");
+    }
+    wait_for("the deletes on B", || tree(&b, &moved).is_empty());
+}

@@ -291,6 +291,47 @@ fn slapd_replicates_one_of_two_naming_contexts() {
     assert_eq!(content_of(&s.url(), second).len(), 21, "the suffix and 20 entries");
 }
 
+/// Subtree renames reach slapd whole: live in persist, and in the refresh
+/// of a consumer that was away (its cookie older than every move).
+#[test]
+fn slapd_follows_subtree_renames() {
+    ldap_utils();
+    let s = provider(2);
+    let mut c = s.admin();
+    let ou = |c: &mut LdapConn, dn: &str, name: &str| {
+        let res = c.add(dn, vec![("objectClass", ["organizationalUnit"].into()), ("ou", [name].into())]);
+        assert_eq!(res.unwrap().rc, 0, "{dn}");
+    };
+    for branch in ["b1", "b2"] {
+        let top = format!("ou={branch},{SUFFIX}");
+        ou(&mut c, &top, branch);
+        for i in 0..20 {
+            let cn = format!("{branch}-{i}");
+            assert_eq!(c.add(&format!("cn={cn},{top}"), person_attrs(&cn)).unwrap().rc, 0);
+        }
+        ou(&mut c, &format!("ou=inner,{top}"), "inner");
+        for i in 0..5 {
+            let cn = format!("{branch}-inner{i}");
+            assert_eq!(c.add(&format!("cn={cn},ou=inner,{top}"), person_attrs(&cn)).unwrap().rc, 0);
+        }
+    }
+    let mut consumer = Consumer::new(&s, "refreshAndPersist");
+    same_content(&s, &consumer);
+    let rename = |c: &mut LdapConn, dn: &str, rdn: &str, superior: Option<&str>| {
+        let res = c.modifydn(dn, rdn, true, superior).unwrap();
+        assert_eq!(res.rc, 0, "{dn}: {res:?}");
+    };
+    rename(&mut c, &format!("ou=b1,{SUFFIX}"), "ou=b1r", None);
+    rename(&mut c, &format!("ou=inner,ou=b1r,{SUFFIX}"), "ou=inner", Some(PEOPLE));
+    same_content(&s, &consumer);
+    consumer.stop();
+    rename(&mut c, &format!("ou=b2,{SUFFIX}"), "ou=b2r", Some(PEOPLE));
+    rename(&mut c, &format!("ou=inner,ou=b2r,{PEOPLE}"), "ou=inner2", Some(SUFFIX));
+    consumer.start();
+    same_content(&s, &consumer);
+    assert_eq!(content(&s.url()).iter().filter(|r| r.contains("ou=b2r,ou=people")).count(), 21);
+}
+
 #[test]
 fn a_sync_request_without_a_changelog_is_refused_loudly() {
     ldap_utils();
