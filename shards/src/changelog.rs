@@ -330,7 +330,7 @@ pub fn trim<T: WriteTxn>(
     // Changes before this time may have lost their tombstones: a syncrepl
     // consumer whose cookie is older gets the present phase (`covers`).
     if let Some((key, _)) = gone.last() {
-        let trimmed = txn.get(Tree::Changelog, key)?.and_then(|v| record_csn(v));
+        let trimmed = txn.get(Tree::Changelog, key)?.and_then(record_csn);
         let tkey = trim_key(partition);
         let before = txn.get(Tree::Meta, &tkey)?.map_or(0, be_u64);
         if let Some(csn) = trimmed.filter(|c| c.phys_us > before) {

@@ -253,6 +253,15 @@ pub fn key_below(key: &[u8], base: &[u8]) -> bool {
     base.is_empty() || (key.len() > base.len() && key.starts_with(base) && key[base.len()] == KEY_SEPARATOR)
 }
 
+/// The storage key of the parent of the entry with key `key`; `None` for
+/// the root.
+pub fn key_parent(key: &[u8]) -> Option<&[u8]> {
+    match key.iter().rposition(|b| *b == KEY_SEPARATOR) {
+        Some(at) => Some(&key[..at]),
+        None => (!key.is_empty()).then_some(&[][..]),
+    }
+}
+
 /// Number of RDNs in a storage key.
 pub fn key_depth(key: &[u8]) -> usize {
     if key.is_empty() {
@@ -480,6 +489,14 @@ mod tests {
 
     fn norm(s: &str) -> String {
         Dn::parse(s).map(|d| d.norm()).unwrap_or_else(|e| format!("ERR {:?}", e.code))
+    }
+
+    #[test]
+    fn key_parent_strips_the_leftmost_rdn() {
+        let k = |s: &str| key_of(s).unwrap();
+        assert_eq!(key_parent(&k("cn=a,ou=b,dc=c")), Some(k("ou=b,dc=c").as_slice()));
+        assert_eq!(key_parent(&k("dc=c")), Some(&[][..]));
+        assert_eq!(key_parent(&k("")), None);
     }
 
     #[test]

@@ -110,11 +110,13 @@ pub enum Node {
         attr: Names,
         words: Vec<String>,
     },
-    /// `(entryDN=<dn>)`: the entry's own DN, as a storage key (entryDN is
-    /// not stored with the entry; slapd computes it).
+    /// `(entryDN=<dn>)` and extensible items on it: the entry's own DN
+    /// against the assertion, as storage keys, by equality or one of the
+    /// DN relations (entryDN is not stored with the entry; slapd computes it).
     EntryDn {
         attr: Names,
         key: Vec<u8>,
+        rule: Rule,
     },
     /// An assertion on an attribute the requester may search in some
     /// entries only (access control decides per entry, see `eval_with`).
@@ -143,7 +145,7 @@ pub fn compile(f: &LdapFilter) -> Node {
         }
         LdapFilter::Equality(a, v) if matching::same_attr(a, "entryDN") => {
             match (Names::of(schema, a), dn::key_of(v)) {
-                (Some(attr), Ok(key)) => Node::EntryDn { attr, key },
+                (Some(attr), Ok(key)) => Node::EntryDn { attr, key, rule: Rule::DistinguishedName },
                 _ => Node::Undefined,
             }
         }
@@ -255,11 +257,13 @@ fn extensible(schema: &'static Schema, m: &LdapMatchingRuleAssertion) -> Option<
             return None;
         }
     }
-    if let (Some(names), Rule::DistinguishedName, false) = (&attr, rule, m.dn_attributes) {
+    if let Some(names) = &attr {
         if names.name() == "entryDN" {
-            // entryDN is no stored attribute: the entry's own DN.
+            // entryDN is no stored attribute: the entry's own DN (the
+            // dnAttributes flag adds nothing to it, as in slapd). Only DN
+            // rules got past `usable_with`.
             let key = dn::key_of(&m.match_value).ok()?;
-            return Some(Node::EntryDn { attr: attr?, key });
+            return Some(Node::EntryDn { attr: attr?, key, rule });
         }
     }
     if usage == matching::Usage::Substrings {
@@ -361,7 +365,7 @@ impl Node {
             Node::Extensible { attr, rule, value, dn_attributes, less } => {
                 extensible_eval(e, attr, *rule, value, *dn_attributes, *less)
             }
-            Node::EntryDn { key, .. } => Some(dn::key_of(e.dn()).is_ok_and(|k| k == *key)),
+            Node::EntryDn { key, rule, .. } => Some(dn::key_of(e.dn()).is_ok_and(|k| rule.dn_relates(&k, key))),
             Node::Approx { attr, words } => {
                 Some(e.attrs().filter(|a| attr.covers(a.name)).any(|a| a.vals().any(|v| approx::matches(words, v))))
             }
@@ -535,6 +539,7 @@ fn rule_matches(rule: Rule, less: bool, have: &[u8], want: &[u8]) -> bool {
             _ => false,
         },
         _ if less => rule.order_key(have) < rule.order_key(want),
+        Rule::DnSubtree | Rule::DnOneLevel | Rule::DnSubordinate | Rule::DnSuperior => rule.dn_relates(have, want),
         _ => have == want,
     }
 }

@@ -24,6 +24,13 @@ use std::cmp::Ordering;
 pub enum Rule {
     ObjectIdentifier,
     DistinguishedName,
+    /// OpenLDAP's DN relations for extensible matching (slapd hides them
+    /// from `cn=Subschema`): the value is the assertion or below it; one
+    /// level below it; strictly below it; strictly above it.
+    DnSubtree,
+    DnOneLevel,
+    DnSubordinate,
+    DnSuperior,
     CaseIgnore,
     CaseIgnoreOrdering,
     CaseIgnoreSubstrings,
@@ -138,9 +145,18 @@ pub const RULES: &[RuleInfo] = &[
     r(Rule::CertificateExact, "certificateExactMatch", "2.5.13.34", "1.3.6.1.1.15.1", EQ),
     r(Rule::AttributeCertificateExact, "attributeCertificateExactMatch", "2.5.13.45", "1.3.6.1.1.15.5", EQ),
     r(Rule::Authz, "authzMatch", "1.3.6.1.4.1.4203.666.4.12", "1.3.6.1.4.1.4203.666.2.7", EQ),
+    r(Rule::DnOneLevel, "dnOneLevelMatch", "1.3.6.1.4.1.4203.666.4.8", "12", EQ),
+    r(Rule::DnSubtree, "dnSubtreeMatch", "1.3.6.1.4.1.4203.666.4.9", "12", EQ),
+    r(Rule::DnSubordinate, "dnSubordinateMatch", "1.3.6.1.4.1.4203.666.4.10", "12", EQ),
+    r(Rule::DnSuperior, "dnSuperiorMatch", "1.3.6.1.4.1.4203.666.4.11", "12", EQ),
 ];
 
 impl RuleInfo {
+    /// Whether `cn=Subschema` lists the rule (slapd hides the DN relations).
+    pub fn published(&self) -> bool {
+        !self.rule.is_dn_relation()
+    }
+
     /// The full OID of the assertion syntax.
     pub fn syntax_oid(&self) -> String {
         if self.syntax.contains('.') {
@@ -195,6 +211,23 @@ pub fn rule_named(name: &str) -> Option<&'static RuleInfo> {
 }
 
 impl Rule {
+    fn is_dn_relation(self) -> bool {
+        matches!(self, Rule::DnSubtree | Rule::DnOneLevel | Rule::DnSubordinate | Rule::DnSuperior)
+    }
+
+    /// For a DN relation, whether DN storage key `have` stands in it to
+    /// the assertion's key `want`.
+    pub fn dn_relates(self, have: &[u8], want: &[u8]) -> bool {
+        use crate::dn::key_below;
+        match self {
+            Rule::DnSubtree => have == want || key_below(have, want),
+            Rule::DnOneLevel => crate::dn::key_parent(have) == Some(want),
+            Rule::DnSubordinate => have != want && key_below(have, want),
+            Rule::DnSuperior => have != want && key_below(want, have),
+            _ => have == want,
+        }
+    }
+
     pub fn info(self) -> &'static RuleInfo {
         RULES.iter().find(|r| r.rule == self).expect("every rule is listed")
     }
@@ -235,6 +268,10 @@ impl Rule {
                 Some(Cow::Borrowed(value))
             }
             DistinguishedName => dn(value).map(|d| Cow::Owned(d.into_bytes())),
+            // As storage keys: the relations are prefix tests on them.
+            DnSubtree | DnOneLevel | DnSubordinate | DnSuperior => {
+                crate::dn::key_of(std::str::from_utf8(value).ok()?).ok().map(Cow::Owned)
+            }
             UniqueMember => unique_member(value).map(Cow::Owned),
             GeneralizedTime | GeneralizedTimeOrdering => generalized_time(value).map(|t| Cow::Owned(t.into_bytes())),
             ObjectIdentifier => std::str::from_utf8(value).ok().and_then(oid).map(Cow::Owned),

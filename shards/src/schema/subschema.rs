@@ -28,7 +28,11 @@ pub fn entry() -> Entry {
             format!("( {} DESC '{}'{binary} )", s.oid, s.desc)
         })
         .collect();
-    let rules = RULES.iter().map(|r| format!("( {} NAME '{}' SYNTAX {} )", r.oid, r.name, r.syntax_oid())).collect();
+    let rules = RULES
+        .iter()
+        .filter(|r| r.published())
+        .map(|r| format!("( {} NAME '{}' SYNTAX {} )", r.oid, r.name, r.syntax_oid()))
+        .collect();
     let uses = matching_rule_uses(schema);
     Entry {
         dn: DN.into(),
@@ -54,6 +58,7 @@ pub fn entry() -> Entry {
 fn matching_rule_uses(schema: &super::Schema) -> Vec<String> {
     RULES
         .iter()
+        .filter(|r| r.published())
         .filter_map(|r| {
             let applies: Vec<&str> = schema.attrs.iter().filter(|a| r.usable_with(a)).map(|a| a.name()).collect();
             let list = match applies.as_slice() {
