@@ -76,7 +76,10 @@ pub enum Moving {
     Top,
     /// An entry below a moved top: only its DN changes, to `entry.dn`;
     /// the attributes are those stored, whatever a peer changed meanwhile.
-    Below,
+    /// Stamped above `after` (the newest stamp of the moves before it,
+    /// made on other shards' clocks), so that CSN order is the order of
+    /// the moves: a parent's before its children's.
+    Below { after: Csn },
 }
 
 /// What an update checks and hands back inside the owner's transaction:
@@ -591,10 +594,11 @@ fn apply<T: WriteTxn>(
                 child(txn, p, -1)?;
             }
             let old = Entry::decode(txn.get(Tree::Id2entry, &id)?.unwrap_or_default())?;
-            if *moving == Moving::Below {
+            if let Moving::Below { after } = moving {
                 let dn = std::mem::take(&mut entry.dn);
                 *entry = Entry { dn, ..old.clone() };
                 entry.remove("entryCSN");
+                clock.hlc.adopt(*after);
             }
             supersede(&mut clock.hlc, &old);
             index::remove(txn, &old, &id)?;

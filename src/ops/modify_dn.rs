@@ -31,6 +31,7 @@ use crate::ops::{access, parse_dn, with_matched};
 use ldap3_proto::control::LdapControl;
 use ldap3_proto::proto::LdapModifyDNRequest;
 use ldap3_proto::LdapResultCode;
+use shards::csn::Csn;
 use shards::dn::{key_below, Dn, Rdn};
 use shards::entry::Entry;
 use shards::moves;
@@ -94,7 +95,13 @@ async fn move_replicated(
     }
     // From here on the rename is done for a crash: what fails now is
     // finished by the next start (`resume`), which keeps the intent.
-    follow(shard, &|d: &Dn| conn.ctx.is_suffix(d), followers).await?;
+    let is_top = |d: &Dn| conn.ctx.is_suffix(d);
+    if let Err(e) = follow(shard, &is_top, new, followers).await {
+        // Done but for what cannot follow (a DN the peer took meanwhile),
+        // which stays where it is, said on stderr.
+        eprintln!("coredir: the rename of {old_text} to {}: {}; finishing it", new.to_string_form(), e.message);
+        finish_replicated(shard, &is_top, old, new).await?;
+    }
     shard.submit_to(home, WriteOp::Intent { uuid, intent: None }).await
 }
 
@@ -127,18 +134,33 @@ struct Follower {
     entry: Entry,
 }
 
-/// Moves the entries below a moved top after it, each a logged rename
-/// keeping what is stored but the DN: one depth at a time, parents first,
-/// each depth's states delivered before the next moves. Every entry is
-/// tried; the first failure is returned.
-async fn follow(shard: &Rc<Shard>, is_top: &dyn Fn(&Dn) -> bool, mut followers: Vec<Follower>) -> Result<()> {
+/// The newest entryCSN of the entries at these DNs.
+fn newest_stamp<'a>(shard: &Shard, dns: impl Iterator<Item = &'a Dn>) -> Result<Csn> {
+    let mut newest = Csn::default();
+    for dn in dns {
+        let entry = shard.get_entry(&dn.key())?;
+        let stamp = entry.as_ref().and_then(|e| e.get("entryCSN")).and_then(|a| a.vals.first());
+        if let Some(csn) = stamp.and_then(|v| Csn::parse(&String::from_utf8_lossy(v))) {
+            newest = newest.max(csn);
+        }
+    }
+    Ok(newest)
+}
+
+/// Moves the entries below a moved top (now at `top`) after it, each a
+/// logged rename keeping what is stored but the DN: one depth at a time,
+/// parents first, each depth's states delivered and its stamps adopted
+/// before the next moves. Every entry is tried; the first failure is
+/// returned.
+async fn follow(shard: &Rc<Shard>, is_top: &dyn Fn(&Dn) -> bool, top: &Dn, mut followers: Vec<Follower>) -> Result<()> {
     followers.sort_by_key(|f| f.dn.depth());
     let mut result = Ok(());
+    let mut after = newest_stamp(shard, std::iter::once(top))?;
     for level in followers.chunk_by(|a, b| a.dn.depth() == b.dn.depth()) {
         let writes = side_by_side(level.to_vec(), |f| {
             let s = shard.clone();
             async move {
-                let op = move_op(&f.old_key, &f.old_text, f.dn.key(), f.entry, Moving::Below);
+                let op = move_op(&f.old_key, &f.old_text, f.dn.key(), f.entry, Moving::Below { after });
                 s.submit_for(s.owner_of(&f.old_key), op).await
             }
         });
@@ -151,6 +173,7 @@ async fn follow(shard: &Rc<Shard>, is_top: &dyn Fn(&Dn) -> bool, mut followers: 
         }
         moves::count_children(shard, images.into_iter(), is_top).await;
         moves::deliver(shard, is_top).await?;
+        after = after.max(newest_stamp(shard, level.iter().map(|f| &f.dn))?);
     }
     result
 }
@@ -467,7 +490,7 @@ async fn finish_replicated(shard: &Rc<Shard>, is_top: &dyn Fn(&Dn) -> bool, old:
         };
         followers.push(Follower { old_key: m.old_key, old_text: was, dn: dn_new, entry });
     }
-    follow(shard, is_top, followers).await
+    follow(shard, is_top, new, followers).await
 }
 
 /// The entryUUID of the entry at `dn`, if there is one.

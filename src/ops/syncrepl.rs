@@ -656,9 +656,15 @@ async fn tail(
 ) -> Result<()> {
     let ctx = &s.conn.ctx;
     let own = ctx.shard.stamping.sid;
-    let mut processed = Csn::default();
+    // The record the stream waits on, and for how many rounds.
+    let mut stuck: Option<(Csn, u32)> = None;
+    let mut more = false;
     loop {
-        glommio::timer::sleep(POLL).await;
+        match more {
+            // A round cut short: the rest at once, after other work.
+            true => futures_lite::future::yield_now().await,
+            false => glommio::timer::sleep(POLL).await,
+        }
         if abandoned.get() {
             return Ok(());
         }
@@ -668,19 +674,22 @@ async fn tail(
         let floor_us = ctx.shard.floors.lowest();
         let txns = ctx.shard.stores.iter().map(|st| st.read()).collect::<Result<Vec<_>>>()?;
         let mut held: Option<Csn> = None;
-        for (csn, store, p, o, seq, bytes) in unsent(&txns, &mut marks)? {
-            let rec = ChangeRecord::decode(&bytes);
+        let (records, cut) = unsent(&txns, &marks)?;
+        more = cut;
+        for (csn, store, p, o, seq, bytes) in records {
             // Every change goes out in CSN order, across partitions (a
             // parent's move before its children's): one of this server
             // above the floor may yet have one of a slower shard before it.
             if csn.sid == own && csn.phys_us > floor_us {
                 held = Some(csn);
+                more = false;
                 break;
             }
-            if let Some(rec) = rec {
-                match announce(s, &txns[store], p, (&rec, processed), &mut out)? {
-                    Announce::Later => {
-                        held = (rec.csn.sid == own).then_some(rec.csn);
+            if let Some(rec) = ChangeRecord::decode(&bytes) {
+                match announce(s, &txns[store], p, &rec, &mut out)? {
+                    Announce::Later if !given_up(&mut stuck, csn) => {
+                        held = (csn.sid == own).then_some(csn);
+                        more = false;
                         break;
                     }
                     Announce::Sent => {
@@ -690,10 +699,9 @@ async fn tail(
                         // a hidden change's CSN would time it.
                         cookie.saw(rec.csn);
                     }
-                    Announce::Nothing => {}
+                    Announce::Later | Announce::Nothing => {}
                 }
             }
-            processed = processed.max(csn);
             marks.insert((p, o), seq);
         }
         drop(txns);
@@ -709,17 +717,48 @@ async fn tail(
     }
 }
 
+/// Rounds a record may wait for its entry's state to arrive (a rename
+/// between partitions) before the stream goes on without it: a parcel is
+/// delivered within a round or two; one that never is must not hold every
+/// later change back for good.
+const PATIENCE: u32 = 100;
+
+/// Counts another round waiting on `csn`; true once past `PATIENCE`.
+fn given_up(stuck: &mut Option<(Csn, u32)>, csn: Csn) -> bool {
+    let rounds = match stuck {
+        Some((c, n)) if *c == csn => {
+            *n += 1;
+            *n
+        }
+        _ => {
+            *stuck = Some((csn, 1));
+            1
+        }
+    };
+    if rounds == PATIENCE {
+        eprintln!("coredir: syncrepl: the entry of change {csn} never arrived at its new DN; going on without it");
+    }
+    rounds >= PATIENCE
+}
+
+/// Records read per stream and round: what one round holds is bounded
+/// (the rest waits for the next round, which follows at once).
+const PER_STREAM: usize = 256;
+
 /// The records above `marks` in every stream, oldest CSN first: (CSN,
-/// store, partition, origin, sequence number, record).
+/// store, partition, origin, sequence number, record), at most
+/// `PER_STREAM` of each, cut at the newest CSN every stream read whole
+/// reaches (true when so cut: more follow).
 #[allow(clippy::type_complexity)]
 fn unsent<T: ReadTxn>(
     txns: &[T],
-    marks: &mut BTreeMap<(u16, Origin), u64>,
-) -> Result<Vec<(Csn, usize, u16, Origin, u64, Vec<u8>)>> {
+    marks: &BTreeMap<(u16, Origin), u64>,
+) -> Result<(Vec<(Csn, usize, u16, Origin, u64, Vec<u8>)>, bool)> {
     let mut all = Vec::new();
+    let mut bound: Option<Csn> = None;
     for (store, txn) in txns.iter().enumerate() {
         for (p, o, first, last) in changelog::streams(txn)? {
-            let mark = *marks.entry((p, o)).or_insert(0);
+            let mark = marks.get(&(p, o)).copied().unwrap_or(0);
             if last <= mark {
                 continue;
             }
@@ -730,16 +769,25 @@ fn unsent<T: ReadTxn>(
                 ));
             }
             let from = changelog::log_key(p, o, mark + 1);
+            let (mut taken, mut newest) = (0, Csn::default());
             txn.scan(Tree::Changelog, &from[..LOG_PREFIX], &from, &mut |k, v| {
-                let csn = changelog::record_csn(v).unwrap_or_default();
-                all.push((csn, store, p, o, be_u64(&k[LOG_PREFIX..]), v.to_vec()));
-                true
+                newest = changelog::record_csn(v).unwrap_or_default();
+                all.push((newest, store, p, o, be_u64(&k[LOG_PREFIX..]), v.to_vec()));
+                taken += 1;
+                taken < PER_STREAM
             })?;
+            if taken == PER_STREAM && mark + (taken as u64) < last {
+                bound = Some(bound.map_or(newest, |b| b.min(newest)));
+            }
         }
     }
-    // Within a stream sequence order is CSN order, so no stream is cut.
+    // Within a stream sequence order is CSN order, so no stream is cut
+    // but at its end or the bound.
     all.sort_by_key(|r| r.0);
-    Ok(all)
+    if let Some(b) = bound {
+        all.retain(|r| r.0 <= b);
+    }
+    Ok((all, bound.is_some()))
 }
 
 enum Announce {
@@ -782,17 +830,16 @@ fn locate(shard: &shards::Shard, uuid: &[u8; 16], mut shown: String) -> Result<L
             },
         }
     }
-    Ok(Located::Pending)
+    // Renamed over and over: its later records find it in fewer hops.
+    Ok(Located::Gone)
 }
 
 /// What one change record means to the consumer, as the entry is now.
-/// `processed`: the highest CSN of the records this session went through
-/// before this one.
 fn announce<T: ReadTxn>(
     s: &Session<'_>,
     txn: &T,
     partition: u16,
-    (rec, processed): (&ChangeRecord, Csn),
+    rec: &ChangeRecord,
     out: &mut BytesMut,
 ) -> Result<Announce> {
     let shard = &s.conn.ctx.shard;
@@ -817,10 +864,15 @@ fn announce<T: ReadTxn>(
     let mut bytes = Vec::new();
     entry.encode(&mut bytes)?;
     let view = EntryView::new(&bytes)?;
-    // Changed again since, by a record still to come: that one tells, in
-    // its place in CSN order (an entry moved twice must not reach the
-    // consumer at its last DN before the move of its new parent).
-    if entry_csn(&view).is_some_and(|now| now > processed.max(rec.csn)) {
+    // Renamed again since: the later rename's record tells, in its place
+    // in CSN order (an entry moved twice must not reach the consumer at
+    // its last DN before the move of its new parent). Changed otherwise,
+    // it goes out as it is now, at the DN this record gave it.
+    let after = match &rec.change {
+        Change::Rename { to, .. } => Dn::parse(to)?.key(),
+        _ => old_key.clone(),
+    };
+    if key != after && entry_csn(&view).is_some_and(|now| now > rec.csn) {
         return Ok(Announce::Nothing);
     }
     if s.in_scope(&key) && s.matches(&key, &view) {

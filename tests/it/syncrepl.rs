@@ -324,6 +324,15 @@ fn slapd_follows_subtree_renames() {
     rename(&mut c, &format!("ou=b1,{SUFFIX}"), "ou=b1r", None);
     rename(&mut c, &format!("ou=inner,ou=b1r,{SUFFIX}"), "ou=inner", Some(PEOPLE));
     same_content(&s, &consumer);
+    // Within one poll: a subtree renamed and its top then modified (its
+    // rename record must still go out before its children's), a leaf
+    // renamed twice.
+    rename(&mut c, &format!("ou=b1r,{SUFFIX}"), "ou=b1s", None);
+    let b1s = format!("ou=b1s,{SUFFIX}");
+    assert_eq!(c.modify(&b1s, vec![Mod::Replace("description", ["moved"].into())]).unwrap().rc, 0);
+    rename(&mut c, &format!("cn=b1-3,{b1s}"), "cn=b1-3x", None);
+    rename(&mut c, &format!("cn=b1-3x,{b1s}"), "cn=b1-3y", None);
+    same_content(&s, &consumer);
     consumer.stop();
     rename(&mut c, &format!("ou=b2,{SUFFIX}"), "ou=b2r", Some(PEOPLE));
     rename(&mut c, &format!("ou=inner,ou=b2r,{PEOPLE}"), "ou=inner2", Some(SUFFIX));
