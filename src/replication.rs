@@ -59,6 +59,8 @@ const MAX_HANDSHAKE: usize = 64 << 10;
 const HEARTBEAT: Duration = Duration::from_secs(1);
 const POLL: Duration = Duration::from_millis(20);
 const RETRY: Duration = Duration::from_secs(1);
+/// How soon the same connection error is logged again.
+const SAY_AGAIN: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Serialize, Deserialize)]
 enum Frame {
@@ -147,6 +149,9 @@ pub struct Status {
     pub lagging: bool,
     /// Partitions resynced to the peer (sent whole, as states).
     pub partitions_resynced: u64,
+    /// Inbound connections refused (wrong secret, another database, ...).
+    #[serde(default)]
+    pub refusals: u64,
 }
 
 /// The status, shared with the admin thread.
@@ -281,6 +286,8 @@ async fn recv(stream: &mut Stream, limit: usize) -> Result<Frame> {
 /// Accepts the peer's connections on `replication.listen` (shard 0).
 pub async fn serve(listener: TcpListener, ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>) {
     shared.update(|s| s.inbound = "waiting".into());
+    // The last error said, and when.
+    let said = Rc::new(std::cell::RefCell::new((String::new(), Instant::now())));
     loop {
         let stream = match listener.accept().await {
             Ok(s) => s,
@@ -290,10 +297,17 @@ pub async fn serve(listener: TcpListener, ctx: Rc<Ctx>, config: Arc<Config>, sha
                 continue;
             }
         };
-        let (ctx, config, shared) = (ctx.clone(), config.clone(), shared.clone());
+        let (ctx, config, shared, said) = (ctx.clone(), config.clone(), shared.clone(), said.clone());
         glommio::spawn_local(async move {
             if let Err(e) = receive(stream, &ctx, &config, &shared).await {
-                eprintln!("coredir: replication: from the peer: {e:#}");
+                let msg = format!("{e:#}");
+                // A peer refused again and again (every second) is said
+                // once a minute, not every time.
+                let repeated = matches!(&*said.borrow(), (m, t) if *m == msg && t.elapsed() < SAY_AGAIN);
+                if !repeated {
+                    eprintln!("coredir: replication: from the peer: {msg}");
+                    *said.borrow_mut() = (msg, Instant::now());
+                }
                 shared.update(|s| {
                     if s.inbound != "refused" {
                         s.inbound = "waiting".into();
@@ -325,12 +339,18 @@ async fn receive(tcp: TcpStream, ctx: &Ctx, config: &Config, shared: &Shared) ->
         mismatch(&ours, &theirs)
     };
     if let Some(reason) = why {
+        shared.update(|s| {
+            s.inbound = "refused".into();
+            s.refusals += 1;
+        });
         send(&mut stream, &Frame::Refuse { reason: reason.clone() }).await?;
-        shared.update(|s| s.inbound = "refused".into());
         bail!("refused: {reason}");
     }
     send(&mut stream, &Frame::Ruv { applied: vector(ctx)? }).await?;
-    shared.update(|s| s.inbound = "streaming".into());
+    shared.update(|s| {
+        s.inbound = "streaming".into();
+        s.inbound_error.clear();
+    });
     shared.heard();
     loop {
         let frame = recv(&mut stream, MAX_FRAME).await?;
@@ -575,9 +595,12 @@ pub async fn push(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>) {
     let peer = config.replication.peer.clone().unwrap_or_default();
     shared.update(|s| s.peer = peer.clone());
     let waiting = |s: &Status| if s.lagging { "lagging" } else { "connecting" }.to_string();
+    // What the peer was last known to hold: while it is away, the backlog
+    // and lag shown are measured against it, live.
+    let mut held: Option<Vector> = None;
     loop {
         shared.update(|s| s.outbound = waiting(s));
-        if let Err(e) = push_once(&peer, &ctx, &config, &shared).await {
+        if let Err(e) = push_once(&peer, &ctx, &config, &shared, &mut held).await {
             let msg = format!("{e:#}");
             if shared.snapshot().outbound_error != msg {
                 eprintln!("coredir: replication: to {peer}: {msg}");
@@ -589,11 +612,32 @@ pub async fn push(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>) {
                 s.outbound_error = msg;
             });
         }
+        if let Some(acked) = &held {
+            match snapshots(&ctx).and_then(|txns| pending(&ctx, &txns, acked)) {
+                Ok(p) => show(&shared, &p),
+                Err(e) => eprintln!("coredir: replication: measuring the backlog: {e:#}"),
+            }
+        }
         glommio::timer::sleep(RETRY).await;
     }
 }
 
-async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> Result<()> {
+/// Per origin, per partition: the last sequence number the peer holds.
+type Vector = std::collections::BTreeMap<Origin, Vec<u64>>;
+
+/// The backlog and lag of what the peer lacks, in the status and metrics.
+fn show(shared: &Shared, p: &Pending) {
+    let lag_s = p.oldest.map_or(0.0, |c| wall_us().saturating_sub(c.phys_us) as f64 / 1e6);
+    crate::stats::gauge("coredir_replication_lag_seconds", 0).set(lag_s);
+    crate::stats::gauge("coredir_replication_backlog_records", 0).set(p.backlog as f64);
+    shared.update(|s| {
+        s.backlog = p.backlog;
+        s.backlog_by_partition = p.by_partition.clone();
+        s.lag_s = lag_s;
+    });
+}
+
+async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared, held: &mut Option<Vector>) -> Result<()> {
     let tcp = TcpStream::connect(peer).await.map_err(|e| anyhow!("connecting: {e}"))?;
     let mut stream = secure(tcp, shared, false).await?;
     let ours = facts(ctx, config);
@@ -619,12 +663,11 @@ async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> R
     };
     // The receiver's own changes are not offered back to it.
     acked.remove(&theirs_now);
-    shared.update(|s| s.outbound = "catching-up".into());
+    shared.update(|s| {
+        s.outbound = "catching-up".into();
+        s.outbound_error.clear();
+    });
     let sent_total = crate::stats::counter("coredir_replication_records_sent_total", 0, &[]);
-    let (lag, backlog_gauge) = (
-        crate::stats::gauge("coredir_replication_lag_seconds", 0),
-        crate::stats::gauge("coredir_replication_backlog_records", 0),
-    );
     let mut last_sent = Instant::now();
     let mut last_trim = Instant::now();
     let r = &config.replication;
@@ -635,7 +678,7 @@ async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> R
             last_trim = Instant::now();
             trim(ctx, &acked, theirs_now, wall_us().saturating_sub(max_age_us)).await?;
         }
-        let Pending { batch, backlog, by_partition, oldest, gaps } = {
+        let p = {
             let txns = snapshots(ctx)?;
             // What to offer: every origin held here but the receiver's own.
             for o in origins(&txns)?.into_iter().filter(|o| *o != theirs_now) {
@@ -643,21 +686,18 @@ async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared) -> R
             }
             pending(ctx, &txns, &acked)?
         };
-        if !gaps.is_empty() {
-            for partition in gaps {
+        *held = Some(acked.clone());
+        if !p.gaps.is_empty() {
+            for &partition in &p.gaps {
                 resync(&mut stream, ctx, partition, &mut acked, shared).await?;
             }
             continue;
         }
         // Nothing the peer needs is trimmed: whatever a forced trim took, it held.
         shared.update(|s| s.lagging = false);
-        let lag_s = oldest.map_or(0.0, |c| wall_us().saturating_sub(c.phys_us) as f64 / 1e6);
-        lag.set(lag_s);
-        backlog_gauge.set(backlog as f64);
+        show(shared, &p);
+        let (batch, backlog) = (p.batch, p.backlog);
         shared.update(|s| {
-            s.backlog = backlog;
-            s.backlog_by_partition = by_partition;
-            s.lag_s = lag_s;
             if backlog == 0 {
                 s.outbound = "streaming".into();
             } else if s.outbound == "lagging" || s.outbound == "resyncing" {

@@ -312,6 +312,36 @@ fn a_peer_without_the_secret_or_with_another_database_is_refused() {
     assert!(err.contains("secret"), "{err}");
     assert_eq!(add_user(&mut c.admin(), "never").rc, 0);
     assert_eq!(replication(&a)["records_applied"], 0);
+    // C retries every second; A counts each refusal but logs it once.
+    wait_for("three refusals", || replication(&a)["refusals"].as_u64().unwrap_or(0) >= 3);
+    let log = std::fs::read_to_string(&a.stderr).unwrap_or_default();
+    assert_eq!(log.lines().filter(|l| l.contains("from the peer: refused")).count(), 1, "{log}");
+}
+
+/// While the peer is away, the status tells the truth: the backlog counts
+/// what it lacks and the lag grows with the oldest of it; once healed, the
+/// error of the outage is gone.
+#[test]
+fn the_status_during_a_partition_is_live_and_clears_when_healed() {
+    let (a, mut b) = pair(2);
+    assert_eq!(add_user(&mut a.admin(), "seen").rc, 0);
+    wait_for("streaming", || replication(&a)["outbound"] == "streaming" && replication(&a)["backlog"] == 0);
+    b.stop();
+    for i in 0..15 {
+        assert_eq!(add_user(&mut a.admin(), &format!("apart{i}")).rc, 0);
+    }
+    wait_for("the backlog while apart", || replication(&a)["backlog"].as_u64() == Some(15));
+    let lag = |s: &Server| replication(s)["lag_s"].as_f64().unwrap_or(0.0);
+    let first = lag(&a);
+    assert!(first > 0.0, "{}", replication(&a));
+    wait_for("the lag to grow", || lag(&a) > first + 1.0);
+    assert_ne!(replication(&a)["outbound_error"], "", "the outage is said");
+    b.launch();
+    wait_for("healed", || {
+        let s = replication(&a);
+        s["outbound"] == "streaming" && s["backlog"] == 0 && s["outbound_error"] == "" && s["inbound_error"] == ""
+    });
+    assert_eq!(lag(&a), 0.0);
 }
 
 fn person(c: &mut LdapConn, uid: &str, description: &str) {
