@@ -353,8 +353,15 @@ impl Admin {
             let txn = store.read().map_err(|e| anyhow!(e.message))?;
             txn.scan(Tree::State, b"", b"", &mut |k, v| {
                 let uuid: Option<[u8; 16]> = k.get(2..).and_then(|u| u.try_into().ok());
+                let partition = k.get(..2).map(|p| u16::from_be_bytes([p[0], p[1]]) as u32);
                 if let (Some(uuid), Some(state)) = (uuid, shards::changelog::decode_state(v)) {
-                    if let (Some((lost, _)), Some(dn), None) = (&state.conflict, state.shown_dn(&uuid), state.deleted) {
+                    // Once, from the partition that shows it (a rename
+                    // leaves a copy of the state where it was).
+                    let dn = state.shown_dn(&uuid).filter(|dn| {
+                        let home = shards::dn::Dn::parse(dn).map(|d| self.manifest.partition_of(&d.key()));
+                        state.in_conflict() && home.ok() == partition
+                    });
+                    if let (Some((lost, _)), Some(dn), None) = (&state.conflict, dn, state.deleted) {
                         let entry_uuid = uuid::Uuid::from_bytes(uuid).hyphenated().to_string();
                         out.push(Conflict { dn, lost: lost.clone(), entry_uuid });
                     }

@@ -257,7 +257,7 @@ pub fn materialize(state: &EntryState, uuid: &[u8; 16]) -> Option<Entry> {
     let (_, attrs) = state.visible()?;
     let dn = state.shown_dn(uuid)?;
     let mut attrs: Vec<Attr> = attrs.into_iter().map(|(name, vals)| Attr { name, vals }).collect();
-    if let Some((lost, slot)) = &state.conflict {
+    if let Some((lost, slot)) = state.conflict.as_ref().filter(|_| state.in_conflict()) {
         if let Some(oc) = attrs.iter_mut().find(|a| a.name.eq_ignore_ascii_case("objectClass")) {
             oc.vals.push(b"coredirConflictEntry".to_vec());
         }

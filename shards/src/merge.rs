@@ -462,6 +462,12 @@ impl EntryState {
         }
     }
 
+    /// Whether the entry is shown at its conflict DN: it holds the DN it
+    /// lost (renamed away since, it is an ordinary entry again).
+    pub fn in_conflict(&self) -> bool {
+        matches!((&self.dn, &self.conflict), (Some((dn, _)), Some((lost, _))) if dn == lost)
+    }
+
     /// Where the entry is shown: its DN, or its conflict DN while it holds
     /// the DN it lost.
     pub fn shown_dn(&self, uuid: &[u8; 16]) -> Option<String> {

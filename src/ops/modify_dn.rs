@@ -263,11 +263,17 @@ fn read_subtree(conn: &Conn, dn: &Dn, dn_text: &str, in_place: bool) -> Result<(
     Ok((entry, renames::below(&shard.stores, &key, limit)?))
 }
 
+const CONFLICT_SLOT: &str = "coredirConflictSlot";
+
 /// Applies the RDN change to the entry's attributes and stamps it.
 fn rename_entry(entry: &mut Entry, old: &Dn, new: &Dn, new_text: String, delete_old_rdn: bool, modifier: &str) {
     let new_rdn = new.rdn().expect("not the root");
     if delete_old_rdn {
-        for ava in &old.rdn().expect("not the root").avas {
+        // A conflict entry's RDN (`entryUUID=…+coredirConflictSlot=…`)
+        // names its identity and a mark the state derives: renamed away,
+        // the entry keeps its entryUUID and the marks go by themselves.
+        let kept = |attr: &str| !shards::write::user_modifiable(attr) || attr.eq_ignore_ascii_case(CONFLICT_SLOT);
+        for ava in old.rdn().expect("not the root").avas.iter().filter(|a| !kept(&a.attr)) {
             // A value the new RDN keeps in another spelling (`cn=leaf` to
             // `cn=LEAF`) goes too: slapd stores the new spelling.
             let _ = entry.apply(&[shards::entry::Mod::Delete(shards::entry::Attr {

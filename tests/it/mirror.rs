@@ -777,3 +777,56 @@ fn a_subtree_renamed_on_either_side_moves_whole_on_both() {
     }
     wait_for("the deletes on B", || tree(&b, &moved).is_empty());
 }
+
+/// Two conflict losers `uid=<uid>` made by adding the DN on both sides apart.
+fn conflicts_of(a: &mut Server, b: &mut Server, uids: &[&str]) -> Vec<String> {
+    b.kill9();
+    for uid in uids {
+        person(&mut a.admin(), uid, "added on a");
+    }
+    a.kill9();
+    b.launch();
+    for uid in uids {
+        person(&mut b.admin(), uid, "added on b");
+    }
+    a.launch();
+    wait_for("identical data", || dump(a) == dump(b));
+    search_dns(&mut a.admin(), SUFFIX, Scope::Subtree, "(objectClass=coredirConflictEntry)")
+}
+
+/// What an operator does with a conflict entry works, on both sides: a
+/// rename to a free DN (with deleteoldrdn, as `ldapmodrdn -r` does) makes
+/// it an ordinary entry that keeps its entryUUID and can be modified and
+/// deleted; a delete removes it. `ctl replication conflicts` then lists
+/// none, and never one twice.
+#[test]
+fn a_conflict_entry_is_resolved_by_renaming_or_deleting_it() {
+    let (mut a, mut b) = pair(2);
+    let flagged = conflicts_of(&mut a, &mut b, &["twin1", "twin2"]);
+    assert_eq!(flagged.len(), 2, "{flagged:?}");
+    let (renamed, deleted) = (&flagged[0], &flagged[1]);
+    let mut ca = a.admin();
+    let uuid = uuid_of(&mut ca, renamed);
+    let res = ca.modifydn(renamed, "uid=twin-b", true, None).unwrap();
+    assert_eq!(res.rc, 0, "{res:?}");
+    let free = format!("uid=twin-b,{PEOPLE}");
+    assert_eq!(ca.delete(deleted).unwrap().rc, 0);
+    for s in [&a, &b] {
+        let mut c = s.admin();
+        wait_for("the rename", || get_entry(&mut c, &free, vec!["uid"]).is_some());
+        assert_eq!(uuid_of(&mut c, &free), uuid);
+        let e = get_entry(&mut c, &free, vec!["*", "+"]).unwrap();
+        assert!(!e.attrs["objectClass"].iter().any(|o| o.eq_ignore_ascii_case("coredirConflictEntry")), "{e:?}");
+        assert!(!e.attrs.contains_key("coredirConflictSlot") && !e.attrs.contains_key("coredirConflictDN"), "{e:?}");
+        wait_for("the delete", || get_entry(&mut c, deleted, vec!["uid"]).is_none());
+        let (code, out, err) = ctl(s, &["replication", "conflicts"]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(out.trim(), "", "{out}");
+    }
+    // An ordinary entry now: modified on one side, deleted on the other.
+    assert_eq!(ca.modify(&free, vec![Mod::Replace("description", ["resolved"].into())]).unwrap().rc, 0);
+    wait_for("the modify on B", || attr(&mut b.admin(), &free, "description") == Some(vec!["resolved".into()]));
+    assert_eq!(b.admin().delete(&free).unwrap().rc, 0);
+    wait_for("the delete on A", || get_entry(&mut ca, &free, vec!["uid"]).is_none());
+    wait_for("identical data", || dump(&a) == dump(&b));
+}
