@@ -337,6 +337,9 @@ pub struct Conflict {
     pub dn: String,
     pub lost: String,
     pub entry_uuid: String,
+    /// A glue entry (`crate::glue`) rather than a DN conflict's loser.
+    #[serde(default)]
+    pub glue: bool,
 }
 
 impl Admin {
@@ -361,9 +364,14 @@ impl Admin {
                         let home = shards::dn::Dn::parse(dn).map(|d| self.manifest.partition_of(&d.key()));
                         state.in_conflict() && home.ok() == partition
                     });
+                    let entry_uuid = || uuid::Uuid::from_bytes(uuid).hyphenated().to_string();
                     if let (Some((lost, _)), Some(dn), None) = (&state.conflict, dn, state.deleted) {
-                        let entry_uuid = uuid::Uuid::from_bytes(uuid).hyphenated().to_string();
-                        out.push(Conflict { dn, lost: lost.clone(), entry_uuid });
+                        out.push(Conflict { dn, lost: lost.clone(), entry_uuid: entry_uuid(), glue: false });
+                    } else if let Some(e) = shards::changelog::materialize(&state, &uuid) {
+                        let home = shards::dn::Dn::parse(&e.dn).map(|d| self.manifest.partition_of(&d.key()));
+                        if e.has_value("objectClass", b"glue") && home.ok() == partition {
+                            out.push(Conflict { dn: e.dn, lost: String::new(), entry_uuid: entry_uuid(), glue: true });
+                        }
                     }
                 }
                 true
@@ -487,7 +495,10 @@ fn print_human(resp: &Response) {
     match resp {
         Response::Conflicts { conflicts } => {
             for c in conflicts {
-                println!("{}\tlost {}\tentryUUID {}", c.dn, c.lost, c.entry_uuid);
+                match c.glue {
+                    true => println!("{}\tglue\tentryUUID {}", c.dn, c.entry_uuid),
+                    false => println!("{}\tlost {}\tentryUUID {}", c.dn, c.lost, c.entry_uuid),
+                }
             }
         }
         Response::Replication(r) => {

@@ -11,6 +11,7 @@ pub mod config;
 pub mod conn;
 pub mod deploy;
 pub mod export;
+pub mod glue;
 pub mod harness;
 pub mod import;
 pub mod listener;

@@ -466,6 +466,8 @@ async fn apply_all(ctx: &Ctx, records: Vec<(u16, Origin, u64, String)>) -> Resul
     let shard = &ctx.shard;
     let mut waiting = Vec::with_capacity(records.len());
     let mut applied: std::collections::BTreeMap<(u16, Origin), u64> = Default::default();
+    // Deleted entries: any may still have children here (`crate::glue`).
+    let mut deleted = std::collections::BTreeSet::new();
     for (partition, origin, seq, text) in records {
         let rec = BASE64
             .decode(text.as_bytes())
@@ -473,6 +475,9 @@ async fn apply_all(ctx: &Ctx, records: Vec<(u16, Origin, u64, String)>) -> Resul
             .and_then(|b| Record::decode(&b))
             .ok_or_else(|| format!("record {seq} of partition {partition} is corrupt"))?;
         let dn = Dn::parse(&rec.dn).map_err(|e| e.message)?;
+        if rec.change == shards::merge::Change::Delete {
+            deleted.insert(dn.key());
+        }
         let owner = shard.owner_of(&dn.key());
         let s = ctx.shard.clone();
         waiting.push((
@@ -492,6 +497,7 @@ async fn apply_all(ctx: &Ctx, records: Vec<(u16, Origin, u64, String)>) -> Resul
     moves::count_children(shard, images.into_iter(), &is_top).await;
     // Renamed entries move on to their new partitions.
     moves::deliver(shard, &is_top).await.map_err(|e| e.message)?;
+    crate::glue::keep_parents(ctx, deleted).await.map_err(|e| e.message)?;
     Ok(applied.into_iter().map(|((p, o), seq)| (p, o, seq)).collect())
 }
 

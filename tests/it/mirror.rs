@@ -830,3 +830,44 @@ fn a_conflict_entry_is_resolved_by_renaming_or_deleting_it() {
     wait_for("the delete on A", || get_entry(&mut ca, &free, vec!["uid"]).is_none());
     wait_for("identical data", || dump(&a) == dump(&b));
 }
+
+/// A parent deleted on one side while a child is added below it on the
+/// other: after the heal the parent is back on both sides as the same
+/// glue entry (389-ds keeps it the same way), holding the child; it counts
+/// the child, cannot be deleted before it, and `ctl replication conflicts`
+/// names it.
+#[test]
+fn a_parent_deleted_apart_from_a_child_added_below_it_survives_as_glue() {
+    let (mut a, mut b) = pair(2);
+    let orph = format!("ou=orph,{SUFFIX}");
+    let ou = vec![("objectClass", ["organizationalUnit"].into()), ("ou", ["orph"].into())];
+    assert_eq!(a.admin().add(&orph, ou).unwrap().rc, 0);
+    wait_for("the parent on B", || get_entry(&mut b.admin(), &orph, vec!["ou"]).is_some());
+    b.kill9();
+    assert_eq!(a.admin().delete(&orph).unwrap().rc, 0);
+    a.kill9();
+    b.launch();
+    let kid = format!("cn=kid,{orph}");
+    assert_eq!(b.admin().add(&kid, person_attrs("kid")).unwrap().rc, 0);
+    a.launch();
+    wait_for("identical data", || dump(&a) == dump(&b) && get_entry(&mut a.admin(), &kid, vec!["cn"]).is_some());
+    let mut uuids = Vec::new();
+    for s in [&a, &b] {
+        let mut c = s.admin();
+        let glue = get_entry(&mut c, &orph, vec!["objectClass", "entryUUID", "numSubordinates"])
+            .unwrap_or_else(|| panic!("no parent on {}", s.url()));
+        assert!(glue.attrs["objectClass"].iter().any(|o| o == "glue"), "{glue:?}");
+        assert_eq!(glue.attrs["numSubordinates"], vec!["1".to_string()]);
+        uuids.push(glue.attrs["entryUUID"].clone());
+        assert_eq!(c.delete(&orph).unwrap().rc, 66, "deleted with its child below");
+        let (code, out, err) = ctl(s, &["replication", "conflicts"]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains(&orph) && out.contains("glue"), "{out}");
+    }
+    assert_eq!(uuids[0], uuids[1], "the same glue entry on both sides");
+    // The operator's way out: the child goes, then the glue.
+    assert_eq!(a.admin().delete(&kid).unwrap().rc, 0);
+    assert_eq!(a.admin().delete(&orph).unwrap().rc, 0);
+    wait_for("gone on B", || get_entry(&mut b.admin(), &orph, vec!["ou"]).is_none());
+    wait_for("identical data", || dump(&a) == dump(&b));
+}
