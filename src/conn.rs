@@ -283,6 +283,9 @@ impl Registry {
     }
 }
 
+/// Most bytes the writer gathers into one write.
+const COALESCE: usize = 64 << 10;
+
 /// What the writer task is asked to do.
 enum Out {
     Frame(BytesMut),
@@ -421,11 +424,23 @@ fn spawn_writer<W: AsyncWrite + Unpin + 'static>(
     let timeout = Duration::from_secs(conn.ctx.live().limits.write_timeout_s);
     let ctx = conn.ctx.clone();
     glommio::spawn_local(async move {
+        let mut handoff = false;
         while let Some(out) = frames.recv().await {
-            let frame = match out {
+            let mut frame = match out {
                 Out::Frame(f) => f,
                 Out::Handoff => return Some((writer, frames)),
             };
+            // Responses queued behind it go out in the same write: a read
+            // of many pipelined requests costs one send, not one each.
+            let mut closed = false;
+            while frame.len() < COALESCE && !handoff && !closed {
+                match futures_lite::future::poll_once(frames.recv()).await {
+                    Some(Some(Out::Frame(next))) => frame.extend_from_slice(&next),
+                    Some(Some(Out::Handoff)) => handoff = true,
+                    Some(None) => closed = true,
+                    None => break,
+                }
+            }
             ctx.metrics.bytes_out.increment(frame.len() as u64);
             let write = async {
                 writer.write_all(&frame).await?;
@@ -444,6 +459,12 @@ fn spawn_writer<W: AsyncWrite + Unpin + 'static>(
                     // SAFETY: shutting down a socket the connection still owns.
                     unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
                 }
+                break;
+            }
+            if handoff {
+                return Some((writer, frames));
+            }
+            if closed {
                 break;
             }
         }

@@ -9,8 +9,8 @@
 //! once as a *glue* entry (as
 //! 389-ds keeps it, and as slapd names such entries): `objectClass: glue`
 //! and `extensibleObject`, its RDN values, and an entryUUID derived from
-//! its DN, so that the two servers, each making it on its own, make the
-//! same entry. Its add is logged and travels like any other, so the
+//! its DN and the deleted entry's, so that the two servers, each making
+//! it on its own, make the same entry. Its add is logged and travels like any other, so the
 //! server that deleted the parent gets it too. An operator finds glue with
 //! `(objectClass=glue)` or `coredir ctl replication conflicts`, and
 //! removes it by deleting what is below it, then it.
@@ -20,42 +20,50 @@ use sha2::{Digest, Sha256};
 use shards::dn::Dn;
 use shards::entry::Entry;
 use shards::store::{ReadTxn, Store};
+use shards::write::Images;
 use shards::{now_generalized, Result};
 use std::collections::BTreeSet;
 
-/// Makes glue for every entry the peer's records deleted (by DN key) that
-/// still has entries below it here, and for its missing ancestors,
-/// parents first. A rename away is no such case (its children follow it),
-/// nor is an entry shown without its parent: the parent's own add may
+/// The entries a frame's delete records removed here: (DN key as stored
+/// here, entryUUID). Taken from the images, not the records' DNs: a delete
+/// applies by entryUUID, to the entry wherever this server shows it.
+pub fn removed(images: &[Images], deleted: &BTreeSet<[u8; 16]>) -> Vec<(Vec<u8>, [u8; 16])> {
+    let gone = images.iter().filter(|i| i.after.is_none()).filter_map(|i| i.before.as_ref());
+    gone.filter_map(|e| {
+        let uuid = shards::changelog::uuid_of(e).ok().filter(|u| deleted.contains(u))?;
+        Some((Dn::parse(&e.dn).ok()?.key(), uuid))
+    })
+    .collect()
+}
+
+/// Makes glue for every entry the peer's records deleted that still has
+/// entries below it here, and for its missing ancestors, parents first.
+/// Not for an entry shown without its parent: the parent's own add may
 /// simply come later (records of different partitions are stamped on
 /// different clocks); the server that deleted the parent learns of the
-/// glue from the one that makes it.
-pub async fn keep_parents(ctx: &Ctx, deleted: BTreeSet<Vec<u8>>) -> Result<()> {
+/// glue from the one that makes it. Each glue's entryUUID derives from
+/// its DN and the deleted entry's, so both servers make the same one, and
+/// a later incident at the same DN (the glue itself deleted under a new
+/// child) makes a new one rather than meeting the old one's tombstone.
+pub async fn keep_parents(ctx: &Ctx, removed: Vec<(Vec<u8>, [u8; 16])>) -> Result<()> {
     let shard = &ctx.shard;
-    let mut needed: BTreeSet<Vec<u8>> = BTreeSet::new();
-    for key in deleted {
+    let mut missing: Vec<(Dn, [u8; 16])> = Vec::new();
+    for (key, uuid) in removed {
         if shard.get_entry(&key)?.is_some() || shards::write::children(&shard.store_for(&key).read()?, &key)? == 0 {
             continue;
         }
-        needed.insert(key);
-    }
-    if needed.is_empty() {
-        return Ok(());
-    }
-    // The DNs themselves, from an entry below each (keys do not spell them).
-    let mut missing: Vec<Dn> = Vec::new();
-    for key in &needed {
-        let Some(dn) = dn_below(ctx, key)? else { continue };
+        // The DN itself, from an entry below it (keys do not spell it).
+        let Some(dn) = dn_below(ctx, &key)? else { continue };
         let mut at = dn;
         while !at.is_root() && !ctx.is_suffix(&at) && shard.get_entry(&at.key())?.is_none() {
-            missing.push(at.clone());
+            missing.push((at.clone(), uuid));
             at = at.parent();
         }
     }
-    missing.sort_by_key(|d| d.depth());
-    missing.dedup_by(|a, b| a.key() == b.key());
-    for dn in missing {
-        let entry = glue_entry(&dn)?;
+    missing.sort_by_key(|(d, _)| d.depth());
+    missing.dedup_by(|a, b| a.0.key() == b.0.key());
+    for (dn, cause) in missing {
+        let entry = glue_entry(&dn, &cause)?;
         eprintln!("coredir: replication: {} was deleted while the peer added below it: kept as glue", entry.dn);
         match crate::ops::add::insert(shard, &dn, entry, false).await {
             // The peer's glue (the same entry) got here first.
@@ -84,9 +92,10 @@ fn dn_below(ctx: &Ctx, key: &[u8]) -> Result<Option<Dn>> {
     Ok(None)
 }
 
-/// The glue entry at `dn`: the same on both servers but for its stamps.
-fn glue_entry(dn: &Dn) -> Result<Entry> {
-    let digest = Sha256::new().chain_update(b"coredir glue\0").chain_update(dn.key()).finalize();
+/// The glue entry at `dn` for the deleted entry `cause`: the same on both
+/// servers but for its stamps.
+fn glue_entry(dn: &Dn, cause: &[u8; 16]) -> Result<Entry> {
+    let digest = Sha256::new().chain_update(b"coredir glue\0").chain_update(cause).chain_update(dn.key()).finalize();
     let mut bytes: [u8; 16] = digest[..16].try_into().expect("16 bytes");
     // An RFC 9562 version 8 (custom) UUID.
     bytes[6] = (bytes[6] & 0x0f) | 0x80;

@@ -286,8 +286,7 @@ async fn recv(stream: &mut Stream, limit: usize) -> Result<Frame> {
 /// Accepts the peer's connections on `replication.listen` (shard 0).
 pub async fn serve(listener: TcpListener, ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>) {
     shared.update(|s| s.inbound = "waiting".into());
-    // The last error said, and when.
-    let said = Rc::new(std::cell::RefCell::new((String::new(), Instant::now())));
+    let said = Rc::new(std::cell::RefCell::new(Said::default()));
     loop {
         let stream = match listener.accept().await {
             Ok(s) => s,
@@ -299,20 +298,21 @@ pub async fn serve(listener: TcpListener, ctx: Rc<Ctx>, config: Arc<Config>, sha
         };
         let (ctx, config, shared, said) = (ctx.clone(), config.clone(), shared.clone(), said.clone());
         glommio::spawn_local(async move {
-            if let Err(e) = receive(stream, &ctx, &config, &shared).await {
+            let proven = std::cell::Cell::new(false);
+            if let Err(e) = receive(stream, &ctx, &config, &shared, &proven).await {
                 let msg = format!("{e:#}");
-                // A peer refused again and again (every second) is said
-                // once a minute, not every time.
-                let repeated = matches!(&*said.borrow(), (m, t) if *m == msg && t.elapsed() < SAY_AGAIN);
-                if !repeated {
+                if said.borrow_mut().should(&msg) {
                     eprintln!("coredir: replication: from the peer: {msg}");
-                    *said.borrow_mut() = (msg, Instant::now());
                 }
                 shared.update(|s| {
-                    if s.inbound != "refused" {
-                        s.inbound = "waiting".into();
+                    // One that never proved the secret says nothing of
+                    // the peer's stream while that one runs.
+                    if proven.get() || s.inbound != "streaming" {
+                        if s.inbound != "refused" {
+                            s.inbound = "waiting".into();
+                        }
+                        s.inbound_error = msg;
                     }
-                    s.inbound_error = format!("{e:#}");
                 });
             }
         })
@@ -320,7 +320,34 @@ pub async fn serve(listener: TcpListener, ctx: Rc<Ctx>, config: Arc<Config>, sha
     }
 }
 
-async fn receive(tcp: TcpStream, ctx: &Ctx, config: &Config, shared: &Shared) -> Result<()> {
+/// Connection errors said on stderr: the same one at most once a minute
+/// (a peer refused every second), any at most once a second (a stranger
+/// can vary the text of the errors it causes).
+#[derive(Default)]
+struct Said {
+    last: String,
+    at: Option<Instant>,
+}
+
+impl Said {
+    fn should(&mut self, msg: &str) -> bool {
+        let wait = if msg == self.last { SAY_AGAIN } else { Duration::from_secs(1) };
+        if self.at.is_some_and(|t| t.elapsed() < wait) {
+            return false;
+        }
+        (self.last, self.at) = (msg.to_string(), Some(Instant::now()));
+        true
+    }
+}
+
+/// One inbound connection; `proven` is set once the peer proved the secret.
+async fn receive(
+    tcp: TcpStream,
+    ctx: &Ctx,
+    config: &Config,
+    shared: &Shared,
+    proven: &std::cell::Cell<bool>,
+) -> Result<()> {
     let applied_total = crate::stats::counter("coredir_replication_records_applied_total", 0, &[]);
     let mut stream = secure(tcp, shared, true).await?;
     let ours = facts(ctx, config);
@@ -340,12 +367,15 @@ async fn receive(tcp: TcpStream, ctx: &Ctx, config: &Config, shared: &Shared) ->
     };
     if let Some(reason) = why {
         shared.update(|s| {
-            s.inbound = "refused".into();
+            if s.inbound != "streaming" {
+                s.inbound = "refused".into();
+            }
             s.refusals += 1;
         });
         send(&mut stream, &Frame::Refuse { reason: reason.clone() }).await?;
         bail!("refused: {reason}");
     }
+    proven.set(true);
     send(&mut stream, &Frame::Ruv { applied: vector(ctx)? }).await?;
     shared.update(|s| {
         s.inbound = "streaming".into();
@@ -476,7 +506,7 @@ async fn apply_all(ctx: &Ctx, records: Vec<(u16, Origin, u64, String)>) -> Resul
             .ok_or_else(|| format!("record {seq} of partition {partition} is corrupt"))?;
         let dn = Dn::parse(&rec.dn).map_err(|e| e.message)?;
         if rec.change == shards::merge::Change::Delete {
-            deleted.insert(dn.key());
+            deleted.insert(rec.uuid);
         }
         let owner = shard.owner_of(&dn.key());
         let s = ctx.shard.clone();
@@ -494,10 +524,15 @@ async fn apply_all(ctx: &Ctx, records: Vec<(u16, Origin, u64, String)>) -> Resul
         images.extend(outcome.map(|b| *b));
     }
     let is_top = |d: &Dn| ctx.is_suffix(d);
+    let removed = crate::glue::removed(&images, &deleted);
     moves::count_children(shard, images.into_iter(), &is_top).await;
     // Renamed entries move on to their new partitions.
     moves::deliver(shard, &is_top).await.map_err(|e| e.message)?;
-    crate::glue::keep_parents(ctx, deleted).await.map_err(|e| e.message)?;
+    // Applied and acknowledged whatever happens here: a failure is said
+    // (and the parent stays missing) rather than refusing the frame.
+    if let Err(e) = crate::glue::keep_parents(ctx, removed).await {
+        eprintln!("coredir: replication: keeping a deleted parent as glue: {}", e.message);
+    }
     Ok(applied.into_iter().map(|((p, o), seq)| (p, o, seq)).collect())
 }
 
@@ -604,11 +639,12 @@ pub async fn push(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>) {
     // What the peer was last known to hold: while it is away, the backlog
     // and lag shown are measured against it, live.
     let mut held: Option<Vector> = None;
+    let mut said = Said::default();
     loop {
         shared.update(|s| s.outbound = waiting(s));
         if let Err(e) = push_once(&peer, &ctx, &config, &shared, &mut held).await {
             let msg = format!("{e:#}");
-            if shared.snapshot().outbound_error != msg {
+            if said.should(&msg) {
                 eprintln!("coredir: replication: to {peer}: {msg}");
             }
             shared.update(|s| {

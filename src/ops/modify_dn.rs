@@ -272,7 +272,10 @@ fn rename_entry(entry: &mut Entry, old: &Dn, new: &Dn, new_text: String, delete_
         // A conflict entry's RDN (`entryUUID=…+coredirConflictSlot=…`)
         // names its identity and a mark the state derives: renamed away,
         // the entry keeps its entryUUID and the marks go by themselves.
-        let kept = |attr: &str| !shards::write::user_modifiable(attr) || attr.eq_ignore_ascii_case(CONFLICT_SLOT);
+        let conflict = entry.has_value("objectClass", b"coredirConflictEntry");
+        let kept = |attr: &str| {
+            !shards::write::user_modifiable(attr) || (conflict && attr.eq_ignore_ascii_case(CONFLICT_SLOT))
+        };
         for ava in old.rdn().expect("not the root").avas.iter().filter(|a| !kept(&a.attr)) {
             // A value the new RDN keeps in another spelling (`cn=leaf` to
             // `cn=LEAF`) goes too: slapd stores the new spelling.

@@ -870,4 +870,20 @@ fn a_parent_deleted_apart_from_a_child_added_below_it_survives_as_glue() {
     assert_eq!(a.admin().delete(&orph).unwrap().rc, 0);
     wait_for("gone on B", || get_entry(&mut b.admin(), &orph, vec!["ou"]).is_none());
     wait_for("identical data", || dump(&a) == dump(&b));
+    // The same again at the same DN: a new glue entry (not the old one's
+    // tombstone) on both sides.
+    let ou = vec![("objectClass", ["organizationalUnit"].into()), ("ou", ["orph"].into())];
+    assert_eq!(a.admin().add(&orph, ou).unwrap().rc, 0);
+    wait_for("the parent on B", || get_entry(&mut b.admin(), &orph, vec!["ou"]).is_some());
+    b.kill9();
+    assert_eq!(a.admin().delete(&orph).unwrap().rc, 0);
+    a.kill9();
+    b.launch();
+    assert_eq!(b.admin().add(&kid, person_attrs("kid")).unwrap().rc, 0);
+    a.launch();
+    wait_for("glue again on both", || {
+        [&a, &b].iter().all(|s| get_entry(&mut s.admin(), &orph, vec!["ou"]).is_some()) && dump(&a) == dump(&b)
+    });
+    let again = attr(&mut a.admin(), &orph, "entryUUID").unwrap();
+    assert_ne!(again, uuids[0], "a new glue entry");
 }
