@@ -6,14 +6,14 @@
 //! server that took the write). So after such a pair both servers would
 //! hold the child without its parent. Instead, when applying the peer's
 //! delete removes an entry that still has children here, it comes back at
-//! once as a *glue* entry (as
-//! 389-ds keeps it, and as slapd names such entries): `objectClass: glue`
-//! and `extensibleObject`, its RDN values, and an entryUUID derived from
-//! its DN and the deleted entry's, so that the two servers, each making
-//! it on its own, make the same entry. Its add is logged and travels like any other, so the
-//! server that deleted the parent gets it too. An operator finds glue with
-//! `(objectClass=glue)` or `coredir ctl replication conflicts`, and
-//! removes it by deleting what is below it, then it.
+//! once as a *glue* entry (as 389-ds keeps it, and as slapd names such
+//! entries): `objectClass: glue` and `extensibleObject`, its RDN values,
+//! and an entryUUID derived from its DN and the deleted entry's, so that
+//! the two servers, each making it on its own, make the same entry. Its
+//! add is logged and travels like any other, so the server that deleted
+//! the parent gets it too. An operator finds glue with `(objectClass=glue)`
+//! or `coredir ctl replication conflicts`, and removes it by deleting what
+//! is below it, then it.
 
 use crate::server::Ctx;
 use sha2::{Digest, Sha256};

@@ -11,6 +11,9 @@
 //! and the old entries are removed, deepest first. An intent whose entry
 //! never reached its new DN is dropped: the rename never happened. So a
 //! crash leaves the old tree or the new one, never both and never half.
+//! With the changelog on, entries are not copied but moved, each a logged
+//! rename (`ops::modify_dn`): finishing moves what is still below the old
+//! DN after the top.
 
 use crate::dn::{Dn, KEY_SEPARATOR};
 use crate::entry::Entry;
