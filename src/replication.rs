@@ -432,12 +432,17 @@ async fn absorb_all(ctx: &Ctx, partition: u16, states: Vec<([u8; 16], String)>) 
     let shard = &ctx.shard;
     let owner = shard.manifest.owners[partition as usize] as usize;
     let mut tasks = Vec::with_capacity(states.len());
+    // Deleted entries: any may still have children here (`crate::glue`).
+    let mut deleted = std::collections::BTreeSet::new();
     for (uuid, text) in states {
         let state = BASE64
             .decode(text.as_bytes())
             .ok()
             .and_then(|b| changelog::decode_state(&b))
             .ok_or_else(|| anyhow!("a state is corrupt"))?;
+        if state.deleted.is_some() {
+            deleted.insert(uuid);
+        }
         let s = shard.clone();
         let op = WriteOp::Absorb { partition, uuid, state: Box::new(state) };
         tasks.push(glommio::spawn_local(async move { s.submit_for(owner, op).await }));
@@ -447,8 +452,13 @@ async fn absorb_all(ctx: &Ctx, partition: u16, states: Vec<([u8; 16], String)>) 
         images.extend(t.await.map_err(|e| anyhow!(e.message))?.map(|b| *b));
     }
     let is_top = |d: &Dn| ctx.is_suffix(d);
+    let removed = crate::glue::removed(&images, &deleted);
     moves::count_children(shard, images.into_iter(), &is_top).await;
-    moves::deliver(shard, &is_top).await.map_err(|e| anyhow!(e.message))
+    moves::deliver(shard, &is_top).await.map_err(|e| anyhow!(e.message))?;
+    if let Err(e) = crate::glue::keep_parents(ctx, removed).await {
+        eprintln!("coredir: replication: keeping a deleted parent as glue: {}", e.message);
+    }
+    Ok(())
 }
 
 /// One read snapshot per store (indexed by shard), taken together for a

@@ -517,11 +517,16 @@ fn a_peer_behind_a_capped_changelog_is_resynced_by_merging() {
     for i in 0..10 {
         assert_eq!(add_user(&mut a.admin(), &format!("early{i}")).rc, 0);
     }
+    let rs = format!("ou=rs,{SUFFIX}");
+    let ou = vec![("objectClass", ["organizationalUnit"].into()), ("ou", ["rs"].into())];
+    assert_eq!(a.admin().add(&rs, ou).unwrap().rc, 0);
     // All of them: records of different partitions commit in any order.
     wait_for("the users on B", || search_dns(&mut b.admin(), PEOPLE, Scope::OneLevel, "(uid=early*)").len() == 10);
+    wait_for("ou=rs on B", || get_entry(&mut b.admin(), &rs, vec!["ou"]).is_some());
     // B away while A writes past the cap: adds, deletes, a modify and a
-    // rename of entries B holds.
+    // rename of entries B holds; A deletes ou=rs, below which B will add.
     b.stop();
+    assert_eq!(a.admin().delete(&rs).unwrap().rc, 0);
     let mut ca = a.admin();
     for i in 0..60 {
         assert_eq!(add_user(&mut ca, &format!("late{i}")).rc, 0);
@@ -539,8 +544,15 @@ fn a_peer_behind_a_capped_changelog_is_resynced_by_merging() {
     assert_eq!(add_user(&mut b.admin(), "bonly").rc, 0);
     let desc = vec![Mod::Replace("description", ["from b"].into())];
     assert_eq!(b.admin().modify(&user("early7"), desc).unwrap().rc, 0);
+    assert_eq!(b.admin().add(&format!("cn=kid,{rs}"), person_attrs("kid")).unwrap().rc, 0);
     a.launch();
     wait_for("identical data", || dump(&a) == dump(&b));
+    // The delete came to B in the resync: ou=rs stays as glue on both.
+    for s in [&a, &b] {
+        let glue =
+            get_entry(&mut s.admin(), &rs, vec!["objectClass"]).unwrap_or_else(|| panic!("no {rs} on {}", s.url()));
+        assert!(glue.attrs["objectClass"].iter().any(|o| o == "glue"), "{glue:?}");
+    }
     let mut cb = b.admin();
     assert_eq!(search_dns(&mut cb, PEOPLE, Scope::OneLevel, "(uid=late*)").len(), 60);
     assert!(get_entry(&mut cb, &user("early0"), vec!["uid"]).is_none());
