@@ -360,16 +360,15 @@ impl Admin {
                 if let (Some(uuid), Some(state)) = (uuid, shards::changelog::decode_state(v)) {
                     // Once, from the partition that shows it (a rename
                     // leaves a copy of the state where it was).
-                    let dn = state.shown_dn(&uuid).filter(|dn| {
-                        let home = shards::dn::Dn::parse(dn).map(|d| self.manifest.partition_of(&d.key()));
-                        state.in_conflict() && home.ok() == partition
-                    });
+                    let here = |dn: &str| {
+                        shards::dn::Dn::parse(dn).ok().map(|d| self.manifest.partition_of(&d.key())) == partition
+                    };
+                    let dn = state.shown_dn(&uuid).filter(|dn| state.in_conflict() && here(dn));
                     let entry_uuid = || uuid::Uuid::from_bytes(uuid).hyphenated().to_string();
                     if let (Some((lost, _)), Some(dn), None) = (&state.conflict, dn, state.deleted) {
                         out.push(Conflict { dn, lost: lost.clone(), entry_uuid: entry_uuid(), glue: false });
                     } else if let Some(e) = shards::changelog::materialize(&state, &uuid) {
-                        let home = shards::dn::Dn::parse(&e.dn).map(|d| self.manifest.partition_of(&d.key()));
-                        if e.has_value("objectClass", b"glue") && home.ok() == partition {
+                        if e.has_value("objectClass", b"glue") && here(&e.dn) {
                             out.push(Conflict { dn: e.dn, lost: String::new(), entry_uuid: entry_uuid(), glue: true });
                         }
                     }

@@ -46,6 +46,7 @@ use shards::merge::Record;
 use shards::moves;
 use shards::store::{EngineRead, ReadTxn, Store, Tree};
 use shards::write::{be_u64, WriteOp};
+use std::collections::BTreeSet;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -433,7 +434,7 @@ async fn absorb_all(ctx: &Ctx, partition: u16, states: Vec<([u8; 16], String)>) 
     let owner = shard.manifest.owners[partition as usize] as usize;
     let mut tasks = Vec::with_capacity(states.len());
     // Deleted entries: any may still have children here (`crate::glue`).
-    let mut deleted = std::collections::BTreeSet::new();
+    let mut deleted = BTreeSet::new();
     for (uuid, text) in states {
         let state = BASE64
             .decode(text.as_bytes())
@@ -451,10 +452,20 @@ async fn absorb_all(ctx: &Ctx, partition: u16, states: Vec<([u8; 16], String)>) 
     for t in tasks {
         images.extend(t.await.map_err(|e| anyhow!(e.message))?.map(|b| *b));
     }
+    settle(ctx, images, &deleted).await.map_err(|e| anyhow!(e.message))
+}
+
+/// What follows applying a frame of records or states: the parents' child
+/// counts, the deliveries their renames call for, and glue for deleted
+/// entries that still have children here. The records stay applied (and
+/// are acknowledged) whatever the glue meets: a failure there is said, and
+/// the parent stays missing, rather than refusing the frame.
+async fn settle(ctx: &Ctx, images: Vec<shards::write::Images>, deleted: &BTreeSet<[u8; 16]>) -> shards::Result<()> {
     let is_top = |d: &Dn| ctx.is_suffix(d);
-    let removed = crate::glue::removed(&images, &deleted);
-    moves::count_children(shard, images.into_iter(), &is_top).await;
-    moves::deliver(shard, &is_top).await.map_err(|e| anyhow!(e.message))?;
+    let removed = crate::glue::removed(&images, deleted);
+    moves::count_children(&ctx.shard, images.into_iter(), &is_top).await;
+    // Renamed entries move on to their new partitions.
+    moves::deliver(&ctx.shard, &is_top).await?;
     if let Err(e) = crate::glue::keep_parents(ctx, removed).await {
         eprintln!("coredir: replication: keeping a deleted parent as glue: {}", e.message);
     }
@@ -507,7 +518,7 @@ async fn apply_all(ctx: &Ctx, records: Vec<(u16, Origin, u64, String)>) -> Resul
     let mut waiting = Vec::with_capacity(records.len());
     let mut applied: std::collections::BTreeMap<(u16, Origin), u64> = Default::default();
     // Deleted entries: any may still have children here (`crate::glue`).
-    let mut deleted = std::collections::BTreeSet::new();
+    let mut deleted = BTreeSet::new();
     for (partition, origin, seq, text) in records {
         let rec = BASE64
             .decode(text.as_bytes())
@@ -527,22 +538,12 @@ async fn apply_all(ctx: &Ctx, records: Vec<(u16, Origin, u64, String)>) -> Resul
         let top = applied.entry((partition, origin)).or_default();
         *top = (*top).max(seq);
     }
-    // Child counts, summed per parent: one write per parent and frame.
     let mut images = Vec::with_capacity(waiting.len());
     for (dn, task) in waiting {
         let outcome = task.await.map_err(|e| format!("{}: {}", dn.to_string_form(), e.message))?;
         images.extend(outcome.map(|b| *b));
     }
-    let is_top = |d: &Dn| ctx.is_suffix(d);
-    let removed = crate::glue::removed(&images, &deleted);
-    moves::count_children(shard, images.into_iter(), &is_top).await;
-    // Renamed entries move on to their new partitions.
-    moves::deliver(shard, &is_top).await.map_err(|e| e.message)?;
-    // Applied and acknowledged whatever happens here: a failure is said
-    // (and the parent stays missing) rather than refusing the frame.
-    if let Err(e) = crate::glue::keep_parents(ctx, removed).await {
-        eprintln!("coredir: replication: keeping a deleted parent as glue: {}", e.message);
-    }
+    settle(ctx, images, &deleted).await.map_err(|e| e.message)?;
     Ok(applied.into_iter().map(|((p, o), seq)| (p, o, seq)).collect())
 }
 

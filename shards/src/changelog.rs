@@ -240,12 +240,7 @@ pub fn replace_whole(deltas: &mut Vec<Delta>, replaced: &[&str], after: &Entry) 
 /// The state of an entry that was written before replication was on (or
 /// imported): everything it holds, stamped with its `entryCSN`.
 pub fn state_of_existing(entry: &Entry) -> EntryState {
-    let csn = entry
-        .get("entryCSN")
-        .and_then(|a| a.vals.first())
-        .and_then(|v| std::str::from_utf8(v).ok())
-        .and_then(Csn::parse)
-        .unwrap_or(Csn { phys_us: 1, ..Csn::default() });
+    let csn = entry.csn().unwrap_or(Csn { phys_us: 1, ..Csn::default() });
     let mut state = EntryState::default();
     state.merge(&Record { csn, uuid: [0; 16], dn: entry.dn.clone(), change: add_of(entry) });
     state

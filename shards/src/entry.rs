@@ -55,6 +55,12 @@ impl Entry {
         self.attrs.iter().find(|a| want.is(&a.name))
     }
 
+    /// The entry's `entryCSN`, if it has a valid one.
+    pub fn csn(&self) -> Option<crate::csn::Csn> {
+        let v = self.get("entryCSN")?.vals.first()?;
+        crate::csn::Csn::parse(std::str::from_utf8(v).ok()?)
+    }
+
     fn position(&self, name: &str) -> Option<usize> {
         let want = matching::AttrName::new(name);
         self.attrs.iter().position(|a| want.is(&a.name))

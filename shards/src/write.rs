@@ -410,8 +410,7 @@ pub fn be_u64(v: &[u8]) -> u64 {
 /// `entryCSN` (in mirror mode its state's newest stamp) may come from the
 /// peer's clock or another shard's, which this clock never saw.
 fn supersede(hlc: &mut Hlc, old: &Entry) {
-    let stamp = old.get("entryCSN").and_then(|a| a.vals.first());
-    if let Some(csn) = stamp.and_then(|v| Csn::parse(&String::from_utf8_lossy(v))) {
+    if let Some(csn) = old.csn() {
         hlc.adopt(csn);
     }
 }
@@ -462,11 +461,7 @@ fn apply<T: WriteTxn>(
             }
             let partition = partition_of(key) as u16;
             // An import keeps the CSN its LDIF carries.
-            let kept = entry
-                .get("entryCSN")
-                .and_then(|a| a.vals.first())
-                .and_then(|v| Csn::parse(&String::from_utf8_lossy(v)));
-            let csn = match kept {
+            let csn = match entry.csn() {
                 Some(csn) => csn,
                 None => stamp_csn(entry, partition, &mut clock.hlc),
             };

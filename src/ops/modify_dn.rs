@@ -138,9 +138,7 @@ struct Follower {
 fn newest_stamp<'a>(shard: &Shard, dns: impl Iterator<Item = &'a Dn>) -> Result<Csn> {
     let mut newest = Csn::default();
     for dn in dns {
-        let entry = shard.get_entry(&dn.key())?;
-        let stamp = entry.as_ref().and_then(|e| e.get("entryCSN")).and_then(|a| a.vals.first());
-        if let Some(csn) = stamp.and_then(|v| Csn::parse(&String::from_utf8_lossy(v))) {
+        if let Some(csn) = shard.get_entry(&dn.key())?.and_then(|e| e.csn()) {
             newest = newest.max(csn);
         }
     }

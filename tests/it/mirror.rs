@@ -843,6 +843,22 @@ fn a_conflict_entry_is_resolved_by_renaming_or_deleting_it() {
     wait_for("identical data", || dump(&a) == dump(&b));
 }
 
+/// A adds the `ou` entry `parent` and B gets it; then, apart, A deletes
+/// it and B adds the person `child` below it; both run again after.
+fn delete_apart_from_child_add(a: &mut Server, b: &mut Server, parent: &str, child: &str) {
+    let name = parent.split(['=', ',']).nth(1).unwrap();
+    let ou = vec![("objectClass", ["organizationalUnit"].into()), ("ou", [name].into())];
+    assert_eq!(a.admin().add(parent, ou).unwrap().rc, 0);
+    wait_for("the parent on B", || get_entry(&mut b.admin(), parent, vec!["ou"]).is_some());
+    b.kill9();
+    assert_eq!(a.admin().delete(parent).unwrap().rc, 0);
+    a.kill9();
+    b.launch();
+    let cn = child.split(['=', ',']).nth(1).unwrap();
+    assert_eq!(b.admin().add(child, person_attrs(cn)).unwrap().rc, 0);
+    a.launch();
+}
+
 /// A parent deleted on one side while a child is added below it on the
 /// other: after the heal the parent is back on both sides as the same
 /// glue entry (389-ds keeps it the same way), holding the child; it counts
@@ -852,16 +868,8 @@ fn a_conflict_entry_is_resolved_by_renaming_or_deleting_it() {
 fn a_parent_deleted_apart_from_a_child_added_below_it_survives_as_glue() {
     let (mut a, mut b) = pair(2);
     let orph = format!("ou=orph,{SUFFIX}");
-    let ou = vec![("objectClass", ["organizationalUnit"].into()), ("ou", ["orph"].into())];
-    assert_eq!(a.admin().add(&orph, ou).unwrap().rc, 0);
-    wait_for("the parent on B", || get_entry(&mut b.admin(), &orph, vec!["ou"]).is_some());
-    b.kill9();
-    assert_eq!(a.admin().delete(&orph).unwrap().rc, 0);
-    a.kill9();
-    b.launch();
     let kid = format!("cn=kid,{orph}");
-    assert_eq!(b.admin().add(&kid, person_attrs("kid")).unwrap().rc, 0);
-    a.launch();
+    delete_apart_from_child_add(&mut a, &mut b, &orph, &kid);
     wait_for("identical data", || dump(&a) == dump(&b) && get_entry(&mut a.admin(), &kid, vec!["cn"]).is_some());
     let mut uuids = Vec::new();
     for s in [&a, &b] {
@@ -884,15 +892,7 @@ fn a_parent_deleted_apart_from_a_child_added_below_it_survives_as_glue() {
     wait_for("identical data", || dump(&a) == dump(&b));
     // The same again at the same DN: a new glue entry (not the old one's
     // tombstone) on both sides.
-    let ou = vec![("objectClass", ["organizationalUnit"].into()), ("ou", ["orph"].into())];
-    assert_eq!(a.admin().add(&orph, ou).unwrap().rc, 0);
-    wait_for("the parent on B", || get_entry(&mut b.admin(), &orph, vec!["ou"]).is_some());
-    b.kill9();
-    assert_eq!(a.admin().delete(&orph).unwrap().rc, 0);
-    a.kill9();
-    b.launch();
-    assert_eq!(b.admin().add(&kid, person_attrs("kid")).unwrap().rc, 0);
-    a.launch();
+    delete_apart_from_child_add(&mut a, &mut b, &orph, &kid);
     wait_for("glue again on both", || {
         [&a, &b].iter().all(|s| get_entry(&mut s.admin(), &orph, vec!["ou"]).is_some()) && dump(&a) == dump(&b)
     });
