@@ -518,6 +518,15 @@ fn print_human(resp: &Response) {
                     r.forced_trims, r.partitions_resynced
                 );
             }
+            if r.partitions_verified + r.verify_unsettled + r.divergences > 0 {
+                println!(
+                    "verified      {} partition checks agreed, {} without a verdict (records in flight), {} diverged",
+                    r.partitions_verified, r.verify_unsettled, r.divergences
+                );
+            }
+            if !r.last_divergence.is_empty() {
+                println!("divergence    {}", r.last_divergence);
+            }
             if r.peer_silent_s >= 0.0 {
                 println!("peer heard    {:.1} s ago", r.peer_silent_s);
             }

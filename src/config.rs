@@ -119,6 +119,10 @@ pub struct Replication {
     /// are trimmed even if the peer lacks them; the peer is then marked
     /// lagging and gets the partitions it misses resynced.
     pub changelog_max_records: Option<u64>,
+    /// How often every partition's digest is compared with the peer's
+    /// (seconds; default 600; 0: never). A partition that differs at the
+    /// same replication positions is reported and resynced (`verify.rs`).
+    pub verify_interval_s: Option<u64>,
 }
 
 /// The RFC 4533 provider (`ops::syncrepl`).

@@ -23,3 +23,4 @@ pub mod server;
 pub mod stats;
 pub mod strict;
 pub mod tls;
+pub mod verify;

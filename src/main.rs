@@ -38,6 +38,8 @@
 //! - `backup`: `backup`, `restore` and `reshard`, tree-by-tree store copies.
 //! - `replication`: mirror mode's channel on shard 0 (handshake, push from
 //!   the changelog, apply on the owners, trimming, `ctl replication`).
+//! - `verify`: mirror mode's anti-entropy check (partition digests
+//!   compared with the peer's, a difference resynced).
 //! - `glue`: a parent the peer deleted while children were added below it
 //!   here comes back as a glue entry, the same on both servers.
 //! - `conn`: framing with PDU limits, read loop, writer task, `Identity`.

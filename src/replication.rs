@@ -32,6 +32,7 @@
 
 use crate::config::Config;
 use crate::server::Ctx;
+use crate::verify::{self, Verdict};
 use anyhow::{anyhow, bail, Result};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
@@ -101,6 +102,16 @@ enum Frame {
         partition: u16,
         positions: Vec<(Origin, u64)>,
     },
+    /// The anti-entropy check (`crate::verify`): the sender's digest of a
+    /// partition, answered by the receiver's own (`Digested`); `None`
+    /// when its positions moved while it summed.
+    Digest {
+        partition: u16,
+        summary: Option<verify::Summary>,
+    },
+    Digested {
+        summary: Option<verify::Summary>,
+    },
 }
 
 /// What both sides of a pair must agree on, and who they are.
@@ -114,6 +125,9 @@ struct Facts {
     /// The naming contexts served (absent from peers before 2026-12-02).
     #[serde(default)]
     suffixes: Vec<String>,
+    /// Whether it answers `Frame::Digest` (absent from peers before 2026-12-03).
+    #[serde(default)]
+    verifies: bool,
 }
 
 /// What `coredir ctl replication` shows, per direction.
@@ -153,6 +167,17 @@ pub struct Status {
     /// Inbound connections refused (wrong secret, another database, ...).
     #[serde(default)]
     pub refusals: u64,
+    /// Anti-entropy (`crate::verify`): partition checks that agreed, that
+    /// gave no verdict (records in flight), and divergences found (each
+    /// then resynced), with the last one's description.
+    #[serde(default)]
+    pub partitions_verified: u64,
+    #[serde(default)]
+    pub verify_unsettled: u64,
+    #[serde(default)]
+    pub divergences: u64,
+    #[serde(default)]
+    pub last_divergence: String,
 }
 
 /// The status, shared with the admin thread.
@@ -198,6 +223,7 @@ fn facts(ctx: &Ctx, config: &Config) -> Facts {
         partitions: m.partitions,
         hash: m.hash.clone(),
         suffixes: ctx.suffixes.iter().map(Dn::to_string_form).collect(),
+        verifies: true,
     }
 }
 
@@ -421,6 +447,10 @@ async fn receive(
                     .map_err(|e| anyhow!("resync of partition {partition}: {}", e.message))?;
                 eprintln!("coredir: replication: partition {partition} resynced from the peer");
                 send(&mut stream, &Frame::Ack { applied: vec![] }).await?;
+            }
+            Frame::Digest { partition, .. } => {
+                let summary = verify::summarize(ctx, partition).await?;
+                send(&mut stream, &Frame::Digested { summary }).await?;
             }
             other => bail!("unexpected {other:?}"),
         }
@@ -651,9 +681,11 @@ pub async fn push(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>) {
     // and lag shown are measured against it, live.
     let mut held: Option<Vector> = None;
     let mut said = Said::default();
+    let mut checker =
+        verify::Checker::new(config.replication.verify_interval_s.unwrap_or(600), ctx.shard.manifest.partitions);
     loop {
         shared.update(|s| s.outbound = waiting(s));
-        if let Err(e) = push_once(&peer, &ctx, &config, &shared, &mut held).await {
+        if let Err(e) = push_once(&peer, &ctx, &config, &shared, &mut held, &mut checker).await {
             let msg = format!("{e:#}");
             if said.should(&msg) {
                 eprintln!("coredir: replication: to {peer}: {msg}");
@@ -690,7 +722,14 @@ fn show(shared: &Shared, p: &Pending) {
     });
 }
 
-async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared, held: &mut Option<Vector>) -> Result<()> {
+async fn push_once(
+    peer: &str,
+    ctx: &Ctx,
+    config: &Config,
+    shared: &Shared,
+    held: &mut Option<Vector>,
+    checker: &mut verify::Checker,
+) -> Result<()> {
     let tcp = TcpStream::connect(peer).await.map_err(|e| anyhow!("connecting: {e}"))?;
     let mut stream = secure(tcp, shared, false).await?;
     let ours = facts(ctx, config);
@@ -758,6 +797,11 @@ async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared, held
             }
         });
         if batch.is_empty() {
+            if let Some(partition) = checker.due().filter(|_| theirs.verifies) {
+                check(&mut stream, ctx, partition, checker, &mut acked, shared).await?;
+                last_sent = Instant::now();
+                continue;
+            }
             if last_sent.elapsed() >= HEARTBEAT {
                 send(&mut stream, &Frame::Heartbeat { backlog: 0 }).await?;
                 last_sent = Instant::now();
@@ -776,6 +820,56 @@ async fn push_once(peer: &str, ctx: &Ctx, config: &Config, shared: &Shared, held
         sent_total.increment(n);
         shared.update(|s| s.records_sent += n);
     }
+}
+
+/// Compares a partition's digest with the peer's (`crate::verify`), and
+/// resyncs it to the peer once it has diverged for sure.
+async fn check(
+    stream: &mut Stream,
+    ctx: &Ctx,
+    partition: u16,
+    checker: &mut verify::Checker,
+    acked: &mut std::collections::BTreeMap<Origin, Vec<u64>>,
+    shared: &Shared,
+) -> Result<()> {
+    let Some(ours) = verify::summarize(ctx, partition).await? else {
+        shared.update(|s| s.verify_unsettled += 1);
+        return Ok(());
+    };
+    send(stream, &Frame::Digest { partition, summary: Some(ours.clone()) }).await?;
+    let theirs = match recv(stream, MAX_FRAME).await? {
+        Frame::Digested { summary } => summary,
+        other => bail!("unexpected {other:?}"),
+    };
+    shared.heard();
+    let verdict = verify::judge(Some(&ours), theirs.as_ref());
+    let result = match verdict {
+        Verdict::Agree => "agree",
+        Verdict::Unsettled => "unsettled",
+        Verdict::Differs => "differ",
+    };
+    crate::stats::counter("coredir_replication_digest_checks_total", 0, &[("result", result)]).increment(1);
+    shared.update(|s| match verdict {
+        Verdict::Agree => s.partitions_verified += 1,
+        Verdict::Unsettled => s.verify_unsettled += 1,
+        Verdict::Differs => {}
+    });
+    if !checker.diverged(partition, verdict, &ours.positions) {
+        return Ok(());
+    }
+    let theirs = theirs.map(|t| t.digest).unwrap_or_default();
+    let what = format!(
+        "partition {partition} shows other entries than the peer's at the same replication positions \
+         (digest {} here, {theirs} there)",
+        ours.digest
+    );
+    eprintln!("coredir: replication: ALERT: {what}: resyncing it to the peer");
+    crate::stats::counter("coredir_replication_divergences_total", 0, &[]).increment(1);
+    shared.update(|s| {
+        s.divergences += 1;
+        s.last_divergence = format!("{what} (at unix time {})", crate::server::unix_now());
+    });
+    resync(stream, ctx, partition, acked, shared).await
 }
 
 /// The peer's acknowledgement of the last frame: what it applied.

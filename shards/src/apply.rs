@@ -19,6 +19,7 @@
 //! images (entry before and after) tell the caller which way to count.
 
 use crate::changelog::{self, Origin};
+use crate::digest;
 use crate::dn::Dn;
 use crate::entry::{Entry, EntryView};
 use crate::error::{Error, Result};
@@ -89,8 +90,9 @@ pub fn replicate<T: WriteTxn>(
     Ok(Some(Box::new(images)))
 }
 
-/// Joins a state another partition posted (`moves.rs`) into this
-/// partition's; a join that changes nothing ends the hand-over.
+/// Joins a state another partition posted (`moves.rs`), or a resync
+/// carried, into this partition's; a join that changes nothing, where the
+/// stored entry shows what the state does, ends the hand-over.
 pub fn absorb<T: WriteTxn>(
     txn: &mut T,
     partition_of: &impl Fn(&[u8]) -> u32,
@@ -108,10 +110,13 @@ pub fn absorb<T: WriteTxn>(
     let mut state = current_state(txn, partition, uuid, key.as_deref())?;
     let old = state.clone();
     state.join(incoming);
-    if state == old {
+    let before = here.shown(txn, &old, uuid)?;
+    // A join that changes nothing ends a hand-over, unless what is stored
+    // differs from what the state shows: a resync after the anti-entropy
+    // check found the partition different mends it (`digest`).
+    if state == old && digest::same(before.as_ref().map(|(_, e)| e), here.entry(&state, uuid).as_ref())? {
         return Ok(None);
     }
-    let before = here.shown(txn, &old, uuid)?;
     let images = settle(txn, &here, next_id, &mut state, uuid, before)?;
     let mut buf = Vec::with_capacity(256);
     changelog::encode_state(&state, &mut buf);

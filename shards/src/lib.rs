@@ -38,6 +38,8 @@
 //!   sequence numbers, the replica update vector, trimming).
 //! - `apply`: a peer's record applied on the owner (`WriteOp::Replicate`),
 //!   and a state another partition hands over (`WriteOp::Absorb`).
+//! - `digest`: what a partition shows, hashed entry by entry and summed
+//!   (mirror mode's anti-entropy check).
 //! - `moves`: modify-DN in mirror mode: an entry's state handed from
 //!   partition to partition through parcels in `meta`.
 //! - `renames`: renames across owners (and of subtrees) made crash-atomic
@@ -63,6 +65,7 @@ pub mod apply;
 pub mod approx;
 pub mod changelog;
 pub mod csn;
+pub mod digest;
 pub mod dn;
 pub mod entry;
 pub mod error;

@@ -103,7 +103,8 @@ pub fn entries(ctx: &Ctx) -> Vec<Entry> {
     if ctx.shard.stamping.capture {
         let r = ctx.shared.replication.snapshot();
         let info = format!(
-            "peer={} sending={} receiving={} backlog={} lag_s={:.1} sent={} applied={} refused={}",
+            "peer={} sending={} receiving={} backlog={} lag_s={:.1} sent={} applied={} refused={} verified={} \
+             divergences={}",
             r.peer,
             r.outbound,
             r.inbound,
@@ -111,7 +112,9 @@ pub fn entries(ctx: &Ctx) -> Vec<Entry> {
             r.lag_s,
             r.records_sent,
             r.records_applied,
-            r.conflicts.len()
+            r.conflicts.len(),
+            r.partitions_verified,
+            r.divergences
         );
         out.push(entry(m("cn=Replication"), "monitoredObject", vec![("monitoredInfo", info)]));
     }

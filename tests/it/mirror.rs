@@ -13,7 +13,7 @@ fn free_port() -> u16 {
 fn mirror_conf(id: u32, listen: u16, peer: u16) -> String {
     format!(
         "[server]\nid = {id}\n[replication]\nlisten = \"127.0.0.1:{listen}\"\npeer = \"127.0.0.1:{peer}\"\n\
-         secret = \"test-pair-secret\"\n"
+         secret = \"test-pair-secret\"\nverify_interval_s = 1\n"
     )
 }
 
@@ -71,6 +71,16 @@ fn dump(s: &Server) -> BTreeMap<String, BTreeMap<String, Vec<String>>> {
         .collect()
 }
 
+/// Both sides show the same, and no anti-entropy check found them apart
+/// on the way (its repair would hide the bug that set them apart).
+fn converged(a: &Server, b: &Server) {
+    wait_for("identical data", || dump(a) == dump(b));
+    for s in [a, b] {
+        let status = replication(s);
+        assert_eq!(status["divergences"], 0, "{status}");
+    }
+}
+
 fn attr(c: &mut LdapConn, dn: &str, name: &str) -> Option<Vec<String>> {
     get_entry(c, dn, vec![name]).map(|e| {
         let mut v = e.attrs.get(name).cloned().unwrap_or_default();
@@ -107,7 +117,7 @@ fn a_write_on_either_side_is_readable_on_the_other() {
     wait_for("the modify on B", || attr(&mut cb, &dn, "sn") == Some(vec!["Changed".into()]));
     assert_eq!(cb.delete(&dn).unwrap().rc, 0);
     wait_for("the delete on A", || get_entry(&mut ca, &dn, vec!["uid"]).is_none());
-    wait_for("identical data", || dump(&a) == dump(&b));
+    converged(&a, &b);
     // The counters follow the commits they count (the data shows first).
     wait_for("A's status to count B's two records", || {
         let status = replication(&a);
@@ -127,7 +137,7 @@ fn a_write_on_either_side_is_readable_on_the_other() {
     assert_eq!(res.rc, 0, "{res:?}");
     wait_for("the rename on B", || get_entry(&mut cb, &format!("uid=renamed,{PEOPLE}"), vec!["uid"]).is_some());
     assert!(get_entry(&mut cb, &format!("uid=fromb,{PEOPLE}"), vec!["uid"]).is_none());
-    wait_for("identical data", || dump(&a) == dump(&b));
+    converged(&a, &b);
 }
 
 /// How many entries hold this `entryUUID`, as a server shows them.
@@ -162,7 +172,7 @@ fn renames_travel_and_concurrent_renames_converge() {
     wait_for("r3b on A", || get_entry(&mut ca, &user("r3b"), vec!["uid"]).is_some());
     let r3b = vec![Mod::Replace("description", ["renamed on b"].into())];
     assert_eq!(ca.modify(&user("r3b"), r3b).unwrap().rc, 0);
-    wait_for("identical data", || dump(&a) == dump(&b));
+    converged(&a, &b);
     let r2 = format!("uid=r2,{moved}");
     assert_eq!(attr(&mut cb, &r2, "entryUUID"), Some(vec![uuids[1].clone()]));
     assert_eq!(attr(&mut cb, &user("r3b"), "uid"), Some(vec!["r3".into(), "r3b".into()]));
@@ -228,7 +238,7 @@ fn concurrent_changes_to_one_entry_on_both_sides_all_survive() {
                 && attr(c, &dn, "o") == Some(vec!["set on b".into()])
         });
     }
-    wait_for("identical data", || dump(&a) == dump(&b));
+    converged(&a, &b);
 }
 
 #[test]
@@ -244,7 +254,7 @@ fn a_delete_on_one_side_beats_a_modify_on_the_other() {
     a.launch();
     assert_eq!(a.admin().delete(&dn).unwrap().rc, 0);
     b.launch();
-    wait_for("identical data", || dump(&a) == dump(&b));
+    converged(&a, &b);
     assert!(get_entry(&mut a.admin(), &dn, vec!["uid"]).is_none());
     assert!(get_entry(&mut b.admin(), &dn, vec!["uid"]).is_none());
     // And an older modify never brings it back: B's reached A after the delete.
@@ -265,7 +275,7 @@ fn writes_made_apart_converge_after_reconnection() {
     }
     group(&mut b.admin(), "apart");
     a.launch();
-    wait_for("identical data", || dump(&a) == dump(&b));
+    converged(&a, &b);
     let mut c = a.admin();
     assert_eq!(search_dns(&mut c, PEOPLE, Scope::OneLevel, "(uid=*)").len(), 60);
     // Parents are counted after their children's records are applied.
@@ -365,7 +375,7 @@ fn the_same_dn_added_on_both_sides_keeps_the_older_and_flags_the_later() {
     b.launch();
     person(&mut b.admin(), "twin", "added on b");
     a.launch();
-    wait_for("identical data", || dump(&a) == dump(&b));
+    converged(&a, &b);
     let dn = format!("uid=twin,{PEOPLE}");
     for s in [&a, &b] {
         let mut c = s.admin();
@@ -421,7 +431,7 @@ fn kill_9_during_a_stream_of_writes_loses_nothing_acknowledged() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let acked: Vec<String> = writers.into_iter().flat_map(|w| w.join().unwrap()).collect();
     a.launch();
-    wait_for("identical data", || dump(&a) == dump(&b));
+    converged(&a, &b);
     let present: std::collections::BTreeSet<String> = search_dns(&mut a.admin(), PEOPLE, Scope::OneLevel, "(uid=k*)")
         .into_iter()
         .map(|dn| dn.trim_start_matches("uid=").split(',').next().unwrap().to_string())
@@ -461,7 +471,7 @@ fn a_server_restored_from_an_old_backup_gets_back_what_it_lost() {
     assert_eq!(add_user(&mut a.admin(), "r10").rc, 0);
     wait_for("A's new change on B", || has(&b, "r10"));
     // ...and B hands back what the backup missed.
-    wait_for("identical data", || dump(&a) == dump(&b));
+    converged(&a, &b);
     assert!(has(&a, "r7"));
     assert_eq!(search_dns(&mut a.admin(), PEOPLE, Scope::OneLevel, "(uid=r*)").len(), 11);
 }
@@ -483,7 +493,7 @@ fn the_changelog_is_trimmed_by_age_but_never_past_what_the_peer_holds() {
     b.launch();
     wait_for("t2 on B", || get_entry(&mut b.admin(), &format!("uid=t2,{PEOPLE}"), vec!["uid"]).is_some());
     wait_for("trimmed again", || records(&a) == 0);
-    wait_for("identical data", || dump(&a) == dump(&b));
+    converged(&a, &b);
 }
 
 #[test]
@@ -546,7 +556,7 @@ fn a_peer_behind_a_capped_changelog_is_resynced_by_merging() {
     assert_eq!(b.admin().modify(&user("early7"), desc).unwrap().rc, 0);
     assert_eq!(b.admin().add(&format!("cn=kid,{rs}"), person_attrs("kid")).unwrap().rc, 0);
     a.launch();
-    wait_for("identical data", || dump(&a) == dump(&b));
+    converged(&a, &b);
     // The delete came to B in the resync: ou=rs stays as glue on both.
     for s in [&a, &b] {
         let glue =
@@ -684,7 +694,7 @@ fn renames_after_a_change_from_a_peer_ahead_in_time_keep_the_entry() {
         assert_eq!(attr(&mut ca, &last, "description"), Some(vec!["from A".to_string()]));
         wait_for("A's replace on B", || attr(&mut cb, &last, "description") == Some(vec!["from A".to_string()]));
     }
-    wait_for("identical data", || dump(&a) == dump(&b));
+    converged(&a, &b);
 }
 
 /// A replace wins over every value stamped before it (389-ds): B adds a
@@ -780,7 +790,7 @@ fn a_subtree_renamed_on_either_side_moves_whole_on_both() {
         });
         assert_eq!(copies(&mut c, &uuid), 1);
     }
-    wait_for("identical data", || dump(&a) == dump(&b));
+    converged(&a, &b);
     // Counted right: the emptied branch can be deleted leaf by leaf.
     let mut leaves_first = tree(&a, &moved);
     leaves_first.sort_by_key(|dn| std::cmp::Reverse(dn.matches(',').count()));
@@ -840,7 +850,7 @@ fn a_conflict_entry_is_resolved_by_renaming_or_deleting_it() {
     wait_for("the modify on B", || attr(&mut b.admin(), &free, "description") == Some(vec!["resolved".into()]));
     assert_eq!(b.admin().delete(&free).unwrap().rc, 0);
     wait_for("the delete on A", || get_entry(&mut ca, &free, vec!["uid"]).is_none());
-    wait_for("identical data", || dump(&a) == dump(&b));
+    converged(&a, &b);
 }
 
 /// A adds the `ou` entry `parent` and B gets it; then, apart, A deletes
@@ -889,7 +899,7 @@ fn a_parent_deleted_apart_from_a_child_added_below_it_survives_as_glue() {
     assert_eq!(a.admin().delete(&kid).unwrap().rc, 0);
     assert_eq!(a.admin().delete(&orph).unwrap().rc, 0);
     wait_for("gone on B", || get_entry(&mut b.admin(), &orph, vec!["ou"]).is_none());
-    wait_for("identical data", || dump(&a) == dump(&b));
+    converged(&a, &b);
     // The same again at the same DN: a new glue entry (not the old one's
     // tombstone) on both sides.
     delete_apart_from_child_add(&mut a, &mut b, &orph, &kid);
@@ -898,4 +908,76 @@ fn a_parent_deleted_apart_from_a_child_added_below_it_survives_as_glue() {
     });
     let again = attr(&mut a.admin(), &orph, "entryUUID").unwrap();
     assert_ne!(again, uuids[0], "a new glue entry");
+}
+
+/// Rewrites, in a stopped server's store, the stored entry `dn` with
+/// `edit`: what a tool or a disk does behind the server's back.
+fn tamper(s: &Server, dn: &str, edit: impl FnOnce(&mut shards::entry::Entry)) {
+    use shards::store::{Engine, EngineKind, Options, ReadTxn, Store, SyncMode, Tree, WriteTxn};
+    let manifest = shards::manifest::Manifest::load(&s.data()).unwrap().unwrap();
+    let kind = if manifest.engine == "sled" { EngineKind::Sled } else { EngineKind::Lmdb };
+    let key = shards::dn::Dn::parse(dn).unwrap().key();
+    let dir = s.data().join(format!("shard-{}", manifest.owner_of(&key)));
+    let store = Engine::open(&dir, Options::new(kind, SyncMode::Always)).unwrap();
+    let mut txn = store.write().unwrap();
+    let id = txn.get(Tree::Dn2id, &key).unwrap().expect("stored").to_vec();
+    let mut entry = shards::entry::Entry::decode(txn.get(Tree::Id2entry, &id).unwrap().unwrap()).unwrap();
+    edit(&mut entry);
+    let mut buf = Vec::new();
+    entry.encode(&mut buf).unwrap();
+    txn.put(Tree::Id2entry, &id, &buf).unwrap();
+    txn.commit().unwrap();
+}
+
+/// The anti-entropy check (issue 19, item 8): both sides compare partition
+/// digests at equal replication positions; an entry rewritten in B's store
+/// behind its back is found, reported and mended by the resync, after
+/// which every partition agrees again.
+#[test]
+fn a_store_edited_behind_the_servers_back_is_found_and_mended() {
+    let (pa, pb) = (free_port(), free_port());
+    let a = Server::start_with_config(2, &mirror_conf(1, pa, pb));
+    let mut b = seeded_from(&a, &mirror_conf(2, pb, pa), &[]);
+    let mut ca = a.admin();
+    for i in 0..12 {
+        person(&mut ca, &format!("ae{i}"), "as added");
+    }
+    let dn = format!("uid=ae5,{PEOPLE}");
+    converged(&a, &b);
+    // Without a difference, every partition agrees and none is reported.
+    let agreed = |s: &Server| replication(s)["partitions_verified"].as_u64().unwrap_or(0);
+    wait_for("checks that agree on both sides", || agreed(&a) > 20 && agreed(&b) > 20);
+    for s in [&a, &b] {
+        assert_eq!(replication(s)["divergences"], 0, "{}", replication(s));
+    }
+    b.stop();
+    tamper(&b, &dn, |e| {
+        e.set("description", vec![b"tampered".to_vec()]);
+        e.remove("sn");
+    });
+    b.launch();
+    let mut cb = b.admin();
+    assert_eq!(attr(&mut cb, &dn, "description"), Some(vec!["tampered".to_string()]), "the edit took");
+    wait_for("the divergence found and mended", || {
+        attr(&mut cb, &dn, "description") == Some(vec!["as added".to_string()])
+            && attr(&mut cb, &dn, "sn") == Some(vec!["Twin".to_string()])
+    });
+    let found = |s: &Server| replication(s)["divergences"].as_u64().unwrap_or(0);
+    assert!(found(&a) >= 1, "{}", replication(&a));
+    let status = replication(&a);
+    assert!(status["last_divergence"].as_str().unwrap_or_default().contains("partition"), "{status}");
+    let log = std::fs::read_to_string(&a.stderr).unwrap();
+    assert!(log.contains("ALERT: partition"), "{log}");
+    let (_, metrics, _) = ctl(&a, &["metrics"]);
+    assert!(metrics.contains("coredir_replication_divergences_total"), "{metrics}");
+    wait_for("identical data", || dump(&a) == dump(&b));
+    // Mended, the partitions agree again and no new divergence comes.
+    let settled = || {
+        let (va, vb) = (agreed(&a), agreed(&b));
+        wait_for("checks that agree", || agreed(&a) > va + 20 && agreed(&b) > vb + 20);
+    };
+    settled();
+    let (fa, fb) = (found(&a), found(&b));
+    settled();
+    assert_eq!((found(&a), found(&b)), (fa, fb));
 }
