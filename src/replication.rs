@@ -680,12 +680,13 @@ pub async fn push(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>) {
     // What the peer was last known to hold: while it is away, the backlog
     // and lag shown are measured against it, live.
     let mut held: Option<Vector> = None;
+    let mut ages = Ages::default();
     let mut said = Said::default();
     let mut checker =
         verify::Checker::new(config.replication.verify_interval_s.unwrap_or(600), ctx.shard.manifest.partitions);
     loop {
         shared.update(|s| s.outbound = waiting(s));
-        if let Err(e) = push_once(&peer, &ctx, &config, &shared, &mut held, &mut checker).await {
+        if let Err(e) = push_once(&peer, &ctx, &config, &shared, (&mut held, &mut ages), &mut checker).await {
             let msg = format!("{e:#}");
             if said.should(&msg) {
                 eprintln!("coredir: replication: to {peer}: {msg}");
@@ -698,7 +699,7 @@ pub async fn push(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>) {
             });
         }
         if let Some(acked) = &held {
-            match snapshots(&ctx).and_then(|txns| pending(&ctx, &txns, acked)) {
+            match snapshots(&ctx).and_then(|txns| pending(&ctx, &txns, acked, &mut ages)) {
                 Ok(p) => show(&shared, &p),
                 Err(e) => eprintln!("coredir: replication: measuring the backlog: {e:#}"),
             }
@@ -710,9 +711,50 @@ pub async fn push(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>) {
 /// Per origin, per partition: the last sequence number the peer holds.
 type Vector = std::collections::BTreeMap<Origin, Vec<u64>>;
 
+/// Per stream (partition, origin): when this server first saw it reach a
+/// position, sampled whenever the sender looks (at least every second):
+/// the lag's own clock. A CSN does not tell time once the clock adopted a
+/// peer's stamps from ahead: its physical part then stands still until
+/// the wall clock catches up, so the lag shown is the larger of the
+/// oldest pending record's CSN age and the time since a record above
+/// what the peer holds was first seen here.
+#[derive(Default)]
+struct Ages(std::collections::BTreeMap<(u16, Origin), std::collections::VecDeque<(u64, Instant)>>);
+
+/// Samples kept per stream; past it, every other one goes (a long
+/// outage's lag is then told at a coarser grain, never without bound).
+const AGE_SAMPLES: usize = 64;
+
+impl Ages {
+    /// Notes that a stream holds `have` records now, forgets what the
+    /// peer holds (`done`): when the first record above `done` was seen.
+    fn note(&mut self, stream: (u16, Origin), have: u64, done: u64, now: Instant) -> Option<Instant> {
+        if have <= done {
+            self.0.remove(&stream);
+            return None;
+        }
+        let q = self.0.entry(stream).or_default();
+        if q.back().is_none_or(|&(seq, _)| seq < have) {
+            q.push_back((have, now));
+            if q.len() > AGE_SAMPLES {
+                let last = q.len() - 1;
+                *q = q.iter().enumerate().filter(|&(i, _)| i % 2 == 0 || i == last).map(|(_, x)| *x).collect();
+            }
+        }
+        while q.len() > 1 && q[1].0 <= done {
+            q.pop_front();
+        }
+        // The front sample may be at or below `done`: the record after
+        // it was seen by the next one.
+        let i = usize::from(q[0].0 <= done);
+        q.get(i).map(|&(_, t)| t)
+    }
+}
+
 /// The backlog and lag of what the peer lacks, in the status and metrics.
 fn show(shared: &Shared, p: &Pending) {
-    let lag_s = p.oldest.map_or(0.0, |c| wall_us().saturating_sub(c.phys_us) as f64 / 1e6);
+    let by_csn = p.oldest.map_or(0.0, |c| wall_us().saturating_sub(c.phys_us) as f64 / 1e6);
+    let lag_s = by_csn.max(p.seen.map_or(0.0, |t| t.elapsed().as_secs_f64()));
     crate::stats::gauge("coredir_replication_lag_seconds", 0).set(lag_s);
     crate::stats::gauge("coredir_replication_backlog_records", 0).set(p.backlog as f64);
     shared.update(|s| {
@@ -727,7 +769,7 @@ async fn push_once(
     ctx: &Ctx,
     config: &Config,
     shared: &Shared,
-    held: &mut Option<Vector>,
+    (held, ages): (&mut Option<Vector>, &mut Ages),
     checker: &mut verify::Checker,
 ) -> Result<()> {
     let tcp = TcpStream::connect(peer).await.map_err(|e| anyhow!("connecting: {e}"))?;
@@ -776,7 +818,7 @@ async fn push_once(
             for o in origins(&txns)?.into_iter().filter(|o| *o != theirs_now) {
                 acked.entry(o).or_insert_with(|| vec![0; ours.partitions as usize]);
             }
-            pending(ctx, &txns, &acked)?
+            pending(ctx, &txns, &acked, ages)?
         };
         *held = Some(acked.clone());
         if !p.gaps.is_empty() {
@@ -969,6 +1011,8 @@ struct Pending {
     by_partition: Vec<(u16, u64)>,
     /// The oldest pending record's CSN.
     oldest: Option<Csn>,
+    /// When the first pending record was first seen (`Ages`).
+    seen: Option<Instant>,
     /// Partitions where the next record the peer needs is trimmed already.
     gaps: Vec<u16>,
 }
@@ -977,8 +1021,10 @@ fn pending(
     ctx: &Ctx,
     txns: &[EngineRead<'_>],
     acked: &std::collections::BTreeMap<Origin, Vec<u64>>,
+    ages: &mut Ages,
 ) -> Result<Pending> {
     let owners = &ctx.shard.manifest.owners;
+    let (now, mut seen) = (Instant::now(), None::<Instant>);
     let mut all: Vec<(Csn, u16, Origin, u64, Vec<u8>)> = Vec::new();
     let mut backlog = 0u64;
     let mut gaps = Vec::new();
@@ -988,9 +1034,8 @@ fn pending(
             let p = p as u16;
             let txn = &txns[owners[p as usize] as usize];
             let have = txn.get(Tree::Meta, &ruv_key(p, origin)).map_err(|e| anyhow!(e.message))?.map_or(0, be_u64);
-            if have <= done {
-                continue;
-            }
+            let Some(first_seen) = ages.note((p, origin), have, done, now) else { continue };
+            seen = Some(seen.map_or(first_seen, |s| s.min(first_seen)));
             let from = log_key(p, origin, done + 1);
             let (mut taken, mut gap) = (0, true);
             txn.scan(Tree::Changelog, &from[..LOG_PREFIX], &from, &mut |k, v| {
@@ -1024,5 +1069,5 @@ fn pending(
     all.truncate(BATCH);
     let batch = all.into_iter().map(|(_, p, o, s, v)| (p, o, s, BASE64.encode(v))).collect();
     let by_partition = by_partition.into_iter().filter(|(_, n)| *n > 0).collect();
-    Ok(Pending { batch, backlog, by_partition, oldest, gaps })
+    Ok(Pending { batch, backlog, by_partition, oldest, seen, gaps })
 }

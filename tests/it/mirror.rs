@@ -333,7 +333,21 @@ fn a_peer_without_the_secret_or_with_another_database_is_refused() {
 /// error of the outage is gone.
 #[test]
 fn the_status_during_a_partition_is_live_and_clears_when_healed() {
-    let (a, mut b) = pair(2);
+    status_during_a_partition(pair(2));
+}
+
+/// The same once A's clock adopted B's stamps from 30 s ahead (one shard,
+/// so that every change A makes apart is stamped by that clock): CSNs then
+/// stand still, and the lag must still grow with the outage.
+#[test]
+fn the_lag_during_a_partition_grows_when_the_peer_stamps_ahead() {
+    let (a, b) = pair_with(1, &[("COREDIR_TEST_CLOCK_OFFSET_S", "30")]);
+    assert_eq!(add_user(&mut b.admin(), "ahead").rc, 0);
+    wait_for("B's add on A", || get_entry(&mut a.admin(), &format!("uid=ahead,{PEOPLE}"), vec!["uid"]).is_some());
+    status_during_a_partition((a, b));
+}
+
+fn status_during_a_partition((a, mut b): (Server, Server)) {
     assert_eq!(add_user(&mut a.admin(), "seen").rc, 0);
     wait_for("streaming", || replication(&a)["outbound"] == "streaming" && replication(&a)["backlog"] == 0);
     b.stop();
