@@ -112,6 +112,14 @@ enum Frame {
     Digested {
         summary: Option<verify::Summary>,
     },
+    /// A divergence report's question: per entry of the partition, its
+    /// DN and the head of its hash (answered by `HashList`).
+    Hashes {
+        partition: u16,
+    },
+    HashList {
+        entries: Vec<(String, String)>,
+    },
 }
 
 /// What both sides of a pair must agree on, and who they are.
@@ -451,6 +459,10 @@ async fn receive(
             Frame::Digest { partition, .. } => {
                 let summary = verify::summarize(ctx, partition).await?;
                 send(&mut stream, &Frame::Digested { summary }).await?;
+            }
+            Frame::Hashes { partition } => {
+                let entries = verify::hashes(ctx, partition).await?;
+                send(&mut stream, &Frame::HashList { entries }).await?;
             }
             other => bail!("unexpected {other:?}"),
         }
@@ -900,9 +912,14 @@ async fn check(
         return Ok(());
     }
     let theirs = theirs.map(|t| t.digest).unwrap_or_default();
+    send(stream, &Frame::Hashes { partition }).await?;
+    let Frame::HashList { entries } = recv(stream, MAX_FRAME).await? else {
+        bail!("the peer did not list its entries");
+    };
+    let which = verify::differences(&verify::hashes(ctx, partition).await?, &entries);
     let what = format!(
         "partition {partition} shows other entries than the peer's at the same replication positions \
-         (digest {} here, {theirs} there)",
+         (digest {} here, {theirs} there: {which})",
         ours.digest
     );
     eprintln!("coredir: replication: ALERT: {what}: resyncing it to the peer");

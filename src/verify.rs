@@ -15,7 +15,9 @@
 //!   same partition is asked again `CONFIRM` later; differing again at
 //!   the same positions, it has diverged: the log raises an alert, `ctl
 //!   replication` and `coredir_replication_divergences_total` count it,
-//!   and the partition is resynced to the peer (the states, joined into
+//!   the log names the entries the two sides disagree on (per entry, its
+//!   DN and the head of its hash, `Frame::Hashes`), and the partition is
+//!   resynced to the peer (the states, joined into
 //!   the peer's; `apply::absorb` rewrites an entry whose stored form
 //!   differs from what its state shows). The peer's sender does the same
 //!   the other way, so what only the peer holds comes back here.
@@ -28,11 +30,15 @@ use anyhow::{anyhow, Result};
 use serde::{Deserialize, Serialize};
 use shards::changelog::{self, Origin};
 use shards::digest::{self, Digest};
+use shards::entry::Entry;
 use shards::store::Store;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 /// Entries summed per snapshot before yielding.
 const CHUNK: usize = 256;
+/// The most entries a divergence report lists per partition.
+const MAX_LISTED: usize = 100_000;
 /// How long after a first difference the partition is asked again.
 pub const CONFIRM: Duration = Duration::from_secs(2);
 
@@ -59,19 +65,66 @@ pub async fn summarize(ctx: &Ctx, partition: u16) -> Result<Option<Summary>> {
         Ok(p)
     };
     let before = positions()?;
-    let (mut acc, mut from) = (Digest::default(), None);
+    let mut acc = Digest::default();
+    walk(ctx, partition, &mut |_, hash| acc.add(hash)).await?;
+    Ok((positions()? == before).then(|| Summary { positions: before, digest: acc.hex() }))
+}
+
+/// Visits every entry of a partition with its hash, a chunk per snapshot.
+async fn walk(ctx: &Ctx, partition: u16, f: &mut dyn FnMut(&Entry, &[u8; 32])) -> Result<()> {
+    let m = &ctx.shard.manifest;
+    let store = &ctx.shard.stores[m.owners[partition as usize] as usize];
+    let mut from = None;
     loop {
         let next = {
             let txn = store.read().map_err(|e| anyhow!(e.message))?;
-            digest::add_entries(&txn, partition, from, CHUNK, &mut acc).map_err(|e| anyhow!(e.message))?
+            digest::visit(&txn, partition, from, CHUNK, f).map_err(|e| anyhow!(e.message))?
         };
         match next {
             Some(id) => from = Some(id),
-            None => break,
+            None => return Ok(()),
         }
         futures_lite::future::yield_now().await;
     }
-    Ok((positions()? == before).then(|| Summary { positions: before, digest: acc.hex() }))
+}
+
+/// Per entry of a partition, its DN (lower case) and the head of its hash,
+/// in DN order: what a divergence report compares (at most `MAX_LISTED`).
+pub async fn hashes(ctx: &Ctx, partition: u16) -> Result<Vec<(String, String)>> {
+    if partition as u32 >= ctx.shard.manifest.partitions {
+        return Err(anyhow!("there is no partition {partition}"));
+    }
+    let mut out = Vec::new();
+    walk(ctx, partition, &mut |e, hash| {
+        if out.len() < MAX_LISTED {
+            out.push((e.dn.to_ascii_lowercase(), hash[..8].iter().map(|b| format!("{b:02x}")).collect()));
+        }
+    })
+    .await?;
+    out.sort();
+    Ok(out)
+}
+
+/// The entries two lists disagree on, said for the log (the first ten).
+pub fn differences(ours: &[(String, String)], theirs: &[(String, String)]) -> String {
+    let (a, b): (BTreeMap<_, _>, BTreeMap<_, _>) = (ours.iter().cloned().collect(), theirs.iter().cloned().collect());
+    let mut said: Vec<String> = Vec::new();
+    let dns: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    for dn in dns {
+        match (a.get(dn), b.get(dn)) {
+            (Some(x), Some(y)) if x != y => said.push(format!("{dn} differs")),
+            (Some(_), None) => said.push(format!("{dn} only here")),
+            (None, Some(_)) => said.push(format!("{dn} only there")),
+            _ => {}
+        }
+    }
+    let n = said.len();
+    said.truncate(10);
+    match n {
+        0 => "no entry differs now".into(),
+        n if n > 10 => format!("{} (and {} more)", said.join("; "), n - 10),
+        _ => said.join("; "),
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,6 +224,17 @@ mod tests {
         assert_eq!(judge(Some(&a), Some(&b)), Verdict::Differs);
         assert_eq!(judge(Some(&a), Some(&summary(4, "bb"))), Verdict::Unsettled);
         assert_eq!(judge(None, Some(&b)), Verdict::Unsettled);
+    }
+
+    #[test]
+    fn differences_name_the_entries() {
+        let l = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+        };
+        let ours = l(&[("a", "1"), ("b", "2"), ("c", "3")]);
+        let theirs = l(&[("b", "2"), ("c", "4"), ("d", "5")]);
+        assert_eq!(differences(&ours, &theirs), "a only here; c differs; d only there");
+        assert_eq!(differences(&ours, &ours), "no entry differs now");
     }
 
     #[test]

@@ -76,14 +76,26 @@ pub fn same(a: Option<&Entry>, b: Option<&Entry>) -> Result<bool> {
 
 /// Adds to `acc` the hashes of at most `limit` entries of a partition, in
 /// id order from the id `from` (the partition's first when `None`); the id
-/// to go on from, when entries remain. Entries of partition p have ids in
-/// `[p << 48, (p + 1) << 48)` (`write::insert`).
+/// to go on from, when entries remain.
 pub fn add_entries<T: ReadTxn>(
     txn: &T,
     partition: u16,
     from: Option<[u8; 8]>,
     limit: usize,
     acc: &mut Digest,
+) -> Result<Option<[u8; 8]>> {
+    visit(txn, partition, from, limit, &mut |_, hash| acc.add(hash))
+}
+
+/// Visits at most `limit` entries of a partition with their hashes, as
+/// `add_entries` does. Entries of partition p have ids in
+/// `[p << 48, (p + 1) << 48)` (`write::insert`).
+pub fn visit<T: ReadTxn>(
+    txn: &T,
+    partition: u16,
+    from: Option<[u8; 8]>,
+    limit: usize,
+    f: &mut dyn FnMut(&Entry, &[u8; 32]),
 ) -> Result<Option<[u8; 8]>> {
     let first = from.unwrap_or(((partition as u64) << 48).to_be_bytes());
     let end = ((partition as u64 + 1) << 48).to_be_bytes();
@@ -97,8 +109,8 @@ pub fn add_entries<T: ReadTxn>(
             return false;
         }
         taken += 1;
-        match Entry::decode(v).and_then(|e| entry_hash(&e)) {
-            Ok(hash) => acc.add(&hash),
+        match Entry::decode(v).and_then(|e| Ok((entry_hash(&e)?, e))) {
+            Ok((hash, e)) => f(&e, &hash),
             Err(e) => failed = Some(e),
         }
         failed.is_none()

@@ -982,6 +982,8 @@ fn a_store_edited_behind_the_servers_back_is_found_and_mended() {
     assert!(status["last_divergence"].as_str().unwrap_or_default().contains("partition"), "{status}");
     let log = std::fs::read_to_string(&a.stderr).unwrap();
     assert!(log.contains("ALERT: partition"), "{log}");
+    // The alert names the entry.
+    assert!(log.contains(&format!("{} differs", dn.to_ascii_lowercase())), "{log}");
     let (_, metrics, _) = ctl(&a, &["metrics"]);
     assert!(metrics.contains("coredir_replication_divergences_total"), "{metrics}");
     wait_for("identical data", || dump(&a) == dump(&b));
