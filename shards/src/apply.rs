@@ -77,9 +77,11 @@ pub fn replicate<T: WriteTxn>(
     let was = here.home(&state);
     let before = here.shown(txn, &state, &rec.uuid)?;
     state.merge(rec);
-    let images = settle(txn, &here, next_id, &mut state, &rec.uuid, before)?;
+    let mut marks = Vec::new();
+    let images = settle(txn, &here, next_id, &mut state, &rec.uuid, before, &mut marks)?;
     changelog::store(txn, partition, origin, seq, rec, &state)?;
     txn.put(Tree::Meta, &changelog::ruv_key(partition, origin), &seq.to_be_bytes())?;
+    log_marks(txn, partition, clock, marks)?;
     // The partitions that may show the entry: where it was, where it is
     // now, and where the record's rename sends it.
     let to = match &rec.change {
@@ -97,6 +99,7 @@ pub fn absorb<T: WriteTxn>(
     txn: &mut T,
     partition_of: &impl Fn(&[u8]) -> u32,
     next_id: &mut u64,
+    clock: &mut Clock,
     partition: u16,
     uuid: &[u8; 16],
     incoming: &EntryState,
@@ -117,11 +120,13 @@ pub fn absorb<T: WriteTxn>(
     if state == old && digest::same(before.as_ref().map(|(_, e)| e), here.entry(&state, uuid).as_ref())? {
         return Ok(None);
     }
-    let images = settle(txn, &here, next_id, &mut state, uuid, before)?;
+    let mut marks = Vec::new();
+    let images = settle(txn, &here, next_id, &mut state, uuid, before, &mut marks)?;
     let mut buf = Vec::with_capacity(256);
     changelog::encode_state(&state, &mut buf);
     txn.put(Tree::State, &changelog::state_key(partition, uuid), &buf)?;
     moves::post(txn, partition, &[here.home(&old), here.home(&state)], uuid, &state)?;
+    log_marks(txn, partition, clock, marks)?;
     Ok(Some(Box::new(images)))
 }
 
@@ -162,8 +167,29 @@ impl<P: Fn(&[u8]) -> u32> Here<'_, P> {
     }
 }
 
+/// A DN conflict decided here: the loser's entryUUID, the DN it lost and
+/// its slot.
+type Mark = ([u8; 16], String, u32);
+
+/// Logs each conflict decided here as a record of its own
+/// (`Change::Conflict`), once the loser's state is stored: the peer may
+/// never see both entries live (the winner deleted there before the
+/// loser arrived), and must show the loser at the same conflict DN.
+fn log_marks<T: WriteTxn>(txn: &mut T, partition: u16, clock: &mut Clock, marks: Vec<Mark>) -> Result<()> {
+    if !clock.capture {
+        return Ok(());
+    }
+    for (uuid, lost, slot) in marks {
+        let state = changelog::load_state(txn, partition, &uuid)?
+            .ok_or_else(|| Error::other("a conflict entry without a state"))?;
+        let rec = Record { csn: clock.hlc.tick(partition), uuid, dn: lost, change: Change::Conflict { slot } };
+        changelog::capture(txn, partition, clock.origin(), &rec, &state)?;
+    }
+    Ok(())
+}
+
 /// Puts what a state shows in this partition in place of what was stored
-/// for it (`before`), settling a DN conflict first.
+/// for it (`before`), settling a DN conflict first (noted in `marks`).
 fn settle<T: WriteTxn, P: Fn(&[u8]) -> u32>(
     txn: &mut T,
     here: &Here<'_, P>,
@@ -171,15 +197,18 @@ fn settle<T: WriteTxn, P: Fn(&[u8]) -> u32>(
     state: &mut EntryState,
     uuid: &[u8; 16],
     before: Option<(Vec<u8>, Entry)>,
+    marks: &mut Vec<Mark>,
 ) -> Result<Images> {
     let mut after = here.entry(state, uuid);
     if let Some(new) = &after {
         let new_key = Dn::parse(&new.dn)?.key();
         let held = stored(txn, &new_key)?.filter(|(_, e)| changelog::uuid_of(e).ok() != Some(*uuid));
         if let Some((id, other)) = held {
-            if resolve_conflict(txn, here.partition_of, here.partition, state, uuid, (&new_key, &id, &other))? {
+            let mark = resolve_conflict(txn, here.partition_of, here.partition, state, uuid, (&new_key, &id, &other))?;
+            if mark.0 == *uuid {
                 after = here.entry(state, uuid);
             }
+            marks.push(mark);
         }
     }
     place(txn, here.partition_of, next_id, before.as_ref(), after.as_ref())?;
@@ -208,8 +237,8 @@ fn stored<T: WriteTxn>(txn: &T, key: &[u8]) -> Result<Option<(Vec<u8>, Entry)>> 
 }
 
 /// Two entries claim one DN: the later add gives it up, on both servers
-/// alike. Either the incoming entry is marked (true: the caller shows it
-/// at its conflict DN), or the stored one is marked and moved now.
+/// alike. Either the incoming entry is marked (the caller shows it at its
+/// conflict DN), or the stored one is marked and moved now; the mark made.
 fn resolve_conflict<T: WriteTxn>(
     txn: &mut T,
     partition_of: &impl Fn(&[u8]) -> u32,
@@ -217,7 +246,7 @@ fn resolve_conflict<T: WriteTxn>(
     state: &mut EntryState,
     uuid: &[u8; 16],
     (key, id, other): (&[u8], &[u8], &Entry),
-) -> Result<bool> {
+) -> Result<Mark> {
     let other_uuid = changelog::uuid_of(other)?;
     let mut other_state = match changelog::load_state(txn, partition, &other_uuid)? {
         Some(s) => s,
@@ -231,10 +260,12 @@ fn resolve_conflict<T: WriteTxn>(
         uuid::Uuid::from_bytes(*loser).hyphenated()
     );
     if loser == uuid {
-        state.mark_conflict(lost, merge::conflict_slot(uuid, lost, partition as u32, place));
-        return Ok(true);
+        let slot = merge::conflict_slot(uuid, lost, partition as u32, place);
+        state.mark_conflict(lost, slot);
+        return Ok((*uuid, lost.clone(), slot));
     }
-    other_state.mark_conflict(lost, merge::conflict_slot(&other_uuid, lost, partition as u32, place));
+    let slot = merge::conflict_slot(&other_uuid, lost, partition as u32, place);
+    other_state.mark_conflict(lost, slot);
     let moved = changelog::materialize(&other_state, &other_uuid)
         .ok_or_else(|| Error::other("a conflict entry without content"))?;
     let mut buf = Vec::with_capacity(256);
@@ -247,7 +278,7 @@ fn resolve_conflict<T: WriteTxn>(
     index::add(txn, &moved, id)?;
     txn.put(Tree::Dn2id, &Dn::parse(&moved.dn)?.key(), id)?;
     txn.put(Tree::Id2entry, id, &buf)?;
-    Ok(false)
+    Ok((other_uuid, lost.clone(), slot))
 }
 
 /// Puts the entry a state shows in place of what was stored for it.

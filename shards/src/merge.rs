@@ -58,6 +58,14 @@ pub enum Change {
         deltas: Vec<Delta>,
     },
     Delete,
+    /// The entry lost its DN (the record's `dn`) to an older add: shown
+    /// at its conflict DN (`conflict_dn`) with this slot. Logged by the
+    /// server that saw both entries live, so that a server that never
+    /// did (the winner was deleted there before the loser arrived) marks
+    /// it too.
+    Conflict {
+        slot: u32,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -148,6 +156,7 @@ impl EntryState {
                 self.set_dn(to, csn);
             }
             Change::Delete => self.deleted = Some(self.deleted.map_or(csn, |d| d.max(csn))),
+            Change::Conflict { slot } => self.mark_conflict(&rec.dn, *slot),
         }
     }
 
@@ -361,6 +370,10 @@ impl Record {
                 encode_deltas(out, deltas);
             }
             Change::Delete => out.push(3),
+            Change::Conflict { slot } => {
+                out.push(4);
+                out.extend_from_slice(&slot.to_le_bytes());
+            }
         }
     }
 
@@ -418,6 +431,7 @@ impl Record {
             1 => Change::Modify { deltas: deltas(&mut b)? },
             2 => Change::Rename { to: text(&mut b)?, deltas: deltas(&mut b)? },
             3 => Change::Delete,
+            4 => Change::Conflict { slot: len(&mut b)? as u32 },
             _ => return None,
         };
         b.is_empty().then_some(Record { csn, uuid, dn, change })
@@ -612,6 +626,7 @@ mod tests {
                 },
             },
             Record { csn: csn(7, 1), uuid: [9; 16], dn: "cn=h,dc=x".into(), change: Change::Delete },
+            Record { csn: csn(8, 2), uuid: [9; 16], dn: "cn=h,dc=x".into(), change: Change::Conflict { slot: 70000 } },
         ];
         for r in &recs {
             let mut buf = Vec::new();
@@ -642,8 +657,9 @@ mod tests {
                 let (from, n) = (rng.gen_range(0..4), rng.gen_range(1..3));
                 let some = vals(&values[from..(from + n).min(values.len())]);
                 let dn = "cn=g,dc=x".to_string();
-                let change = match rng.gen_range(0..10) {
+                let change = match rng.gen_range(0..11) {
                     0 => Change::Delete,
+                    10 => Change::Conflict { slot: rng.gen_range(0..3) },
                     1 => Change::Rename {
                         to: format!("cn=g{},dc=x", rng.gen_range(0..3)),
                         deltas: vec![Delta::Add { attr: "cn".into(), values: some }],

@@ -489,7 +489,7 @@ fn apply<T: WriteTxn>(
         WriteOp::Absorb { partition, uuid, state } => {
             // The state moved in with stamps of another shard's clock.
             clock.hlc.adopt(state.max_csn());
-            crate::apply::absorb(txn, partition_of, next_id, *partition, uuid, state)
+            crate::apply::absorb(txn, partition_of, next_id, clock, *partition, uuid, state)
         }
         WriteOp::Unbox { key, state } => crate::moves::unbox(txn, key, state).map(|_| None),
         WriteOp::Intent { uuid, intent } => crate::renames::write(txn, uuid, intent.as_ref()).map(|_| None),

@@ -997,3 +997,30 @@ fn a_store_edited_behind_the_servers_back_is_found_and_mended() {
     settled();
     assert_eq!((found(&a), found(&b)), (fa, fb));
 }
+
+/// An add deleted while apart from a later add of the same DN on the
+/// other side: only B sees both entries live (A's add arrives before its
+/// delete), so only B marks its own entry the loser. The mark travels as a
+/// record of its own, so that A shows the entry at the same conflict DN;
+/// before, A kept it at the plain DN and the sides differed for good (the
+/// mirror soak's anti-entropy check found it).
+#[test]
+fn a_conflict_only_one_side_saw_is_shown_the_same_on_both() {
+    let (mut a, mut b) = pair(2);
+    let dn = format!("uid=brief,{PEOPLE}");
+    b.kill9();
+    person(&mut a.admin(), "brief", "added on a");
+    assert_eq!(a.admin().delete(&dn).unwrap().rc, 0);
+    a.kill9();
+    b.launch();
+    person(&mut b.admin(), "brief", "added on b");
+    a.launch();
+    converged(&a, &b);
+    for s in [&a, &b] {
+        let mut c = s.admin();
+        assert_eq!(get_entry(&mut c, &dn, vec!["uid"]).map(|e| e.dn), None);
+        let flagged = search_dns(&mut c, SUFFIX, Scope::Subtree, "(objectClass=coredirConflictEntry)");
+        assert_eq!(flagged.len(), 1, "{flagged:?}");
+        assert_eq!(attr(&mut c, &flagged[0], "description"), Some(vec!["added on b".to_string()]));
+    }
+}
