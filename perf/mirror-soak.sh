@@ -95,7 +95,7 @@ conflicts=$($B ctl --socket da/admin.sock replication conflicts | wc -l)
 python3 - "$HEAL" "$conflicts" <<'EOF'
 import glob, json, statistics, sys
 heal, conflicts = float(sys.argv[1]), int(sys.argv[2])
-apart, joined, drained, lags = None, [], None, {}
+apart, joined, away, drained, lags = None, [], [], None, {}
 for line in open("samples.txt"):
     t, who, *rest = line.strip().split(" ", 2)
     if who == "partition":
@@ -103,8 +103,10 @@ for line in open("samples.txt"):
     if not rest:
         continue
     t, s = float(t), json.loads(rest[0])
-    if apart is None or t > heal:
+    if apart is None:
         joined.append(s["lag_s"])
+    elif t > heal and drained is None:
+        away.append(s["lag_s"])
     lags[who] = s["lag_s"]
     # Converged: both sides' lag under a second, in one sampling round.
     if t > heal and drained is None and who == "db" and max(lags.values()) < 1.0:
@@ -119,8 +121,10 @@ final = {who: json.load(open(f"final-{who}.json")) for who in ("da", "db")}
 print(f"writes: {perf} modifies and adds from coredir-perf ({perf_errors} refused: the user had moved), "
       f"{churn} churn requests ({churn_failed} refused, as timing decides)")
 print(f"conflict and glue entries at the end: {conflicts}")
-print(f"lag while joined: median {statistics.median(joined):.2f} s, max {max(joined):.2f} s ({len(joined)} samples)")
-print(f"after the heal, both lags under 1 s after {drained if drained is None else round(drained, 1)} s")
+print(f"lag before the partition: median {statistics.median(joined):.2f} s, max {max(joined):.2f} s "
+      f"({len(joined)} samples)")
+print(f"after the heal, both lags under 1 s after {drained if drained is None else round(drained, 1)} s "
+      f"(max {max(away, default=0):.1f} s meanwhile)")
 for who in ("da", "db"):
     s = final[who]
     print(f"{who}: {s['partitions_verified']} partition checks agreed, {s['verify_unsettled']} without a verdict, "
