@@ -52,6 +52,8 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The channel's protocol (`Facts::protocol`).
+const PROTOCOL: u32 = 2;
 /// Records per frame.
 const BATCH: usize = 512;
 /// Largest frame accepted (a frame of big entries).
@@ -102,12 +104,11 @@ enum Frame {
         partition: u16,
         positions: Vec<(Origin, u64)>,
     },
-    /// The anti-entropy check (`crate::verify`): the sender's digest of a
-    /// partition, answered by the receiver's own (`Digested`); `None`
-    /// when its positions moved while it summed.
+    /// The anti-entropy check (`crate::verify`): the sender asks for the
+    /// receiver's digest of a partition (`Digested`: `None` when its
+    /// vector moved while it summed).
     Digest {
         partition: u16,
-        summary: Option<verify::Summary>,
     },
     Digested {
         summary: Option<verify::Summary>,
@@ -133,9 +134,10 @@ struct Facts {
     /// The naming contexts served (absent from peers before 2026-12-02).
     #[serde(default)]
     suffixes: Vec<String>,
-    /// Whether it answers `Frame::Digest` (absent from peers before 2026-12-03).
+    /// The channel's protocol: 2 answers `Frame::Digest` and takes
+    /// `Change::Conflict` records (0: peers before 2026-12-02).
     #[serde(default)]
-    verifies: bool,
+    protocol: u32,
 }
 
 /// What `coredir ctl replication` shows, per direction.
@@ -231,7 +233,7 @@ fn facts(ctx: &Ctx, config: &Config) -> Facts {
         partitions: m.partitions,
         hash: m.hash.clone(),
         suffixes: ctx.suffixes.iter().map(Dn::to_string_form).collect(),
-        verifies: true,
+        protocol: PROTOCOL,
     }
 }
 
@@ -456,7 +458,7 @@ async fn receive(
                 eprintln!("coredir: replication: partition {partition} resynced from the peer");
                 send(&mut stream, &Frame::Ack { applied: vec![] }).await?;
             }
-            Frame::Digest { partition, .. } => {
+            Frame::Digest { partition } => {
                 let summary = verify::summarize(ctx, partition).await?;
                 send(&mut stream, &Frame::Digested { summary }).await?;
             }
@@ -547,9 +549,15 @@ fn held(ctx: &Ctx, txns: &[EngineRead<'_>], origin: Origin) -> Result<Vec<u64>> 
 
 /// The replica update vector: for every origin held, per partition, the
 /// last sequence number held.
-fn vector(ctx: &Ctx) -> Result<Vec<(Origin, Vec<u64>)>> {
+/// In origin order, the origins with none held left out: what two servers
+/// that hold the same records both show (`crate::verify`).
+pub(crate) fn vector(ctx: &Ctx) -> Result<Vec<(Origin, Vec<u64>)>> {
     let txns = snapshots(ctx)?;
-    origins(&txns)?.into_iter().map(|o| Ok((o, held(ctx, &txns, o)?))).collect()
+    let mut v: Vec<(Origin, Vec<u64>)> =
+        origins(&txns)?.into_iter().map(|o| Ok((o, held(ctx, &txns, o)?))).collect::<Result<_>>()?;
+    v.retain(|(_, seqs)| seqs.iter().any(|&s| s > 0));
+    v.sort_by_key(|(o, _)| *o);
+    Ok(v)
 }
 
 /// Applies a frame's records on their owners, each partition's in order
@@ -625,7 +633,8 @@ pub async fn housekeeping(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>
 async fn trim_by_age(ctx: &Ctx, older_than_us: u64) -> Result<()> {
     let streams = all_streams(ctx)?;
     for (partition, origin, _, last) in streams.into_iter().filter(|(_, _, first, last)| first <= last) {
-        let op = WriteOp::Trim { partition, origin, upto: last, older_than_us, keep_tombstones: false };
+        let op =
+            WriteOp::Trim { partition, origin, upto: last, older_than_us, keep_tombstones: false, peer_holds: false };
         let owner = ctx.shard.manifest.owners[partition as usize] as usize;
         ctx.shard.submit_to(owner, op).await.map_err(|e| anyhow!(e.message))?;
     }
@@ -660,8 +669,14 @@ async fn enforce_cap(ctx: &Ctx, cap: u64, shared: &Shared) -> Result<()> {
             continue;
         }
         let &(partition, origin, first, _) = stream;
-        let op =
-            WriteOp::Trim { partition, origin, upto: first + k - 1, older_than_us: u64::MAX, keep_tombstones: true };
+        let op = WriteOp::Trim {
+            partition,
+            origin,
+            upto: first + k - 1,
+            older_than_us: u64::MAX,
+            keep_tombstones: true,
+            peer_holds: false,
+        };
         let owner = ctx.shard.manifest.owners[partition as usize] as usize;
         ctx.shard.submit_to(owner, op).await.map_err(|e| anyhow!(e.message))?;
         trimmed += k;
@@ -691,7 +706,10 @@ pub async fn push(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>) {
     let waiting = |s: &Status| if s.lagging { "lagging" } else { "connecting" }.to_string();
     // What the peer was last known to hold: while it is away, the backlog
     // and lag shown are measured against it, live.
-    let mut held: Option<Vector> = None;
+    let mut held = saved_held(&ctx).unwrap_or_else(|e| {
+        eprintln!("coredir: replication: reading what the peer last held: {e:#}");
+        None
+    });
     let mut ages = Ages::default();
     let mut said = Said::default();
     let mut checker =
@@ -722,6 +740,21 @@ pub async fn push(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>) {
 
 /// Per origin, per partition: the last sequence number the peer holds.
 type Vector = std::collections::BTreeMap<Origin, Vec<u64>>;
+
+/// What the peer was known to hold when the sender last trimmed (saved by
+/// `WriteOp::Trim`), from each partition's owner; `None` if never.
+fn saved_held(ctx: &Ctx) -> Result<Option<Vector>> {
+    let (txns, m) = (snapshots(ctx)?, &ctx.shard.manifest);
+    let mut v = Vector::new();
+    for (i, txn) in txns.iter().enumerate() {
+        for (p, origin, seq) in changelog::peer_held(txn).map_err(|e| anyhow!(e.message))? {
+            if m.owners.get(p as usize).is_some_and(|&o| o as usize == i) {
+                v.entry(origin).or_insert_with(|| vec![0; m.partitions as usize])[p as usize] = seq;
+            }
+        }
+    }
+    Ok((!v.is_empty()).then_some(v))
+}
 
 /// Per stream (partition, origin): when this server first saw it reach a
 /// position, sampled whenever the sender looks (at least every second):
@@ -842,7 +875,10 @@ async fn push_once(
         // Nothing the peer needs is trimmed: whatever a forced trim took, it held.
         shared.update(|s| s.lagging = false);
         show(shared, &p);
-        let (batch, backlog) = (p.batch, p.backlog);
+        let (mut batch, backlog) = (p.batch, p.backlog);
+        if theirs.protocol < 2 {
+            downgrade(&mut batch);
+        }
         shared.update(|s| {
             if backlog == 0 {
                 s.outbound = "streaming".into();
@@ -851,9 +887,8 @@ async fn push_once(
             }
         });
         if batch.is_empty() {
-            if let Some(partition) = checker.due().filter(|_| theirs.verifies) {
+            if let Some(partition) = checker.due().filter(|_| theirs.protocol >= 2) {
                 check(&mut stream, ctx, partition, checker, &mut acked, shared).await?;
-                last_sent = Instant::now();
                 continue;
             }
             if last_sent.elapsed() >= HEARTBEAT {
@@ -886,29 +921,33 @@ async fn check(
     acked: &mut std::collections::BTreeMap<Origin, Vec<u64>>,
     shared: &Shared,
 ) -> Result<()> {
+    let checked = |verdict: Verdict| {
+        let result = match verdict {
+            Verdict::Agree => "agree",
+            Verdict::Unsettled => "unsettled",
+            Verdict::Differs => "differ",
+        };
+        crate::stats::counter("coredir_replication_digest_checks_total", 0, &[("result", result)]).increment(1);
+        shared.update(|s| match verdict {
+            Verdict::Agree => s.partitions_verified += 1,
+            Verdict::Unsettled => s.verify_unsettled += 1,
+            Verdict::Differs => {}
+        });
+    };
     let Some(ours) = verify::summarize(ctx, partition).await? else {
-        shared.update(|s| s.verify_unsettled += 1);
+        checker.diverged(partition, Verdict::Unsettled, &vec![]);
+        checked(Verdict::Unsettled);
         return Ok(());
     };
-    send(stream, &Frame::Digest { partition, summary: Some(ours.clone()) }).await?;
+    send(stream, &Frame::Digest { partition }).await?;
     let theirs = match recv(stream, MAX_FRAME).await? {
         Frame::Digested { summary } => summary,
         other => bail!("unexpected {other:?}"),
     };
     shared.heard();
     let verdict = verify::judge(Some(&ours), theirs.as_ref());
-    let result = match verdict {
-        Verdict::Agree => "agree",
-        Verdict::Unsettled => "unsettled",
-        Verdict::Differs => "differ",
-    };
-    crate::stats::counter("coredir_replication_digest_checks_total", 0, &[("result", result)]).increment(1);
-    shared.update(|s| match verdict {
-        Verdict::Agree => s.partitions_verified += 1,
-        Verdict::Unsettled => s.verify_unsettled += 1,
-        Verdict::Differs => {}
-    });
-    if !checker.diverged(partition, verdict, &ours.positions) {
+    checked(verdict);
+    if !checker.diverged(partition, verdict, &ours.vector) {
         return Ok(());
     }
     let theirs = theirs.map(|t| t.digest).unwrap_or_default();
@@ -918,10 +957,14 @@ async fn check(
     };
     let which = verify::differences(&verify::hashes(ctx, partition).await?, &entries);
     let what = format!(
-        "partition {partition} shows other entries than the peer's at the same replication positions \
+        "partition {partition} shows other entries than the peer's at the same replica update vector \
          (digest {} here, {theirs} there: {which})",
         ours.digest
     );
+    if !checker.worth_a_resync(partition, &ours.digest, &theirs) {
+        eprintln!("coredir: replication: ALERT: {what}: a resync did not mend it; not resyncing it again");
+        return Ok(());
+    }
     eprintln!("coredir: replication: ALERT: {what}: resyncing it to the peer");
     crate::stats::counter("coredir_replication_divergences_total", 0, &[]).increment(1);
     shared.update(|s| {
@@ -929,6 +972,21 @@ async fn check(
         s.last_divergence = format!("{what} (at unix time {})", crate::server::unix_now());
     });
     resync(stream, ctx, partition, acked, shared).await
+}
+
+/// For a peer of protocol 1, which cannot read a `Change::Conflict`: an
+/// empty modify in its place keeps the sequence unbroken (that peer then
+/// marks only the conflicts it sees itself, as it always did).
+fn downgrade(batch: &mut [(u16, Origin, u64, String)]) {
+    for (_, _, _, text) in batch {
+        let rec = BASE64.decode(text.as_bytes()).ok().and_then(|b| Record::decode(&b));
+        if let Some(mut rec) = rec.filter(|r| matches!(r.change, shards::merge::Change::Conflict { .. })) {
+            rec.change = shards::merge::Change::Modify { deltas: vec![] };
+            let mut buf = Vec::new();
+            rec.encode(&mut buf);
+            *text = BASE64.encode(buf);
+        }
+    }
 }
 
 /// The peer's acknowledgement of the last frame: what it applied.
@@ -1000,19 +1058,21 @@ async fn trim(
     older_than_us: u64,
 ) -> Result<()> {
     let shard = &ctx.shard;
+    // What the peer acknowledged is saved for the backlog after a restart;
+    // its own records are not counted as its backlog.
     let mut ops = Vec::new();
     for (&origin, positions) in acked {
         for (p, &upto) in positions.iter().enumerate().filter(|(_, &u)| u > 0) {
-            ops.push((p as u16, origin, upto));
+            ops.push((p as u16, origin, upto, true));
         }
     }
     let theirs_held = held(ctx, &snapshots(ctx)?, theirs)?;
     for (p, &have) in theirs_held.iter().enumerate().filter(|(_, &h)| h > 0) {
-        ops.push((p as u16, theirs, have));
+        ops.push((p as u16, theirs, have, false));
     }
-    for (partition, origin, upto) in ops {
+    for (partition, origin, upto, peer_holds) in ops {
         let owner = shard.manifest.owners[partition as usize] as usize;
-        let op = WriteOp::Trim { partition, origin, upto, older_than_us, keep_tombstones: false };
+        let op = WriteOp::Trim { partition, origin, upto, older_than_us, keep_tombstones: false, peer_holds };
         shard.submit_to(owner, op).await.map_err(|e| anyhow!("trimming the changelog: {}", e.message))?;
     }
     Ok(())

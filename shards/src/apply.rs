@@ -253,19 +253,24 @@ fn resolve_conflict<T: WriteTxn>(
         None => changelog::state_of_existing(other),
     };
     let place = |dn: &str| Dn::parse(dn).ok().map(|d| partition_of(&d.key()));
-    let lost = &other.dn;
     let loser = merge::conflict_loser((uuid, state.created), (&other_uuid, other_state.created));
     eprintln!(
-        "coredir: replication conflict: {lost} was added on both servers; entry {} keeps it only on the conflict DN",
+        "coredir: replication conflict: {} was added on both servers; entry {} keeps it only on the conflict DN",
+        other.dn,
         uuid::Uuid::from_bytes(*loser).hyphenated()
     );
+    // The mark names the DN as the loser's own state spells it: what
+    // `EntryState::in_conflict` compares (the two may differ in case).
+    let own_dn = |s: &EntryState, shown: &str| s.dn.as_ref().map_or(shown.to_string(), |(dn, _)| dn.clone());
     if loser == uuid {
-        let slot = merge::conflict_slot(uuid, lost, partition as u32, place);
-        state.mark_conflict(lost, slot);
-        return Ok((*uuid, lost.clone(), slot));
+        let lost = own_dn(state, &other.dn);
+        let slot = merge::conflict_slot(uuid, &lost, partition as u32, place);
+        state.mark_conflict(&lost, slot);
+        return Ok((*uuid, lost, slot));
     }
-    let slot = merge::conflict_slot(&other_uuid, lost, partition as u32, place);
-    other_state.mark_conflict(lost, slot);
+    let lost = own_dn(&other_state, &other.dn);
+    let slot = merge::conflict_slot(&other_uuid, &lost, partition as u32, place);
+    other_state.mark_conflict(&lost, slot);
     let moved = changelog::materialize(&other_state, &other_uuid)
         .ok_or_else(|| Error::other("a conflict entry without content"))?;
     let mut buf = Vec::with_capacity(256);
@@ -278,7 +283,7 @@ fn resolve_conflict<T: WriteTxn>(
     index::add(txn, &moved, id)?;
     txn.put(Tree::Dn2id, &Dn::parse(&moved.dn)?.key(), id)?;
     txn.put(Tree::Id2entry, id, &buf)?;
-    Ok((other_uuid, lost.clone(), slot))
+    Ok((other_uuid, lost, slot))
 }
 
 /// Puts the entry a state shows in place of what was stored for it.

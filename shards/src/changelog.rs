@@ -122,6 +122,36 @@ pub fn ruv_key(partition: u16, origin: Origin) -> [u8; 9] {
     k
 }
 
+/// `meta` key: the last record of an origin's stream of a partition the
+/// peer was known to hold, saved as the sender trims (`note_held`): what
+/// the backlog is counted against after a restart, before the peer is
+/// reached again.
+fn peer_key(partition: u16, origin: Origin) -> [u8; 9] {
+    let mut k = ruv_key(partition, origin);
+    k[0] = b'A';
+    k
+}
+
+pub fn note_held<T: WriteTxn>(txn: &mut T, partition: u16, origin: Origin, seq: u64) -> Result<()> {
+    let key = peer_key(partition, origin);
+    if txn.get(Tree::Meta, &key)?.map_or(0, be_u64) < seq {
+        txn.put(Tree::Meta, &key, &seq.to_be_bytes())?;
+    }
+    Ok(())
+}
+
+/// What `note_held` saved in this store: (partition, origin, seq).
+pub fn peer_held<T: ReadTxn>(txn: &T) -> Result<Vec<(u16, Origin, u64)>> {
+    let mut out = Vec::new();
+    txn.scan(Tree::Meta, b"A", b"A", &mut |k, v| {
+        if let (9, Some(o)) = (k.len(), k.get(3..).and_then(Origin::from_bytes)) {
+            out.push((u16::from_be_bytes([k[1], k[2]]), o, be_u64(v)));
+        }
+        true
+    })?;
+    Ok(out)
+}
+
 /// Every origin a store holds records of (its vector's keys).
 pub fn origins<T: ReadTxn>(txn: &T) -> Result<Vec<Origin>> {
     let mut out = Vec::new();

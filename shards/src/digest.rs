@@ -74,21 +74,9 @@ pub fn same(a: Option<&Entry>, b: Option<&Entry>) -> Result<bool> {
     })
 }
 
-/// Adds to `acc` the hashes of at most `limit` entries of a partition, in
+/// Visits at most `limit` entries of a partition with their hashes, in
 /// id order from the id `from` (the partition's first when `None`); the id
-/// to go on from, when entries remain.
-pub fn add_entries<T: ReadTxn>(
-    txn: &T,
-    partition: u16,
-    from: Option<[u8; 8]>,
-    limit: usize,
-    acc: &mut Digest,
-) -> Result<Option<[u8; 8]>> {
-    visit(txn, partition, from, limit, &mut |_, hash| acc.add(hash))
-}
-
-/// Visits at most `limit` entries of a partition with their hashes, as
-/// `add_entries` does. Entries of partition p have ids in
+/// to go on from, when entries remain. Entries of partition p have ids in
 /// `[p << 48, (p + 1) << 48)` (`write::insert`).
 pub fn visit<T: ReadTxn>(
     txn: &T,

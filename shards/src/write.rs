@@ -42,7 +42,16 @@ pub enum WriteOp {
     /// server in the record's partition.
     Replicate { origin: changelog::Origin, seq: u64, rec: Record },
     /// Trims an origin's changelog of a partition (`changelog::trim`).
-    Trim { partition: u16, origin: changelog::Origin, upto: u64, older_than_us: u64, keep_tombstones: bool },
+    /// With `peer_holds`, `upto` is what the peer was known to hold, saved
+    /// for the backlog after a restart (`changelog::note_held`).
+    Trim {
+        partition: u16,
+        origin: changelog::Origin,
+        upto: u64,
+        older_than_us: u64,
+        keep_tombstones: bool,
+        peer_holds: bool,
+    },
     /// Moves a partition's replica update vector up (`changelog::advance`).
     Advance { partition: u16, positions: Vec<(changelog::Origin, u64)> },
     /// Joins an entry's state handed over by another partition (`moves.rs`).
@@ -479,7 +488,10 @@ fn apply<T: WriteTxn>(
         }
         WriteOp::Child { parent, delta } => child(txn, parent, *delta).map(|_| None),
         WriteOp::Tally { parent, delta } => tally(txn, parent, *delta).map(|_| None),
-        WriteOp::Trim { partition, origin, upto, older_than_us, keep_tombstones } => {
+        WriteOp::Trim { partition, origin, upto, older_than_us, keep_tombstones, peer_holds } => {
+            if *peer_holds {
+                changelog::note_held(txn, *partition, *origin, *upto)?;
+            }
             changelog::trim(txn, *partition, *origin, *upto, *older_than_us, *keep_tombstones).map(|_| None)
         }
         WriteOp::Advance { partition, positions } => changelog::advance(txn, *partition, positions).map(|_| None),

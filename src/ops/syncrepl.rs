@@ -881,7 +881,7 @@ fn announce<T: ReadTxn>(
         return Ok(Announce::Sent);
     }
     // Out of scope now: if it may have been in it before, the consumer drops it.
-    if matches!(rec.change, Change::Rename { .. } | Change::Modify { .. })
+    if matches!(rec.change, Change::Rename { .. } | Change::Modify { .. } | Change::Conflict { .. })
         && s.in_scope(&old_key)
         && s.may_learn(&old_key, Some(&view))
     {
