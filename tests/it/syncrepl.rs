@@ -8,10 +8,7 @@ use ldap3_proto::proto::LdapMsg;
 use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
 
-/// A port nobody listens on now (the kernel's pick).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+use crate::mirror::free_port;
 
 /// A slapd consuming from a coredir server; stopped (by its pid) on drop.
 struct Consumer {
