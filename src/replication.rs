@@ -548,9 +548,9 @@ fn held(ctx: &Ctx, txns: &[EngineRead<'_>], origin: Origin) -> Result<Vec<u64>> 
 }
 
 /// The replica update vector: for every origin held, per partition, the
-/// last sequence number held.
-/// In origin order, the origins with none held left out: what two servers
-/// that hold the same records both show (`crate::verify`).
+/// last sequence number held; in origin order, origins with none held
+/// left out, so that two servers holding the same records show the same
+/// (`crate::verify`).
 pub(crate) fn vector(ctx: &Ctx) -> Result<Vec<(Origin, Vec<u64>)>> {
     let txns = snapshots(ctx)?;
     let mut v: Vec<(Origin, Vec<u64>)> =
@@ -935,7 +935,7 @@ async fn check(
         });
     };
     let Some(ours) = verify::summarize(ctx, partition).await? else {
-        checker.diverged(partition, Verdict::Unsettled, &vec![]);
+        checker.diverged(partition, Verdict::Unsettled, &Vec::new());
         checked(Verdict::Unsettled);
         return Ok(());
     };
@@ -974,9 +974,9 @@ async fn check(
     resync(stream, ctx, partition, acked, shared).await
 }
 
-/// For a peer of protocol 1, which cannot read a `Change::Conflict`: an
-/// empty modify in its place keeps the sequence unbroken (that peer then
-/// marks only the conflicts it sees itself, as it always did).
+/// For a peer before protocol 2, which cannot read a `Change::Conflict`:
+/// an empty modify in its place keeps the sequence unbroken (that peer
+/// then marks only the conflicts it sees itself, as it always did).
 fn downgrade(batch: &mut [(u16, Origin, u64, String)]) {
     for (_, _, _, text) in batch {
         let rec = BASE64.decode(text.as_bytes()).ok().and_then(|b| Record::decode(&b));

@@ -104,6 +104,17 @@ fn converged(a: &Server, b: &Server) {
     }
 }
 
+/// A partition: `on_a` runs on A while B is down, then `on_b` on B while
+/// A is down; both run again after.
+fn apart(a: &mut Server, b: &mut Server, on_a: impl FnOnce(&Server), on_b: impl FnOnce(&Server)) {
+    b.kill9();
+    on_a(a);
+    a.kill9();
+    b.launch();
+    on_b(b);
+    a.launch();
+}
+
 fn attr(c: &mut LdapConn, dn: &str, name: &str) -> Option<Vec<String>> {
     get_entry(c, dn, vec![name]).map(|e| {
         let mut v = e.attrs.get(name).cloned().unwrap_or_default();
@@ -287,17 +298,21 @@ fn a_delete_on_one_side_beats_a_modify_on_the_other() {
 #[test]
 fn writes_made_apart_converge_after_reconnection() {
     let (mut a, mut b) = pair(2);
-    b.kill9();
-    for i in 0..30 {
-        assert_eq!(add_user(&mut a.admin(), &format!("a{i}")).rc, 0);
-    }
-    a.kill9();
-    b.launch();
-    for i in 0..30 {
-        assert_eq!(add_user(&mut b.admin(), &format!("b{i}")).rc, 0);
-    }
-    group(&mut b.admin(), "apart");
-    a.launch();
+    apart(
+        &mut a,
+        &mut b,
+        |a| {
+            for i in 0..30 {
+                assert_eq!(add_user(&mut a.admin(), &format!("a{i}")).rc, 0);
+            }
+        },
+        |b| {
+            for i in 0..30 {
+                assert_eq!(add_user(&mut b.admin(), &format!("b{i}")).rc, 0);
+            }
+            group(&mut b.admin(), "apart");
+        },
+    );
     converged(&a, &b);
     let mut c = a.admin();
     assert_eq!(search_dns(&mut c, PEOPLE, Scope::OneLevel, "(uid=*)").len(), 60);
@@ -406,12 +421,12 @@ fn person(c: &mut LdapConn, uid: &str, description: &str) {
 #[test]
 fn the_same_dn_added_on_both_sides_keeps_the_older_and_flags_the_later() {
     let (mut a, mut b) = pair(2);
-    b.kill9();
-    person(&mut a.admin(), "twin", "added on a");
-    a.kill9();
-    b.launch();
-    person(&mut b.admin(), "twin", "added on b");
-    a.launch();
+    apart(
+        &mut a,
+        &mut b,
+        |a| person(&mut a.admin(), "twin", "added on a"),
+        |b| person(&mut b.admin(), "twin", "added on b"),
+    );
     converged(&a, &b);
     let dn = format!("uid=twin,{PEOPLE}");
     for s in [&a, &b] {
@@ -839,16 +854,12 @@ fn a_subtree_renamed_on_either_side_moves_whole_on_both() {
 
 /// Two conflict losers `uid=<uid>` made by adding the DN on both sides apart.
 fn conflicts_of(a: &mut Server, b: &mut Server, uids: &[&str]) -> Vec<String> {
-    b.kill9();
-    for uid in uids {
-        person(&mut a.admin(), uid, "added on a");
-    }
-    a.kill9();
-    b.launch();
-    for uid in uids {
-        person(&mut b.admin(), uid, "added on b");
-    }
-    a.launch();
+    let added = |s: &Server, on: &str| {
+        for uid in uids {
+            person(&mut s.admin(), uid, on);
+        }
+    };
+    apart(a, b, |a| added(a, "added on a"), |b| added(b, "added on b"));
     wait_for("identical data", || dump(a) == dump(b));
     search_dns(&mut a.admin(), SUFFIX, Scope::Subtree, "(objectClass=coredirConflictEntry)")
 }
@@ -897,13 +908,13 @@ fn delete_apart_from_child_add(a: &mut Server, b: &mut Server, parent: &str, chi
     let ou = vec![("objectClass", ["organizationalUnit"].into()), ("ou", [name].into())];
     assert_eq!(a.admin().add(parent, ou).unwrap().rc, 0);
     wait_for("the parent on B", || get_entry(&mut b.admin(), parent, vec!["ou"]).is_some());
-    b.kill9();
-    assert_eq!(a.admin().delete(parent).unwrap().rc, 0);
-    a.kill9();
-    b.launch();
     let cn = child.split(['=', ',']).nth(1).unwrap();
-    assert_eq!(b.admin().add(child, person_attrs(cn)).unwrap().rc, 0);
-    a.launch();
+    apart(
+        a,
+        b,
+        |a| assert_eq!(a.admin().delete(parent).unwrap().rc, 0),
+        |b| assert_eq!(b.admin().add(child, person_attrs(cn)).unwrap().rc, 0),
+    );
 }
 
 /// A parent deleted on one side while a child is added below it on the
@@ -1031,13 +1042,11 @@ fn a_store_edited_behind_the_servers_back_is_found_and_mended() {
 fn a_conflict_only_one_side_saw_is_shown_the_same_on_both() {
     let (mut a, mut b) = pair(2);
     let dn = format!("uid=brief,{PEOPLE}");
-    b.kill9();
-    person(&mut a.admin(), "brief", "added on a");
-    assert_eq!(a.admin().delete(&dn).unwrap().rc, 0);
-    a.kill9();
-    b.launch();
-    person(&mut b.admin(), "brief", "added on b");
-    a.launch();
+    let on_a = |a: &Server| {
+        person(&mut a.admin(), "brief", "added on a");
+        assert_eq!(a.admin().delete(&dn).unwrap().rc, 0);
+    };
+    apart(&mut a, &mut b, on_a, |b| person(&mut b.admin(), "brief", "added on b"));
     converged(&a, &b);
     for s in [&a, &b] {
         let mut c = s.admin();
@@ -1077,12 +1086,12 @@ fn the_backlog_after_a_restart_while_the_peer_is_away_is_counted() {
 #[test]
 fn a_dn_conflict_in_different_case_keeps_both_entries() {
     let (mut a, mut b) = pair(2);
-    b.kill9();
-    person(&mut a.admin(), "Casey", "added on a");
-    a.kill9();
-    b.launch();
-    person(&mut b.admin(), "casey", "added on b");
-    a.launch();
+    apart(
+        &mut a,
+        &mut b,
+        |a| person(&mut a.admin(), "Casey", "added on a"),
+        |b| person(&mut b.admin(), "casey", "added on b"),
+    );
     converged(&a, &b);
     for s in [&a, &b] {
         let mut c = s.admin();
