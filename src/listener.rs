@@ -39,18 +39,34 @@ pub fn bind(addr: SocketAddr, cpu: usize, backlog: i32) -> Result<OwnedFd> {
 /// SO_REUSEPORT (which the shards share) would let the kernel split
 /// clients between two servers and their two databases. A probe without
 /// SO_REUSEPORT cannot bind where anyone listens; port 0 is always free.
+///
+/// A server killed a moment ago can still hold its listeners after it is
+/// gone: io_uring drops the sockets of its pending accepts only when a
+/// kernel worker tears the ring down, later and under load much later.
+/// So an address in use is probed again for `PORT_WAIT` before the start
+/// is refused (this runs before any reactor, so the sleep stalls nothing).
 pub fn ensure_unserved(addr: SocketAddr) -> Result<()> {
+    const PORT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
     if addr.port() == 0 {
         return Ok(());
     }
-    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    probe.set_reuse_address(true)?;
-    match probe.bind(&addr.into()) {
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-            anyhow::bail!("binding {addr}: address in use (another process listens there)")
+    let deadline = std::time::Instant::now() + PORT_WAIT;
+    loop {
+        let probe = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        probe.set_reuse_address(true)?;
+        match probe.bind(&addr.into()) {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                if std::time::Instant::now() >= deadline {
+                    anyhow::bail!(
+                        "binding {addr}: address in use (another process listens there; waited {} s for it to go)",
+                        PORT_WAIT.as_secs()
+                    )
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => return Err(e).with_context(|| format!("binding {addr}")),
+            Ok(()) => return Ok(()),
         }
-        Err(e) => Err(e).with_context(|| format!("binding {addr}")),
-        Ok(()) => Ok(()),
     }
 }
 

@@ -818,6 +818,13 @@ async fn push_once(
     checker: &mut verify::Checker,
 ) -> Result<()> {
     let tcp = TcpStream::connect(peer).await.map_err(|e| anyhow!("connecting: {e}"))?;
+    // A peer on this host whose port lies in the ephemeral range can be
+    // "reached" while it is down: the kernel may give the connecting socket
+    // that very port, and the socket connects to itself. Holding it would
+    // keep the peer from binding its port when it comes back.
+    if tcp.local_addr().ok().is_some_and(|ours| tcp.peer_addr().ok() == Some(ours)) {
+        bail!("connecting: the socket connected to itself (the peer is down)");
+    }
     let mut stream = secure(tcp, shared, false).await?;
     let ours = facts(ctx, config);
     let Frame::Challenge { nonce, facts: theirs } = recv(&mut stream, MAX_HANDSHAKE).await? else {

@@ -96,7 +96,7 @@ impl Slapd {
     /// another process took it in between.
     fn launch(&mut self) {
         for _ in 0..5 {
-            self.port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            self.port = free_port();
             let log = std::fs::File::create(self.dir.path().join("slapd.log")).unwrap();
             let mut child = Command::new("slapd")
                 .arg("-f")

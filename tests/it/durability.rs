@@ -153,3 +153,95 @@ fn the_lmdb_map_grows_when_needed() {
     ]);
     assert!(std::fs::read(&dump).unwrap() == std::fs::read(&again).unwrap(), "the imported copy differs");
 }
+
+/// A tmpfs of `mib` MiB mounted at `dir` for the life of the value (a
+/// full disk on demand); `None` where this machine lets nobody mount.
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    fn mount(dir: &std::path::Path, mib: u32) -> Option<SmallDisk> {
+        std::fs::create_dir_all(dir).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| SmallDisk(dir.to_path_buf()))
+    }
+
+    /// Writes a file until the disk refuses more; returns its path.
+    fn fill(&self) -> std::path::PathBuf {
+        use std::io::Write;
+        let path = self.0.join("filler");
+        let mut f = std::fs::File::create(&path).unwrap();
+        for chunk in [1 << 20, 4096, 512] {
+            let block = vec![0u8; chunk];
+            while f.write_all(&block).and_then(|_| f.flush()).is_ok() {}
+        }
+        path
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_disk_refuses_writes_and_recovers_when_space_returns() {
+    let mut s = Server::prepare(1, "");
+    let Some(disk) = SmallDisk::mount(&s.data(), 64) else {
+        eprintln!("SKIPPED a_full_disk_refuses_writes_and_recovers_when_space_returns: cannot mount a tmpfs here");
+        return;
+    };
+    s.launch();
+    let mut c = s.admin();
+    assert_eq!(add_user(&mut c, "before").rc, 0);
+    let filler = disk.fill();
+    // A write may still fit where the store has room it already holds;
+    // each is then kept. The first that does not is refused with 80 and
+    // the reason, and nothing of it shows afterwards: no write the client
+    // was told failed may appear, now or after a restart.
+    let big = "x".repeat(8192);
+    let (mut kept, mut refused) = (vec![format!("uid=before,{PEOPLE}")], 0);
+    for i in 0..400 {
+        let dn = format!("uid=full{i},{PEOPLE}");
+        let r = c
+            .add(
+                &dn,
+                vec![
+                    ("objectClass", ["inetOrgPerson"].into()),
+                    ("uid", [format!("full{i}").as_str()].into()),
+                    ("cn", ["x"].into()),
+                    ("sn", ["x"].into()),
+                    ("description", [big.as_str()].into()),
+                ],
+            )
+            .unwrap();
+        match r.rc {
+            0 => kept.push(dn),
+            80 => {
+                assert!(r.text.contains("No space left on device"), "{r:?}");
+                assert!(get_entry(&mut c, &dn, vec!["uid"]).is_none(), "full{i} was refused but shows");
+                refused += 1;
+                if refused == 3 {
+                    break;
+                }
+            }
+            _ => panic!("full{i}: {r:?}"),
+        }
+    }
+    assert_eq!(refused, 3, "the disk never filled up");
+    assert_eq!(s.conn().simple_bind(&format!("uid=before,{PEOPLE}"), "pw-before").unwrap().rc, 0, "reads go on");
+    std::fs::remove_file(filler).unwrap();
+    assert_eq!(add_user(&mut c, "after").rc, 0, "writes resume once space returns, without a restart");
+    kept.push(format!("uid=after,{PEOPLE}"));
+    kept.sort();
+    drop(c);
+    s.restart();
+    let mut c = s.admin();
+    assert_eq!(search_dns(&mut c, PEOPLE, Scope::OneLevel, "(uid=*)"), kept);
+    drop(c);
+    s.stop();
+}

@@ -5,21 +5,6 @@ use crate::support::*;
 use ldap3::{LdapConn, Mod, Scope, SearchEntry};
 use std::collections::BTreeMap;
 
-/// A port nobody listens on now (the kernel's pick), never handed out
-/// before in this process: a server restarted after a kill must find its
-/// replication port free, not taken by another test's pair meanwhile.
-pub(crate) fn free_port() -> u16 {
-    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-    loop {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        if !given.contains(&port) {
-            given.push(port);
-            return port;
-        }
-    }
-}
-
 fn mirror_conf(id: u32, listen: u16, peer: u16) -> String {
     format!(
         "[server]\nid = {id}\n[replication]\nlisten = \"127.0.0.1:{listen}\"\npeer = \"127.0.0.1:{peer}\"\n\

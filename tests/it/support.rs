@@ -69,7 +69,11 @@ impl Server {
         let config = dir.path().join("coredir.toml");
         std::fs::write(&config, with_engine(toml)).unwrap();
         let extra = vec!["--config".to_string(), config.display().to_string()];
-        Server { child: None, port: 0, shards, dir, stderr, extra, banner: String::new(), env: Vec::new() }
+        // A port of its own for the life of the test, kept across restarts:
+        // a client still holding a killed server's address must never reach
+        // another test's server that the kernel gave the same port.
+        let port = free_port();
+        Server { child: None, port, shards, dir, stderr, extra, banner: String::new(), env: Vec::new() }
     }
 
     pub fn config_path(&self) -> PathBuf {
@@ -84,8 +88,8 @@ impl Server {
     /// its `listening on` line.
     pub fn launch(&mut self) {
         let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
-        let (child, port, banner) =
-            spawn_full(&self.data(), self.shards, &self.stderr, &extra, &self.env).unwrap_or_else(|e| panic!("{e}"));
+        let (child, port, banner) = spawn_on(self.port, &self.data(), self.shards, &self.stderr, &extra, &self.env)
+            .unwrap_or_else(|e| panic!("{e}"));
         self.child = Some(child);
         self.port = port;
         self.banner = banner;
@@ -162,11 +166,13 @@ pub fn spawn_with_banner(
     stderr: &Path,
     extra: &[&str],
 ) -> Result<(Child, u16, String), String> {
-    spawn_full(data, shards, stderr, extra, &[])
+    spawn_on(0, data, shards, stderr, extra, &[])
 }
 
-/// `spawn_with_banner` with extra environment variables.
-pub fn spawn_full(
+/// `spawn_with_banner` on `port` (0: the kernel's pick), with extra
+/// environment variables.
+pub fn spawn_on(
+    port: u16,
     data: &Path,
     shards: usize,
     stderr: &Path,
@@ -176,7 +182,7 @@ pub fn spawn_full(
     // Appended: earlier runs' lines stay readable after a restart.
     let err_file = std::fs::OpenOptions::new().create(true).append(true).open(stderr).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_coredir"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data"])
         .arg(data)
         .args(["--shards", &shards.to_string()])
         .args(extra)
@@ -522,4 +528,41 @@ pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
         assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// A port on 127.0.0.1 that nothing listens on now and that no other test
+/// is given, in this process or in another one running the suite at the
+/// same time (the sled run of `engines` is one): a server restarted after
+/// a kill must find its port free. Ports come from below the kernel's
+/// ephemeral range, so no `bind(0)` and no outgoing connection takes one,
+/// and each is held by a lock on a file for the life of the process (a
+/// lock, unlike the file, goes with a killed process: nothing is left
+/// behind that could refuse a later run).
+pub fn free_port() -> u16 {
+    static HELD: std::sync::Mutex<Vec<(u16, std::fs::File)>> = std::sync::Mutex::new(Vec::new());
+    let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = std::env::temp_dir().join("coredir-test-ports");
+    std::fs::create_dir_all(&dir).unwrap();
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000u16, ephemeral.min(32768));
+    assert!(high > low + 1000, "the ephemeral port range starts at {ephemeral}: no room below it for test ports");
+    let span = (high - low) as u32;
+    let start = std::process::id().wrapping_mul(7919) % span;
+    for step in 0..span {
+        let port = low + ((start + step) % span) as u16;
+        if held.iter().any(|(p, _)| *p == port) || std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
+            continue;
+        }
+        let Ok(file) = std::fs::File::options().create(true).write(true).open(dir.join(port.to_string())) else {
+            continue;
+        };
+        if file.try_lock().is_ok() {
+            held.push((port, file));
+            return port;
+        }
+    }
+    panic!("no free test port in {low}..{high}");
 }

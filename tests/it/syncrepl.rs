@@ -8,8 +8,6 @@ use ldap3_proto::proto::LdapMsg;
 use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
 
-use crate::mirror::free_port;
-
 /// A slapd consuming from a coredir server; stopped (by its pid) on drop.
 struct Consumer {
     dir: tempfile::TempDir,

@@ -33,7 +33,18 @@ pub struct SledStore {
     db: sled::Db,
     trees: [sled::Tree; N_TREES],
     sync: SyncMode,
+    dir: std::path::PathBuf,
+    /// Why sled stopped taking writes, once it has: sled keeps the first
+    /// failed write to its log as an error every later write returns,
+    /// until the store is opened again.
+    failed: std::sync::OnceLock<String>,
 }
+
+/// Free space a commit leaves untouched before sled is given it: two log
+/// segments (sled writes its log a segment at a time, 512 KiB by default,
+/// and cleans old segments by rewriting them) plus four times the batch.
+const ROOM_SEGMENTS: u64 = 2 * 512 * 1024;
+const ROOM_PER_BATCH_BYTE: u64 = 4;
 
 fn storage_error(e: impl std::fmt::Display) -> Error {
     eprintln!("coredir: storage error: {e}");
@@ -61,8 +72,58 @@ impl SledStore {
         let open = |t: Tree| db.open_tree(t.name()).map_err(storage_error);
         let trees: Vec<sled::Tree> = TREES.iter().map(|&t| open(t)).collect::<Result<_>>()?;
         let trees = trees.try_into().unwrap_or_else(|_| unreachable!("one per tree"));
-        Ok(SledStore { db, trees, sync })
+        Ok(SledStore { db, trees, sync, dir: dir.to_path_buf(), failed: Default::default() })
     }
+
+    /// Refuses a commit that might not fit on the filesystem, before sled
+    /// sees it: sled takes a failed log write as the end of the store (it
+    /// keeps the failed transaction visible in memory, loses it at the next
+    /// start, and fails every later write until then), where LMDB only
+    /// fails that one commit. Refused here, the write leaves no trace, and
+    /// writes resume by themselves once space returns.
+    fn ensure_room(&self, batch_bytes: u64) -> Result<()> {
+        if let Some(why) = self.failed.get() {
+            return Err(Error::other(format!(
+                "storage error: the sled store stopped taking writes ({why}); restart the server"
+            )));
+        }
+        let needed = ROOM_SEGMENTS + ROOM_PER_BATCH_BYTE * batch_bytes;
+        let free = free_bytes(&self.dir).map_err(storage_error)?;
+        if free < needed {
+            return Err(Error::other(format!(
+                "storage error: No space left on device ({} KiB free where the sled store lives, {} KiB needed)",
+                free / 1024,
+                needed / 1024
+            )));
+        }
+        Ok(())
+    }
+
+    /// A sled write that failed anyway: every later one will, so say it
+    /// once, loudly, and refuse the rest up front.
+    fn failing(&self, e: impl std::fmt::Display) -> Error {
+        let why = e.to_string();
+        if self.failed.set(why.clone()).is_ok() {
+            eprintln!(
+                "coredir: ALERT: the sled store in {} failed a write ({why}): it takes no more writes until the \
+                 server restarts; the write that failed may show until then",
+                self.dir.display()
+            );
+        }
+        storage_error(why)
+    }
+}
+
+/// Bytes an unprivileged writer may still use on the filesystem of `dir`.
+fn free_bytes(dir: &Path) -> std::io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
+    // SAFETY: a valid C string and a zeroed out-parameter of the right type.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(st.f_bavail as u64 * st.f_frsize as u64)
 }
 
 impl Drop for SledStore {
@@ -198,9 +259,11 @@ impl WriteTxn for SledWrite<'_> {
 
     fn commit(self) -> Result<()> {
         let s = self.store;
+        let batch: usize = self.overlay.iter().flatten().map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len)).sum();
+        s.ensure_room(batch as u64)?;
         for (i, cleared) in self.cleared.iter().enumerate() {
             if *cleared {
-                s.trees[i].clear().map_err(storage_error)?;
+                s.trees[i].clear().map_err(|e| s.failing(e))?;
             }
         }
         let overlay = &self.overlay;
@@ -219,9 +282,9 @@ impl WriteTxn for SledWrite<'_> {
                 }
                 Ok::<_, ConflictableTransactionError<()>>(())
             });
-        res.map_err(|e| storage_error(format!("{e:?}")))?;
+        res.map_err(|e| s.failing(format!("{e:?}")))?;
         if s.sync == SyncMode::Always {
-            s.db.flush().map_err(storage_error)?;
+            s.db.flush().map_err(|e| s.failing(e))?;
         }
         Ok(())
     }
@@ -245,7 +308,7 @@ impl Store for SledStore {
     }
 
     fn sync(&self) -> Result<()> {
-        self.db.flush().map(|_| ()).map_err(storage_error)
+        self.db.flush().map(|_| ()).map_err(|e| self.failing(e))
     }
 
     fn size(&self) -> u64 {
