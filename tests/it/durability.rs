@@ -245,3 +245,34 @@ fn a_full_disk_refuses_writes_and_recovers_when_space_returns() {
     drop(c);
     s.stop();
 }
+
+/// Issue 17 item 12: after a kill -9, a server started again on the same
+/// port serves every connection made as soon as it says `listening`: none
+/// is reset, none lands on a listener of the killed process (io_uring can
+/// keep those open for a moment after the process is gone).
+#[test]
+fn connections_right_after_a_restart_on_the_same_port_are_all_served() {
+    let mut s = Server::start(2);
+    for round in 0..8 {
+        // Idle clients keep reads pending in the old process's rings.
+        let idle: Vec<_> = (0..8).map(|_| s.admin()).collect();
+        s.restart();
+        drop(idle);
+        let burst: Vec<_> = (0..32)
+            .map(|i| {
+                let url = s.url();
+                std::thread::spawn(move || -> Result<(), String> {
+                    let mut c = ldap3::LdapConn::new(&url).map_err(|e| format!("connect {i}: {e}"))?;
+                    let r = c.simple_bind(ROOT_DN, ROOT_PW).map_err(|e| format!("bind {i}: {e}"))?;
+                    if r.rc != 0 {
+                        return Err(format!("bind {i}: {r:?}"));
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for t in burst {
+            t.join().unwrap().unwrap_or_else(|e| panic!("round {round}: {e}"));
+        }
+    }
+}
