@@ -256,6 +256,11 @@ pub struct Limits {
     /// Most terms (items, ANDs, ORs, NOTs) in one filter, a search's or an
     /// Assertion control's; past it adminLimitExceeded. 0: no limit.
     pub max_filter_terms: usize,
+    /// Attribute and value tests a filter may take on one entry (its terms
+    /// times the entry's attributes and values: one entry of 60,000 values
+    /// against 10,000 terms would hold its shard for minutes), for everyone
+    /// but the root DN; past it adminLimitExceeded. 0: no limit.
+    pub max_filter_tests: u64,
     /// Most entries below an entry that modify-DN moves with it (a subtree
     /// rename, held in memory while it runs; 389-ds bounds it too, slapd
     /// does not); past it adminLimitExceeded. 0: no limit.
@@ -373,6 +378,7 @@ impl Default for Limits {
             max_pdu_bytes_anonymous: 256 << 10,
             max_filter_depth: 64,
             max_filter_terms: 10_000,
+            max_filter_tests: 1_000_000,
             max_rename_entries: 10_000,
             max_sort_bytes: 64 << 20,
             max_sorts_per_connection: 5,

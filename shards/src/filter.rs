@@ -81,6 +81,16 @@ pub enum Node {
         rule: Rule,
         value: Vec<u8>,
     },
+    /// An OR's equality items on one attribute under one rule, as one
+    /// sorted set of normalized values (`any_of`): each stored value is
+    /// normalized and looked up once, where the items one by one cost
+    /// items × values per entry (thousands of `member=` items against a
+    /// group of thousands of members ran for minutes on one entry).
+    AnyOf {
+        attr: Names,
+        rule: Rule,
+        values: Vec<Vec<u8>>,
+    },
     Substrings {
         attr: Names,
         rule: Rule,
@@ -136,7 +146,7 @@ pub fn compile(f: &LdapFilter) -> Node {
     let schema = schema::get();
     match f {
         LdapFilter::And(fs) => Node::And(fs.iter().map(compile).collect()),
-        LdapFilter::Or(fs) => Node::Or(fs.iter().map(compile).collect()),
+        LdapFilter::Or(fs) => any_of(fs.iter().map(compile).collect()),
         LdapFilter::Not(f) => Node::Not(Box::new(compile(f))),
         LdapFilter::Present(a) if matching::same_attr(a, "objectClass") => Node::True,
         LdapFilter::Present(a) => Names::of(schema, a).map_or(Node::Undefined, Node::Present),
@@ -225,8 +235,44 @@ fn object_class(schema: &'static Schema, attr: &str, value: &str) -> Option<Node
     });
     Some(match schema.subclasses[class].len() {
         1 => each.next()?,
-        _ => Node::Or(each.collect()),
+        _ => any_of(each.collect()),
     })
+}
+
+/// An OR of `items`, its equality items gathered into one `AnyOf` per
+/// attribute description and rule (what the OR means is unchanged: a
+/// value matches the set exactly when it matches one of the items).
+fn any_of(items: Vec<Node>) -> Node {
+    let mut rest = Vec::new();
+    let mut sets: Vec<(Names, Rule, Vec<Vec<u8>>)> = Vec::new();
+    let mut at: std::collections::HashMap<(usize, Option<std::sync::Arc<str>>, Rule), usize> = Default::default();
+    for item in items {
+        let Node::Equal { attr, rule, value } = item else {
+            rest.push(item);
+            continue;
+        };
+        let key = (attr.ty, attr.options.clone(), rule);
+        match at.get(&key) {
+            Some(&i) => sets[i].2.push(value),
+            None => {
+                at.insert(key, sets.len());
+                sets.push((attr, rule, vec![value]));
+            }
+        }
+    }
+    for (attr, rule, mut values) in sets {
+        rest.push(if values.len() == 1 {
+            Node::Equal { attr, rule, value: values.pop().expect("one value") }
+        } else {
+            values.sort_unstable();
+            values.dedup();
+            Node::AnyOf { attr, rule, values }
+        });
+    }
+    match rest.len() {
+        1 => rest.pop().expect("one item"),
+        _ => Node::Or(rest),
+    }
 }
 
 fn item(
@@ -299,6 +345,12 @@ impl Node {
             }
             *left -= 1;
             match node {
+                Node::AnyOf { values, .. } => {
+                    // As many terms as the items it stands for.
+                    let more = values.len() - 1 > *left;
+                    *left = left.saturating_sub(values.len() - 1);
+                    more
+                }
                 Node::And(fs) | Node::Or(fs) => fs.iter().any(|f| count(f, left)),
                 Node::Not(f) | Node::Guarded(_, f) => count(f, left),
                 _ => false,
@@ -310,6 +362,24 @@ impl Node {
 
     pub fn eval(&self, e: &EntryView<'_>) -> Option<bool> {
         self.eval_with(e, &|_| true)
+    }
+
+    /// `eval_with` taking at most `tests` attribute and value tests on this
+    /// entry (0: no bound): the work of one entry is terms × attributes ×
+    /// values, and no single entry may hold its shard for long.
+    pub fn eval_bounded<G: Fn(&Names) -> bool>(
+        &self,
+        e: &EntryView<'_>,
+        can_search: &G,
+        tests: u64,
+    ) -> Result<Option<bool>, TooMuchWork> {
+        let before = TESTS_LEFT.replace(if tests == 0 { u64::MAX } else { tests });
+        let verdict = self.eval_with(e, can_search);
+        let left = TESTS_LEFT.replace(before);
+        if left == 0 {
+            return Err(TooMuchWork);
+        }
+        Ok(verdict)
     }
 
     /// Evaluates with `can_search` deciding each `Guarded` assertion for
@@ -349,8 +419,9 @@ impl Node {
             }
             Node::True => Some(true),
             Node::Undefined => None,
-            Node::Present(attr) => Some(e.attrs().any(|a| attr.covers(a.name))),
+            Node::Present(attr) => Some(e.attrs().any(|a| spend() && attr.covers(a.name))),
             Node::Equal { attr, rule, value } => any_value(e, attr, *rule, |v| v == value.as_slice()),
+            Node::AnyOf { attr, rule, values } => any_value(e, attr, *rule, |v| in_set(values, v)),
             Node::Substrings { attr, rule, initial, any, last } => {
                 any_value(e, attr, *rule, |v| substrings(v, initial.as_deref(), any, last.as_deref()))
             }
@@ -366,9 +437,11 @@ impl Node {
                 extensible_eval(e, attr, *rule, value, *dn_attributes, *less)
             }
             Node::EntryDn { key, rule, .. } => Some(dn::key_of(e.dn()).is_ok_and(|k| rule.dn_relates(&k, key))),
-            Node::Approx { attr, words } => {
-                Some(e.attrs().filter(|a| attr.covers(a.name)).any(|a| a.vals().any(|v| approx::matches(words, v))))
-            }
+            Node::Approx { attr, words } => Some(
+                e.attrs()
+                    .filter(|a| spend() && attr.covers(a.name))
+                    .any(|a| a.vals().any(|v| spend() && approx::matches(words, v))),
+            ),
         }
     }
 
@@ -392,6 +465,7 @@ impl Node {
             Node::True | Node::Undefined | Node::Guarded(..) => self,
             Node::Present(ref a) => wrap(Some(a.clone()), self),
             Node::Equal { ref attr, .. }
+            | Node::AnyOf { ref attr, .. }
             | Node::Substrings { ref attr, .. }
             | Node::Order { ref attr, .. }
             | Node::EntryDn { ref attr, .. }
@@ -410,6 +484,9 @@ impl Node {
             Node::Present(attr) => attr.covers(name).then_some(true),
             Node::Equal { attr, rule, value } => {
                 attr.covers(name).then(|| norm(rule).is_some_and(|n| n.as_ref() == value.as_slice()))
+            }
+            Node::AnyOf { attr, rule, values } => {
+                attr.covers(name).then(|| norm(rule).is_some_and(|n| in_set(values, &n)))
             }
             Node::Substrings { attr, rule, initial, any, last } => attr
                 .covers(name)
@@ -447,6 +524,7 @@ impl Node {
             Node::True | Node::Undefined => {}
             Node::Present(attr)
             | Node::Equal { attr, .. }
+            | Node::AnyOf { attr, .. }
             | Node::Substrings { attr, .. }
             | Node::Order { attr, .. }
             | Node::Approx { attr, .. }
@@ -461,12 +539,43 @@ impl Node {
     }
 }
 
+thread_local! {
+    /// Attribute and value tests the entry being evaluated may still take
+    /// (`eval_bounded` sets it; unbounded otherwise). Per thread, so per
+    /// shard: no atomic is shared.
+    static TESTS_LEFT: std::cell::Cell<u64> = const { std::cell::Cell::new(u64::MAX) };
+}
+
+/// One attribute or value test: false once the entry's budget is spent,
+/// and every test after that fails at once, so the evaluation ends fast.
+fn spend() -> bool {
+    TESTS_LEFT.with(|left| match left.get() {
+        0 => false,
+        n => {
+            left.set(n - 1);
+            true
+        }
+    })
+}
+
+/// Past `limits.max_filter_tests` on one entry.
+#[derive(Debug)]
+pub struct TooMuchWork;
+
+/// Whether a normalized value is in an `AnyOf`'s sorted set.
+fn in_set(values: &[Vec<u8>], v: &[u8]) -> bool {
+    values.binary_search_by(|x| x.as_slice().cmp(v)).is_ok()
+}
+
 /// True if some value of the attribute, normalized by `rule`, passes `test`;
 /// Undefined if none passes and some value had no normal form.
 fn any_value(e: &EntryView<'_>, attr: &Names, rule: Rule, mut test: impl FnMut(&[u8]) -> bool) -> Option<bool> {
     let mut undefined = false;
-    for a in e.attrs().filter(|a| attr.covers(a.name)) {
+    for a in e.attrs().filter(|a| spend() && attr.covers(a.name)) {
         for v in a.vals() {
+            if !spend() {
+                return None;
+            }
             match rule.normalize(v) {
                 Some(n) if test(&n) => return Some(true),
                 Some(_) => {}
@@ -513,8 +622,8 @@ fn extensible_eval(
         Some(a) => a.covers(name),
         None => schema::get().attr(name).is_some_and(|at| rule.info().usable_with(at)),
     };
-    let hit = |v: &[u8]| rule.normalize(v).is_some_and(|n| rule_matches(rule, less, &n, want));
-    if e.attrs().filter(|a| ours(a.name)).any(|a| a.vals().any(hit)) {
+    let hit = |v: &[u8]| spend() && rule.normalize(v).is_some_and(|n| rule_matches(rule, less, &n, want));
+    if e.attrs().filter(|a| spend() && ours(a.name)).any(|a| a.vals().any(hit)) {
         return Some(true);
     }
     if dn_attrs {

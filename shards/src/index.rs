@@ -283,6 +283,19 @@ pub fn candidates<T: ReadTxn>(txn: &T, filter: &Node) -> Result<Option<Vec<Candi
                 p.push(0);
             })?)
         }
+        Node::AnyOf { attr, values, .. } if indexed(attr, |k| k.eq) => {
+            let mut all = Vec::new();
+            for value in values {
+                let v = &value[..value.len().min(MAX_VALUE)];
+                all.extend(union(txn, attr, b'e', |p| {
+                    p.extend_from_slice(v);
+                    p.push(0);
+                })?);
+            }
+            all.sort_unstable();
+            all.dedup();
+            Some(all)
+        }
         Node::Present(attr) if indexed(attr, |k| k.pres) => Some(union(txn, attr, b'p', |p| p.push(0))?),
         // The `sub` index holds pieces under the type's own rule; an
         // extensible match with another rule is evaluated, not looked up.

@@ -20,7 +20,7 @@ use std::borrow::Cow;
 use std::cmp::Ordering;
 
 /// The matching rules this server implements.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Rule {
     ObjectIdentifier,
     DistinguishedName,

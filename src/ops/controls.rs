@@ -276,7 +276,7 @@ pub fn check_assertion_view(
         None => node.matches(view),
         Some(plan) => {
             let node = node.restrict(&|names| plan.searchable(names));
-            visible_match(Some(&plan), &node, &Target { key, entry: Some(view) }, view)
+            visible_match(Some(&plan), &node, &Target { key, entry: Some(view) }, view, live.limits.max_filter_tests)?
         }
     };
     if holds {

@@ -157,6 +157,8 @@ struct Limits {
     /// Entries an unindexed search may examine, and the result past it.
     lookthrough: usize,
     lookthrough_code: LdapResultCode,
+    /// `limits.max_filter_tests`: the filter's work on one entry.
+    tests: u64,
 }
 
 async fn run(
@@ -230,6 +232,7 @@ async fn run(
             n => n,
         },
         lookthrough_code: live.unindexed_result.clone(),
+        tests: live.limits.max_filter_tests,
     };
     let (page_size, position, sent_before) = match &ctrls.paged {
         Some((size, cookie)) => {
@@ -558,12 +561,17 @@ impl Scope {
 
 /// Whether the requester may see the entry and it matches the filter
 /// (`plan` is `None` for the root DN).
+///
+/// `tests` bounds the attribute and value tests the filter may take on this
+/// entry (`limits.max_filter_tests`; 0: no bound); past it the operation
+/// ends with adminLimitExceeded. The root DN is not bounded.
 pub fn visible_match(
     plan: Option<&ReadPlan<'_>>,
     filter: &filter::Node,
     target: &Target,
     view: &EntryView<'_>,
-) -> bool {
+    tests: u64,
+) -> Result<bool> {
     // Many terms: locate the attributes once, not once per term.
     let table;
     let view = if filter.more_terms_than(4) {
@@ -572,11 +580,18 @@ pub fn visible_match(
     } else {
         view
     };
-    match plan {
-        None => filter.matches(view),
-        Some(plan) => {
-            plan.entry_readable(target) && filter.eval_with(view, &|names| plan.can_search(target, names)) == Some(true)
-        }
+    let Some(plan) = plan else { return Ok(filter.matches(view)) };
+    if !plan.entry_readable(target) {
+        return Ok(false);
+    }
+    match filter.eval_bounded(view, &|names| plan.can_search(target, names), tests) {
+        Ok(verdict) => Ok(verdict == Some(true)),
+        Err(filter::TooMuchWork) => Err(Error::new(
+            LdapResultCode::AdminLimitExceeded,
+            format!(
+                "the filter takes more than {tests} attribute and value tests on one entry (limits.max_filter_tests)"
+            ),
+        )),
     }
 }
 
@@ -635,7 +650,7 @@ impl Emit<'_> {
             return Ok(Visit::Stop(LdapResultCode::TimeLimitExceeded));
         }
         let target = Target { key, entry: Some(view) };
-        if !visible_match(self.plan, self.filter, &target, view) {
+        if !visible_match(self.plan, self.filter, &target, view, self.limits.tests)? {
             return Ok(Visit::Next);
         }
         // A sorted search collects every match; the limit applies after the sort.

@@ -220,6 +220,8 @@ struct Session<'a> {
     filter: filter::Node,
     sel: Selection<'a>,
     plan: Option<ReadPlan<'a>>,
+    /// `limits.max_filter_tests`.
+    tests: u64,
 }
 
 impl Session<'_> {
@@ -231,9 +233,11 @@ impl Session<'_> {
         }
     }
 
-    /// Whether the requester sees this entry and it matches the filter.
-    fn matches(&self, key: &[u8], view: &EntryView<'_>) -> bool {
-        visible_match(self.plan.as_ref(), &self.filter, &Target { key, entry: Some(view) }, view)
+    /// Whether the requester sees this entry and it matches the filter;
+    /// past `limits.max_filter_tests` on it the sync search ends with
+    /// adminLimitExceeded, as a search does.
+    fn matches(&self, key: &[u8], view: &EntryView<'_>) -> Result<bool> {
+        visible_match(self.plan.as_ref(), &self.filter, &Target { key, entry: Some(view) }, view, self.tests)
     }
 
     /// Whether the requester may learn that the entry at `key` left its
@@ -258,7 +262,9 @@ impl Session<'_> {
         if entry.encode(&mut bytes).is_err() {
             return false;
         }
-        EntryView::new(&bytes).is_ok_and(|view| self.in_scope(&key) && self.matches(&key, &view))
+        // Past the filter's bound it counts as matched: the consumer is told
+        // of the departure rather than keep an entry it may hold.
+        EntryView::new(&bytes).is_ok_and(|view| self.in_scope(&key) && self.matches(&key, &view).unwrap_or(true))
     }
 
     /// The entry message: stored attributes the selection asks for and the
@@ -357,6 +363,7 @@ async fn run(
         filter: node,
         sel: Selection::new(&req.attrs, false),
         plan,
+        tests: live.limits.max_filter_tests,
     };
     if ctx.shard.get_entry(&session.base_key)?.is_none() {
         return Err(with_matched(conn, &session.base, Error::no_such_object(&req.base)));
@@ -463,7 +470,7 @@ async fn refresh(
                     next.saw(csn);
                 }
                 let changed = given.is_none_or(|g| g.changed_since(csn, exact));
-                let state = match (s.matches(key, &view), changed, phase) {
+                let state = match (s.matches(key, &view)?, changed, phase) {
                     (true, true, _) => SyncStateValue::Add,
                     (true, false, Phase::Present) => SyncStateValue::Present,
                     // Changed so that the filter no longer takes it.
@@ -875,7 +882,7 @@ fn announce<T: ReadTxn>(
     if key != after && entry_csn(&view).is_some_and(|now| now > rec.csn) {
         return Ok(Announce::Nothing);
     }
-    if s.in_scope(&key) && s.matches(&key, &view) {
+    if s.in_scope(&key) && s.matches(&key, &view)? {
         let state = if matches!(rec.change, Change::Add { .. }) { SyncStateValue::Add } else { SyncStateValue::Modify };
         s.entry(out, &key, &view, state)?;
         return Ok(Announce::Sent);

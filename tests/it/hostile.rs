@@ -415,3 +415,75 @@ fn filter_ber(text: &str) -> Vec<u8> {
     ldap3::asn1::write::encode_into(&mut buf, tag.into_structure()).unwrap();
     buf.to_vec()
 }
+
+/// Issue 17 item 2, inside one entry: an OR of thousands of equality items
+/// against an attribute of thousands of values cost items × values value
+/// normalizations on that entry (9,000 × 50,000 DNs: many minutes with
+/// the shard frozen). The items now form one set, and each stored value is
+/// normalized and looked up once.
+#[test]
+fn an_or_of_thousands_of_items_against_thousands_of_values_costs_linear_time() {
+    let s = Server::start(1);
+    let mut admin = s.admin();
+    admin.with_timeout(Duration::from_secs(60));
+    let dn = format!("cn=big,{SUFFIX}");
+    let members: Vec<String> = (0..50_000).map(|i| format!("uid=m{i},{PEOPLE}")).collect();
+    let group = vec![
+        ("objectClass", ["groupOfNames"].into()),
+        ("cn", ["big"].into()),
+        ("member", members.iter().map(String::as_str).collect()),
+    ];
+    assert_eq!(admin.add(&dn, group).unwrap().rc, 0);
+    // Another spelling of the same DNs: the assertion values are normalized.
+    let or = |from: usize| {
+        let items: String = (from..from + 9_000).map(|i| format!("(member=UID=m{i}, ou=People,{SUFFIX})")).collect();
+        format!("(|(cn=nobody){items})")
+    };
+    let found = |c: &mut ldap3::LdapConn, filter: &str| {
+        let (entries, res) = c.search(&dn, ldap3::Scope::Base, filter, vec!["1.1"]).unwrap().success().unwrap();
+        assert_eq!(res.rc, 0);
+        entries.len()
+    };
+    assert_eq!(found(&mut admin, &or(49_000)), 1, "m49000..m49999 are members");
+    assert_eq!(found(&mut admin, &or(100_000)), 0);
+    assert_eq!(found(&mut admin, &format!("(!{})", or(100_000))), 1);
+}
+
+/// Issue 17 item 2, what no set can gather: substring items against one
+/// entry cost items × values tests. `limits.max_filter_tests` bounds them
+/// per entry, for a search and an Assertion control alike; past it the
+/// operation ends with adminLimitExceeded. The root DN is not bounded.
+#[test]
+fn a_filter_past_its_tests_on_one_entry_ends_with_admin_limit_exceeded() {
+    let s = Server::start_with_config(1, "[limits]\nmax_filter_tests = 100000\n");
+    let mut admin = s.admin();
+    let dn = format!("cn=wide,{SUFFIX}");
+    let values: Vec<String> = (0..20_000).map(|i| format!("v{i}")).collect();
+    let entry = vec![
+        ("objectClass", ["person"].into()),
+        ("cn", ["wide"].into()),
+        ("sn", ["x"].into()),
+        ("description", values.iter().map(String::as_str).collect()),
+    ];
+    assert_eq!(admin.add(&dn, entry).unwrap().rc, 0);
+    assert_eq!(add_user(&mut admin, "prober").rc, 0);
+    let mut user = s.conn();
+    user.simple_bind(&format!("uid=prober,{PEOPLE}"), "pw-prober").unwrap().success().unwrap();
+    // 20 items × 20,000 values: 400,000 tests.
+    let wide = format!("(|{})", (0..20).map(|i| format!("(description=*nothing{i}*)")).collect::<String>());
+    let search = |c: &mut ldap3::LdapConn, filter: &str| {
+        let r = c.search(&dn, ldap3::Scope::Base, filter, vec!["1.1"]).unwrap();
+        (r.0, r.1)
+    };
+    let (entries, res) = search(&mut user, "(description=*19999*)");
+    assert_eq!((entries.len(), res.rc), (1, 0), "{res:?}");
+    let (_, res) = search(&mut user, &wide);
+    assert_eq!(res.rc, 11, "{res:?}");
+    assert!(res.text.contains("max_filter_tests"), "{res:?}");
+    let assertion =
+        ldap3::controls::RawControl { ctype: "1.3.6.1.1.12".into(), crit: true, val: Some(filter_ber(&wide)) };
+    let res = user.with_controls(assertion).compare(&dn, "cn", "wide").unwrap();
+    assert_eq!(res.0.rc, 11, "{res:?}");
+    let (entries, res) = search(&mut admin, &format!("(!{wide})"));
+    assert_eq!((entries.len(), res.rc), (1, 0), "the root DN is not bounded: {res:?}");
+}
