@@ -43,6 +43,7 @@ impl Harness {
             replication: Default::default(),
             carries: Default::default(),
             resumed: std::sync::atomic::AtomicBool::new(true),
+            claimed_uuids: Default::default(),
         });
         let ex = LocalExecutorBuilder::new(Placement::Unbound)
             .io_memory(512 << 10)

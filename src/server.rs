@@ -93,6 +93,8 @@ pub struct Shared {
     /// Set once shard 0 has finished the renames a crash interrupted; no
     /// shard serves before.
     pub resumed: std::sync::atomic::AtomicBool,
+    /// entryUUIDs relaxed writes are setting now (`ops::add::UuidClaim`).
+    pub claimed_uuids: std::sync::Mutex<std::collections::HashSet<[u8; 16]>>,
 }
 
 impl Ctx {
@@ -362,6 +364,7 @@ pub fn serve(config: Config) -> Result<()> {
         replication,
         carries: Default::default(),
         resumed: Default::default(),
+        claimed_uuids: Default::default(),
     });
     let (ready_tx, ready_rx) = mpsc::channel::<Result<usize, String>>();
     let mut handles = Vec::new();

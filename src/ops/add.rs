@@ -17,6 +17,7 @@ use crate::acl::{self, Level::Manage as MANAGE, Level::Write as WRITE};
 use crate::conn::Conn;
 use crate::ops::controls::{self, Controls, POST_READ};
 use crate::ops::{access, parse_dn, with_matched};
+use crate::server::{Ctx, Shared};
 use ldap3_proto::control::LdapControl;
 use ldap3_proto::proto::{LdapAddRequest, LdapFilter};
 use ldap3_proto::LdapResultCode;
@@ -25,6 +26,7 @@ use shards::entry::{Attr, Entry};
 use shards::write::{add_ops, user_modifiable, WriteOp};
 use shards::{now_generalized, password, Error, Result, Shard};
 use std::rc::Rc;
+use std::sync::Arc;
 
 pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Result<Vec<LdapControl>> {
     let dn = parse_dn(&req.dn)?;
@@ -86,9 +88,11 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
         access::require_new_attrs(a, &dn.key(), &entry, &relaxed, MANAGE)?;
     }
     check_new(&mut entry, &dn)?;
-    if relaxed.iter().any(|a| a.eq_ignore_ascii_case("entryUUID")) {
-        check_uuid_free(&ctx.shard, &entry)?;
-    }
+    // Held until the entry is written.
+    let _claim = match relaxed.iter().any(|a| a.eq_ignore_ascii_case("entryUUID")) {
+        true => Some(check_uuid_free(ctx, &entry)?),
+        false => None,
+    };
     controls::check_assertion(&conn, ctrls.assertion.as_ref(), &dn.key(), &entry)?;
     hash_passwords(&conn, &mut entry.attrs).await?;
     stamp_new(&mut entry, identity.dn());
@@ -115,21 +119,46 @@ pub fn is_relaxable(attr: &str) -> bool {
 /// A given `entryUUID` must be one value and name no entry: not one the
 /// `entryUUID` index holds (on by default; imported entries too), nor one
 /// the changelog knows, live or deleted (mirror mode and syncrepl know
-/// entries by it). Two relaxed adds of one UUID at the same moment are not
-/// caught: Relax is for a migration run by the root DN.
-pub fn check_uuid_free(shard: &Shard, entry: &Entry) -> Result<()> {
+/// entries by it), nor one another relaxed write is setting right now
+/// (both would pass the checks before either is written). The claim
+/// returned holds it until dropped, after the write.
+pub fn check_uuid_free(ctx: &Ctx, entry: &Entry) -> Result<UuidClaim> {
+    let shard = &ctx.shard;
     let values = entry.get("entryUUID").map(|a| a.vals.as_slice()).unwrap_or_default();
     let uuid = match values {
         [one] => std::str::from_utf8(one).ok().and_then(|v| uuid::Uuid::parse_str(v).ok()),
         _ => return Err(Error::new(LdapResultCode::ConstraintViolation, "entryUUID: multiple values provided")),
     }
     .ok_or_else(|| Error::new(LdapResultCode::InvalidAttributeSyntax, "entryUUID: value #0 invalid per syntax"))?;
-    let in_use = uuid_indexed(shard, &uuid.to_string())?
-        || (shard.stamping.capture && shards::changelog::uuid_in_use(&shard.manifest, &shard.stores, uuid.as_bytes())?);
-    if in_use {
-        return Err(Error::new(LdapResultCode::ConstraintViolation, format!("entryUUID {uuid} is in use")));
+    let in_use = || Error::new(LdapResultCode::ConstraintViolation, format!("entryUUID {uuid} is in use"));
+    let claim = UuidClaim::take(&ctx.shared, *uuid.as_bytes()).ok_or_else(in_use)?;
+    if uuid_indexed(shard, &uuid.to_string())?
+        || (shard.stamping.capture && shards::changelog::uuid_in_use(&shard.manifest, &shard.stores, uuid.as_bytes())?)
+    {
+        return Err(in_use());
     }
-    Ok(())
+    Ok(claim)
+}
+
+/// An entryUUID a relaxed write is setting, held in `Shared.claimed_uuids`
+/// (a lock between shards, taken only by relaxed writes of entryUUID)
+/// until the write is done.
+pub struct UuidClaim {
+    shared: Arc<Shared>,
+    uuid: [u8; 16],
+}
+
+impl UuidClaim {
+    fn take(shared: &Arc<Shared>, uuid: [u8; 16]) -> Option<UuidClaim> {
+        let mut claimed = shared.claimed_uuids.lock().unwrap_or_else(|p| p.into_inner());
+        claimed.insert(uuid).then(|| UuidClaim { shared: shared.clone(), uuid })
+    }
+}
+
+impl Drop for UuidClaim {
+    fn drop(&mut self) {
+        self.shared.claimed_uuids.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.uuid);
+    }
 }
 
 /// Whether the `entryUUID` equality index of any store holds this value.

@@ -8,7 +8,7 @@
 
 use crate::acl::Level;
 use crate::conn::Conn;
-use crate::ops::add::{check_uuid_free, hash_passwords, is_relaxable};
+use crate::ops::add::{check_uuid_free, hash_passwords, is_relaxable, UuidClaim};
 use crate::ops::controls::{self, Controls};
 use crate::ops::{access, parse_dn, with_matched};
 use ldap3_proto::control::LdapControl;
@@ -63,9 +63,11 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
             LdapModifyType::Increment => Mod::Increment(attr),
         });
     }
-    if !relaxed.is_empty() {
-        relax_checks(&conn, &key, &relaxed, &mods)?;
-    }
+    // Held until the modify is written.
+    let _claims = match relaxed.is_empty() {
+        true => Vec::new(),
+        false => relax_checks(&conn, &key, &relaxed, &mods)?,
+    };
     let rdn = dn.rdn().map(|r| r.avas.iter().map(|a| (a.attr.clone(), a.value.clone())).collect()).unwrap_or_default();
     let stamp = Stamp { modifier: identity.dn().to_string(), time: now_generalized() };
     let assertion = controls::check_assertion_before_write(&conn, ctrls.assertion, &key)?;
@@ -85,7 +87,8 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
 /// and a new `entryUUID` only where nothing knows entries by it (not with
 /// replication, whose records name the entry by its UUID) and no other
 /// entry has it.
-fn relax_checks(conn: &Conn, key: &[u8], relaxed: &[String], mods: &[Mod]) -> Result<()> {
+/// The claims on the new entryUUIDs, held until the modify is written.
+fn relax_checks(conn: &Conn, key: &[u8], relaxed: &[String], mods: &[Mod]) -> Result<Vec<UuidClaim>> {
     let identity = conn.identity.borrow().clone();
     let live = conn.ctx.live();
     if let Some(a) = conn.access(&live, &identity) {
@@ -93,18 +96,19 @@ fn relax_checks(conn: &Conn, key: &[u8], relaxed: &[String], mods: &[Mod]) -> Re
         access::require(&a, &conn.ctx.shard, key, &attrs, Level::Manage)?;
     }
     if !relaxed.iter().any(|n| n.eq_ignore_ascii_case("entryUUID")) {
-        return Ok(());
+        return Ok(Vec::new());
     }
     if conn.ctx.shard.stamping.capture {
         return Err(Error::unwilling(
             "entryUUID cannot change while replication (mirror mode, syncrepl) knows entries by it",
         ));
     }
+    let mut claims = Vec::new();
     for m in mods {
         match m {
             Mod::Replace(a) if a.name.eq_ignore_ascii_case("entryUUID") => {
                 let probe = shards::entry::Entry { dn: String::new(), attrs: vec![a.clone()] };
-                check_uuid_free(&conn.ctx.shard, &probe)?;
+                claims.push(check_uuid_free(&conn.ctx, &probe)?);
             }
             Mod::Add(a) | Mod::Delete(a) | Mod::Increment(a) if a.name.eq_ignore_ascii_case("entryUUID") => {
                 return Err(Error::new(LdapResultCode::ConstraintViolation, "entryUUID: only a replace may change it"));
@@ -112,5 +116,5 @@ fn relax_checks(conn: &Conn, key: &[u8], relaxed: &[String], mods: &[Mod]) -> Re
             _ => {}
         }
     }
-    Ok(())
+    Ok(claims)
 }

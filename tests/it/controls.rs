@@ -351,3 +351,41 @@ fn relax_rules_carry_a_migrated_entry_over() {
     let new_uuid = vec![Mod::Replace("entryUUID", HashSet::from(["597ae2f6-16a6-1027-98f4-d28b5365dc16"]))];
     assert_eq!(root.with_controls(relax()).modify(&dn, new_uuid).unwrap().rc, 53);
 }
+
+/// Two relaxed adds of one entryUUID at the same moment, on two shards:
+/// each checked that no entry held it before either was written, and both
+/// were added. Exactly one may be.
+#[test]
+fn relaxed_adds_of_one_entry_uuid_at_once_add_one_entry() {
+    let s = Server::start(2);
+    let relax = || RawControl { ctype: "1.3.6.1.4.1.4203.666.5.12".into(), crit: true, val: None };
+    let rounds = 40;
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+    let side = |name: &'static str| {
+        let (url, barrier) = (s.url(), barrier.clone());
+        std::thread::spawn(move || {
+            let mut c = LdapConn::new(&url).unwrap();
+            c.simple_bind(ROOT_DN, ROOT_PW).unwrap().success().unwrap();
+            (0..rounds)
+                .map(|i| {
+                    let uuid = format!("597ae2f6-16a6-1027-98f4-{i:012x}");
+                    let cn = format!("{name}{i}");
+                    let attrs = vec![
+                        ("objectClass", HashSet::from(["device"])),
+                        ("cn", HashSet::from([cn.as_str()])),
+                        ("entryUUID", HashSet::from([uuid.as_str()])),
+                    ];
+                    barrier.wait();
+                    c.with_controls(relax()).add(&format!("cn={cn},{PEOPLE}"), attrs).unwrap().rc
+                })
+                .collect::<Vec<_>>()
+        })
+    };
+    let (a, b) = (side("left"), side("right"));
+    let (a, b) = (a.join().unwrap(), b.join().unwrap());
+    for i in 0..rounds {
+        let mut rcs = [a[i], b[i]];
+        rcs.sort();
+        assert_eq!(rcs, [0, 19], "round {i}: one add of the entryUUID succeeds, the other is a constraint violation");
+    }
+}
