@@ -273,6 +273,7 @@ impl Admin {
         self.shared.live.store(Arc::new(live));
         self.shared.generation.fetch_add(1, Ordering::AcqRel);
         accesslog::set_level(level);
+        shards::filter::set_assertion_tests(new.limits.max_filter_tests);
         let needs_restart = restart_keys(&current, &new);
         *current = new;
         Ok(Response::Reloaded { applied, needs_restart })

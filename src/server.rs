@@ -272,6 +272,7 @@ pub fn serve(config: Config) -> Result<()> {
     crate::stats::install(&[("server", config.server.id.to_string()), ("numa", node)])?;
     crate::accesslog::start(config.log.file.as_deref(), config.log.format == "json", config.log_level()?)?;
     let live = Live::from_config(&config)?;
+    shards::filter::set_assertion_tests(config.limits.max_filter_tests);
     let cpus = match config.server.numa_node {
         Some(node) => crate::deploy::node_cpus(node, &allowed_cpus())?,
         None => allowed_cpus(),

@@ -242,13 +242,16 @@ fn object_class(schema: &'static Schema, attr: &str, value: &str) -> Option<Node
 /// An OR of `items`, its equality items gathered into one `AnyOf` per
 /// attribute description and rule (what the OR means is unchanged: a
 /// value matches the set exactly when it matches one of the items).
+/// Each set stands where its first item stood, so an OR that a cheap
+/// early item decides still stops there.
 fn any_of(items: Vec<Node>) -> Node {
-    let mut rest = Vec::new();
+    // An item kept as it is, or the index of the set standing in its place.
+    let mut order: Vec<Result<Node, usize>> = Vec::new();
     let mut sets: Vec<(Names, Rule, Vec<Vec<u8>>)> = Vec::new();
     let mut at: std::collections::HashMap<(usize, Option<std::sync::Arc<str>>, Rule), usize> = Default::default();
     for item in items {
         let Node::Equal { attr, rule, value } = item else {
-            rest.push(item);
+            order.push(Ok(item));
             continue;
         };
         let key = (attr.ty, attr.options.clone(), rule);
@@ -256,22 +259,28 @@ fn any_of(items: Vec<Node>) -> Node {
             Some(&i) => sets[i].2.push(value),
             None => {
                 at.insert(key, sets.len());
+                order.push(Err(sets.len()));
                 sets.push((attr, rule, vec![value]));
             }
         }
     }
-    for (attr, rule, mut values) in sets {
-        rest.push(if values.len() == 1 {
-            Node::Equal { attr, rule, value: values.pop().expect("one value") }
-        } else {
-            values.sort_unstable();
-            values.dedup();
-            Node::AnyOf { attr, rule, values }
-        });
-    }
-    match rest.len() {
-        1 => rest.pop().expect("one item"),
-        _ => Node::Or(rest),
+    let mut sets: Vec<Option<Node>> = sets
+        .into_iter()
+        .map(|(attr, rule, mut values)| {
+            Some(if values.len() == 1 {
+                Node::Equal { attr, rule, value: values.pop().expect("one value") }
+            } else {
+                values.sort_unstable();
+                values.dedup();
+                Node::AnyOf { attr, rule, values }
+            })
+        })
+        .collect();
+    let mut items: Vec<Node> =
+        order.into_iter().map(|o| o.unwrap_or_else(|i| sets[i].take().expect("each set once"))).collect();
+    match items.len() {
+        1 => items.pop().expect("one item"),
+        _ => Node::Or(items),
     }
 }
 
@@ -373,7 +382,7 @@ impl Node {
         can_search: &G,
         tests: u64,
     ) -> Result<Option<bool>, TooMuchWork> {
-        let before = TESTS_LEFT.replace(if tests == 0 { u64::MAX } else { tests });
+        let before = TESTS_LEFT.replace(if tests == 0 { u64::MAX } else { tests.saturating_add(1) });
         let verdict = self.eval_with(e, can_search);
         let left = TESTS_LEFT.replace(before);
         if left == 0 {
@@ -411,7 +420,8 @@ impl Node {
             }
             Node::Not(n) => n.eval_with(e, can_search).map(|b| !b),
             Node::Guarded(attr, n) => {
-                if can_search(attr) {
+                // An access decision walks the rules: a test of its own.
+                if spend() && can_search(attr) {
                     n.eval_with(e, can_search)
                 } else {
                     None
@@ -436,7 +446,9 @@ impl Node {
             Node::Extensible { attr, rule, value, dn_attributes, less } => {
                 extensible_eval(e, attr, *rule, value, *dn_attributes, *less)
             }
-            Node::EntryDn { key, rule, .. } => Some(dn::key_of(e.dn()).is_ok_and(|k| rule.dn_relates(&k, key))),
+            Node::EntryDn { key, rule, .. } => {
+                Some(spend() && dn::key_of(e.dn()).is_ok_and(|k| rule.dn_relates(&k, key)))
+            }
             Node::Approx { attr, words } => Some(
                 e.attrs()
                     .filter(|a| spend() && attr.covers(a.name))
@@ -548,14 +560,29 @@ thread_local! {
 
 /// One attribute or value test: false once the entry's budget is spent,
 /// and every test after that fails at once, so the evaluation ends fast.
+/// The budget starts one above the bound: 0 left means a test was refused
+/// (not merely that the last allowed one was taken).
 fn spend() -> bool {
     TESTS_LEFT.with(|left| match left.get() {
         0 => false,
+        1 => {
+            left.set(0);
+            false
+        }
         n => {
             left.set(n - 1);
             true
         }
     })
+}
+
+/// `limits.max_filter_tests` for the Assertion control's check inside a
+/// write (`check_assertion`), where no requester's limits are at hand:
+/// set at start and on reload, read with one relaxed load per check.
+static ASSERTION_TESTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+pub fn set_assertion_tests(tests: u64) {
+    ASSERTION_TESTS.store(tests, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Past `limits.max_filter_tests` on one entry.
@@ -655,14 +682,27 @@ fn rule_matches(rule: Rule, less: bool, have: &[u8], want: &[u8]) -> bool {
 
 /// The Assertion control (RFC 4528): `assertionFailed` unless the entry
 /// matches the control's filter.
+/// Bounded by `set_assertion_tests` (it runs in the owner's write batch,
+/// where a long evaluation would hold every write of the shard).
 pub fn check_assertion(assertion: Option<&LdapFilter>, entry: &EntryView<'_>) -> crate::Result<()> {
-    match assertion {
-        Some(f) if !matches(f, entry) => Err(crate::Error::new(
+    let Some(f) = assertion else { return Ok(()) };
+    let tests = ASSERTION_TESTS.load(std::sync::atomic::Ordering::Relaxed);
+    match compile(f).eval_bounded(entry, &|_| true, tests) {
+        Ok(Some(true)) => Ok(()),
+        Ok(_) => Err(crate::Error::new(
             ldap3_proto::LdapResultCode::AssertionFailed,
             "the assertion control's filter does not match",
         )),
-        _ => Ok(()),
+        Err(TooMuchWork) => Err(too_much_work(tests)),
     }
+}
+
+/// adminLimitExceeded: past `limits.max_filter_tests` on one entry.
+pub fn too_much_work(tests: u64) -> crate::Error {
+    crate::Error::new(
+        ldap3_proto::LdapResultCode::AdminLimitExceeded,
+        format!("the filter takes more than {tests} attribute and value tests on one entry (limits.max_filter_tests)"),
+    )
 }
 
 /// Evaluates an uncompiled filter once (the root DSE, `cn=Subschema`).

@@ -193,10 +193,11 @@ async fn run(
         // Assertions on attributes the requester may not search are Undefined.
         node = node.restrict(&|names| plan.searchable(names));
     }
+    let computed_tests = if is_root { 0 } else { live.limits.max_filter_tests };
     // A one-RDN key is that RDN's normalized form.
     if subschema::is_subschema_key(&base_key) {
         if req.scope != LdapSearchScope::OneLevel {
-            *sent = write_computed(out, msgid, &subschema::entry(), &node, &sel) as u64;
+            *sent = write_computed(out, msgid, &subschema::entry(), &node, &sel, computed_tests)? as u64;
         }
         return Ok(());
     }
@@ -211,7 +212,7 @@ async fn run(
         if req.scope != LdapSearchScope::Base {
             return Err(Error::new(LdapResultCode::NoSuchObject, "only a base search can read the root DSE"));
         }
-        *sent = write_computed(out, msgid, &rootdse::entry(ctx), &node, &sel) as u64;
+        *sent = write_computed(out, msgid, &rootdse::entry(ctx), &node, &sel, computed_tests)? as u64;
         return Ok(());
     }
     // The server's limits, or the requester's override (`limits.by_identity`).
@@ -531,7 +532,7 @@ fn search_monitor(
             LdapSearchScope::Subtree => dn.is_within(base),
             LdapSearchScope::Children => dn != base && dn.is_within(base),
         };
-        if in_scope && write_computed(out, msgid, e, node, sel) {
+        if in_scope && write_computed(out, msgid, e, node, sel, 0)? {
             *sent += 1;
         }
     }
@@ -586,12 +587,7 @@ pub fn visible_match(
     }
     match filter.eval_bounded(view, &|names| plan.can_search(target, names), tests) {
         Ok(verdict) => Ok(verdict == Some(true)),
-        Err(filter::TooMuchWork) => Err(Error::new(
-            LdapResultCode::AdminLimitExceeded,
-            format!(
-                "the filter takes more than {tests} attribute and value tests on one entry (limits.max_filter_tests)"
-            ),
-        )),
+        Err(filter::TooMuchWork) => Err(filter::too_much_work(tests)),
     }
 }
 
@@ -878,17 +874,28 @@ fn computed_attrs(dn: &str, n_children: u64, sel: &Selection) -> Vec<(&'static s
 /// Writes an entry the server computes (root DSE, `cn=Subschema`) when it
 /// matches: only `objectClass` and other user attributes for `*`.
 /// Returns whether it was written.
-fn write_computed(out: &mut BytesMut, msgid: i32, entry: &Entry, filter: &filter::Node, sel: &Selection) -> bool {
+/// `tests` bounds the filter on it (`limits.max_filter_tests`; 0 for the
+/// root DN): `cn=Subschema` holds thousands of values, open to anyone.
+fn write_computed(
+    out: &mut BytesMut,
+    msgid: i32,
+    entry: &Entry,
+    filter: &filter::Node,
+    sel: &Selection,
+    tests: u64,
+) -> Result<bool> {
     let mut bytes = Vec::new();
     if entry.encode(&mut bytes).is_err() {
-        return false;
+        return Ok(false);
     }
     let view = EntryView::new(&bytes).expect("encoded just now");
-    if !filter.matches(&view) {
-        return false;
+    match filter.eval_bounded(&view, &|_| true, tests) {
+        Ok(Some(true)) => {}
+        Ok(_) => return Ok(false),
+        Err(filter::TooMuchWork) => return Err(filter::too_much_work(tests)),
     }
     let attrs: Vec<_> =
         view.attrs().filter(|a| sel.wants(a.name)).map(|a| OutAttr { name: a.name, vals: a.vals() }).collect();
     ber::search_entry(out, msgid, entry.dn.as_str(), &attrs, sel.types_only);
-    true
+    Ok(true)
 }

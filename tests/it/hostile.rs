@@ -486,4 +486,20 @@ fn a_filter_past_its_tests_on_one_entry_ends_with_admin_limit_exceeded() {
     assert_eq!(res.0.rc, 11, "{res:?}");
     let (entries, res) = search(&mut admin, &format!("(!{wide})"));
     assert_eq!((entries.len(), res.rc), (1, 0), "the root DN is not bounded: {res:?}");
+    // Inside a write, the owner checks the assertion again, in the batch
+    // that holds every write of its shard: bounded whoever asks.
+    let assertion = ldap3::controls::RawControl {
+        ctype: "1.3.6.1.1.12".into(),
+        crit: true,
+        val: Some(filter_ber(&format!("(!{wide})"))),
+    };
+    let res = admin
+        .with_controls(assertion)
+        .modify(&dn, vec![ldap3::Mod::Replace("sn", std::collections::HashSet::from(["y"]))])
+        .unwrap();
+    assert_eq!(res.rc, 11, "{res:?}");
+    // cn=Subschema holds thousands of values, open to anyone.
+    let schema_items: String = (0..1000).map(|i| format!("(!(attributeTypes=1.2.3.{i}))")).collect();
+    let res = user.search("cn=Subschema", ldap3::Scope::Base, &format!("(&{schema_items})"), vec!["1.1"]).unwrap();
+    assert_eq!(res.1.rc, 11, "{:?}", res.1);
 }

@@ -106,7 +106,8 @@ impl SledStore {
         if self.failed.set(why.clone()).is_ok() {
             eprintln!(
                 "coredir: ALERT: the sled store in {} failed a write ({why}): it takes no more writes until the \
-                 server restarts; the write that failed may show until then",
+                 server restarts; the write that failed may show until then, and whether it is there after the \
+                 restart is not known (its log may have reached the disk before the flush failed)",
                 self.dir.display()
             );
         }
