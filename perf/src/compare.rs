@@ -4,7 +4,8 @@
 //! For each data-set size: generate the LDIF, bulk-load slapd (`slapadd -q`)
 //! and coredir (`coredir import`), both timed, start slapd back-mdb, coredir with 1 shard (both pinned to CPU 0) and
 //! coredir with 2 shards (all CPUs), plus slapd back-null as the protocol
-//! ceiling; then run every scenario against each server in alternation
+//! ceiling and the floor (`coredir-perf sink`, pinned to CPU 0: a trivial
+//! responder, what the kernel and loopback cost per request); then run every scenario against each server in alternation
 //! (A B C A B C …), with the load pinned to CPU 1 (against the 2-shard
 //! server, which uses both CPUs, one load reactor on each CPU). Each run records throughput,
 //! latency and the server's CPU time; the table gives medians with
@@ -33,7 +34,13 @@ pub struct Args {
     warmup: f64,
     #[arg(long, default_value_t = 32)]
     conns: usize,
-    #[arg(long, value_delimiter = ',', default_value = "bind,bindnew,search,substring,read,modify,add,latency,mixed")]
+    /// `search8` is the search with 8 requests in flight per connection;
+    /// `latency` is the search on one connection.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "bind,bindnew,search,search8,substring,read,modify,add,latency,mixed"
+    )]
     scenarios: Vec<String>,
     /// Where the table and the JSON lines are written.
     #[arg(long, default_value = "perf/results")]
@@ -49,6 +56,16 @@ enum Kind {
     SlapdMdb,
     SlapdNull,
     Coredir(usize),
+    /// `coredir-perf sink`.
+    Floor,
+}
+
+impl Kind {
+    /// The fixed responders answer only binds and searches, with entries
+    /// of any DN.
+    fn fixed(self) -> bool {
+        matches!(self, Kind::SlapdNull | Kind::Floor)
+    }
 }
 
 struct Server {
@@ -152,6 +169,7 @@ fn one_size(args: &Args, coredir: &Path, work: &Path, users: usize) -> Result<St
         start_coredir(coredir, work, 1, &full)?,
         start_coredir(coredir, work, 2, &full)?,
         start_slapd(work, Kind::SlapdNull, &full)?,
+        start_floor()?,
     ];
     let mut results: BTreeMap<(String, &'static str), Vec<Sample>> = BTreeMap::new();
     // Memory is compared on the loaded data set before any write scenario
@@ -164,9 +182,16 @@ fn one_size(args: &Args, coredir: &Path, work: &Path, users: usize) -> Result<St
         }
         for run in 0..args.runs {
             for server in &mut servers {
-                if server.kind == Kind::SlapdNull
-                    && !matches!(scenario.as_str(), "bind" | "bindnew" | "search" | "latency")
-                {
+                let answers = match server.kind {
+                    Kind::SlapdNull => {
+                        matches!(scenario.as_str(), "bind" | "bindnew" | "search" | "search8" | "latency")
+                    }
+                    Kind::Floor => {
+                        matches!(scenario.as_str(), "bind" | "bindnew" | "search" | "search8" | "read" | "latency")
+                    }
+                    _ => true,
+                };
+                if !answers {
                     continue;
                 }
                 eprintln!("   {scenario} run {} on {}", run + 1, server.name);
@@ -174,6 +199,7 @@ fn one_size(args: &Args, coredir: &Path, work: &Path, users: usize) -> Result<St
                 let line = serde_json::json!({"users": users, "server": server.name, "scenario": scenario, "run": run,
                     "ops_per_s": s.report.ops_per_s, "p50_us": s.report.p50_us, "p99_us": s.report.p99_us,
                     "p999_us": s.report.p999_us, "errors": s.report.errors, "server_cpu_s": s.cpu_seconds,
+                    "server_user_s": s.report.server_user_s, "server_sys_s": s.report.server_sys_s,
                     "seconds": s.report.seconds});
                 append(&args.out.join("runs.jsonl"), &line.to_string())?;
                 if s.report.errors > 0 {
@@ -350,6 +376,23 @@ fn start_coredir_as(
     Ok(Server { name, kind: Kind::Coredir(shards), port, pid: child.id(), child: Some(child), load_seconds })
 }
 
+/// The floor, `coredir-perf sink`, pinned to CPU 0 like the servers.
+fn start_floor() -> Result<Server> {
+    let port = free_port()?;
+    let mut child = Command::new("taskset")
+        .args(["-c", "0"])
+        .arg(std::env::current_exe()?)
+        .args(["sink", "--listen", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    match lines.next() {
+        Some(Ok(l)) if l.contains("listening on") => {}
+        _ => bail!("coredir-perf sink did not start"),
+    }
+    Ok(Server { name: "floor", kind: Kind::Floor, port, pid: child.id(), child: Some(child), load_seconds: None })
+}
+
 struct Sample {
     report: Report,
     cpu_seconds: f64,
@@ -364,19 +407,21 @@ fn rss_kib(pid: u32, field: &str) -> u64 {
 }
 
 fn measure(args: &Args, server: &Server, scenario: &str, users: usize, run: usize) -> Result<Sample> {
-    let (scn, conns) = match scenario {
-        "latency" => (Scenario::Search, 1),
-        "mixed" => (Scenario::Mixed, 8),
+    let (scn, conns, depth) = match scenario {
+        "latency" => (Scenario::Search, 1, 1),
+        "search8" => (Scenario::Search, args.conns, 8),
+        "mixed" => (Scenario::Mixed, 8, 1),
         other => (
             <Scenario as clap::ValueEnum>::from_str(other, true).map_err(|e| anyhow!("scenario {other}: {e}"))?,
             args.conns,
+            1,
         ),
     };
     let opts = Opts {
         addr: format!("127.0.0.1:{}", server.port),
         scenario: scn,
         conns,
-        depth: 1,
+        depth,
         duration: Duration::from_secs_f64(args.duration),
         warmup: Duration::from_secs_f64(args.warmup),
         users,
@@ -388,7 +433,7 @@ fn measure(args: &Args, server: &Server, scenario: &str, users: usize, run: usiz
         // both shards.
         cpus: if server.kind == Kind::Coredir(2) { vec![0, 1] } else { vec![1] },
         tag: format!("{}-{run}-{}", server.name, rand::random::<u32>()),
-        check_dn: server.kind != Kind::SlapdNull,
+        check_dn: !server.kind.fixed(),
         server_pid: Some(server.pid),
     };
     let report = load::run(opts).context(format!("{scenario} against {}", server.name))?;
@@ -545,6 +590,15 @@ fn table(
                     "",
                     false,
                 );
+                // Where the time goes: the floor's kernel time is what the
+                // loopback costs; anything above it is the server's own.
+                let per_op = |n: &str, cpu: fn(&Report) -> f64| {
+                    get(n).map(|s| {
+                        median_range(s.iter().map(|x| cpu(&x.report) * 1e6 / (x.report.ops as f64).max(1.0)).collect())
+                    })
+                };
+                row(format!("{scenario}: server user CPU µs per op"), &|n| per_op(n, |r| r.server_user_s), "", true);
+                row(format!("{scenario}: server kernel CPU µs per op"), &|n| per_op(n, |r| r.server_sys_s), "", true);
             }
         }
     }

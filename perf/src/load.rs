@@ -66,6 +66,9 @@ pub struct Report {
     pub first_error: Option<String>,
     /// CPU seconds the server used in the measured window (with `server_pid`).
     pub server_cpu_s: f64,
+    /// Of which in user space and in the kernel.
+    pub server_user_s: f64,
+    pub server_sys_s: f64,
 }
 
 /// What a response must look like.
@@ -189,18 +192,18 @@ async fn drive(opts: Opts) -> Result<(Report, Histogram<u64>)> {
     shared.ops.set(0);
     shared.errors.set(0);
     shared.measuring.set(true);
-    let cpu0 = opts.server_pid.map(cpu_seconds).unwrap_or(0.0);
+    let cpu0 = opts.server_pid.map(cpu_times).unwrap_or_default();
     let started = Instant::now();
     glommio::timer::sleep(opts.duration).await;
     shared.measuring.set(false);
     let seconds = started.elapsed().as_secs_f64();
-    let cpu1 = opts.server_pid.map(cpu_seconds).unwrap_or(0.0);
+    let cpu1 = opts.server_pid.map(cpu_times).unwrap_or_default();
     shared.stop.set(true);
     for t in tasks {
         t.await;
     }
     let mut r = report(&shared, seconds);
-    r.server_cpu_s = cpu1 - cpu0;
+    r.set_cpu(cpu0, cpu1);
     let hist = shared.hist.borrow().clone();
     Ok((r, hist))
 }
@@ -219,6 +222,8 @@ fn report(shared: &Shared, seconds: f64) -> Report {
         phases: Vec::new(),
         first_error: shared.first_error.borrow().clone(),
         server_cpu_s: 0.0,
+        server_user_s: 0.0,
+        server_sys_s: 0.0,
     }
 }
 
@@ -446,7 +451,7 @@ async fn mixed(shared: Rc<Shared>) -> Result<(Report, Histogram<u64>)> {
         conns.push(Rc::new(RefCell::new(Conn::open(&shared, true).await?)));
     }
     shared.measuring.set(true);
-    let cpu0 = shared.opts.server_pid.map(cpu_seconds).unwrap_or(0.0);
+    let cpu0 = shared.opts.server_pid.map(cpu_times).unwrap_or_default();
     let mut rng = SmallRng::seed_from_u64(42);
     let mut phases = Vec::new();
     let started = Instant::now();
@@ -479,7 +484,7 @@ async fn mixed(shared: Rc<Shared>) -> Result<(Report, Histogram<u64>)> {
     let seconds = started.elapsed().as_secs_f64();
     let mut r = report(&shared, seconds);
     r.phases = phases;
-    r.server_cpu_s = shared.opts.server_pid.map(cpu_seconds).unwrap_or(0.0) - cpu0;
+    r.set_cpu(cpu0, shared.opts.server_pid.map(cpu_times).unwrap_or_default());
     let hist = shared.hist.borrow().clone();
     Ok((r, hist))
 }
@@ -502,12 +507,22 @@ async fn run_phase(shared: &Shared, c: &mut Conn) -> Result<()> {
     }
 }
 
-/// User plus system CPU seconds of a process, from /proc.
-pub fn cpu_seconds(pid: u32) -> f64 {
+impl Report {
+    /// The server's CPU time between two `cpu_times` samples.
+    fn set_cpu(&mut self, before: (f64, f64), after: (f64, f64)) {
+        self.server_user_s = after.0 - before.0;
+        self.server_sys_s = after.1 - before.1;
+        self.server_cpu_s = self.server_user_s + self.server_sys_s;
+    }
+}
+
+/// User and system CPU seconds of a process, from /proc.
+pub fn cpu_times(pid: u32) -> (f64, f64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the command name, which may contain spaces.
     let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
     let field = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     // SAFETY: sysconf has no preconditions.
-    (field(11) + field(12)) / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (field(11) / tick, field(12) / tick)
 }

@@ -10,16 +10,19 @@
 //! - `coredir-perf commit`: group commit, `storage.sync` always vs never.
 //! - `coredir-perf probe`: a probe client's latency while another
 //!   connection on the same shard runs a costly search.
+//! - `coredir-perf sink`: the floor, a trivial responder that answers
+//!   bind and search with fixed results (what the kernel costs).
 //!
 //! Code map: `ber` (hand-written requests, allocation-free response
 //! parsing), `load` (the engine), `ldif` (data set), `compare`
-//! (orchestration of servers, runs and the table), `probe`.
+//! (orchestration of servers, runs and the table), `probe`, `sink`.
 
 mod ber;
 mod compare;
 mod ldif;
 mod load;
 mod probe;
+mod sink;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -101,6 +104,8 @@ enum Command {
     Commit(compare::CommitArgs),
     /// A probe client's latency while a costly search runs on its shard.
     Probe(probe::Args),
+    /// The floor: a trivial responder (fixed bind and search answers).
+    Sink(sink::Args),
 }
 
 fn main() {
@@ -140,6 +145,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Compare(args) => compare::run(args),
         Command::Commit(args) => compare::commit(args),
         Command::Probe(args) => probe::run(args),
+        Command::Sink(args) => sink::run(args),
     }
 }
 
