@@ -873,9 +873,9 @@ fn computed_attrs(dn: &str, n_children: u64, sel: &Selection) -> Vec<(&'static s
 
 /// Writes an entry the server computes (root DSE, `cn=Subschema`) when it
 /// matches: only `objectClass` and other user attributes for `*`.
-/// Returns whether it was written.
-/// `tests` bounds the filter on it (`limits.max_filter_tests`; 0 for the
-/// root DN): `cn=Subschema` holds thousands of values, open to anyone.
+/// Returns whether it was written. `tests` bounds the filter on it
+/// (`limits.max_filter_tests`; 0 for the root DN): `cn=Subschema` holds
+/// thousands of values, open to anyone.
 fn write_computed(
     out: &mut BytesMut,
     msgid: i32,
