@@ -200,6 +200,7 @@ fn one_size(args: &Args, coredir: &Path, work: &Path, users: usize) -> Result<St
                     "ops_per_s": s.report.ops_per_s, "p50_us": s.report.p50_us, "p99_us": s.report.p99_us,
                     "p999_us": s.report.p999_us, "errors": s.report.errors, "server_cpu_s": s.cpu_seconds,
                     "server_user_s": s.report.server_user_s, "server_sys_s": s.report.server_sys_s,
+                    "server_syscalls": s.syscalls,
                     "seconds": s.report.seconds});
                 append(&args.out.join("runs.jsonl"), &line.to_string())?;
                 if s.report.errors > 0 {
@@ -396,6 +397,8 @@ fn start_floor() -> Result<Server> {
 struct Sample {
     report: Report,
     cpu_seconds: f64,
+    /// System calls of the server in the measured window, if counted.
+    syscalls: Option<f64>,
 }
 
 /// A memory figure of /proc/PID/status (`VmHWM:` is the peak RSS), in KiB.
@@ -436,8 +439,29 @@ fn measure(args: &Args, server: &Server, scenario: &str, users: usize, run: usiz
         check_dn: !server.kind.fixed(),
         server_pid: Some(server.pid),
     };
+    // The server's system calls over the measured window (as near as a
+    // second process can start and stop with it), where `perf` can count
+    // them; none otherwise.
+    let (pid, warmup, duration) = (server.pid, args.warmup, args.duration);
+    let syscalls = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs_f64(warmup));
+        count_syscalls(pid, duration)
+    });
     let report = load::run(opts).context(format!("{scenario} against {}", server.name))?;
-    Ok(Sample { cpu_seconds: report.server_cpu_s, report })
+    let syscalls = syscalls.join().ok().flatten();
+    Ok(Sample { cpu_seconds: report.server_cpu_s, report, syscalls })
+}
+
+/// System calls process `pid` makes in the next `seconds`, from `perf stat`
+/// (tracepoint `raw_syscalls:sys_enter`); `None` where perf cannot count.
+fn count_syscalls(pid: u32, seconds: f64) -> Option<f64> {
+    let out = Command::new("perf")
+        .args(["stat", "-x", ",", "-e", "raw_syscalls:sys_enter", "-p", &pid.to_string(), "--", "sleep"])
+        .arg(format!("{seconds}"))
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stderr);
+    text.lines().find(|l| l.contains("raw_syscalls:sys_enter"))?.split(',').next()?.trim().parse().ok()
 }
 
 #[derive(clap::Args)]
@@ -599,6 +623,18 @@ fn table(
                 };
                 row(format!("{scenario}: server user CPU µs per op"), &|n| per_op(n, |r| r.server_user_s), "", true);
                 row(format!("{scenario}: server kernel CPU µs per op"), &|n| per_op(n, |r| r.server_sys_s), "", true);
+                row(
+                    format!("{scenario}: server system calls per op"),
+                    &|n| {
+                        let v: Vec<f64> = get(n)?
+                            .iter()
+                            .filter_map(|x| x.syscalls.map(|c| c / (x.report.ops as f64).max(1.0)))
+                            .collect();
+                        (!v.is_empty()).then(|| median_range(v))
+                    },
+                    "",
+                    true,
+                );
             }
         }
     }
