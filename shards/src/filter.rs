@@ -58,6 +58,13 @@ impl Names {
         self.types.iter().map(|t| self.schema.attrs[*t].key.as_str())
     }
 
+    /// The index key of the type when it alone is named: no subtypes
+    /// (whose values its index does not hold) and no options (which its
+    /// index does not tell apart).
+    pub fn sole_key(&self) -> Option<&'static str> {
+        (self.options.is_none() && self.types == [self.ty]).then(|| self.schema.attrs[self.ty].key.as_str())
+    }
+
     /// Whether a stored attribute description (maybe with options) is ours:
     /// entries store types under their first name, so this is a byte compare.
     pub fn covers(&self, stored: &str) -> bool {

@@ -349,6 +349,34 @@ pub fn candidates<T: ReadTxn>(txn: &T, filter: &Node) -> Result<Option<Vec<Candi
     })
 }
 
+/// Whether entry `id` of this store matches `filter`, from its equality
+/// index alone, for a filter the index decides exactly: one equality item
+/// or an OR set of them, on an indexed type named alone (`Names::sole_key`),
+/// every value shorter than the cut. A point lookup per value, where
+/// evaluating reads every value of the entry: a base search of a group of
+/// a million members for one `member` costs one lookup. `None`: evaluate.
+pub fn decides<T: ReadTxn>(txn: &T, filter: &Node, id: &[u8]) -> Result<Option<bool>> {
+    let (attr, values) = match filter {
+        Node::Equal { attr, value, .. } => (attr, std::slice::from_ref(value)),
+        Node::AnyOf { attr, values, .. } => (attr, values.as_slice()),
+        _ => return Ok(None),
+    };
+    let Some(key) = attr.sole_key().filter(|k| config().kinds(k).is_some_and(|k| k.eq)) else { return Ok(None) };
+    if values.iter().any(|v| v.len() >= MAX_VALUE) {
+        return Ok(None);
+    }
+    for v in values {
+        let mut k = head(key, b'e');
+        k.extend_from_slice(v);
+        k.push(0);
+        k.extend_from_slice(id);
+        if txn.get(Tree::Index, &k)?.is_some() {
+            return Ok(Some(true));
+        }
+    }
+    Ok(Some(false))
+}
+
 /// The most selective piece of a substring assertion, as a `sub` key
 /// prefix, and whether it is the `initial` piece (which starts at 0).
 fn best_piece(initial: Option<&[u8]>, any: &[Vec<u8>], last: Option<&[u8]>) -> (Vec<u8>, bool) {

@@ -636,17 +636,32 @@ fn context<'v>(context_csn: &'v Option<(Vec<Vec<u8>>, Vec<Vec<u8>>)>, key: &[u8]
 impl Emit<'_> {
     /// Checks one candidate entry and writes it when it matches.
     fn visit<T: ReadTxn>(&mut self, txn: &T, key: &[u8], id: &[u8]) -> Result<Visit> {
+        let known = index::decides(txn, self.filter, id)?;
+        if known == Some(false) {
+            return Ok(Visit::Next);
+        }
         let Some(bytes) = txn.get(Tree::Id2entry, id)? else { return Ok(Visit::Next) };
-        self.visit_view(txn, key, &EntryView::new(bytes)?)
+        self.visit_view(txn, key, &EntryView::new(bytes)?, known)
     }
 
-    /// Checks one entry already read and writes it when it matches.
-    fn visit_view<T: ReadTxn>(&mut self, txn: &T, key: &[u8], view: &EntryView<'_>) -> Result<Visit> {
+    /// Checks one entry already read and writes it when it matches;
+    /// `matched` when the index has decided the filter (`index::decides`).
+    fn visit_view<T: ReadTxn>(
+        &mut self,
+        txn: &T,
+        key: &[u8],
+        view: &EntryView<'_>,
+        matched: Option<bool>,
+    ) -> Result<Visit> {
         if self.limits.deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(Visit::Stop(LdapResultCode::TimeLimitExceeded));
         }
         let target = Target { key, entry: Some(view) };
-        if !visible_match(self.plan, self.filter, &target, view, self.limits.tests)? {
+        let visible = match matched {
+            Some(m) => m && self.plan.is_none_or(|p| p.entry_readable(&target)),
+            None => visible_match(self.plan, self.filter, &target, view, self.limits.tests)?,
+        };
+        if !visible {
             return Ok(Visit::Next);
         }
         // A sorted search collects every match; the limit applies after the sort.
@@ -723,7 +738,7 @@ impl Emit<'_> {
                 if !scope.contains(&key) {
                     continue;
                 }
-                match self.visit_view(&txn, &key, &view)? {
+                match self.visit_view(&txn, &key, &view, None)? {
                     Visit::Next => {}
                     Visit::Stop(code) => return Ok(Some(Stop::Code(code))),
                     Visit::PageFull => return Ok(Some(Stop::PageAtId(*id))),

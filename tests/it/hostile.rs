@@ -503,3 +503,34 @@ fn a_filter_past_its_tests_on_one_entry_ends_with_admin_limit_exceeded() {
     let res = user.search("cn=Subschema", ldap3::Scope::Base, &format!("(&{schema_items})"), vec!["1.1"]).unwrap();
     assert_eq!(res.1.rc, 11, "{:?}", res.1);
 }
+
+/// Whether one DN is a member of a group, the way applications ask it (a
+/// base search of the group for `member=<dn>`), is one index lookup: the
+/// equality index decides it, where evaluating reads every member. So a
+/// group far larger than `limits.max_filter_tests` answers it.
+#[test]
+fn a_membership_check_on_a_big_group_is_an_index_lookup() {
+    let s = Server::start_with_config(2, "[limits]\nmax_filter_tests = 1000\n");
+    let mut admin = s.admin();
+    let dn = format!("cn=all,{SUFFIX}");
+    let members: Vec<String> = (0..20_000).map(|i| format!("uid=m{i},{PEOPLE}")).collect();
+    let group = vec![
+        ("objectClass", ["groupOfNames"].into()),
+        ("cn", ["all"].into()),
+        ("member", members.iter().map(String::as_str).collect()),
+    ];
+    assert_eq!(admin.add(&dn, group).unwrap().rc, 0);
+    assert_eq!(add_user(&mut admin, "asker").rc, 0);
+    let mut user = s.conn();
+    user.simple_bind(&format!("uid=asker,{PEOPLE}"), "pw-asker").unwrap().success().unwrap();
+    let ask = |c: &mut ldap3::LdapConn, filter: &str| {
+        let r = c.search(&dn, ldap3::Scope::Base, filter, vec!["1.1"]).unwrap();
+        (r.0.len(), r.1.rc)
+    };
+    assert_eq!(ask(&mut user, &format!("(member=UID=m19999, ou=People,{SUFFIX})")), (1, 0));
+    assert_eq!(ask(&mut user, &format!("(member=uid=m20000,{PEOPLE})")), (0, 0));
+    let either = format!("(|(member=uid=nobody,{PEOPLE})(member=uid=m7,{PEOPLE}))");
+    assert_eq!(ask(&mut user, &either), (1, 0));
+    // What the index does not decide is evaluated, within the bound.
+    assert_eq!(ask(&mut user, &format!("(!(member=uid=nobody,{PEOPLE}))")).1, 11);
+}
