@@ -355,18 +355,25 @@ pub fn candidates<T: ReadTxn>(txn: &T, filter: &Node) -> Result<Option<Vec<Candi
 /// every value shorter than the cut. A point lookup per value, where
 /// evaluating reads every value of the entry: a base search of a group of
 /// a million members for one `member` costs one lookup. `None`: evaluate.
+/// Not with sled, whose index key and entry are read at different moments
+/// (a write between them would answer for an entry no longer so), and not
+/// for sets of more than `DECIDED_SET` values (a lookup each, where the
+/// evaluation costs a binary search per stored value).
 pub fn decides<T: ReadTxn>(txn: &T, filter: &Node, id: &[u8]) -> Result<Option<bool>> {
+    const DECIDED_SET: usize = 16;
     let (attr, values) = match filter {
         Node::Equal { attr, value, .. } => (attr, std::slice::from_ref(value)),
-        Node::AnyOf { attr, values, .. } => (attr, values.as_slice()),
+        Node::AnyOf { attr, values, .. } if values.len() <= DECIDED_SET => (attr, values.as_slice()),
         _ => return Ok(None),
     };
     let Some(key) = attr.sole_key().filter(|k| config().kinds(k).is_some_and(|k| k.eq)) else { return Ok(None) };
-    if values.iter().any(|v| v.len() >= MAX_VALUE) {
+    if !txn.snapshot() || values.iter().any(|v| v.len() >= MAX_VALUE) {
         return Ok(None);
     }
+    let mut k = head(key, b'e');
+    let at = k.len();
     for v in values {
-        let mut k = head(key, b'e');
+        k.truncate(at);
         k.extend_from_slice(v);
         k.push(0);
         k.extend_from_slice(id);

@@ -450,7 +450,7 @@ async fn walk(
         }
         let base_wanted = matches!(req.scope, LdapSearchScope::Base | LdapSearchScope::Subtree);
         if base_wanted && matches!(position, Position::Start | Position::Offset(_)) {
-            match emit.visit(&txn, base_key, id)? {
+            match emit.visit(&txn, base_key, id, true)? {
                 Visit::Next => {}
                 Visit::Stop(code) => return Err(Error::new(code, "")),
                 Visit::PageFull => return Ok(Some(Position::AfterBase)),
@@ -635,8 +635,10 @@ fn context<'v>(context_csn: &'v Option<(Vec<Vec<u8>>, Vec<Vec<u8>>)>, key: &[u8]
 
 impl Emit<'_> {
     /// Checks one candidate entry and writes it when it matches.
-    fn visit<T: ReadTxn>(&mut self, txn: &T, key: &[u8], id: &[u8]) -> Result<Visit> {
-        let known = index::decides(txn, self.filter, id)?;
+    /// `decide`: the base entry, whose equality filter the index may decide
+    /// (`index::decides`; a scan's entries are evaluated).
+    fn visit<T: ReadTxn>(&mut self, txn: &T, key: &[u8], id: &[u8], decide: bool) -> Result<Visit> {
+        let known = if decide { index::decides(txn, self.filter, id)? } else { None };
         if known == Some(false) {
             return Ok(Visit::Next);
         }
@@ -791,7 +793,7 @@ impl Emit<'_> {
                         ));
                         return false;
                     }
-                    outcome = self.visit(&txn, key, id);
+                    outcome = self.visit(&txn, key, id, false);
                     if matches!(outcome, Ok(Visit::PageFull)) {
                         last = key.to_vec();
                     }

@@ -507,10 +507,13 @@ fn a_filter_past_its_tests_on_one_entry_ends_with_admin_limit_exceeded() {
 /// Whether one DN is a member of a group, the way applications ask it (a
 /// base search of the group for `member=<dn>`), is one index lookup: the
 /// equality index decides it, where evaluating reads every member. So a
-/// group far larger than `limits.max_filter_tests` answers it.
+/// group far larger than `limits.max_filter_tests` answers it. Not on sled,
+/// whose reads have no snapshot: there the check is evaluated, so the test
+/// runs it unbounded and compares only the answers.
 #[test]
 fn a_membership_check_on_a_big_group_is_an_index_lookup() {
-    let s = Server::start_with_config(2, "[limits]\nmax_filter_tests = 1000\n");
+    let lmdb = engine() == "lmdb";
+    let s = Server::start_with_config(2, if lmdb { "[limits]\nmax_filter_tests = 1000\n" } else { "" });
     let mut admin = s.admin();
     let dn = format!("cn=all,{SUFFIX}");
     let members: Vec<String> = (0..20_000).map(|i| format!("uid=m{i},{PEOPLE}")).collect();
@@ -532,5 +535,7 @@ fn a_membership_check_on_a_big_group_is_an_index_lookup() {
     let either = format!("(|(member=uid=nobody,{PEOPLE})(member=uid=m7,{PEOPLE}))");
     assert_eq!(ask(&mut user, &either), (1, 0));
     // What the index does not decide is evaluated, within the bound.
-    assert_eq!(ask(&mut user, &format!("(!(member=uid=nobody,{PEOPLE}))")).1, 11);
+    if lmdb {
+        assert_eq!(ask(&mut user, &format!("(!(member=uid=nobody,{PEOPLE}))")).1, 11);
+    }
 }

@@ -541,7 +541,9 @@ pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
 pub fn free_port() -> u16 {
     static HELD: std::sync::Mutex<Vec<(u16, std::fs::File)>> = std::sync::Mutex::new(Vec::new());
     let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = std::env::temp_dir().join("coredir-test-ports");
+    // One directory per user: another user's would refuse our lock files.
+    // SAFETY: getuid has no preconditions.
+    let dir = std::env::temp_dir().join(format!("coredir-test-ports-{}", unsafe { libc::getuid() }));
     std::fs::create_dir_all(&dir).unwrap();
     let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()

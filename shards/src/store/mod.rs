@@ -125,6 +125,12 @@ pub trait ReadTxn {
     /// Visits, in key order, the pairs whose key starts with `prefix` and is
     /// at least `from`, until `visit` returns false.
     fn scan(&self, tree: Tree, prefix: &[u8], from: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()>;
+    /// Whether all reads of the transaction see one point in time (LMDB),
+    /// so that an index key read and the entry read after it agree; sled's
+    /// reads are each as last committed.
+    fn snapshot(&self) -> bool {
+        true
+    }
 }
 
 pub trait WriteTxn: ReadTxn {
@@ -269,6 +275,9 @@ impl ReadTxn for EngineRead<'_> {
             EngineRead::Sled(t) => t.scan(tree, prefix, from, visit),
         }
     }
+    fn snapshot(&self) -> bool {
+        matches!(self, EngineRead::Lmdb(_))
+    }
 }
 
 impl ReadTxn for EngineWrite<'_> {
@@ -283,6 +292,9 @@ impl ReadTxn for EngineWrite<'_> {
             EngineWrite::Lmdb(t) => t.scan(tree, prefix, from, visit),
             EngineWrite::Sled(t) => t.scan(tree, prefix, from, visit),
         }
+    }
+    fn snapshot(&self) -> bool {
+        matches!(self, EngineWrite::Lmdb(_))
     }
 }
 
