@@ -823,6 +823,12 @@ async fn push_once(
     // that very port, and the socket connects to itself. Holding it would
     // keep the peer from binding its port when it comes back.
     if tcp.local_addr().ok().is_some_and(|ours| tcp.peer_addr().ok() == Some(ours)) {
+        // Closed with a reset, not into TIME_WAIT: a socket in TIME_WAIT on
+        // that port (bound without SO_REUSEADDR) would still keep the peer
+        // from binding it for a minute.
+        // SAFETY: the descriptor stays open while `tcp` lives, past this use.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(std::os::fd::AsRawFd::as_raw_fd(&tcp)) };
+        let _ = socket2::SockRef::from(&fd).set_linger(Some(std::time::Duration::ZERO));
         bail!("connecting: the socket connected to itself (the peer is down)");
     }
     let mut stream = secure(tcp, shared, false).await?;

@@ -1088,3 +1088,68 @@ fn a_dn_conflict_in_different_case_keeps_both_entries() {
         assert_eq!(attr(&mut c, &format!("uid=casey,{PEOPLE}"), "description"), Some(vec!["added on a".into()]));
     }
 }
+
+/// A peer on this host, down, whose port lies in the kernel's ephemeral
+/// range: the kernel may give the socket connecting to it that very port,
+/// and the socket connects to itself. Held, it kept the peer from binding
+/// its port when it came back. Made certain here in a network namespace
+/// of its own whose ephemeral range is that one port.
+#[test]
+fn a_socket_connected_to_itself_is_dropped_and_the_peer_can_come_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name).display().to_string();
+    let conf = |listen: u16, peer: u16| {
+        format!(
+            "[server]\nid = {}\n[replication]\nlisten = \"127.0.0.1:{listen}\"\npeer = \"127.0.0.1:{peer}\"\nsecret = \"s\"\n",
+            listen % 7 + 1
+        )
+    };
+    // A listens on 41001 and sends to 41000, where B will listen.
+    std::fs::write(p("a.toml"), with_engine(&conf(41001, 41000))).unwrap();
+    std::fs::write(p("b.toml"), with_engine(&conf(41000, 41001))).unwrap();
+    let bin = env!("CARGO_BIN_EXE_coredir");
+    let script = format!(
+        "ip link set lo up && echo '41000 41000' > /proc/sys/net/ipv4/ip_local_port_range || exit 99\n\
+         {bin} serve --listen 127.0.0.1:41010 --data {a} --shards 1 --config {ac} >/dev/null 2>{aerr} & A=$!\n\
+         for i in $(seq 200); do grep -q 'connected to itself' {aerr} && break; sleep 0.1; done\n\
+         grep -q 'connected to itself' {aerr} || {{ kill -9 $A; exit 3; }}\n\
+         {bin} serve --listen 127.0.0.1:41020 --data {b} --shards 1 --config {bc} >{bout} 2>{berr} & B=$!\n\
+         for i in $(seq 200); do grep -q 'listening on' {bout} && break; sleep 0.1; done\n\
+         grep -q 'listening on' {bout} && echo B-STARTED\n\
+         kill -9 $A $B\n\
+         exit 0\n",
+        a = p("a"),
+        ac = p("a.toml"),
+        aerr = p("a.err"),
+        b = p("b"),
+        bc = p("b.toml"),
+        berr = p("b.err"),
+        bout = p("b.out"),
+    );
+    let mut child = std::process::Command::new("unshare")
+        .args(["-n", "sh", "-c", &script])
+        .env("COREDIR_ROOT_PASSWORD", ROOT_PW)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("unshare");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the namespace script did not finish in 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut out = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+    let read = |f: &str| std::fs::read_to_string(p(f)).unwrap_or_default();
+    if status.code() == Some(99) || (status.code() == Some(1) && read("a.err").is_empty()) {
+        eprintln!("SKIPPED: no network namespace of our own here (unshare -n needs root)");
+        return;
+    }
+    assert_eq!(status.code(), Some(0), "A never dropped a self-connected socket:\n{}", read("a.err"));
+    assert!(out.contains("B-STARTED"), "B could not bind its port:\n{}", read("b.err"));
+}
