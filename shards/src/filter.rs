@@ -382,20 +382,36 @@ impl Node {
 
     /// `eval_with` taking at most `tests` attribute and value tests on this
     /// entry (0: no bound): the work of one entry is terms × attributes ×
-    /// values, and no single entry may hold its shard for long.
+    /// values, and no single entry may hold its shard for long. Past the
+    /// bound, adminLimitExceeded.
     pub fn eval_bounded<G: Fn(&Names) -> bool>(
         &self,
         e: &EntryView<'_>,
         can_search: &G,
         tests: u64,
-    ) -> Result<Option<bool>, TooMuchWork> {
+    ) -> crate::Result<Option<bool>> {
         let before = TESTS_LEFT.replace(if tests == 0 { u64::MAX } else { tests.saturating_add(1) });
         let verdict = self.eval_with(e, can_search);
         let left = TESTS_LEFT.replace(before);
         if left == 0 {
-            return Err(TooMuchWork);
+            return Err(crate::Error::new(
+                ldap3_proto::LdapResultCode::AdminLimitExceeded,
+                format!(
+                    "the filter takes more than {tests} attribute and value tests on one entry \
+                     (limits.max_filter_tests)"
+                ),
+            ));
         }
         Ok(verdict)
+    }
+
+    /// The equality values of one equality item or an OR set of them.
+    pub fn equalities(&self) -> Option<(&Names, &[Vec<u8>])> {
+        match self {
+            Node::Equal { attr, value, .. } => Some((attr, std::slice::from_ref(value))),
+            Node::AnyOf { attr, values, .. } => Some((attr, values)),
+            _ => None,
+        }
     }
 
     /// Evaluates with `can_search` deciding each `Guarded` assertion for
@@ -592,10 +608,6 @@ pub fn set_assertion_tests(tests: u64) {
     ASSERTION_TESTS.store(tests, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// Past `limits.max_filter_tests` on one entry.
-#[derive(Debug)]
-pub struct TooMuchWork;
-
 /// Whether a normalized value is in an `AnyOf`'s sorted set.
 fn in_set(values: &[Vec<u8>], v: &[u8]) -> bool {
     values.binary_search_by(|x| x.as_slice().cmp(v)).is_ok()
@@ -694,22 +706,13 @@ fn rule_matches(rule: Rule, less: bool, have: &[u8], want: &[u8]) -> bool {
 pub fn check_assertion(assertion: Option<&LdapFilter>, entry: &EntryView<'_>) -> crate::Result<()> {
     let Some(f) = assertion else { return Ok(()) };
     let tests = ASSERTION_TESTS.load(std::sync::atomic::Ordering::Relaxed);
-    match compile(f).eval_bounded(entry, &|_| true, tests) {
-        Ok(Some(true)) => Ok(()),
-        Ok(_) => Err(crate::Error::new(
+    match compile(f).eval_bounded(entry, &|_| true, tests)? {
+        Some(true) => Ok(()),
+        _ => Err(crate::Error::new(
             ldap3_proto::LdapResultCode::AssertionFailed,
             "the assertion control's filter does not match",
         )),
-        Err(TooMuchWork) => Err(too_much_work(tests)),
     }
-}
-
-/// adminLimitExceeded: past `limits.max_filter_tests` on one entry.
-pub fn too_much_work(tests: u64) -> crate::Error {
-    crate::Error::new(
-        ldap3_proto::LdapResultCode::AdminLimitExceeded,
-        format!("the filter takes more than {tests} attribute and value tests on one entry (limits.max_filter_tests)"),
-    )
 }
 
 /// Evaluates an uncompiled filter once (the root DSE, `cn=Subschema`).

@@ -275,27 +275,24 @@ pub fn candidates<T: ReadTxn>(txn: &T, filter: &Node) -> Result<Option<Vec<Candi
         Node::Undefined => Some(Vec::new()),
         // The guard only narrows: the assertion's candidates are a superset.
         Node::Guarded(_, inner) => candidates(txn, inner)?,
-        Node::Equal { attr, rule, value } if indexed(attr, |k| k.eq) => {
-            let _ = rule;
-            let v = &value[..value.len().min(MAX_VALUE)];
-            Some(union(txn, attr, b'e', |p| {
-                p.extend_from_slice(v);
-                p.push(0);
-            })?)
-        }
-        Node::AnyOf { attr, values, .. } if indexed(attr, |k| k.eq) => {
-            let mut all = Vec::new();
-            for value in values {
-                let v = &value[..value.len().min(MAX_VALUE)];
-                all.extend(union(txn, attr, b'e', |p| {
-                    p.extend_from_slice(v);
-                    p.push(0);
-                })?);
+        Node::Equal { .. } | Node::AnyOf { .. } => match filter.equalities() {
+            Some((attr, values)) if indexed(attr, |k| k.eq) => {
+                let mut all = Vec::new();
+                for value in values {
+                    let v = &value[..value.len().min(MAX_VALUE)];
+                    all.extend(union(txn, attr, b'e', |p| {
+                        p.extend_from_slice(v);
+                        p.push(0);
+                    })?);
+                }
+                if values.len() > 1 {
+                    all.sort_unstable();
+                    all.dedup();
+                }
+                Some(all)
             }
-            all.sort_unstable();
-            all.dedup();
-            Some(all)
-        }
+            _ => None,
+        },
         Node::Present(attr) if indexed(attr, |k| k.pres) => Some(union(txn, attr, b'p', |p| p.push(0))?),
         // The `sub` index holds pieces under the type's own rule; an
         // extensible match with another rule is evaluated, not looked up.
@@ -361,11 +358,7 @@ pub fn candidates<T: ReadTxn>(txn: &T, filter: &Node) -> Result<Option<Vec<Candi
 /// evaluation costs a binary search per stored value).
 pub fn decides<T: ReadTxn>(txn: &T, filter: &Node, id: &[u8]) -> Result<Option<bool>> {
     const DECIDED_SET: usize = 16;
-    let (attr, values) = match filter {
-        Node::Equal { attr, value, .. } => (attr, std::slice::from_ref(value)),
-        Node::AnyOf { attr, values, .. } if values.len() <= DECIDED_SET => (attr, values.as_slice()),
-        _ => return Ok(None),
-    };
+    let Some((attr, values)) = filter.equalities().filter(|(_, v)| v.len() <= DECIDED_SET) else { return Ok(None) };
     let Some(key) = attr.sole_key().filter(|k| config().kinds(k).is_some_and(|k| k.eq)) else { return Ok(None) };
     if !txn.snapshot() || values.iter().any(|v| v.len() >= MAX_VALUE) {
         return Ok(None);

@@ -585,10 +585,7 @@ pub fn visible_match(
     if !plan.entry_readable(target) {
         return Ok(false);
     }
-    match filter.eval_bounded(view, &|names| plan.can_search(target, names), tests) {
-        Ok(verdict) => Ok(verdict == Some(true)),
-        Err(filter::TooMuchWork) => Err(filter::too_much_work(tests)),
-    }
+    Ok(filter.eval_bounded(view, &|names| plan.can_search(target, names), tests)? == Some(true))
 }
 
 /// The state of one search's output: the filter, the selection, the limits
@@ -906,10 +903,8 @@ fn write_computed(
         return Ok(false);
     }
     let view = EntryView::new(&bytes).expect("encoded just now");
-    match filter.eval_bounded(&view, &|_| true, tests) {
-        Ok(Some(true)) => {}
-        Ok(_) => return Ok(false),
-        Err(filter::TooMuchWork) => return Err(filter::too_much_work(tests)),
+    if filter.eval_bounded(&view, &|_| true, tests)? != Some(true) {
+        return Ok(false);
     }
     let attrs: Vec<_> =
         view.attrs().filter(|a| sel.wants(a.name)).map(|a| OutAttr { name: a.name, vals: a.vals() }).collect();

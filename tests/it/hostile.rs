@@ -426,27 +426,15 @@ fn an_or_of_thousands_of_items_against_thousands_of_values_costs_linear_time() {
     let s = Server::start(1);
     let mut admin = s.admin();
     admin.with_timeout(Duration::from_secs(60));
-    let dn = format!("cn=big,{SUFFIX}");
-    let members: Vec<String> = (0..50_000).map(|i| format!("uid=m{i},{PEOPLE}")).collect();
-    let group = vec![
-        ("objectClass", ["groupOfNames"].into()),
-        ("cn", ["big"].into()),
-        ("member", members.iter().map(String::as_str).collect()),
-    ];
-    assert_eq!(admin.add(&dn, group).unwrap().rc, 0);
+    let dn = big_group(&mut admin, "big", 50_000);
     // Another spelling of the same DNs: the assertion values are normalized.
     let or = |from: usize| {
         let items: String = (from..from + 9_000).map(|i| format!("(member=UID=m{i}, ou=People,{SUFFIX})")).collect();
         format!("(|(cn=nobody){items})")
     };
-    let found = |c: &mut ldap3::LdapConn, filter: &str| {
-        let (entries, res) = c.search(&dn, ldap3::Scope::Base, filter, vec!["1.1"]).unwrap().success().unwrap();
-        assert_eq!(res.rc, 0);
-        entries.len()
-    };
-    assert_eq!(found(&mut admin, &or(49_000)), 1, "m49000..m49999 are members");
-    assert_eq!(found(&mut admin, &or(100_000)), 0);
-    assert_eq!(found(&mut admin, &format!("(!{})", or(100_000))), 1);
+    assert_eq!(base_search(&mut admin, &dn, &or(49_000)), (1, 0), "m49000..m49999 are members");
+    assert_eq!(base_search(&mut admin, &dn, &or(100_000)), (0, 0));
+    assert_eq!(base_search(&mut admin, &dn, &format!("(!{})", or(100_000))), (1, 0));
 }
 
 /// Issue 17 item 2, what no set can gather: substring items against one
@@ -466,26 +454,18 @@ fn a_filter_past_its_tests_on_one_entry_ends_with_admin_limit_exceeded() {
         ("description", values.iter().map(String::as_str).collect()),
     ];
     assert_eq!(admin.add(&dn, entry).unwrap().rc, 0);
-    assert_eq!(add_user(&mut admin, "prober").rc, 0);
-    let mut user = s.conn();
-    user.simple_bind(&format!("uid=prober,{PEOPLE}"), "pw-prober").unwrap().success().unwrap();
+    let mut user = user_conn(&s, &mut admin, "prober");
     // 20 items × 20,000 values: 400,000 tests.
     let wide = format!("(|{})", (0..20).map(|i| format!("(description=*nothing{i}*)")).collect::<String>());
-    let search = |c: &mut ldap3::LdapConn, filter: &str| {
-        let r = c.search(&dn, ldap3::Scope::Base, filter, vec!["1.1"]).unwrap();
-        (r.0, r.1)
-    };
-    let (entries, res) = search(&mut user, "(description=*19999*)");
-    assert_eq!((entries.len(), res.rc), (1, 0), "{res:?}");
-    let (_, res) = search(&mut user, &wide);
+    assert_eq!(base_search(&mut user, &dn, "(description=*19999*)"), (1, 0));
+    let res = user.search(&dn, ldap3::Scope::Base, &wide, vec!["1.1"]).unwrap().1;
     assert_eq!(res.rc, 11, "{res:?}");
     assert!(res.text.contains("max_filter_tests"), "{res:?}");
     let assertion =
         ldap3::controls::RawControl { ctype: "1.3.6.1.1.12".into(), crit: true, val: Some(filter_ber(&wide)) };
     let res = user.with_controls(assertion).compare(&dn, "cn", "wide").unwrap();
     assert_eq!(res.0.rc, 11, "{res:?}");
-    let (entries, res) = search(&mut admin, &format!("(!{wide})"));
-    assert_eq!((entries.len(), res.rc), (1, 0), "the root DN is not bounded: {res:?}");
+    assert_eq!(base_search(&mut admin, &dn, &format!("(!{wide})")), (1, 0), "the root DN is not bounded");
     // Inside a write, the owner checks the assertion again, in the batch
     // that holds every write of its shard: bounded whoever asks.
     let assertion = ldap3::controls::RawControl {
@@ -515,21 +495,9 @@ fn a_membership_check_on_a_big_group_is_an_index_lookup() {
     let lmdb = engine() == "lmdb";
     let s = Server::start_with_config(2, if lmdb { "[limits]\nmax_filter_tests = 1000\n" } else { "" });
     let mut admin = s.admin();
-    let dn = format!("cn=all,{SUFFIX}");
-    let members: Vec<String> = (0..20_000).map(|i| format!("uid=m{i},{PEOPLE}")).collect();
-    let group = vec![
-        ("objectClass", ["groupOfNames"].into()),
-        ("cn", ["all"].into()),
-        ("member", members.iter().map(String::as_str).collect()),
-    ];
-    assert_eq!(admin.add(&dn, group).unwrap().rc, 0);
-    assert_eq!(add_user(&mut admin, "asker").rc, 0);
-    let mut user = s.conn();
-    user.simple_bind(&format!("uid=asker,{PEOPLE}"), "pw-asker").unwrap().success().unwrap();
-    let ask = |c: &mut ldap3::LdapConn, filter: &str| {
-        let r = c.search(&dn, ldap3::Scope::Base, filter, vec!["1.1"]).unwrap();
-        (r.0.len(), r.1.rc)
-    };
+    let dn = big_group(&mut admin, "all", 20_000);
+    let mut user = user_conn(&s, &mut admin, "asker");
+    let ask = |c: &mut ldap3::LdapConn, filter: &str| base_search(c, &dn, filter);
     assert_eq!(ask(&mut user, &format!("(member=UID=m19999, ou=People,{SUFFIX})")), (1, 0));
     assert_eq!(ask(&mut user, &format!("(member=uid=m20000,{PEOPLE})")), (0, 0));
     let either = format!("(|(member=uid=nobody,{PEOPLE})(member=uid=m7,{PEOPLE}))");
@@ -538,4 +506,31 @@ fn a_membership_check_on_a_big_group_is_an_index_lookup() {
     if lmdb {
         assert_eq!(ask(&mut user, &format!("(!(member=uid=nobody,{PEOPLE}))")).1, 11);
     }
+}
+
+/// A groupOfNames `cn=<cn>` of `n` members uid=m0.., under the suffix; its DN.
+fn big_group(admin: &mut ldap3::LdapConn, cn: &str, n: usize) -> String {
+    let dn = format!("cn={cn},{SUFFIX}");
+    let members: Vec<String> = (0..n).map(|i| format!("uid=m{i},{PEOPLE}")).collect();
+    let group = vec![
+        ("objectClass", ["groupOfNames"].into()),
+        ("cn", [cn].into()),
+        ("member", members.iter().map(String::as_str).collect()),
+    ];
+    assert_eq!(admin.add(&dn, group).unwrap().rc, 0);
+    dn
+}
+
+/// A connection bound as a new user `uid` (added by `admin`).
+fn user_conn(s: &Server, admin: &mut ldap3::LdapConn, uid: &str) -> ldap3::LdapConn {
+    assert_eq!(add_user(admin, uid).rc, 0);
+    let mut user = s.conn();
+    user.simple_bind(&format!("uid={uid},{PEOPLE}"), &format!("pw-{uid}")).unwrap().success().unwrap();
+    user
+}
+
+/// A base search of `dn`: how many entries came back, and the result code.
+fn base_search(c: &mut ldap3::LdapConn, dn: &str, filter: &str) -> (usize, u32) {
+    let r = c.search(dn, ldap3::Scope::Base, filter, vec!["1.1"]).unwrap();
+    (r.0.len(), r.1.rc)
 }
