@@ -195,6 +195,10 @@ pub struct Server {
     /// How long an idle reactor spins before parking (µs); trades idle CPU
     /// for lower cross-core latency.
     pub spin_before_park_us: u64,
+    /// Set the reactors' io_uring rings up with `COOP_TASKRUN`: completions
+    /// wait for the reactor's next system call instead of interrupting it
+    /// (see `src/uring.rs`). On by default; ignored by kernels before 5.19.
+    pub io_uring_coop_taskrun: bool,
     /// Path of a local (Unix) socket listener, slapd's `ldapi://`; it counts
     /// as a protected transport (ssf 71). None by default.
     pub ldapi: Option<PathBuf>,
@@ -336,6 +340,7 @@ impl Default for Server {
             shards: 0,
             backlog: 1024,
             spin_before_park_us: 0,
+            io_uring_coop_taskrun: true,
             ldapi: None,
             admin_socket: None,
             allow_bind_v2: false,

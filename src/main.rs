@@ -66,6 +66,9 @@
 //!    an Unbind closes a connection.
 //! 6. A write is acknowledged only once durable under `storage.sync`.
 
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod uring;
+
 use coredir::{acl, backup, config, export, import, reindex, server};
 
 use anyhow::Result;

@@ -265,6 +265,10 @@ pub fn root_password_hash(config: &Config, manifest: &Manifest) -> String {
     config.directory.root_password_hash.clone().unwrap_or(manifest.root_password_hash.clone())
 }
 
+/// Whether reactors' rings get `COOP_TASKRUN` (`server.io_uring_coop_taskrun`);
+/// read by the binary's `syscall` when glommio sets a ring up.
+pub static URING_COOP_TASKRUN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
 pub fn serve(config: Config) -> Result<()> {
     config.validate()?;
     let listening_fds: Vec<std::os::fd::RawFd>;
@@ -273,6 +277,7 @@ pub fn serve(config: Config) -> Result<()> {
     crate::accesslog::start(config.log.file.as_deref(), config.log.format == "json", config.log_level()?)?;
     let live = Live::from_config(&config)?;
     shards::filter::set_assertion_tests(config.limits.max_filter_tests);
+    URING_COOP_TASKRUN.store(config.server.io_uring_coop_taskrun, std::sync::atomic::Ordering::Relaxed);
     let cpus = match config.server.numa_node {
         Some(node) => crate::deploy::node_cpus(node, &allowed_cpus())?,
         None => allowed_cpus(),

@@ -1,0 +1,99 @@
+//! io_uring rings that do not interrupt their reactor: `COOP_TASKRUN`.
+//!
+//! Without `IORING_SETUP_COOP_TASKRUN`, every completion that arrives while
+//! the reactor runs user code kicks its CPU with an inter-processor
+//! interrupt, so that the kernel can post the completion at once. A shard
+//! never needs that: it is the only thread on its rings, and it enters the
+//! kernel (a `recv`, a `send`, an `io_uring_enter`) many times per request,
+//! which posts pending completions anyway; a parked reactor is still woken.
+//! Measured here (perf/README.md, "Stop 25"), the kicks were 0.7 per search
+//! and, on a virtual machine where each is an exit to the hypervisor, the
+//! largest item of kernel time per request.
+//!
+//! glommio 0.9 creates its rings itself and offers no setup flags, and both
+//! its bundled liburing and its Rust bindings call `io_uring_setup` through
+//! libc's `syscall()`. This binary defines `syscall` (the executable's
+//! definition takes precedence over libc's): it adds `COOP_TASKRUN` to
+//! rings set up without polling flags when `server.io_uring_coop_taskrun`
+//! is on (the default), falls back to the plain setup on a kernel that
+//! refuses the flag (before 5.19), and passes every other call through
+//! unchanged, with libc's return and `errno` convention.
+
+use std::sync::atomic::Ordering;
+
+const SYS_IO_URING_SETUP: libc::c_long = 425;
+const IORING_SETUP_IOPOLL: u32 = 1 << 0;
+const IORING_SETUP_SQPOLL: u32 = 1 << 1;
+const IORING_SETUP_COOP_TASKRUN: u32 = 1 << 8;
+/// `struct io_uring_params`: `sq_entries`, `cq_entries`, then `flags`.
+const PARAMS_FLAGS_OFFSET: usize = 8;
+
+/// libc's `syscall(number, ...)`: the x86-64 calling convention passes a
+/// variadic call's integer arguments exactly as these seven.
+///
+/// # Safety
+/// As libc's: the arguments must be valid for the system call.
+#[no_mangle]
+pub unsafe extern "C" fn syscall(
+    n: libc::c_long,
+    a: libc::c_long,
+    b: libc::c_long,
+    c: libc::c_long,
+    d: libc::c_long,
+    e: libc::c_long,
+    f: libc::c_long,
+) -> libc::c_long {
+    if n == SYS_IO_URING_SETUP && coredir::server::URING_COOP_TASKRUN.load(Ordering::Relaxed) && b != 0 {
+        let flags = (b as usize + PARAMS_FLAGS_OFFSET) as *mut u32;
+        // SAFETY: the caller passes a valid `io_uring_params`.
+        let asked = unsafe { flags.read() };
+        if asked & (IORING_SETUP_IOPOLL | IORING_SETUP_SQPOLL | IORING_SETUP_COOP_TASKRUN) == 0 {
+            unsafe { flags.write(asked | IORING_SETUP_COOP_TASKRUN) };
+            // SAFETY: as the caller's call, with one more flag.
+            let fd = unsafe { raw(n, [a, b, c, d, e, f]) };
+            if fd != -(libc::EINVAL as libc::c_long) {
+                return with_errno(fd);
+            }
+            unsafe { flags.write(asked) };
+        }
+    }
+    // SAFETY: the caller's call, unchanged.
+    with_errno(unsafe { raw(n, [a, b, c, d, e, f]) })
+}
+
+/// libc's convention: -1 with `errno` set for the kernel's -4095..-1.
+fn with_errno(ret: libc::c_long) -> libc::c_long {
+    if (-4095..0).contains(&ret) {
+        // SAFETY: the calling thread's errno.
+        unsafe { *libc::__errno_location() = -ret as libc::c_int };
+        return -1;
+    }
+    ret
+}
+
+/// The `syscall` instruction with six arguments.
+///
+/// # Safety
+/// The arguments must be valid for system call `n`.
+#[cfg(target_arch = "x86_64")]
+unsafe fn raw(n: libc::c_long, args: [libc::c_long; 6]) -> libc::c_long {
+    let ret: libc::c_long;
+    // SAFETY: the Linux x86-64 system call convention; rcx and r11 are
+    // clobbered by the instruction.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") n => ret,
+            in("rdi") args[0],
+            in("rsi") args[1],
+            in("rdx") args[2],
+            in("r10") args[3],
+            in("r8") args[4],
+            in("r9") args[5],
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
