@@ -97,3 +97,30 @@ unsafe fn raw(n: libc::c_long, args: [libc::c_long; 6]) -> libc::c_long {
     }
     ret
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ring set up through libc's `syscall` (as glommio does) gets
+    /// `COOP_TASKRUN`, a polling ring does not, and another call keeps
+    /// libc's return and errno convention.
+    #[test]
+    fn rings_set_up_through_syscall_get_coop_taskrun() {
+        let setup = |flags: u32| {
+            let mut params = [0u32; 30];
+            params[PARAMS_FLAGS_OFFSET / 4] = flags;
+            // SAFETY: a valid io_uring_params (120 bytes, zeroed).
+            let fd = unsafe { libc::syscall(SYS_IO_URING_SETUP, 4, params.as_mut_ptr()) };
+            assert!(fd >= 0, "io_uring_setup: {}", std::io::Error::last_os_error());
+            // SAFETY: the ring was just made here.
+            unsafe { libc::close(fd as libc::c_int) };
+            params[PARAMS_FLAGS_OFFSET / 4]
+        };
+        assert_eq!(setup(0), IORING_SETUP_COOP_TASKRUN);
+        assert_eq!(setup(IORING_SETUP_IOPOLL), IORING_SETUP_IOPOLL);
+        // SAFETY: closing an invalid descriptor is harmless.
+        assert_eq!(unsafe { libc::syscall(libc::SYS_close, -1) }, -1);
+        assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EBADF));
+    }
+}
