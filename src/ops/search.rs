@@ -149,6 +149,12 @@ impl<'a> Selection<'a> {
     pub fn wants_computed(&self, name: &str) -> bool {
         self.operational || self.names.iter().any(|n| n.is(name))
     }
+
+    /// Whether an entry's children must be counted for it (a `children`
+    /// lookup per entry is otherwise wasted).
+    fn counts_children(&self) -> bool {
+        self.wants_computed("hasSubordinates") || self.wants_computed("numSubordinates")
+    }
 }
 
 struct Limits {
@@ -435,22 +441,32 @@ async fn walk(
         let Some(id) = txn.get(Tree::Dn2id, base_key)? else {
             return Err(with_matched(conn, &parse_dn(&req.base)?, Error::no_such_object(&req.base)));
         };
+        // The entry is read once for the access plan, the Assertion and
+        // the visit; without either, the visit may decide the filter from
+        // the index without reading it (`index::decides`).
+        let bytes = match emit.plan.is_some() || ctrls.assertion.is_some() {
+            true => Some(txn.get(Tree::Id2entry, id)?),
+            false => None,
+        };
+        let view = bytes.map(|b| EntryView::new(b.unwrap_or_default())).transpose()?;
         // A base the requester may not know of is reported as missing,
         // with no matchedDN, as slapd reports it (the search's own plan:
         // no second rights lookup per request).
-        if let Some(plan) = emit.plan {
-            let view = EntryView::new(txn.get(Tree::Id2entry, id)?.unwrap_or_default())?;
-            if !plan.entry_disclosed(&Target { key: base_key, entry: Some(&view) }) {
+        if let (Some(plan), Some(view)) = (emit.plan, &view) {
+            if !plan.entry_disclosed(&Target { key: base_key, entry: Some(view) }) {
                 return Err(Error::no_such_object(&req.base));
             }
         }
-        if ctrls.assertion.is_some() {
-            let view = EntryView::new(txn.get(Tree::Id2entry, id)?.unwrap_or_default())?;
-            controls::check_assertion_view(conn, ctrls.assertion.as_ref(), base_key, &view)?;
+        if let (Some(_), Some(view)) = (&ctrls.assertion, &view) {
+            controls::check_assertion_view(conn, ctrls.assertion.as_ref(), base_key, view)?;
         }
         let base_wanted = matches!(req.scope, LdapSearchScope::Base | LdapSearchScope::Subtree);
         if base_wanted && matches!(position, Position::Start | Position::Offset(_)) {
-            match emit.visit(&txn, base_key, id, true)? {
+            let visit = match bytes {
+                Some(None) => Visit::Next,
+                _ => emit.visit(&txn, base_key, id, true, view.as_ref())?,
+            };
+            match visit {
                 Visit::Next => {}
                 Visit::Stop(code) => return Err(Error::new(code, "")),
                 Visit::PageFull => return Ok(Some(Position::AfterBase)),
@@ -633,11 +649,22 @@ fn context<'v>(context_csn: &'v Option<(Vec<Vec<u8>>, Vec<Vec<u8>>)>, key: &[u8]
 impl Emit<'_> {
     /// Checks one candidate entry and writes it when it matches.
     /// `decide`: the base entry, whose equality filter the index may decide
-    /// (`index::decides`; a scan's entries are evaluated).
-    fn visit<T: ReadTxn>(&mut self, txn: &T, key: &[u8], id: &[u8], decide: bool) -> Result<Visit> {
+    /// (`index::decides`; a scan's entries are evaluated); `read`: the
+    /// entry when the caller has read it already.
+    fn visit<T: ReadTxn>(
+        &mut self,
+        txn: &T,
+        key: &[u8],
+        id: &[u8],
+        decide: bool,
+        read: Option<&EntryView<'_>>,
+    ) -> Result<Visit> {
         let known = if decide { index::decides(txn, self.filter, id)? } else { None };
         if known == Some(false) {
             return Ok(Visit::Next);
+        }
+        if let Some(view) = read {
+            return self.visit_view(txn, key, view, known);
         }
         let Some(bytes) = txn.get(Tree::Id2entry, id)? else { return Ok(Visit::Next) };
         self.visit_view(txn, key, &EntryView::new(bytes)?, known)
@@ -667,7 +694,7 @@ impl Emit<'_> {
         if self.sent == self.limits.size && self.sorter.is_none() {
             return Ok(Visit::Stop(LdapResultCode::SizeLimitExceeded));
         }
-        let n_children = children(txn, key)?;
+        let n_children = if self.sel.counts_children() { children(txn, key)? } else { 0 };
         let plan = self.plan;
         let readable = |name: &str| plan.is_none_or(|p| p.allows(&target, name, Level::Read));
         let csns = context(&self.context_csn, key);
@@ -790,7 +817,7 @@ impl Emit<'_> {
                         ));
                         return false;
                     }
-                    outcome = self.visit(&txn, key, id, false);
+                    outcome = self.visit(&txn, key, id, false, None);
                     if matches!(outcome, Ok(Visit::PageFull)) {
                         last = key.to_vec();
                     }
@@ -879,7 +906,9 @@ fn computed_attrs(dn: &str, n_children: u64, sel: &Selection) -> Vec<(&'static s
         }
     };
     add("hasSubordinates", if n_children > 0 { b"TRUE" } else { b"FALSE" });
-    add("numSubordinates", n_children.to_string().as_bytes());
+    if sel.wants_computed("numSubordinates") {
+        add("numSubordinates", n_children.to_string().as_bytes());
+    }
     add("entryDN", dn.as_bytes());
     add("subschemaSubentry", subschema::DN.as_bytes());
     res
