@@ -422,6 +422,11 @@ impl<'a> EntryView<'a> {
         self.dn
     }
 
+    /// Bytes of the attributes (names and values).
+    pub fn size(&self) -> usize {
+        self.attrs.len()
+    }
+
     pub fn attrs(&self) -> Attrs<'a> {
         let left = if self.table.is_empty() { self.n_attrs } else { 0 };
         Attrs { table: self.table.iter(), buf: self.attrs, left }

@@ -406,6 +406,17 @@ impl Node {
     }
 
     /// The equality values of one equality item or an OR set of them.
+    /// Every equality item (`Equal`, `AnyOf`) in the tree, for an index
+    /// to decide (`with_decided`).
+    pub fn equality_items<'n>(&'n self, out: &mut Vec<&'n Node>) {
+        match self {
+            Node::And(ns) | Node::Or(ns) => ns.iter().for_each(|n| n.equality_items(out)),
+            Node::Not(n) | Node::Guarded(_, n) => n.equality_items(out),
+            Node::Equal { .. } | Node::AnyOf { .. } => out.push(self),
+            _ => {}
+        }
+    }
+
     pub fn equalities(&self) -> Option<(&Names, &[Vec<u8>])> {
         match self {
             Node::Equal { attr, value, .. } => Some((attr, std::slice::from_ref(value))),
@@ -453,8 +464,12 @@ impl Node {
             Node::True => Some(true),
             Node::Undefined => None,
             Node::Present(attr) => Some(e.attrs().any(|a| spend() && attr.covers(a.name))),
-            Node::Equal { attr, rule, value } => any_value(e, attr, *rule, |v| v == value.as_slice()),
-            Node::AnyOf { attr, rule, values } => any_value(e, attr, *rule, |v| in_set(values, v)),
+            Node::Equal { attr, rule, value } => {
+                decided(self).or_else(|| any_value(e, attr, *rule, |v| v == value.as_slice()))
+            }
+            Node::AnyOf { attr, rule, values } => {
+                decided(self).or_else(|| any_value(e, attr, *rule, |v| in_set(values, v)))
+            }
             Node::Substrings { attr, rule, initial, any, last } => {
                 any_value(e, attr, *rule, |v| substrings(v, initial.as_deref(), any, last.as_deref()))
             }
@@ -581,10 +596,35 @@ thread_local! {
     static TESTS_LEFT: std::cell::Cell<u64> = const { std::cell::Cell::new(u64::MAX) };
 }
 
+thread_local! {
+    /// Equality items an index has answered for the entry being evaluated,
+    /// by the item's address (`with_decided`); empty otherwise.
+    static DECIDED: std::cell::RefCell<Vec<(usize, bool)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` (an evaluation) with `items` (an item's address, its verdict)
+/// answering those equality items instead of a pass over the entry's
+/// values: a group of a million members is one index lookup per item, not
+/// a million tests against `limits.max_filter_tests`.
+pub fn with_decided<R>(items: Vec<(usize, bool)>, f: impl FnOnce() -> R) -> R {
+    if items.is_empty() {
+        return f();
+    }
+    let before = DECIDED.replace(items);
+    let out = f();
+    DECIDED.set(before);
+    out
+}
+
+fn decided(item: &Node) -> Option<bool> {
+    DECIDED.with_borrow(|d| d.iter().find(|(at, _)| *at == item as *const Node as usize).map(|(_, b)| *b))
+}
+
 /// One attribute or value test: false once the entry's budget is spent,
 /// and every test after that fails at once, so the evaluation ends fast.
 /// The budget starts one above the bound: 0 left means a test was refused
 /// (not merely that the last allowed one was taken).
+
 fn spend() -> bool {
     TESTS_LEFT.with(|left| match left.get() {
         0 => false,

@@ -377,6 +377,29 @@ pub fn decides<T: ReadTxn>(txn: &T, filter: &Node, id: &[u8]) -> Result<Option<b
     Ok(Some(false))
 }
 
+/// Entries bigger than this (bytes of attributes) have their filter's
+/// equality items answered by the index (`decided_items`).
+const DECIDE_ABOVE: usize = 64 << 10;
+
+/// Every equality item of `filter` the index decides for entry `id` (as
+/// `decides` does for a whole filter), for `filter::with_decided`; only
+/// for an entry bigger than `DECIDE_ABOVE` (`size`), where a lookup per
+/// item is cheaper than a test per value: a group of a million members.
+pub fn decided_items<T: ReadTxn>(txn: &T, filter: &Node, id: &[u8], size: usize) -> Result<Vec<(usize, bool)>> {
+    if size <= DECIDE_ABOVE {
+        return Ok(Vec::new());
+    }
+    let mut items = Vec::new();
+    filter.equality_items(&mut items);
+    let mut out = Vec::new();
+    for item in items {
+        if let Some(b) = decides(txn, item, id)? {
+            out.push((item as *const Node as usize, b));
+        }
+    }
+    Ok(out)
+}
+
 /// The most selective piece of a substring assertion, as a `sub` key
 /// prefix, and whether it is the `initial` piece (which starts at 0).
 fn best_piece(initial: Option<&[u8]>, any: &[Vec<u8>], last: Option<&[u8]>) -> (Vec<u8>, bool) {

@@ -664,10 +664,10 @@ impl Emit<'_> {
             return Ok(Visit::Next);
         }
         if let Some(view) = read {
-            return self.visit_view(txn, key, view, known);
+            return self.visit_view(txn, key, id, view, known);
         }
         let Some(bytes) = txn.get(Tree::Id2entry, id)? else { return Ok(Visit::Next) };
-        self.visit_view(txn, key, &EntryView::new(bytes)?, known)
+        self.visit_view(txn, key, id, &EntryView::new(bytes)?, known)
     }
 
     /// Checks one entry already read and writes it when it matches;
@@ -676,6 +676,7 @@ impl Emit<'_> {
         &mut self,
         txn: &T,
         key: &[u8],
+        id: &[u8],
         view: &EntryView<'_>,
         matched: Option<bool>,
     ) -> Result<Visit> {
@@ -685,7 +686,13 @@ impl Emit<'_> {
         let target = Target { key, entry: Some(view) };
         let visible = match matched {
             Some(m) => m && self.plan.is_none_or(|p| p.entry_readable(&target)),
-            None => visible_match(self.plan, self.filter, &target, view, self.limits.tests)?,
+            None => {
+                // A big entry's equality items are index lookups (a group
+                // of a million members checked for one).
+                let decided = index::decided_items(txn, self.filter, id, view.size())?;
+                let (plan, filter, tests) = (self.plan, self.filter, self.limits.tests);
+                filter::with_decided(decided, || visible_match(plan, filter, &target, view, tests))?
+            }
         };
         if !visible {
             return Ok(Visit::Next);
@@ -764,7 +771,7 @@ impl Emit<'_> {
                 if !scope.contains(&key) {
                     continue;
                 }
-                match self.visit_view(&txn, &key, &view, None)? {
+                match self.visit_view(&txn, &key, id, &view, None)? {
                     Visit::Next => {}
                     Visit::Stop(code) => return Ok(Some(Stop::Code(code))),
                     Visit::PageFull => return Ok(Some(Stop::PageAtId(*id))),

@@ -470,7 +470,8 @@ async fn refresh(
                     next.saw(csn);
                 }
                 let changed = given.is_none_or(|g| g.changed_since(csn, exact));
-                let state = match (s.matches(key, &view)?, changed, phase) {
+                let decided = shards::index::decided_items(txn, &s.filter, id, view.size())?;
+                let state = match (shards::filter::with_decided(decided, || s.matches(key, &view))?, changed, phase) {
                     (true, true, _) => SyncStateValue::Add,
                     (true, false, Phase::Present) => SyncStateValue::Present,
                     // Changed so that the filter no longer takes it.

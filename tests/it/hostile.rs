@@ -502,10 +502,41 @@ fn a_membership_check_on_a_big_group_is_an_index_lookup() {
     assert_eq!(ask(&mut user, &format!("(member=uid=m20000,{PEOPLE})")), (0, 0));
     let either = format!("(|(member=uid=nobody,{PEOPLE})(member=uid=m7,{PEOPLE}))");
     assert_eq!(ask(&mut user, &either), (1, 0));
+    assert_eq!(ask(&mut user, &format!("(!(member=uid=nobody,{PEOPLE}))")), (1, 0));
     // What the index does not decide is evaluated, within the bound.
     if lmdb {
-        assert_eq!(ask(&mut user, &format!("(!(member=uid=nobody,{PEOPLE}))")).1, 11);
+        assert_eq!(ask(&mut user, &format!("(member:distinguishedNameMatch:=uid=nobody,{PEOPLE})")).1, 11);
     }
+}
+
+/// The same for a subtree search, and for an equality item inside an AND
+/// (the form clients send: objectClass and member): every equality item
+/// the index holds is a lookup on a big entry, not a pass over its values.
+#[test]
+fn a_membership_search_below_a_big_group_is_an_index_lookup() {
+    let lmdb = engine() == "lmdb";
+    let limit = if lmdb { "[limits]\nmax_filter_tests = 1000\n" } else { "" };
+    let s = Server::start_with_config(2, &format!("{limit}[syncrepl]\nprovider = true\n"));
+    let mut admin = s.admin();
+    big_group(&mut admin, "all", 20_000);
+    big_group(&mut admin, "odd", 5);
+    let mut user = user_conn(&s, &mut admin, "asker");
+    let ask = |c: &mut ldap3::LdapConn, filter: &str| counted_search(c, SUFFIX, ldap3::Scope::Subtree, filter);
+    let member = format!("(member=uid=m19999,{PEOPLE})");
+    assert_eq!(ask(&mut user, &member), (1, 0));
+    assert_eq!(ask(&mut user, &format!("(&(objectClass=groupOfNames){member})")), (1, 0));
+    assert_eq!(ask(&mut user, &format!("(&(objectClass=groupOfNames)(member=uid=m3,{PEOPLE}))")), (2, 0));
+    assert_eq!(ask(&mut user, &format!("(&(cn=all)(!{member}))")), (0, 0));
+    // A sync refresh evaluates its entries the same way.
+    ldap_utils();
+    let asker = format!("uid=asker,{PEOPLE}");
+    let filter = format!("(&(objectClass=groupOfNames){member})");
+    let (code, out, err) = tool(
+        "ldapsearch",
+        &["-x", "-H", &s.url(), "-D", &asker, "-w", "pw-asker", "-E", "!sync=ro", "-b", SUFFIX, &filter, "1.1"],
+        None,
+    );
+    assert_eq!((code, out.matches("\ndn: ").count()), (0, 1), "{out}{err}");
 }
 
 /// A groupOfNames `cn=<cn>` of `n` members uid=m0.., under the suffix; its DN.
@@ -531,6 +562,11 @@ fn user_conn(s: &Server, admin: &mut ldap3::LdapConn, uid: &str) -> ldap3::LdapC
 
 /// A base search of `dn`: how many entries came back, and the result code.
 fn base_search(c: &mut ldap3::LdapConn, dn: &str, filter: &str) -> (usize, u32) {
-    let r = c.search(dn, ldap3::Scope::Base, filter, vec!["1.1"]).unwrap();
+    counted_search(c, dn, ldap3::Scope::Base, filter)
+}
+
+/// A search: how many entries came back, and the result code.
+fn counted_search(c: &mut ldap3::LdapConn, base: &str, scope: ldap3::Scope, filter: &str) -> (usize, u32) {
+    let r = c.search(base, scope, filter, vec!["1.1"]).unwrap();
     (r.0.len(), r.1.rc)
 }
