@@ -310,7 +310,7 @@ pub fn encode(out: &mut BytesMut, msg: LdapMsg) {
 /// A plain LDAP connection. The read loop and the writer own one descriptor
 /// each (a `dup`), so neither half needs a lock; StartTLS turns it into a
 /// TLS connection in place.
-pub async fn serve_tcp(stream: TcpStream, ctx: Rc<Ctx>) {
+pub async fn serve_tcp(stream: TcpStream, peer: Option<std::net::SocketAddr>, ctx: Rc<Ctx>) {
     let _ = stream.set_nodelay(true);
     let fd = stream.as_raw_fd();
     // SAFETY: dup returns a new descriptor for the same socket, owned by the writer.
@@ -320,7 +320,7 @@ pub async fn serve_tcp(stream: TcpStream, ctx: Rc<Ctx>) {
         return;
     }
     let writer = unsafe { TcpStream::from_raw_fd(write_fd) };
-    let (conn, frames) = Conn::new(ctx, 0, peer_of(&stream), fd);
+    let (conn, frames) = Conn::new(ctx, 0, peer_name(peer), fd);
     let writer_task = spawn_writer(writer, frames, fd, &conn);
     let mut stream = stream;
     let end = read_loop(&mut stream, &conn).await;
@@ -333,10 +333,10 @@ pub async fn serve_tcp(stream: TcpStream, ctx: Rc<Ctx>) {
 }
 
 /// An `ldaps://` connection: TLS from the first byte.
-pub async fn serve_tls(stream: TcpStream, ctx: Rc<Ctx>) {
+pub async fn serve_tls(stream: TcpStream, peer: Option<std::net::SocketAddr>, ctx: Rc<Ctx>) {
     let _ = stream.set_nodelay(true);
     let fd = stream.as_raw_fd();
-    let (conn, frames) = Conn::new(ctx, 0, peer_of(&stream), fd);
+    let (conn, frames) = Conn::new(ctx, 0, peer_name(peer), fd);
     let Some(tls) = handshake(&conn, stream).await else { return };
     serve_split(tls, conn, frames, fd).await;
 }
@@ -367,8 +367,8 @@ pub async fn serve_bytes(data: Vec<u8>, ctx: Rc<Ctx>) {
 }
 
 /// `IP=a.b.c.d:port`, as slapd's ACCEPT line names a peer.
-fn peer_of(stream: &TcpStream) -> String {
-    stream.peer_addr().map(|a| format!("IP={a}")).unwrap_or_else(|_| "IP=unknown".into())
+fn peer_name(peer: Option<std::net::SocketAddr>) -> String {
+    peer.map(|a| format!("IP={a}")).unwrap_or_else(|| "IP=unknown".into())
 }
 
 /// slapd's security strength for the local socket.

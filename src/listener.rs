@@ -146,16 +146,17 @@ pub async fn run(fd: OwnedFd, ctx: Rc<Ctx>, kind: Kind) {
     loop {
         match listener.accept().await {
             Ok(stream) => {
-                let ip = stream.peer_addr().ok().map(|a| a.ip());
+                // One getpeername per connection: admission and the log share it.
+                let peer = stream.peer_addr().ok();
                 let ctx = ctx.clone();
                 glommio::spawn_local(async move {
-                    let _admitted = match ctx.admission.admit(ip) {
+                    let _admitted = match ctx.admission.admit(peer.map(|a| a.ip())) {
                         Ok(a) => a,
                         Err(why) => return refuse(stream, &why).await,
                     };
                     match kind {
-                        Kind::Ldap => conn::serve_tcp(stream, ctx).await,
-                        Kind::Ldaps => conn::serve_tls(stream, ctx).await,
+                        Kind::Ldap => conn::serve_tcp(stream, peer, ctx).await,
+                        Kind::Ldaps => conn::serve_tls(stream, peer, ctx).await,
                     }
                 })
                 .detach();
