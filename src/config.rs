@@ -197,7 +197,9 @@ pub struct Server {
     pub spin_before_park_us: u64,
     /// Set the reactors' io_uring rings up with `COOP_TASKRUN`: completions
     /// wait for the reactor's next system call instead of interrupting it
-    /// (see `src/uring.rs`). On by default; ignored by kernels before 5.19.
+    /// (see `src/uring.rs`). On by default; ignored by kernels before 5.19
+    /// and when `spin_before_park_us` is set (a spinning reactor makes no
+    /// system call that would post them).
     pub io_uring_coop_taskrun: bool,
     /// Path of a local (Unix) socket listener, slapd's `ldapi://`; it counts
     /// as a protected transport (ssf 71). None by default.

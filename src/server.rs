@@ -277,7 +277,13 @@ pub fn serve(config: Config) -> Result<()> {
     crate::accesslog::start(config.log.file.as_deref(), config.log.format == "json", config.log_level()?)?;
     let live = Live::from_config(&config)?;
     shards::filter::set_assertion_tests(config.limits.max_filter_tests);
-    URING_COOP_TASKRUN.store(config.server.io_uring_coop_taskrun, std::sync::atomic::Ordering::Relaxed);
+    // A spinning reactor only peeks at its rings, without a system call, so
+    // with COOP_TASKRUN it would see no completion until it parks.
+    let coop = config.server.io_uring_coop_taskrun && config.server.spin_before_park_us == 0;
+    if config.server.io_uring_coop_taskrun && !coop {
+        eprintln!("coredir: server.spin_before_park_us is set, so the rings are set up without COOP_TASKRUN");
+    }
+    URING_COOP_TASKRUN.store(coop, std::sync::atomic::Ordering::Relaxed);
     let cpus = match config.server.numa_node {
         Some(node) => crate::deploy::node_cpus(node, &allowed_cpus())?,
         None => allowed_cpus(),

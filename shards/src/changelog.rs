@@ -227,10 +227,19 @@ pub fn deltas(before: &Entry, after: &Entry) -> Vec<Delta> {
     let find = |e: &'_ Entry, name: &str| e.attrs.iter().position(|a| a.name.eq_ignore_ascii_case(name));
     for a in after.attrs.iter().filter(|a| replicated(&a.name)) {
         let old = find(before, &a.name).map(|i| &before.attrs[i].vals[..]).unwrap_or(&[]);
+        // An attribute the modify left alone (a group's members when its
+        // description changed): one comparison, no normalization.
+        if old == &a.vals[..] {
+            continue;
+        }
+        // Each value normalized once: linear in the values, not quadratic
+        // (a group of 5,000 members took 37 s per modify).
         let norm = matching::normalizer(&a.name);
-        let has = |set: &[Vec<u8>], v: &[u8]| set.iter().any(|o| norm(o) == norm(v));
-        let added: Vec<Vec<u8>> = a.vals.iter().filter(|v| !has(old, v)).cloned().collect();
-        let removed: Vec<Vec<u8>> = old.iter().filter(|v| !has(&a.vals, v)).cloned().collect();
+        let normalized =
+            |set: &[Vec<u8>]| set.iter().map(|v| norm(v).into_owned()).collect::<std::collections::HashSet<Vec<u8>>>();
+        let (old_set, new_set) = (normalized(old), normalized(&a.vals));
+        let added: Vec<Vec<u8>> = a.vals.iter().filter(|v| !old_set.contains(norm(v).as_ref())).cloned().collect();
+        let removed: Vec<Vec<u8>> = old.iter().filter(|v| !new_set.contains(norm(v).as_ref())).cloned().collect();
         if !removed.is_empty() && removed.len() == old.len() {
             // Nothing of the old values is left: a clear says it in one stamp.
             out.push(Delta::Clear { attr: a.name.clone() });

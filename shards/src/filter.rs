@@ -407,12 +407,14 @@ impl Node {
 
     /// The equality values of one equality item or an OR set of them.
     /// Every equality item (`Equal`, `AnyOf`) in the tree, for an index
-    /// to decide (`with_decided`).
-    pub fn equality_items<'n>(&'n self, out: &mut Vec<&'n Node>) {
+    /// to decide (`with_decided`), with whether it stands under an odd
+    /// number of NOTs (where a false verdict may not stand for Undefined).
+    pub fn equality_items<'n>(&'n self, negated: bool, out: &mut Vec<(&'n Node, bool)>) {
         match self {
-            Node::And(ns) | Node::Or(ns) => ns.iter().for_each(|n| n.equality_items(out)),
-            Node::Not(n) | Node::Guarded(_, n) => n.equality_items(out),
-            Node::Equal { .. } | Node::AnyOf { .. } => out.push(self),
+            Node::And(ns) | Node::Or(ns) => ns.iter().for_each(|n| n.equality_items(negated, out)),
+            Node::Not(n) => n.equality_items(!negated, out),
+            Node::Guarded(_, n) => n.equality_items(negated, out),
+            Node::Equal { .. } | Node::AnyOf { .. } => out.push((self, negated)),
             _ => {}
         }
     }
@@ -610,10 +612,15 @@ pub fn with_decided<R>(items: Vec<(usize, bool)>, f: impl FnOnce() -> R) -> R {
     if items.is_empty() {
         return f();
     }
-    let before = DECIDED.replace(items);
-    let out = f();
-    DECIDED.set(before);
-    out
+    /// Puts the earlier verdicts back however `f` ends.
+    struct Restore(Vec<(usize, bool)>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            DECIDED.set(std::mem::take(&mut self.0));
+        }
+    }
+    let _restore = Restore(DECIDED.replace(items));
+    f()
 }
 
 fn decided(item: &Node) -> Option<bool> {

@@ -380,6 +380,8 @@ pub fn decides<T: ReadTxn>(txn: &T, filter: &Node, id: &[u8]) -> Result<Option<b
 /// Entries bigger than this (bytes of attributes) have their filter's
 /// equality items answered by the index (`decided_items`).
 const DECIDE_ABOVE: usize = 64 << 10;
+/// Most equality items decided per entry (each up to 16 lookups).
+const DECIDED_ITEMS: usize = 64;
 
 /// Every equality item of `filter` the index decides for entry `id` (as
 /// `decides` does for a whole filter), for `filter::with_decided`; only
@@ -390,11 +392,21 @@ pub fn decided_items<T: ReadTxn>(txn: &T, filter: &Node, id: &[u8], size: usize)
         return Ok(Vec::new());
     }
     let mut items = Vec::new();
-    filter.equality_items(&mut items);
+    filter.equality_items(false, &mut items);
+    // Bounded work: past this many items the filter is evaluated as it is
+    // (within `limits.max_filter_tests`), not looked up item by item.
+    if items.len() > DECIDED_ITEMS {
+        return Ok(Vec::new());
+    }
     let mut out = Vec::new();
-    for item in items {
-        if let Some(b) = decides(txn, item, id)? {
-            out.push((item as *const Node as usize, b));
+    for (item, negated) in items {
+        match decides(txn, item, id)? {
+            // The index holds only values that have a normal form: where the
+            // entry has others, "not found" is Undefined, not false, which
+            // differs under a NOT.
+            Some(false) if negated => {}
+            Some(b) => out.push((item as *const Node as usize, b)),
+            None => {}
         }
     }
     Ok(out)

@@ -592,7 +592,7 @@ fn departed(s: &Session<'_>, given: &Cookie) -> Result<Vec<(uuid::Uuid, Csn)>> {
             if home.is_ok_and(|h| h == p) || !given.changed_since(Some(*at), exact) {
                 continue;
             }
-            if let Located::Found(key, _) = locate(shard, &uuid, dn.clone())? {
+            if let Located::Found(key, ..) = locate(shard, &uuid, dn.clone(), None)? {
                 if !s.in_scope(&key) {
                     out.push((uuid::Uuid::from_bytes(uuid), *at));
                 }
@@ -806,8 +806,9 @@ enum Announce {
 }
 
 enum Located {
-    /// Its DN key and the entry.
-    Found(Vec<u8>, Entry),
+    /// Its DN key, the entry, and the filter's equality items the index
+    /// decided for it in the same snapshot (`index::decided_items`).
+    Found(Vec<u8>, Entry, Vec<(usize, bool)>),
     Gone,
     /// Its state is on its way to the partition of its new DN.
     Pending,
@@ -816,15 +817,20 @@ enum Located {
 /// Finds an entry by entryUUID from a DN it had: where the state kept
 /// there says it went, partition after partition (each rename leaves the
 /// state behind with the DN it moved to).
-fn locate(shard: &shards::Shard, uuid: &[u8; 16], mut shown: String) -> Result<Located> {
+fn locate(shard: &shards::Shard, uuid: &[u8; 16], mut shown: String, filter: Option<&filter::Node>) -> Result<Located> {
     for _hop in 0..16 {
         let key = Dn::parse(&shown)?.key();
         let txn = shard.store_for(&key).read()?;
         if let Some(id) = txn.get(Tree::Dn2id, &key)? {
             if let Some(bytes) = txn.get(Tree::Id2entry, id)? {
-                let entry = Entry::decode_view(&EntryView::new(bytes)?)?;
+                let view = EntryView::new(bytes)?;
+                let entry = Entry::decode_view(&view)?;
                 if changelog::uuid_of(&entry).ok() == Some(*uuid) {
-                    return Ok(Located::Found(key, entry));
+                    let decided = match filter {
+                        Some(f) => shards::index::decided_items(&txn, f, id, view.size())?,
+                        None => Vec::new(),
+                    };
+                    return Ok(Located::Found(key, entry, decided));
                 }
             }
         }
@@ -863,8 +869,8 @@ fn announce<T: ReadTxn>(
         }
     };
     let Some(shown) = state.shown_dn(&rec.uuid) else { return Ok(Announce::Nothing) };
-    let (key, entry) = match locate(shard, &rec.uuid, shown)? {
-        Located::Found(key, entry) => (key, entry),
+    let (key, entry, decided) = match locate(shard, &rec.uuid, shown, Some(&s.filter))? {
+        Located::Found(key, entry, decided) => (key, entry, decided),
         // Deleted since: the delete's own record says so.
         Located::Gone => return Ok(Announce::Nothing),
         Located::Pending => return Ok(Announce::Later),
@@ -883,7 +889,7 @@ fn announce<T: ReadTxn>(
     if key != after && entry_csn(&view).is_some_and(|now| now > rec.csn) {
         return Ok(Announce::Nothing);
     }
-    if s.in_scope(&key) && s.matches(&key, &view)? {
+    if s.in_scope(&key) && shards::filter::with_decided(decided, || s.matches(&key, &view))? {
         let state = if matches!(rec.change, Change::Add { .. }) { SyncStateValue::Add } else { SyncStateValue::Modify };
         s.entry(out, &key, &view, state)?;
         return Ok(Announce::Sent);

@@ -653,3 +653,49 @@ fn persist_and_refresh_say_nothing_of_hidden_entries() {
     assert!(deleted.contains(&marker), "no delete phase: {deleted:?}");
     assert!(!deleted.iter().any(|u| uuids.contains(u)), "a hidden entry was listed as deleted: {deleted:?}");
 }
+
+/// A persistent sync search whose filter names a member of a group past
+/// `limits.max_filter_tests` hears of the group's change (the index decides
+/// the member item, as in the refresh) instead of ending with 11.
+#[test]
+fn a_persistent_search_on_a_big_group_member_hears_the_groups_change() {
+    use ldap3_proto::proto::{LdapFilter, LdapOp, SyncRequestMode};
+    if engine() != "lmdb" {
+        return; // sled has no snapshot for the index to decide in
+    }
+    let s = Server::start_with_config(1, "[syncrepl]\nprovider = true\n[limits]\nmax_filter_tests = 1000\n");
+    let mut admin = s.admin();
+    let group = format!("cn=all,{SUFFIX}");
+    let members: Vec<String> = (0..5_000).map(|i| format!("uid=m{i},{PEOPLE}")).collect();
+    let attrs = vec![
+        ("objectClass", ["groupOfNames"].into()),
+        ("cn", ["all"].into()),
+        ("member", members.iter().map(String::as_str).collect()),
+    ];
+    assert_eq!(admin.add(&group, attrs).unwrap().rc, 0);
+    let mut msg = sync_search(1, SyncRequestMode::RefreshAndPersist, None);
+    if let LdapOp::SearchRequest(req) = &mut msg.op {
+        req.filter = LdapFilter::And(vec![
+            LdapFilter::Equality("objectClass".into(), "groupOfNames".into()),
+            LdapFilter::Equality("member".into(), format!("uid=m4999,{PEOPLE}")),
+        ]);
+        req.attrs = vec!["1.1".into()];
+    }
+    let mut r = Raw::connect(&s);
+    r.send(vec![msg]);
+    let mut refreshed = 0;
+    loop {
+        match r.recv_lenient().expect("closed during the refresh").op {
+            LdapOp::SearchResultEntry(_) => refreshed += 1,
+            LdapOp::IntermediateResponse(_) => break,
+            other => panic!("the refresh ended: {other:?}"),
+        }
+    }
+    assert_eq!(refreshed, 1);
+    let change = ldap3::Mod::Replace("description", ["changed"].into());
+    assert_eq!(admin.modify(&group, vec![change]).unwrap().rc, 0);
+    match r.recv_lenient().expect("closed instead of announcing").op {
+        LdapOp::SearchResultEntry(e) => assert_eq!(e.dn.to_lowercase(), group),
+        other => panic!("not announced: {other:?}"),
+    }
+}
