@@ -28,6 +28,8 @@
 //! - `stats`, `accesslog`: metrics handles per shard, the stats access log.
 //! - `deploy`: NUMA topology, `--numa-node`, `deploy plan`.
 //! - `tls`: rustls configuration and certificate reload.
+//! - `uring` (this binary only): its `syscall()` gives glommio's io_uring
+//!   rings `COOP_TASKRUN` (`server.io_uring_coop_taskrun`).
 //! - `acl`: access rules (slapd's `access to ... by ...`), compiled at
 //!   start; `ops::access` applies them per operation.
 //! - `server`: data directory, manifest, stores, reactors, `Ctx`.

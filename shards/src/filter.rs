@@ -405,7 +405,6 @@ impl Node {
         Ok(verdict)
     }
 
-    /// The equality values of one equality item or an OR set of them.
     /// Every equality item (`Equal`, `AnyOf`) in the tree, for an index
     /// to decide (`with_decided`), with whether it stands under an odd
     /// number of NOTs (where a false verdict may not stand for Undefined).
@@ -419,6 +418,7 @@ impl Node {
         }
     }
 
+    /// The equality values of one equality item or an OR set of them.
     pub fn equalities(&self) -> Option<(&Names, &[Vec<u8>])> {
         match self {
             Node::Equal { attr, value, .. } => Some((attr, std::slice::from_ref(value))),
@@ -631,7 +631,6 @@ fn decided(item: &Node) -> Option<bool> {
 /// and every test after that fails at once, so the evaluation ends fast.
 /// The budget starts one above the bound: 0 left means a test was refused
 /// (not merely that the last allowed one was taken).
-
 fn spend() -> bool {
     TESTS_LEFT.with(|left| match left.get() {
         0 => false,
