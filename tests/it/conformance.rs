@@ -844,8 +844,19 @@ fn coredir_answers_as_slapd_does() {
         }
         ran += 1;
         *per_area.entry(case.at.split('.').next().unwrap().to_string()).or_default() += 1;
-        let theirs = run_case(&slapd.url(), case);
         let ours = run_case(&server.url(), case);
+        let mut theirs = run_case(&slapd.url(), case);
+        // slapd's sssvlv answers busy (51) to a sorted search while it still
+        // holds the state of an earlier one, freed after the connection that
+        // made it is gone: seen once in a CI run (paged-sorted, page 2). A
+        // busy slapd is asked again; coredir's answer is not.
+        for _ in 0..5 {
+            if !theirs.iter().any(|l| l.contains(" rc=51 ")) || ours.iter().any(|l| l.contains(" rc=51 ")) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            theirs = run_case(&slapd.url(), case);
+        }
         if show {
             eprintln!("=== {} ({})\n{}\n--- coredir\n{}", case.name, case.at, theirs.join("\n"), ours.join("\n"));
         }
