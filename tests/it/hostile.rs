@@ -562,19 +562,6 @@ fn a_modify_of_a_big_group_with_replication_on_is_linear() {
     assert_eq!(base_search(&mut admin, &dn, &format!("(member=uid=new,{PEOPLE})")), (1, 0));
 }
 
-/// A groupOfNames `cn=<cn>` of `n` members uid=m0.., under the suffix; its DN.
-fn big_group(admin: &mut ldap3::LdapConn, cn: &str, n: usize) -> String {
-    let dn = format!("cn={cn},{SUFFIX}");
-    let members: Vec<String> = (0..n).map(|i| format!("uid=m{i},{PEOPLE}")).collect();
-    let group = vec![
-        ("objectClass", ["groupOfNames"].into()),
-        ("cn", [cn].into()),
-        ("member", members.iter().map(String::as_str).collect()),
-    ];
-    assert_eq!(admin.add(&dn, group).unwrap().rc, 0);
-    dn
-}
-
 /// A connection bound as a new user `uid` (added by `admin`).
 fn user_conn(s: &Server, admin: &mut ldap3::LdapConn, uid: &str) -> ldap3::LdapConn {
     assert_eq!(add_user(admin, uid).rc, 0);

@@ -568,3 +568,16 @@ pub fn free_port() -> u16 {
     }
     panic!("no free test port in {low}..{high}");
 }
+
+/// A groupOfNames `cn=<cn>` of `n` members uid=m0.., under the suffix; its DN.
+pub fn big_group(admin: &mut ldap3::LdapConn, cn: &str, n: usize) -> String {
+    let dn = format!("cn={cn},{SUFFIX}");
+    let members: Vec<String> = (0..n).map(|i| format!("uid=m{i},{PEOPLE}")).collect();
+    let group = vec![
+        ("objectClass", ["groupOfNames"].into()),
+        ("cn", [cn].into()),
+        ("member", members.iter().map(String::as_str).collect()),
+    ];
+    assert_eq!(admin.add(&dn, group).unwrap().rc, 0);
+    dn
+}

@@ -665,14 +665,7 @@ fn a_persistent_search_on_a_big_group_member_hears_the_groups_change() {
     }
     let s = Server::start_with_config(1, "[syncrepl]\nprovider = true\n[limits]\nmax_filter_tests = 1000\n");
     let mut admin = s.admin();
-    let group = format!("cn=all,{SUFFIX}");
-    let members: Vec<String> = (0..5_000).map(|i| format!("uid=m{i},{PEOPLE}")).collect();
-    let attrs = vec![
-        ("objectClass", ["groupOfNames"].into()),
-        ("cn", ["all"].into()),
-        ("member", members.iter().map(String::as_str).collect()),
-    ];
-    assert_eq!(admin.add(&group, attrs).unwrap().rc, 0);
+    let group = big_group(&mut admin, "all", 5_000).to_lowercase();
     let mut msg = sync_search(1, SyncRequestMode::RefreshAndPersist, None);
     if let LdapOp::SearchRequest(req) = &mut msg.op {
         req.filter = LdapFilter::And(vec![
