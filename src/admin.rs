@@ -55,7 +55,7 @@ pub enum Response {
     Drained { in_flight: u64, connections: usize },
     ShuttingDown,
     BackedUp { dir: PathBuf },
-    Replication(crate::replication::Status),
+    Replication(crate::repl::Status),
     Conflicts { conflicts: Vec<Conflict> },
     Error { message: String },
 }

@@ -17,7 +17,7 @@ pub mod import;
 pub mod listener;
 pub mod ops;
 pub mod reindex;
-pub mod replication;
+pub mod repl;
 pub mod schema_export;
 pub mod server;
 pub mod stats;

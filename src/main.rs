@@ -38,8 +38,10 @@
 //! - `reindex`: offline index rebuild after `[indexes]` changed.
 //! - `schema_export`: `coredir schema export` (OpenLDAP .schema syntax).
 //! - `backup`: `backup`, `restore` and `reshard`, tree-by-tree store copies.
-//! - `replication`: mirror mode's channel on shard 0 (handshake, push from
-//!   the changelog, apply on the owners, trimming, `ctl replication`).
+//! - `repl/`: mirror mode's channel on shard 0: `protocol` (frames,
+//!   handshake, framing), `receiver` (apply on the owners), `sender` (push
+//!   from the changelog, resync, trimming), `housekeeping`; the status for
+//!   `ctl replication` and the replica update vector in `mod.rs`.
 //! - `verify`: mirror mode's anti-entropy check (partition digests
 //!   compared with the peer's, a difference resynced).
 //! - `glue`: a parent the peer deleted while children were added below it

@@ -87,7 +87,7 @@ pub struct Shared {
     /// Every listening socket, for `drain`.
     pub listeners: std::sync::Mutex<Vec<std::os::fd::RawFd>>,
     /// Mirror mode's state, for `ctl replication`.
-    pub replication: Arc<crate::replication::Shared>,
+    pub replication: Arc<crate::repl::Shared>,
     /// Subtrees being renamed across owners (`ops::modify_dn::Carries`).
     pub carries: crate::ops::modify_dn::Carries,
     /// Set once shard 0 has finished the renames a crash interrupted; no
@@ -338,7 +338,7 @@ pub fn serve(config: Config) -> Result<()> {
         }
         None => None,
     };
-    let replication = Arc::new(crate::replication::Shared::default());
+    let replication = Arc::new(crate::repl::Shared::default());
     if let (Some(pin), Some((cert, key))) = (&config.replication.peer_certificate_sha256, config.replication_identity())
     {
         let channel = crate::tls::channel(cert, key, crate::tls::parse_fingerprint(pin)?)?;
@@ -448,18 +448,13 @@ pub fn serve(config: Config) -> Result<()> {
                             // SAFETY: a listening socket this process bound and owns.
                             let l = unsafe { glommio::net::TcpListener::from_raw_fd(fd.into_raw_fd()) };
                             let (repl, config) = (shared.replication.clone(), Arc::new(config.clone()));
-                            glommio::spawn_local(crate::replication::serve(
-                                l,
-                                ctx.clone(),
-                                config.clone(),
-                                repl.clone(),
-                            ))
-                            .detach();
-                            glommio::spawn_local(crate::replication::push(ctx.clone(), config, repl)).detach();
+                            glommio::spawn_local(crate::repl::serve(l, ctx.clone(), config.clone(), repl.clone()))
+                                .detach();
+                            glommio::spawn_local(crate::repl::push(ctx.clone(), config, repl)).detach();
                         }
                         if i == 0 && ctx.shard.stamping.capture {
                             let (repl, config) = (shared.replication.clone(), Arc::new(config.clone()));
-                            glommio::spawn_local(crate::replication::housekeeping(ctx.clone(), config, repl)).detach();
+                            glommio::spawn_local(crate::repl::housekeeping(ctx.clone(), config, repl)).detach();
                         }
                         if let Some(fd) = tls_fd {
                             glommio::spawn_local(listener::run(fd, ctx.clone(), listener::Kind::Ldaps)).detach();

@@ -49,7 +49,7 @@ const MAX_LISTED: usize = 20_000;
 pub const CONFIRM: Duration = Duration::from_secs(2);
 
 /// The replica update vector: per origin, per partition, the last record
-/// held (`replication::vector`).
+/// held (`repl::vector`).
 pub type Vector = Vec<(Origin, Vec<u64>)>;
 
 /// A partition's digest, and the vector it was taken at.
@@ -64,10 +64,10 @@ pub async fn summarize(ctx: &Ctx, partition: u16) -> Result<Option<Summary>> {
     if partition as u32 >= ctx.shard.manifest.partitions {
         return Err(anyhow!("there is no partition {partition}"));
     }
-    let before = crate::replication::vector(ctx)?;
+    let before = crate::repl::vector(ctx)?;
     let mut acc = Digest::default();
     walk(ctx, partition, &mut |_, hash| acc.add(hash)).await?;
-    Ok((crate::replication::vector(ctx)? == before).then(|| Summary { vector: before, digest: acc.hex() }))
+    Ok((crate::repl::vector(ctx)? == before).then(|| Summary { vector: before, digest: acc.hex() }))
 }
 
 /// Visits every entry of a partition with its hash, a chunk per snapshot.

@@ -1,0 +1,236 @@
+//! Mirror mode's channel: this server pushes its own changes to its peer,
+//! and applies the peer's.
+//!
+//! Each direction is one TCP connection from the sender to the receiver's
+//! `replication.listen`, served on shard 0's reactor:
+//!
+//! 1. The receiver speaks first: `Challenge` (a nonce, its server id,
+//!    database id, partition count and hash). The sender refuses a peer
+//!    with another database or partitioning, or its own server id; else it
+//!    answers `Hello` with the same facts and SHA-256(secret, nonce). The
+//!    receiver checks them the same way and answers `Ruv`: for every
+//!    origin (server id and incarnation) and partition, the last sequence
+//!    number it holds (the replica update vector), or `Refuse` with the
+//!    reason.
+//! 2. The sender streams its changelog records above those positions:
+//!    its own, and those of any other origin except the receiver's current
+//!    one (a restored receiver gets back what it lost), of every
+//!    partition, oldest CSN first (a parent's add before its children's),
+//!    in frames of at most `BATCH` records; one frame is in
+//!    flight at a time (the flow control) and the receiver acknowledges it
+//!    once every record is committed. Idle, the sender sends a heartbeat
+//!    every second.
+//! 3. The receiver hands each record to its partition's owner
+//!    (`WriteOp::Replicate`, `shards::apply`), which drops duplicates, so a
+//!    resend after any interruption is harmless; a record whose CSN is too
+//!    far ahead is refused and the connection closed with the reason.
+//!
+//! Records are read from committed snapshots: with `storage.sync =
+//! "always"` (the default) only durable records are shipped. Any error
+//! closes the connection; the sender reconnects after a second and resumes
+//! from the receiver's vector.
+//!
+//! Files: `protocol` (frames, the facts both sides check, framing),
+//! `receiver` (the peer's changes applied here), `sender` (this server's
+//! changes pushed, resyncs, anti-entropy checks, trimming what the peer
+//! holds), `housekeeping` (parcels, the size cap, trimming without a
+//! peer). The status, the replica update vector and what both directions
+//! share live here.
+
+mod housekeeping;
+mod protocol;
+mod receiver;
+mod sender;
+
+pub use housekeeping::housekeeping;
+pub use receiver::serve;
+pub use sender::push;
+
+use crate::config::Config;
+use crate::server::Ctx;
+use crate::verify::{self, Verdict};
+use anyhow::{anyhow, bail, Result};
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::{TcpListener, TcpStream};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use shards::changelog::{self, log_key, ruv_key, Origin, LOG_PREFIX};
+use shards::csn::{wall_us, Csn};
+use shards::dn::Dn;
+use shards::merge::Record;
+use shards::moves;
+use shards::store::{EngineRead, ReadTxn, Store, Tree};
+use shards::write::{be_u64, WriteOp};
+use std::collections::BTreeSet;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The channel's protocol (`Facts::protocol`).
+const PROTOCOL: u32 = 2;
+/// Records per frame.
+const BATCH: usize = 512;
+/// Largest frame accepted (a frame of big entries).
+const MAX_FRAME: usize = 64 << 20;
+/// Largest frame before the peer has proved the secret (the handshake).
+const MAX_HANDSHAKE: usize = 64 << 10;
+const HEARTBEAT: Duration = Duration::from_secs(1);
+const POLL: Duration = Duration::from_millis(20);
+const RETRY: Duration = Duration::from_secs(1);
+/// How soon the same connection error is logged again.
+const SAY_AGAIN: Duration = Duration::from_secs(60);
+
+/// What `coredir ctl replication` shows, per direction.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Status {
+    pub peer: String,
+    /// Sending: connecting, catching-up, streaming, lagging (the size cap
+    /// trimmed records the peer may lack), resyncing, refused.
+    pub outbound: String,
+    /// Receiving: waiting, streaming, refused.
+    pub inbound: String,
+    /// Why the last outbound connection ended or was refused.
+    pub outbound_error: String,
+    /// Why the last inbound connection ended or was refused.
+    pub inbound_error: String,
+    pub records_sent: u64,
+    pub records_applied: u64,
+    /// Records committed here and not yet acknowledged by the peer.
+    pub backlog: u64,
+    /// The same per partition: (partition, records), those with any.
+    pub backlog_by_partition: Vec<(u16, u64)>,
+    /// Age of the oldest unacknowledged change (0 when none).
+    pub lag_s: f64,
+    /// Seconds since the peer was last heard from (a frame or heartbeat).
+    pub peer_silent_s: f64,
+    /// Records the peer refused or that could not be applied here (the
+    /// last 100 reasons).
+    pub conflicts: Vec<String>,
+    /// Records in this server's changelog (all origins).
+    pub changelog_records: u64,
+    /// Records the size cap trimmed before the peer was known to hold them.
+    pub forced_trims: u64,
+    /// Whether a forced trim left the peer needing a resync.
+    pub lagging: bool,
+    /// Partitions resynced to the peer (sent whole, as states).
+    pub partitions_resynced: u64,
+    /// Inbound connections refused (wrong secret, another database, ...).
+    #[serde(default)]
+    pub refusals: u64,
+    /// Anti-entropy (`crate::verify`): partition checks that agreed, that
+    /// gave no verdict (records in flight), and divergences found (each
+    /// then resynced), with the last one's description.
+    #[serde(default)]
+    pub partitions_verified: u64,
+    #[serde(default)]
+    pub verify_unsettled: u64,
+    #[serde(default)]
+    pub divergences: u64,
+    #[serde(default)]
+    pub last_divergence: String,
+}
+
+/// The status, shared with the admin thread.
+#[derive(Default)]
+pub struct Shared {
+    pub status: Mutex<Status>,
+    heard: Mutex<Option<Instant>>,
+    /// The channel's TLS, when certificates are pinned (set at start).
+    pub tls: std::sync::OnceLock<crate::tls::Channel>,
+}
+
+impl Status {
+    /// Records a refused record's reason, keeping the last 100.
+    fn refused(&mut self, reason: String) {
+        if self.conflicts.len() == 100 {
+            self.conflicts.remove(0);
+        }
+        self.conflicts.push(reason);
+    }
+}
+
+impl Shared {
+    pub fn snapshot(&self) -> Status {
+        let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        s.peer_silent_s =
+            self.heard.lock().unwrap_or_else(|e| e.into_inner()).map_or(-1.0, |t| t.elapsed().as_secs_f64());
+        s
+    }
+    fn update(&self, f: impl FnOnce(&mut Status)) {
+        f(&mut self.status.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+    fn heard(&self) {
+        *self.heard.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
+}
+
+/// Connection errors said on stderr: the same one at most once a minute
+/// (a peer refused every second), any at most once a second (a stranger
+/// can vary the text of the errors it causes).
+#[derive(Default)]
+struct Said {
+    last: String,
+    at: Option<Instant>,
+}
+
+impl Said {
+    fn should(&mut self, msg: &str) -> bool {
+        let wait = if msg == self.last { SAY_AGAIN } else { Duration::from_secs(1) };
+        if self.at.is_some_and(|t| t.elapsed() < wait) {
+            return false;
+        }
+        (self.last, self.at) = (msg.to_string(), Some(Instant::now()));
+        true
+    }
+}
+
+/// One read snapshot per store (indexed by shard), taken together for a
+/// whole pass over the partitions; never held across an `.await`.
+fn snapshots(ctx: &Ctx) -> Result<Vec<EngineRead<'_>>> {
+    ctx.shard.stores.iter().map(|s| s.read().map_err(|e| anyhow!(e.message))).collect()
+}
+
+/// Every origin the stores hold records of.
+fn origins(txns: &[EngineRead<'_>]) -> Result<Vec<Origin>> {
+    let mut out = Vec::new();
+    for txn in txns {
+        for o in changelog::origins(txn).map_err(|e| anyhow!(e.message))? {
+            if !out.contains(&o) {
+                out.push(o);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Per partition, the last sequence number of `origin` held here (from the
+/// partition owner's `meta`).
+fn held(ctx: &Ctx, txns: &[EngineRead<'_>], origin: Origin) -> Result<Vec<u64>> {
+    let m = &ctx.shard.manifest;
+    (0..m.partitions as u16)
+        .map(|p| {
+            let txn = &txns[owner(ctx, p)];
+            Ok(txn.get(Tree::Meta, &ruv_key(p, origin)).map_err(|e| anyhow!(e.message))?.map_or(0, be_u64))
+        })
+        .collect()
+}
+
+/// The replica update vector: for every origin held, per partition, the
+/// last sequence number held; in origin order, origins with none held
+/// left out, so that two servers holding the same records show the same
+/// (`crate::verify`).
+pub(crate) fn vector(ctx: &Ctx) -> Result<Vec<(Origin, Vec<u64>)>> {
+    let txns = snapshots(ctx)?;
+    let mut v: Vec<(Origin, Vec<u64>)> =
+        origins(&txns)?.into_iter().map(|o| Ok((o, held(ctx, &txns, o)?))).collect::<Result<_>>()?;
+    v.retain(|(_, seqs)| seqs.iter().any(|&s| s > 0));
+    v.sort_by_key(|(o, _)| *o);
+    Ok(v)
+}
+
+/// The shard that owns `partition`.
+fn owner(ctx: &Ctx, partition: u16) -> usize {
+    ctx.shard.manifest.owners[partition as usize] as usize
+}

@@ -1,0 +1,218 @@
+//! Receiving: the peer's changes applied here, each on its partition's
+//! owner; the peer's resyncs joined in; its anti-entropy questions answered.
+
+use super::protocol::*;
+use super::*;
+
+/// Accepts the peer's connections on `replication.listen` (shard 0).
+pub async fn serve(listener: TcpListener, ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>) {
+    shared.update(|s| s.inbound = "waiting".into());
+    let said = Rc::new(std::cell::RefCell::new(Said::default()));
+    loop {
+        let stream = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("coredir: replication: accept failed: {e}");
+                glommio::timer::sleep(RETRY).await;
+                continue;
+            }
+        };
+        let (ctx, config, shared, said) = (ctx.clone(), config.clone(), shared.clone(), said.clone());
+        glommio::spawn_local(async move {
+            let proven = std::cell::Cell::new(false);
+            if let Err(e) = receive(stream, &ctx, &config, &shared, &proven).await {
+                let msg = format!("{e:#}");
+                if said.borrow_mut().should(&msg) {
+                    eprintln!("coredir: replication: from the peer: {msg}");
+                }
+                shared.update(|s| {
+                    // One that never proved the secret says nothing of
+                    // the peer's stream while that one runs.
+                    if proven.get() || s.inbound != "streaming" {
+                        if s.inbound != "refused" {
+                            s.inbound = "waiting".into();
+                        }
+                        s.inbound_error = msg;
+                    }
+                });
+            }
+        })
+        .detach();
+    }
+}
+
+/// One inbound connection; `proven` is set once the peer proved the secret.
+async fn receive(
+    tcp: TcpStream,
+    ctx: &Ctx,
+    config: &Config,
+    shared: &Shared,
+    proven: &std::cell::Cell<bool>,
+) -> Result<()> {
+    let applied_total = crate::stats::counter("coredir_replication_records_applied_total", 0, &[]);
+    let mut stream = secure(tcp, shared, true).await?;
+    let ours = facts(ctx, config);
+    let nonce: [u8; 16] = rand::random();
+    send(&mut stream, &Frame::Challenge { nonce, facts: ours.clone() }).await?;
+    let hello = recv(&mut stream, MAX_HANDSHAKE)
+        .await
+        .map_err(|e| anyhow!("the peer hung up after the challenge ({e}): see its log"))?;
+    let Frame::Hello { proof: given, facts: theirs } = hello else {
+        bail!("the peer did not say hello");
+    };
+    let secret = config.replication.secret.as_deref().unwrap_or_default();
+    let why = if given != proof(secret, &nonce) {
+        Some("the peer does not hold this server's replication.secret".to_string())
+    } else {
+        mismatch(&ours, &theirs)
+    };
+    if let Some(reason) = why {
+        shared.update(|s| {
+            if s.inbound != "streaming" {
+                s.inbound = "refused".into();
+            }
+            s.refusals += 1;
+        });
+        send(&mut stream, &Frame::Refuse { reason: reason.clone() }).await?;
+        bail!("refused: {reason}");
+    }
+    proven.set(true);
+    send(&mut stream, &Frame::Ruv { applied: vector(ctx)? }).await?;
+    shared.update(|s| {
+        s.inbound = "streaming".into();
+        s.inbound_error.clear();
+    });
+    shared.heard();
+    loop {
+        let frame = recv(&mut stream, MAX_FRAME).await?;
+        shared.heard();
+        match frame {
+            Frame::Heartbeat { .. } => {}
+            Frame::Records { records } => {
+                let n = records.len() as u64;
+                match apply_all(ctx, records).await {
+                    Ok(applied) => {
+                        // Counted before the ack: they are applied whether or not it arrives.
+                        applied_total.increment(n);
+                        shared.update(|s| s.records_applied += n);
+                        send(&mut stream, &Frame::Ack { applied }).await?;
+                    }
+                    Err(reason) => {
+                        let _ = send(&mut stream, &Frame::Refuse { reason: reason.clone() }).await;
+                        shared.update(|s| {
+                            s.inbound = "refused".into();
+                            s.refused(reason.clone());
+                        });
+                        bail!("{reason}");
+                    }
+                }
+            }
+            Frame::States { partition, states } => {
+                absorb_all(ctx, partition, states)
+                    .await
+                    .map_err(|e| anyhow!("resync of partition {partition}: {e}"))?;
+                send(&mut stream, &Frame::Ack { applied: vec![] }).await?;
+            }
+            Frame::Resynced { partition, positions } => {
+                let owner = owner(ctx, partition);
+                ctx.shard
+                    .submit_to(owner, WriteOp::Advance { partition, positions })
+                    .await
+                    .map_err(|e| anyhow!("resync of partition {partition}: {}", e.message))?;
+                eprintln!("coredir: replication: partition {partition} resynced from the peer");
+                send(&mut stream, &Frame::Ack { applied: vec![] }).await?;
+            }
+            Frame::Digest { partition } => {
+                let summary = verify::summarize(ctx, partition).await?;
+                send(&mut stream, &Frame::Digested { summary }).await?;
+            }
+            Frame::Hashes { partition } => {
+                let entries = verify::hashes(ctx, partition).await?;
+                send(&mut stream, &Frame::HashList { entries }).await?;
+            }
+            other => bail!("unexpected {other:?}"),
+        }
+    }
+}
+
+/// Joins a resync's states into a partition, on its owner, then counts
+/// children and delivers what the joins moved.
+async fn absorb_all(ctx: &Ctx, partition: u16, states: Vec<([u8; 16], String)>) -> Result<()> {
+    let shard = &ctx.shard;
+    let owner = owner(ctx, partition);
+    let mut tasks = Vec::with_capacity(states.len());
+    // Deleted entries: any may still have children here (`crate::glue`).
+    let mut deleted = BTreeSet::new();
+    for (uuid, text) in states {
+        let state = BASE64
+            .decode(text.as_bytes())
+            .ok()
+            .and_then(|b| changelog::decode_state(&b))
+            .ok_or_else(|| anyhow!("a state is corrupt"))?;
+        if state.deleted.is_some() {
+            deleted.insert(uuid);
+        }
+        let s = shard.clone();
+        let op = WriteOp::Absorb { partition, uuid, state: Box::new(state) };
+        tasks.push(glommio::spawn_local(async move { s.submit_for(owner, op).await }));
+    }
+    let mut images = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        images.extend(t.await.map_err(|e| anyhow!(e.message))?.map(|b| *b));
+    }
+    settle(ctx, images, &deleted).await.map_err(|e| anyhow!(e.message))
+}
+
+/// What follows applying a frame of records or states: the parents' child
+/// counts, the deliveries their renames call for, and glue for deleted
+/// entries that still have children here. The records stay applied (and
+/// are acknowledged) whatever the glue meets: a failure there is said, and
+/// the parent stays missing, rather than refusing the frame.
+async fn settle(ctx: &Ctx, images: Vec<shards::write::Images>, deleted: &BTreeSet<[u8; 16]>) -> shards::Result<()> {
+    let is_top = |d: &Dn| ctx.is_suffix(d);
+    let removed = crate::glue::removed(&images, deleted);
+    moves::count_children(&ctx.shard, images.into_iter(), &is_top).await;
+    // Renamed entries move on to their new partitions.
+    moves::deliver(&ctx.shard, &is_top).await?;
+    if let Err(e) = crate::glue::keep_parents(ctx, removed).await {
+        eprintln!("coredir: replication: keeping a deleted parent as glue: {}", e.message);
+    }
+    Ok(())
+}
+
+/// Applies a frame's records on their owners, each partition's in order
+/// (one owner's queue is first in, first out), then fixes the parents'
+/// child counts; the highest sequence number applied per partition.
+async fn apply_all(ctx: &Ctx, records: Vec<(u16, Origin, u64, String)>) -> Result<Vec<(u16, Origin, u64)>, String> {
+    let shard = &ctx.shard;
+    let mut waiting = Vec::with_capacity(records.len());
+    let mut applied: std::collections::BTreeMap<(u16, Origin), u64> = Default::default();
+    // Deleted entries: any may still have children here (`crate::glue`).
+    let mut deleted = BTreeSet::new();
+    for (partition, origin, seq, text) in records {
+        let rec = BASE64
+            .decode(text.as_bytes())
+            .ok()
+            .and_then(|b| Record::decode(&b))
+            .ok_or_else(|| format!("record {seq} of partition {partition} is corrupt"))?;
+        let dn = Dn::parse(&rec.dn).map_err(|e| e.message)?;
+        if rec.change == shards::merge::Change::Delete {
+            deleted.insert(rec.uuid);
+        }
+        let owner = shard.owner_of(&dn.key());
+        let s = ctx.shard.clone();
+        waiting.push((
+            dn,
+            glommio::spawn_local(async move { s.submit_for(owner, WriteOp::Replicate { origin, seq, rec }).await }),
+        ));
+        let top = applied.entry((partition, origin)).or_default();
+        *top = (*top).max(seq);
+    }
+    let mut images = Vec::with_capacity(waiting.len());
+    for (dn, task) in waiting {
+        let outcome = task.await.map_err(|e| format!("{}: {}", dn.to_string_form(), e.message))?;
+        images.extend(outcome.map(|b| *b));
+    }
+    settle(ctx, images, &deleted).await.map_err(|e| e.message)?;
+    Ok(applied.into_iter().map(|((p, o), seq)| (p, o, seq)).collect())
+}
