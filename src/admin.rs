@@ -185,7 +185,7 @@ impl Admin {
             server_id: config.server.id,
             numa_node: config.server.numa_node,
             shards: self.stores.len(),
-            connections: self.shared.connections.all().len(),
+            connections: self.shared.connections.total(),
             operations: Self::operations(&snap),
             ops_per_s: self.rate.lock().unwrap_or_else(|e| e.into_inner()).2,
             data_bytes: self.stores.iter().map(|s| s.size()).sum(),
@@ -242,7 +242,7 @@ impl Admin {
                 id: c.id,
                 shard: c.shard,
                 peer: c.peer.clone(),
-                identity: c.identity.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+                identity: c.identity.load().to_string(),
                 operations: c.ops.load(Ordering::Relaxed),
                 idle_s: c.idle_s(),
             })

@@ -159,7 +159,9 @@ impl Conn {
 
     /// Sets who the connection is bound as (also for `ctl connections`).
     pub fn set_identity(&self, id: Identity) {
-        *self.info.identity.lock().unwrap_or_else(|e| e.into_inner()) = id.dn().to_string();
+        if self.info.identity.load().as_str() != id.dn() {
+            self.info.identity.store(Arc::new(id.dn().to_string()));
+        }
         *self.identity.borrow_mut() = id;
     }
 
@@ -200,7 +202,9 @@ pub struct ConnInfo {
     /// Operations running as tasks (mirrors `Conn::pending`), for `drain`.
     pub in_flight: AtomicU64,
     last_active: AtomicU64,
-    pub identity: Mutex<String>,
+    /// Who it is bound as: stored by its shard on a bind that changes it,
+    /// loaded by the admin thread; no lock on either side.
+    pub identity: arc_swap::ArcSwap<String>,
     /// The connection's descriptor number, for the log.
     pub fd_number: i32,
     /// A descriptor of its own for the socket, so `connections kill` can
@@ -223,7 +227,7 @@ impl ConnInfo {
             ops: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             last_active: AtomicU64::new(now),
-            identity: Mutex::new(String::new()),
+            identity: arc_swap::ArcSwap::from_pointee(String::new()),
             fd_number: raw,
             fd,
         }
@@ -247,30 +251,42 @@ impl ConnInfo {
     }
 }
 
-/// Every open connection of the process, by shard: a shard locks only its
-/// own map, and only when a connection opens or closes.
+/// Every open connection of the process, by shard. A shard locks only its
+/// own map, only when a connection opens or closes; the only other thread
+/// that takes it is the admin thread's (`ctl connections`, `kill`,
+/// `drain`). The counts beside the maps are what shards read of each other
+/// (cn=Monitor, `ctl status`), without a lock.
 pub struct Registry {
     shards: Vec<Mutex<HashMap<u64, Arc<ConnInfo>>>>,
+    open: Box<[crate::listener::ShardCount]>,
 }
 
 impl Registry {
     pub fn new(shards: usize) -> Registry {
-        Registry { shards: (0..shards).map(|_| Mutex::new(HashMap::new())).collect() }
+        Registry {
+            shards: (0..shards).map(|_| Mutex::new(HashMap::new())).collect(),
+            open: (0..shards).map(|_| Default::default()).collect(),
+        }
     }
 
     fn map(&self, shard: usize) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<ConnInfo>>> {
         self.shards[shard % self.shards.len()].lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Called by the connection's own shard only (its count has one writer).
     fn insert(&self, info: Arc<ConnInfo>) {
+        self.open[info.shard % self.open.len()].add(1);
         self.map(info.shard).insert(info.id, info);
     }
 
+    /// Called by the connection's own shard only.
     fn remove(&self, shard: usize, id: u64) {
-        self.map(shard).remove(&id);
+        if self.map(shard).remove(&id).is_some() {
+            self.open[shard % self.open.len()].add(usize::MAX);
+        }
     }
 
-    /// Every connection, by id.
+    /// Every connection, by id (the admin thread).
     pub fn all(&self) -> Vec<Arc<ConnInfo>> {
         let mut all: Vec<_> =
             (0..self.shards.len()).flat_map(|s| self.map(s).values().cloned().collect::<Vec<_>>()).collect();
@@ -278,8 +294,14 @@ impl Registry {
         all
     }
 
+    /// Connections open on `shard`.
     pub fn count(&self, shard: usize) -> usize {
-        self.map(shard).len()
+        self.open[shard % self.open.len()].get()
+    }
+
+    /// Connections open in the process.
+    pub fn total(&self) -> usize {
+        self.open.iter().map(crate::listener::ShardCount::get).sum()
     }
 }
 

@@ -35,7 +35,7 @@ impl Harness {
             live: arc_swap::ArcSwap::from_pointee(server::Live::from_config(&config)?),
             generation: std::sync::atomic::AtomicU64::new(0),
             tls: None,
-            admission: Arc::new(crate::listener::Admission::new(0, 0)),
+            admission: Arc::new(crate::listener::Admission::new(1, 0, 0)),
             connections: Arc::new(crate::conn::Registry::new(1)),
             started: server::unix_now(),
             draining: Default::default(),

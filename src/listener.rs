@@ -82,38 +82,76 @@ pub enum Kind {
     Ldaps,
 }
 
-/// Connection counts for `limits.max_connections` and
-/// `max_connections_per_ip`, shared by every shard's accept loop. They are
-/// touched once when a connection opens and once when it closes, never per
-/// request; the per-IP map is only kept when that limit is set.
+/// A count on a cache line of its own: written by one shard only, read by
+/// the others only when a limit needs the sum.
+#[repr(align(128))]
 #[derive(Default)]
+pub struct ShardCount(AtomicUsize);
+
+impl ShardCount {
+    /// Adds `by` (may wrap: -1 as `usize::MAX`); only the owning shard
+    /// calls it, so a load and a store do, without a locked instruction.
+    pub fn add(&self, by: usize) {
+        self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(by), Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Stripes of the per-IP counts (a power of two).
+const IP_STRIPES: usize = 64;
+
+/// Connection counts for `limits.max_connections` and
+/// `max_connections_per_ip`, touched once when a connection opens and once
+/// when it closes, never per request. Each shard counts its own open
+/// connections (summed only when `max_connections` is set). The per-IP
+/// counts are process-wide by nature (the kernel spreads one client's
+/// connections over every shard), so they sit behind locks, striped by the
+/// address's hash: kept only when that limit is set, and two shards meet
+/// on a lock only for clients that hash alike.
 pub struct Admission {
     max_total: usize,
     max_per_ip: usize,
-    open: AtomicUsize,
-    per_ip: Mutex<HashMap<IpAddr, usize>>,
+    open: Box<[ShardCount]>,
+    per_ip: Box<[Mutex<HashMap<IpAddr, usize>>]>,
 }
 
-/// Holds a connection's place until dropped.
+/// Holds a connection's place until dropped (on the shard that took it).
 pub struct Admitted {
     admission: std::sync::Arc<Admission>,
+    shard: usize,
     ip: Option<IpAddr>,
 }
 
 impl Admission {
-    pub fn new(max_total: usize, max_per_ip: usize) -> Admission {
-        Admission { max_total, max_per_ip, ..Admission::default() }
+    pub fn new(shards: usize, max_total: usize, max_per_ip: usize) -> Admission {
+        let stripes = if max_per_ip > 0 { IP_STRIPES } else { 0 };
+        Admission {
+            max_total,
+            max_per_ip,
+            open: (0..shards.max(1)).map(|_| ShardCount::default()).collect(),
+            per_ip: (0..stripes).map(|_| Mutex::default()).collect(),
+        }
     }
 
-    /// A place for a new connection from `ip`, or why there is none.
-    pub fn admit(self: &std::sync::Arc<Self>, ip: Option<IpAddr>) -> Result<Admitted, String> {
-        let open = self.open.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut admitted = Admitted { admission: self.clone(), ip: None };
-        if self.max_total > 0 && open > self.max_total {
+    fn stripe(&self, ip: &IpAddr) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        let h = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(ip);
+        self.per_ip[h as usize & (IP_STRIPES - 1)].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A place on `shard` for a new connection from `ip`, or why there is none.
+    pub fn admit(self: &std::sync::Arc<Self>, shard: usize, ip: Option<IpAddr>) -> Result<Admitted, String> {
+        let shard = shard % self.open.len();
+        self.open[shard].add(1);
+        let mut admitted = Admitted { admission: self.clone(), shard, ip: None };
+        if self.max_total > 0 && self.open.iter().map(ShardCount::get).sum::<usize>() > self.max_total {
             return Err(format!("too many connections (limit {})", self.max_total));
         }
         let (Some(ip), true) = (ip, self.max_per_ip > 0) else { return Ok(admitted) };
-        let mut map = self.per_ip.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.stripe(&ip);
         let n = map.entry(ip).or_insert(0);
         if *n >= self.max_per_ip {
             return Err(format!("too many connections from {ip} (limit {})", self.max_per_ip));
@@ -126,9 +164,9 @@ impl Admission {
 
 impl Drop for Admitted {
     fn drop(&mut self) {
-        self.admission.open.fetch_sub(1, Ordering::Relaxed);
+        self.admission.open[self.shard].add(usize::MAX);
         if let Some(ip) = self.ip {
-            let mut map = self.admission.per_ip.lock().unwrap_or_else(|e| e.into_inner());
+            let mut map = self.admission.stripe(&ip);
             if let Some(n) = map.get_mut(&ip) {
                 *n -= 1;
                 if *n == 0 {
@@ -150,7 +188,7 @@ pub async fn run(fd: OwnedFd, ctx: Rc<Ctx>, kind: Kind) {
                 let peer = stream.peer_addr().ok();
                 let ctx = ctx.clone();
                 glommio::spawn_local(async move {
-                    let _admitted = match ctx.admission.admit(peer.map(|a| a.ip())) {
+                    let _admitted = match ctx.admission.admit(ctx.shard.id, peer.map(|a| a.ip())) {
                         Ok(a) => a,
                         Err(why) => return refuse(stream, &why).await,
                     };
@@ -196,7 +234,7 @@ pub async fn run_local(listener: glommio::net::UnixListener, ctx: Rc<Ctx>) {
             Ok(stream) => {
                 let ctx = ctx.clone();
                 glommio::spawn_local(async move {
-                    let _admitted = match ctx.admission.admit(None) {
+                    let _admitted = match ctx.admission.admit(ctx.shard.id, None) {
                         Ok(a) => a,
                         Err(_) => return,
                     };

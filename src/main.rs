@@ -64,7 +64,28 @@
 //!
 //! 1. A connection stays on the shard that accepted it.
 //! 2. Only a partition's owner writes it; other shards read snapshots.
-//! 3. Values cross cores only as mesh messages; no `Mutex` between shards.
+//! 3. Values cross cores only as mesh messages. No lock is taken between
+//!    shards on the request path. What shards do share, each justified:
+//!    - per-shard counts read by the others (`listener::ShardCount`:
+//!      open connections, summed for `limits.max_connections`, cn=Monitor
+//!      and `ctl status`), each store's commit floor (`shards::Floors`), the
+//!      live settings (an `ArcSwap`, loaded per request, stored by reload);
+//!    - locks taken only by rare work: the per-IP counts (striped, only
+//!      with `limits.max_connections_per_ip`, once per connection open and
+//!      close: a per-IP cap is process-wide by nature), the running
+//!      subtree renames (`ops::modify_dn::Carries`: a relaxed load unless a
+//!      rename across owners runs), relaxed entryUUID claims
+//!      (`claimed_uuids`, root's Relax writes only), the park `Gate` while
+//!      an LMDB map grows;
+//!    - LMDB's own reader table: each read transaction takes the
+//!      environment's reader mutex when it begins (`MDB_NOTLS`, needed
+//!      because a reactor can hold two snapshots of one store at once).
+//!    Between a shard and the admin thread (never another shard): the
+//!    connection registry's per-shard maps (locked by the shard only at
+//!    open and close), mirror mode's status (`repl::Shared`), the LMDB
+//!    `outside` lock (backups), the listening sockets (`drain`).
+//!    A connection's identity for `ctl connections` is an `ArcSwap`,
+//!    stored only by a bind that changes it.
 //! 4. No storage transaction is held across an `.await`.
 //! 5. A request's error becomes its LDAP result code; only a codec error or
 //!    an Unbind closes a connection.

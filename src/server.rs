@@ -309,8 +309,11 @@ pub fn serve(config: Config) -> Result<()> {
         (Some(cert), Some(key)) => Some(Arc::new(crate::tls::Tls::load(cert, key)?)),
         _ => None,
     };
-    let admission =
-        Arc::new(listener::Admission::new(config.limits.max_connections, config.limits.max_connections_per_ip));
+    let admission = Arc::new(listener::Admission::new(
+        n_shards,
+        config.limits.max_connections,
+        config.limits.max_connections_per_ip,
+    ));
     let (addr, fds) = bind_all(config.listen_addr()?, &cpus, n_shards, config.server.backlog)?;
     let (tls_addr, mut tls_fds) = match &config.tls.listen {
         Some(l) => {

@@ -21,7 +21,7 @@
 use crate::changelog::{self, Origin};
 use crate::digest;
 use crate::dn::Dn;
-use crate::entry::{Entry, EntryView};
+use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::index;
 use crate::merge::{self, Change, EntryState, Record};
@@ -230,10 +230,8 @@ fn current_state<T: WriteTxn>(txn: &T, partition: u16, uuid: &[u8; 16], key: Opt
 
 /// The entry stored under a DN key, with its id.
 fn stored<T: WriteTxn>(txn: &T, key: &[u8]) -> Result<Option<(Vec<u8>, Entry)>> {
-    let Some(id) = txn.get(Tree::Dn2id, key)? else { return Ok(None) };
-    let id = id.to_vec();
-    let entry = Entry::decode_view(&EntryView::new(txn.get(Tree::Id2entry, &id)?.unwrap_or_default())?)?;
-    Ok(Some((id, entry)))
+    let Some((id, view)) = txn.entry(key)? else { return Ok(None) };
+    Ok(Some((id.to_vec(), Entry::decode_view(&view)?)))
 }
 
 /// Two entries claim one DN: the later add gives it up, on both servers

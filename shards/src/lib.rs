@@ -52,9 +52,12 @@
 //! ## Architecture invariants
 //!
 //! 1. Only a partition's owner writes it; other shards only read snapshots.
-//! 2. Values cross cores only as `MeshMsg`s; nothing here is `Mutex`ed. The
-//!    one shared word per store is its commit floor (`Floors`): written by
-//!    its owner alone, once per commit and per idle tick, read by syncrepl.
+//! 2. Values cross cores only as `MeshMsg`s. The one shared word per store
+//!    is its commit floor (`Floors`, a cache line each): written by its
+//!    owner alone, once per commit and per idle tick, read by syncrepl. The
+//!    one lock is the park `Gate`, taken only while an LMDB map grows (every
+//!    reactor is stopped then by design); LMDB's `outside` lock is taken
+//!    only by readers that are not reactors (backups).
 //! 3. Only `store` touches LMDB or sled; no transaction is held across an `.await`.
 //! 4. A write op checks before it changes: a refused op leaves no trace in a
 //!    shared batch, and every op of a batch is answered only after commit.

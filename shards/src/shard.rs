@@ -11,7 +11,7 @@
 use crate::entry::{Entry, EntryView};
 use crate::error::{Error, Result};
 use crate::manifest::Manifest;
-use crate::store::{Engine, ReadTxn, Store, SyncMode, Tree};
+use crate::store::{Engine, ReadTxn, Store, SyncMode};
 use crate::write::{self, run_batch, Outcome, WriteOp};
 use futures_channel::oneshot;
 use glommio::channels::channel_mesh::{MeshBuilder, Senders};
@@ -105,25 +105,30 @@ pub struct Shard {
 /// the lowest floor, or a change of a slower shard would come after a
 /// cookie that claims it. Each owner raises its own after every commit
 /// and, while idle, every `FLOOR_TICK`; others only read.
-pub struct Floors(Vec<AtomicU64>);
+pub struct Floors(Vec<Floor>);
+
+/// One store's floor, on a cache line of its own: owners raising theirs
+/// once per commit do not take each other's line away.
+#[repr(align(128))]
+struct Floor(AtomicU64);
 
 /// How often an idle owner raises its floor to the clock.
 const FLOOR_TICK: Duration = Duration::from_millis(50);
 
 impl Floors {
     pub fn new(stores: usize) -> Arc<Floors> {
-        Arc::new(Floors((0..stores).map(|_| AtomicU64::new(0)).collect()))
+        Arc::new(Floors((0..stores).map(|_| Floor(AtomicU64::new(0))).collect()))
     }
 
     /// Raises `store`'s floor (its owner only; after the commit it covers).
     fn raise(&self, store: usize, phys_us: u64) {
-        self.0[store].fetch_max(phys_us, Ordering::Release);
+        self.0[store].0.fetch_max(phys_us, Ordering::Release);
     }
 
     /// The lowest floor: read it before the changelog it is to cover.
     /// Zero until every owner has published one.
     pub fn lowest(&self) -> u64 {
-        self.0.iter().map(|f| f.load(Ordering::Acquire)).min().unwrap_or(0)
+        self.0.iter().map(|f| f.0.load(Ordering::Acquire)).min().unwrap_or(0)
     }
 }
 
@@ -226,11 +231,7 @@ impl Shard {
     /// Runs `f` on an entry in place, inside a snapshot of its owner's
     /// store (no copy of the entry); `None` when there is no such entry.
     pub fn with_entry<R>(&self, key: &[u8], f: impl FnOnce(&EntryView<'_>) -> R) -> Result<Option<R>> {
-        let txn = self.store_for(key).read()?;
-        let Some(id) = txn.get(Tree::Dn2id, key)? else { return Ok(None) };
-        let bytes =
-            txn.get(Tree::Id2entry, id)?.ok_or_else(|| Error::other("dn2id names a missing id2entry record"))?;
-        Ok(Some(f(&EntryView::new(bytes)?)))
+        Ok(self.store_for(key).read()?.entry(key)?.map(|(_, view)| f(&view)))
     }
 
     /// Sends a write to the owner of `key` and waits for its durable result.

@@ -13,7 +13,7 @@ use anyhow::{anyhow, bail, Result};
 use shards::dn::Dn;
 use shards::entry::EntryView;
 use shards::manifest::Manifest;
-use shards::store::{Engine, ReadTxn, Store, Tree};
+use shards::store::{Engine, ReadTxn, Store};
 use std::sync::Arc;
 
 pub struct Request {
@@ -32,10 +32,7 @@ struct Offline {
 
 impl Offline {
     fn with_entry<R>(&self, key: &[u8], f: impl FnOnce(&EntryView<'_>) -> R) -> shards::Result<Option<R>> {
-        let txn = self.stores[self.manifest.owner_of(key)].read()?;
-        let Some(id) = txn.get(Tree::Dn2id, key)? else { return Ok(None) };
-        let Some(bytes) = txn.get(Tree::Id2entry, id)? else { return Ok(None) };
-        Ok(Some(f(&EntryView::new(bytes)?)))
+        Ok(self.stores[self.manifest.owner_of(key)].read()?.entry(key)?.map(|(_, view)| f(&view)))
     }
 }
 

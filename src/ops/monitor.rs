@@ -69,7 +69,7 @@ pub fn entries(ctx: &Ctx) -> Vec<Entry> {
     // Connections.
     out.push(entry(m("cn=Connections"), "monitorContainer", vec![]));
     let total = snap.sum("coredir_connections_accepted_total", &[]);
-    let current = ctx.shared.connections.all().len() as f64;
+    let current = ctx.shared.connections.total() as f64;
     out.push(entry(m("cn=Total,cn=Connections"), "monitorCounterObject", vec![("monitorCounter", n(total))]));
     out.push(entry(m("cn=Current,cn=Connections"), "monitorCounterObject", vec![("monitorCounter", n(current))]));
     // Operations.

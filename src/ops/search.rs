@@ -438,17 +438,16 @@ async fn walk(
     let shard = &conn.ctx.shard;
     {
         let txn = shard.store_for(base_key).read()?;
-        let Some(id) = txn.get(Tree::Dn2id, base_key)? else {
-            return Err(with_matched(conn, &parse_dn(&req.base)?, Error::no_such_object(&req.base)));
-        };
         // The entry is read once for the access plan, the Assertion and
         // the visit; without either, the visit may decide the filter from
         // the index without reading it (`index::decides`).
-        let bytes = match emit.plan.is_some() || ctrls.assertion.is_some() {
-            true => Some(txn.get(Tree::Id2entry, id)?),
-            false => None,
+        let found = match emit.plan.is_some() || ctrls.assertion.is_some() {
+            true => txn.entry(base_key)?.map(|(id, view)| (id, Some(view))),
+            false => txn.get(Tree::Dn2id, base_key)?.map(|id| (id, None)),
         };
-        let view = bytes.map(|b| EntryView::new(b.unwrap_or_default())).transpose()?;
+        let Some((id, view)) = found else {
+            return Err(with_matched(conn, &parse_dn(&req.base)?, Error::no_such_object(&req.base)));
+        };
         // A base the requester may not know of is reported as missing,
         // with no matchedDN, as slapd reports it (the search's own plan:
         // no second rights lookup per request).
@@ -462,11 +461,7 @@ async fn walk(
         }
         let base_wanted = matches!(req.scope, LdapSearchScope::Base | LdapSearchScope::Subtree);
         if base_wanted && matches!(position, Position::Start | Position::Offset(_)) {
-            let visit = match bytes {
-                Some(None) => Visit::Next,
-                _ => emit.visit(&txn, base_key, id, true, view.as_ref())?,
-            };
-            match visit {
+            match emit.visit(&txn, base_key, id, true, view.as_ref())? {
                 Visit::Next => {}
                 Visit::Stop(code) => return Err(Error::new(code, "")),
                 Visit::PageFull => return Ok(Some(Position::AfterBase)),

@@ -821,17 +821,14 @@ fn locate(shard: &shards::Shard, uuid: &[u8; 16], mut shown: String, filter: Opt
     for _hop in 0..16 {
         let key = Dn::parse(&shown)?.key();
         let txn = shard.store_for(&key).read()?;
-        if let Some(id) = txn.get(Tree::Dn2id, &key)? {
-            if let Some(bytes) = txn.get(Tree::Id2entry, id)? {
-                let view = EntryView::new(bytes)?;
-                let entry = Entry::decode_view(&view)?;
-                if changelog::uuid_of(&entry).ok() == Some(*uuid) {
-                    let decided = match filter {
-                        Some(f) => shards::index::decided_items(&txn, f, id, view.size())?,
-                        None => Vec::new(),
-                    };
-                    return Ok(Located::Found(key, entry, decided));
-                }
+        if let Some((id, view)) = txn.entry(&key)? {
+            let entry = Entry::decode_view(&view)?;
+            if changelog::uuid_of(&entry).ok() == Some(*uuid) {
+                let decided = match filter {
+                    Some(f) => shards::index::decided_items(&txn, f, id, view.size())?,
+                    None => Vec::new(),
+                };
+                return Ok(Located::Found(key, entry, decided));
             }
         }
         let partition = shard.manifest.partition_of(&key) as u16;

@@ -81,6 +81,38 @@ fn connections_beyond_the_caps_get_busy() {
     }
 }
 
+/// `limits.max_connections` holds for the process, whichever shards the
+/// kernel hands the connections to (each shard counts its own; the cap
+/// is on the sum), and `ctl status` counts the same.
+#[test]
+fn the_total_connection_cap_holds_across_shards() {
+    let s = Server::start_with_config(2, "[limits]\nmax_connections = 4\n");
+    // Each answered once, so each holds its place before the next knock.
+    let mut held: Vec<_> = (0..4).map(|_| s.conn()).collect();
+    for c in &mut held {
+        assert_eq!(c.simple_bind("", "").unwrap().rc, 0);
+    }
+    for _ in 0..6 {
+        let mut sock = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+        sock.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
+        let mut notice = Vec::new();
+        sock.read_to_end(&mut notice).unwrap();
+        let text = String::from_utf8_lossy(&notice);
+        assert!(text.contains("too many connections (limit 4)"), "{text:?}");
+    }
+    assert_eq!(ctl_json(&s, &["status"])["connections"], 4);
+    drop(held);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let mut c = s.conn();
+        match c.simple_bind("", "") {
+            Ok(r) if r.rc == 0 => break,
+            _ => assert!(std::time::Instant::now() < deadline, "the cap never came back"),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// `limits.max_rename_entries` bounds what one modify-DN moves: past it
 /// adminLimitExceeded and nothing moved; within it the whole subtree.
 #[test]

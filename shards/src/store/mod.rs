@@ -131,6 +131,17 @@ pub trait ReadTxn {
     fn snapshot(&self) -> bool {
         true
     }
+    /// The entry stored under a DN key, with its id: `dn2id`, then
+    /// `id2entry`, read in place. The one way an entry is read by DN.
+    fn entry(&self, key: &[u8]) -> Result<Option<(&[u8], crate::entry::EntryView<'_>)>> {
+        let Some(id) = self.get(Tree::Dn2id, key)? else { return Ok(None) };
+        match self.get(Tree::Id2entry, id)? {
+            Some(bytes) => Ok(Some((id, crate::entry::EntryView::new(bytes)?))),
+            // Without a snapshot (sled) a delete may land between the reads.
+            None if !self.snapshot() => Ok(None),
+            None => Err(crate::error::Error::other("dn2id names a missing id2entry record")),
+        }
+    }
 }
 
 pub trait WriteTxn: ReadTxn {
