@@ -74,6 +74,8 @@ const POLL: Duration = Duration::from_millis(100);
 const MARGIN_US: u64 = 5_000_000;
 /// Entries read per snapshot in the refresh before yielding.
 const CHUNK: usize = 1024;
+/// Most keys a refresh chunk walks in one store.
+const SCANNED: usize = 4 * CHUNK;
 
 /// A cookie: the consumer's replica id and, per server id, a CSN.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -538,8 +540,11 @@ fn next_rows<T: ReadTxn>(
     let mut rows = Vec::new();
     let mut bound: Option<Vec<u8>> = None;
     for (store, txn) in txns.iter().enumerate() {
-        let (mut taken, mut last) = (0, None);
+        let (mut taken, mut scanned, mut last) = (0, 0, None);
+        // A one-level scope walks the whole subtree's keys: the keys seen,
+        // not only those taken, bound a chunk.
         txn.scan(Tree::Dn2id, &s.base_key, from, &mut |k, v| {
+            scanned += 1;
             if resumed && k == from {
                 return true;
             }
@@ -548,9 +553,9 @@ fn next_rows<T: ReadTxn>(
                 taken += 1;
             }
             last = Some(k.to_vec());
-            taken < CHUNK
+            taken < CHUNK && scanned < SCANNED
         })?;
-        if taken == CHUNK {
+        if taken == CHUNK || scanned == SCANNED {
             bound = match (bound, last) {
                 (Some(b), Some(l)) => Some(b.min(l)),
                 (b, l) => b.or(l),

@@ -345,11 +345,12 @@ pub fn tool(name: &str, args: &[&str], stdin: Option<&str>) -> (i32, String, Str
         .spawn()
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     let mut input = child.stdin.take().unwrap();
-    if let Some(text) = stdin {
-        std::io::Write::write_all(&mut input, text.as_bytes()).unwrap();
-    }
-    drop(input);
+    // Written from a thread of its own: a tool that answers as it reads
+    // (ldapadd) would otherwise fill its output pipe and wait forever.
+    let text = stdin.unwrap_or_default().to_string();
+    let writer = std::thread::spawn(move || std::io::Write::write_all(&mut input, text.as_bytes()));
     let out = child.wait_with_output().unwrap();
+    let _ = writer.join();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into(),

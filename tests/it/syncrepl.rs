@@ -692,3 +692,30 @@ fn a_persistent_search_on_a_big_group_member_hears_the_groups_change() {
         other => panic!("not announced: {other:?}"),
     }
 }
+
+/// A one-level refresh walks the keys of the whole subtree below its base
+/// but takes only the children: a chunk is bounded by the keys it walks,
+/// and the children after a big grandchild subtree still come.
+#[test]
+fn a_one_level_refresh_over_a_deep_subtree_sends_every_child() {
+    let s = Server::start_with_config(2, "[syncrepl]\nprovider = true\n[storage]\nsync = \"never\"\n");
+    let big = format!("ou=big,{SUFFIX}");
+    let mut ldif = format!("dn: {big}\nobjectClass: organizationalUnit\nou: big\n\n");
+    for child in ["a", "m", "z"] {
+        ldif += &format!("dn: ou={child},{big}\nobjectClass: organizationalUnit\nou: {child}\n\n");
+    }
+    for i in 0..5000 {
+        ldif += &format!("dn: cn=g{i},ou=a,{big}\nobjectClass: person\ncn: g{i}\nsn: g\n\n");
+    }
+    let (code, out, err) = tool("ldapadd", &["-x", "-H", &s.url(), "-D", ROOT_DN, "-w", ROOT_PW], Some(&ldif));
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = tool(
+        "ldapsearch",
+        &["-x", "-H", &s.url(), "-D", ROOT_DN, "-w", ROOT_PW, "-E", "!sync=ro", "-b", &big, "-s", "one", "1.1"],
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let mut dns: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("dn: ")).collect();
+    dns.sort();
+    assert_eq!(dns, [format!("ou=a,{big}"), format!("ou=m,{big}"), format!("ou=z,{big}")]);
+}
