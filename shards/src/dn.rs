@@ -143,7 +143,8 @@ impl Dn {
     /// separators, the AVAs of a multi-valued RDN sorted by type, and
     /// special characters escaped as `\XX` (`cn=Smith\2C John`). Fails
     /// with `invalidDNSyntax` where slapd's does: a type the schema does
-    /// not define, an empty value, one type twice in an RDN.
+    /// not define, an empty value or one its syntax refuses, one type
+    /// twice in an RDN.
     pub fn pretty(&self) -> Result<String> {
         let mut out = String::new();
         for (i, rdn) in self.rdns.iter().enumerate() {
@@ -152,12 +153,7 @@ impl Dn {
             }
             let mut avas: Vec<(&str, &[u8])> = Vec::with_capacity(rdn.avas.len());
             for ava in &rdn.avas {
-                let Some(at) = matching::attr_type(&ava.attr) else {
-                    return Err(Error::invalid_dn(&self.to_string_form(), "undefined attribute type"));
-                };
-                if ava.value.is_empty() {
-                    return Err(Error::invalid_dn(&self.to_string_form(), "empty attribute value"));
-                }
+                let at = self.checked_type(ava)?;
                 if avas.iter().any(|(name, _)| *name == at.name()) {
                     return Err(Error::invalid_dn(&self.to_string_form(), "an attribute type twice in one RDN"));
                 }
@@ -179,6 +175,27 @@ impl Dn {
             return Err(too_long(&out));
         }
         Ok(out)
+    }
+
+    /// Checks the DN as slapd's `dnNormalize` does before any operation
+    /// uses it: every type defined, every value non-empty and valid per
+    /// its type's syntax (`c=USA` or `dc=é` name nothing), else
+    /// invalidDNSyntax.
+    pub fn validate(&self) -> Result<()> {
+        self.rdns.iter().flat_map(|r| &r.avas).try_for_each(|ava| self.checked_type(ava).map(|_| ()))
+    }
+
+    fn checked_type(&self, ava: &Ava) -> Result<&'static crate::schema::AttributeType> {
+        let Some(at) = matching::attr_type(&ava.attr) else {
+            return Err(Error::invalid_dn(&self.to_string_form(), "undefined attribute type"));
+        };
+        if ava.value.is_empty() {
+            return Err(Error::invalid_dn(&self.to_string_form(), "empty attribute value"));
+        }
+        if !(at.syntax_ref.valid)(&ava.value) {
+            return Err(Error::invalid_dn(&self.to_string_form(), "value invalid per its type's syntax"));
+        }
+        Ok(at)
     }
 
     /// The user-facing string form (values re-escaped as needed).

@@ -207,18 +207,25 @@ impl Entry {
         let no_such = || Error::new(LdapResultCode::NoSuchAttribute, format!("{}: no such attribute or value", a.name));
         let i = at.find(self, &a.name).ok_or_else(no_such)?;
         let vals = &mut self.attrs[i].vals;
+        // Two values equal under the matching rule (`one`, `ONE`) delete
+        // the one stored value, as in slapd: each must match a stored value.
         if a.vals.len() <= 8 {
+            let mut hit = vec![false; vals.len()];
             for v in &a.vals {
                 let at = vals.iter().position(|old| matching::values_equal(&a.name, old, v)).ok_or_else(no_such)?;
-                vals.remove(at);
+                hit[at] = true;
             }
+            let mut k = 0;
+            vals.retain(|_| {
+                k += 1;
+                !hit[k - 1]
+            });
         } else {
             // Many values (members leaving a large group): one pass with a set.
             let norm = matching::normalizer(&a.name);
             let mut gone: HashSet<Vec<u8>> = a.vals.iter().map(|v| norm(v).into_owned()).collect();
-            let before = vals.len();
             vals.retain(|old| !gone.remove(norm(old).as_ref()));
-            if !gone.is_empty() || before - vals.len() != a.vals.len() {
+            if !gone.is_empty() {
                 return Err(no_such());
             }
         }
@@ -236,11 +243,22 @@ impl Entry {
         let i = at
             .find(self, &a.name)
             .ok_or_else(|| Error::new(LdapResultCode::NoSuchAttribute, format!("{}: no such attribute", a.name)))?;
+        // As slapd: only an INTEGER-syntax type increments
+        // (constraintViolation); a stored value past 64 bits, or a sum past
+        // them, is refused as slapd refuses a value it cannot parse
+        // (invalidAttributeSyntax).
+        let integer = matching::attr_type(&a.name).is_some_and(|t| t.syntax == "1.3.6.1.4.1.1466.115.121.1.27");
+        if !integer {
+            return Err(Error::new(
+                LdapResultCode::ConstraintViolation,
+                format!("{}: increment not supported for the value syntax", a.name),
+            ));
+        }
         for v in &mut self.attrs[i].vals {
-            let n = parse_int(v).ok_or_else(|| {
-                Error::new(LdapResultCode::ConstraintViolation, format!("{}: value is not an integer", a.name))
+            let sum = parse_int(v).and_then(|n| n.checked_add(by)).ok_or_else(|| {
+                Error::new(LdapResultCode::InvalidAttributeSyntax, format!("{}: value out of the 64-bit range", a.name))
             })?;
-            *v = (n + by).to_string().into_bytes();
+            *v = sum.to_string().into_bytes();
         }
         Ok(())
     }

@@ -155,7 +155,16 @@ pub fn compile(f: &LdapFilter) -> Node {
         LdapFilter::And(fs) => Node::And(fs.iter().map(compile).collect()),
         LdapFilter::Or(fs) => any_of(fs.iter().map(compile).collect()),
         LdapFilter::Not(f) => Node::Not(Box::new(compile(f))),
-        LdapFilter::Present(a) if matching::same_attr(a, "objectClass") => Node::True,
+        // Every entry has an objectClass, and the computed entryDN,
+        // subschemaSubentry and hasSubordinates (slapd matches them
+        // present on every entry).
+        LdapFilter::Present(a)
+            if ["objectClass", "entryDN", "subschemaSubentry", "hasSubordinates"]
+                .iter()
+                .any(|n| matching::same_attr(a, n)) =>
+        {
+            Node::True
+        }
         LdapFilter::Present(a) => Names::of(schema, a).map_or(Node::Undefined, Node::Present),
         LdapFilter::Equality(a, v) | LdapFilter::Approx(a, v) if matching::same_attr(a, "objectClass") => {
             object_class(schema, a, v).unwrap_or_else(|| equality(schema, a, v))
@@ -418,6 +427,24 @@ impl Node {
         }
     }
 
+    /// The `(hasSubordinates=TRUE|FALSE)` items (alone or an OR set), by
+    /// address, with whether each matches an entry without children and
+    /// one with. hasSubordinates is computed from the child count, which
+    /// the caller reads once per entry and answers through
+    /// `with_decided`; without that answer the item matches nothing.
+    pub fn subordinate_items(&self, out: &mut Vec<(usize, [bool; 2])>) {
+        match self {
+            Node::And(ns) | Node::Or(ns) => ns.iter().for_each(|n| n.subordinate_items(out)),
+            Node::Not(n) | Node::Guarded(_, n) => n.subordinate_items(out),
+            Node::Equal { attr, .. } | Node::AnyOf { attr, .. } if attr.name() == "hasSubordinates" => {
+                let (_, values) = self.equalities().expect("an equality item");
+                let asserts = |v: &[u8]| values.iter().any(|x| x == v);
+                out.push((self as *const Node as usize, [asserts(b"FALSE"), asserts(b"TRUE")]))
+            }
+            _ => {}
+        }
+    }
+
     /// The equality values of one equality item or an OR set of them.
     pub fn equalities(&self) -> Option<(&Names, &[Vec<u8>])> {
         match self {
@@ -466,12 +493,14 @@ impl Node {
             Node::True => Some(true),
             Node::Undefined => None,
             Node::Present(attr) => Some(e.attrs().any(|a| spend() && attr.covers(a.name))),
-            Node::Equal { attr, rule, value } => {
-                decided(self).or_else(|| any_value(e, attr, *rule, |v| v == value.as_slice()))
-            }
-            Node::AnyOf { attr, rule, values } => {
-                decided(self).or_else(|| any_value(e, attr, *rule, |v| in_set(values, v)))
-            }
+            Node::Equal { attr, rule, value } => match decided(self) {
+                None if !computed(attr) => any_value(e, attr, *rule, |v| v == value.as_slice()),
+                verdict => verdict,
+            },
+            Node::AnyOf { attr, rule, values } => match decided(self) {
+                None if !computed(attr) => any_value(e, attr, *rule, |v| in_set(values, v)),
+                verdict => verdict,
+            },
             Node::Substrings { attr, rule, initial, any, last } => {
                 any_value(e, attr, *rule, |v| substrings(v, initial.as_deref(), any, last.as_deref()))
             }
@@ -621,6 +650,13 @@ pub fn with_decided<R>(items: Vec<(usize, bool)>, f: impl FnOnce() -> R) -> R {
     }
     let _restore = Restore(DECIDED.replace(items));
     f()
+}
+
+/// An equality item on hasSubordinates that no caller decided (only a
+/// search reads child counts, `subordinate_items`) is Undefined: never
+/// stored, it must not read as FALSE (and its NOT as TRUE).
+fn computed(attr: &Names) -> bool {
+    attr.name() == "hasSubordinates"
 }
 
 fn decided(item: &Node) -> Option<bool> {

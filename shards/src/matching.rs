@@ -313,6 +313,10 @@ impl Rule {
         match self {
             Integer | IntegerOrdering | IntegerBitAnd | IntegerBitOr => strict_integer(value),
             PresentationAddress | ProtocolInformation | CertificateExact | AttributeCertificateExact | Authz => false,
+            // Directory, numeric and printable strings have at least one
+            // character (RFC 4517 §3.3): `(cn=)` is Undefined, as in slapd.
+            CaseIgnore | CaseIgnoreOrdering | CaseExact | CaseExactOrdering | NumericString | NumericStringOrdering
+            | TelephoneNumber | DirectoryStringFirstComponent => !value.is_empty(),
             _ => true,
         }
     }

@@ -234,6 +234,12 @@ impl Shard {
         Ok(self.store_for(key).read()?.entry(key)?.map(|(_, view)| f(&view)))
     }
 
+    /// How many children the entry with this DN key has (0 when there is
+    /// no such entry), through a snapshot of its owner's store.
+    pub fn children(&self, key: &[u8]) -> Result<u64> {
+        crate::write::children(&self.store_for(key).read()?, key)
+    }
+
     /// Sends a write to the owner of `key` and waits for its durable result.
     pub async fn submit(&self, key: &[u8], op: WriteOp) -> Result<()> {
         self.submit_to(self.owner_of(key), op).await

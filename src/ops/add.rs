@@ -45,9 +45,18 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     // The request is owned: its values are respelled in place, not copied.
     let mut attrs = Vec::with_capacity(req.attributes.len());
     let mut relaxed = Vec::new();
+    let mut seen = std::collections::HashSet::with_capacity(req.attributes.len());
     for mut a in req.attributes {
         if a.vals.is_empty() {
             return Err(Error::protocol(format!("{}: no values for attribute type", a.atype)));
+        }
+        // As slapd: one attribute twice in the list (`cn` and `commonName`,
+        // or `cn` and `CN`) is refused, not merged.
+        if !seen.insert(shards::matching::description_key(&a.atype)) {
+            return Err(Error::new(
+                LdapResultCode::AttributeOrValueExists,
+                format!("attribute '{}' provided more than once", a.atype),
+            ));
         }
         if !user_modifiable(&a.atype) {
             if ctrls.relax.is_none() || !is_relaxable(&a.atype) {

@@ -99,7 +99,8 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Step> {
     let ctx = &conn.ctx;
     let cleartext = ctx.passwords.allow_cleartext;
     if key == ctx.root_key {
-        let identity = Identity::Root(Rc::from(req.dn.as_str()));
+        // Bound as slapd's pretty form of the DN given (whoami, logs).
+        let identity = Identity::Root(Rc::from(shards::dn::Dn::parse(&req.dn)?.pretty()?.as_str()));
         let hash = ctx.root_password_hash.as_bytes();
         if password::is_slow(hash) {
             let check = Check { hashes: vec![hash.to_vec()], password: password.to_vec(), cleartext };
@@ -132,6 +133,11 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Step> {
         }
         values().any(|v| password::verify_with(v, password, cleartext)).then(|| Step::Done(bound(e)))
     })?;
+    if step.is_none() {
+        // No entry there: a DN slapd would refuse is invalidDNSyntax (34),
+        // as slapd checks every bind DN; none such can exist to bind as.
+        crate::ops::parse_dn(&req.dn)?;
+    }
     step.flatten().ok_or_else(invalid)
 }
 

@@ -12,10 +12,37 @@ use ldap3_proto::proto::LdapCompareRequest;
 use ldap3_proto::LdapResultCode;
 use shards::{matching, password, Error, Result};
 
-/// The class a Compare of `objectClass` asks about, if it names one.
-fn object_class(atype: &str, value: &[u8]) -> Option<usize> {
-    let name = std::str::from_utf8(value).ok()?;
-    matching::same_attr(atype, "objectClass").then(|| shards::schema::get().class_index(name)).flatten()
+/// The class a Compare of `objectClass` asks about, if it names one. A
+/// name the schema does not know is invalidAttributeSyntax, as slapd's
+/// objectIdentifierMatch finds no OID for it; an unknown numeric OID is
+/// merely no class of the entry.
+fn object_class(atype: &str, value: &[u8]) -> Result<Option<usize>> {
+    if !matching::same_attr(atype, "objectClass") {
+        return Ok(None);
+    }
+    let name = std::str::from_utf8(value).unwrap_or("");
+    match shards::schema::get().class_index(name) {
+        Some(c) => Ok(Some(c)),
+        None if name.starts_with(|c: char| c.is_ascii_digit()) => Ok(None),
+        None => Err(Error::new(
+            LdapResultCode::InvalidAttributeSyntax,
+            format!("objectClass: assertion value invalid per syntax (unknown object class '{name}')"),
+        )),
+    }
+}
+
+/// hasSubordinates is computed from the entry's child count, as a search
+/// returns it (RFC 3045-style booleans, `TRUE`/`FALSE`).
+fn compare_has_subordinates(conn: &Conn, key: &[u8], value: &[u8]) -> Result<LdapResultCode> {
+    let rule = matching::Rule::Boolean;
+    let Some(want) = rule.valid_assertion(value).then(|| rule.normalize(value)).flatten() else {
+        return Err(Error::new(LdapResultCode::InvalidAttributeSyntax, "hasSubordinates: assertion value invalid"));
+    };
+    let has = conn.ctx.shard.children(key)? > 0;
+    Ok(match (want.as_ref() == b"TRUE") == has {
+        true => LdapResultCode::CompareTrue,
+        false => LdapResultCode::CompareFalse,
+    })
 }
 
 /// entryDN is not stored with the entry: slapd refuses to compare it
@@ -36,7 +63,10 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
             format!("{}: attribute type undefined", req.atype),
         ));
     };
-    let Some(rule) = at.equality else {
+    // A DN without an equality rule (namingContexts) compares as a DN, as
+    // in slapd.
+    let dn_syntax = at.syntax == "1.3.6.1.4.1.1466.115.121.1.12";
+    let Some(rule) = at.equality.or(dn_syntax.then_some(matching::Rule::DistinguishedName)) else {
         return Err(Error::new(
             LdapResultCode::InappropriateMatching,
             format!("{}: attribute type has no equality matching rule", req.atype),
@@ -44,11 +74,22 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
     };
     let is_password = matching::same_attr(&req.atype, "userPassword");
     let key = dn.key();
-    let entry =
-        conn.ctx.shard.get_entry(&key)?.ok_or_else(|| with_matched(conn, &dn, Error::no_such_object(&req.dn)))?;
+    // The root DSE and cn=Subschema compare as slapd compares them: as
+    // the entries a search reads, open to everyone as that search is.
+    let computed = match key.is_empty() {
+        true => Some(crate::ops::rootdse::entry(&conn.ctx)),
+        false => shards::schema::subschema::is_subschema_key(&key).then(shards::schema::subschema::entry),
+    };
+    let is_computed = computed.is_some();
     let identity = conn.identity.borrow().clone();
     let live = conn.ctx.live();
-    let access = conn.access(&live, &identity);
+    let (entry, access) = match computed {
+        Some(entry) => (entry, None),
+        None => (
+            conn.ctx.shard.get_entry(&key)?.ok_or_else(|| with_matched(conn, &dn, Error::no_such_object(&req.dn)))?,
+            conn.access(&live, &identity),
+        ),
+    };
     let shard = &conn.ctx.shard;
     if let Some(access) = &access {
         let attr = [(access.acl().class(&req.atype), req.atype.as_str())];
@@ -62,6 +103,13 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
     controls::check_assertion(conn, ctrls.assertion.as_ref(), &key, &entry)?;
     if matching::same_attr(&req.atype, "entryDN") {
         return compare_entry_dn(&req.val);
+    }
+    if matching::same_attr(&req.atype, "subschemaSubentry") && !is_computed {
+        // Computed, not stored: slapd refuses to compare it.
+        return Err(Error::unwilling("subschemaSubentry: Compare not supported; read it instead"));
+    }
+    if matching::same_attr(&req.atype, "hasSubordinates") && !is_computed {
+        return compare_has_subordinates(conn, &key, &req.val);
     }
     // A supertype compares the values of its subtypes too (`name`: `cn`, `sn`).
     let names = shards::filter::Names::new(&req.atype).expect("the type exists");
@@ -80,7 +128,7 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
     }
     let found = if is_password {
         vals.iter().any(|v| password::verify_with(v, &req.val, conn.ctx.passwords.allow_cleartext))
-    } else if let Some(class) = object_class(&req.atype, &req.val) {
+    } else if let Some(class) = object_class(&req.atype, &req.val)? {
         // An entry is of every superclass of its classes (RFC 4512 §2.4.1).
         let schema = shards::schema::get();
         schema.classes[class].oid == "2.5.6.0"

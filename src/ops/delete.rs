@@ -20,6 +20,10 @@ pub async fn handle(conn: Rc<Conn>, dn_text: String, ctrls: Controls) -> Result<
     if dn.is_root() {
         return Err(Error::unwilling("the root DSE cannot be deleted"));
     }
+    if shards::schema::subschema::is_subschema_key(&dn.key()) {
+        // As slapd: the schema is configuration, not an entry to write.
+        return Err(Error::unwilling("the subschema subentry cannot be deleted"));
+    }
     let is_suffix = conn.ctx.is_suffix(&dn);
     let identity = conn.identity.borrow().clone();
     let live = conn.ctx.live();

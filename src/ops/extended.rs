@@ -36,7 +36,12 @@ pub fn start_tls(conn: &Conn) -> LdapExtendedResponse {
         value: None,
     };
     if conn.ctx.tls.is_none() {
-        return refuse(LdapResultCode::Unavailable, "TLS is not configured on this server");
+        // Not offered (absent from supportedExtension): answered as slapd
+        // answers an extended operation it does not know.
+        return LdapExtendedResponse {
+            name: None,
+            ..refuse(LdapResultCode::ProtocolError, "TLS is not configured on this server")
+        };
     }
     if conn.tls_ssf.get() > 0 {
         return refuse(LdapResultCode::OperationsError, "TLS is already established");
@@ -89,7 +94,13 @@ fn cancel(conn: &Conn, req: &LdapExtendedRequest) -> Result<()> {
 }
 
 pub async fn password_modify(conn: &Conn, req: &LdapExtendedRequest) -> LdapExtendedResponse {
-    let outcome = match LdapPasswordModifyRequest::try_from(req) {
+    // RFC 3062 §2: the request value is optional; without it, the bound
+    // user asks for a generated password (`ldappasswd` without `-s`).
+    let parsed = match &req.value {
+        None => Ok(LdapPasswordModifyRequest { user_identity: None, old_password: None, new_password: None }),
+        Some(_) => LdapPasswordModifyRequest::try_from(req),
+    };
+    let outcome = match parsed {
         Ok(pm) => change(conn, pm).await,
         Err(_) => Err(Error::protocol("malformed Password Modify request value")),
     };
@@ -131,11 +142,9 @@ async fn change(conn: &Conn, req: LdapPasswordModifyRequest) -> Result<Option<St
             None => id.to_string(),
         },
     };
-    let dn = parse_dn(&target)?;
+    // As slapd: a user identity that is no DN is invalidAttributeSyntax.
+    let dn = parse_dn(&target).map_err(|e| Error::new(LdapResultCode::InvalidAttributeSyntax, e.message))?;
     let is_root = identity.is_root();
-    if dn == conn.ctx.root_dn {
-        return Err(Error::unwilling("the root DN's password is set in the configuration, not in the directory"));
-    }
     let self_change = parse_dn(&own).is_ok_and(|o| o == dn);
     let shard = &conn.ctx.shard;
     if let Some(a) = conn.access(&live, &identity) {

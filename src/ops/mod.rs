@@ -302,8 +302,11 @@ fn check_filters(conn: &Conn, op: &LdapOp, ctrls: &controls::Controls) -> Result
     Ok(())
 }
 
+/// A DN from a request, checked as slapd checks one (`Dn::validate`).
 pub fn parse_dn(text: &str) -> Result<shards::dn::Dn> {
-    shards::dn::Dn::parse(text)
+    let dn = shards::dn::Dn::parse(text)?;
+    dn.validate()?;
+    Ok(dn)
 }
 
 /// The longest existing ancestor of `dn`, for `matchedDN`; "" when the

@@ -25,6 +25,10 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
     if dn.is_root() {
         return Err(Error::unwilling("the root DSE cannot be modified"));
     }
+    if shards::schema::subschema::is_subschema_key(&dn.key()) {
+        // As slapd: the schema is configuration, not an entry to write.
+        return Err(Error::unwilling("the subschema subentry cannot be modified"));
+    }
     let key = dn.key();
     let identity = conn.identity.borrow().clone();
     let live = conn.ctx.live();

@@ -179,6 +179,9 @@ async fn follow(shard: &Rc<Shard>, is_top: &dyn Fn(&Dn) -> bool, top: &Dn, mut f
 pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -> Result<Vec<LdapControl>> {
     let old = parse_dn(&req.dn)?;
     let rdn = Rdn::parse(&req.newrdn)?;
+    // As slapd: a new RDN its types' syntaxes refuse is invalidDNSyntax
+    // before the naming context is looked at.
+    Dn::renamed(rdn.clone(), &Dn::root()).validate()?;
     let superior = match &req.new_superior {
         Some(s) => parse_dn(s)?,
         None => old.parent(),

@@ -31,7 +31,14 @@ pub fn entry(ctx: &Ctx) -> Entry {
             attr("objectClass", vec!["top".into()]),
             attr("namingContexts", ctx.suffixes.iter().map(|s| s.to_string_form()).collect()),
             attr("supportedLDAPVersion", vec!["3".into()]),
-            attr("supportedExtension", strs(extended::SUPPORTED)),
+            // StartTLS only where TLS is configured, as slapd lists it.
+            attr(
+                "supportedExtension",
+                strs(extended::SUPPORTED)
+                    .into_iter()
+                    .filter(|oid| ctx.tls.is_some() || oid != extended::OID_START_TLS)
+                    .collect(),
+            ),
             attr("supportedControl", {
                 let mut c = strs(controls::SUPPORTED);
                 // The Sync Request control, where there is a changelog to serve it from.

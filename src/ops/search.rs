@@ -202,9 +202,12 @@ async fn run(
     let computed_tests = if is_root { 0 } else { live.limits.max_filter_tests };
     // A one-RDN key is that RDN's normalized form.
     if subschema::is_subschema_key(&base_key) {
-        if req.scope != LdapSearchScope::OneLevel {
-            *sent = write_computed(out, msgid, &subschema::entry(), &node, &sel, computed_tests)? as u64;
+        // As slapd: the subschema subentry is served to a base search
+        // only; it is no container, and below it nothing exists.
+        if req.scope != LdapSearchScope::Base {
+            return Err(Error::no_such_object(&req.base));
         }
+        *sent = write_computed(out, msgid, &subschema::entry(), &node, &sel, computed_tests)? as u64;
         return Ok(());
     }
     if monitor::is_monitor_key(&base_key) {
@@ -314,8 +317,11 @@ async fn run(
         true => Some((ctx.suffixes.iter().map(Dn::key).collect(), crate::ops::syncrepl::context_csn(ctx)?)),
         false => None,
     };
+    let mut subordinates = Vec::new();
+    node.subordinate_items(&mut subordinates);
     let mut emit = Emit {
         context_csn,
+        subordinates,
         msgid,
         filter: &node,
         sel: &sel,
@@ -618,6 +624,9 @@ struct Emit<'a> {
     sorter: Option<Sorter>,
     /// The suffixes' keys and their contextCSN values, when asked for.
     context_csn: Option<(Vec<Vec<u8>>, Vec<Vec<u8>>)>,
+    /// The filter's hasSubordinates items (`Node::subordinate_items`):
+    /// each entry's child count answers them.
+    subordinates: Vec<(usize, [bool; 2])>,
 }
 
 /// What visiting one candidate decided.
@@ -679,12 +688,18 @@ impl Emit<'_> {
             return Ok(Visit::Stop(LdapResultCode::TimeLimitExceeded));
         }
         let target = Target { key, entry: Some(view) };
+        // Read once, for a hasSubordinates item or the attributes.
+        let mut n_children = None;
         let visible = match matched {
             Some(m) => m && self.plan.is_none_or(|p| p.entry_readable(&target)),
             None => {
                 // A big entry's equality items are index lookups (a group
                 // of a million members checked for one).
-                let decided = index::decided_items(txn, self.filter, id, view.size())?;
+                let mut decided = index::decided_items(txn, self.filter, id, view.size())?;
+                if !self.subordinates.is_empty() {
+                    let has = usize::from(*n_children.insert(children(txn, key)?) > 0);
+                    decided.extend(self.subordinates.iter().map(|(item, matches)| (*item, matches[has])));
+                }
                 let (plan, filter, tests) = (self.plan, self.filter, self.limits.tests);
                 filter::with_decided(decided, || visible_match(plan, filter, &target, view, tests))?
             }
@@ -696,7 +711,11 @@ impl Emit<'_> {
         if self.sent == self.limits.size && self.sorter.is_none() {
             return Ok(Visit::Stop(LdapResultCode::SizeLimitExceeded));
         }
-        let n_children = if self.sel.counts_children() { children(txn, key)? } else { 0 };
+        let n_children = match n_children {
+            Some(n) => n,
+            None if self.sel.counts_children() => children(txn, key)?,
+            None => 0,
+        };
         let plan = self.plan;
         let readable = |name: &str| plan.is_none_or(|p| p.allows(&target, name, Level::Read));
         let csns = context(&self.context_csn, key);

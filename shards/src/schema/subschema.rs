@@ -46,10 +46,19 @@ pub fn entry() -> Entry {
             attr("matchingRuleUse", uses),
             attr("attributeTypes", schema.attrs.iter().map(|a| a.definition.clone()).collect()),
             attr("objectClasses", schema.classes.iter().map(|c| c.definition.clone()).collect()),
+            attr("createTimestamp", vec![loaded_at().into()]),
+            attr("modifyTimestamp", vec![loaded_at().into()]),
             attr("entryDN", vec![DN.into()]),
             attr("subschemaSubentry", vec![DN.into()]),
         ],
     }
+}
+
+/// When this process loaded its schema: the subentry's create and modify
+/// timestamps (slapd gives its schema's), the same for every read.
+fn loaded_at() -> &'static str {
+    static AT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    AT.get_or_init(crate::now_generalized)
 }
 
 /// `matchingRuleUse` (RFC 4512 §4.1.4): for each rule, the attribute types
