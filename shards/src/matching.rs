@@ -315,8 +315,14 @@ impl Rule {
             PresentationAddress | ProtocolInformation | CertificateExact | AttributeCertificateExact | Authz => false,
             // Directory, numeric and printable strings have at least one
             // character (RFC 4517 §3.3): `(cn=)` is Undefined, as in slapd.
-            CaseIgnore | CaseIgnoreOrdering | CaseExact | CaseExactOrdering | NumericString | NumericStringOrdering
-            | TelephoneNumber | DirectoryStringFirstComponent => !value.is_empty(),
+            CaseIgnore
+            | CaseIgnoreOrdering
+            | CaseExact
+            | CaseExactOrdering
+            | NumericString
+            | NumericStringOrdering
+            | TelephoneNumber
+            | DirectoryStringFirstComponent => !value.is_empty(),
             _ => true,
         }
     }

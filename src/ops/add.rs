@@ -75,7 +75,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     let mut entry = Entry::gather(dn.pretty()?, attrs)?;
     add_rdn_values(&mut entry, &dn)?;
     let is_suffix = ctx.is_suffix(&dn);
-    let identity = conn.identity.borrow().clone();
+    let identity = ctrls.requester(&conn);
     let live = conn.ctx.live();
     let access = conn.access(&live, &identity);
     if let Some(a) = &access {
@@ -102,7 +102,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
         true => Some(check_uuid_free(ctx, &entry)?),
         false => None,
     };
-    controls::check_assertion(&conn, ctrls.assertion.as_ref(), &dn.key(), &entry)?;
+    controls::check_assertion(&conn, &identity, ctrls.assertion.as_ref(), &dn.key(), &entry)?;
     hash_passwords(&conn, &mut entry.attrs).await?;
     stamp_new(&mut entry, identity.dn());
     entry.check_layout()?;
@@ -110,7 +110,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     let post = ctrls.post_read.as_ref().map(|attrs| {
         controls::read_entry_control(POST_READ, &entry, attrs, &access::readable(access.as_ref(), &entry))
     });
-    insert(&ctx.shard, &dn, entry, is_suffix).await.map_err(|e| with_matched(&conn, &dn, e))?;
+    insert(&ctx.shard, &dn, entry, is_suffix).await.map_err(|e| with_matched(&conn, &identity, &dn, e))?;
     Ok(post.into_iter().collect())
 }
 

@@ -81,12 +81,15 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
         false => shards::schema::subschema::is_subschema_key(&key).then(shards::schema::subschema::entry),
     };
     let is_computed = computed.is_some();
-    let identity = conn.identity.borrow().clone();
+    let identity = ctrls.requester(conn);
     let live = conn.ctx.live();
     let (entry, access) = match computed {
         Some(entry) => (entry, None),
         None => (
-            conn.ctx.shard.get_entry(&key)?.ok_or_else(|| with_matched(conn, &dn, Error::no_such_object(&req.dn)))?,
+            conn.ctx
+                .shard
+                .get_entry(&key)?
+                .ok_or_else(|| with_matched(conn, &identity, &dn, Error::no_such_object(&req.dn)))?,
             conn.access(&live, &identity),
         ),
     };
@@ -95,12 +98,12 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
         let attr = [(access.acl().class(&req.atype), req.atype.as_str())];
         if access::require(access, shard, &key, &attr, Level::Compare).is_err() {
             if access::require(access, shard, &key, &[(Attr::Entry, "entry")], Level::Disclose).is_err() {
-                return Err(with_matched(conn, &dn, Error::no_such_object(&req.dn)));
+                return Err(with_matched(conn, &identity, &dn, Error::no_such_object(&req.dn)));
             }
             return Err(access::denied(Level::Compare, &req.atype));
         }
     }
-    controls::check_assertion(conn, ctrls.assertion.as_ref(), &key, &entry)?;
+    controls::check_assertion(conn, &identity, ctrls.assertion.as_ref(), &key, &entry)?;
     if matching::same_attr(&req.atype, "entryDN") {
         return compare_entry_dn(&req.val);
     }

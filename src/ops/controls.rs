@@ -13,6 +13,10 @@
 //! - Subentries (RFC 3672): search; there are no subentries, so TRUE
 //!   returns nothing (the filter is ANDed with `objectClass=subentry`).
 //! - Sync Request (RFC 4533): search (`ops::syncrepl`).
+//! - Proxied Authorization (RFC 4370): every operation but bind, abandon
+//!   and unbind runs as the identity it names (`ops::proxied`): the
+//!   handlers take who they act for from `Controls::requester`, never
+//!   from the connection directly.
 //!
 //! An unknown control marked critical, or a known one on an operation it
 //! does not apply to, fails the operation with
@@ -22,7 +26,7 @@
 
 use crate::acl::{ReadPlan, Target};
 use crate::ber::{self, OutAttr};
-use crate::conn::Conn;
+use crate::conn::{Conn, Identity};
 use crate::ops::access::readable;
 use crate::ops::search::{visible_match, Selection};
 use bytes::BytesMut;
@@ -45,6 +49,7 @@ pub const SUBENTRIES: &str = "1.3.6.1.4.1.4203.1.10.1";
 /// add may carry `entryUUID`, `createTimestamp`, `creatorsName`,
 /// `modifyTimestamp` and `modifiersName` (with `manage` access).
 pub const RELAX: &str = "1.3.6.1.4.1.4203.666.5.12";
+pub const PROXY_AUTHZ: &str = "2.16.840.1.113730.3.4.18";
 
 /// What `supportedControl` lists: exactly what works.
 pub const SUPPORTED: &[&str] = &[
@@ -58,6 +63,7 @@ pub const SUPPORTED: &[&str] = &[
     MATCHED_VALUES,
     SUBENTRIES,
     RELAX,
+    PROXY_AUTHZ,
 ];
 
 #[derive(Debug, Default)]
@@ -78,6 +84,19 @@ pub struct Controls {
     pub relax: Option<()>,
     /// The Virtual List View request (search, with a sort).
     pub vlv: Option<crate::ops::vlv::Request>,
+    /// The Proxied Authorization control's authzId, as sent.
+    pub proxied: Option<Vec<u8>>,
+    /// Who the operation runs as when that control named someone
+    /// (resolved by `ops::proxied` before any handler runs).
+    pub acting: Option<Identity>,
+}
+
+impl Controls {
+    /// Who the operation runs as: the identity a Proxied Authorization
+    /// control named, else the connection's.
+    pub fn requester(&self, conn: &Conn) -> Identity {
+        self.acting.clone().unwrap_or_else(|| conn.identity.borrow().clone())
+    }
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -88,6 +107,7 @@ enum Kind {
     Modify,
     Delete,
     ModifyDn,
+    Extended,
     Other,
 }
 
@@ -99,6 +119,7 @@ fn kind(op: &LdapOp) -> Kind {
         LdapOp::ModifyRequest(_) => Kind::Modify,
         LdapOp::DelRequest(_) => Kind::Delete,
         LdapOp::ModifyDNRequest(_) => Kind::ModifyDn,
+        LdapOp::ExtendedRequest(_) => Kind::Extended,
         _ => Kind::Other,
     }
 }
@@ -129,7 +150,9 @@ pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
             }
             LdapControl::Unknown { oid, criticality, value } => {
                 let applies = match oid.as_str() {
-                    ASSERTION => k != Kind::Other,
+                    ASSERTION => !matches!(k, Kind::Other | Kind::Extended),
+                    // As slapd: not on a bind (nor abandon, unbind).
+                    PROXY_AUTHZ => k != Kind::Other,
                     PRE_READ => matches!(k, Kind::Modify | Kind::Delete | Kind::ModifyDn),
                     POST_READ => matches!(k, Kind::Modify | Kind::Add | Kind::ModifyDn),
                     MATCHED_VALUES | SUBENTRIES | crate::ops::vlv::REQUEST => k == Kind::Search,
@@ -141,6 +164,13 @@ pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
                     if *criticality {
                         return Err(unavailable(oid, "is not supported with this operation"));
                     }
+                    continue;
+                }
+                if oid == PROXY_AUTHZ {
+                    // RFC 4370 §3: the value is the authzId itself, and
+                    // present (empty is anonymous).
+                    let authzid = value.clone().ok_or_else(|| protocol("proxied authorization"))?;
+                    once(&mut out.proxied, authzid, PROXY_AUTHZ)?;
                     continue;
                 }
                 let value = value.as_deref().unwrap_or_default();
@@ -254,25 +284,31 @@ fn parse_attr_list(value: &[u8]) -> Result<Vec<String>> {
 /// `!assert=(userPassword=<hash>)` told anonymous whether a guess was
 /// right (issue 17). Writes check it here on the entry as read; see
 /// `check_assertion_before_write` for the owner's second check.
-pub fn check_assertion(conn: &Conn, assertion: Option<&LdapFilter>, key: &[u8], entry: &Entry) -> Result<()> {
+pub fn check_assertion(
+    conn: &Conn,
+    identity: &Identity,
+    assertion: Option<&LdapFilter>,
+    key: &[u8],
+    entry: &Entry,
+) -> Result<()> {
     let Some(f) = assertion else { return Ok(()) };
     let mut bytes = Vec::new();
     entry.encode(&mut bytes)?;
-    check_assertion_view(conn, Some(f), key, &EntryView::new(&bytes)?)
+    check_assertion_view(conn, identity, Some(f), key, &EntryView::new(&bytes)?)
 }
 
 /// `check_assertion` on an encoded entry.
 pub fn check_assertion_view(
     conn: &Conn,
+    identity: &Identity,
     assertion: Option<&LdapFilter>,
     key: &[u8],
     view: &EntryView<'_>,
 ) -> Result<()> {
     let Some(f) = assertion else { return Ok(()) };
-    let identity = conn.identity.borrow().clone();
     let live = conn.ctx.live();
     let node = shards::filter::compile(f);
-    let holds = match conn.access(&live, &identity).map(ReadPlan::new) {
+    let holds = match conn.access(&live, identity).map(ReadPlan::new) {
         None => node.matches(view),
         Some(plan) => {
             let node = node.restrict(&|names| plan.searchable(names));
@@ -295,16 +331,16 @@ pub fn check_assertion_view(
 /// term, so the owner checks nothing and the check here is the only one.
 pub fn check_assertion_before_write(
     conn: &Conn,
+    identity: &Identity,
     assertion: Option<LdapFilter>,
     key: &[u8],
 ) -> Result<Option<LdapFilter>> {
     let Some(f) = assertion else { return Ok(None) };
     if let Some(entry) = conn.ctx.shard.get_entry(key)? {
-        check_assertion(conn, Some(&f), key, &entry)?;
+        check_assertion(conn, identity, Some(&f), key, &entry)?;
     }
-    let identity = conn.identity.borrow().clone();
     let live = conn.ctx.live();
-    let Some(plan) = conn.access(&live, &identity).map(ReadPlan::new) else { return Ok(Some(f)) };
+    let Some(plan) = conn.access(&live, identity).map(ReadPlan::new) else { return Ok(Some(f)) };
     let mut everywhere = true;
     shards::filter::compile(&f).for_each_attr(&mut |names| {
         everywhere &= plan.searchable(names) == shards::filter::Searchable::Yes;
@@ -315,14 +351,14 @@ pub fn check_assertion_before_write(
 /// The Pre-Read and Post-Read response controls for an update's images.
 pub fn read_entry_controls(
     conn: &Conn,
+    identity: &Identity,
     images: Option<Box<Images>>,
     pre: &Option<Vec<String>>,
     post: &Option<Vec<String>>,
 ) -> Vec<LdapControl> {
     let Some(images) = images else { return Vec::new() };
-    let identity = conn.identity.borrow().clone();
     let live = conn.ctx.live();
-    let access = conn.access(&live, &identity);
+    let access = conn.access(&live, identity);
     let mut out = Vec::new();
     if let (Some(attrs), Some(e)) = (pre, &images.before) {
         out.push(read_entry_control(PRE_READ, e, attrs, &readable(access.as_ref(), e)));

@@ -25,7 +25,7 @@ pub async fn handle(conn: Rc<Conn>, dn_text: String, ctrls: Controls) -> Result<
         return Err(Error::unwilling("the subschema subentry cannot be deleted"));
     }
     let is_suffix = conn.ctx.is_suffix(&dn);
-    let identity = conn.identity.borrow().clone();
+    let identity = ctrls.requester(&conn);
     let live = conn.ctx.live();
     if let Some(a) = conn.access(&live, &identity) {
         let shard = &conn.ctx.shard;
@@ -40,11 +40,12 @@ pub async fn handle(conn: Rc<Conn>, dn_text: String, ctrls: Controls) -> Result<
             )?;
         }
     }
-    let assertion = controls::check_assertion_before_write(&conn, ctrls.assertion, &dn.key())?;
+    let assertion = controls::check_assertion_before_write(&conn, &identity, ctrls.assertion, &dn.key())?;
     let extras = Extras { assertion, before: ctrls.pre_read.is_some(), ..Extras::default() };
-    let images =
-        remove(&conn.ctx.shard, &dn, &dn_text, is_suffix, extras).await.map_err(|e| with_matched(&conn, &dn, e))?;
-    Ok(controls::read_entry_controls(&conn, images, &ctrls.pre_read, &None))
+    let images = remove(&conn.ctx.shard, &dn, &dn_text, is_suffix, extras)
+        .await
+        .map_err(|e| with_matched(&conn, &identity, &dn, e))?;
+    Ok(controls::read_entry_controls(&conn, &identity, images, &ctrls.pre_read, &None))
 }
 
 /// Removes a leaf entry and uncounts it on its parent; returns the images

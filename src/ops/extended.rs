@@ -56,10 +56,11 @@ pub fn start_tls(conn: &Conn) -> LdapExtendedResponse {
 }
 
 /// Answers at once, or `None` for Password Modify (see `password_modify`).
-pub fn handle(conn: &Conn, req: &LdapExtendedRequest) -> Option<LdapExtendedResponse> {
+/// `identity`: who the request runs as (`Controls::requester`).
+pub fn handle(conn: &Conn, identity: &Identity, req: &LdapExtendedRequest) -> Option<LdapExtendedResponse> {
     Some(match req.name.as_str() {
         OID_WHOAMI => {
-            let dn = conn.identity.borrow().dn().to_string();
+            let dn = identity.dn();
             let authz = if dn.is_empty() { String::new() } else { format!("dn:{dn}") };
             LdapExtendedResponse { res: result(Ok(())), name: None, value: Some(authz.into_bytes()) }
         }
@@ -93,7 +94,7 @@ fn cancel(conn: &Conn, req: &LdapExtendedRequest) -> Result<()> {
     Ok(())
 }
 
-pub async fn password_modify(conn: &Conn, req: &LdapExtendedRequest) -> LdapExtendedResponse {
+pub async fn password_modify(conn: &Conn, identity: &Identity, req: &LdapExtendedRequest) -> LdapExtendedResponse {
     // RFC 3062 §2: the request value is optional; without it, the bound
     // user asks for a generated password (`ldappasswd` without `-s`).
     let parsed = match &req.value {
@@ -101,7 +102,7 @@ pub async fn password_modify(conn: &Conn, req: &LdapExtendedRequest) -> LdapExte
         Some(_) => LdapPasswordModifyRequest::try_from(req),
     };
     let outcome = match parsed {
-        Ok(pm) => change(conn, pm).await,
+        Ok(pm) => change(conn, identity, pm).await,
         Err(_) => Err(Error::protocol("malformed Password Modify request value")),
     };
     let (res, gen_password) = match outcome {
@@ -119,11 +120,10 @@ pub async fn password_modify(conn: &Conn, req: &LdapExtendedRequest) -> LdapExte
     resp
 }
 
-async fn change(conn: &Conn, req: LdapPasswordModifyRequest) -> Result<Option<String>> {
+async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest) -> Result<Option<String>> {
     crate::ops::check_confidential(conn)?;
-    let identity = conn.identity.borrow().clone();
     let live = conn.ctx.live();
-    let own = match &identity {
+    let own = match identity {
         Identity::Anonymous => {
             return Err(Error::new(
                 LdapResultCode::StrongerAuthRequired,

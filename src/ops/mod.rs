@@ -25,7 +25,7 @@ pub mod sort;
 pub mod syncrepl;
 pub mod vlv;
 
-use crate::conn::{encode, Conn};
+use crate::conn::{encode, Bound, Conn, Identity};
 use bytes::BytesMut;
 use ldap3_proto::control::LdapControl;
 use ldap3_proto::proto::{LdapBindResponse, LdapExtendedResponse, LdapMsg, LdapOp, LdapResult};
@@ -53,9 +53,19 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
     let ctrls = match controls::parse(&msg.ctrl, &msg.op)
         .and_then(|c| check_pending(conn, &msg.op).map(|_| c))
         .and_then(|c| check_filters(conn, &msg.op, &c).map(|_| c))
-    {
+        .and_then(|mut c| {
+            if let Some(authzid) = c.proxied.take() {
+                c.acting = Some(proxied(conn, &authzid)?);
+            }
+            Ok(c)
+        }) {
         Ok(c) => c,
         Err(e) => {
+            if matches!(msg.op, LdapOp::BindRequest(_)) {
+                // As slapd: any Bind, even one refused for its controls,
+                // first ends the earlier authentication.
+                conn.set_identity(Identity::Anonymous);
+            }
             if let Some(op) = error_response(&msg.op, e) {
                 reply(conn, &rec, out, LdapMsg::new(msgid, op));
             }
@@ -85,21 +95,41 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
             return Flow::Close;
         }
         LdapOp::SearchRequest(req) => match ctrls.sync.clone() {
-            Some((persist, cookie)) => syncrepl::start(conn, msgid, req, persist, cookie, rec),
+            Some((persist, cookie)) => syncrepl::start(conn, ctrls.requester(conn), msgid, req, persist, cookie, rec),
             None => search::start(conn, msgid, req, ctrls, rec),
         },
-        LdapOp::AddRequest(req) => {
-            spawn_write(conn, msgid, rec, LdapOp::AddResponse, add::handle(conn.clone(), req, ctrls))
-        }
-        LdapOp::ModifyRequest(req) => {
-            spawn_write(conn, msgid, rec, LdapOp::ModifyResponse, modify::handle(conn.clone(), req, ctrls))
-        }
-        LdapOp::DelRequest(dn) => {
-            spawn_write(conn, msgid, rec, LdapOp::DelResponse, delete::handle(conn.clone(), dn, ctrls))
-        }
-        LdapOp::ModifyDNRequest(req) => {
-            spawn_write(conn, msgid, rec, LdapOp::ModifyDNResponse, modify_dn::handle(conn.clone(), req, ctrls))
-        }
+        LdapOp::AddRequest(req) => spawn_write(
+            conn,
+            &ctrls.requester(conn),
+            msgid,
+            rec,
+            LdapOp::AddResponse,
+            add::handle(conn.clone(), req, ctrls),
+        ),
+        LdapOp::ModifyRequest(req) => spawn_write(
+            conn,
+            &ctrls.requester(conn),
+            msgid,
+            rec,
+            LdapOp::ModifyResponse,
+            modify::handle(conn.clone(), req, ctrls),
+        ),
+        LdapOp::DelRequest(dn) => spawn_write(
+            conn,
+            &ctrls.requester(conn),
+            msgid,
+            rec,
+            LdapOp::DelResponse,
+            delete::handle(conn.clone(), dn, ctrls),
+        ),
+        LdapOp::ModifyDNRequest(req) => spawn_write(
+            conn,
+            &ctrls.requester(conn),
+            msgid,
+            rec,
+            LdapOp::ModifyDNResponse,
+            modify_dn::handle(conn.clone(), req, ctrls),
+        ),
         LdapOp::CompareRequest(req) => {
             let res = match compare::handle(conn, &req, &ctrls) {
                 Ok(code) => LdapResult { code, matcheddn: String::new(), message: String::new(), referral: vec![] },
@@ -119,14 +149,15 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
                 return Flow::StartTls;
             }
         }
-        LdapOp::ExtendedRequest(req) => match extended::handle(conn, &req) {
+        LdapOp::ExtendedRequest(req) => match extended::handle(conn, &ctrls.requester(conn), &req) {
             Some(res) => reply(conn, &rec, out, LdapMsg::new(msgid, LdapOp::ExtendedResponse(res))),
             None => {
                 let in_flight = crate::conn::InFlight::new(conn);
+                let identity = ctrls.requester(conn);
                 let conn = conn.clone();
                 glommio::spawn_local(async move {
                     let _in_flight = in_flight;
-                    let res = extended::password_modify(&conn, &req).await;
+                    let res = extended::password_modify(&conn, &identity, &req).await;
                     send_reply(&conn, &rec, LdapMsg::new(msgid, LdapOp::ExtendedResponse(res))).await;
                 })
                 .detach();
@@ -187,13 +218,14 @@ fn check_pending(conn: &Conn, op: &LdapOp) -> Result<()> {
 /// controls) when it is durable.
 fn spawn_write(
     conn: &Rc<Conn>,
+    identity: &Identity,
     msgid: i32,
     rec: record::Record,
     response: fn(LdapResult) -> LdapOp,
     fut: impl Future<Output = Result<Vec<LdapControl>>> + 'static,
 ) {
     let in_flight = crate::conn::InFlight::new(conn);
-    let allowed = check_confidential(conn).and_then(|_| check_authenticated(conn));
+    let allowed = check_confidential(conn).and_then(|_| check_authenticated(identity));
     let conn = conn.clone();
     glommio::spawn_local(async move {
         let _in_flight = in_flight;
@@ -227,8 +259,8 @@ pub fn check_confidential(conn: &Conn) -> Result<()> {
 
 /// Anonymous writes are refused before access control, as slapd does
 /// without `allow update_anon`: `strongAuthRequired`.
-pub fn check_authenticated(conn: &Conn) -> Result<()> {
-    if matches!(*conn.identity.borrow(), crate::conn::Identity::Anonymous) {
+pub fn check_authenticated(identity: &Identity) -> Result<()> {
+    if matches!(identity, Identity::Anonymous) {
         return Err(Error::new(LdapResultCode::StrongerAuthRequired, "modifications require authentication"));
     }
     Ok(())
@@ -315,7 +347,7 @@ pub fn parse_dn(text: &str) -> Result<shards::dn::Dn> {
 /// Below a suffix, existence is monotone along the ancestor chain (an
 /// entry's parent exists), so the depth is found by bisection: a hostile
 /// DN of two thousand RDNs costs a dozen lookups, not two thousand.
-pub fn matched(conn: &Conn, dn: &shards::dn::Dn) -> String {
+pub fn matched(conn: &Conn, identity: &Identity, dn: &shards::dn::Dn) -> String {
     use shards::store::{ReadTxn, Store, Tree};
     let shard = &conn.ctx.shard;
     let exists = |key: &[u8]| shard.store_for(key).read().and_then(|t| t.get(Tree::Dn2id, key).map(|v| v.is_some()));
@@ -336,7 +368,7 @@ pub fn matched(conn: &Conn, dn: &shards::dn::Dn) -> String {
         }
     }
     let found = dn.ancestor(lo);
-    if disclosed(conn, &found.key()) {
+    if disclosed(conn, identity, &found.key()) {
         found.to_string_form()
     } else {
         String::new()
@@ -345,19 +377,57 @@ pub fn matched(conn: &Conn, dn: &shards::dn::Dn) -> String {
 
 /// Whether the requester may learn that the entry with storage `key`
 /// exists (`disclose` on its `entry`); always under no access rules.
-pub fn disclosed(conn: &Conn, key: &[u8]) -> bool {
-    let identity = conn.identity.borrow().clone();
+pub fn disclosed(conn: &Conn, identity: &Identity, key: &[u8]) -> bool {
     let live = conn.ctx.live();
-    conn.access(&live, &identity).is_none_or(|a| {
+    conn.access(&live, identity).is_none_or(|a| {
         access::require(&a, &conn.ctx.shard, key, &[(crate::acl::Attr::Entry, "entry")], crate::acl::Level::Disclose)
             .is_ok()
     })
 }
 
+/// The identity a Proxied Authorization control (RFC 4370) names, when
+/// the requester may act as it. As slapd under its default `authz-policy
+/// none`: only the root DN may act for another identity; anyone may name
+/// itself. The authzId is `dn:DN` (`dn:` or empty: anonymous); the
+/// `u:NAME` form needs an authz mapping coredir does not have. Every
+/// refusal is authorizationDenied (123), as slapd's.
+fn proxied(conn: &Conn, authzid: &[u8]) -> Result<Identity> {
+    let denied = |why: &str| Error::new(LdapResultCode::AuthorizationError, format!("proxied authorization: {why}"));
+    let text = std::str::from_utf8(authzid).map_err(|_| denied("the authzId is not UTF-8"))?;
+    let bound = conn.identity.borrow().clone();
+    let target = match text {
+        "" | "dn:" => Identity::Anonymous,
+        _ => {
+            let Some(dn) = text.strip_prefix("dn:") else {
+                return Err(denied("only dn: authorization identities are supported"));
+            };
+            let dn = parse_dn(dn).map_err(|_| denied("invalid DN"))?;
+            let key = dn.key();
+            let pretty = dn.pretty().map_err(|_| denied("invalid DN"))?;
+            if key == conn.ctx.root_key {
+                Identity::Root(Rc::from(pretty.as_str()))
+            } else {
+                // Named as a bind would name it: as its entry is stored.
+                let stored = conn.ctx.shard.with_entry(&key, |e| e.dn().to_string())?;
+                Identity::User(Rc::new(Bound { dn: stored.unwrap_or(pretty), key }))
+            }
+        }
+    };
+    let same = match (&bound, &target) {
+        (Identity::Anonymous, Identity::Anonymous) => true,
+        (Identity::User(b), Identity::User(t)) => b.key == t.key,
+        _ => false,
+    };
+    if !same && !bound.is_root() {
+        return Err(denied("not authorized to act as another identity"));
+    }
+    Ok(target)
+}
+
 /// Adds `matchedDN` to a `noSuchObject` error.
-pub fn with_matched(conn: &Conn, dn: &shards::dn::Dn, e: Error) -> Error {
+pub fn with_matched(conn: &Conn, identity: &Identity, dn: &shards::dn::Dn, e: Error) -> Error {
     if e.code == LdapResultCode::NoSuchObject && e.matched.is_empty() {
-        let m = matched(conn, dn);
+        let m = matched(conn, identity, dn);
         e.with_matched(m)
     } else {
         e

@@ -7,7 +7,7 @@
 //! may see the older value (rules by DN and identity cannot race).
 
 use crate::acl::Level;
-use crate::conn::Conn;
+use crate::conn::{Conn, Identity};
 use crate::ops::add::{check_uuid_free, hash_passwords, is_relaxable, UuidClaim};
 use crate::ops::controls::{self, Controls};
 use crate::ops::{access, parse_dn, with_matched};
@@ -30,7 +30,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
         return Err(Error::unwilling("the subschema subentry cannot be modified"));
     }
     let key = dn.key();
-    let identity = conn.identity.borrow().clone();
+    let identity = ctrls.requester(&conn);
     let live = conn.ctx.live();
     if let Some(a) = conn.access(&live, &identity) {
         // Checked on the entry as read before the write: rules that look at
@@ -70,11 +70,11 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
     // Held until the modify is written.
     let _claims = match relaxed.is_empty() {
         true => Vec::new(),
-        false => relax_checks(&conn, &key, &relaxed, &mods)?,
+        false => relax_checks(&conn, &identity, &key, &relaxed, &mods)?,
     };
     let rdn = dn.rdn().map(|r| r.avas.iter().map(|a| (a.attr.clone(), a.value.clone())).collect()).unwrap_or_default();
     let stamp = Stamp { modifier: identity.dn().to_string(), time: now_generalized() };
-    let assertion = controls::check_assertion_before_write(&conn, ctrls.assertion, &key)?;
+    let assertion = controls::check_assertion_before_write(&conn, &identity, ctrls.assertion, &key)?;
     let extras = Extras {
         assertion,
         before: ctrls.pre_read.is_some(),
@@ -83,8 +83,9 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
     };
     let op = WriteOp::Modify { key: key.clone(), dn: req.dn.clone(), mods, rdn, stamp, extras };
     let shard = &conn.ctx.shard;
-    let images = shard.submit_for(shard.owner_of(&key), op).await.map_err(|e| with_matched(&conn, &dn, e))?;
-    Ok(controls::read_entry_controls(&conn, images, &ctrls.pre_read, &ctrls.post_read))
+    let images =
+        shard.submit_for(shard.owner_of(&key), op).await.map_err(|e| with_matched(&conn, &identity, &dn, e))?;
+    Ok(controls::read_entry_controls(&conn, &identity, images, &ctrls.pre_read, &ctrls.post_read))
 }
 
 /// A relaxed modify of server-owned attributes: `manage` access to each,
@@ -92,10 +93,15 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
 /// replication, whose records name the entry by its UUID) and no other
 /// entry has it.
 /// The claims on the new entryUUIDs, held until the modify is written.
-fn relax_checks(conn: &Conn, key: &[u8], relaxed: &[String], mods: &[Mod]) -> Result<Vec<UuidClaim>> {
-    let identity = conn.identity.borrow().clone();
+fn relax_checks(
+    conn: &Conn,
+    identity: &Identity,
+    key: &[u8],
+    relaxed: &[String],
+    mods: &[Mod],
+) -> Result<Vec<UuidClaim>> {
     let live = conn.ctx.live();
-    if let Some(a) = conn.access(&live, &identity) {
+    if let Some(a) = conn.access(&live, identity) {
         let attrs: Vec<_> = relaxed.iter().map(|n| (a.acl().class(n), n.as_str())).collect();
         access::require(&a, &conn.ctx.shard, key, &attrs, Level::Manage)?;
     }

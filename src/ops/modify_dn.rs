@@ -217,7 +217,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
         return Err(Error::unwilling("newSuperior is the entry itself or below it"));
     }
     let shard = &ctx.shard;
-    let identity = conn.identity.borrow().clone();
+    let identity = ctrls.requester(&conn);
     let live = conn.ctx.live();
     if let Some(a) = conn.access(&live, &identity) {
         // As slapd: write on the entry, on both parents' children and on
@@ -235,9 +235,10 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
     // Held until the rename is done: writes below either DN are `busy`.
     let _claim = ctx.shared.carries.claim(old.key(), new.key())?;
     let in_place = old.key() == new.key();
-    let (mut entry, below) = read_subtree(&conn, &old, &req.dn, in_place).map_err(|e| with_matched(&conn, &old, e))?;
+    let (mut entry, below) =
+        read_subtree(&conn, &old, &req.dn, in_place).map_err(|e| with_matched(&conn, &identity, &old, e))?;
     // Checked on the entry as read: a rename is not one owner transaction.
-    controls::check_assertion(&conn, ctrls.assertion.as_ref(), &old.key(), &entry)?;
+    controls::check_assertion(&conn, &identity, ctrls.assertion.as_ref(), &old.key(), &entry)?;
     let before = ctrls.pre_read.as_ref().map(|_| entry.clone());
     rename_entry(&mut entry, &old, &new, new_text, req.deleteoldrdn, identity.dn());
     shards::schema::check::check_entry(&entry, &new)?;
@@ -249,7 +250,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
     // slapd names no matchedDN for a missing newSuperior.
     moved?;
     let images = Some(Box::new(Images { before, after }));
-    Ok(controls::read_entry_controls(&conn, images, &ctrls.pre_read, &ctrls.post_read))
+    Ok(controls::read_entry_controls(&conn, &identity, images, &ctrls.pre_read, &ctrls.post_read))
 }
 
 /// The entry to rename and, when it has children that move with it (not

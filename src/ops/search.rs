@@ -181,7 +181,7 @@ async fn run(
     let live = ctx.live();
     // The base as its storage key, without building a `Dn`.
     let base_key = key_of(&req.base)?;
-    let identity = conn.identity.borrow().clone();
+    let identity = ctrls.requester(conn);
     let is_root = identity.is_root();
     let plan = conn.access(&live, &identity).map(ReadPlan::new);
     let mut sel = Selection::new(&req.attrs, req.typesonly);
@@ -452,7 +452,12 @@ async fn walk(
             false => txn.get(Tree::Dn2id, base_key)?.map(|id| (id, None)),
         };
         let Some((id, view)) = found else {
-            return Err(with_matched(conn, &parse_dn(&req.base)?, Error::no_such_object(&req.base)));
+            return Err(with_matched(
+                conn,
+                &ctrls.requester(conn),
+                &parse_dn(&req.base)?,
+                Error::no_such_object(&req.base),
+            ));
         };
         // A base the requester may not know of is reported as missing,
         // with no matchedDN, as slapd reports it (the search's own plan:
@@ -463,7 +468,7 @@ async fn walk(
             }
         }
         if let (Some(_), Some(view)) = (&ctrls.assertion, &view) {
-            controls::check_assertion_view(conn, ctrls.assertion.as_ref(), base_key, view)?;
+            controls::check_assertion_view(conn, &ctrls.requester(conn), ctrls.assertion.as_ref(), base_key, view)?;
         }
         let base_wanted = matches!(req.scope, LdapSearchScope::Base | LdapSearchScope::Subtree);
         if base_wanted && matches!(position, Position::Start | Position::Offset(_)) {

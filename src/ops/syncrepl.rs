@@ -41,7 +41,7 @@
 //! the primitive `0x80` (research/replication.md §6), so it is built here.
 
 use crate::acl::{Level, ReadPlan, Target};
-use crate::conn::{encode, Conn};
+use crate::conn::{encode, Conn, Identity};
 use crate::ops::record::{self, Record};
 use crate::ops::search::{visible_match, Scope, Selection};
 use crate::ops::{parse_dn, result, with_matched};
@@ -183,13 +183,22 @@ pub fn new_cookie_value(cookie: &[u8]) -> Vec<u8> {
 }
 
 /// Starts a syncrepl search (`persist`: refreshAndPersist).
-pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest, persist: bool, cookie: Option<Vec<u8>>, rec: Record) {
+/// `identity`: who the search runs as (`Controls::requester`).
+pub fn start(
+    conn: &Rc<Conn>,
+    identity: Identity,
+    msgid: i32,
+    req: LdapSearchRequest,
+    persist: bool,
+    cookie: Option<Vec<u8>>,
+    rec: Record,
+) {
     let (abandoned, in_flight) = crate::ops::search::running(conn, msgid);
     let conn = conn.clone();
     glommio::spawn_local(async move {
         let _in_flight = in_flight;
         let mut sent = 0u64;
-        let res = run(&conn, msgid, &req, persist, cookie.as_deref(), &abandoned, &mut sent).await;
+        let res = run(&conn, &identity, msgid, &req, persist, cookie.as_deref(), &abandoned, &mut sent).await;
         conn.running.borrow_mut().remove(&msgid);
         let canceled = conn.canceled.borrow_mut().remove(&msgid);
         if abandoned.get() && !canceled {
@@ -329,6 +338,7 @@ fn entry_csn(view: &EntryView<'_>) -> Option<Csn> {
 /// The search; for refreshOnly, the Sync Done control of SearchResultDone.
 async fn run(
     conn: &Conn,
+    identity: &Identity,
     msgid: i32,
     req: &LdapSearchRequest,
     persist: bool,
@@ -348,8 +358,7 @@ async fn run(
         return Err(Error::no_such_object(&req.base));
     }
     let live = ctx.live();
-    let identity = conn.identity.borrow().clone();
-    let plan = conn.access(&live, &identity).map(ReadPlan::new);
+    let plan = conn.access(&live, identity).map(ReadPlan::new);
     let mut node = filter::compile(&req.filter);
     if let Some(plan) = &plan {
         node = node.restrict(&|names| plan.searchable(names));
@@ -368,7 +377,7 @@ async fn run(
         tests: live.limits.max_filter_tests,
     };
     if ctx.shard.get_entry(&session.base_key)?.is_none() {
-        return Err(with_matched(conn, &session.base, Error::no_such_object(&req.base)));
+        return Err(with_matched(conn, identity, &session.base, Error::no_such_object(&req.base)));
     }
     let given = cookie.and_then(Cookie::parse);
     let rid = given.as_ref().and_then(|c| c.rid).or_else(|| cookie.and_then(rid_only));
