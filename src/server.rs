@@ -256,6 +256,12 @@ pub fn open_database(config: &Config, n_shards: usize) -> Result<Database> {
     if fixed > 0 {
         eprintln!("coredir: corrected {fixed} child counts left by an interrupted write");
     }
+    // Referral checks cost nothing until some store holds a referral object.
+    for store in stores.iter() {
+        use shards::store::Store;
+        let txn = store.read().map_err(|e| anyhow!("reading the stores: {}", e.message))?;
+        shards::index::note_referrals(&txn).map_err(|e| anyhow!("reading the stores: {}", e.message))?;
+    }
     Ok(Database { lock, manifest, stores })
 }
 

@@ -198,6 +198,12 @@ impl Dn {
         Ok(at)
     }
 
+    /// The `n` leaf-most RDNs as a DN of their own (what a DN holds below
+    /// an ancestor of depth `depth() - n`).
+    pub fn head(&self, n: usize) -> Dn {
+        Dn { rdns: self.rdns[..n.min(self.rdns.len())].to_vec() }
+    }
+
     /// The user-facing string form (values re-escaped as needed).
     pub fn to_string_form(&self) -> String {
         let mut out = String::new();

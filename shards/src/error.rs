@@ -13,13 +13,15 @@ pub struct Error {
     pub message: String,
     /// The longest existing ancestor of a missing entry (RFC 4511 matchedDN).
     pub matched: String,
+    /// The URLs of a referral (result code 10, RFC 4511 §4.1.10).
+    pub referral: Vec<String>,
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
     pub fn new(code: LdapResultCode, message: impl Into<String>) -> Error {
-        Error { code, message: message.into(), matched: String::new() }
+        Error { code, message: message.into(), matched: String::new(), referral: Vec::new() }
     }
     pub fn no_such_object(dn: &str) -> Error {
         Error::new(LdapResultCode::NoSuchObject, format!("no such entry: {dn}"))

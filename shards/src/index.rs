@@ -26,6 +26,12 @@
 //!   `coredir reindex` drops them;
 //! - `ordering`: `type \0 o order-key \0 id`, so `>=` and `<=` are range scans.
 //!
+//! - referral objects (RFC 3296) always have their `objectClass=referral`
+//!   equality key, whatever the configuration, so a search finds the
+//!   referrals in its scope with one prefix scan (`referral_ids`); and
+//!   until a store has held one, `referrals_may_exist` says so without
+//!   any lookup.
+//!
 //! Cut keys make a lookup a superset of the matches; every candidate is
 //! checked against the whole filter, so indexes only ever narrow the work.
 //! Which attributes are indexed is configuration (`[indexes]`), installed
@@ -155,8 +161,69 @@ fn head(key: &str, kind: u8) -> Vec<u8> {
     k
 }
 
+/// Set once any entry of class `referral` has been indexed in this process
+/// or found in a store at start (`note_referrals`); never cleared. While
+/// unset, searches and writes skip every referral check: one relaxed load.
+static REFERRALS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether some store may hold a referral object.
+pub fn referrals_may_exist() -> bool {
+    REFERRALS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// `objectclass \0 e <referral, normalized> \0`: the key every referral
+/// object has, indexed or not.
+fn referral_key() -> &'static [u8] {
+    static KEY: OnceLock<Vec<u8>> = OnceLock::new();
+    KEY.get_or_init(|| {
+        let at = schema::get().attr("objectClass").expect("objectClass is built in");
+        let norm = at.equality.and_then(|r| r.normalize(b"referral")).map(|n| n.into_owned());
+        let mut k = head(&at.key, b'e');
+        k.extend_from_slice(&norm.unwrap_or_else(|| b"referral".to_vec()));
+        k.push(0);
+        k
+    })
+}
+
+/// Whether an entry is a referral object (RFC 3296: of class `referral`).
+pub fn is_referral_class(value: &[u8]) -> bool {
+    value.eq_ignore_ascii_case(b"referral") || value == b"2.16.840.1.113730.3.2.6"
+}
+
+/// Notes, at start, whether this store holds a referral object.
+pub fn note_referrals<T: ReadTxn>(txn: &T) -> Result<()> {
+    let key = referral_key();
+    let mut found = false;
+    txn.scan(Tree::Index, key, key, &mut |_, _| {
+        found = true;
+        false
+    })?;
+    if found {
+        REFERRALS.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// The ids of this store's referral objects, sorted.
+pub fn referral_ids<T: ReadTxn>(txn: &T) -> Result<Vec<Candidate>> {
+    let key = referral_key();
+    let mut out = Vec::new();
+    txn.scan(Tree::Index, key, key, &mut |k, _| {
+        if let Some(id) = k.len().checked_sub(8).filter(|at| *at >= key.len()).map(|at| &k[at..]) {
+            out.push(id.try_into().expect("8 bytes"));
+        }
+        true
+    })?;
+    out.sort_unstable();
+    Ok(out)
+}
+
 /// Every index key of an entry (without the id), sorted.
 pub fn entry_keys(entry: &Entry, out: &mut Vec<Vec<u8>>) {
+    if entry.get("objectClass").is_some_and(|oc| oc.vals.iter().any(|v| is_referral_class(v))) {
+        REFERRALS.store(true, std::sync::atomic::Ordering::Relaxed);
+        out.push(referral_key().to_vec());
+    }
     let schema = schema::get();
     let config = config();
     for a in &entry.attrs {

@@ -8,7 +8,8 @@
 //!   transaction), modify-DN (on the entry as read before the rename).
 //! - Pre-Read / Post-Read (RFC 4527): modify and delete / modify, add and
 //!   modify-DN; the images come from the owner's transaction.
-//! - ManageDsaIT (RFC 3296): accepted (there are no referral objects).
+//! - ManageDsaIT (RFC 3296): referral objects are plain entries for the
+//!   operation (`ops::referral`).
 //! - Matched Values (RFC 3876): search; applied in `search::write_entry`.
 //! - Subentries (RFC 3672): search; there are no subentries, so TRUE
 //!   returns nothing (the filter is ANDed with `objectClass=subentry`).
@@ -84,6 +85,8 @@ pub struct Controls {
     pub relax: Option<()>,
     /// The Virtual List View request (search, with a sort).
     pub vlv: Option<crate::ops::vlv::Request>,
+    /// ManageDsaIT (RFC 3296): referral objects are plain entries.
+    pub manage_dsa_it: bool,
     /// The Proxied Authorization control's authzId, as sent.
     pub proxied: Option<Vec<u8>>,
     /// Who the operation runs as when that control named someone
@@ -195,6 +198,7 @@ pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
             }
         }
     }
+    out.manage_dsa_it = manage_dsa_it.is_some();
     Ok(out)
 }
 

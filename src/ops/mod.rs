@@ -19,6 +19,7 @@ pub mod modify_dn;
 pub mod monitor;
 pub mod paging;
 pub mod record;
+pub mod referral;
 pub mod rootdse;
 pub mod search;
 pub mod sort;
@@ -291,7 +292,7 @@ pub fn result(res: Result<()>) -> LdapResult {
             message: String::new(),
             referral: vec![],
         },
-        Err(e) => LdapResult { code: e.code, matcheddn: e.matched, message: e.message, referral: vec![] },
+        Err(e) => LdapResult { code: e.code, matcheddn: e.matched, message: e.message, referral: e.referral },
     }
 }
 
@@ -348,14 +349,19 @@ pub fn parse_dn(text: &str) -> Result<shards::dn::Dn> {
 /// entry's parent exists), so the depth is found by bisection: a hostile
 /// DN of two thousand RDNs costs a dozen lookups, not two thousand.
 pub fn matched(conn: &Conn, identity: &Identity, dn: &shards::dn::Dn) -> String {
+    matched_entry(conn, identity, dn).map(|m| m.to_string_form()).unwrap_or_default()
+}
+
+/// `matched`, as the ancestor's DN.
+pub fn matched_entry(conn: &Conn, identity: &Identity, dn: &shards::dn::Dn) -> Option<shards::dn::Dn> {
     use shards::store::{ReadTxn, Store, Tree};
     let shard = &conn.ctx.shard;
     let exists = |key: &[u8]| shard.store_for(key).read().and_then(|t| t.get(Tree::Dn2id, key).map(|v| v.is_some()));
     let Some(top) = conn.ctx.suffixes.iter().filter(|s| dn.is_within(s)).map(|s| s.depth()).max() else {
-        return String::new();
+        return None;
     };
     if dn.depth() <= top || !exists(&dn.ancestor(top).key()).unwrap_or(false) {
-        return String::new();
+        return None;
     }
     // The ancestor of depth `lo` exists; none at `hi` or deeper is known to.
     let (mut lo, mut hi) = (top, dn.depth());
@@ -368,11 +374,7 @@ pub fn matched(conn: &Conn, identity: &Identity, dn: &shards::dn::Dn) -> String 
         }
     }
     let found = dn.ancestor(lo);
-    if disclosed(conn, identity, &found.key()) {
-        found.to_string_form()
-    } else {
-        String::new()
-    }
+    disclosed(conn, identity, &found.key()).then_some(found)
 }
 
 /// Whether the requester may learn that the entry with storage `key`
@@ -425,7 +427,10 @@ fn proxied(conn: &Conn, authzid: &[u8]) -> Result<Identity> {
 }
 
 /// Adds `matchedDN` to a `noSuchObject` error.
+/// A missing entry below a referral object is that referral instead
+/// (`referral::below`).
 pub fn with_matched(conn: &Conn, identity: &Identity, dn: &shards::dn::Dn, e: Error) -> Error {
+    let e = referral::below(conn, identity, dn, e, None);
     if e.code == LdapResultCode::NoSuchObject && e.matched.is_empty() {
         let m = matched(conn, identity, dn);
         e.with_matched(m)

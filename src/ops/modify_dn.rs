@@ -187,6 +187,10 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
         None => old.parent(),
     };
     let ctx = &conn.ctx;
+    crate::ops::referral::check_target(&conn, &old, ctrls.manage_dsa_it)?;
+    if req.new_superior.is_some() {
+        crate::ops::referral::check_parent(&conn, &old, &superior, true)?;
+    }
     let new = Dn::renamed(rdn, &superior);
     // As slapd: a rename that leaves its naming context (the suffix itself
     // included), into another or none, would span two DSAs.

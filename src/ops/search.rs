@@ -18,10 +18,10 @@ use crate::ops::controls::{self, Controls};
 use crate::ops::paging::{self, Position};
 use crate::ops::record::{self, Record};
 use crate::ops::sort::Sorter;
-use crate::ops::{monitor, parse_dn, result, rootdse, with_matched};
+use crate::ops::{monitor, parse_dn, referral, result, rootdse, with_matched};
 use bytes::BytesMut;
 use ldap3_proto::control::LdapControl;
-use ldap3_proto::proto::{LdapMsg, LdapOp, LdapSearchRequest, LdapSearchScope};
+use ldap3_proto::proto::{LdapMsg, LdapOp, LdapSearchRequest, LdapSearchResultReference, LdapSearchScope};
 use ldap3_proto::LdapResultCode;
 use shards::dn::key_of;
 use shards::dn::{key_depth, Dn, KEY_SEPARATOR};
@@ -322,6 +322,9 @@ async fn run(
     let mut emit = Emit {
         context_csn,
         subordinates,
+        referrals: referral::active() && !ctrls.manage_dsa_it,
+        walking: None,
+        last: None,
         msgid,
         filter: &node,
         sel: &sel,
@@ -373,12 +376,32 @@ async fn run(
         if over {
             return Err(Error::new(LdapResultCode::SizeLimitExceeded, ""));
         }
+        if next >= visible {
+            references(conn, &mut emit, req, &base_key)?;
+        }
         return Ok(());
+    }
+    if stopped.is_none() {
+        references(conn, &mut emit, req, &base_key)?;
     }
     if page_size.is_some() {
         let sent_now = sent_before.saturating_add(emit.sent as u64);
         let cookie = stopped.as_ref().map(|p| paging::encode(req, p, sent_now)).unwrap_or_default();
         done_ctrls.push(LdapControl::SimplePagedResults { size: 0, cookie });
+    }
+    Ok(())
+}
+
+/// The continuation references of a one-level or subtree search, after
+/// its last entry (`referral::in_scope`).
+fn references(conn: &Conn, emit: &mut Emit<'_>, req: &LdapSearchRequest, base_key: &[u8]) -> Result<()> {
+    if !emit.referrals || req.scope == LdapSearchScope::Base {
+        return Ok(());
+    }
+    let one_level = req.scope == LdapSearchScope::OneLevel;
+    for uris in referral::in_scope(conn, base_key, one_level, emit.plan)? {
+        let msg = LdapMsg::new(emit.msgid, LdapOp::SearchResultReference(LdapSearchResultReference { uris }));
+        encode(emit.out, msg);
     }
     Ok(())
 }
@@ -447,18 +470,20 @@ async fn walk(
         // The entry is read once for the access plan, the Assertion and
         // the visit; without either, the visit may decide the filter from
         // the index without reading it (`index::decides`).
-        let found = match emit.plan.is_some() || ctrls.assertion.is_some() {
+        let found = match emit.plan.is_some() || ctrls.assertion.is_some() || emit.referrals {
             true => txn.entry(base_key)?.map(|(id, view)| (id, Some(view))),
             false => txn.get(Tree::Dn2id, base_key)?.map(|id| (id, None)),
         };
         let Some((id, view)) = found else {
-            return Err(with_matched(
-                conn,
-                &ctrls.requester(conn),
-                &parse_dn(&req.base)?,
-                Error::no_such_object(&req.base),
-            ));
+            let (identity, dn) = (ctrls.requester(conn), parse_dn(&req.base)?);
+            let scope = Some(referral::scope_name(&req.scope));
+            let e = referral::below(conn, &identity, &dn, Error::no_such_object(&req.base), scope);
+            return Err(with_matched(conn, &identity, &dn, e));
         };
+        if let (true, Some(view)) = (emit.referrals, &view) {
+            // The base itself a referral object: a referral, for any scope.
+            referral::check_entry(view, &parse_dn(&req.base)?, false, Some(referral::scope_name(&req.scope)))?;
+        }
         // A base the requester may not know of is reported as missing,
         // with no matchedDN, as slapd reports it (the search's own plan:
         // no second rights lookup per request).
@@ -475,7 +500,7 @@ async fn walk(
             match emit.visit(&txn, base_key, id, true, view.as_ref())? {
                 Visit::Next => {}
                 Visit::Stop(code) => return Err(Error::new(code, "")),
-                Visit::PageFull => return Ok(Some(Position::AfterBase)),
+                Visit::PageFull => return Ok(emit.last.take()),
             }
         }
     }
@@ -489,6 +514,7 @@ async fn walk(
     };
     for (i, store) in shard.stores.iter().enumerate().skip(first) {
         let candidates = index::candidates(&store.read()?, emit.filter)?;
+        emit.walking = Some((i, candidates.is_some()));
         let stop = match candidates {
             Some(c) => {
                 let after = match &position {
@@ -509,8 +535,7 @@ async fn walk(
         match stop {
             None => {}
             Some(Stop::Code(code)) => return Err(Error::new(code, "")),
-            Some(Stop::PageAtId(after)) => return Ok(Some(Position::Index { store: i, after })),
-            Some(Stop::PageAtKey(after)) => return Ok(Some(Position::Range { store: i, after })),
+            Some(Stop::Page) => return Ok(emit.last.take()),
         }
         if abandoned.get() {
             return Ok(None);
@@ -632,6 +657,16 @@ struct Emit<'a> {
     /// The filter's hasSubordinates items (`Node::subordinate_items`):
     /// each entry's child count answers them.
     subordinates: Vec<(usize, [bool; 2])>,
+    /// Referral objects are references, not entries (`ops::referral`):
+    /// some may exist and ManageDsaIT is absent.
+    referrals: bool,
+    /// Where the walk is: `None` at the base, else the store and whether
+    /// its candidates come from an index (for `last`).
+    walking: Option<(usize, bool)>,
+    /// Paged: the position after the last entry sent. As slapd, a page
+    /// ends only when a further entry matches, so a result that fills its
+    /// last page exactly ends there, without an empty page after it.
+    last: Option<Position>,
 }
 
 /// What visiting one candidate decided.
@@ -645,8 +680,9 @@ enum Visit {
 /// Why a walk over one store stopped early.
 enum Stop {
     Code(LdapResultCode),
-    PageAtId([u8; 8]),
-    PageAtKey(Vec<u8>),
+    /// The page is full and another entry matches: the next page starts
+    /// after the last entry sent (`Emit::last`).
+    Page,
 }
 
 /// The contextCSN values of the entry with this key, if it is a suffix.
@@ -692,6 +728,10 @@ impl Emit<'_> {
         if self.limits.deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(Visit::Stop(LdapResultCode::TimeLimitExceeded));
         }
+        if self.referrals && referral::is_referral(view) {
+            // Sent as a continuation reference once the walk is done.
+            return Ok(Visit::Next);
+        }
         let target = Target { key, entry: Some(view) };
         // Read once, for a hasSubordinates item or the attributes.
         let mut n_children = None;
@@ -716,6 +756,10 @@ impl Emit<'_> {
         if self.sent == self.limits.size && self.sorter.is_none() {
             return Ok(Visit::Stop(LdapResultCode::SizeLimitExceeded));
         }
+        if self.page_left == Some(0) {
+            // A match past a full page: the page ends before it.
+            return Ok(Visit::PageFull);
+        }
         let n_children = match n_children {
             Some(n) => n,
             None if self.sel.counts_children() => children(txn, key)?,
@@ -735,11 +779,11 @@ impl Emit<'_> {
         self.sent += 1;
         if let Some(left) = &mut self.page_left {
             *left -= 1;
-            // At the size limit the walk goes on to the next match, which
-            // ends the search with sizeLimitExceeded in this page, as slapd.
-            if *left == 0 && self.sent < self.limits.size {
-                return Ok(Visit::PageFull);
-            }
+            self.last = Some(match self.walking {
+                None => Position::AfterBase,
+                Some((store, true)) => Position::Index { store, after: id.try_into().unwrap_or_default() },
+                Some((store, false)) => Position::Range { store, after: key.to_vec() },
+            });
         }
         Ok(Visit::Next)
     }
@@ -793,7 +837,7 @@ impl Emit<'_> {
                 match self.visit_view(&txn, &key, id, &view, None)? {
                     Visit::Next => {}
                     Visit::Stop(code) => return Ok(Some(Stop::Code(code))),
-                    Visit::PageFull => return Ok(Some(Stop::PageAtId(*id))),
+                    Visit::PageFull => return Ok(Some(Stop::Page)),
                 }
             }
         }
@@ -814,7 +858,6 @@ impl Emit<'_> {
         loop {
             let mut resume = None;
             let mut outcome = Ok(Visit::Next);
-            let mut last = Vec::new();
             {
                 let txn = store.read()?;
                 let mut scanned = 0;
@@ -844,16 +887,13 @@ impl Emit<'_> {
                         return false;
                     }
                     outcome = self.visit(&txn, key, id, false, None);
-                    if matches!(outcome, Ok(Visit::PageFull)) {
-                        last = key.to_vec();
-                    }
                     matches!(outcome, Ok(Visit::Next))
                 })?;
             }
             match outcome? {
                 Visit::Next => {}
                 Visit::Stop(code) => return Ok(Some(Stop::Code(code))),
-                Visit::PageFull => return Ok(Some(Stop::PageAtKey(last))),
+                Visit::PageFull => return Ok(Some(Stop::Page)),
             }
             match resume {
                 Some(key) => {

@@ -486,7 +486,11 @@ fn show_entry(tag: StructureTag, indent: &str, out: &mut Vec<String>) {
 
 fn show_result(what: &str, r: &ldap3::LdapResult, out: &mut Vec<String>) {
     out.push(format!("{what} rc={} matched={:?}", r.rc, r.matched));
-    for u in &r.refs {
+    // Which of a referral's URLs comes first is the server's choice (RFC
+    // 4511 §4.1.10: any may be used), and so is the order of references.
+    let mut refs = r.refs.clone();
+    refs.sort();
+    for u in &refs {
         out.push(format!("  ref {u}"));
     }
     for c in &r.ctrls {
@@ -536,6 +540,26 @@ fn run_case(url: &str, case: &Case) -> Vec<String> {
         }
     }
     out
+}
+
+/// Deletes a case's containers and everything below them (as root), so
+/// the case can run again on that server.
+fn clear_containers(url: &str, case: &Case) {
+    let mut c = LdapConn::new(url).unwrap();
+    c.simple_bind(ROOT_DN, ROOT_PW).unwrap().success().unwrap();
+    for suffix in [SUFFIX, SECOND] {
+        let base = format!("ou={},{suffix}", case.name);
+        let Ok(found) = c.search(&base, Scope::Subtree, "(objectClass=*)", vec!["1.1"]) else { continue };
+        let mut dns: Vec<String> =
+            found.0.into_iter().filter(|e| !e.is_ref()).map(|e| ldap3::SearchEntry::construct(e).dn).collect();
+        // Deepest first: a parent goes after its children.
+        dns.sort_by_key(|dn| std::cmp::Reverse(dn.matches(',').count()));
+        for dn in dns {
+            let _ = c
+                .with_controls(RawControl { ctype: "2.16.840.1.113730.3.4.2".into(), crit: false, val: None })
+                .delete(&dn);
+        }
+    }
 }
 
 /// The client error, without details that differ between servers.
@@ -736,7 +760,10 @@ fn search(
     // Unsorted pages may split the entries differently: only their union
     // and the page results are compared then.
     if page.is_some() && !ordered {
-        let (mut ents, results): (Vec<String>, Vec<String>) = entries.into_iter().partition(|e| e.starts_with("  dn:"));
+        // References go with the entries: which page carries them is the
+        // server's choice too.
+        let (mut ents, results): (Vec<String>, Vec<String>) =
+            entries.into_iter().partition(|e| e.starts_with("  dn:") || e.starts_with("  ref "));
         ents.sort();
         if results.iter().any(|r| r.contains(" rc=4 ")) {
             // Cut by the size limit: which entries is the server's choice.
@@ -790,10 +817,29 @@ struct Difference {
     coredir: String,
 }
 
-/// What `Difference::coredir` holds for a transcript.
+/// What `Difference::coredir` holds for a transcript: without the corpus
+/// line numbers that name its operations, so a case added above a listed
+/// one leaves its digest alone.
 fn digest(transcript: &[String]) -> String {
     use sha2::Digest;
-    let hash = sha2::Sha256::digest(transcript.join("\n").as_bytes());
+    let unnumbered: Vec<String> = transcript
+        .iter()
+        .map(|line| {
+            let body = line.trim_start();
+            let indent = &line[..line.len() - body.len()];
+            match body.split_once(' ') {
+                Some((op, rest)) if op.bytes().all(|b| b.is_ascii_lowercase()) => {
+                    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+                    match digits {
+                        0 => line.clone(),
+                        n => format!("{indent}{op}{}", &rest[n..]),
+                    }
+                }
+                _ => line.clone(),
+            }
+        })
+        .collect();
+    let hash = sha2::Sha256::digest(unnumbered.join("\n").as_bytes());
     hash.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
@@ -855,6 +901,7 @@ fn coredir_answers_as_slapd_does() {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(200));
+            clear_containers(&slapd.url(), case);
             theirs = run_case(&slapd.url(), case);
         }
         if show {

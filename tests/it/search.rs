@@ -243,3 +243,37 @@ fn equality_indexes_follow_every_write() {
     assert_eq!(indexed, scanned);
     assert_eq!(indexed.len(), 19);
 }
+
+/// Referral objects (RFC 3296) are found by every search in whose scope
+/// they lie, also when `objectClass` has no index and after a restart
+/// (the referral check is skipped while no store has ever held one).
+#[test]
+fn referral_objects_answer_after_a_restart_without_an_objectclass_index() {
+    let mut s = Server::start_with_config(2, "[indexes]\nuid = \"eq\"\n");
+    let mut c = s.admin();
+    let people = |c: &mut ldap3::LdapConn| {
+        let r = c.search(PEOPLE, Scope::Subtree, "(uid=nobody)", vec!["1.1"]).unwrap();
+        let mut refs = r.1.refs.clone();
+        refs.sort();
+        (r.0.len(), refs)
+    };
+    assert_eq!(people(&mut c), (0, vec![]));
+    let referral: Vec<(&str, std::collections::HashSet<&str>)> = vec![
+        ("objectClass", ["referral", "extensibleObject"].into()),
+        ("ou", ["far"].into()),
+        ("ref", ["ldap://far.example.org/ou=far,dc=example,dc=org"].into()),
+    ];
+    c.add(&format!("ou=far,{PEOPLE}"), referral).unwrap().success().unwrap();
+    let expected = (0, vec!["ldap://far.example.org/ou=far,dc=example,dc=org??sub".to_string()]);
+    assert_eq!(people(&mut c), expected);
+    s.restart();
+    let mut c = s.admin();
+    assert_eq!(people(&mut c), expected);
+    // Below it: a referral with the target's RDNs put in front.
+    let below = c.search(&format!("cn=x,ou=far,{PEOPLE}"), Scope::Base, "(objectClass=*)", vec!["1.1"]).unwrap();
+    assert_eq!(below.1.rc, 10);
+    assert_eq!(below.1.refs, vec!["ldap://far.example.org/cn=x,ou=far,dc=example,dc=org??base".to_string()]);
+    let manage = ldap3::controls::RawControl { ctype: "2.16.840.1.113730.3.4.2".into(), crit: true, val: None };
+    c.with_controls(manage).delete(&format!("ou=far,{PEOPLE}")).unwrap().success().unwrap();
+    assert_eq!(people(&mut c), (0, vec![]));
+}

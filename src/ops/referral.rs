@@ -1,0 +1,204 @@
+//! Referral objects (RFC 3296; RFC 4511 §4.1.10 and §4.5.3), as slapd's
+//! back-mdb serves them. An entry of class `referral` stands for a subtree
+//! another server holds; its `ref` values are LDAP URLs. Without the
+//! ManageDsaIT control:
+//!
+//! - an operation on a referral object gets referral (10) with its URLs
+//!   and the object's DN as matchedDN; a search's URLs carry its scope;
+//! - an operation on a DN below one gets the same, each URL's DN replaced
+//!   by the target's RDNs below the object put above the URL's DN; so does
+//!   an add below one, and these even with ManageDsaIT, as slapd;
+//! - a one-level or subtree search sends a continuation reference for
+//!   each referral object in its scope other than its base, whatever the
+//!   filter, in place of the entry, once the entries are sent.
+//!
+//! None of it costs a lookup until a store has held a referral object
+//! (`shards::index::referrals_may_exist`).
+
+use crate::acl::{Level, ReadPlan, Target};
+use crate::conn::{Conn, Identity};
+use ldap3_proto::LdapResultCode;
+use shards::dn::Dn;
+use shards::entry::EntryView;
+use shards::{Error, Result};
+
+/// Whether any referral object may exist (else every check is skipped).
+pub fn active() -> bool {
+    shards::index::referrals_may_exist()
+}
+
+pub fn is_referral(view: &EntryView<'_>) -> bool {
+    view.get("objectClass").is_some_and(|a| a.vals().any(shards::index::is_referral_class))
+}
+
+/// The object's `ref` URLs, as stored.
+fn urls(view: &EntryView<'_>) -> Vec<String> {
+    view.get("ref").map(|a| a.vals().map(|v| String::from_utf8_lossy(v).into_owned()).collect()).unwrap_or_default()
+}
+
+/// A search scope as an LDAP URL spells it.
+pub fn scope_name(scope: &ldap3_proto::proto::LdapSearchScope) -> &'static str {
+    use ldap3_proto::proto::LdapSearchScope::*;
+    match scope {
+        Base => "base",
+        OneLevel => "one",
+        Subtree | Children => "sub",
+    }
+}
+
+/// `url` pointed at `target`, which lies at or below the referral object
+/// `at`: the URL's DN gets the target's RDNs below `at` in front (the
+/// target itself where the URL names no DN), and `??scope` for a search.
+/// What followed the DN in the stored URL is dropped, as slapd rewrites.
+fn rewrite(url: &str, target: &Dn, at: &Dn, scope: Option<&str>) -> String {
+    let head = url.split('?').next().unwrap_or(url);
+    let start = head.find("://").map_or(0, |i| i + 3);
+    let (host, dn) = match head[start..].find('/') {
+        Some(i) => (&head[..start + i], &head[start + i + 1..]),
+        None => (head, ""),
+    };
+    let dn = percent_decode(dn);
+    let below = target.depth().saturating_sub(at.depth());
+    let new_dn = match (dn.is_empty(), below) {
+        (true, _) => target.pretty().unwrap_or_else(|_| target.to_string_form()),
+        (false, 0) => dn,
+        (false, n) => {
+            let rel = target.head(n);
+            format!("{},{dn}", rel.pretty().unwrap_or_else(|_| rel.to_string_form()))
+        }
+    };
+    let mut out = format!("{host}/{}", percent_encode(&new_dn));
+    if let Some(scope) = scope {
+        out.push_str("??");
+        out.push_str(scope);
+    }
+    out
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (b[i], b.get(i + 1).copied().and_then(hex), b.get(i + 2).copied().and_then(hex)) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, ..) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Escapes what an LDAP URL's DN may not hold as is (RFC 4516 §2.1).
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The referral (10) for an operation on `target`, at or below the
+/// referral object `at` (`view`).
+fn referral(view: &EntryView<'_>, target: &Dn, at: &Dn, scope: Option<&str>) -> Error {
+    let mut e = Error::new(LdapResultCode::Referral, "referral").with_matched(view.dn().to_string());
+    e.referral = urls(view).iter().map(|u| rewrite(u, target, at, scope)).collect();
+    e
+}
+
+/// Refuses an operation on an existing referral object without
+/// ManageDsaIT; `scope` for a search.
+pub fn check_entry(view: &EntryView<'_>, dn: &Dn, manage_dsa_it: bool, scope: Option<&str>) -> Result<()> {
+    match !manage_dsa_it && active() && is_referral(view) {
+        true => Err(referral(view, dn, dn, scope)),
+        false => Ok(()),
+    }
+}
+
+/// `check_entry` for an entry read here by DN (modify, delete, rename).
+pub fn check_target(conn: &Conn, dn: &Dn, manage_dsa_it: bool) -> Result<()> {
+    if manage_dsa_it || !active() || dn.is_root() {
+        return Ok(());
+    }
+    conn.ctx.shard.with_entry(&dn.key(), |view| check_entry(view, dn, false, None))?.unwrap_or(Ok(()))
+}
+
+/// A `noSuchObject` for `dn` becomes a referral when the nearest existing
+/// ancestor is a referral object the requester may know of.
+pub fn below(conn: &Conn, identity: &Identity, dn: &Dn, e: Error, scope: Option<&str>) -> Error {
+    if e.code != LdapResultCode::NoSuchObject || !active() {
+        return e;
+    }
+    match crate::ops::matched_entry(conn, identity, dn) {
+        Some(at) => conn
+            .ctx
+            .shard
+            .with_entry(&at.key(), |view| is_referral(view).then(|| referral(view, dn, &at, scope)))
+            .ok()
+            .flatten()
+            .flatten()
+            .unwrap_or(e),
+        None => e,
+    }
+}
+
+/// Refuses an add below a referral object (even with ManageDsaIT, as
+/// slapd), and a rename under one (`other`, as slapd).
+pub fn check_parent(conn: &Conn, dn: &Dn, parent: &Dn, renaming: bool) -> Result<()> {
+    if !active() || parent.is_root() {
+        return Ok(());
+    }
+    let refused = conn.ctx.shard.with_entry(&parent.key(), |view| {
+        is_referral(view).then(|| match renaming {
+            true => Error::other("the new superior is a referral object"),
+            false => referral(view, dn, parent, None),
+        })
+    })?;
+    refused.flatten().map_or(Ok(()), Err)
+}
+
+/// The continuation reference URLs for the referral objects in a one-level
+/// or subtree search's scope (not its base), that the requester may read
+/// (`entry` and `ref`, as slapd checks before sending a reference).
+pub fn in_scope(
+    conn: &Conn,
+    base_key: &[u8],
+    one_level: bool,
+    plan: Option<&ReadPlan<'_>>,
+) -> Result<Vec<Vec<String>>> {
+    use shards::store::{ReadTxn, Store, Tree};
+    let mut out = Vec::new();
+    let scope = if one_level { "base" } else { "sub" };
+    for store in conn.ctx.shard.stores.iter() {
+        let txn = store.read()?;
+        for id in shards::index::referral_ids(&txn)? {
+            let Some(bytes) = txn.get(Tree::Id2entry, &id)? else { continue };
+            let view = EntryView::new(bytes)?;
+            let Ok(key) = shards::dn::key_of(view.dn()) else { continue };
+            let inside = match one_level {
+                true => shards::dn::key_parent(&key) == Some(base_key),
+                false => key != base_key && shards::dn::key_below(&key, base_key),
+            };
+            if !inside || !is_referral(&view) {
+                continue;
+            }
+            let target = Target { key: &key, entry: Some(&view) };
+            if plan.is_some_and(|p| !p.entry_readable(&target) || !p.allows(&target, "ref", Level::Read)) {
+                continue;
+            }
+            let dn = Dn::parse(view.dn())?;
+            out.push(urls(&view).iter().map(|u| rewrite(u, &dn, &dn, Some(scope))).collect());
+        }
+    }
+    Ok(out)
+}
