@@ -258,9 +258,7 @@ pub fn open_database(config: &Config, n_shards: usize) -> Result<Database> {
     }
     // Referral checks cost nothing until some store holds a referral object.
     for store in stores.iter() {
-        use shards::store::Store;
-        let txn = store.read().map_err(|e| anyhow!("reading the stores: {}", e.message))?;
-        shards::index::note_referrals(&txn).map_err(|e| anyhow!("reading the stores: {}", e.message))?;
+        shards::index::note_referrals(store).map_err(|e| anyhow!("referral keys: {}", e.message))?;
     }
     Ok(Database { lock, manifest, stores })
 }

@@ -24,11 +24,10 @@
 //!   Stores indexed before 2026-12-01 keep every suffix; they still
 //!   answer right, their extra keys only widening candidate sets until
 //!   `coredir reindex` drops them;
-//! - `ordering`: `type \0 o order-key \0 id`, so `>=` and `<=` are range scans.
-//!
-//! - referral objects (RFC 3296) always have their `objectClass=referral`
-//!   equality key, whatever the configuration, so a search finds the
-//!   referrals in its scope with one prefix scan (`referral_ids`); and
+//! - `ordering`: `type \0 o order-key \0 id`, so `>=` and `<=` are range scans;
+//! - referral objects (RFC 3296): `\x01referral \0 dn-key \0 id`, whatever
+//!   the configuration, so a search finds the referrals in its scope with
+//!   one prefix scan (`referrals_below`); and
 //!   until a store has held one, `referrals_may_exist` says so without
 //!   any lookup.
 //!
@@ -171,18 +170,18 @@ pub fn referrals_may_exist() -> bool {
     REFERRALS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// `objectclass \0 e <referral, normalized> \0`: the key every referral
-/// object has, indexed or not.
-fn referral_key() -> &'static [u8] {
-    static KEY: OnceLock<Vec<u8>> = OnceLock::new();
-    KEY.get_or_init(|| {
-        let at = schema::get().attr("objectClass").expect("objectClass is built in");
-        let norm = at.equality.and_then(|r| r.normalize(b"referral")).map(|n| n.into_owned());
-        let mut k = head(&at.key, b'e');
-        k.extend_from_slice(&norm.unwrap_or_else(|| b"referral".to_vec()));
-        k.push(0);
-        k
-    })
+/// Referral objects (RFC 3296) have a key of their own whatever the
+/// configuration: `\x01referral \0 dn-key \0 id`, the DN key cut at
+/// `REFERRAL_DN_CUT` bytes (the key stays under LMDB's 511), so the
+/// referral objects below a base are one prefix scan (a superset where
+/// the cut applies; callers check each entry's DN).
+const REFERRAL_PREFIX: &[u8] = b"\x01referral\0";
+const REFERRAL_DN_CUT: usize = 480;
+
+fn referral_prefix(dn_key: &[u8]) -> Vec<u8> {
+    let mut k = REFERRAL_PREFIX.to_vec();
+    k.extend_from_slice(&dn_key[..dn_key.len().min(REFERRAL_DN_CUT)]);
+    k
 }
 
 /// Whether an entry is a referral object (RFC 3296: of class `referral`).
@@ -190,39 +189,90 @@ pub fn is_referral_class(value: &[u8]) -> bool {
     value.eq_ignore_ascii_case(b"referral") || value == b"2.16.840.1.113730.3.2.6"
 }
 
-/// Notes, at start, whether this store holds a referral object.
-pub fn note_referrals<T: ReadTxn>(txn: &T) -> Result<()> {
-    let key = referral_key();
+/// The `meta` key that says a store's referral objects all have their key.
+const REFERRAL_KEYS_MARK: &[u8] = b"referral_keys";
+
+/// At start: gives the referral objects of a store written before
+/// referral keys existed their key (one pass over its entries, once;
+/// `meta` then marks the store), and notes whether it holds any.
+pub fn note_referrals(store: &crate::store::Engine) -> Result<()> {
+    use crate::store::Store;
+    // `None`: the store is marked; else the keys to add before marking it.
+    let missing = {
+        let txn = store.read()?;
+        match txn.get(Tree::Meta, REFERRAL_KEYS_MARK)? {
+            Some(_) => None,
+            None => {
+                let mut missing = Vec::new();
+                txn.scan(Tree::Id2entry, b"", b"", &mut |id, bytes| {
+                    if let Ok(view) = crate::entry::EntryView::new(bytes) {
+                        let referral = view.get("objectClass").is_some_and(|a| a.vals().any(is_referral_class));
+                        if let (true, Ok(key)) = (referral, crate::dn::key_of(view.dn())) {
+                            let mut k = referral_prefix(&key);
+                            k.push(0);
+                            k.extend_from_slice(id);
+                            missing.push(k);
+                        }
+                    }
+                    true
+                })?;
+                Some(missing)
+            }
+        }
+    };
+    if let Some(missing) = missing {
+        let mut txn = store.write()?;
+        for k in &missing {
+            txn.put(Tree::Index, k, b"")?;
+        }
+        txn.put(Tree::Meta, REFERRAL_KEYS_MARK, b"1")?;
+        txn.commit()?;
+    }
+    let txn = store.read()?;
     let mut found = false;
-    txn.scan(Tree::Index, key, key, &mut |_, _| {
+    txn.scan(Tree::Index, REFERRAL_PREFIX, REFERRAL_PREFIX, &mut |_, _| {
         found = true;
         false
     })?;
+    drop(txn);
     if found {
         REFERRALS.store(true, std::sync::atomic::Ordering::Relaxed);
     }
     Ok(())
 }
 
-/// The ids of this store's referral objects, sorted.
-pub fn referral_ids<T: ReadTxn>(txn: &T) -> Result<Vec<Candidate>> {
-    let key = referral_key();
+/// Up to `most` referral objects of this store whose DN key starts with
+/// `below` (a DN key; cut as the index cuts it, so a superset), after the
+/// index key `after` when resuming: (index key, id), in key order.
+pub fn referrals_below<T: ReadTxn>(
+    txn: &T,
+    below: &[u8],
+    after: Option<&[u8]>,
+    most: usize,
+) -> Result<Vec<(Vec<u8>, Candidate)>> {
+    let prefix = referral_prefix(below);
     let mut out = Vec::new();
-    txn.scan(Tree::Index, key, key, &mut |k, _| {
-        if let Some(id) = k.len().checked_sub(8).filter(|at| *at >= key.len()).map(|at| &k[at..]) {
-            out.push(id.try_into().expect("8 bytes"));
+    txn.scan(Tree::Index, &prefix, after.unwrap_or(&prefix), &mut |k, _| {
+        if Some(k) == after {
+            return true;
         }
-        true
+        if let Some(id) = k.len().checked_sub(8).filter(|at| *at >= prefix.len()).map(|at| &k[at..]) {
+            out.push((k.to_vec(), id.try_into().expect("8 bytes")));
+        }
+        out.len() < most
     })?;
-    out.sort_unstable();
     Ok(out)
 }
 
 /// Every index key of an entry (without the id), sorted.
 pub fn entry_keys(entry: &Entry, out: &mut Vec<Vec<u8>>) {
     if entry.get("objectClass").is_some_and(|oc| oc.vals.iter().any(|v| is_referral_class(v))) {
-        REFERRALS.store(true, std::sync::atomic::Ordering::Relaxed);
-        out.push(referral_key().to_vec());
+        if let Ok(key) = crate::dn::key_of(&entry.dn) {
+            REFERRALS.store(true, std::sync::atomic::Ordering::Relaxed);
+            let mut k = referral_prefix(&key);
+            k.push(0);
+            out.push(k);
+        }
     }
     let schema = schema::get();
     let config = config();

@@ -57,7 +57,7 @@ fn compare_entry_dn(value: &[u8]) -> Result<LdapResultCode> {
 
 pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result<LdapResultCode> {
     let dn = parse_dn(&req.dn)?;
-    crate::ops::referral::check_target(conn, &dn, ctrls.manage_dsa_it)?;
+    crate::ops::referral::check_target(conn, &ctrls.requester(conn), &dn, ctrls.manage_dsa_it)?;
     let Some(at) = matching::attr_type(&req.atype) else {
         return Err(Error::new(
             LdapResultCode::UndefinedAttributeType,

@@ -55,9 +55,12 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
         .and_then(|c| check_pending(conn, &msg.op).map(|_| c))
         .and_then(|c| check_filters(conn, &msg.op, &c).map(|_| c))
         .and_then(|mut c| {
-            if let Some(authzid) = c.proxied.take() {
-                c.acting = Some(proxied(conn, &authzid)?);
-            }
+            // Who the operation runs as is fixed here, when it arrives: a
+            // Bind pipelined after it must not change it once it runs.
+            c.acting = Some(match c.proxied.take() {
+                Some(authzid) => proxied(conn, &authzid)?,
+                None => conn.identity.borrow().clone(),
+            });
             Ok(c)
         }) {
         Ok(c) => c,
@@ -389,14 +392,18 @@ pub fn disclosed(conn: &Conn, identity: &Identity, key: &[u8]) -> bool {
 
 /// The identity a Proxied Authorization control (RFC 4370) names, when
 /// the requester may act as it. As slapd under its default `authz-policy
-/// none`: only the root DN may act for another identity; anyone may name
-/// itself. The authzId is `dn:DN` (`dn:` or empty: anonymous); the
+/// none`: anonymous may not use it; the root DN may act for anyone; a
+/// user may name itself or anonymous. The authzId is `dn:DN` (`dn:` or
+/// empty: anonymous); the
 /// `u:NAME` form needs an authz mapping coredir does not have. Every
 /// refusal is authorizationDenied (123), as slapd's.
 fn proxied(conn: &Conn, authzid: &[u8]) -> Result<Identity> {
     let denied = |why: &str| Error::new(LdapResultCode::AuthorizationError, format!("proxied authorization: {why}"));
     let text = std::str::from_utf8(authzid).map_err(|_| denied("the authzId is not UTF-8"))?;
     let bound = conn.identity.borrow().clone();
+    if matches!(bound, Identity::Anonymous) {
+        return Err(denied("anonymous may not use proxied authorization"));
+    }
     let target = match text {
         "" | "dn:" => Identity::Anonymous,
         _ => {
@@ -415,12 +422,12 @@ fn proxied(conn: &Conn, authzid: &[u8]) -> Result<Identity> {
             }
         }
     };
-    let same = match (&bound, &target) {
-        (Identity::Anonymous, Identity::Anonymous) => true,
+    let allowed = match (&bound, &target) {
+        (Identity::Root(_), _) | (_, Identity::Anonymous) => true,
         (Identity::User(b), Identity::User(t)) => b.key == t.key,
         _ => false,
     };
-    if !same && !bound.is_root() {
+    if !allowed {
         return Err(denied("not authorized to act as another identity"));
     }
     Ok(target)

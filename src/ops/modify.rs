@@ -21,7 +21,7 @@ use std::rc::Rc;
 
 pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> Result<Vec<LdapControl>> {
     let dn = parse_dn(&req.dn)?;
-    crate::ops::referral::check_target(&conn, &dn, ctrls.manage_dsa_it)?;
+    crate::ops::referral::check_target(&conn, &ctrls.requester(&conn), &dn, ctrls.manage_dsa_it)?;
     conn.ctx.shared.carries.check(&dn)?;
     if dn.is_root() {
         return Err(Error::unwilling("the root DSE cannot be modified"));

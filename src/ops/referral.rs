@@ -15,7 +15,6 @@
 //! None of it costs a lookup until a store has held a referral object
 //! (`shards::index::referrals_may_exist`).
 
-use crate::acl::{Level, ReadPlan, Target};
 use crate::conn::{Conn, Identity};
 use ldap3_proto::LdapResultCode;
 use shards::dn::Dn;
@@ -125,12 +124,19 @@ pub fn check_entry(view: &EntryView<'_>, dn: &Dn, manage_dsa_it: bool, scope: Op
     }
 }
 
-/// `check_entry` for an entry read here by DN (modify, delete, rename).
-pub fn check_target(conn: &Conn, dn: &Dn, manage_dsa_it: bool) -> Result<()> {
+/// `check_entry` for an entry read here by DN (compare, modify, delete,
+/// rename), when the requester may know the entry exists: else the
+/// operation goes on and its access checks answer as for any entry.
+pub fn check_target(conn: &Conn, identity: &Identity, dn: &Dn, manage_dsa_it: bool) -> Result<()> {
     if manage_dsa_it || !active() || dn.is_root() {
         return Ok(());
     }
-    conn.ctx.shard.with_entry(&dn.key(), |view| check_entry(view, dn, false, None))?.unwrap_or(Ok(()))
+    let key = dn.key();
+    let refused = conn.ctx.shard.with_entry(&key, |view| check_entry(view, dn, false, None).err())?.flatten();
+    match refused {
+        Some(e) if crate::ops::disclosed(conn, identity, &key) => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// A `noSuchObject` for `dn` becomes a referral when the nearest existing
@@ -153,52 +159,39 @@ pub fn below(conn: &Conn, identity: &Identity, dn: &Dn, e: Error, scope: Option<
 }
 
 /// Refuses an add below a referral object (even with ManageDsaIT, as
-/// slapd), and a rename under one (`other`, as slapd).
-pub fn check_parent(conn: &Conn, dn: &Dn, parent: &Dn, renaming: bool) -> Result<()> {
+/// slapd), and a rename under one (`other`, as slapd), when the
+/// requester may know the object exists.
+pub fn check_parent(conn: &Conn, identity: &Identity, dn: &Dn, parent: &Dn, renaming: bool) -> Result<()> {
     if !active() || parent.is_root() {
         return Ok(());
     }
-    let refused = conn.ctx.shard.with_entry(&parent.key(), |view| {
+    let key = parent.key();
+    let refused = conn.ctx.shard.with_entry(&key, |view| {
         is_referral(view).then(|| match renaming {
             true => Error::other("the new superior is a referral object"),
             false => referral(view, dn, parent, None),
         })
     })?;
-    refused.flatten().map_or(Ok(()), Err)
+    match refused.flatten() {
+        Some(e) if crate::ops::disclosed(conn, identity, &key) => Err(e),
+        _ => Ok(()),
+    }
 }
 
-/// The continuation reference URLs for the referral objects in a one-level
-/// or subtree search's scope (not its base), that the requester may read
-/// (`entry` and `ref`, as slapd checks before sending a reference).
-pub fn in_scope(
-    conn: &Conn,
-    base_key: &[u8],
-    one_level: bool,
-    plan: Option<&ReadPlan<'_>>,
-) -> Result<Vec<Vec<String>>> {
-    use shards::store::{ReadTxn, Store, Tree};
-    let mut out = Vec::new();
-    let scope = if one_level { "base" } else { "sub" };
-    for store in conn.ctx.shard.stores.iter() {
-        let txn = store.read()?;
-        for id in shards::index::referral_ids(&txn)? {
-            let Some(bytes) = txn.get(Tree::Id2entry, &id)? else { continue };
-            let view = EntryView::new(bytes)?;
-            let Ok(key) = shards::dn::key_of(view.dn()) else { continue };
-            let inside = match one_level {
-                true => shards::dn::key_parent(&key) == Some(base_key),
-                false => key != base_key && shards::dn::key_below(&key, base_key),
-            };
-            if !inside || !is_referral(&view) {
-                continue;
-            }
-            let target = Target { key: &key, entry: Some(&view) };
-            if plan.is_some_and(|p| !p.entry_readable(&target) || !p.allows(&target, "ref", Level::Read)) {
-                continue;
-            }
-            let dn = Dn::parse(view.dn())?;
-            out.push(urls(&view).iter().map(|u| rewrite(u, &dn, &dn, Some(scope))).collect());
-        }
+/// The continuation reference for an entry a one-level or subtree search
+/// below `base_key` found through `index::referrals_below`: its URLs,
+/// when it is a referral object in that scope other than the base
+/// (`??base` for one-level, `??sub` for subtree, as slapd).
+pub fn reference(view: &EntryView<'_>, base_key: &[u8], one_level: bool) -> Option<Vec<String>> {
+    let key = shards::dn::key_of(view.dn()).ok()?;
+    let inside = match one_level {
+        true => shards::dn::key_parent(&key) == Some(base_key),
+        false => key != base_key && shards::dn::key_below(&key, base_key),
+    };
+    if !inside || !is_referral(view) {
+        return None;
     }
-    Ok(out)
+    let dn = Dn::parse(view.dn()).ok()?;
+    let scope = if one_level { "base" } else { "sub" };
+    Some(urls(view).iter().map(|u| rewrite(u, &dn, &dn, Some(scope))).collect())
 }

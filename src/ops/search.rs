@@ -377,12 +377,12 @@ async fn run(
             return Err(Error::new(LdapResultCode::SizeLimitExceeded, ""));
         }
         if next >= visible {
-            references(conn, &mut emit, req, &base_key)?;
+            emit.references(conn, req, &base_key, abandoned).await?;
         }
         return Ok(());
     }
     if stopped.is_none() {
-        references(conn, &mut emit, req, &base_key)?;
+        emit.references(conn, req, &base_key, abandoned).await?;
     }
     if page_size.is_some() {
         let sent_now = sent_before.saturating_add(emit.sent as u64);
@@ -393,18 +393,65 @@ async fn run(
 }
 
 /// The continuation references of a one-level or subtree search, after
-/// its last entry (`referral::in_scope`).
-fn references(conn: &Conn, emit: &mut Emit<'_>, req: &LdapSearchRequest, base_key: &[u8]) -> Result<()> {
-    if !emit.referrals || req.scope == LdapSearchScope::Base {
-        return Ok(());
+/// its last entry: one per referral object in its scope the requester may
+/// read (`entry` and `ref`, as slapd checks before sending one), found
+/// with a prefix scan of the referral keys below the base
+/// (`index::referrals_below`), in chunks like the walk: each chunk sent,
+/// the reactor yielded, the time limit and Abandon checked.
+impl Emit<'_> {
+    async fn references(
+        &mut self,
+        conn: &Conn,
+        req: &LdapSearchRequest,
+        base_key: &[u8],
+        abandoned: &Cell<bool>,
+    ) -> Result<()> {
+        if !self.referrals || req.scope == LdapSearchScope::Base {
+            return Ok(());
+        }
+        let one_level = req.scope == LdapSearchScope::OneLevel;
+        for store in conn.ctx.shard.stores.iter() {
+            let mut after: Option<Vec<u8>> = None;
+            loop {
+                let found = {
+                    let txn = store.read()?;
+                    let found = index::referrals_below(&txn, base_key, after.as_deref(), REFERENCE_CHUNK)?;
+                    for (_, id) in &found {
+                        let Some(bytes) = txn.get(Tree::Id2entry, id)? else { continue };
+                        let view = EntryView::new(bytes)?;
+                        let Some(uris) = referral::reference(&view, base_key, one_level) else { continue };
+                        let key = key_of(view.dn())?;
+                        let target = Target { key: &key, entry: Some(&view) };
+                        if self
+                            .plan
+                            .is_some_and(|p| !p.entry_readable(&target) || !p.allows(&target, "ref", Level::Read))
+                        {
+                            continue;
+                        }
+                        let reference = LdapOp::SearchResultReference(LdapSearchResultReference { uris });
+                        encode(self.out, LdapMsg::new(self.msgid, reference));
+                    }
+                    found
+                };
+                if found.len() < REFERENCE_CHUNK {
+                    break;
+                }
+                if self.limits.deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(Error::new(LdapResultCode::TimeLimitExceeded, ""));
+                }
+                self.flush(conn).await;
+                if abandoned.get() {
+                    return Ok(());
+                }
+                after = found.last().map(|(k, _)| k.clone());
+            }
+        }
+        Ok(())
     }
-    let one_level = req.scope == LdapSearchScope::OneLevel;
-    for uris in referral::in_scope(conn, base_key, one_level, emit.plan)? {
-        let msg = LdapMsg::new(emit.msgid, LdapOp::SearchResultReference(LdapSearchResultReference { uris }));
-        encode(emit.out, msg);
-    }
-    Ok(())
 }
+
+/// Referral objects read per chunk of `Emit::references`.
+const REFERENCE_CHUNK: usize = 256;
 
 /// A sorted search counted on its connection while it runs: what each
 /// holds is bounded by `limits.max_sort_bytes`, how many by this.
@@ -480,10 +527,6 @@ async fn walk(
             let e = referral::below(conn, &identity, &dn, Error::no_such_object(&req.base), scope);
             return Err(with_matched(conn, &identity, &dn, e));
         };
-        if let (true, Some(view)) = (emit.referrals, &view) {
-            // The base itself a referral object: a referral, for any scope.
-            referral::check_entry(view, &parse_dn(&req.base)?, false, Some(referral::scope_name(&req.scope)))?;
-        }
         // A base the requester may not know of is reported as missing,
         // with no matchedDN, as slapd reports it (the search's own plan:
         // no second rights lookup per request).
@@ -491,6 +534,10 @@ async fn walk(
             if !plan.entry_disclosed(&Target { key: base_key, entry: Some(view) }) {
                 return Err(Error::no_such_object(&req.base));
             }
+        }
+        if let (true, Some(view)) = (emit.referrals, &view) {
+            // The base itself a referral object: a referral, for any scope.
+            referral::check_entry(view, &parse_dn(&req.base)?, false, Some(referral::scope_name(&req.scope)))?;
         }
         if let (Some(_), Some(view)) = (&ctrls.assertion, &view) {
             controls::check_assertion_view(conn, &ctrls.requester(conn), ctrls.assertion.as_ref(), base_key, view)?;
@@ -875,6 +922,12 @@ impl Emit<'_> {
                         return true;
                     }
                     self.examined += 1;
+                    if self.examined > self.limits.lookthrough && self.page_left == Some(0) {
+                        // Looking past a full page for one more match: the
+                        // page ends here, and the next one counts afresh.
+                        outcome = Ok(Visit::PageFull);
+                        return false;
+                    }
                     if self.examined > self.limits.lookthrough {
                         outcome = Err(Error::new(
                             self.limits.lookthrough_code.clone(),
