@@ -189,43 +189,47 @@ pub fn is_referral_class(value: &[u8]) -> bool {
     value.eq_ignore_ascii_case(b"referral") || value == b"2.16.840.1.113730.3.2.6"
 }
 
-/// The `meta` key that says a store's referral objects all have their key.
-const REFERRAL_KEYS_MARK: &[u8] = b"referral_keys";
-
-/// At start: gives the referral objects of a store written before
-/// referral keys existed their key (one pass over its entries, once;
-/// `meta` then marks the store), and notes whether it holds any.
+/// At start: notes whether this store holds a referral object, and gives
+/// those written before referral keys existed their key. They are found
+/// through the `objectClass` equality index, so a store without any costs
+/// one prefix scan and no write; where `objectClass` has no equality
+/// index, `coredir reindex` gives them their keys.
 pub fn note_referrals(store: &crate::store::Engine) -> Result<()> {
     use crate::store::Store;
-    // `None`: the store is marked; else the keys to add before marking it.
     let missing = {
         let txn = store.read()?;
-        match txn.get(Tree::Meta, REFERRAL_KEYS_MARK)? {
-            Some(_) => None,
-            None => {
-                let mut missing = Vec::new();
-                txn.scan(Tree::Id2entry, b"", b"", &mut |id, bytes| {
-                    if let Ok(view) = crate::entry::EntryView::new(bytes) {
-                        let referral = view.get("objectClass").is_some_and(|a| a.vals().any(is_referral_class));
-                        if let (true, Ok(key)) = (referral, crate::dn::key_of(view.dn())) {
-                            let mut k = referral_prefix(&key);
-                            k.push(0);
-                            k.extend_from_slice(id);
-                            missing.push(k);
-                        }
-                    }
-                    true
-                })?;
-                Some(missing)
+        let mut missing = Vec::new();
+        let at = schema::get().attr("objectClass").expect("objectClass is built in");
+        let norm = at.equality.and_then(|r| r.normalize(b"referral"));
+        if let (true, Some(norm)) = (config().kinds(&at.key).is_some_and(|k| k.eq), norm) {
+            let mut prefix = head(&at.key, b'e');
+            prefix.extend_from_slice(&norm);
+            prefix.push(0);
+            let mut ids: Vec<Candidate> = Vec::new();
+            txn.scan(Tree::Index, &prefix, &prefix, &mut |k, _| {
+                if let Some(id) = k.len().checked_sub(8).filter(|at| *at >= prefix.len()).map(|at| &k[at..]) {
+                    ids.push(id.try_into().expect("8 bytes"));
+                }
+                true
+            })?;
+            for id in ids {
+                let Some(bytes) = txn.get(Tree::Id2entry, &id)? else { continue };
+                let Ok(key) = crate::dn::key_of(crate::entry::EntryView::new(bytes)?.dn()) else { continue };
+                let mut k = referral_prefix(&key);
+                k.push(0);
+                k.extend_from_slice(&id);
+                if txn.get(Tree::Index, &k)?.is_none() {
+                    missing.push(k);
+                }
             }
         }
+        missing
     };
-    if let Some(missing) = missing {
+    if !missing.is_empty() {
         let mut txn = store.write()?;
         for k in &missing {
             txn.put(Tree::Index, k, b"")?;
         }
-        txn.put(Tree::Meta, REFERRAL_KEYS_MARK, b"1")?;
         txn.commit()?;
     }
     let txn = store.read()?;

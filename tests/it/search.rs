@@ -277,3 +277,45 @@ fn referral_objects_answer_after_a_restart_without_an_objectclass_index() {
     c.with_controls(manage).delete(&format!("ou=far,{PEOPLE}")).unwrap().success().unwrap();
     assert_eq!(people(&mut c), (0, vec![]));
 }
+
+/// A store written before referral objects had an index key of their own
+/// (simulated: the keys removed behind the server's back) gets them at
+/// start, found through the objectClass equality index.
+#[test]
+fn referral_objects_from_an_older_store_get_their_keys_at_start() {
+    use shards::store::{Engine, EngineKind, Options, ReadTxn, Store, SyncMode, Tree, WriteTxn};
+    let mut s = Server::start(1);
+    let mut c = s.admin();
+    let referral: Vec<(&str, std::collections::HashSet<&str>)> = vec![
+        ("objectClass", ["referral", "extensibleObject"].into()),
+        ("ou", ["old"].into()),
+        ("ref", ["ldap://old.example.org/ou=old,dc=example,dc=org"].into()),
+    ];
+    c.add(&format!("ou=old,{PEOPLE}"), referral).unwrap().success().unwrap();
+    drop(c);
+    s.stop();
+    {
+        let manifest = shards::manifest::Manifest::load(&s.data()).unwrap().unwrap();
+        let kind = if manifest.engine == "sled" { EngineKind::Sled } else { EngineKind::Lmdb };
+        let store = Engine::open(&s.data().join("shard-0"), Options::new(kind, SyncMode::Always)).unwrap();
+        let mut keys = Vec::new();
+        store
+            .read()
+            .unwrap()
+            .scan(Tree::Index, b"\x01referral\0", b"\x01referral\0", &mut |k, _| {
+                keys.push(k.to_vec());
+                true
+            })
+            .unwrap();
+        assert_eq!(keys.len(), 1, "the referral object's own key");
+        let mut txn = store.write().unwrap();
+        for k in &keys {
+            txn.delete(Tree::Index, k).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    s.launch();
+    let mut c = s.admin();
+    let r = c.search(PEOPLE, Scope::Subtree, "(uid=nobody)", vec!["1.1"]).unwrap();
+    assert_eq!(r.1.refs, vec!["ldap://old.example.org/ou=old,dc=example,dc=org??sub".to_string()]);
+}
