@@ -58,7 +58,11 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
             // Who the operation runs as is fixed here, when it arrives: a
             // Bind pipelined after it must not change it once it runs.
             c.acting = Some(match c.proxied.take() {
-                Some(authzid) => proxied(conn, &authzid)?,
+                Some(authzid) => {
+                    let acting = proxied(conn, &authzid)?;
+                    record::proxied(conn, &rec, acting.dn());
+                    acting
+                }
                 None => conn.identity.borrow().clone(),
             });
             Ok(c)

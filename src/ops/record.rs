@@ -27,6 +27,14 @@ pub fn begin(conn: &Conn, req: &LdapOp) -> Option<Record> {
     Some(Record { op, opn, started: Instant::now() })
 }
 
+/// Logs who a Proxied Authorization control made the operation run as
+/// (slapd's `PROXYAUTHZ dn="…"` line).
+pub fn proxied(conn: &Conn, rec: &Record, dn: &str) {
+    if accesslog::enabled(LogLevel::Stats) {
+        conn.ctx.log.line(conn.id, Some(rec.opn), "PROXYAUTHZ", &[("dn", V::Quoted(dn))]);
+    }
+}
+
 /// Records the result carried by a response message.
 pub fn end_with(conn: &Conn, rec: &Record, resp: &LdapOp, nentries: Option<u64>) {
     let res = match resp {

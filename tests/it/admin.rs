@@ -74,6 +74,11 @@ fn access_log_lines_match_the_operations() {
     let mut c = s.admin();
     assert_eq!(add_user(&mut c, "logged").rc, 0);
     assert_eq!(search_dns(&mut c, PEOPLE, Scope::Subtree, "(uid=logged)").len(), 1);
+    // A proxied operation names who it ran as, as slapd's PROXYAUTHZ line.
+    let authzid = format!("dn:uid=logged,{PEOPLE}").into_bytes();
+    let proxy =
+        ldap3::controls::RawControl { ctype: "2.16.840.1.113730.3.4.18".into(), crit: true, val: Some(authzid) };
+    c.with_controls(proxy).search(PEOPLE, Scope::Base, "(objectClass=*)", vec!["1.1"]).unwrap().success().unwrap();
     c.unbind().unwrap();
     let read = || std::fs::read_to_string(&log).unwrap_or_default();
     wait_for("the closed line", || read().contains(" closed"));
@@ -89,7 +94,8 @@ fn access_log_lines_match_the_operations() {
         line(&format!("{conn} op=2 SRCH base=\"{PEOPLE}\" scope=2 deref=0 filter=\"(uid=logged)\"")).contains("SRCH")
     );
     assert!(line(&format!("{conn} op=2 SEARCH RESULT tag=101 err=0")).contains("nentries=1 text="));
-    assert!(line(&format!("{conn} op=3 UNBIND")).contains("UNBIND"));
+    assert!(line(&format!("{conn} op=3 PROXYAUTHZ dn=\"uid=logged,{PEOPLE}\"")).contains("PROXYAUTHZ"));
+    assert!(line(&format!("{conn} op=4 UNBIND")).contains("UNBIND"));
     assert!(line(&format!("{conn} fd=")).contains("ACCEPT"));
     assert!(!text.contains("pw-logged"), "a password was logged");
     // Off at run time: nothing more is written; back on: lines again.
