@@ -44,8 +44,9 @@ const OUT_FRAMES: usize = 64;
 const READ_CHUNK: usize = 64 << 10;
 
 /// Who the connection is bound as.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub enum Identity {
+    #[default]
     Anonymous,
     Root(Rc<str>),
     User(Rc<Bound>),

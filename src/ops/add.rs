@@ -42,7 +42,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     if req.attributes.is_empty() {
         return Err(Error::protocol("no attributes provided"));
     }
-    crate::ops::referral::check_parent(&conn, &ctrls.requester(&conn), &dn, &dn.parent(), false)?;
+    crate::ops::referral::check_parent(&conn, &ctrls.acting, &dn, &dn.parent(), false)?;
     // The request is owned: its values are respelled in place, not copied.
     let mut attrs = Vec::with_capacity(req.attributes.len());
     let mut relaxed = Vec::new();
@@ -76,7 +76,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     let mut entry = Entry::gather(dn.pretty()?, attrs)?;
     add_rdn_values(&mut entry, &dn)?;
     let is_suffix = ctx.is_suffix(&dn);
-    let identity = ctrls.requester(&conn);
+    let identity = ctrls.acting.clone();
     let live = conn.ctx.live();
     let access = conn.access(&live, &identity);
     if let Some(a) = &access {

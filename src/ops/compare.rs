@@ -57,7 +57,7 @@ fn compare_entry_dn(value: &[u8]) -> Result<LdapResultCode> {
 
 pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result<LdapResultCode> {
     let dn = parse_dn(&req.dn)?;
-    crate::ops::referral::check_target(conn, &ctrls.requester(conn), &dn, ctrls.manage_dsa_it)?;
+    crate::ops::referral::check_target(conn, &ctrls.acting, &dn, ctrls.manage_dsa_it)?;
     let Some(at) = matching::attr_type(&req.atype) else {
         return Err(Error::new(
             LdapResultCode::UndefinedAttributeType,
@@ -82,7 +82,7 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
         false => shards::schema::subschema::is_subschema_key(&key).then(shards::schema::subschema::entry),
     };
     let is_computed = computed.is_some();
-    let identity = ctrls.requester(conn);
+    let identity = ctrls.acting.clone();
     let live = conn.ctx.live();
     let (entry, access) = match computed {
         Some(entry) => (entry, None),

@@ -16,8 +16,8 @@
 //! - Sync Request (RFC 4533): search (`ops::syncrepl`).
 //! - Proxied Authorization (RFC 4370): every operation but bind, abandon
 //!   and unbind runs as the identity it names (`ops::proxied`): the
-//!   handlers take who they act for from `Controls::requester`, never
-//!   from the connection directly.
+//!   handlers take who they act for from `Controls::acting`, never from
+//!   the connection directly.
 //!
 //! An unknown control marked critical, or a known one on an operation it
 //! does not apply to, fails the operation with
@@ -89,17 +89,10 @@ pub struct Controls {
     pub manage_dsa_it: bool,
     /// The Proxied Authorization control's authzId, as sent.
     pub proxied: Option<Vec<u8>>,
-    /// Who the operation runs as when that control named someone
-    /// (resolved by `ops::proxied` before any handler runs).
-    pub acting: Option<Identity>,
-}
-
-impl Controls {
-    /// Who the operation runs as: the identity a Proxied Authorization
-    /// control named, else the connection's.
-    pub fn requester(&self, conn: &Conn) -> Identity {
-        self.acting.clone().unwrap_or_else(|| conn.identity.borrow().clone())
-    }
+    /// Who the operation runs as: the identity that control named, else
+    /// the connection's, fixed by `ops::dispatch` when the request arrives
+    /// (a Bind pipelined after it cannot change it).
+    pub acting: Identity,
 }
 
 #[derive(Clone, Copy, PartialEq)]

@@ -16,7 +16,7 @@ use std::rc::Rc;
 
 pub async fn handle(conn: Rc<Conn>, dn_text: String, ctrls: Controls) -> Result<Vec<LdapControl>> {
     let dn = parse_dn(&dn_text)?;
-    crate::ops::referral::check_target(&conn, &ctrls.requester(&conn), &dn, ctrls.manage_dsa_it)?;
+    crate::ops::referral::check_target(&conn, &ctrls.acting, &dn, ctrls.manage_dsa_it)?;
     conn.ctx.shared.carries.check(&dn)?;
     if dn.is_root() {
         return Err(Error::unwilling("the root DSE cannot be deleted"));
@@ -26,7 +26,7 @@ pub async fn handle(conn: Rc<Conn>, dn_text: String, ctrls: Controls) -> Result<
         return Err(Error::unwilling("the subschema subentry cannot be deleted"));
     }
     let is_suffix = conn.ctx.is_suffix(&dn);
-    let identity = ctrls.requester(&conn);
+    let identity = ctrls.acting.clone();
     let live = conn.ctx.live();
     if let Some(a) = conn.access(&live, &identity) {
         let shard = &conn.ctx.shard;

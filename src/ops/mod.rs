@@ -55,17 +55,15 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
         .and_then(|c| check_pending(conn, &msg.op).map(|_| c))
         .and_then(|c| check_filters(conn, &msg.op, &c).map(|_| c))
         .and_then(|mut c| {
-            // Who the operation runs as is fixed here, when it arrives: a
-            // Bind pipelined after it must not change it once it runs.
-            c.acting = Some(match c.proxied.take() {
+            c.acting = match c.proxied.take() {
                 Some(authzid) => {
                     let acting = proxied(conn, &authzid)?;
                     record::proxied(conn, &rec, acting.dn());
                     acting
                 }
                 None => conn.identity.borrow().clone(),
-            });
-            Ok(c)
+            };
+            check_write(conn, &msg.op, &c.acting).map(|_| c)
         }) {
         Ok(c) => c,
         Err(e) => {
@@ -103,41 +101,21 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
             return Flow::Close;
         }
         LdapOp::SearchRequest(req) => match ctrls.sync.clone() {
-            Some((persist, cookie)) => syncrepl::start(conn, ctrls.requester(conn), msgid, req, persist, cookie, rec),
+            Some((persist, cookie)) => syncrepl::start(conn, ctrls.acting.clone(), msgid, req, persist, cookie, rec),
             None => search::start(conn, msgid, req, ctrls, rec),
         },
-        LdapOp::AddRequest(req) => spawn_write(
-            conn,
-            &ctrls.requester(conn),
-            msgid,
-            rec,
-            LdapOp::AddResponse,
-            add::handle(conn.clone(), req, ctrls),
-        ),
-        LdapOp::ModifyRequest(req) => spawn_write(
-            conn,
-            &ctrls.requester(conn),
-            msgid,
-            rec,
-            LdapOp::ModifyResponse,
-            modify::handle(conn.clone(), req, ctrls),
-        ),
-        LdapOp::DelRequest(dn) => spawn_write(
-            conn,
-            &ctrls.requester(conn),
-            msgid,
-            rec,
-            LdapOp::DelResponse,
-            delete::handle(conn.clone(), dn, ctrls),
-        ),
-        LdapOp::ModifyDNRequest(req) => spawn_write(
-            conn,
-            &ctrls.requester(conn),
-            msgid,
-            rec,
-            LdapOp::ModifyDNResponse,
-            modify_dn::handle(conn.clone(), req, ctrls),
-        ),
+        LdapOp::AddRequest(req) => {
+            spawn_write(conn, msgid, rec, LdapOp::AddResponse, add::handle(conn.clone(), req, ctrls))
+        }
+        LdapOp::ModifyRequest(req) => {
+            spawn_write(conn, msgid, rec, LdapOp::ModifyResponse, modify::handle(conn.clone(), req, ctrls))
+        }
+        LdapOp::DelRequest(dn) => {
+            spawn_write(conn, msgid, rec, LdapOp::DelResponse, delete::handle(conn.clone(), dn, ctrls))
+        }
+        LdapOp::ModifyDNRequest(req) => {
+            spawn_write(conn, msgid, rec, LdapOp::ModifyDNResponse, modify_dn::handle(conn.clone(), req, ctrls))
+        }
         LdapOp::CompareRequest(req) => {
             let res = match compare::handle(conn, &req, &ctrls) {
                 Ok(code) => LdapResult { code, matcheddn: String::new(), message: String::new(), referral: vec![] },
@@ -157,11 +135,11 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
                 return Flow::StartTls;
             }
         }
-        LdapOp::ExtendedRequest(req) => match extended::handle(conn, &ctrls.requester(conn), &req) {
+        LdapOp::ExtendedRequest(req) => match extended::handle(conn, &ctrls.acting, &req) {
             Some(res) => reply(conn, &rec, out, LdapMsg::new(msgid, LdapOp::ExtendedResponse(res))),
             None => {
                 let in_flight = crate::conn::InFlight::new(conn);
-                let identity = ctrls.requester(conn);
+                let identity = ctrls.acting;
                 let conn = conn.clone();
                 glommio::spawn_local(async move {
                     let _in_flight = in_flight;
@@ -226,22 +204,16 @@ fn check_pending(conn: &Conn, op: &LdapOp) -> Result<()> {
 /// controls) when it is durable.
 fn spawn_write(
     conn: &Rc<Conn>,
-    identity: &Identity,
     msgid: i32,
     rec: record::Record,
     response: fn(LdapResult) -> LdapOp,
     fut: impl Future<Output = Result<Vec<LdapControl>>> + 'static,
 ) {
     let in_flight = crate::conn::InFlight::new(conn);
-    let allowed = check_confidential(conn).and_then(|_| check_authenticated(identity));
     let conn = conn.clone();
     glommio::spawn_local(async move {
         let _in_flight = in_flight;
-        let outcome = match allowed {
-            Ok(()) => fut.await,
-            Err(e) => Err(e),
-        };
-        let (res, ctrl) = match outcome {
+        let (res, ctrl) = match fut.await {
             Ok(ctrl) => (result(Ok(())), ctrl),
             Err(e) => (result(Err(e)), Vec::new()),
         };
@@ -265,10 +237,16 @@ pub fn check_confidential(conn: &Conn) -> Result<()> {
     Ok(())
 }
 
-/// Anonymous writes are refused before access control, as slapd does
-/// without `allow update_anon`: `strongAuthRequired`.
-pub fn check_authenticated(identity: &Identity) -> Result<()> {
-    if matches!(identity, Identity::Anonymous) {
+/// A write needs a confidential connection under `tls.required`, and is
+/// refused to anonymous before access control, as slapd does without
+/// `allow update_anon`: `strongAuthRequired`.
+fn check_write(conn: &Conn, op: &LdapOp, acting: &Identity) -> Result<()> {
+    use LdapOp::*;
+    if !matches!(op, AddRequest(_) | ModifyRequest(_) | DelRequest(_) | ModifyDNRequest(_)) {
+        return Ok(());
+    }
+    check_confidential(conn)?;
+    if matches!(acting, Identity::Anonymous) {
         return Err(Error::new(LdapResultCode::StrongerAuthRequired, "modifications require authentication"));
     }
     Ok(())
@@ -349,17 +327,12 @@ pub fn parse_dn(text: &str) -> Result<shards::dn::Dn> {
     Ok(dn)
 }
 
-/// The longest existing ancestor of `dn`, for `matchedDN`; "" when the
+/// The longest existing ancestor of `dn`, for `matchedDN`; none when the
 /// requester may not know of it (no `disclose` on its `entry`), as slapd.
 ///
 /// Below a suffix, existence is monotone along the ancestor chain (an
 /// entry's parent exists), so the depth is found by bisection: a hostile
 /// DN of two thousand RDNs costs a dozen lookups, not two thousand.
-pub fn matched(conn: &Conn, identity: &Identity, dn: &shards::dn::Dn) -> String {
-    matched_entry(conn, identity, dn).map(|m| m.to_string_form()).unwrap_or_default()
-}
-
-/// `matched`, as the ancestor's DN.
 pub fn matched_entry(conn: &Conn, identity: &Identity, dn: &shards::dn::Dn) -> Option<shards::dn::Dn> {
     use shards::store::{ReadTxn, Store, Tree};
     let shard = &conn.ctx.shard;
@@ -437,15 +410,19 @@ fn proxied(conn: &Conn, authzid: &[u8]) -> Result<Identity> {
     Ok(target)
 }
 
-/// Adds `matchedDN` to a `noSuchObject` error.
-/// A missing entry below a referral object is that referral instead
-/// (`referral::below`).
+/// Adds `matchedDN` to a `noSuchObject` error, or makes it the referral
+/// of a referral object above (`referral::below`).
 pub fn with_matched(conn: &Conn, identity: &Identity, dn: &shards::dn::Dn, e: Error) -> Error {
-    let e = referral::below(conn, identity, dn, e, None);
-    if e.code == LdapResultCode::NoSuchObject && e.matched.is_empty() {
-        let m = matched(conn, identity, dn);
-        e.with_matched(m)
-    } else {
-        e
+    with_matched_in(conn, identity, dn, e, None)
+}
+
+/// `with_matched` for a search: its referral's URLs carry `scope`.
+pub fn with_matched_in(conn: &Conn, identity: &Identity, dn: &shards::dn::Dn, e: Error, scope: Option<&str>) -> Error {
+    if e.code != LdapResultCode::NoSuchObject || !e.matched.is_empty() {
+        return e;
+    }
+    match matched_entry(conn, identity, dn) {
+        Some(at) => referral::below(conn, dn, &at, scope).unwrap_or_else(|| e.with_matched(at.to_string_form())),
+        None => e,
     }
 }

@@ -21,7 +21,7 @@ use std::rc::Rc;
 
 pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> Result<Vec<LdapControl>> {
     let dn = parse_dn(&req.dn)?;
-    crate::ops::referral::check_target(&conn, &ctrls.requester(&conn), &dn, ctrls.manage_dsa_it)?;
+    crate::ops::referral::check_target(&conn, &ctrls.acting, &dn, ctrls.manage_dsa_it)?;
     conn.ctx.shared.carries.check(&dn)?;
     if dn.is_root() {
         return Err(Error::unwilling("the root DSE cannot be modified"));
@@ -31,7 +31,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
         return Err(Error::unwilling("the subschema subentry cannot be modified"));
     }
     let key = dn.key();
-    let identity = ctrls.requester(&conn);
+    let identity = ctrls.acting.clone();
     let live = conn.ctx.live();
     if let Some(a) = conn.access(&live, &identity) {
         // Checked on the entry as read before the write: rules that look at

@@ -187,9 +187,9 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
         None => old.parent(),
     };
     let ctx = &conn.ctx;
-    crate::ops::referral::check_target(&conn, &ctrls.requester(&conn), &old, ctrls.manage_dsa_it)?;
+    crate::ops::referral::check_target(&conn, &ctrls.acting, &old, ctrls.manage_dsa_it)?;
     if req.new_superior.is_some() {
-        crate::ops::referral::check_parent(&conn, &ctrls.requester(&conn), &old, &superior, true)?;
+        crate::ops::referral::check_parent(&conn, &ctrls.acting, &old, &superior, true)?;
     }
     let new = Dn::renamed(rdn, &superior);
     // As slapd: a rename that leaves its naming context (the suffix itself
@@ -221,7 +221,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
         return Err(Error::unwilling("newSuperior is the entry itself or below it"));
     }
     let shard = &ctx.shard;
-    let identity = ctrls.requester(&conn);
+    let identity = ctrls.acting.clone();
     let live = conn.ctx.live();
     if let Some(a) = conn.access(&live, &identity) {
         // As slapd: write on the entry, on both parents' children and on

@@ -115,10 +115,10 @@ fn referral(view: &EntryView<'_>, target: &Dn, at: &Dn, scope: Option<&str>) -> 
     e
 }
 
-/// Refuses an operation on an existing referral object without
-/// ManageDsaIT; `scope` for a search.
-pub fn check_entry(view: &EntryView<'_>, dn: &Dn, manage_dsa_it: bool, scope: Option<&str>) -> Result<()> {
-    match !manage_dsa_it && active() && is_referral(view) {
+/// Refuses an operation (without ManageDsaIT) on an existing referral
+/// object; `scope` for a search.
+pub fn check_entry(view: &EntryView<'_>, dn: &Dn, scope: Option<&str>) -> Result<()> {
+    match active() && is_referral(view) {
         true => Err(referral(view, dn, dn, scope)),
         false => Ok(()),
     }
@@ -132,30 +132,21 @@ pub fn check_target(conn: &Conn, identity: &Identity, dn: &Dn, manage_dsa_it: bo
         return Ok(());
     }
     let key = dn.key();
-    let refused = conn.ctx.shard.with_entry(&key, |view| check_entry(view, dn, false, None).err())?.flatten();
+    let refused = conn.ctx.shard.with_entry(&key, |view| check_entry(view, dn, None).err())?.flatten();
     match refused {
         Some(e) if crate::ops::disclosed(conn, identity, &key) => Err(e),
         _ => Ok(()),
     }
 }
 
-/// A `noSuchObject` for `dn` becomes a referral when the nearest existing
-/// ancestor is a referral object the requester may know of.
-pub fn below(conn: &Conn, identity: &Identity, dn: &Dn, e: Error, scope: Option<&str>) -> Error {
-    if e.code != LdapResultCode::NoSuchObject || !active() {
-        return e;
+/// The referral for a missing `dn` whose nearest existing ancestor `at`
+/// (one the requester may know of) is a referral object.
+pub fn below(conn: &Conn, dn: &Dn, at: &Dn, scope: Option<&str>) -> Option<Error> {
+    if !active() {
+        return None;
     }
-    match crate::ops::matched_entry(conn, identity, dn) {
-        Some(at) => conn
-            .ctx
-            .shard
-            .with_entry(&at.key(), |view| is_referral(view).then(|| referral(view, dn, &at, scope)))
-            .ok()
-            .flatten()
-            .flatten()
-            .unwrap_or(e),
-        None => e,
-    }
+    let found = conn.ctx.shard.with_entry(&at.key(), |view| is_referral(view).then(|| referral(view, dn, at, scope)));
+    found.ok().flatten().flatten()
 }
 
 /// Refuses an add below a referral object (even with ManageDsaIT, as

@@ -18,7 +18,7 @@ use crate::ops::controls::{self, Controls};
 use crate::ops::paging::{self, Position};
 use crate::ops::record::{self, Record};
 use crate::ops::sort::Sorter;
-use crate::ops::{monitor, parse_dn, referral, result, rootdse, with_matched};
+use crate::ops::{monitor, parse_dn, referral, result, rootdse, with_matched_in};
 use bytes::BytesMut;
 use ldap3_proto::control::LdapControl;
 use ldap3_proto::proto::{LdapMsg, LdapOp, LdapSearchRequest, LdapSearchResultReference, LdapSearchScope};
@@ -181,7 +181,7 @@ async fn run(
     let live = ctx.live();
     // The base as its storage key, without building a `Dn`.
     let base_key = key_of(&req.base)?;
-    let identity = ctrls.requester(conn);
+    let identity = ctrls.acting.clone();
     let is_root = identity.is_root();
     let plan = conn.access(&live, &identity).map(ReadPlan::new);
     let mut sel = Selection::new(&req.attrs, req.typesonly);
@@ -392,13 +392,13 @@ async fn run(
     Ok(())
 }
 
-/// The continuation references of a one-level or subtree search, after
-/// its last entry: one per referral object in its scope the requester may
-/// read (`entry` and `ref`, as slapd checks before sending one), found
-/// with a prefix scan of the referral keys below the base
-/// (`index::referrals_below`), in chunks like the walk: each chunk sent,
-/// the reactor yielded, the time limit and Abandon checked.
 impl Emit<'_> {
+    /// The continuation references of a one-level or subtree search,
+    /// after its last entry: one per referral object in its scope the
+    /// requester may read (`entry` and `ref`, as slapd checks before
+    /// sending one), found with a prefix scan of the referral keys below
+    /// the base (`index::referrals_below`), in chunks like the walk: each
+    /// chunk sent, the reactor yielded, the time limit and Abandon checked.
     async fn references(
         &mut self,
         conn: &Conn,
@@ -522,10 +522,9 @@ async fn walk(
             false => txn.get(Tree::Dn2id, base_key)?.map(|id| (id, None)),
         };
         let Some((id, view)) = found else {
-            let (identity, dn) = (ctrls.requester(conn), parse_dn(&req.base)?);
             let scope = Some(referral::scope_name(&req.scope));
-            let e = referral::below(conn, &identity, &dn, Error::no_such_object(&req.base), scope);
-            return Err(with_matched(conn, &identity, &dn, e));
+            let e = Error::no_such_object(&req.base);
+            return Err(with_matched_in(conn, &ctrls.acting, &parse_dn(&req.base)?, e, scope));
         };
         // A base the requester may not know of is reported as missing,
         // with no matchedDN, as slapd reports it (the search's own plan:
@@ -537,10 +536,10 @@ async fn walk(
         }
         if let (true, Some(view)) = (emit.referrals, &view) {
             // The base itself a referral object: a referral, for any scope.
-            referral::check_entry(view, &parse_dn(&req.base)?, false, Some(referral::scope_name(&req.scope)))?;
+            referral::check_entry(view, &parse_dn(&req.base)?, Some(referral::scope_name(&req.scope)))?;
         }
         if let (Some(_), Some(view)) = (&ctrls.assertion, &view) {
-            controls::check_assertion_view(conn, &ctrls.requester(conn), ctrls.assertion.as_ref(), base_key, view)?;
+            controls::check_assertion_view(conn, &ctrls.acting, ctrls.assertion.as_ref(), base_key, view)?;
         }
         let base_wanted = matches!(req.scope, LdapSearchScope::Base | LdapSearchScope::Subtree);
         if base_wanted && matches!(position, Position::Start | Position::Offset(_)) {
@@ -826,6 +825,10 @@ impl Emit<'_> {
         self.sent += 1;
         if let Some(left) = &mut self.page_left {
             *left -= 1;
+        }
+        if self.page_left == Some(0) {
+            // The page is full: where the next one starts, should a
+            // further entry match (`Visit::PageFull`).
             self.last = Some(match self.walking {
                 None => Position::AfterBase,
                 Some((store, true)) => Position::Index { store, after: id.try_into().unwrap_or_default() },
