@@ -73,8 +73,9 @@
 //!    - locks taken only by rare work: the per-IP counts (striped, only
 //!      with `limits.max_connections_per_ip`, once per connection open and
 //!      close: a per-IP cap is process-wide by nature), the running
-//!      subtree renames (`ops::modify_dn::Carries`: a relaxed load unless a
-//!      rename across owners runs), relaxed entryUUID claims
+//!      subtree renames (`ops::modify_dn::Carries`: per write, a store to
+//!      the shard's own lane and one load, locked only while a rename
+//!      across owners runs), relaxed entryUUID claims
 //!      (`claimed_uuids`, root's Relax writes only), the park `Gate` while
 //!      an LMDB map grows;
 //!    - LMDB's own reader table: each read transaction takes the

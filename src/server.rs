@@ -47,6 +47,8 @@ pub struct Ctx {
     pub metrics: crate::stats::ShardMetrics,
     pub log: crate::accesslog::ShardLog,
     next_conn: std::cell::Cell<u64>,
+    /// The writes this shard admitted and has not finished (`admit_write`).
+    running: crate::ops::modify_dn::Running,
     /// When the process started (UNIX seconds), for cn=Monitor and status.
     pub started: u64,
 }
@@ -126,6 +128,7 @@ impl Ctx {
             metrics: crate::stats::ShardMetrics::register(shard_id),
             log: crate::accesslog::ShardLog::default(),
             next_conn: std::cell::Cell::new(0),
+            running: Default::default(),
             started: shared.started,
             shared: shared.clone(),
         }
@@ -139,6 +142,13 @@ impl Ctx {
             self.live_seen.set(generation);
         }
         self.live.borrow().clone()
+    }
+
+    /// Admits a write of the entry `dn`: `busy` while a subtree rename
+    /// covers it; a rename that starts before the guard is dropped waits
+    /// for it (`ops::modify_dn::Carries`).
+    pub fn admit_write(&self, dn: &Dn) -> shards::Result<crate::ops::modify_dn::Admitted<'_>> {
+        self.shared.carries.admit(self.shard.id, &self.running, dn)
     }
 
     pub fn is_suffix(&self, dn: &Dn) -> bool {
@@ -381,7 +391,7 @@ pub fn serve(config: Config) -> Result<()> {
         draining: Default::default(),
         listeners: std::sync::Mutex::new(listening_fds),
         replication,
-        carries: Default::default(),
+        carries: crate::ops::modify_dn::Carries::new(n_shards),
         resumed: Default::default(),
         claimed_uuids: Default::default(),
     });

@@ -31,7 +31,7 @@ use std::sync::Arc;
 pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Result<Vec<LdapControl>> {
     let dn = parse_dn(&req.dn)?;
     let ctx = &conn.ctx;
-    conn.ctx.shared.carries.check(&dn)?;
+    let _admitted = conn.ctx.admit_write(&dn)?;
     if dn.is_root() {
         return Err(Error::already_exists("the root DSE"));
     }

@@ -17,7 +17,7 @@ use std::rc::Rc;
 pub async fn handle(conn: Rc<Conn>, dn_text: String, ctrls: Controls) -> Result<Vec<LdapControl>> {
     let dn = parse_dn(&dn_text)?;
     crate::ops::referral::check_target(&conn, &ctrls.acting, &dn, ctrls.manage_dsa_it)?;
-    conn.ctx.shared.carries.check(&dn)?;
+    let _admitted = conn.ctx.admit_write(&dn)?;
     if dn.is_root() {
         return Err(Error::unwilling("the root DSE cannot be deleted"));
     }

@@ -176,7 +176,7 @@ async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest
     let mods = vec![Mod::Replace(Attr { name: "userPassword".into(), vals: vec![hashed.into_bytes()] })];
     let stamp = Stamp { modifier: own, time: now_generalized() };
     let key = dn.key();
-    conn.ctx.shared.carries.check(&dn)?;
+    let _admitted = conn.ctx.admit_write(&dn)?;
     let op = WriteOp::Modify { key: key.clone(), dn: target, mods, rdn: Vec::new(), stamp, extras: Default::default() };
     shard.submit(&key, op).await?;
     Ok(generated)

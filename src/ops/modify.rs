@@ -22,7 +22,7 @@ use std::rc::Rc;
 pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> Result<Vec<LdapControl>> {
     let dn = parse_dn(&req.dn)?;
     crate::ops::referral::check_target(&conn, &ctrls.acting, &dn, ctrls.manage_dsa_it)?;
-    conn.ctx.shared.carries.check(&dn)?;
+    let _admitted = conn.ctx.admit_write(&dn)?;
     if dn.is_root() {
         return Err(Error::unwilling("the root DSE cannot be modified"));
     }

@@ -170,3 +170,39 @@ fn writes_during_a_subtree_rename_are_kept_or_busy() {
         }
     }
 }
+
+/// A modify admitted just before a subtree rename claims the subtree is
+/// kept: the rename waits for it instead of copying the entry as it was
+/// before the modify committed. The owner's commits are slowed so that
+/// the modify is still committing when the rename starts (without the
+/// wait, its value was lost to the copy); the outcome is checked the same
+/// whatever the interleaving.
+#[test]
+fn a_modify_committing_when_a_subtree_rename_starts_is_kept() {
+    let mut s = Server::prepare(1, "");
+    s.env.push(("COREDIR_TEST_COMMIT_DELAY_MS".into(), "0:400".into()));
+    s.launch();
+    let mut c = s.admin();
+    let (old, new) = (format!("ou=slow,{SUFFIX}"), format!("ou=slowmoved,{SUFFIX}"));
+    let ou = vec![("objectClass", HashSet::from(["organizationalUnit"])), ("ou", HashSet::from(["slow"]))];
+    assert_eq!(c.add(&old, ou).unwrap().rc, 0);
+    let kid = vec![("objectClass", HashSet::from(["person"])), ("cn", HashSet::from(["k"])), ("sn", HashSet::from(["v0"]))];
+    assert_eq!(c.add(&format!("cn=k,{old}"), kid).unwrap().rc, 0);
+    let (url, target) = (s.url(), format!("cn=k,{old}"));
+    let writer = std::thread::spawn(move || {
+        let mut w = ldap3::LdapConn::new(&url).unwrap();
+        w.simple_bind(ROOT_DN, ROOT_PW).unwrap().success().unwrap();
+        w.modify(&target, vec![Mod::Replace("sn", HashSet::from(["v1"]))]).unwrap().rc
+    });
+    // Only makes the race likely: the outcome is checked either way.
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    let renamed = c.modifydn(&old, "ou=slowmoved", true, None).unwrap().rc;
+    let modified = writer.join().unwrap();
+    assert!(matches!(modified, 0 | 51), "modify: {modified}");
+    assert!(matches!(renamed, 0 | 51), "rename: {renamed}");
+    let at = if renamed == 0 { &new } else { &old };
+    let sn = get_entry(&mut c, &format!("cn=k,{at}"), vec!["sn"]).unwrap().attrs["sn"].clone();
+    if modified == 0 {
+        assert_eq!(sn, vec!["v1".to_string()], "the acknowledged modify was lost");
+    }
+}
