@@ -271,6 +271,10 @@ pub struct Limits {
     /// rename, held in memory while it runs; 389-ds bounds it too, slapd
     /// does not); past it adminLimitExceeded. 0: no limit.
     pub max_rename_entries: usize,
+    /// Aliases one search may dereference in its scope (derefInSearching,
+    /// derefAlways: each target a further scope, held while the search
+    /// runs; slapd does not bound it); past it adminLimitExceeded. 0: no limit.
+    pub max_alias_scopes: usize,
     /// Most bytes the entries of one sorted search (server-side sort, a
     /// virtual list view) may take while they are sorted; past it
     /// adminLimitExceeded. 0: no limit.
@@ -387,6 +391,7 @@ impl Default for Limits {
             max_filter_terms: 10_000,
             max_filter_tests: 1_000_000,
             max_rename_entries: 10_000,
+            max_alias_scopes: 10_000,
             max_sort_bytes: 64 << 20,
             max_sorts_per_connection: 5,
             unindexed_lookthrough: 100_000,

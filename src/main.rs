@@ -54,7 +54,8 @@
 //!   `modify`, `delete`, `modify_dn`, `compare`, `abandon`, `extended`),
 //!   plus `syncrepl` (the RFC 4533 provider on the changelog),
 //!   `rootdse` (root DSE), `controls` (request/response controls),
-//!   `paging`, `sort` and `vlv` (search controls) and `mod.rs` (dispatch
+//!   `paging`, `sort` and `vlv` (search controls), `referral` (referral
+//!   objects) and `alias` (alias dereferencing), and `mod.rs` (dispatch
 //!   and the one place errors become responses). `modify_dn` also holds
 //!   the renames across owners (intent, carry, resumption at start).
 //! - `shards` (crate): everything a shard owns: DNs, entries, filters,

@@ -268,7 +268,7 @@ pub fn open_database(config: &Config, n_shards: usize) -> Result<Database> {
     }
     // Referral checks cost nothing until some store holds a referral object.
     for store in stores.iter() {
-        shards::index::note_referrals(store).map_err(|e| anyhow!("referral keys: {}", e.message))?;
+        shards::index::note_marks(store).map_err(|e| anyhow!("referral and alias keys: {}", e.message))?;
     }
     Ok(Database { lock, manifest, stores })
 }

@@ -98,6 +98,9 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
         access::require_new_attrs(a, &dn.key(), &entry, &relaxed, MANAGE)?;
     }
     check_new(&mut entry, &dn)?;
+    if !is_suffix {
+        crate::ops::alias::check_parent(&ctx.shard, &dn.parent().key(), "parent is an alias")?;
+    }
     // Held until the entry is written.
     let _claim = match relaxed.iter().any(|a| a.eq_ignore_ascii_case("entryUUID")) {
         true => Some(check_uuid_free(ctx, &entry)?),

@@ -7,6 +7,7 @@
 //! the same connection.
 
 pub mod abandon;
+pub mod alias;
 pub mod access;
 pub mod add;
 pub mod bind;
@@ -334,10 +335,17 @@ pub fn parse_dn(text: &str) -> Result<shards::dn::Dn> {
 /// entry's parent exists), so the depth is found by bisection: a hostile
 /// DN of two thousand RDNs costs a dozen lookups, not two thousand.
 pub fn matched_entry(conn: &Conn, identity: &Identity, dn: &shards::dn::Dn) -> Option<shards::dn::Dn> {
+    let found = nearest_entry(&conn.ctx, dn)?;
+    disclosed(conn, identity, &found.key()).then_some(found)
+}
+
+/// The nearest entry above `dn` that exists, within its naming context,
+/// whoever asks: a bisection over the DN's ancestors.
+pub fn nearest_entry(ctx: &crate::server::Ctx, dn: &shards::dn::Dn) -> Option<shards::dn::Dn> {
     use shards::store::{ReadTxn, Store, Tree};
-    let shard = &conn.ctx.shard;
+    let shard = &ctx.shard;
     let exists = |key: &[u8]| shard.store_for(key).read().and_then(|t| t.get(Tree::Dn2id, key).map(|v| v.is_some()));
-    let Some(top) = conn.ctx.suffixes.iter().filter(|s| dn.is_within(s)).map(|s| s.depth()).max() else {
+    let Some(top) = ctx.suffixes.iter().filter(|s| dn.is_within(s)).map(|s| s.depth()).max() else {
         return None;
     };
     if dn.depth() <= top || !exists(&dn.ancestor(top).key()).unwrap_or(false) {
@@ -353,8 +361,7 @@ pub fn matched_entry(conn: &Conn, identity: &Identity, dn: &shards::dn::Dn) -> O
             hi = mid;
         }
     }
-    let found = dn.ancestor(lo);
-    disclosed(conn, identity, &found.key()).then_some(found)
+    Some(dn.ancestor(lo))
 }
 
 /// Whether the requester may learn that the entry with storage `key`

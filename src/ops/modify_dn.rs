@@ -239,6 +239,9 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
             access::require(&a, shard, &superior.key(), &children, Level::Write)?;
         }
     }
+    if superior != old.parent() {
+        crate::ops::alias::check_parent(shard, &superior.key(), "newSuperior is an alias")?;
+    }
     // Held until the rename is done: writes below either DN are `busy`.
     let _claim = ctx.shared.carries.claim(old.key(), new.key())?;
     ctx.shared.carries.settle().await?;

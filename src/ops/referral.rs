@@ -13,7 +13,7 @@
 //!   filter, in place of the entry, once the entries are sent.
 //!
 //! None of it costs a lookup until a store has held a referral object
-//! (`shards::index::referrals_may_exist`).
+//! (`shards::index::Marked::may_exist`).
 
 use crate::conn::{Conn, Identity};
 use ldap3_proto::LdapResultCode;
@@ -23,7 +23,7 @@ use shards::{Error, Result};
 
 /// Whether any referral object may exist (else every check is skipped).
 pub fn active() -> bool {
-    shards::index::referrals_may_exist()
+    shards::index::Marked::Referral.may_exist()
 }
 
 pub fn is_referral(view: &EntryView<'_>) -> bool {

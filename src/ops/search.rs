@@ -18,7 +18,7 @@ use crate::ops::controls::{self, Controls};
 use crate::ops::paging::{self, Position};
 use crate::ops::record::{self, Record};
 use crate::ops::sort::Sorter;
-use crate::ops::{monitor, parse_dn, referral, result, rootdse, with_matched_in};
+use crate::ops::{alias, monitor, parse_dn, referral, result, rootdse, with_matched_in};
 use bytes::BytesMut;
 use ldap3_proto::control::LdapControl;
 use ldap3_proto::proto::{LdapMsg, LdapOp, LdapSearchRequest, LdapSearchResultReference, LdapSearchScope};
@@ -224,6 +224,15 @@ async fn run(
         *sent = write_computed(out, msgid, &rootdse::entry(ctx), &node, &sel, computed_tests)? as u64;
         return Ok(());
     }
+    // Dereferencing when finding: the search starts at the alias's target.
+    let found_base = match alias::finds(&req.aliases) && alias::active() {
+        true => Some(alias::find_base(conn, &identity, parse_dn(&req.base)?)?),
+        false => None,
+    };
+    let (base_key, base_text) = match &found_base {
+        Some(dn) => (dn.key(), dn.pretty()?),
+        None => (base_key, req.base.clone()),
+    };
     // The server's limits, or the requester's override (`limits.by_identity`).
     let (mut size_limit, mut time_limit) = (live.limits.size_limit, live.limits.time_limit_s);
     if let Some(over) = plan.as_ref().and_then(|p| p.access.limits()) {
@@ -323,6 +332,9 @@ async fn run(
         context_csn,
         subordinates,
         referrals: referral::active() && !ctrls.manage_dsa_it,
+        // Dereferencing in searching: aliases are not returned, but for
+        // a base not dereferenced.
+        hide_aliases: (alias::searches(&req.aliases) && alias::active()).then(|| base_key.clone()),
         walking: None,
         last: None,
         msgid,
@@ -336,7 +348,7 @@ async fn run(
         page_left: if sorting { None } else { page_size },
         sorter,
     };
-    let walked = walk(conn, &mut emit, req, ctrls, &base_key, position.clone(), abandoned).await;
+    let walked = walk(conn, &mut emit, req, ctrls, (&base_key, &base_text), position.clone(), abandoned).await;
     *sent = emit.sent as u64;
     let stopped = walked?;
     if let (Some(view), true) = (&ctrls.vlv, emit.sorter.is_some()) {
@@ -397,7 +409,7 @@ impl Emit<'_> {
     /// after its last entry: one per referral object in its scope the
     /// requester may read (`entry` and `ref`, as slapd checks before
     /// sending one), found with a prefix scan of the referral keys below
-    /// the base (`index::referrals_below`), in chunks like the walk: each
+    /// the base (`index::Marked::below`), in chunks like the walk: each
     /// chunk sent, the reactor yielded, the time limit and Abandon checked.
     async fn references(
         &mut self,
@@ -415,7 +427,7 @@ impl Emit<'_> {
             loop {
                 let found = {
                     let txn = store.read()?;
-                    let found = index::referrals_below(&txn, base_key, after.as_deref(), REFERENCE_CHUNK)?;
+                    let found = index::Marked::Referral.below(&txn, base_key, after.as_deref(), REFERENCE_CHUNK)?;
                     for (_, id) in &found {
                         let Some(bytes) = txn.get(Tree::Id2entry, id)? else { continue };
                         let view = EntryView::new(bytes)?;
@@ -507,11 +519,19 @@ async fn walk(
     emit: &mut Emit<'_>,
     req: &LdapSearchRequest,
     ctrls: &Controls,
-    base_key: &[u8],
+    (base_key, base_text): (&[u8], &str),
     position: Position,
     abandoned: &Cell<bool>,
 ) -> Result<Option<Position>> {
     let shard = &conn.ctx.shard;
+    // The further scopes the aliases in this one reach (`ops::alias`).
+    let widened = match emit.hide_aliases.is_some() && req.scope != LdapSearchScope::Base {
+        true => {
+            let most = conn.ctx.live().limits.max_alias_scopes;
+            alias::scopes(conn, base_key, &req.scope, emit.limits.deadline, most).await?
+        }
+        false => None,
+    };
     {
         let txn = shard.store_for(base_key).read()?;
         // The entry is read once for the access plan, the Assertion and
@@ -523,25 +543,29 @@ async fn walk(
         };
         let Some((id, view)) = found else {
             let scope = Some(referral::scope_name(&req.scope));
-            let e = Error::no_such_object(&req.base);
-            return Err(with_matched_in(conn, &ctrls.acting, &parse_dn(&req.base)?, e, scope));
+            let e = Error::no_such_object(base_text);
+            return Err(with_matched_in(conn, &ctrls.acting, &parse_dn(base_text)?, e, scope));
         };
         // A base the requester may not know of is reported as missing,
         // with no matchedDN, as slapd reports it (the search's own plan:
         // no second rights lookup per request).
         if let (Some(plan), Some(view)) = (emit.plan, &view) {
             if !plan.entry_disclosed(&Target { key: base_key, entry: Some(view) }) {
-                return Err(Error::no_such_object(&req.base));
+                return Err(Error::no_such_object(base_text));
             }
         }
         if let (true, Some(view)) = (emit.referrals, &view) {
             // The base itself a referral object: a referral, for any scope.
-            referral::check_entry(view, &parse_dn(&req.base)?, Some(referral::scope_name(&req.scope)))?;
+            referral::check_entry(view, &parse_dn(base_text)?, Some(referral::scope_name(&req.scope)))?;
         }
         if let (Some(_), Some(view)) = (&ctrls.assertion, &view) {
             controls::check_assertion_view(conn, &ctrls.acting, ctrls.assertion.as_ref(), base_key, view)?;
         }
-        let base_wanted = matches!(req.scope, LdapSearchScope::Base | LdapSearchScope::Subtree);
+        // A base below an alias target is that target's to return.
+        let covered = widened.as_ref().is_some_and(|roots| {
+            req.scope != LdapSearchScope::OneLevel && !roots.iter().any(|r| r.as_slice() == base_key)
+        });
+        let base_wanted = matches!(req.scope, LdapSearchScope::Base | LdapSearchScope::Subtree) && !covered;
         if base_wanted && matches!(position, Position::Start | Position::Offset(_)) {
             match emit.visit(&txn, base_key, id, true, view.as_ref())? {
                 Visit::Next => {}
@@ -553,7 +577,10 @@ async fn walk(
     if req.scope == LdapSearchScope::Base {
         return Ok(None);
     }
-    let scope = Scope::below(base_key, &req.scope);
+    let scope = match widened {
+        Some(extra) => Scope::widened(base_key, &req.scope, extra),
+        None => Scope::below(base_key, &req.scope),
+    };
     let first = match &position {
         Position::Range { store, .. } | Position::Index { store, .. } => *store,
         _ => 0,
@@ -633,23 +660,87 @@ fn search_monitor(
 }
 
 /// Which DN keys below the base a one-level, subtree or children search
-/// covers (the base itself is decided apart).
+/// covers (the base itself is decided apart): key ranges, disjoint and in
+/// key order; one, or more where aliases widen the scope (`ops::alias`).
 pub struct Scope {
-    prefix: Vec<u8>,
-    /// For one-level scope, the depth of the base's children.
-    depth: Option<usize>,
+    parts: Vec<Part>,
+}
+
+/// One key range of a scope.
+enum Part {
+    /// The keys starting with `prefix` (a base's key and the separator);
+    /// with `depth`, only those at that depth or in `also` (a one-level
+    /// search's children, and its alias targets within the range).
+    Below { prefix: Vec<u8>, depth: Option<usize>, also: Vec<Vec<u8>> },
+    /// One key (an alias target: of a one-level search, or the root of a
+    /// further subtree).
+    Key(Vec<u8>),
+}
+
+impl Part {
+    fn contains(&self, key: &[u8]) -> bool {
+        match self {
+            Part::Below { prefix, depth, also } => {
+                key.starts_with(prefix) && (depth.is_none_or(|d| key_depth(key) == d) || also.iter().any(|a| a == key))
+            }
+            Part::Key(k) => key == k.as_slice(),
+        }
+    }
+
+    /// The first key of the range (and the scan prefix).
+    fn start(&self) -> &[u8] {
+        match self {
+            Part::Below { prefix, .. } => prefix,
+            Part::Key(k) => k,
+        }
+    }
+
+    /// Whether every key of the range sorts at or before `after`.
+    fn before(&self, after: &[u8]) -> bool {
+        match self {
+            Part::Below { prefix, .. } => after > prefix.as_slice() && !after.starts_with(prefix),
+            Part::Key(k) => after >= k.as_slice(),
+        }
+    }
+}
+
+fn below_part(base_key: &[u8], scope: &LdapSearchScope) -> Part {
+    let mut prefix = base_key.to_vec();
+    prefix.push(KEY_SEPARATOR);
+    let depth = (*scope == LdapSearchScope::OneLevel).then(|| key_depth(&prefix));
+    Part::Below { prefix, depth, also: Vec::new() }
 }
 
 impl Scope {
     pub fn below(base_key: &[u8], scope: &LdapSearchScope) -> Scope {
-        let mut prefix = base_key.to_vec();
-        prefix.push(KEY_SEPARATOR);
-        let depth = (*scope == LdapSearchScope::OneLevel).then(|| key_depth(&prefix));
-        Scope { prefix, depth }
+        Scope { parts: vec![below_part(base_key, scope)] }
+    }
+
+    /// The scope widened by the aliases in it (`alias::scopes`): for a
+    /// one-level search, the base's children and the `extra` targets; for
+    /// a subtree, the `extra` roots each with its subtree (the base's own
+    /// entry, a root, is decided apart).
+    fn widened(base_key: &[u8], scope: &LdapSearchScope, extra: Vec<Vec<u8>>) -> Scope {
+        let mut parts = Vec::new();
+        if *scope == LdapSearchScope::OneLevel {
+            let Part::Below { prefix, depth, .. } = below_part(base_key, scope) else { unreachable!() };
+            let (also, outside): (Vec<_>, Vec<_>) = extra.into_iter().partition(|t| t.starts_with(&prefix));
+            parts.push(Part::Below { prefix, depth, also });
+            parts.extend(outside.into_iter().map(Part::Key));
+        } else {
+            for root in extra {
+                if root != base_key {
+                    parts.push(Part::Key(root.clone()));
+                }
+                parts.push(below_part(&root, &LdapSearchScope::Subtree));
+            }
+        }
+        parts.sort_by(|a, b| a.start().cmp(b.start()));
+        Scope { parts }
     }
 
     pub fn contains(&self, key: &[u8]) -> bool {
-        key.starts_with(&self.prefix) && self.depth.is_none_or(|d| key_depth(key) == d)
+        self.parts.iter().any(|p| p.contains(key))
     }
 }
 
@@ -706,6 +797,8 @@ struct Emit<'a> {
     /// Referral objects are references, not entries (`ops::referral`):
     /// some may exist and ManageDsaIT is absent.
     referrals: bool,
+    /// Aliases are passed over, but for the one with this key (`ops::alias`).
+    hide_aliases: Option<Vec<u8>>,
     /// Where the walk is: `None` at the base, else the store and whether
     /// its candidates come from an index (for `last`).
     walking: Option<(usize, bool)>,
@@ -776,6 +869,9 @@ impl Emit<'_> {
         }
         if self.referrals && referral::is_referral(view) {
             // Sent as a continuation reference once the walk is done.
+            return Ok(Visit::Next);
+        }
+        if self.hide_aliases.as_deref().is_some_and(|kept| key != kept && alias::is_alias(view)) {
             return Ok(Visit::Next);
         }
         let target = Target { key, entry: Some(view) };
@@ -894,8 +990,8 @@ impl Emit<'_> {
         Ok(None)
     }
 
-    /// Walks the store's `dn2id` range below the base (after `after`, when
-    /// resuming a page), in chunks.
+    /// Walks the store's `dn2id` ranges of the scope (after `after`, when
+    /// resuming a page), in key order.
     async fn from_range(
         &mut self,
         conn: &Conn,
@@ -904,7 +1000,33 @@ impl Emit<'_> {
         after: Option<Vec<u8>>,
         abandoned: &Cell<bool>,
     ) -> Result<Option<Stop>> {
-        let mut from = after.clone().unwrap_or_else(|| scope.prefix.clone());
+        for part in &scope.parts {
+            if after.as_deref().is_some_and(|a| part.before(a)) {
+                continue;
+            }
+            let within = after.clone().filter(|a| a.as_slice() >= part.start());
+            if let Some(stop) = self.from_part(conn, store, part, within, abandoned).await? {
+                return Ok(Some(stop));
+            }
+            if abandoned.get() {
+                return Ok(None);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Walks one range of the scope, in chunks.
+    async fn from_part(
+        &mut self,
+        conn: &Conn,
+        store: &Engine,
+        part: &Part,
+        after: Option<Vec<u8>>,
+        abandoned: &Cell<bool>,
+    ) -> Result<Option<Stop>> {
+        let prefix = part.start();
+        let one = matches!(part, Part::Key(_));
+        let mut from = after.clone().unwrap_or_else(|| prefix.to_vec());
         loop {
             let mut resume = None;
             let mut outcome = Ok(Visit::Next);
@@ -912,7 +1034,11 @@ impl Emit<'_> {
                 let txn = store.read()?;
                 let mut scanned = 0;
                 let slice_end = Instant::now() + SLICE;
-                txn.scan(Tree::Dn2id, &scope.prefix, &from, &mut |key, id| {
+                txn.scan(Tree::Dn2id, prefix, &from, &mut |key, id| {
+                    if one && key != prefix {
+                        // A lone key's range is that key alone.
+                        return false;
+                    }
                     scanned += 1;
                     if scanned > CHUNK_SCANNED
                         || self.out.len() >= CHUNK_BYTES
@@ -921,7 +1047,7 @@ impl Emit<'_> {
                         resume = Some(key.to_vec());
                         return false;
                     }
-                    if !scope.contains(key) || after.as_deref() == Some(key) {
+                    if !part.contains(key) || after.as_deref() == Some(key) {
                         return true;
                     }
                     self.examined += 1;

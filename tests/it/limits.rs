@@ -134,6 +134,35 @@ fn subtree_renames_stop_at_max_rename_entries() {
     assert!(get_entry(&mut c, PEOPLE, vec![]).is_none());
 }
 
+/// `limits.max_alias_scopes` bounds the aliases one search dereferences
+/// in its scope (each a further scope held while it runs): past it
+/// adminLimitExceeded; without dereferencing, or within it, the search runs.
+#[test]
+fn alias_dereferencing_stops_at_max_alias_scopes() {
+    let s = Server::start_with_config(2, "[limits]\nmax_alias_scopes = 2\n");
+    let mut c = s.admin();
+    for i in 0..3 {
+        assert_eq!(add_user(&mut c, &format!("t{i}")).rc, 0);
+        let (cn, target) = (format!("a{i}"), format!("uid=t{i},{PEOPLE}"));
+        let alias = vec![
+            ("objectClass", ["alias", "extensibleObject"].into()),
+            ("cn", [cn.as_str()].into()),
+            ("aliasedObjectName", [target.as_str()].into()),
+        ];
+        assert_eq!(c.add(&format!("cn=a{i},{SUFFIX}"), alias).unwrap().rc, 0);
+    }
+    let mut search = |deref, base: &str| {
+        let opts = ldap3::SearchOptions::new().deref(deref);
+        c.with_search_options(opts).search(base, Scope::Subtree, "(uid=t*)", vec!["1.1"]).unwrap()
+    };
+    let refused = search(ldap3::DerefAliases::Always, SUFFIX);
+    assert_eq!(refused.1.rc, 11, "{:?}", refused.1);
+    assert!(refused.1.text.contains("max_alias_scopes"), "{:?}", refused.1);
+    assert_eq!(search(ldap3::DerefAliases::Never, SUFFIX).0.len(), 3);
+    let one = search(ldap3::DerefAliases::Always, &format!("cn=a0,{SUFFIX}"));
+    assert_eq!((one.1.rc, one.0.len()), (0, 1), "one alias found, none searched: {:?}", one.1);
+}
+
 /// `limits.max_sort_bytes` bounds what a sorted search (or a virtual list
 /// view, which keeps every row) holds: past it adminLimitExceeded.
 #[test]

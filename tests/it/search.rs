@@ -278,11 +278,11 @@ fn referral_objects_answer_after_a_restart_without_an_objectclass_index() {
     assert_eq!(people(&mut c), (0, vec![]));
 }
 
-/// A store written before referral objects had an index key of their own
-/// (simulated: the keys removed behind the server's back) gets them at
-/// start, found through the objectClass equality index.
+/// A store written before referral objects and aliases had an index key
+/// of their own (simulated: the keys removed behind the server's back)
+/// gets them at start, found through the objectClass equality index.
 #[test]
-fn referral_objects_from_an_older_store_get_their_keys_at_start() {
+fn referral_objects_and_aliases_from_an_older_store_get_their_keys_at_start() {
     use shards::store::{Engine, EngineKind, Options, ReadTxn, Store, SyncMode, Tree, WriteTxn};
     let mut s = Server::start(1);
     let mut c = s.admin();
@@ -292,6 +292,14 @@ fn referral_objects_from_an_older_store_get_their_keys_at_start() {
         ("ref", ["ldap://old.example.org/ou=old,dc=example,dc=org"].into()),
     ];
     c.add(&format!("ou=old,{PEOPLE}"), referral).unwrap().success().unwrap();
+    assert_eq!(add_user(&mut c, "target").rc, 0);
+    let target = format!("uid=target,{PEOPLE}");
+    let alias: Vec<(&str, std::collections::HashSet<&str>)> = vec![
+        ("objectClass", ["alias", "extensibleObject"].into()),
+        ("cn", ["alias"].into()),
+        ("aliasedObjectName", [target.as_str()].into()),
+    ];
+    c.add(&format!("cn=alias,{SUFFIX}"), alias).unwrap().success().unwrap();
     drop(c);
     s.stop();
     {
@@ -299,15 +307,17 @@ fn referral_objects_from_an_older_store_get_their_keys_at_start() {
         let kind = if manifest.engine == "sled" { EngineKind::Sled } else { EngineKind::Lmdb };
         let store = Engine::open(&s.data().join("shard-0"), Options::new(kind, SyncMode::Always)).unwrap();
         let mut keys = Vec::new();
-        store
-            .read()
-            .unwrap()
-            .scan(Tree::Index, b"\x01referral\0", b"\x01referral\0", &mut |k, _| {
-                keys.push(k.to_vec());
-                true
-            })
-            .unwrap();
-        assert_eq!(keys.len(), 1, "the referral object's own key");
+        for prefix in [&b"\x01referral\0"[..], b"\x01alias\0"] {
+            store
+                .read()
+                .unwrap()
+                .scan(Tree::Index, prefix, prefix, &mut |k, _| {
+                    keys.push(k.to_vec());
+                    true
+                })
+                .unwrap();
+        }
+        assert_eq!(keys.len(), 2, "the referral object's and the alias's own keys");
         let mut txn = store.write().unwrap();
         for k in &keys {
             txn.delete(Tree::Index, k).unwrap();
@@ -318,4 +328,7 @@ fn referral_objects_from_an_older_store_get_their_keys_at_start() {
     let mut c = s.admin();
     let r = c.search(PEOPLE, Scope::Subtree, "(uid=nobody)", vec!["1.1"]).unwrap();
     assert_eq!(r.1.refs, vec!["ldap://old.example.org/ou=old,dc=example,dc=org??sub".to_string()]);
+    let opts = ldap3::SearchOptions::new().deref(ldap3::DerefAliases::Always);
+    let found = c.with_search_options(opts).search(SUFFIX, Scope::Subtree, "(cn=alias)", vec!["1.1"]).unwrap();
+    assert!(found.0.is_empty(), "an alias is dereferenced, not returned: {:?}", found.0);
 }
