@@ -31,7 +31,6 @@ use std::sync::Arc;
 pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Result<Vec<LdapControl>> {
     let dn = parse_dn(&req.dn)?;
     let ctx = &conn.ctx;
-    let _admitted = conn.ctx.admit_write(&dn)?;
     if dn.is_root() {
         return Err(Error::already_exists("the root DSE"));
     }
@@ -114,6 +113,8 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     let post = ctrls.post_read.as_ref().map(|attrs| {
         controls::read_entry_control(POST_READ, &entry, attrs, &access::readable(access.as_ref(), &entry))
     });
+    // Admitted only now: a rename waits for admitted writes (see modify).
+    let _admitted = conn.ctx.admit_write(&dn)?;
     insert(&ctx.shard, &dn, entry, is_suffix).await.map_err(|e| with_matched(&conn, &identity, &dn, e))?;
     Ok(post.into_iter().collect())
 }

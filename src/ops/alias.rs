@@ -249,11 +249,16 @@ pub async fn scopes(
         if roots.len() == 1 {
             return Ok(None);
         }
-        // A root added later may hold one added before it.
-        let all = roots.clone();
-        roots.retain(|r| !all.iter().any(|o| key_below(r, o)));
+        // A root added later may hold one added before it: sorted, a root
+        // follows the one holding it, with only roots below that between.
         roots.sort();
-        return Ok(Some(roots));
+        let mut minimal: Vec<Vec<u8>> = Vec::with_capacity(roots.len());
+        for r in roots {
+            if !minimal.last().is_some_and(|held_by| key_below(&r, held_by)) {
+                minimal.push(r);
+            }
+        }
+        return Ok(Some(minimal));
     }
     Ok((!targets.is_empty()).then(|| {
         targets.sort();

@@ -22,7 +22,6 @@ use std::rc::Rc;
 pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> Result<Vec<LdapControl>> {
     let dn = parse_dn(&req.dn)?;
     crate::ops::referral::check_target(&conn, &ctrls.acting, &dn, ctrls.manage_dsa_it)?;
-    let _admitted = conn.ctx.admit_write(&dn)?;
     if dn.is_root() {
         return Err(Error::unwilling("the root DSE cannot be modified"));
     }
@@ -84,6 +83,9 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
     };
     let op = WriteOp::Modify { key: key.clone(), dn: req.dn.clone(), mods, rdn, stamp, extras };
     let shard = &conn.ctx.shard;
+    // Admitted only now: a rename waits for admitted writes, so none may
+    // wait on password hashing while admitted.
+    let _admitted = conn.ctx.admit_write(&dn)?;
     let images =
         shard.submit_for(shard.owner_of(&key), op).await.map_err(|e| with_matched(&conn, &identity, &dn, e))?;
     Ok(controls::read_entry_controls(&conn, &identity, images, &ctrls.pre_read, &ctrls.post_read))

@@ -524,8 +524,12 @@ async fn walk(
     abandoned: &Cell<bool>,
 ) -> Result<Option<Position>> {
     let shard = &conn.ctx.shard;
-    // The further scopes the aliases in this one reach (`ops::alias`).
-    let widened = match emit.hide_aliases.is_some() && req.scope != LdapSearchScope::Base {
+    // The further scopes the aliases in this one reach (`ops::alias`);
+    // for a base the requester may know of only, which the base block
+    // below then answers for.
+    let known = |view: &EntryView<'_>| emit.plan.is_none_or(|p| p.entry_disclosed(&Target { key: base_key, entry: Some(view) }));
+    let widen = emit.hide_aliases.is_some() && req.scope != LdapSearchScope::Base;
+    let widened = match widen && shard.with_entry(base_key, known)? == Some(true) {
         true => {
             let most = conn.ctx.live().limits.max_alias_scopes;
             alias::scopes(conn, base_key, &req.scope, emit.limits.deadline, most).await?
@@ -543,7 +547,8 @@ async fn walk(
         };
         let Some((id, view)) = found else {
             let scope = Some(referral::scope_name(&req.scope));
-            let e = Error::no_such_object(base_text);
+            // The text names the DN asked for: a dereferenced one may be hidden.
+            let e = Error::no_such_object(&req.base);
             return Err(with_matched_in(conn, &ctrls.acting, &parse_dn(base_text)?, e, scope));
         };
         // A base the requester may not know of is reported as missing,
@@ -551,7 +556,7 @@ async fn walk(
         // no second rights lookup per request).
         if let (Some(plan), Some(view)) = (emit.plan, &view) {
             if !plan.entry_disclosed(&Target { key: base_key, entry: Some(view) }) {
-                return Err(Error::no_such_object(base_text));
+                return Err(Error::no_such_object(&req.base));
             }
         }
         if let (true, Some(view)) = (emit.referrals, &view) {
@@ -681,7 +686,8 @@ impl Part {
     fn contains(&self, key: &[u8]) -> bool {
         match self {
             Part::Below { prefix, depth, also } => {
-                key.starts_with(prefix) && (depth.is_none_or(|d| key_depth(key) == d) || also.iter().any(|a| a == key))
+                key.starts_with(prefix)
+                    && (depth.is_none_or(|d| key_depth(key) == d) || also.binary_search_by(|a| a.as_slice().cmp(key)).is_ok())
             }
             Part::Key(k) => key == k.as_slice(),
         }
@@ -724,6 +730,7 @@ impl Scope {
         let mut parts = Vec::new();
         if *scope == LdapSearchScope::OneLevel {
             let Part::Below { prefix, depth, .. } = below_part(base_key, scope) else { unreachable!() };
+            // `extra` is sorted, and so is `also`.
             let (also, outside): (Vec<_>, Vec<_>) = extra.into_iter().partition(|t| t.starts_with(&prefix));
             parts.push(Part::Below { prefix, depth, also });
             parts.extend(outside.into_iter().map(Part::Key));
@@ -739,8 +746,10 @@ impl Scope {
         Scope { parts }
     }
 
+    /// The one range that may hold `key` (they are disjoint and sorted) decides.
     pub fn contains(&self, key: &[u8]) -> bool {
-        self.parts.iter().any(|p| p.contains(key))
+        let at = self.parts.partition_point(|p| p.start() <= key);
+        at > 0 && self.parts[at - 1].contains(key)
     }
 }
 
