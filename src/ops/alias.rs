@@ -76,11 +76,10 @@ enum Found {
 }
 
 fn read(shard: &Shard, key: &[u8]) -> Result<Option<Found>> {
-    shard
-        .with_entry(key, |view| match is_alias(view) {
-            false => Found::Entry,
-            true => Found::Alias(Alias { key: key.to_vec(), dn: view.dn().to_string(), target: target_of(view) }),
-        })
+    shard.with_entry(key, |view| match is_alias(view) {
+        false => Found::Entry,
+        true => Found::Alias(Alias { key: key.to_vec(), dn: view.dn().to_string(), target: target_of(view) }),
+    })
 }
 
 /// The one `aliasedObjectName` of an alias.
@@ -104,7 +103,11 @@ struct Broken {
 /// Follows a chain of aliases from `alias` to the entry it ends at, as
 /// slapd's `deref_base`. `passed` holds the aliases this search has gone
 /// through already (searching): meeting one again ends the chain.
-fn deref(shard: &Shard, mut alias: Alias, passed: Option<&mut HashSet<Vec<u8>>>) -> Result<std::result::Result<Dn, Broken>> {
+fn deref(
+    shard: &Shard,
+    mut alias: Alias,
+    passed: Option<&mut HashSet<Vec<u8>>>,
+) -> Result<std::result::Result<Dn, Broken>> {
     let mut chain: Vec<Vec<u8>> = Vec::new();
     let mut passed = passed;
     loop {

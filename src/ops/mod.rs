@@ -7,9 +7,9 @@
 //! the same connection.
 
 pub mod abandon;
-pub mod alias;
 pub mod access;
 pub mod add;
+pub mod alias;
 pub mod bind;
 pub mod compare;
 pub mod controls;

@@ -39,12 +39,12 @@ use shards::renames::{self, Intent, Member};
 use shards::store::Store;
 use shards::write::{children, Extras, Images, Moving, Parent, WriteOp};
 use shards::{now_generalized, Error, Result, Shard};
-use std::rc::Rc;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// The old DN's owner's part of a rename (the parents are counted apart).
 fn move_op(old_key: &[u8], old_text: &str, new_key: Vec<u8>, entry: Entry, moving: Moving) -> WriteOp {
@@ -622,7 +622,11 @@ fn busy() -> Error {
 impl Carries {
     /// For `shards` shards, each admitting writes on its own lane.
     pub fn new(shards: usize) -> Carries {
-        Carries { active: AtomicUsize::new(0), table: Mutex::default(), lanes: (0..shards).map(|_| Lane::default()).collect() }
+        Carries {
+            active: AtomicUsize::new(0),
+            table: Mutex::default(),
+            lanes: (0..shards).map(|_| Lane::default()).collect(),
+        }
     }
 
     /// Admits a write of the entry `dn` on shard `shard` (whose record is

@@ -527,7 +527,9 @@ async fn walk(
     // The further scopes the aliases in this one reach (`ops::alias`);
     // for a base the requester may know of only, which the base block
     // below then answers for.
-    let known = |view: &EntryView<'_>| emit.plan.is_none_or(|p| p.entry_disclosed(&Target { key: base_key, entry: Some(view) }));
+    let known = |view: &EntryView<'_>| {
+        emit.plan.is_none_or(|p| p.entry_disclosed(&Target { key: base_key, entry: Some(view) }))
+    };
     let widen = emit.hide_aliases.is_some() && req.scope != LdapSearchScope::Base;
     let widened = match widen && shard.with_entry(base_key, known)? == Some(true) {
         true => {
@@ -687,7 +689,8 @@ impl Part {
         match self {
             Part::Below { prefix, depth, also } => {
                 key.starts_with(prefix)
-                    && (depth.is_none_or(|d| key_depth(key) == d) || also.binary_search_by(|a| a.as_slice().cmp(key)).is_ok())
+                    && (depth.is_none_or(|d| key_depth(key) == d)
+                        || also.binary_search_by(|a| a.as_slice().cmp(key)).is_ok())
             }
             Part::Key(k) => key == k.as_slice(),
         }

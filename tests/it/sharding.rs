@@ -186,7 +186,8 @@ fn a_modify_committing_when_a_subtree_rename_starts_is_kept() {
     let (old, new) = (format!("ou=slow,{SUFFIX}"), format!("ou=slowmoved,{SUFFIX}"));
     let ou = vec![("objectClass", HashSet::from(["organizationalUnit"])), ("ou", HashSet::from(["slow"]))];
     assert_eq!(c.add(&old, ou).unwrap().rc, 0);
-    let kid = vec![("objectClass", HashSet::from(["person"])), ("cn", HashSet::from(["k"])), ("sn", HashSet::from(["v0"]))];
+    let kid =
+        vec![("objectClass", HashSet::from(["person"])), ("cn", HashSet::from(["k"])), ("sn", HashSet::from(["v0"]))];
     assert_eq!(c.add(&format!("cn=k,{old}"), kid).unwrap().rc, 0);
     let (url, target) = (s.url(), format!("cn=k,{old}"));
     let writer = std::thread::spawn(move || {
