@@ -229,10 +229,11 @@ async fn run(
         true => Some(alias::find_base(conn, &identity, parse_dn(&req.base)?)?),
         false => None,
     };
-    let (base_key, base_text) = match &found_base {
-        Some(dn) => (dn.key(), dn.pretty()?),
-        None => (base_key, req.base.clone()),
+    let (base_key, found_text) = match &found_base {
+        Some(dn) => (dn.key(), Some(dn.pretty()?)),
+        None => (base_key, None),
     };
+    let base_text = found_text.as_deref().unwrap_or(&req.base);
     // The server's limits, or the requester's override (`limits.by_identity`).
     let (mut size_limit, mut time_limit) = (live.limits.size_limit, live.limits.time_limit_s);
     if let Some(over) = plan.as_ref().and_then(|p| p.access.limits()) {
@@ -348,7 +349,7 @@ async fn run(
         page_left: if sorting { None } else { page_size },
         sorter,
     };
-    let walked = walk(conn, &mut emit, req, ctrls, (&base_key, &base_text), position.clone(), abandoned).await;
+    let walked = walk(conn, &mut emit, req, ctrls, (&base_key, base_text), position.clone(), abandoned).await;
     *sent = emit.sent as u64;
     let stopped = walked?;
     if let (Some(view), true) = (&ctrls.vlv, emit.sorter.is_some()) {
@@ -670,7 +671,8 @@ fn search_monitor(
 /// covers (the base itself is decided apart): key ranges, disjoint and in
 /// key order; one, or more where aliases widen the scope (`ops::alias`).
 pub struct Scope {
-    parts: Vec<Part>,
+    /// Inline: a search without aliases allocates no list.
+    parts: smallvec::SmallVec<[Part; 1]>,
 }
 
 /// One key range of a scope.
@@ -722,7 +724,7 @@ fn below_part(base_key: &[u8], scope: &LdapSearchScope) -> Part {
 
 impl Scope {
     pub fn below(base_key: &[u8], scope: &LdapSearchScope) -> Scope {
-        Scope { parts: vec![below_part(base_key, scope)] }
+        Scope { parts: smallvec::smallvec![below_part(base_key, scope)] }
     }
 
     /// The scope widened by the aliases in it (`alias::scopes`): for a
@@ -730,7 +732,7 @@ impl Scope {
     /// a subtree, the `extra` roots each with its subtree (the base's own
     /// entry, a root, is decided apart).
     fn widened(base_key: &[u8], scope: &LdapSearchScope, extra: Vec<Vec<u8>>) -> Scope {
-        let mut parts = Vec::new();
+        let mut parts: smallvec::SmallVec<[Part; 1]> = smallvec::SmallVec::new();
         if *scope == LdapSearchScope::OneLevel {
             let Part::Below { prefix, depth, .. } = below_part(base_key, scope) else { unreachable!() };
             // `extra` is sorted, and so is `also`.
