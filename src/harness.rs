@@ -41,7 +41,7 @@ impl Harness {
             draining: Default::default(),
             listeners: Default::default(),
             replication: Default::default(),
-            carries: crate::ops::modify_dn::Carries::new(1),
+            carries: crate::ops::carries::Carries::new(1),
             resumed: std::sync::atomic::AtomicBool::new(true),
             claimed_uuids: Default::default(),
         });

@@ -57,7 +57,8 @@
 //!   `paging`, `sort` and `vlv` (search controls), `referral` (referral
 //!   objects) and `alias` (alias dereferencing), and `mod.rs` (dispatch
 //!   and the one place errors become responses). `modify_dn` also holds
-//!   the renames across owners (intent, carry, resumption at start).
+//!   the renames across owners (intent, carry, resumption at start);
+//!   `carries` keeps the writes and searches they must not cross.
 //! - `shards` (crate): everything a shard owns: DNs, entries, filters,
 //!   stores, write ops, routing, the mesh and group commit.
 //!
@@ -74,9 +75,9 @@
 //!    - locks taken only by rare work: the per-IP counts (striped, only
 //!      with `limits.max_connections_per_ip`, once per connection open and
 //!      close: a per-IP cap is process-wide by nature), the running
-//!      subtree renames (`ops::modify_dn::Carries`: per write, a store to
-//!      the shard's own lane and one load, locked only while a rename
-//!      across owners runs), relaxed entryUUID claims
+//!      subtree renames (`ops::carries`: per write and per one-level or
+//!      subtree search, a store to the shard's own lane and one load,
+//!      locked only while a rename runs), relaxed entryUUID claims
 //!      (`claimed_uuids`, root's Relax writes only), the park `Gate` while
 //!      an LMDB map grows;
 //!    - LMDB's own reader table: each read transaction takes the

@@ -47,8 +47,10 @@ pub struct Ctx {
     pub metrics: crate::stats::ShardMetrics,
     pub log: crate::accesslog::ShardLog,
     next_conn: std::cell::Cell<u64>,
-    /// The writes this shard admitted and has not finished (`admit_write`).
-    running: crate::ops::modify_dn::Running,
+    /// The writes and the one-level and subtree searches this shard
+    /// admitted and has not finished (`admit_write`, `admit_read`).
+    running: crate::ops::carries::Running,
+    reading: crate::ops::carries::Running,
     /// When the process started (UNIX seconds), for cn=Monitor and status.
     pub started: u64,
 }
@@ -90,8 +92,8 @@ pub struct Shared {
     pub listeners: std::sync::Mutex<Vec<std::os::fd::RawFd>>,
     /// Mirror mode's state, for `ctl replication`.
     pub replication: Arc<crate::repl::Shared>,
-    /// Subtrees being renamed across owners (`ops::modify_dn::Carries`).
-    pub carries: crate::ops::modify_dn::Carries,
+    /// Subtrees being renamed across owners (`ops::carries`).
+    pub carries: crate::ops::carries::Carries,
     /// Set once shard 0 has finished the renames a crash interrupted; no
     /// shard serves before.
     pub resumed: std::sync::atomic::AtomicBool,
@@ -129,6 +131,7 @@ impl Ctx {
             log: crate::accesslog::ShardLog::default(),
             next_conn: std::cell::Cell::new(0),
             running: Default::default(),
+            reading: Default::default(),
             started: shared.started,
             shared: shared.clone(),
         }
@@ -146,9 +149,21 @@ impl Ctx {
 
     /// Admits a write of the entry `dn`: `busy` while a subtree rename
     /// covers it; a rename that starts before the guard is dropped waits
-    /// for it (`ops::modify_dn::Carries`).
-    pub fn admit_write(&self, dn: &Dn) -> shards::Result<crate::ops::modify_dn::Admitted<'_>> {
+    /// for it (`ops::carries`).
+    pub fn admit_write(&self, dn: &Dn) -> shards::Result<crate::ops::carries::Admitted<'_>> {
         self.shared.carries.admit(self.shard.id, &self.running, dn)
+    }
+
+    /// Admits a one-level or subtree search below the key `scope` (or
+    /// anywhere, aliases widening it): it waits while a subtree rename
+    /// overlaps it, and a rename that starts before the guard is dropped
+    /// waits for it (`ops::carries`).
+    pub async fn admit_read<'a>(
+        &'a self,
+        scope: &'a [u8],
+        anywhere: bool,
+    ) -> shards::Result<crate::ops::carries::Reading<'a>> {
+        self.shared.carries.admit_read(self.shard.id, &self.reading, scope, anywhere).await
     }
 
     pub fn is_suffix(&self, dn: &Dn) -> bool {
@@ -391,7 +406,7 @@ pub fn serve(config: Config) -> Result<()> {
         draining: Default::default(),
         listeners: std::sync::Mutex::new(listening_fds),
         replication,
-        carries: crate::ops::modify_dn::Carries::new(n_shards),
+        carries: crate::ops::carries::Carries::new(n_shards),
         resumed: Default::default(),
         claimed_uuids: Default::default(),
     });

@@ -11,6 +11,7 @@ pub mod access;
 pub mod add;
 pub mod alias;
 pub mod bind;
+pub mod carries;
 pub mod compare;
 pub mod controls;
 pub mod delete;

@@ -9,8 +9,9 @@
 //! entries are removed deepest first, and the intent is cleared; a start
 //! that finds an intent finishes the carry (`resume`). A subtree is bounded
 //! by `limits.max_rename_entries` (`adminLimitExceeded` past it). While a
-//! carry runs, a search may see parts of both trees; clients are answered
-//! only once the old tree is gone.
+//! carry runs, writes within either DN are `busy` and searches overlapping
+//! them wait (`ops::carries`), so a client sees the old tree or the new one
+//! whole; the rename is answered only once the old tree is gone.
 //!
 //! With the changelog on (mirror mode, syncrepl) the entry keeps its
 //! replicated state: the old DN's owner logs the rename and hands the
@@ -32,19 +33,14 @@ use ldap3_proto::control::LdapControl;
 use ldap3_proto::proto::LdapModifyDNRequest;
 use ldap3_proto::LdapResultCode;
 use shards::csn::Csn;
-use shards::dn::{key_below, Dn, Rdn};
+use shards::dn::{Dn, Rdn};
 use shards::entry::Entry;
 use shards::moves;
 use shards::renames::{self, Intent, Member};
 use shards::store::Store;
 use shards::write::{children, Extras, Images, Moving, Parent, WriteOp};
 use shards::{now_generalized, Error, Result, Shard};
-use std::cell::{Cell, RefCell};
-use std::collections::BTreeSet;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 /// The old DN's owner's part of a rename (the parents are counted apart).
 fn move_op(old_key: &[u8], old_text: &str, new_key: Vec<u8>, entry: Entry, moving: Moving) -> WriteOp {
@@ -242,9 +238,10 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
     if superior != old.parent() {
         crate::ops::alias::check_parent(shard, &superior.key(), "newSuperior is an alias")?;
     }
-    // Held until the rename is done: writes below either DN are `busy`.
-    let _claim = ctx.shared.carries.claim(old.key(), new.key())?;
-    ctx.shared.carries.settle().await?;
+    // Held until the rename is done: writes within either DN are `busy`,
+    // searches overlapping them wait.
+    let claim = ctx.shared.carries.claim(old.key(), new.key())?;
+    claim.settle_writes().await?;
     let in_place = old.key() == new.key();
     let (mut entry, below) =
         read_subtree(&conn, &old, &req.dn, in_place).map_err(|e| with_matched(&conn, &identity, &old, e))?;
@@ -254,6 +251,10 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
     rename_entry(&mut entry, &old, &new, new_text, req.deleteoldrdn, identity.dn());
     shards::schema::check::check_entry(&entry, &new)?;
     let after = ctrls.post_read.as_ref().map(|_| entry.clone());
+    if !below.is_empty() || shard.owner_of(&old.key()) != shard.owner_of(&new.key()) {
+        // Several commits: the searches that could see them half done end first.
+        claim.settle_reads().await;
+    }
     let moved = match shard.stamping.capture {
         true => move_replicated(&conn, &old, &req.dn, &new, entry, below).await,
         false => move_entry(shard, &old, &new, entry, below).await,
@@ -553,206 +554,4 @@ async fn finish(shard: &Rc<Shard>, old: &Dn, new: &Dn, uuid: [u8; 16]) -> Result
     }
     // An entry kept above keeps its ancestors: they stay, not being leaves.
     remove_all(shard, departures, &[LdapResultCode::NoSuchObject, LdapResultCode::NotAllowedOnNonLeaf]).await
-}
-
-/// The renames running in this process, shared by every shard: an add,
-/// delete or modify of an entry within the old or new DN of one, or a
-/// rename touching either, is `busy` until it is done, so no update is
-/// lost to a copy and no entry appears or vanishes below a subtree while
-/// it moves. A write admitted just before a rename claims its subtree may
-/// still be on its way to the owner: the rename waits for every write
-/// admitted before its claim (`settle`) before it reads the subtree.
-///
-/// A lock between shards, taken only by writes while a rename runs;
-/// otherwise a write costs a store to its shard's own `Lane` and one
-/// load of `active` (sequentially consistent: either the write sees the
-/// claim, or the rename sees the write admitted and waits for it).
-pub struct Carries {
-    active: AtomicUsize,
-    table: Mutex<Vec<(Vec<u8>, Vec<u8>)>>,
-    lanes: Box<[Lane]>,
-}
-
-/// One shard's admitted writes as the other shards see them, on a cache
-/// line of its own; written only by that shard.
-#[repr(align(128))]
-#[derive(Default)]
-struct Lane {
-    /// The number of the last write admitted (0: none yet).
-    admitted: AtomicU64,
-    /// Every write numbered up to this one has finished.
-    done: AtomicU64,
-}
-
-/// A shard's own record of its running writes (kept in its `Ctx`).
-#[derive(Default)]
-pub struct Running {
-    last: Cell<u64>,
-    numbers: RefCell<BTreeSet<u64>>,
-}
-
-/// An admitted write: counted as running until dropped.
-pub struct Admitted<'a> {
-    lane: &'a Lane,
-    running: &'a Running,
-    number: u64,
-}
-
-impl Drop for Admitted<'_> {
-    fn drop(&mut self) {
-        let mut numbers = self.running.numbers.borrow_mut();
-        numbers.remove(&self.number);
-        let done = numbers.first().map_or(self.running.last.get(), |n| n - 1);
-        self.lane.done.store(done, Ordering::Release);
-    }
-}
-
-/// How long a rename waits for the writes admitted before it (`busy` past it).
-const SETTLE_LIMIT: Duration = Duration::from_secs(10);
-
-/// Whether storage key `key` is `base` or below it.
-fn within(key: &[u8], base: &[u8]) -> bool {
-    key == base || key_below(key, base)
-}
-
-fn busy() -> Error {
-    Error::new(LdapResultCode::Busy, "a rename of a subtree holding this entry is in progress")
-}
-
-impl Carries {
-    /// For `shards` shards, each admitting writes on its own lane.
-    pub fn new(shards: usize) -> Carries {
-        Carries {
-            active: AtomicUsize::new(0),
-            table: Mutex::default(),
-            lanes: (0..shards).map(|_| Lane::default()).collect(),
-        }
-    }
-
-    /// Admits a write of the entry `dn` on shard `shard` (whose record is
-    /// `running`): `busy` when a running rename covers the entry;
-    /// otherwise the write counts as running until the guard is dropped.
-    pub fn admit<'a>(&'a self, shard: usize, running: &'a Running, dn: &Dn) -> Result<Admitted<'a>> {
-        let number = running.last.get() + 1;
-        running.last.set(number);
-        running.numbers.borrow_mut().insert(number);
-        let lane = &self.lanes[shard];
-        let admitted = Admitted { lane, running, number };
-        // Before `active` is read (see the type's text).
-        lane.admitted.store(number, Ordering::SeqCst);
-        self.check(dn)?;
-        Ok(admitted)
-    }
-
-    /// `busy` when a running rename covers the entry `dn` (whose key is
-    /// built only then).
-    fn check(&self, dn: &Dn) -> Result<()> {
-        if self.active.load(Ordering::SeqCst) == 0 {
-            return Ok(());
-        }
-        let key = dn.key();
-        let table = self.table.lock().unwrap_or_else(|p| p.into_inner());
-        match table.iter().any(|(old, new)| within(&key, old) || within(&key, new)) {
-            true => Err(busy()),
-            false => Ok(()),
-        }
-    }
-
-    /// Registers a rename from `old` to `new` until the claim is dropped;
-    /// `busy` when it overlaps one running (either within the other).
-    fn claim(&self, old: Vec<u8>, new: Vec<u8>) -> Result<Claim<'_>> {
-        let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
-        let overlaps = |a: &[u8], b: &[u8]| within(a, b) || within(b, a);
-        if table.iter().any(|(o, n)| [o, n].iter().any(|p| overlaps(&old, p) || overlaps(&new, p))) {
-            return Err(busy());
-        }
-        table.push((old.clone(), new));
-        self.active.fetch_add(1, Ordering::SeqCst);
-        Ok(Claim { carries: self, old })
-    }
-
-    /// Waits until every write admitted on any shard before this call (so
-    /// before the claim made ahead of it) has finished: one that passed
-    /// its check before the claim may still be committing. `busy` when
-    /// that takes longer than `SETTLE_LIMIT`.
-    async fn settle(&self) -> Result<()> {
-        let marks: Vec<u64> = self.lanes.iter().map(|l| l.admitted.load(Ordering::SeqCst)).collect();
-        let deadline = Instant::now() + SETTLE_LIMIT;
-        while self.lanes.iter().zip(&marks).any(|(lane, &mark)| lane.done.load(Ordering::Acquire) < mark) {
-            if Instant::now() > deadline {
-                return Err(Error::new(LdapResultCode::Busy, "writes below the entry did not finish in time"));
-            }
-            // A rename is rare: polling the reactor's timer costs no one else.
-            glommio::timer::sleep(Duration::from_millis(1)).await;
-        }
-        Ok(())
-    }
-}
-
-/// A registered rename; dropping it ends the registration.
-struct Claim<'a> {
-    carries: &'a Carries,
-    old: Vec<u8>,
-}
-
-impl Drop for Claim<'_> {
-    fn drop(&mut self) {
-        let mut table = self.carries.table.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(i) = table.iter().position(|(o, _)| *o == self.old) {
-            table.swap_remove(i);
-            self.carries.active.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn key(dn: &str) -> Vec<u8> {
-        Dn::parse(dn).unwrap().key()
-    }
-
-    #[test]
-    fn a_lane_counts_writes_done_up_to_the_oldest_still_running() {
-        let (carries, running) = (Carries::new(2), Running::default());
-        let w = |d: &str| carries.admit(1, &running, &Dn::parse(d).unwrap()).unwrap();
-        let (first, second, third) = (w("cn=a,dc=t"), w("cn=b,dc=t"), w("cn=c,dc=t"));
-        let lane = &carries.lanes[1];
-        assert_eq!((lane.admitted.load(Ordering::SeqCst), lane.done.load(Ordering::SeqCst)), (3, 0));
-        drop(second);
-        assert_eq!(lane.done.load(Ordering::SeqCst), 0, "the first still runs");
-        drop(first);
-        assert_eq!(lane.done.load(Ordering::SeqCst), 2);
-        drop(third);
-        assert_eq!(lane.done.load(Ordering::SeqCst), 3);
-        let _claim = carries.claim(key("ou=a,dc=t"), key("ou=b,dc=t")).unwrap();
-        assert!(carries.admit(1, &running, &Dn::parse("cn=x,ou=a,dc=t").unwrap()).is_err());
-        assert_eq!(lane.done.load(Ordering::SeqCst), 4, "a refused write is done");
-        assert_eq!(carries.lanes[0].admitted.load(Ordering::SeqCst), 0, "another shard's lane");
-    }
-
-    #[test]
-    fn a_running_rename_makes_writes_below_either_dn_busy() {
-        let carries = Carries::new(1);
-        let dn = |d: &str| Dn::parse(d).unwrap();
-        assert!(carries.check(&dn("cn=x,ou=a,dc=t")).is_ok(), "nothing runs");
-        let claim = carries.claim(key("ou=a,dc=t"), key("ou=b,dc=t")).unwrap();
-        for busy in ["ou=a,dc=t", "cn=x,ou=a,dc=t", "cn=y,cn=x,ou=b,dc=t"] {
-            assert_eq!(carries.check(&dn(busy)).unwrap_err().code, LdapResultCode::Busy, "{busy}");
-        }
-        for free in ["dc=t", "ou=ab,dc=t", "cn=x,ou=c,dc=t"] {
-            assert!(carries.check(&dn(free)).is_ok(), "{free}");
-        }
-        // Renames overlapping it either way wait too; others go on.
-        assert!(carries.claim(key("cn=x,ou=a,dc=t"), key("cn=x,ou=c,dc=t")).is_err());
-        assert!(carries.claim(key("ou=c,dc=t"), key("ou=d,ou=b,dc=t")).is_err());
-        assert!(carries.claim(key("dc=t"), key("dc=u")).is_err(), "an ancestor of the subtree");
-        let other = carries.claim(key("ou=c,dc=t"), key("ou=d,dc=t")).unwrap();
-        drop(claim);
-        assert!(carries.check(&dn("cn=x,ou=a,dc=t")).is_ok(), "done");
-        assert_eq!(carries.check(&dn("ou=d,dc=t")).unwrap_err().code, LdapResultCode::Busy);
-        drop(other);
-        assert_eq!(carries.active.load(Ordering::Relaxed), 0);
-    }
 }

@@ -14,6 +14,7 @@
 use crate::acl::{Level, ReadPlan, Target};
 use crate::ber::{self, OutAttr};
 use crate::conn::{encode, Conn};
+use crate::ops::carries::Reading;
 use crate::ops::controls::{self, Controls};
 use crate::ops::paging::{self, Position};
 use crate::ops::record::{self, Record};
@@ -329,13 +330,21 @@ async fn run(
     };
     let mut subordinates = Vec::new();
     node.subordinate_items(&mut subordinates);
+    let deref_searching = alias::searches(&req.aliases) && alias::active();
+    // Many entries, read in chunks from every store: admitted so that a
+    // subtree rename is seen whole or not at all (`ops::carries`).
+    let reading = match req.scope {
+        LdapSearchScope::Base => None,
+        _ => Some(ctx.admit_read(&base_key, deref_searching).await?),
+    };
     let mut emit = Emit {
         context_csn,
         subordinates,
         referrals: referral::active() && !ctrls.manage_dsa_it,
         // Dereferencing in searching: aliases are not returned, but for
         // a base not dereferenced.
-        hide_aliases: (alias::searches(&req.aliases) && alias::active()).then(|| base_key.clone()),
+        hide_aliases: deref_searching.then(|| base_key.clone()),
+        reading: reading.as_ref(),
         walking: None,
         last: None,
         msgid,
@@ -577,7 +586,7 @@ async fn walk(
         if base_wanted && matches!(position, Position::Start | Position::Offset(_)) {
             match emit.visit(&txn, base_key, id, true, view.as_ref())? {
                 Visit::Next => {}
-                Visit::Stop(code) => return Err(Error::new(code, "")),
+                Visit::Stop(code) => return Err(stopped(code)),
                 Visit::PageFull => return Ok(emit.last.take()),
             }
         }
@@ -615,7 +624,7 @@ async fn walk(
         };
         match stop {
             None => {}
-            Some(Stop::Code(code)) => return Err(Error::new(code, "")),
+            Some(Stop::Code(code)) => return Err(stopped(code)),
             Some(Stop::Page) => return Ok(emit.last.take()),
         }
         if abandoned.get() {
@@ -623,6 +632,14 @@ async fn walk(
         }
     }
     Ok(None)
+}
+
+/// What a search stopped early by a limit (or a rename) ends with.
+fn stopped(code: LdapResultCode) -> Error {
+    match code {
+        LdapResultCode::Busy => crate::ops::carries::overtaken_error(),
+        code => Error::new(code, ""),
+    }
 }
 
 /// A size or time limit: the client's request, capped by the server's
@@ -813,6 +830,8 @@ struct Emit<'a> {
     referrals: bool,
     /// Aliases are passed over, but for the one with this key (`ops::alias`).
     hide_aliases: Option<Vec<u8>>,
+    /// Ends the search when a subtree rename overtakes it (`ops::carries`).
+    reading: Option<&'a Reading<'a>>,
     /// Where the walk is: `None` at the base, else the store and whether
     /// its candidates come from an index (for `last`).
     walking: Option<(usize, bool)>,
@@ -880,6 +899,9 @@ impl Emit<'_> {
     ) -> Result<Visit> {
         if self.limits.deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(Visit::Stop(LdapResultCode::TimeLimitExceeded));
+        }
+        if self.reading.is_some_and(|r| r.overtaken()) {
+            return Ok(Visit::Stop(LdapResultCode::Busy));
         }
         if self.referrals && referral::is_referral(view) {
             // Sent as a continuation reference once the walk is done.

@@ -207,3 +207,53 @@ fn a_modify_committing_when_a_subtree_rename_starts_is_kept() {
         assert_eq!(sn, vec!["v1".to_string()], "the acknowledged modify was lost");
     }
 }
+
+/// A subtree rename is atomic for readers (issue 16): a search that
+/// covers the subtree sees it whole at the old DN or whole at the new one,
+/// never parts of both or neither. The owner's commits are slowed so that
+/// the rename's steps (insert the copies, then remove the originals) are
+/// far apart; every search made while it runs is checked, so the test
+/// fails only when a search sees a half-moved tree.
+#[test]
+fn a_search_sees_a_subtree_rename_whole_or_not_at_all() {
+    let mut s = Server::prepare(1, "");
+    s.env.push(("COREDIR_TEST_COMMIT_DELAY_MS".into(), "0:150".into()));
+    s.launch();
+    let mut c = s.admin();
+    let (old, new) = (format!("ou=tree,{SUFFIX}"), format!("ou=treemoved,{SUFFIX}"));
+    let ou = vec![("objectClass", HashSet::from(["organizationalUnit"])), ("ou", HashSet::from(["tree"]))];
+    assert_eq!(c.add(&old, ou).unwrap().rc, 0);
+    for i in 0..6 {
+        let cn = format!("k{i}");
+        let kid = vec![
+            ("objectClass", HashSet::from(["person"])),
+            ("cn", HashSet::from([cn.as_str()])),
+            ("sn", HashSet::from(["x"])),
+        ];
+        assert_eq!(c.add(&format!("cn={cn},{old}"), kid).unwrap().rc, 0);
+    }
+    let url = s.url();
+    let renamer = std::thread::spawn(move || {
+        let mut r = ldap3::LdapConn::new(&url).unwrap();
+        r.simple_bind(ROOT_DN, ROOT_PW).unwrap().success().unwrap();
+        r.modifydn(&format!("ou=tree,{SUFFIX}"), "ou=treemoved", true, None).unwrap().rc
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut seen = Vec::new();
+    loop {
+        let finished = renamer.is_finished();
+        let dns = search_dns(&mut c, SUFFIX, Scope::Subtree, "(|(ou=tree*)(cn=k*))");
+        let count = |top: &str| dns.iter().filter(|d| d.ends_with(top)).count();
+        let (at_old, at_new) = (count(&old), count(&new));
+        assert!(
+            matches!((at_old, at_new), (7, 0) | (0, 7)),
+            "a search saw {at_old} entries at the old DN and {at_new} at the new one: {dns:?}"
+        );
+        seen.push(at_new);
+        if finished || std::time::Instant::now() > deadline {
+            break;
+        }
+    }
+    assert_eq!(renamer.join().unwrap(), 0);
+    assert_eq!(seen.last(), Some(&7), "after the rename, the tree is at its new DN");
+}
