@@ -41,7 +41,6 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     if req.attributes.is_empty() {
         return Err(Error::protocol("no attributes provided"));
     }
-    crate::ops::referral::check_parent(&conn, &ctrls.acting, &dn, &dn.parent(), false)?;
     // The request is owned: its values are respelled in place, not copied.
     let mut attrs = Vec::with_capacity(req.attributes.len());
     let mut relaxed = Vec::new();
@@ -77,6 +76,9 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     let is_suffix = ctx.is_suffix(&dn);
     let identity = ctrls.acting.clone();
     let live = conn.ctx.live();
+    if !is_suffix {
+        crate::ops::require_entry(&conn, &identity, &dn.parent(), &dn)?;
+    }
     let access = conn.access(&live, &identity);
     if let Some(a) = &access {
         if is_suffix {
@@ -98,7 +100,10 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     }
     check_new(&mut entry, &dn)?;
     if !is_suffix {
+        // As slapd's back-mdb: after the access checks, an alias, then a
+        // referral object, whatever ManageDsaIT says.
         crate::ops::alias::check_parent(&ctx.shard, &dn.parent().key(), "parent is an alias")?;
+        crate::ops::referral::check_parent(&conn, &identity, &dn, &dn.parent(), false)?;
     }
     // Held until the entry is written.
     let _claim = match relaxed.iter().any(|a| a.eq_ignore_ascii_case("entryUUID")) {

@@ -29,6 +29,7 @@ use shards::entry::EntryView;
 use shards::index::Marked;
 use shards::store::{ReadTxn, Store, Tree};
 use shards::{Error, Result, Shard};
+use std::cell::Cell;
 use std::collections::HashSet;
 use std::time::Instant;
 
@@ -183,13 +184,14 @@ pub async fn scopes(
     scope: &LdapSearchScope,
     deadline: Option<Instant>,
     most: usize,
+    abandoned: &Cell<bool>,
 ) -> Result<Option<Vec<Vec<u8>>>> {
     let shard = &conn.ctx.shard;
     let subtree = *scope != LdapSearchScope::OneLevel;
     let depth = shards::dn::key_depth(base_key) + 1;
     let mut passed = HashSet::new();
-    let mut roots: Vec<Vec<u8>> = vec![base_key.to_vec()];
-    let mut targets: Vec<Vec<u8>> = Vec::new();
+    let mut roots: HashSet<Vec<u8>> = HashSet::from([base_key.to_vec()]);
+    let mut targets: HashSet<Vec<u8>> = HashSet::new();
     let mut pending = vec![base_key.to_vec()];
     let mut seen = 0usize;
     while let Some(root) = pending.pop() {
@@ -226,20 +228,28 @@ pub async fn scopes(
                     let Ok(target) = deref(shard, alias, Some(&mut passed))? else { continue };
                     let key = target.key();
                     if subtree {
-                        if !roots.iter().any(|r| key == *r || key_below(&key, r)) {
-                            roots.push(key.clone());
+                        // Held by a root when the root is the key or one of
+                        // its ancestors: a lookup per RDN, not per root.
+                        let held = std::iter::successors(Some(key.as_slice()), |k| shards::dn::key_parent(k))
+                            .any(|k| roots.contains(k));
+                        if !held {
+                            roots.insert(key.clone());
                             pending.push(key);
                         }
                     } else {
                         // As slapd: the base and its children are in scope already.
                         let child = key_below(&key, base_key) && shards::dn::key_depth(&key) == depth;
-                        if key != base_key && !child && !targets.contains(&key) {
-                            targets.push(key);
+                        if key != base_key && !child {
+                            targets.insert(key);
                         }
                     }
                 }
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     return Err(Error::new(LdapResultCode::TimeLimitExceeded, ""));
+                }
+                if abandoned.get() {
+                    // Nothing is sent for an abandoned search.
+                    return Err(Error::new(LdapResultCode::Canceled, "abandoned"));
                 }
                 if found.0 < CHUNK {
                     break;
@@ -254,6 +264,7 @@ pub async fn scopes(
         }
         // A root added later may hold one added before it: sorted, a root
         // follows the one holding it, with only roots below that between.
+        let mut roots: Vec<Vec<u8>> = roots.into_iter().collect();
         roots.sort();
         let mut minimal: Vec<Vec<u8>> = Vec::with_capacity(roots.len());
         for r in roots {
@@ -264,6 +275,7 @@ pub async fn scopes(
         return Ok(Some(minimal));
     }
     Ok((!targets.is_empty()).then(|| {
+        let mut targets: Vec<Vec<u8>> = targets.into_iter().collect();
         targets.sort();
         targets
     }))

@@ -16,7 +16,6 @@ use std::rc::Rc;
 
 pub async fn handle(conn: Rc<Conn>, dn_text: String, ctrls: Controls) -> Result<Vec<LdapControl>> {
     let dn = parse_dn(&dn_text)?;
-    crate::ops::referral::check_target(&conn, &ctrls.acting, &dn, ctrls.manage_dsa_it)?;
     let _admitted = conn.ctx.admit_write(&dn)?;
     if dn.is_root() {
         return Err(Error::unwilling("the root DSE cannot be deleted"));
@@ -27,6 +26,7 @@ pub async fn handle(conn: Rc<Conn>, dn_text: String, ctrls: Controls) -> Result<
     }
     let is_suffix = conn.ctx.is_suffix(&dn);
     let identity = ctrls.acting.clone();
+    crate::ops::require_entry(&conn, &identity, &dn, &dn)?;
     let live = conn.ctx.live();
     if let Some(a) = conn.access(&live, &identity) {
         let shard = &conn.ctx.shard;
@@ -41,6 +41,9 @@ pub async fn handle(conn: Rc<Conn>, dn_text: String, ctrls: Controls) -> Result<
             )?;
         }
     }
+    // As slapd's back-mdb: a referral object's delete is refused after the
+    // access checks (a modify's before them).
+    crate::ops::referral::check_target(&conn, &identity, &dn, ctrls.manage_dsa_it)?;
     let assertion = controls::check_assertion_before_write(&conn, &identity, ctrls.assertion, &dn.key())?;
     let extras = Extras { assertion, before: ctrls.pre_read.is_some(), ..Extras::default() };
     let images = remove(&conn.ctx.shard, &dn, &dn_text, is_suffix, extras)

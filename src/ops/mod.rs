@@ -418,6 +418,30 @@ fn proxied(conn: &Conn, authzid: &[u8]) -> Result<Identity> {
     Ok(target)
 }
 
+/// As slapd's back-mdb answers a write on a missing entry before its
+/// access checks: with the referral of a referral object above it, or
+/// noSuchObject naming the nearest entry above, when the requester may
+/// know of that entry. Otherwise, or when the entry exists, `Ok`: the
+/// access checks answer next (50 for a hidden one, which tells nothing).
+/// Only under access rules: without, the write itself finds it missing.
+/// `named`: the DN a referral names (an add's new entry, for its parent).
+pub fn require_entry(conn: &Conn, identity: &Identity, dn: &shards::dn::Dn, named: &shards::dn::Dn) -> Result<()> {
+    use shards::store::{ReadTxn, Store, Tree};
+    let live = conn.ctx.live();
+    if conn.access(&live, identity).is_none() || dn.is_root() {
+        return Ok(());
+    }
+    let key = dn.key();
+    if conn.ctx.shard.store_for(&key).read()?.get(Tree::Dn2id, &key)?.is_some() {
+        return Ok(());
+    }
+    match matched_entry(conn, identity, dn) {
+        Some(at) => Err(referral::below(conn, named, &at, None)
+            .unwrap_or_else(|| Error::no_such_object(&dn.to_string_form()).with_matched(at.to_string_form()))),
+        None => Ok(()),
+    }
+}
+
 /// Adds `matchedDN` to a `noSuchObject` error, or makes it the referral
 /// of a referral object above (`referral::below`).
 pub fn with_matched(conn: &Conn, identity: &Identity, dn: &shards::dn::Dn, e: Error) -> Error {

@@ -31,6 +31,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
     }
     let key = dn.key();
     let identity = ctrls.acting.clone();
+    crate::ops::require_entry(&conn, &identity, &dn, &dn)?;
     let live = conn.ctx.live();
     if let Some(a) = conn.access(&live, &identity) {
         // Checked on the entry as read before the write: rules that look at

@@ -186,10 +186,6 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
         None => old.parent(),
     };
     let ctx = &conn.ctx;
-    crate::ops::referral::check_target(&conn, &ctrls.acting, &old, ctrls.manage_dsa_it)?;
-    if req.new_superior.is_some() {
-        crate::ops::referral::check_parent(&conn, &ctrls.acting, &old, &superior, true)?;
-    }
     let new = Dn::renamed(rdn, &superior);
     // As slapd: a rename that leaves its naming context (the suffix itself
     // included), into another or none, would span two DSAs.
@@ -234,6 +230,12 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
         if superior != old.parent() {
             access::require(&a, shard, &superior.key(), &children, Level::Write)?;
         }
+    }
+    // As slapd's back-mdb: a referral object, and a new superior that is
+    // one, are refused after the access checks.
+    crate::ops::referral::check_target(&conn, &identity, &old, ctrls.manage_dsa_it)?;
+    if req.new_superior.is_some() {
+        crate::ops::referral::check_parent(&conn, &identity, &old, &superior, true)?;
     }
     if superior != old.parent() {
         crate::ops::alias::check_parent(shard, &superior.key(), "newSuperior is an alias")?;

@@ -41,7 +41,9 @@ pub fn scope_name(scope: &ldap3_proto::proto::LdapSearchScope) -> &'static str {
     match scope {
         Base => "base",
         OneLevel => "one",
-        Subtree | Children => "sub",
+        Subtree => "sub",
+        // libldap's name for it, as slapd writes it into a referral.
+        Children => "subordinate",
     }
 }
 

@@ -544,7 +544,7 @@ async fn walk(
     let widened = match widen && shard.with_entry(base_key, known)? == Some(true) {
         true => {
             let most = conn.ctx.live().limits.max_alias_scopes;
-            alias::scopes(conn, base_key, &req.scope, emit.limits.deadline, most).await?
+            alias::scopes(conn, base_key, &req.scope, emit.limits.deadline, most, abandoned).await?
         }
         false => None,
     };
@@ -690,6 +690,9 @@ fn search_monitor(
 pub struct Scope {
     /// Inline: a search without aliases allocates no list.
     parts: smallvec::SmallVec<[Part; 1]>,
+    /// A key the ranges hold but the scope does not: a children search's
+    /// base, within the subtree of an alias target above it.
+    except: Option<Vec<u8>>,
 }
 
 /// One key range of a scope.
@@ -741,7 +744,7 @@ fn below_part(base_key: &[u8], scope: &LdapSearchScope) -> Part {
 
 impl Scope {
     pub fn below(base_key: &[u8], scope: &LdapSearchScope) -> Scope {
-        Scope { parts: smallvec::smallvec![below_part(base_key, scope)] }
+        Scope { parts: smallvec::smallvec![below_part(base_key, scope)], except: None }
     }
 
     /// The scope widened by the aliases in it (`alias::scopes`): for a
@@ -765,13 +768,14 @@ impl Scope {
             }
         }
         parts.sort_by(|a, b| a.start().cmp(b.start()));
-        Scope { parts }
+        let except = (*scope == LdapSearchScope::Children).then(|| base_key.to_vec());
+        Scope { parts, except }
     }
 
     /// The one range that may hold `key` (they are disjoint and sorted) decides.
     pub fn contains(&self, key: &[u8]) -> bool {
         let at = self.parts.partition_point(|p| p.start() <= key);
-        at > 0 && self.parts[at - 1].contains(key)
+        at > 0 && self.parts[at - 1].contains(key) && self.except.as_deref() != Some(key)
     }
 }
 
