@@ -162,8 +162,11 @@ impl Ctx {
         &'a self,
         scope: &'a [u8],
         anywhere: bool,
+        deadline: Option<std::time::Instant>,
+        abandoned: &std::cell::Cell<bool>,
     ) -> shards::Result<crate::ops::carries::Reading<'a>> {
-        self.shared.carries.admit_read(self.shard.id, &self.reading, scope, anywhere).await
+        let reading = crate::ops::carries::Wanted { shard: self.shard.id, scope, anywhere, deadline };
+        self.shared.carries.admit_read(&self.reading, reading, abandoned).await
     }
 
     pub fn is_suffix(&self, dn: &Dn) -> bool {

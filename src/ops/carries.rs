@@ -121,26 +121,50 @@ impl Drop for Admitted<'_> {
     }
 }
 
-/// An admitted one-level or subtree search (`Carries::admit_read`).
+/// A one-level or subtree search to admit (`Carries::admit_read`).
+pub struct Wanted<'a> {
+    pub shard: usize,
+    /// The key of its base; `anywhere`: aliases may widen it.
+    pub scope: &'a [u8],
+    pub anywhere: bool,
+    /// Its time limit: it waits for a rename no longer.
+    pub deadline: Option<Instant>,
+}
+
+/// An admitted one-level or subtree search.
 pub struct Reading<'a> {
     carries: &'a Carries,
     admitted: Admitted<'a>,
-    shard: usize,
-    scope: &'a [u8],
-    anywhere: bool,
+    wanted: Wanted<'a>,
+    /// The lane's `overtaken` when last found not to concern this search:
+    /// until it moves, no lock is taken again.
+    cleared: Cell<u64>,
 }
 
 impl Reading<'_> {
     /// Whether a rename overlapping this search's scope overtook it: the
     /// search must send nothing more (see the module text).
     pub fn overtaken(&self) -> bool {
-        self.admitted.lane.overtaken.load(Ordering::Acquire) >= self.admitted.number
-            && self.carries.overtook(self.shard, self.admitted.number, self.scope, self.anywhere)
+        let mark = self.admitted.lane.overtaken.load(Ordering::Acquire);
+        if mark < self.admitted.number || mark == self.cleared.get() {
+            return false;
+        }
+        let w = &self.wanted;
+        let overtaken = self.carries.overtook(w.shard, self.admitted.number, w.scope, w.anywhere);
+        if !overtaken {
+            self.cleared.set(mark);
+        }
+        overtaken
     }
 }
 
 /// How long a rename waits for the operations admitted before it.
 const SETTLE_LIMIT: Duration = Duration::from_secs(10);
+/// How long a search waits for a rename overlapping it (longer than the
+/// rename's own wait, so that one slow search does not fail the others).
+const READ_WAIT_LIMIT: Duration = Duration::from_secs(60);
+/// How often a waiting operation looks again.
+const POLL: Duration = Duration::from_millis(2);
 
 /// Whether storage key `key` is `base` or below it.
 fn within(key: &[u8], base: &[u8]) -> bool {
@@ -194,32 +218,43 @@ impl Carries {
         Ok(admitted)
     }
 
-    /// Admits a one-level or subtree search below the key `scope` (any
-    /// scope when `anywhere`: aliases may widen it) on shard `shard`:
-    /// while a running rename overlaps it, waits (polling the reactor's
-    /// timer; `busy` past `SETTLE_LIMIT`); then the search counts as
-    /// running until the guard is dropped.
+    /// Admits a one-level or subtree search on its shard (whose record is
+    /// `running`): while a running rename overlaps it, waits (polling the
+    /// reactor's timer; `busy` past `READ_WAIT_LIMIT`, timeLimitExceeded
+    /// past its time limit, nothing when abandoned); then the search counts
+    /// as running until the guard is dropped.
     pub async fn admit_read<'a>(
         &'a self,
-        shard: usize,
         running: &'a Running,
-        scope: &'a [u8],
-        anywhere: bool,
+        wanted: Wanted<'a>,
+        abandoned: &Cell<bool>,
     ) -> Result<Reading<'a>> {
-        let deadline = Instant::now() + SETTLE_LIMIT;
+        let limit = Instant::now() + READ_WAIT_LIMIT;
+        let crossed = || {
+            self.active.load(Ordering::SeqCst) != 0
+                && self.running_over(|old, new| {
+                    wanted.anywhere || overlap(wanted.scope, old) || overlap(wanted.scope, new)
+                })
+        };
         loop {
-            let admitted = Carries::enter(&self.reads[shard], running);
-            let crossed = self.active.load(Ordering::SeqCst) != 0
-                && self.running_over(|old, new| anywhere || overlap(scope, old) || overlap(scope, new));
-            if !crossed {
-                return Ok(Reading { carries: self, admitted, shard, scope, anywhere });
-            }
             // Not counted while it waits: the rename does not wait for it.
-            drop(admitted);
-            if Instant::now() > deadline {
-                return Err(busy());
+            while crossed() {
+                if wanted.deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(Error::new(LdapResultCode::TimeLimitExceeded, ""));
+                }
+                if Instant::now() > limit {
+                    return Err(busy());
+                }
+                if abandoned.get() {
+                    return Err(Error::new(LdapResultCode::Canceled, "abandoned"));
+                }
+                glommio::timer::sleep(POLL).await;
             }
-            glommio::timer::sleep(Duration::from_millis(1)).await;
+            let admitted = Carries::enter(&self.reads[wanted.shard], running);
+            // Again once admitted: a rename may have claimed in between.
+            if !crossed() {
+                return Ok(Reading { carries: self, admitted, wanted, cleared: Cell::new(0) });
+            }
         }
     }
 
@@ -233,11 +268,15 @@ impl Carries {
     /// shard `shard`. Forgets renames whose overtaken searches all ended.
     fn overtook(&self, shard: usize, number: u64, scope: &[u8], anywhere: bool) -> bool {
         let mut overtakes = self.overtakes.lock().unwrap_or_else(|p| p.into_inner());
-        overtakes
-            .retain(|o| self.reads.iter().zip(&o.marks).any(|(lane, &mark)| lane.done.load(Ordering::Acquire) < mark));
+        self.prune(&mut overtakes);
         overtakes
             .iter()
             .any(|o| o.marks[shard] >= number && (anywhere || overlap(scope, &o.old) || overlap(scope, &o.new)))
+    }
+
+    /// Forgets the renames whose overtaken searches have all ended.
+    fn prune(&self, overtakes: &mut Vec<Overtake>) {
+        overtakes.retain(|o| !settled(&self.reads, &o.marks));
     }
 
     /// Registers a rename from `old` to `new` until the claim is dropped;
@@ -281,7 +320,7 @@ impl Claim<'_> {
                 return Err(Error::new(LdapResultCode::Busy, "writes below the entry did not finish in time"));
             }
             // A rename is rare: polling the reactor's timer costs no one else.
-            glommio::timer::sleep(Duration::from_millis(1)).await;
+            glommio::timer::sleep(POLL).await;
         }
         Ok(())
     }
@@ -299,6 +338,7 @@ impl Claim<'_> {
         while !settled(&carries.reads, &self.reads) {
             if Instant::now() > deadline {
                 let mut overtakes = carries.overtakes.lock().unwrap_or_else(|p| p.into_inner());
+                carries.prune(&mut overtakes);
                 let (old, new, marks) = (self.old.clone(), self.new.clone(), self.reads.clone());
                 overtakes.push(Overtake { old, new, marks });
                 drop(overtakes);
@@ -307,7 +347,7 @@ impl Claim<'_> {
                 }
                 return;
             }
-            glommio::timer::sleep(Duration::from_millis(1)).await;
+            glommio::timer::sleep(POLL).await;
         }
     }
 }
@@ -328,6 +368,10 @@ mod tests {
 
     fn key(dn: &str) -> Vec<u8> {
         Dn::parse(dn).unwrap().key()
+    }
+
+    fn wanted(shard: usize, scope: &[u8]) -> Wanted<'_> {
+        Wanted { shard, scope, anywhere: false, deadline: None }
     }
 
     fn check(carries: &Carries, dn: &Dn) -> Result<()> {
@@ -365,12 +409,14 @@ mod tests {
             let carries = Carries::new(2);
             let running = Running::default();
             let (a, c, top) = (key("ou=a,dc=t"), key("ou=c,dc=t"), key("dc=t"));
-            let in_a = carries.admit_read(1, &running, &a, false).await.unwrap();
-            let in_c = carries.admit_read(1, &running, &c, false).await.unwrap();
-            let above = carries.admit_read(1, &running, &top, false).await.unwrap();
+            let no = Cell::new(false);
+            let read = |scope| carries.admit_read(&running, wanted(1, scope), &no);
+            let in_a = read(&a).await.unwrap();
+            let in_c = read(&c).await.unwrap();
+            let above = read(&top).await.unwrap();
             let claim = carries.claim(key("ou=a,dc=t"), key("ou=b,dc=t")).unwrap();
             // A search overlapping a running rename waits for it.
-            let waiting = carries.admit_read(1, &running, &top, false);
+            let waiting = read(&top);
             futures_lite::pin!(waiting);
             assert!(futures_lite::future::poll_once(&mut waiting).await.is_none(), "waits while the rename runs");
             claim.settle_reads_within(Duration::from_millis(5)).await;
@@ -392,7 +438,8 @@ mod tests {
             let carries = Carries::new(1);
             let running = Running::default();
             let top = key("dc=t");
-            let search = carries.admit_read(0, &running, &top, false).await.unwrap();
+            let no = Cell::new(false);
+            let search = carries.admit_read(&running, wanted(0, &top), &no).await.unwrap();
             let claim = carries.claim(key("ou=a,dc=t"), key("ou=b,dc=t")).unwrap();
             let settle = claim.settle_reads_within(Duration::from_secs(60));
             futures_lite::pin!(settle);

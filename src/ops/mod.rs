@@ -421,17 +421,20 @@ fn proxied(conn: &Conn, authzid: &[u8]) -> Result<Identity> {
 /// As slapd's back-mdb answers a write on a missing entry before its
 /// access checks: with the referral of a referral object above it, or
 /// noSuchObject naming the nearest entry above, when the requester may
-/// know of that entry. Otherwise, or when the entry exists, `Ok`: the
-/// access checks answer next (50 for a hidden one, which tells nothing).
-/// Only under access rules: without, the write itself finds it missing.
+/// know of that entry. Only where the rules would disclose the entry at
+/// `dn` were it there (decided by its DN alone): else a missing entry and
+/// a hidden one must answer alike, and the access checks answer both (50).
+/// Under no access rules, the write itself finds it missing.
 /// `named`: the DN a referral names (an add's new entry, for its parent).
 pub fn require_entry(conn: &Conn, identity: &Identity, dn: &shards::dn::Dn, named: &shards::dn::Dn) -> Result<()> {
     use shards::store::{ReadTxn, Store, Tree};
     let live = conn.ctx.live();
-    if conn.access(&live, identity).is_none() || dn.is_root() {
+    let Some(access) = conn.access(&live, identity) else { return Ok(()) };
+    let key = dn.key();
+    let target = crate::acl::Target { key: &key, entry: None };
+    if dn.is_root() || !access.allows(&target, crate::acl::Attr::Entry, crate::acl::Level::Disclose) {
         return Ok(());
     }
-    let key = dn.key();
     if conn.ctx.shard.store_for(&key).read()?.get(Tree::Dn2id, &key)?.is_some() {
         return Ok(());
     }

@@ -232,13 +232,13 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
         }
     }
     // As slapd's back-mdb: a referral object, and a new superior that is
-    // one, are refused after the access checks.
+    // an alias or one, are refused after the access checks.
     crate::ops::referral::check_target(&conn, &identity, &old, ctrls.manage_dsa_it)?;
-    if req.new_superior.is_some() {
-        crate::ops::referral::check_parent(&conn, &identity, &old, &superior, true)?;
-    }
     if superior != old.parent() {
         crate::ops::alias::check_parent(shard, &superior.key(), "newSuperior is an alias")?;
+    }
+    if req.new_superior.is_some() {
+        crate::ops::referral::check_parent(&conn, &identity, &old, &superior, true)?;
     }
     // Held until the rename is done: writes within either DN are `busy`,
     // searches overlapping them wait.

@@ -335,7 +335,7 @@ async fn run(
     // subtree rename is seen whole or not at all (`ops::carries`).
     let reading = match req.scope {
         LdapSearchScope::Base => None,
-        _ => Some(ctx.admit_read(&base_key, deref_searching).await?),
+        _ => Some(ctx.admit_read(&base_key, deref_searching, limits.deadline, abandoned).await?),
     };
     let mut emit = Emit {
         context_csn,
@@ -361,6 +361,10 @@ async fn run(
     let walked = walk(conn, &mut emit, req, ctrls, (&base_key, base_text), position.clone(), abandoned).await;
     *sent = emit.sent as u64;
     let stopped = walked?;
+    if reading.as_ref().is_some_and(|r| r.overtaken()) {
+        // The rest of the scope may have moved away unseen: not a whole result.
+        return Err(crate::ops::carries::overtaken_error());
+    }
     if let (Some(view), true) = (&ctrls.vlv, emit.sorter.is_some()) {
         let sorter = emit.sorter.take().expect("checked");
         return send_view(sorter, view, emit.out, emit.limits.size, done_ctrls, sent);
@@ -1045,7 +1049,7 @@ impl Emit<'_> {
                 continue;
             }
             let within = after.clone().filter(|a| a.as_slice() >= part.start());
-            if let Some(stop) = self.from_part(conn, store, part, within, abandoned).await? {
+            if let Some(stop) = self.from_part(conn, store, part, scope.except.as_deref(), within, abandoned).await? {
                 return Ok(Some(stop));
             }
             if abandoned.get() {
@@ -1061,6 +1065,7 @@ impl Emit<'_> {
         conn: &Conn,
         store: &Engine,
         part: &Part,
+        except: Option<&[u8]>,
         after: Option<Vec<u8>>,
         abandoned: &Cell<bool>,
     ) -> Result<Option<Stop>> {
@@ -1087,7 +1092,7 @@ impl Emit<'_> {
                         resume = Some(key.to_vec());
                         return false;
                     }
-                    if !part.contains(key) || after.as_deref() == Some(key) {
+                    if !part.contains(key) || after.as_deref() == Some(key) || except == Some(key) {
                         return true;
                     }
                     self.examined += 1;
