@@ -54,6 +54,20 @@ impl Csn {
         })
     }
 
+    /// The highest CSN of server `sid` at time `phys_us`: what a cookie may
+    /// claim below a commit floor.
+    pub fn top_of(phys_us: u64, sid: u16) -> Csn {
+        Csn { phys_us, logical: MAX_LOGICAL, sid, partition: u16::MAX }
+    }
+
+    /// The highest CSN of the same server below this one.
+    pub fn just_below(self) -> Csn {
+        match self.logical {
+            0 => Csn::top_of(self.phys_us.saturating_sub(1), self.sid),
+            l => Csn { phys_us: self.phys_us, logical: l - 1, sid: self.sid, partition: u16::MAX },
+        }
+    }
+
     /// Parses OpenLDAP's text form (`YYYYmmddHHMMSS.uuuuuuZ#cnt#sid#mod`).
     pub fn parse(s: &str) -> Option<Csn> {
         let mut parts = s.split('#');

@@ -141,14 +141,25 @@ impl Cookie {
     }
 
     /// The cookie to hand out: the CSNs seen, but this server's own no
-    /// higher than `cap`, and never lower than in `before` (the cookie
-    /// last handed out, whose claim still holds).
-    fn capped(&self, own: u16, cap: Csn, before: &Cookie) -> Cookie {
+    /// higher than `cap` and, on a server of a mirror pair (`peers`), each
+    /// peer's no higher than what it settled here (none before it says);
+    /// never lower than in `before` (the cookie last handed out, whose
+    /// claim still holds).
+    fn capped(&self, own: u16, cap: Csn, before: &Cookie, peers: Option<&BTreeMap<u16, Csn>>) -> Cookie {
         let mut out = self.clone();
-        match self.csns.get(&own).map(|c| (*c).min(cap)).max(before.csns.get(&own).copied()) {
-            Some(c) => out.csns.insert(own, c),
-            None => out.csns.remove(&own),
-        };
+        let sids: std::collections::BTreeSet<u16> = self.csns.keys().chain(before.csns.keys()).copied().collect();
+        for sid in sids {
+            let limit = match (sid == own, peers) {
+                (true, _) => Some(cap),
+                (false, Some(peers)) => peers.get(&sid).copied(),
+                (false, None) => continue,
+            };
+            let seen = self.csns.get(&sid).copied();
+            match seen.zip(limit).map(|(c, l)| c.min(l)).max(before.csns.get(&sid).copied()) {
+                Some(c) => out.csns.insert(sid, c),
+                None => out.csns.remove(&sid),
+            };
+        }
         out
     }
 }
@@ -166,13 +177,8 @@ fn exact(ctx: &crate::server::Ctx) -> Option<u16> {
 /// commit floor (`floor_us`, read before the changelog) and below `held`,
 /// the first record held back.
 fn claimable(own: u16, floor_us: u64, held: Option<Csn>) -> Csn {
-    use shards::csn::MAX_LOGICAL;
-    let floor = Csn { phys_us: floor_us, logical: MAX_LOGICAL, sid: own, partition: u16::MAX };
-    let below = |h: Csn| match h.logical {
-        0 => Csn { phys_us: h.phys_us.saturating_sub(1), logical: MAX_LOGICAL, sid: own, partition: u16::MAX },
-        l => Csn { phys_us: h.phys_us, logical: l - 1, sid: own, partition: u16::MAX },
-    };
-    held.map_or(floor, |h| floor.min(below(h)))
+    let floor = Csn::top_of(floor_us, own);
+    held.map_or(floor, |h| floor.min(Csn { sid: own, ..h }.just_below()))
 }
 
 /// The Sync Info `newcookie` message's value (primitive `[0]`).
@@ -384,10 +390,13 @@ async fn run(
     // Where the persist stage will start: before anything the refresh
     // reads; the floor before that, so that every change below it is in.
     let floor_us = ctx.shard.floors.lowest();
-    let moving = in_transit(ctx)?;
+    let settled = ctx.shared.replication.settled();
+    let transit = in_transit(ctx)?;
+    let moving = transit.get(&ctx.shard.stamping.sid).copied();
+    let peers = peer_claims(ctx, settled, &transit);
     let marks = positions(ctx)?;
     let mut next = Cookie { rid, csns: given.as_ref().map(|c| c.csns.clone()).unwrap_or_default() };
-    let cap = (floor_us, moving);
+    let cap = (floor_us, moving, &peers);
     let (phase, handed) = refresh(&session, given.as_ref(), &mut next, cap, abandoned, sent).await?;
     let sid = ctx.shard.stamping.sid;
     let (cookie, deletes) = (Some(handed.compose(sid)), phase != Phase::Present);
@@ -441,7 +450,7 @@ async fn refresh(
     s: &Session<'_>,
     given: Option<&Cookie>,
     next: &mut Cookie,
-    (floor_us, moving): (u64, Option<Csn>),
+    (floor_us, moving, peers): (u64, Option<Csn>, &Peers),
     abandoned: &Cell<bool>,
     sent: &mut u64,
 ) -> Result<(Phase, Cookie)> {
@@ -511,7 +520,7 @@ async fn refresh(
     }
     let before = given.cloned().unwrap_or_default();
     let Some(given) = given.filter(|_| phase == Phase::Delete) else {
-        return Ok((phase, next.capped(own, claimable(own, floor_us, moving), &before)));
+        return Ok((phase, next.capped(own, claimable(own, floor_us, moving), &before, peers.as_ref())));
     };
     // What it learns is gone counts for the cookie too.
     for (uuid, csn) in departed(s, given)? {
@@ -521,7 +530,7 @@ async fn refresh(
     // The set carries the new cookie: slapd deletes only entries whose
     // entryCSN the cookie it holds reaches, and an entry sent in an
     // earlier refresh may be newer than the cookie that refresh ended with.
-    let handed = next.capped(own, claimable(own, floor_us, moving), &before);
+    let handed = next.capped(own, claimable(own, floor_us, moving), &before, peers.as_ref());
     let mut out = BytesMut::new();
     for chunk in gone.chunks(CHUNK) {
         let info = LdapIntermediateResponse::SyncInfoIdSet {
@@ -637,24 +646,40 @@ pub fn context_csn(ctx: &crate::server::Ctx) -> Result<Vec<Vec<u8>>> {
     Ok(cookie.csns.values().map(|c| c.to_string().into_bytes()).collect())
 }
 
-/// The oldest stamp of this server among the renames still on their way
+/// Per server id, the oldest stamp among the renames still on their way
 /// between partitions (their parcels): such an entry shows at neither DN,
 /// so a refresh cannot send it and its cookie may not claim it. A parcel
 /// that is gone was delivered before, and the entry shows at its new DN.
-fn in_transit(ctx: &crate::server::Ctx) -> Result<Option<Csn>> {
-    let own = ctx.shard.stamping.sid;
-    let mut oldest: Option<Csn> = None;
+fn in_transit(ctx: &crate::server::Ctx) -> Result<BTreeMap<u16, Csn>> {
+    let mut oldest: BTreeMap<u16, Csn> = BTreeMap::new();
     for store in ctx.shard.stores.iter() {
         for parcel in shards::moves::pending(&store.read()?)? {
             let Some(state) = changelog::decode_state(&parcel.state) else { continue };
             let csn = state.max_csn();
-            if csn.sid == own {
-                oldest = Some(oldest.map_or(csn, |o| o.min(csn)));
-            }
+            let slot = oldest.entry(csn.sid).or_insert(csn);
+            *slot = (*slot).min(csn);
         }
     }
     Ok(oldest)
 }
+
+/// On a server of a mirror pair, what a cookie may claim of each peer:
+/// what it settled here (`repl::Shared::settled`, read before the
+/// changelog or entries the cookie covers), below its renames in transit.
+fn peer_claims(ctx: &crate::server::Ctx, settled: BTreeMap<u16, Csn>, transit: &BTreeMap<u16, Csn>) -> Peers {
+    let own = ctx.shard.stamping.sid;
+    ctx.mirrored.then(|| {
+        settled
+            .into_iter()
+            .filter(|(sid, _)| *sid != own)
+            .map(|(sid, c)| (sid, transit.get(&sid).map_or(c, |t| c.min(t.just_below()))))
+            .collect()
+    })
+}
+
+/// Per peer server id, the highest CSN a cookie may claim (`peer_claims`);
+/// `None` when this server is not one of a mirror pair.
+type Peers = Option<BTreeMap<u16, Csn>>;
 
 /// The last record of every (partition, origin) stream.
 fn positions(ctx: &crate::server::Ctx) -> Result<BTreeMap<(u16, Origin), u64>> {
@@ -694,6 +719,7 @@ async fn tail(
         let mut changed = false;
         // Before the changelog: every change below it is in what is read.
         let floor_us = ctx.shard.floors.lowest();
+        let settled = ctx.shared.replication.settled();
         let txns = ctx.shard.stores.iter().map(|st| st.read()).collect::<Result<Vec<_>>>()?;
         let mut held: Option<Csn> = None;
         let (records, cut) = unsent(&txns, &marks)?;
@@ -710,7 +736,7 @@ async fn tail(
             if let Some(rec) = ChangeRecord::decode(&bytes) {
                 match announce(s, &txns[store], p, &rec, &mut out)? {
                     Announce::Later if !given_up(&mut stuck, csn) => {
-                        held = (csn.sid == own).then_some(csn);
+                        held = Some(csn);
                         more = false;
                         break;
                     }
@@ -729,7 +755,12 @@ async fn tail(
         drop(txns);
         // Also without changes this round: the floor may have passed what
         // was sent, and the consumer's contextCSN should reach it.
-        let next = cookie.capped(own, claimable(own, floor_us, held), &handed);
+        // A record held back (its entry on its way), of this server or
+        // the peer, is no claim: the round stopped at it.
+        let waiting: BTreeMap<u16, Csn> = held.map(|c| (c.sid, c)).into_iter().collect();
+        let peers = peer_claims(ctx, settled, &waiting);
+        let own_held = held.filter(|c| c.sid == own);
+        let next = cookie.capped(own, claimable(own, floor_us, own_held), &handed, peers.as_ref());
         if changed || next != handed {
             handed = next;
             let value = new_cookie_value(&handed.compose(own));
@@ -965,15 +996,15 @@ mod tests {
         seen.saw(csn(500, 0));
         let none = Cookie::default();
         // The floor (300) is below what was seen: the cookie stops there.
-        let c = seen.capped(1, claimable(1, 300, None), &none);
+        let c = seen.capped(1, claimable(1, 300, None), &none, None);
         assert_eq!(c.csns[&1].phys_us, 300);
         // A held record at 200.4 caps it just below.
-        let c = seen.capped(1, claimable(1, 300, Some(csn(200, 4))), &none);
+        let c = seen.capped(1, claimable(1, 300, Some(csn(200, 4))), &none, None);
         assert!(c.csns[&1] < csn(200, 4) && c.csns[&1] > csn(200, 3));
         // Never below what was handed out before, never above what was seen.
-        let before = seen.capped(1, claimable(1, 400, None), &none);
-        assert_eq!(seen.capped(1, claimable(1, 0, None), &before).csns[&1], before.csns[&1]);
-        assert_eq!(seen.capped(1, claimable(1, 900, None), &none).csns[&1], csn(500, 0));
+        let before = seen.capped(1, claimable(1, 400, None), &none, None);
+        assert_eq!(seen.capped(1, claimable(1, 0, None), &before, None).csns[&1], before.csns[&1]);
+        assert_eq!(seen.capped(1, claimable(1, 900, None), &none, None).csns[&1], csn(500, 0));
     }
 
     /// The message's bytes as the server writes them.

@@ -137,6 +137,10 @@ pub struct Status {
 pub struct Shared {
     pub status: Mutex<Status>,
     heard: Mutex<Option<Instant>>,
+    /// Per peer server id, the CSN up to which every change of the peer is
+    /// committed here (`Frame::Records::settled`): what a syncrepl cookie
+    /// may claim of it (`ops::syncrepl`). Unknown until the peer says.
+    settled: Mutex<std::collections::BTreeMap<u16, Csn>>,
     /// The channel's TLS, when certificates are pinned (set at start).
     pub tls: std::sync::OnceLock<crate::tls::Channel>,
 }
@@ -163,6 +167,20 @@ impl Shared {
     }
     fn heard(&self) {
         *self.heard.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
+
+    /// Takes a peer's word that every change of its own up to `csn` is
+    /// committed here (only once it is).
+    fn settle(&self, csn: Option<&str>) {
+        let Some(csn) = csn.and_then(Csn::parse) else { return };
+        let mut settled = self.settled.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = settled.entry(csn.sid).or_insert(csn);
+        *slot = (*slot).max(csn);
+    }
+
+    /// What a syncrepl cookie may claim of each peer (see `settled`).
+    pub fn settled(&self) -> std::collections::BTreeMap<u16, Csn> {
+        self.settled.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 

@@ -23,12 +23,20 @@ pub(super) enum Frame {
     /// (partition, origin, sequence number, record in base64).
     Records {
         records: Vec<(u16, Origin, u64, String)>,
+        /// Every change of the sender's own with a CSN up to this one is
+        /// in this frame or an earlier one (`sender::settled`); absent
+        /// from a sender before it.
+        #[serde(default)]
+        settled: Option<String>,
     },
     Ack {
         applied: Vec<(u16, Origin, u64)>,
     },
     Heartbeat {
         backlog: u64,
+        /// As for `Records`: nothing of the sender's own up to it is unsent.
+        #[serde(default)]
+        settled: Option<String>,
     },
     /// A resync: entry states of a partition (entryUUID, state in base64),
     /// joined into the receiver's (`WriteOp::Absorb`).

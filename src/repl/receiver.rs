@@ -87,11 +87,13 @@ async fn receive(
         let frame = recv(&mut stream, MAX_FRAME).await?;
         shared.heard();
         match frame {
-            Frame::Heartbeat { .. } => {}
-            Frame::Records { records } => {
+            Frame::Heartbeat { settled, .. } => shared.settle(settled.as_deref()),
+            Frame::Records { records, settled } => {
                 let n = records.len() as u64;
                 match apply_all(ctx, records).await {
                     Ok(applied) => {
+                        // Committed: what the frame says is settled now holds.
+                        shared.settle(settled.as_deref());
                         // Counted before the ack: they are applied whether or not it arrives.
                         applied_total.increment(n);
                         shared.update(|s| s.records_applied += n);

@@ -35,7 +35,9 @@ pub async fn push(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>) {
             });
         }
         if let Some(acked) = &held {
-            match snapshots(&ctx).and_then(|txns| pending(&ctx, &txns, acked, &mut ages)) {
+            // Only the backlog is wanted: no floor, so no settled CSN.
+            let nobody = (Origin { sid: 0, incarnation: 0 }, 0);
+            match snapshots(&ctx).and_then(|txns| pending(&ctx, &txns, acked, &mut ages, nobody)) {
                 Ok(p) => show(&shared, &p),
                 Err(e) => eprintln!("coredir: replication: measuring the backlog: {e:#}"),
             }
@@ -149,6 +151,7 @@ async fn push_once(
     let secret = config.replication.secret.as_deref().unwrap_or_default();
     send(&mut stream, &Frame::Hello { proof: proof(secret, &nonce), facts: ours.clone() }).await?;
     let theirs_now = Origin { sid: theirs.server_id, incarnation: theirs.incarnation };
+    let ours_now = Origin { sid: ours.server_id, incarnation: ours.incarnation };
     let mut acked: std::collections::BTreeMap<Origin, Vec<u64>> = match recv(&mut stream, MAX_FRAME).await? {
         Frame::Ruv { applied } if applied.iter().all(|(_, v)| v.len() == ours.partitions as usize) => {
             applied.into_iter().collect()
@@ -177,12 +180,14 @@ async fn push_once(
             trim(ctx, &acked, theirs_now, wall_us().saturating_sub(max_age_us)).await?;
         }
         let p = {
+            // Before the snapshots: every change of ours below it is in them.
+            let floor_us = ctx.shard.floors.lowest();
             let txns = snapshots(ctx)?;
             // What to offer: every origin held here but the receiver's own.
             for o in origins(&txns)?.into_iter().filter(|o| *o != theirs_now) {
                 acked.entry(o).or_insert_with(|| vec![0; ours.partitions as usize]);
             }
-            pending(ctx, &txns, &acked, ages)?
+            pending(ctx, &txns, &acked, ages, (ours_now, floor_us))?
         };
         *held = Some(acked.clone());
         if !p.gaps.is_empty() {
@@ -211,14 +216,16 @@ async fn push_once(
                 continue;
             }
             if last_sent.elapsed() >= HEARTBEAT {
-                send(&mut stream, &Frame::Heartbeat { backlog: 0 }).await?;
+                let settled = p.settled.map(|c| c.to_string());
+                send(&mut stream, &Frame::Heartbeat { backlog: 0, settled }).await?;
                 last_sent = Instant::now();
             }
             glommio::timer::sleep(POLL).await;
             continue;
         }
         let n = batch.len() as u64;
-        send(&mut stream, &Frame::Records { records: batch }).await?;
+        let settled = p.settled.map(|c| c.to_string());
+        send(&mut stream, &Frame::Records { records: batch, settled }).await?;
         last_sent = Instant::now();
         for (p, origin, seq) in await_ack(&mut stream, shared).await? {
             if let Some(a) = acked.get_mut(&origin).and_then(|v| v.get_mut(p as usize)) {
@@ -409,6 +416,9 @@ struct Pending {
     seen: Option<Instant>,
     /// Partitions where the next record the peer needs is trimmed already.
     gaps: Vec<u16>,
+    /// Every change of this server's own up to this CSN is in `batch` or
+    /// held by the peer (`settled`).
+    settled: Option<Csn>,
 }
 
 fn pending(
@@ -416,12 +426,15 @@ fn pending(
     txns: &[EngineRead<'_>],
     acked: &std::collections::BTreeMap<Origin, Vec<u64>>,
     ages: &mut Ages,
+    (own, floor_us): (Origin, u64),
 ) -> Result<Pending> {
     let (now, mut seen) = (Instant::now(), None::<Instant>);
     let mut all: Vec<(Csn, u16, Origin, u64, Vec<u8>)> = Vec::new();
     let mut backlog = 0u64;
     let mut gaps = Vec::new();
     let mut by_partition = std::collections::BTreeMap::<u16, u64>::new();
+    // The lowest last record read of a stream of ours read only in part.
+    let mut cut: Option<Option<Csn>> = None;
     for (&origin, positions) in acked {
         for (p, &done) in positions.iter().enumerate() {
             let p = p as u16;
@@ -430,7 +443,7 @@ fn pending(
             let Some(first_seen) = ages.note((p, origin), have, done, now) else { continue };
             seen = Some(seen.map_or(first_seen, |s| s.min(first_seen)));
             let from = log_key(p, origin, done + 1);
-            let (mut taken, mut gap) = (0, true);
+            let (mut taken, mut gap, mut last) = (0, true, None);
             txn.scan(Tree::Changelog, &from[..LOG_PREFIX], &from, &mut |k, v| {
                 let seq = be_u64(&k[LOG_PREFIX..]);
                 if taken == 0 && seq != done + 1 {
@@ -438,6 +451,7 @@ fn pending(
                 }
                 gap = false;
                 let csn = changelog::record_csn(v).unwrap_or_default();
+                last = Some(csn);
                 all.push((csn, p, origin, seq, v.to_vec()));
                 taken += 1;
                 taken < BATCH
@@ -449,6 +463,10 @@ fn pending(
                 }
                 continue;
             }
+            if origin == own && taken == BATCH {
+                // The stream goes on past what was read: no further.
+                cut = Some(cut.map_or(last, |c: Option<Csn>| c.min(last)));
+            }
             // Exact while short; past a frame, the positions tell.
             let behind = if taken < BATCH { taken as u64 } else { have - done };
             backlog += behind;
@@ -457,10 +475,32 @@ fn pending(
     }
     all.sort_by_key(|r| r.0);
     let oldest = all.first().map(|r| r.0);
+    let unsent = all.iter().skip(BATCH).find(|r| r.2 == own).map(|r| r.0);
+    let settled = settled(own.sid, floor_us, cut.flatten(), unsent, gaps.is_empty());
     // Within a partition and origin, sequence order is CSN order: cutting
     // the sorted list leaves no gap in any of them.
     all.truncate(BATCH);
     let batch = all.into_iter().map(|(_, p, o, s, v)| (p, o, s, BASE64.encode(v))).collect();
     let by_partition = by_partition.into_iter().filter(|(_, n)| *n > 0).collect();
-    Ok(Pending { batch, backlog, by_partition, oldest, seen, gaps })
+    Ok(Pending { batch, backlog, by_partition, oldest, seen, gaps, settled })
+}
+
+/// Up to which CSN every change of server `sid` has gone to the peer once
+/// this frame is applied: below the commit floor (`floor_us`, read before
+/// the snapshots: a slower shard may still commit an older change), at
+/// most the last record read of a stream read only in part (`read_to`),
+/// below the first record read but left for a later frame (`unsent`).
+/// None while a partition waits for a resync.
+fn settled(sid: u16, floor_us: u64, read_to: Option<Csn>, unsent: Option<Csn>, whole: bool) -> Option<Csn> {
+    if !whole || floor_us == 0 {
+        return None;
+    }
+    let mut settled = Csn::top_of(floor_us, sid);
+    if let Some(c) = read_to {
+        settled = settled.min(c);
+    }
+    if let Some(c) = unsent {
+        settled = settled.min(c.just_below());
+    }
+    Some(settled)
 }

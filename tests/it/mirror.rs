@@ -1153,3 +1153,47 @@ fn a_socket_connected_to_itself_is_dropped_and_the_peer_can_come_back() {
     assert_eq!(status.code(), Some(0), "A never dropped a self-connected socket:\n{}", read("a.err"));
     assert!(out.contains("B-STARTED"), "B could not bind its port:\n{}", read("b.err"));
 }
+
+/// A `newcookie` of one server of a pair names no CSN of the peer above a
+/// change of the peer it has not sent yet (issue 19). The peer's shard 1
+/// pauses 300 ms between stamping and committing each batch, so its later
+/// CSNs, from shard 0, reach this server first; a stock slapd consumer
+/// would drop the earlier ones as "not new enough" for good.
+#[test]
+fn no_new_cookie_claims_a_change_of_the_peer_not_sent_yet() {
+    let (pa, pb) = (free_port(), free_port());
+    let a = Server::start_with_config(2, &(mirror_conf(1, pa, pb) + "[syncrepl]\nprovider = true\n"));
+    let b = seeded_from(&a, &mirror_conf(2, pb, pa), &[("COREDIR_TEST_COMMIT_DELAY_MS", "1:300")]);
+    wait_for("the pair to stream", || {
+        let status = replication(&a);
+        status["outbound"] == "streaming" && status["inbound"] == "streaming"
+    });
+    let mut r = Raw::connect(&a);
+    crate::syncrepl::persistent_search(&mut r, 1);
+    let writer = |tag: &'static str, n: usize, pause_ms: u64| {
+        let mut c = b.admin();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(pause_ms));
+            for i in 0..n {
+                let cn = format!("{tag}{i}");
+                let attrs = vec![("objectClass", ["device"].into()), ("cn", [cn.as_str()].into())];
+                assert_eq!(c.add(&format!("cn={cn},{PEOPLE}"), attrs).unwrap().rc, 0);
+            }
+        })
+    };
+    let (slow, fast) = (writer("slow", 12, 0), writer("fast", 40, 20));
+    slow.join().unwrap();
+    fast.join().unwrap();
+    crate::syncrepl::no_cookie_claims_an_unsent_change(&mut r, &a, 52, "#002#");
+    // And the cookie does come to claim the peer's last change (each read
+    // waits 30 s at most: a silent stream ends the loop).
+    let mut c = a.admin();
+    let (found, _) = c.search(PEOPLE, Scope::OneLevel, "(cn=*)", vec!["entryCSN"]).unwrap().success().unwrap();
+    let last = found.into_iter().map(|e| SearchEntry::construct(e).attrs["entryCSN"][0].clone()).max().unwrap();
+    let claimed = std::iter::from_fn(|| r.recv_frame()).any(|frame| {
+        let text = String::from_utf8_lossy(&frame).into_owned();
+        let csn = text.split("csn=").nth(1).and_then(|c| c.split(';').find(|c| c.contains("#002#")));
+        csn.is_some_and(|c| c[..40] >= *last)
+    });
+    assert!(claimed, "no cookie came to claim the peer's last change ({last})");
+}

@@ -392,7 +392,7 @@ fn refresh_only(s: &Server, cookie: Option<Vec<u8>>) -> (Vec<LdapMsg>, Option<Ve
 
 /// A persistent sync search on a raw connection: the refresh is read up
 /// to its Sync Info message, then the search stays open.
-fn persistent_search(r: &mut Raw, msgid: i32) {
+pub fn persistent_search(r: &mut Raw, msgid: i32) {
     use ldap3_proto::proto::{LdapOp, SyncRequestMode};
     let msg = sync_search(msgid, SyncRequestMode::RefreshAndPersist, None);
     r.send(vec![msg]);
@@ -431,10 +431,18 @@ fn no_new_cookie_claims_a_change_a_slower_shard_has_not_sent() {
     let (a, b) = (writer("slow", 12, 0), writer("fast", 40, 20));
     a.join().unwrap();
     b.join().unwrap();
-    // The stream in order: entries (their DNs) and cookies (this server's CSN).
+    no_cookie_claims_an_unsent_change(&mut r, &s, 52, "#001#");
+}
+
+/// Reads a persistent search's stream until `expected` entries came, and
+/// checks that no `newcookie` CSN of the server id `sid` ("#001#") claims
+/// a change (an entry's entryCSN on `s`) announced only after it.
+pub fn no_cookie_claims_an_unsent_change(r: &mut Raw, s: &Server, expected: usize, sid: &str) {
+    use ldap3_proto::proto::LdapOp;
+    // The stream in order: entries (their DNs) and cookies (that server's CSN).
     let mut events: Vec<(bool, String)> = Vec::new();
     let mut entries = 0;
-    while entries < 52 {
+    while entries < expected {
         let frame = r.recv_frame().expect("the announcements never all came");
         let mut one = frame.clone();
         match tokio_util::codec::Decoder::decode(&mut ldap3_proto::LdapCodec::default(), &mut one) {
@@ -445,8 +453,8 @@ fn no_new_cookie_claims_a_change_a_slower_shard_has_not_sent() {
             _ => {
                 let text = String::from_utf8_lossy(&frame).into_owned();
                 if let Some(csn) = text.split("csn=").nth(1) {
-                    let ours = csn.split(';').find(|c| c.contains("#001#")).map(|c| c[..40].to_string());
-                    events.extend(ours.map(|c| (true, c)));
+                    let theirs = csn.split(';').find(|c| c.contains(sid)).map(|c| c[..40].to_string());
+                    events.extend(theirs.map(|c| (true, c)));
                 }
             }
         }
@@ -457,6 +465,7 @@ fn no_new_cookie_claims_a_change_a_slower_shard_has_not_sent() {
         .into_iter()
         .map(ldap3::SearchEntry::construct)
         .map(|e| (e.dn.to_lowercase(), e.attrs["entryCSN"][0].clone()))
+        .filter(|(_, csn)| csn.contains(sid))
         .collect();
     let mut announced = BTreeSet::new();
     for (is_cookie, v) in &events {
