@@ -45,6 +45,7 @@ use crate::conn::{encode, Conn, Identity};
 use crate::ops::record::{self, Record};
 use crate::ops::search::{visible_match, Scope, Selection};
 use crate::ops::{parse_dn, result, with_matched};
+use crate::repl::PeerClaim;
 use bytes::BytesMut;
 use ldap3_proto::control::LdapControl;
 use ldap3_proto::proto::{
@@ -124,6 +125,17 @@ impl Cookie {
         out.into_bytes()
     }
 
+    /// The CSNs, none past `stop` (`Csn::just_below` a record), whatever
+    /// server id: every record at or before `stop`'s time and count, of
+    /// any server, was read before the record it is below.
+    fn up_to(&self, stop: Csn) -> Cookie {
+        let mut out = self.clone();
+        for c in out.csns.values_mut() {
+            *c = (*c).min(Csn { sid: c.sid, partition: u16::MAX, ..stop });
+        }
+        out
+    }
+
     /// Takes a CSN into the vector.
     fn saw(&mut self, csn: Csn) {
         let slot = self.csns.entry(csn.sid).or_insert(csn);
@@ -145,14 +157,16 @@ impl Cookie {
     /// peer's no higher than what it settled here (none before it says);
     /// never lower than in `before` (the cookie last handed out, whose
     /// claim still holds).
-    fn capped(&self, own: u16, cap: Csn, before: &Cookie, peers: Option<&BTreeMap<u16, Csn>>) -> Cookie {
+    fn capped(&self, own: u16, cap: Csn, before: &Cookie, peer: Option<PeerClaim>) -> Cookie {
         let mut out = self.clone();
         let sids: std::collections::BTreeSet<u16> = self.csns.keys().chain(before.csns.keys()).copied().collect();
         for sid in sids {
-            let limit = match (sid == own, peers) {
+            let limit = match (sid == own, peer) {
                 (true, _) => Some(cap),
-                (false, Some(peers)) => peers.get(&sid).copied(),
-                (false, None) => continue,
+                (false, Some(PeerClaim::Unknown)) => None,
+                (false, Some(PeerClaim::Peer { sid: p, upto })) if p == sid => upto,
+                // Not the peer's (imported CSNs): static, claimed as seen.
+                (false, _) => continue,
             };
             let seen = self.csns.get(&sid).copied();
             match seen.zip(limit).map(|(c, l)| c.min(l)).max(before.csns.get(&sid).copied()) {
@@ -390,7 +404,7 @@ async fn run(
     // Where the persist stage will start: before anything the refresh
     // reads; the floor before that, so that every change below it is in.
     let floor_us = ctx.shard.floors.lowest();
-    let settled = ctx.shared.replication.settled();
+    let settled = ctx.shared.replication.peer_claim();
     let transit = in_transit(ctx)?;
     let moving = transit.get(&ctx.shard.stamping.sid).copied();
     let peers = peer_claims(ctx, settled, &transit);
@@ -520,7 +534,7 @@ async fn refresh(
     }
     let before = given.cloned().unwrap_or_default();
     let Some(given) = given.filter(|_| phase == Phase::Delete) else {
-        return Ok((phase, next.capped(own, claimable(own, floor_us, moving), &before, peers.as_ref())));
+        return Ok((phase, next.capped(own, claimable(own, floor_us, moving), &before, *peers)));
     };
     // What it learns is gone counts for the cookie too.
     for (uuid, csn) in departed(s, given)? {
@@ -530,7 +544,7 @@ async fn refresh(
     // The set carries the new cookie: slapd deletes only entries whose
     // entryCSN the cookie it holds reaches, and an entry sent in an
     // earlier refresh may be newer than the cookie that refresh ended with.
-    let handed = next.capped(own, claimable(own, floor_us, moving), &before, peers.as_ref());
+    let handed = next.capped(own, claimable(own, floor_us, moving), &before, *peers);
     let mut out = BytesMut::new();
     for chunk in gone.chunks(CHUNK) {
         let info = LdapIntermediateResponse::SyncInfoIdSet {
@@ -663,23 +677,22 @@ fn in_transit(ctx: &crate::server::Ctx) -> Result<BTreeMap<u16, Csn>> {
     Ok(oldest)
 }
 
-/// On a server of a mirror pair, what a cookie may claim of each peer:
-/// what it settled here (`repl::Shared::settled`, read before the
+/// On a server of a mirror pair, what a cookie may claim of the peer:
+/// what it settled here (`repl::Shared::peer_claim`, read before the
 /// changelog or entries the cookie covers), below its renames in transit.
-fn peer_claims(ctx: &crate::server::Ctx, settled: BTreeMap<u16, Csn>, transit: &BTreeMap<u16, Csn>) -> Peers {
-    let own = ctx.shard.stamping.sid;
-    ctx.mirrored.then(|| {
-        settled
-            .into_iter()
-            .filter(|(sid, _)| *sid != own)
-            .map(|(sid, c)| (sid, transit.get(&sid).map_or(c, |t| c.min(t.just_below()))))
-            .collect()
+fn peer_claims(ctx: &crate::server::Ctx, claim: PeerClaim, transit: &BTreeMap<u16, Csn>) -> Peers {
+    ctx.mirrored.then_some(match claim {
+        PeerClaim::Peer { sid, upto } => {
+            let upto = upto.map(|c| transit.get(&sid).map_or(c, |t| c.min(t.just_below())));
+            PeerClaim::Peer { sid, upto }
+        }
+        unknown => unknown,
     })
 }
 
-/// Per peer server id, the highest CSN a cookie may claim (`peer_claims`);
-/// `None` when this server is not one of a mirror pair.
-type Peers = Option<BTreeMap<u16, Csn>>;
+/// What a cookie may claim of the mirror peer (`peer_claims`); `None`
+/// when this server is not one of a mirror pair.
+type Peers = Option<PeerClaim>;
 
 /// The last record of every (partition, origin) stream.
 fn positions(ctx: &crate::server::Ctx) -> Result<BTreeMap<(u16, Origin), u64>> {
@@ -719,11 +732,11 @@ async fn tail(
         let mut changed = false;
         // Before the changelog: every change below it is in what is read.
         let floor_us = ctx.shard.floors.lowest();
-        let settled = ctx.shared.replication.settled();
+        let settled = ctx.shared.replication.peer_claim();
         let txns = ctx.shard.stores.iter().map(|st| st.read()).collect::<Result<Vec<_>>>()?;
         let mut held: Option<Csn> = None;
-        let (records, cut) = unsent(&txns, &marks)?;
-        more = cut;
+        let (records, bound) = unsent(&txns, &marks)?;
+        more = bound.is_some();
         for (csn, store, p, o, seq, bytes) in records {
             // Every change goes out in CSN order, across partitions (a
             // parent's move before its children's): one of this server
@@ -755,12 +768,13 @@ async fn tail(
         drop(txns);
         // Also without changes this round: the floor may have passed what
         // was sent, and the consumer's contextCSN should reach it.
-        // A record held back (its entry on its way), of this server or
-        // the peer, is no claim: the round stopped at it.
-        let waiting: BTreeMap<u16, Csn> = held.map(|c| (c.sid, c)).into_iter().collect();
-        let peers = peer_claims(ctx, settled, &waiting);
-        let own_held = held.filter(|c| c.sid == own);
-        let next = cookie.capped(own, claimable(own, floor_us, own_held), &handed, peers.as_ref());
+        // Where the round stopped (a record held back, or the end of what
+        // was read): of no server id may the cookie claim past it, though
+        // the refresh may have seen later CSNs.
+        let stop = held.or(bound).map(Csn::just_below);
+        let peers = peer_claims(ctx, settled, &BTreeMap::new());
+        let seen = stop.map_or_else(|| cookie.clone(), |s| cookie.up_to(s));
+        let next = seen.capped(own, claimable(own, floor_us, None), &handed, peers);
         if changed || next != handed {
             handed = next;
             let value = new_cookie_value(&handed.compose(own));
@@ -806,7 +820,7 @@ const PER_STREAM: usize = 256;
 fn unsent<T: ReadTxn>(
     txns: &[T],
     marks: &BTreeMap<(u16, Origin), u64>,
-) -> Result<(Vec<(Csn, usize, u16, Origin, u64, Vec<u8>)>, bool)> {
+) -> Result<(Vec<(Csn, usize, u16, Origin, u64, Vec<u8>)>, Option<Csn>)> {
     let mut all = Vec::new();
     let mut bound: Option<Csn> = None;
     for (store, txn) in txns.iter().enumerate() {
@@ -840,7 +854,7 @@ fn unsent<T: ReadTxn>(
     if let Some(b) = bound {
         all.retain(|r| r.0 <= b);
     }
-    Ok((all, bound.is_some()))
+    Ok((all, bound))
 }
 
 enum Announce {
@@ -1005,6 +1019,30 @@ mod tests {
         let before = seen.capped(1, claimable(1, 400, None), &none, None);
         assert_eq!(seen.capped(1, claimable(1, 0, None), &before, None).csns[&1], before.csns[&1]);
         assert_eq!(seen.capped(1, claimable(1, 900, None), &none, None).csns[&1], csn(500, 0));
+    }
+
+    #[test]
+    fn of_a_mirror_peer_a_cookie_claims_only_what_it_settled_and_imported_csns_as_seen() {
+        let at = |t: u64, sid: u16| Csn { phys_us: t, logical: 0, sid, partition: 0 };
+        let mut seen = Cookie::default();
+        for c in [at(500, 1), at(500, 2), at(100, 7)] {
+            seen.saw(c);
+        }
+        let (none, own) = (Cookie::default(), claimable(1, 900, None));
+        let peer = |upto| Some(PeerClaim::Peer { sid: 2, upto });
+        let c = seen.capped(1, own, &none, peer(Some(at(300, 2))));
+        assert_eq!((c.csns[&2], c.csns[&7]), (at(300, 2), at(100, 7)), "the peer's capped, an imported one not");
+        let c = seen.capped(1, own, &none, peer(None));
+        assert!(!c.csns.contains_key(&2), "nothing settled yet: nothing claimed");
+        // Before the peer's hello no other server id moves past `before`.
+        let mut before = Cookie::default();
+        before.saw(at(50, 7));
+        let c = seen.capped(1, own, &before, Some(PeerClaim::Unknown));
+        assert_eq!((c.csns.get(&2), c.csns[&7], c.csns[&1]), (None, at(50, 7), at(500, 1)));
+        // A round that stopped before a record claims nothing at or after it.
+        let cut = seen.up_to(at(200, 5).just_below());
+        assert!(cut.csns.values().all(|c| c.phys_us < 200 || c.sid == 7), "{cut:?}");
+        assert_eq!(cut.csns[&7], at(100, 7));
     }
 
     /// The message's bytes as the server writes them.

@@ -69,7 +69,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The channel's protocol (`Facts::protocol`).
-const PROTOCOL: u32 = 2;
+const PROTOCOL: u32 = 3;
 /// Records per frame.
 const BATCH: usize = 512;
 /// Largest frame accepted (a frame of big entries).
@@ -137,10 +137,10 @@ pub struct Status {
 pub struct Shared {
     pub status: Mutex<Status>,
     heard: Mutex<Option<Instant>>,
-    /// Per peer server id, the CSN up to which every change of the peer is
-    /// committed here (`Frame::Records::settled`): what a syncrepl cookie
-    /// may claim of it (`ops::syncrepl`). Unknown until the peer says.
-    settled: Mutex<std::collections::BTreeMap<u16, Csn>>,
+    /// The peer's server id and protocol, once it has said hello, and the
+    /// CSN up to which every change of the peer is committed here
+    /// (`Frame::Records::settled`): what a syncrepl cookie may claim of it.
+    settled: Mutex<(Option<(u16, u32)>, Option<Csn>)>,
     /// The channel's TLS, when certificates are pinned (set at start).
     pub tls: std::sync::OnceLock<crate::tls::Channel>,
 }
@@ -169,20 +169,49 @@ impl Shared {
         *self.heard.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
     }
 
-    /// Takes a peer's word that every change of its own up to `csn` is
+    /// Notes the peer's server id and protocol (its hello).
+    fn met(&self, sid: u16, protocol: u32) {
+        let mut settled = self.settled.lock().unwrap_or_else(|e| e.into_inner());
+        if settled.0.is_some_and(|(known, _)| known != sid) {
+            settled.1 = None;
+        }
+        settled.0 = Some((sid, protocol));
+    }
+
+    /// Takes the peer's word that every change of its own up to `csn` is
     /// committed here (only once it is).
     fn settle(&self, csn: Option<&str>) {
         let Some(csn) = csn.and_then(Csn::parse) else { return };
         let mut settled = self.settled.lock().unwrap_or_else(|e| e.into_inner());
-        let slot = settled.entry(csn.sid).or_insert(csn);
-        *slot = (*slot).max(csn);
+        if settled.0.is_some_and(|(sid, _)| sid == csn.sid) {
+            settled.1 = Some(settled.1.map_or(csn, |c| c.max(csn)));
+        }
     }
 
-    /// What a syncrepl cookie may claim of each peer (see `settled`).
-    pub fn settled(&self) -> std::collections::BTreeMap<u16, Csn> {
-        self.settled.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    /// What a syncrepl cookie may claim of the peer (see `settled`).
+    pub fn peer_claim(&self) -> PeerClaim {
+        match *self.settled.lock().unwrap_or_else(|e| e.into_inner()) {
+            (None, _) => PeerClaim::Unknown,
+            // A peer before protocol 3 never says: claimed as it comes.
+            (Some((sid, protocol)), _) if protocol < 3 => {
+                PeerClaim::Peer { sid, upto: Some(Csn::top_of(u64::MAX, sid)) }
+            }
+            (Some((sid, _)), upto) => PeerClaim::Peer { sid, upto },
+        }
     }
 }
+
+/// What a syncrepl cookie may claim of the mirror peer.
+#[derive(Debug, Clone, Copy)]
+pub enum PeerClaim {
+    /// The peer has not said hello since this server started: no server id
+    /// but this one's may be claimed beyond what the consumer holds.
+    Unknown,
+    /// Of server `sid`, up to `upto` (none yet: nothing more).
+    Peer { sid: u16, upto: Option<Csn> },
+}
+
+impl Shared {}
 
 /// Connection errors said on stderr: the same one at most once a minute
 /// (a peer refused every second), any at most once a second (a stranger

@@ -60,6 +60,7 @@ async fn receive(
     let Frame::Hello { proof: given, facts: theirs } = hello else {
         bail!("the peer did not say hello");
     };
+    let (peer_sid, peer_protocol) = (theirs.server_id, theirs.protocol);
     let secret = config.replication.secret.as_deref().unwrap_or_default();
     let why = if given != proof(secret, &nonce) {
         Some("the peer does not hold this server's replication.secret".to_string())
@@ -77,6 +78,7 @@ async fn receive(
         bail!("refused: {reason}");
     }
     proven.set(true);
+    shared.met(peer_sid, peer_protocol);
     send(&mut stream, &Frame::Ruv { applied: vector(ctx)? }).await?;
     shared.update(|s| {
         s.inbound = "streaming".into();

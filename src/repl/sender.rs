@@ -463,7 +463,8 @@ fn pending(
                 }
                 continue;
             }
-            if origin == own && taken == BATCH {
+            // Every incarnation of this server: a restored one's records too.
+            if origin.sid == own.sid && taken == BATCH {
                 // The stream goes on past what was read: no further.
                 cut = Some(cut.map_or(last, |c: Option<Csn>| c.min(last)));
             }
@@ -475,7 +476,7 @@ fn pending(
     }
     all.sort_by_key(|r| r.0);
     let oldest = all.first().map(|r| r.0);
-    let unsent = all.iter().skip(BATCH).find(|r| r.2 == own).map(|r| r.0);
+    let unsent = all.iter().skip(BATCH).find(|r| r.2.sid == own.sid).map(|r| r.0);
     let settled = settled(own.sid, floor_us, cut.flatten(), unsent, gaps.is_empty());
     // Within a partition and origin, sequence order is CSN order: cutting
     // the sorted list leaves no gap in any of them.
