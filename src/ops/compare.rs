@@ -104,7 +104,11 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
             return Err(access::denied(Level::Compare, &req.atype));
         }
     }
-    controls::check_assertion(conn, &identity, ctrls.assertion.as_ref(), &key, &entry)?;
+    match is_computed {
+        true => controls::check_assertion(conn, &identity, ctrls.assertion.as_ref(), &key, &entry)?,
+        // Read again from a snapshot: on a big group, index lookups.
+        false => controls::check_assertion_at(conn, &identity, ctrls.assertion.as_ref(), &key)?,
+    }
     if matching::same_attr(&req.atype, "entryDN") {
         return compare_entry_dn(&req.val);
     }

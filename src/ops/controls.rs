@@ -35,6 +35,8 @@ use ldap3_proto::control::{LdapControl, ServerSortRequet};
 use ldap3_proto::proto::{LdapFilter, LdapOp};
 use ldap3_proto::LdapResultCode;
 use shards::entry::{Entry, EntryView};
+use shards::index;
+use shards::store::{ReadTxn, Store};
 use shards::write::Images;
 use shards::{Error, Result};
 
@@ -302,14 +304,58 @@ pub fn check_assertion_view(
     key: &[u8],
     view: &EntryView<'_>,
 ) -> Result<()> {
+    assertion_holds(conn, identity, assertion, key, view, |_| Ok(Vec::new()))
+}
+
+/// `check_assertion` on the entry `view` with id `id` as read in `txn`:
+/// on a big entry (a group of a million members) its equality items are
+/// index lookups in that snapshot (`index::decided_items`), as in a search.
+pub fn check_assertion_read<T: ReadTxn>(
+    conn: &Conn,
+    identity: &Identity,
+    assertion: Option<&LdapFilter>,
+    key: &[u8],
+    (txn, id): (&T, &[u8]),
+    view: &EntryView<'_>,
+) -> Result<()> {
+    assertion_holds(conn, identity, assertion, key, view, |node| index::decided_items(txn, node, id, view.size()))
+}
+
+/// `check_assertion_read` on the entry stored at `key` (none: nothing to check).
+pub fn check_assertion_at(conn: &Conn, identity: &Identity, assertion: Option<&LdapFilter>, key: &[u8]) -> Result<()> {
+    if assertion.is_none() {
+        return Ok(());
+    }
+    let txn = conn.ctx.shard.store_for(key).read()?;
+    match txn.entry(key)? {
+        Some((id, view)) => check_assertion_read(conn, identity, assertion, key, (&txn, id), &view),
+        None => Ok(()),
+    }
+}
+
+/// Whether the assertion holds on `view` under the requester's rights;
+/// `decide` answers the items of the filter as compiled that an index can.
+fn assertion_holds(
+    conn: &Conn,
+    identity: &Identity,
+    assertion: Option<&LdapFilter>,
+    key: &[u8],
+    view: &EntryView<'_>,
+    decide: impl FnOnce(&shards::filter::Node) -> Result<Vec<(usize, bool)>>,
+) -> Result<()> {
     let Some(f) = assertion else { return Ok(()) };
     let live = conn.ctx.live();
     let node = shards::filter::compile(f);
     let holds = match conn.access(&live, identity).map(ReadPlan::new) {
-        None => node.matches(view),
+        None => {
+            let decided = decide(&node)?;
+            shards::filter::with_decided(decided, || node.matches(view))
+        }
         Some(plan) => {
             let node = node.restrict(&|names| plan.searchable(names));
-            visible_match(Some(&plan), &node, &Target { key, entry: Some(view) }, view, live.limits.max_filter_tests)?
+            let decided = decide(&node)?;
+            let (target, tests) = (Target { key, entry: Some(view) }, live.limits.max_filter_tests);
+            shards::filter::with_decided(decided, || visible_match(Some(&plan), &node, &target, view, tests))?
         }
     };
     if holds {
@@ -333,9 +379,7 @@ pub fn check_assertion_before_write(
     key: &[u8],
 ) -> Result<Option<LdapFilter>> {
     let Some(f) = assertion else { return Ok(None) };
-    if let Some(entry) = conn.ctx.shard.get_entry(key)? {
-        check_assertion(conn, identity, Some(&f), key, &entry)?;
-    }
+    check_assertion_at(conn, identity, Some(&f), key)?;
     let live = conn.ctx.live();
     let Some(plan) = conn.access(&live, identity).map(ReadPlan::new) else { return Ok(Some(f)) };
     let mut everywhere = true;

@@ -580,7 +580,8 @@ async fn walk(
             referral::check_entry(view, &parse_dn(base_text)?, Some(referral::scope_name(&req.scope)))?;
         }
         if let (Some(_), Some(view)) = (&ctrls.assertion, &view) {
-            controls::check_assertion_view(conn, &ctrls.acting, ctrls.assertion.as_ref(), base_key, view)?;
+            let read = (&txn, id);
+            controls::check_assertion_read(conn, &ctrls.acting, ctrls.assertion.as_ref(), base_key, read, view)?;
         }
         // A base below an alias target is that target's to return.
         let covered = widened.as_ref().is_some_and(|roots| {

@@ -512,6 +512,30 @@ fn a_membership_check_on_a_big_group_is_an_index_lookup() {
     assert_eq!(ask(&mut user, &format!("(!(member=uid=m5,{PEOPLE}))")), (0, 0));
 }
 
+/// The Assertion control on a big group, for a user bound by
+/// `limits.max_filter_tests`: its equality items are index lookups too (on
+/// a base search and a compare), not a test per member.
+#[test]
+fn an_assertion_on_a_big_group_is_an_index_lookup() {
+    let lmdb = engine() == "lmdb";
+    let s = Server::start_with_config(2, if lmdb { "[limits]\nmax_filter_tests = 1000\n" } else { "" });
+    let mut admin = s.admin();
+    let dn = big_group(&mut admin, "all", 20_000);
+    let mut user = user_conn(&s, &mut admin, "asker");
+    let assert = |f: &str| {
+        let mut ctrl = ldap3::controls::Assertion::new(f.to_string());
+        ctrl.crit = true;
+        vec![ctrl]
+    };
+    let (yes, no) = (format!("(member=uid=m19999,{PEOPLE})"), format!("(member=uid=m20000,{PEOPLE})"));
+    for (filter, search, compare) in [(&yes, 0, 6), (&no, 122, 122)] {
+        let found = user.with_controls(assert(filter)).search(&dn, ldap3::Scope::Base, "(objectClass=*)", vec!["1.1"]);
+        assert_eq!(found.unwrap().1.rc, search, "search asserting {filter}");
+        let compared = user.with_controls(assert(filter)).compare(&dn, "cn", "all").unwrap().0.rc;
+        assert_eq!(compared, compare, "compare asserting {filter}");
+    }
+}
+
 /// The same for a subtree search, and for an equality item inside an AND
 /// (the form clients send: objectClass and member): every equality item
 /// the index holds is a lookup on a big entry, not a pass over its values.
