@@ -411,7 +411,6 @@ pub fn persistent_search(r: &mut Raw, msgid: i32) {
 /// batch, so the other shard's later CSNs become visible first.
 #[test]
 fn no_new_cookie_claims_a_change_a_slower_shard_has_not_sent() {
-    use ldap3_proto::proto::LdapOp;
     let mut s = Server::prepare(2, "[syncrepl]\nprovider = true\n");
     s.env.push(("COREDIR_TEST_COMMIT_DELAY_MS".into(), "1:300".into()));
     s.launch();
