@@ -344,6 +344,7 @@ async fn run(
         // Dereferencing in searching: aliases are not returned, but for
         // a base not dereferenced.
         hide_aliases: deref_searching.then(|| base_key.clone()),
+        roots: None,
         reading: reading.as_ref(),
         walking: None,
         last: None,
@@ -436,7 +437,9 @@ impl Emit<'_> {
             return Ok(());
         }
         let one_level = req.scope == LdapSearchScope::OneLevel;
-        for store in conn.ctx.shard.stores.iter() {
+        let roots = self.roots.take();
+        let bases = roots.as_ref().map_or(vec![base_key], |r| r.iter().map(Vec::as_slice).collect());
+        for (base_key, store) in bases.into_iter().flat_map(|b| conn.ctx.shard.stores.iter().map(move |s| (b, s))) {
             let mut after: Option<Vec<u8>> = None;
             loop {
                 let found = {
@@ -552,6 +555,9 @@ async fn walk(
         }
         false => None,
     };
+    if req.scope != LdapSearchScope::OneLevel {
+        emit.roots.clone_from(&widened);
+    }
     {
         let txn = shard.store_for(base_key).read()?;
         // The entry is read once for the access plan, the Assertion and
@@ -839,6 +845,9 @@ struct Emit<'a> {
     referrals: bool,
     /// Aliases are passed over, but for the one with this key (`ops::alias`).
     hide_aliases: Option<Vec<u8>>,
+    /// The roots of a subtree search that aliases widened (`alias::scopes`):
+    /// its continuation references are those below each.
+    roots: Option<Vec<Vec<u8>>>,
     /// Ends the search when a subtree rename overtakes it (`ops::carries`).
     reading: Option<&'a Reading<'a>>,
     /// Where the walk is: `None` at the base, else the store and whether
