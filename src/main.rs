@@ -76,8 +76,11 @@
 //!      with `limits.max_connections_per_ip`, once per connection open and
 //!      close: a per-IP cap is process-wide by nature), the running
 //!      subtree renames (`ops::carries`: per write and per one-level or
-//!      subtree search, a store to the shard's own lane and one load,
-//!      locked only while a rename runs), relaxed entryUUID claims
+//!      subtree search, two stores to the shard's own lane and one load,
+//!      per entry a search sends one load of it; locked only while a
+//!      rename runs or by a search it overtook), a mirror pair's settled
+//!      CSN of the peer (`repl::Shared`, read by syncrepl rounds on a
+//!      server of a pair, written per replication frame), relaxed entryUUID claims
 //!      (`claimed_uuids`, root's Relax writes only), the park `Gate` while
 //!      an LMDB map grows;
 //!    - LMDB's own reader table: each read transaction takes the

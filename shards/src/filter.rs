@@ -787,8 +787,14 @@ fn rule_matches(rule: Rule, less: bool, have: &[u8], want: &[u8]) -> bool {
 /// where a long evaluation would hold every write of the shard).
 pub fn check_assertion(assertion: Option<&LdapFilter>, entry: &EntryView<'_>) -> crate::Result<()> {
     let Some(f) = assertion else { return Ok(()) };
+    check_assertion_node(&compile(f), entry)
+}
+
+/// `check_assertion` with the filter compiled (and maybe some of its items
+/// decided: `with_decided`).
+pub fn check_assertion_node(node: &Node, entry: &EntryView<'_>) -> crate::Result<()> {
     let tests = ASSERTION_TESTS.load(std::sync::atomic::Ordering::Relaxed);
-    match compile(f).eval_bounded(entry, &|_| true, tests)? {
+    match node.eval_bounded(entry, &|_| true, tests)? {
         Some(true) => Ok(()),
         _ => Err(crate::Error::new(
             ldap3_proto::LdapResultCode::AssertionFailed,

@@ -650,10 +650,16 @@ fn move_captured<T: WriteTxn>(
     Ok(Some(Box::new(Images { before: Some(old), after })))
 }
 
-/// The stored entry `id`, checked against the Assertion control first.
+/// The stored entry `id`, checked against the Assertion control first; on
+/// a big entry (a group of a million members) its equality items are
+/// index lookups in this transaction (`index::decided_items`).
 fn read_checked<T: ReadTxn>(txn: &T, id: &[u8], extras: &Extras) -> Result<Entry> {
     let view = EntryView::new(txn.get(Tree::Id2entry, id)?.unwrap_or_default())?;
-    filter::check_assertion(extras.assertion.as_ref(), &view)?;
+    if let Some(f) = extras.assertion.as_ref() {
+        let node = filter::compile(f);
+        let decided = crate::index::decided_items(txn, &node, id, view.size())?;
+        filter::with_decided(decided, || filter::check_assertion_node(&node, &view))?;
+    }
     Entry::decode_view(&view)
 }
 

@@ -407,6 +407,15 @@ impl<'a> Access<'a> {
     }
 
     /// The level granted on `attr` of the target entry, and why.
+    /// Whether `attr` of the entry at `key` is decided whatever the entry
+    /// holds: no rule that could apply there looks at its content (a
+    /// `filter=`), so an answer without the entry is the answer with it.
+    pub fn decided_by_dn(&self, key: &[u8], attr: Attr) -> bool {
+        self.acl.rules.iter().all(|r| {
+            r.what.filter.is_none() || !r.what.covers_attr(attr) || r.what.dn.as_ref().is_some_and(|p| !p.matches(key))
+        })
+    }
+
     pub fn decide(&self, target: &Target, attr: Attr) -> Decision {
         let mut decision = Decision { privs: Privs::NONE, rule: None, clause: None };
         'rules: for (i, rule) in self.acl.rules.iter().enumerate() {

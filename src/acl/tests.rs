@@ -161,6 +161,20 @@ fn default_rules_fix_most_decisions() {
 }
 
 #[test]
+fn an_entry_is_decided_by_its_dn_only_where_no_filter_rule_could_apply() {
+    let acl = rules(&[
+        "to dn.subtree=\"ou=groups,dc=example,dc=com\" filter=(objectClass=secret) by * none",
+        "to attrs=mail filter=(objectClass=secret) by * none",
+        "to * by * read",
+    ]);
+    let groups = Fixed(vec![]);
+    let anonymous = Access::new(&acl, Subject::default(), &groups);
+    assert!(anonymous.decided_by_dn(&key(ALICE), Attr::Entry), "no filter rule covers its entry");
+    assert!(!anonymous.decided_by_dn(&key(ADMINS), Attr::Entry), "a filter rule could hide it");
+    assert!(!anonymous.decided_by_dn(&key(ALICE), acl.class("mail")));
+}
+
+#[test]
 fn bad_rules_are_refused_with_their_number() {
     let cases = [
         ("by * read", "starts with 'to'"),

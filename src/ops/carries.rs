@@ -27,10 +27,12 @@
 //! Cost when no rename runs: an operation stores its number to its shard's
 //! own `Lane` (a cache line written only by that shard) and loads
 //! `active`, both sequentially consistent: either the operation sees the
-//! claim, or the rename sees the operation admitted and waits for it. A
-//! search checks its lane's `overtaken` per entry (a relaxed load of a line
-//! no one else writes unless a rename overtakes it). The lock is taken
-//! only while a rename runs.
+//! claim, or the rename sees the operation admitted and waits for it; when
+//! it ends, it stores how far its shard's operations have all finished to
+//! the same line. A search checks its lane's `overtaken` per entry (an
+//! acquire load of a line no one else writes unless a rename overtakes
+//! it). The lock is taken only while a rename runs, and by a search a
+//! rename overtook (once per rename) until the searches it overtook end.
 
 use ldap3_proto::LdapResultCode;
 use shards::dn::{key_below, Dn};

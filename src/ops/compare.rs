@@ -10,6 +10,7 @@ use crate::ops::controls::{self, Controls};
 use crate::ops::{parse_dn, with_matched};
 use ldap3_proto::proto::LdapCompareRequest;
 use ldap3_proto::LdapResultCode;
+use shards::store::{ReadTxn, Store};
 use shards::{matching, password, Error, Result};
 
 /// The class a Compare of `objectClass` asks about, if it names one. A
@@ -84,15 +85,20 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
     let is_computed = computed.is_some();
     let identity = ctrls.acting.clone();
     let live = conn.ctx.live();
-    let (entry, access) = match computed {
-        Some(entry) => (entry, None),
-        None => (
-            conn.ctx
-                .shard
-                .get_entry(&key)?
-                .ok_or_else(|| with_matched(conn, &identity, &dn, Error::no_such_object(&req.dn)))?,
-            conn.access(&live, &identity),
-        ),
+    // One snapshot for the entry compared and the Assertion checked on it.
+    let snapshot = match computed {
+        Some(_) => None,
+        None => Some(conn.ctx.shard.store_for(&key).read()?),
+    };
+    let (entry, access) = match (computed, &snapshot) {
+        (Some(entry), _) => (entry, None),
+        (None, txn) => {
+            let Some(txn) = txn else { return Err(Error::other("no snapshot")) };
+            let found = txn.entry(&key)?;
+            let entry = found.map(|(_, view)| shards::entry::Entry::decode_view(&view)).transpose()?;
+            let missing = || with_matched(conn, &identity, &dn, Error::no_such_object(&req.dn));
+            (entry.ok_or_else(missing)?, conn.access(&live, &identity))
+        }
     };
     let shard = &conn.ctx.shard;
     if let Some(access) = &access {
@@ -104,11 +110,16 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
             return Err(access::denied(Level::Compare, &req.atype));
         }
     }
-    match is_computed {
-        true => controls::check_assertion(conn, &identity, ctrls.assertion.as_ref(), &key, &entry)?,
-        // Read again from a snapshot: on a big group, index lookups.
-        false => controls::check_assertion_at(conn, &identity, ctrls.assertion.as_ref(), &key)?,
+    match snapshot.as_ref().map(|txn| txn.entry(&key).map(|found| (txn, found))).transpose()? {
+        None => controls::check_assertion(conn, &identity, ctrls.assertion.as_ref(), &key, &entry)?,
+        // On a big group, index lookups in that snapshot.
+        Some((txn, Some((id, view)))) => {
+            controls::check_assertion_read(conn, &identity, ctrls.assertion.as_ref(), &key, (txn, id), &view)?
+        }
+        // Read in the same snapshot above: cannot be missing.
+        Some((_, None)) => return Err(Error::no_such_object(&req.dn)),
     }
+    drop(snapshot);
     if matching::same_attr(&req.atype, "entryDN") {
         return compare_entry_dn(&req.val);
     }

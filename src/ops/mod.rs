@@ -431,8 +431,11 @@ pub fn require_entry(conn: &Conn, identity: &Identity, dn: &shards::dn::Dn, name
     let live = conn.ctx.live();
     let Some(access) = conn.access(&live, identity) else { return Ok(()) };
     let key = dn.key();
-    let target = crate::acl::Target { key: &key, entry: None };
-    if dn.is_root() || !access.allows(&target, crate::acl::Attr::Entry, crate::acl::Level::Disclose) {
+    let (target, entry) = (crate::acl::Target { key: &key, entry: None }, crate::acl::Attr::Entry);
+    // Decided by the DN alone, or not at all: a rule on the entry's content
+    // could hide an existing one that a missing one would not.
+    if dn.is_root() || !access.decided_by_dn(&key, entry) || !access.allows(&target, entry, crate::acl::Level::Disclose)
+    {
         return Ok(());
     }
     if conn.ctx.shard.store_for(&key).read()?.get(Tree::Dn2id, &key)?.is_some() {

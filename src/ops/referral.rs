@@ -60,7 +60,9 @@ fn rewrite(url: &str, target: &Dn, at: &Dn, scope: Option<&str>) -> String {
     };
     let dn = percent_decode(dn);
     let below = target.depth().saturating_sub(at.depth());
-    let new_dn = match (dn.is_empty(), below) {
+    // A target not below the object (a base reached through an alias):
+    // the URL names the target itself, as slapd rewrites it.
+    let new_dn = match (dn.is_empty() || !target.is_within(at), below) {
         (true, _) => target.pretty().unwrap_or_else(|_| target.to_string_form()),
         (false, 0) => dn,
         (false, n) => {
@@ -120,10 +122,28 @@ fn referral(view: &EntryView<'_>, target: &Dn, at: &Dn, scope: Option<&str>) -> 
 /// Refuses an operation (without ManageDsaIT) on an existing referral
 /// object; `scope` for a search.
 pub fn check_entry(view: &EntryView<'_>, dn: &Dn, scope: Option<&str>) -> Result<()> {
+    check_entry_for(view, dn, dn, scope)
+}
+
+/// `check_entry` for the object at `at`, reached for `target` (a search
+/// base that an alias led to it from).
+pub fn check_entry_for(view: &EntryView<'_>, target: &Dn, at: &Dn, scope: Option<&str>) -> Result<()> {
     match active() && is_referral(view) {
-        true => Err(referral(view, dn, dn, scope)),
+        true => Err(referral(view, target, at, scope)),
         false => Ok(()),
     }
+}
+
+/// The continuation reference for the referral object `view` itself, an
+/// alias's target a search reached (`??base` from a one-level search,
+/// `??sub` from a subtree one, as slapd).
+pub fn reference_to(view: &EntryView<'_>, one_level: bool) -> Option<Vec<String>> {
+    if !is_referral(view) {
+        return None;
+    }
+    let dn = Dn::parse(view.dn()).ok()?;
+    let scope = if one_level { "base" } else { "sub" };
+    Some(urls(view).iter().map(|u| rewrite(u, &dn, &dn, Some(scope))).collect())
 }
 
 /// `check_entry` for an entry read here by DN (compare, modify, delete,

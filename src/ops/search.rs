@@ -437,11 +437,50 @@ impl Emit<'_> {
             return Ok(());
         }
         let one_level = req.scope == LdapSearchScope::OneLevel;
-        let roots = self.roots.take();
-        let bases = roots.as_ref().map_or(vec![base_key], |r| r.iter().map(Vec::as_slice).collect());
+        let roots = self.roots.take().unwrap_or_default();
+        // An alias target that is a referral object: its own reference.
+        for (i, root) in roots.iter().filter(|r| r.as_slice() != base_key).enumerate() {
+            if i % REFERENCE_CHUNK == REFERENCE_CHUNK - 1 {
+                self.flush(conn).await;
+                if abandoned.get() {
+                    return Ok(());
+                }
+            }
+            let shard = &conn.ctx.shard;
+            let uris = shard.with_entry(root, |view| {
+                let target = Target { key: root, entry: Some(view) };
+                let readable =
+                    self.plan.is_none_or(|p| p.entry_readable(&target) && p.allows(&target, "ref", Level::Read));
+                readable.then(|| referral::reference_to(view, one_level)).flatten()
+            })?;
+            if let Some(uris) = uris.flatten() {
+                let reference = LdapOp::SearchResultReference(LdapSearchResultReference { uris });
+                encode(self.out, LdapMsg::new(self.msgid, reference));
+            }
+        }
+        let bases = match (one_level, roots.is_empty()) {
+            (false, false) => roots.iter().map(Vec::as_slice).collect(),
+            _ => vec![base_key],
+        };
+        let mut slice_end = Instant::now() + SLICE;
         for (base_key, store) in bases.into_iter().flat_map(|b| conn.ctx.shard.stores.iter().map(move |s| (b, s))) {
+            // Thousands of alias roots, each a small scan: paused between too.
+            if Instant::now() >= slice_end {
+                if self.limits.deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(Error::new(LdapResultCode::TimeLimitExceeded, ""));
+                }
+                self.flush(conn).await;
+                if abandoned.get() {
+                    return Ok(());
+                }
+                slice_end = Instant::now() + SLICE;
+            }
             let mut after: Option<Vec<u8>> = None;
             loop {
+                if self.reading.is_some_and(|r| r.overtaken()) {
+                    // Read after a rename began: not the tree the entries were.
+                    return Err(crate::ops::carries::overtaken_error());
+                }
                 let found = {
                     let txn = store.read()?;
                     let found = index::Marked::Referral.below(&txn, base_key, after.as_deref(), REFERENCE_CHUNK)?;
@@ -555,9 +594,7 @@ async fn walk(
         }
         false => None,
     };
-    if req.scope != LdapSearchScope::OneLevel {
-        emit.roots.clone_from(&widened);
-    }
+    emit.roots.clone_from(&widened);
     {
         let txn = shard.store_for(base_key).read()?;
         // The entry is read once for the access plan, the Assertion and
@@ -583,7 +620,8 @@ async fn walk(
         }
         if let (true, Some(view)) = (emit.referrals, &view) {
             // The base itself a referral object: a referral, for any scope.
-            referral::check_entry(view, &parse_dn(base_text)?, Some(referral::scope_name(&req.scope)))?;
+            let scope = Some(referral::scope_name(&req.scope));
+            referral::check_entry_for(view, &parse_dn(&req.base)?, &parse_dn(base_text)?, scope)?;
         }
         if let (Some(_), Some(view)) = (&ctrls.assertion, &view) {
             let read = (&txn, id);
@@ -845,8 +883,10 @@ struct Emit<'a> {
     referrals: bool,
     /// Aliases are passed over, but for the one with this key (`ops::alias`).
     hide_aliases: Option<Vec<u8>>,
-    /// The roots of a subtree search that aliases widened (`alias::scopes`):
-    /// its continuation references are those below each.
+    /// What aliases added to a search's scope (`alias::scopes`): a subtree
+    /// search's roots, whose continuation references are those below each
+    /// (and the root's own, when a referral object); a one-level search's
+    /// targets (each its own reference, when a referral object).
     roots: Option<Vec<Vec<u8>>>,
     /// Ends the search when a subtree rename overtakes it (`ops::carries`).
     reading: Option<&'a Reading<'a>>,
@@ -1054,6 +1094,9 @@ impl Emit<'_> {
         after: Option<Vec<u8>>,
         abandoned: &Cell<bool>,
     ) -> Result<Option<Stop>> {
+        // Aliases may make thousands of small ranges: the reactor is
+        // yielded between them too, once a slice is spent.
+        let mut slice_end = Instant::now() + SLICE;
         for part in &scope.parts {
             if after.as_deref().is_some_and(|a| part.before(a)) {
                 continue;
@@ -1061,6 +1104,13 @@ impl Emit<'_> {
             let within = after.clone().filter(|a| a.as_slice() >= part.start());
             if let Some(stop) = self.from_part(conn, store, part, scope.except.as_deref(), within, abandoned).await? {
                 return Ok(Some(stop));
+            }
+            if Instant::now() >= slice_end {
+                if self.limits.deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Ok(Some(Stop::Code(LdapResultCode::TimeLimitExceeded)));
+                }
+                self.flush(conn).await;
+                slice_end = Instant::now() + SLICE;
             }
             if abandoned.get() {
                 return Ok(None);

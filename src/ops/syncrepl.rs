@@ -404,10 +404,11 @@ async fn run(
     // Where the persist stage will start: before anything the refresh
     // reads; the floor before that, so that every change below it is in.
     let floor_us = ctx.shard.floors.lowest();
-    let settled = ctx.shared.replication.peer_claim();
+    // The channel's lock: only on a server of a mirror pair.
+    let settled = ctx.mirrored.then(|| ctx.shared.replication.peer_claim());
     let transit = in_transit(ctx)?;
     let moving = transit.get(&ctx.shard.stamping.sid).copied();
-    let peers = peer_claims(ctx, settled, &transit);
+    let peers = peer_claims(settled, &transit);
     let marks = positions(ctx)?;
     let mut next = Cookie { rid, csns: given.as_ref().map(|c| c.csns.clone()).unwrap_or_default() };
     let cap = (floor_us, moving, &peers);
@@ -680,8 +681,8 @@ fn in_transit(ctx: &crate::server::Ctx) -> Result<BTreeMap<u16, Csn>> {
 /// On a server of a mirror pair, what a cookie may claim of the peer:
 /// what it settled here (`repl::Shared::peer_claim`, read before the
 /// changelog or entries the cookie covers), below its renames in transit.
-fn peer_claims(ctx: &crate::server::Ctx, claim: PeerClaim, transit: &BTreeMap<u16, Csn>) -> Peers {
-    ctx.mirrored.then_some(match claim {
+fn peer_claims(claim: Option<PeerClaim>, transit: &BTreeMap<u16, Csn>) -> Peers {
+    claim.map(|claim| match claim {
         PeerClaim::Peer { sid, upto } => {
             let upto = upto.map(|c| transit.get(&sid).map_or(c, |t| c.min(t.just_below())));
             PeerClaim::Peer { sid, upto }
@@ -732,7 +733,7 @@ async fn tail(
         let mut changed = false;
         // Before the changelog: every change below it is in what is read.
         let floor_us = ctx.shard.floors.lowest();
-        let settled = ctx.shared.replication.peer_claim();
+        let settled = ctx.mirrored.then(|| ctx.shared.replication.peer_claim());
         let txns = ctx.shard.stores.iter().map(|st| st.read()).collect::<Result<Vec<_>>>()?;
         let mut held: Option<Csn> = None;
         let (records, bound) = unsent(&txns, &marks)?;
@@ -772,7 +773,7 @@ async fn tail(
         // was read): of no server id may the cookie claim past it, though
         // the refresh may have seen later CSNs.
         let stop = held.or(bound).map(Csn::just_below);
-        let peers = peer_claims(ctx, settled, &BTreeMap::new());
+        let peers = peer_claims(settled, &BTreeMap::new());
         let seen = stop.map_or_else(|| cookie.clone(), |s| cookie.up_to(s));
         let next = seen.capped(own, claimable(own, floor_us, None), &handed, peers);
         if changed || next != handed {

@@ -211,8 +211,6 @@ pub enum PeerClaim {
     Peer { sid: u16, upto: Option<Csn> },
 }
 
-impl Shared {}
-
 /// Connection errors said on stderr: the same one at most once a minute
 /// (a peer refused every second), any at most once a second (a stranger
 /// can vary the text of the errors it causes).

@@ -80,7 +80,8 @@ pub(super) struct Facts {
     #[serde(default)]
     pub(super) suffixes: Vec<String>,
     /// The channel's protocol: 2 answers `Frame::Digest` and takes
-    /// `Change::Conflict` records (0: peers before 2026-12-02).
+    /// `Change::Conflict` records (0: peers before 2026-12-02); 3 says
+    /// what it has settled (`Frame::Records::settled`).
     #[serde(default)]
     pub(super) protocol: u32,
 }

@@ -514,7 +514,7 @@ fn a_membership_check_on_a_big_group_is_an_index_lookup() {
 
 /// The Assertion control on a big group, for a user bound by
 /// `limits.max_filter_tests`: its equality items are index lookups too (on
-/// a base search and a compare), not a test per member.
+/// a base search, a compare and a write), not a test per member.
 #[test]
 fn an_assertion_on_a_big_group_is_an_index_lookup() {
     let lmdb = engine() == "lmdb";
@@ -533,6 +533,10 @@ fn an_assertion_on_a_big_group_is_an_index_lookup() {
         assert_eq!(found.unwrap().1.rc, search, "search asserting {filter}");
         let compared = user.with_controls(assert(filter)).compare(&dn, "cn", "all").unwrap().0.rc;
         assert_eq!(compared, compare, "compare asserting {filter}");
+        // A write: the owner checks it again in its transaction.
+        let change = vec![ldap3::Mod::Replace("description", [filter.as_str()].into())];
+        let modified = admin.with_controls(assert(filter)).modify(&dn, change).unwrap().rc;
+        assert_eq!(modified, search, "modify asserting {filter}");
     }
 }
 
