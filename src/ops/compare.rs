@@ -86,18 +86,13 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
     let identity = ctrls.acting.clone();
     let live = conn.ctx.live();
     // One snapshot for the entry compared and the Assertion checked on it.
-    let snapshot = match computed {
-        Some(_) => None,
-        None => Some(conn.ctx.shard.store_for(&key).read()?),
-    };
-    let (entry, access) = match (computed, &snapshot) {
-        (Some(entry), _) => (entry, None),
-        (None, txn) => {
-            let Some(txn) = txn else { return Err(Error::other("no snapshot")) };
-            let found = txn.entry(&key)?;
-            let entry = found.map(|(_, view)| shards::entry::Entry::decode_view(&view)).transpose()?;
+    let (entry, access, snapshot) = match computed {
+        Some(entry) => (entry, None, None),
+        None => {
+            let txn = conn.ctx.shard.store_for(&key).read()?;
+            let entry = txn.entry(&key)?.map(|(_, view)| shards::entry::Entry::decode_view(&view)).transpose()?;
             let missing = || with_matched(conn, &identity, &dn, Error::no_such_object(&req.dn));
-            (entry.ok_or_else(missing)?, conn.access(&live, &identity))
+            (entry.ok_or_else(missing)?, conn.access(&live, &identity), Some(txn))
         }
     };
     let shard = &conn.ctx.shard;
@@ -110,14 +105,16 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
             return Err(access::denied(Level::Compare, &req.atype));
         }
     }
-    match snapshot.as_ref().map(|txn| txn.entry(&key).map(|found| (txn, found))).transpose()? {
-        None => controls::check_assertion(conn, &identity, ctrls.assertion.as_ref(), &key, &entry)?,
+    let assertion = ctrls.assertion.as_ref();
+    match (assertion, &snapshot) {
+        (None, _) => {}
+        (Some(_), None) => controls::check_assertion(conn, &identity, assertion, &key, &entry)?,
         // On a big group, index lookups in that snapshot.
-        Some((txn, Some((id, view)))) => {
-            controls::check_assertion_read(conn, &identity, ctrls.assertion.as_ref(), &key, (txn, id), &view)?
-        }
-        // Read in the same snapshot above: cannot be missing.
-        Some((_, None)) => return Err(Error::no_such_object(&req.dn)),
+        (Some(_), Some(txn)) => match txn.entry(&key)? {
+            Some((id, view)) => controls::check_assertion_read(conn, &identity, assertion, &key, (txn, id), &view)?,
+            // Read in the same snapshot above: cannot be missing.
+            None => return Err(Error::no_such_object(&req.dn)),
+        },
     }
     drop(snapshot);
     if matching::same_attr(&req.atype, "entryDN") {

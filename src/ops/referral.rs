@@ -201,10 +201,8 @@ pub fn reference(view: &EntryView<'_>, base_key: &[u8], one_level: bool) -> Opti
         true => shards::dn::key_parent(&key) == Some(base_key),
         false => key != base_key && shards::dn::key_below(&key, base_key),
     };
-    if !inside || !is_referral(view) {
-        return None;
+    match inside {
+        true => reference_to(view, one_level),
+        false => None,
     }
-    let dn = Dn::parse(view.dn()).ok()?;
-    let scope = if one_level { "base" } else { "sub" };
-    Some(urls(view).iter().map(|u| rewrite(u, &dn, &dn, Some(scope))).collect())
 }

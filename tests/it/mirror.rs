@@ -1170,20 +1170,7 @@ fn no_new_cookie_claims_a_change_of_the_peer_not_sent_yet() {
     });
     let mut r = Raw::connect(&a);
     crate::syncrepl::persistent_search(&mut r, 1);
-    let writer = |tag: &'static str, n: usize, pause_ms: u64| {
-        let mut c = b.admin();
-        std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(pause_ms));
-            for i in 0..n {
-                let cn = format!("{tag}{i}");
-                let attrs = vec![("objectClass", ["device"].into()), ("cn", [cn.as_str()].into())];
-                assert_eq!(c.add(&format!("cn={cn},{PEOPLE}"), attrs).unwrap().rc, 0);
-            }
-        })
-    };
-    let (slow, fast) = (writer("slow", 12, 0), writer("fast", 40, 20));
-    slow.join().unwrap();
-    fast.join().unwrap();
+    crate::syncrepl::slow_and_fast_adds(&b);
     crate::syncrepl::no_cookie_claims_an_unsent_change(&mut r, &a, 52, "#002#");
     // And the cookie does come to claim the peer's last change (each read
     // waits 30 s at most: a silent stream ends the loop).

@@ -179,9 +179,7 @@ fn writes_during_a_subtree_rename_are_kept_or_busy() {
 /// whatever the interleaving.
 #[test]
 fn a_modify_committing_when_a_subtree_rename_starts_is_kept() {
-    let mut s = Server::prepare(1, "");
-    s.env.push(("COREDIR_TEST_COMMIT_DELAY_MS".into(), "0:400".into()));
-    s.launch();
+    let s = Server::start_with_commit_delay(1, "", 0, 400);
     let mut c = s.admin();
     let (old, new) = (format!("ou=slow,{SUFFIX}"), format!("ou=slowmoved,{SUFFIX}"));
     let ou = vec![("objectClass", HashSet::from(["organizationalUnit"])), ("ou", HashSet::from(["slow"]))];
@@ -216,9 +214,7 @@ fn a_modify_committing_when_a_subtree_rename_starts_is_kept() {
 /// fails only when a search sees a half-moved tree.
 #[test]
 fn a_search_sees_a_subtree_rename_whole_or_not_at_all() {
-    let mut s = Server::prepare(1, "");
-    s.env.push(("COREDIR_TEST_COMMIT_DELAY_MS".into(), "0:150".into()));
-    s.launch();
+    let s = Server::start_with_commit_delay(1, "", 0, 150);
     let mut c = s.admin();
     let (old, new) = (format!("ou=tree,{SUFFIX}"), format!("ou=treemoved,{SUFFIX}"));
     let ou = vec![("objectClass", HashSet::from(["organizationalUnit"])), ("ou", HashSet::from(["tree"]))];

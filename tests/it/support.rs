@@ -63,6 +63,15 @@ impl Server {
 
     /// `start_with_config` without the start: its data directory can be
     /// filled first (`coredir restore`).
+    /// A server whose shard `shard` pauses `ms` between stamping and
+    /// committing each batch (`COREDIR_TEST_COMMIT_DELAY_MS`).
+    pub fn start_with_commit_delay(shards: usize, toml: &str, shard: usize, ms: u64) -> Server {
+        let mut s = Server::prepare(shards, toml);
+        s.env.push(("COREDIR_TEST_COMMIT_DELAY_MS".into(), format!("{shard}:{ms}")));
+        s.launch();
+        s
+    }
+
     pub fn prepare(shards: usize, toml: &str) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let stderr = dir.path().join("stderr.log");

@@ -411,11 +411,16 @@ pub fn persistent_search(r: &mut Raw, msgid: i32) {
 /// batch, so the other shard's later CSNs become visible first.
 #[test]
 fn no_new_cookie_claims_a_change_a_slower_shard_has_not_sent() {
-    let mut s = Server::prepare(2, "[syncrepl]\nprovider = true\n");
-    s.env.push(("COREDIR_TEST_COMMIT_DELAY_MS".into(), "1:300".into()));
-    s.launch();
+    let s = Server::start_with_commit_delay(2, "[syncrepl]\nprovider = true\n", 1, 300);
     let mut r = Raw::connect(&s);
     persistent_search(&mut r, 1);
+    slow_and_fast_adds(&s);
+    no_cookie_claims_an_unsent_change(&mut r, &s, 52, "#001#");
+}
+
+/// Two writers add devices below ou=people on `s`, 12 `slowN` at once and
+/// 40 `fastN` 20 ms later; returns once all 52 are added.
+pub fn slow_and_fast_adds(s: &Server) {
     let writer = |tag: &'static str, n: usize, pause_ms: u64| {
         let mut c = s.admin();
         std::thread::spawn(move || {
@@ -430,7 +435,6 @@ fn no_new_cookie_claims_a_change_a_slower_shard_has_not_sent() {
     let (a, b) = (writer("slow", 12, 0), writer("fast", 40, 20));
     a.join().unwrap();
     b.join().unwrap();
-    no_cookie_claims_an_unsent_change(&mut r, &s, 52, "#001#");
 }
 
 /// Reads a persistent search's stream until `expected` entries came, and
@@ -484,9 +488,7 @@ pub fn no_cookie_claims_an_unsent_change(r: &mut Raw, s: &Server, expected: usiz
 #[test]
 fn refresh_only_rounds_from_their_cookies_miss_nothing_across_shards() {
     use ldap3_proto::proto::LdapOp;
-    let mut s = Server::prepare(2, "[syncrepl]\nprovider = true\n");
-    s.env.push(("COREDIR_TEST_COMMIT_DELAY_MS".into(), "1:300".into()));
-    s.launch();
+    let s = Server::start_with_commit_delay(2, "[syncrepl]\nprovider = true\n", 1, 300);
     let round = |cookie: Option<Vec<u8>>| {
         let (msgs, cookie) = refresh_only(&s, cookie);
         let dns = msgs.into_iter().filter_map(|m| match m.op {
