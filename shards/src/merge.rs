@@ -273,17 +273,18 @@ impl EntryState {
 
     /// The newest CSN in the state: the entry's `entryCSN`.
     pub fn max_csn(&self) -> Csn {
-        let mut max = self.created.max(self.deleted.unwrap_or_default());
-        if let Some((_, c)) = &self.dn {
-            max = max.max(*c);
-        }
-        for a in self.attrs.values() {
-            max = max.max(a.cleared);
-            for v in a.values.values() {
-                max = max.max(v.added).max(v.deleted);
-            }
-        }
-        max
+        self.csns().max().unwrap_or_default()
+    }
+
+    /// Every stamp the state holds (creation, DN, tombstone, clears,
+    /// values added and deleted); unset ones left out.
+    pub fn csns(&self) -> impl Iterator<Item = Csn> + '_ {
+        let entry = [Some(self.created), self.deleted, self.dn.as_ref().map(|(_, c)| *c)].into_iter().flatten();
+        let attrs = self
+            .attrs
+            .values()
+            .flat_map(|a| std::iter::once(a.cleared).chain(a.values.values().flat_map(|v| [v.added, v.deleted])));
+        entry.chain(attrs).filter(|c| *c != Csn::default())
     }
 
     /// What clients see: the DN and the present values, attributes in

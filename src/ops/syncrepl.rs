@@ -28,13 +28,16 @@
 //!   server's own CSN in it is never above the lowest commit floor
 //!   (`shards::shard::Floors`, read before the changelog is) nor at or
 //!   above a record held back for a pending rename: a change stamped on a
-//!   slower shard cannot come after a cookie that claims it. An entry
-//!   counts as changed when its `entryCSN` is above the cookie's CSN for
-//!   its server; on a server of a mirror pair (see `exact`) also when it
-//!   is within `MARGIN_US` below it: the peer's CSNs arrive over streams
-//!   per partition that no floor bounds yet (sending an entry twice is
-//!   harmless). Entries in the persist stage carry no cookie; the
-//!   `newcookie` messages carry it.
+//!   slower shard cannot come after a cookie that claims it; the peer's
+//!   CSN never above what the peer settled here. An entry counts as
+//!   changed when its `entryCSN` is above the cookie's CSN for its
+//!   server; on a server of a mirror pair also when any stamp of its
+//!   replicated state is (see `Since`: a late change of the peer, older
+//!   than one made here, does not move `entryCSN`), and a cookie the
+//!   peer handed out counts only as far as this server holds it. No
+//!   margin of time decides anything (sending an entry twice would be
+//!   harmless, missing one is not). Entries in the persist stage
+//!   carry no cookie; the `newcookie` messages carry it.
 //! - Abandon and Cancel (RFC 3909) end a persistent search.
 //!
 //! ldap3_proto 0.9 writes `newcookie` as a constructed `[0]`; slapd expects
@@ -70,9 +73,6 @@ pub const SYNC_REQUEST: &str = "1.3.6.1.4.1.4203.1.9.1.1";
 const SYNC_INFO: &str = "1.3.6.1.4.1.4203.1.9.1.4";
 /// How often a persistent search looks at the changelog.
 const POLL: Duration = Duration::from_millis(100);
-/// How far before a cookie's CSN entries count as changed on a server of
-/// a mirror pair (see `exact`; a lone provider's own CSNs need none).
-const MARGIN_US: u64 = 5_000_000;
 /// Entries read per snapshot in the refresh before yielding.
 const CHUNK: usize = 1024;
 /// Most keys a refresh chunk walks in one store.
@@ -142,16 +142,6 @@ impl Cookie {
         *slot = (*slot).max(csn);
     }
 
-    /// Whether an entry with this `entryCSN` changed after the cookie
-    /// (`exact`: the server id whose cookie CSNs are exact, see `exact`).
-    fn changed_since(&self, csn: Option<Csn>, exact: Option<u16>) -> bool {
-        let Some(csn) = csn else { return true };
-        self.csns.get(&csn.sid).is_none_or(|c| match Some(csn.sid) == exact {
-            true => csn > *c,
-            false => csn.phys_us + MARGIN_US > c.phys_us,
-        })
-    }
-
     /// The cookie to hand out: the CSNs seen, but this server's own no
     /// higher than `cap` and, on a server of a mirror pair (`peers`), each
     /// peer's no higher than what it settled here (none before it says);
@@ -174,17 +164,74 @@ impl Cookie {
                 None => out.csns.remove(&sid),
             };
         }
+        // The peer's claim, though no entry showed its server id: without
+        // it, every entry a change of the peer reached would count as
+        // changed in each refresh (see `Since`).
+        if let Some(PeerClaim::Peer { sid, upto: Some(upto) }) = peer {
+            out.csns.entry(sid).or_insert(upto);
+        }
         out
     }
 }
 
-/// The server id whose cookie CSNs are exact: this one's, unless it is
-/// one of a mirror pair. There an entry's `entryCSN` (its state's newest
-/// stamp) need not move when a change of the peer with an older stamp
-/// arrives late, and a consumer may come with a cookie the peer made:
-/// every CSN keeps the margin.
-fn exact(ctx: &crate::server::Ctx) -> Option<u16> {
-    (!ctx.mirrored).then_some(ctx.shard.stamping.sid)
+/// What a consumer's cookie says it holds, as far as this server holds
+/// it too: the cookie's CSNs, on a server of a mirror pair with the
+/// peer's no higher than what the peer settled here (a cookie the peer
+/// handed out may claim changes still on their way), and none of the
+/// peer's while it has not said what (`PeerClaim::Unknown`).
+struct Since {
+    csns: BTreeMap<u16, Csn>,
+    /// On a server of a mirror pair, a change of the peer that arrives
+    /// after a later change to the same entry here leaves its `entryCSN`
+    /// (the newest stamp) as it was, so the entry's state is read for its
+    /// stamps; except below `low`, the cookie's lowest CSN once it names
+    /// both servers, which claims every change of either up to it.
+    mirrored: bool,
+    low: Option<Csn>,
+}
+
+impl Since {
+    fn new(given: &Cookie, own: u16, peers: Peers) -> Since {
+        let mut csns = given.csns.clone();
+        let mut complete = peers.is_none();
+        match peers {
+            Some(PeerClaim::Peer { sid, upto }) => {
+                match (csns.get(&sid).copied(), upto) {
+                    (Some(c), Some(u)) => csns.insert(sid, c.min(u)),
+                    _ => csns.remove(&sid),
+                };
+                complete = csns.contains_key(&sid) && csns.contains_key(&own);
+            }
+            Some(PeerClaim::Unknown) => csns.retain(|sid, _| *sid == own),
+            None => {}
+        }
+        let low = complete.then(|| csns.values().min().copied()).flatten();
+        Since { csns, mirrored: peers.is_some(), low }
+    }
+
+    /// Whether the cookie lacks this change.
+    fn newer(&self, csn: Csn) -> bool {
+        self.csns.get(&csn.sid).is_none_or(|c| csn > *c)
+    }
+
+    /// Whether the cookie names every server that makes changes here, so
+    /// that the delete phase can tell what is gone since it.
+    fn complete(&self) -> bool {
+        !self.mirrored || self.low.is_some()
+    }
+
+    /// Whether an entry with this `entryCSN` changed after the cookie;
+    /// `state` reads its replicated state (`None` where it has none).
+    fn changed(&self, csn: Option<Csn>, state: impl FnOnce() -> Result<Option<EntryState>>) -> Result<bool> {
+        let Some(csn) = csn else { return Ok(true) };
+        if self.newer(csn) {
+            return Ok(true);
+        }
+        if !self.mirrored || self.low.is_some_and(|low| csn <= low) {
+            return Ok(false);
+        }
+        Ok(state()?.is_some_and(|state| state.csns().any(|c| self.newer(c))))
+    }
 }
 
 /// The highest CSN of server `own` a cookie may claim: below the lowest
@@ -410,9 +457,10 @@ async fn run(
     let moving = transit.get(&ctx.shard.stamping.sid).copied();
     let peers = peer_claims(settled, &transit);
     let marks = positions(ctx)?;
-    let mut next = Cookie { rid, csns: given.as_ref().map(|c| c.csns.clone()).unwrap_or_default() };
+    let since = given.as_ref().map(|g| Since::new(g, ctx.shard.stamping.sid, peers));
+    let mut next = Cookie { rid, csns: since.as_ref().map(|s| s.csns.clone()).unwrap_or_default() };
     let cap = (floor_us, moving, &peers);
-    let (phase, handed) = refresh(&session, given.as_ref(), &mut next, cap, abandoned, sent).await?;
+    let (phase, handed) = refresh(&session, since.as_ref(), &mut next, cap, abandoned, sent).await?;
     let sid = ctx.shard.stamping.sid;
     let (cookie, deletes) = (Some(handed.compose(sid)), phase != Phase::Present);
     if !persist {
@@ -445,10 +493,11 @@ enum Phase {
     Delete,
 }
 
-fn phase(ctx: &crate::server::Ctx, given: Option<&Cookie>) -> Result<Phase> {
-    let exact = exact(ctx);
-    let since = |c: &Csn| if Some(c.sid) == exact { c.phys_us } else { c.phys_us.saturating_sub(MARGIN_US) };
-    let Some(floor_us) = given.and_then(|g| g.csns.values().map(since).min()) else { return Ok(Phase::Present) };
+fn phase(ctx: &crate::server::Ctx, since: Option<&Since>) -> Result<Phase> {
+    let since = since.filter(|s| s.complete());
+    let Some(floor_us) = since.and_then(|s| s.csns.values().map(|c| c.phys_us).min()) else {
+        return Ok(Phase::Present);
+    };
     for store in ctx.shard.stores.iter() {
         if !changelog::covers(&store.read()?, floor_us)? {
             return Ok(Phase::Present);
@@ -458,12 +507,12 @@ fn phase(ctx: &crate::server::Ctx, given: Option<&Cookie>) -> Result<Phase> {
 }
 
 /// The refresh stage: every entry in scope, in full if it changed since
-/// `given`, else as present or (delete phase) not at all, then for the
-/// delete phase the entryUUIDs of what is gone. `next` gathers the CSNs
-/// seen.
+/// the cookie (`since`), else as present or (delete phase) not at all,
+/// then for the delete phase the entryUUIDs of what is gone. `next`
+/// gathers the CSNs seen.
 async fn refresh(
     s: &Session<'_>,
-    given: Option<&Cookie>,
+    since: Option<&Since>,
     next: &mut Cookie,
     (floor_us, moving, peers): (u64, Option<Csn>, &Peers),
     abandoned: &Cell<bool>,
@@ -471,8 +520,7 @@ async fn refresh(
 ) -> Result<(Phase, Cookie)> {
     let shard = &s.conn.ctx.shard;
     let own = shard.stamping.sid;
-    let exact = exact(&s.conn.ctx);
-    let phase = phase(&s.conn.ctx, given)?;
+    let phase = phase(&s.conn.ctx, since)?;
     let mut gone: Vec<uuid::Uuid> = Vec::new();
     let base_key = s.base_key.as_slice();
     // Every store's entries merged in DN key order, so that a parent goes
@@ -504,7 +552,10 @@ async fn refresh(
                 if let Some(csn) = csn {
                     next.saw(csn);
                 }
-                let changed = given.is_none_or(|g| g.changed_since(csn, exact));
+                let changed = match since {
+                    Some(since) => since.changed(csn, || state_of(shard, txn, key, &view))?,
+                    None => true,
+                };
                 let decided = shards::index::decided_items(txn, &s.filter, id, view.size())?;
                 let state = match (shards::filter::with_decided(decided, || s.matches(key, &view))?, changed, phase) {
                     (true, true, _) => SyncStateValue::Add,
@@ -526,19 +577,19 @@ async fn refresh(
         s.conn.send(out).await;
         futures_lite::future::yield_now().await;
         if abandoned.get() {
-            return Ok((phase, given.cloned().unwrap_or_default()));
+            return Ok((phase, before(next.rid, since)));
         }
         match next_from {
             Some(k) => (from, resumed) = (k, true),
             None => break,
         }
     }
-    let before = given.cloned().unwrap_or_default();
-    let Some(given) = given.filter(|_| phase == Phase::Delete) else {
+    let before = before(next.rid, since);
+    let Some(since) = since.filter(|_| phase == Phase::Delete) else {
         return Ok((phase, next.capped(own, claimable(own, floor_us, moving), &before, *peers)));
     };
     // What it learns is gone counts for the cookie too.
-    for (uuid, csn) in departed(s, given)? {
+    for (uuid, csn) in departed(s, since)? {
         next.saw(csn);
         gone.push(uuid);
     }
@@ -557,6 +608,25 @@ async fn refresh(
     }
     s.conn.send(out).await;
     Ok((phase, handed))
+}
+
+/// The cookie a refresh starts from, as this server holds it (`Since`):
+/// what a cookie handed out after it claims at least.
+fn before(rid: Option<u16>, since: Option<&Since>) -> Cookie {
+    Cookie { rid, csns: since.map(|s| s.csns.clone()).unwrap_or_default() }
+}
+
+/// The replicated state of the entry at `key` (its partition's, in the
+/// store that holds the entry).
+fn state_of<T: ReadTxn>(
+    shard: &shards::shard::Shard,
+    txn: &T,
+    key: &[u8],
+    view: &EntryView<'_>,
+) -> Result<Option<EntryState>> {
+    let partition = shard.manifest.partition_of(key) as u16;
+    let uuid = uuid_of_view(view)?;
+    Ok(txn.get(Tree::State, &changelog::state_key(partition, uuid.as_bytes()))?.and_then(changelog::decode_state))
 }
 
 /// The next rows of the refresh in DN key order across stores: up to
@@ -604,9 +674,8 @@ fn next_rows<T: ReadTxn>(
 
 /// The entries deleted since the cookie (their tombstones), and those a
 /// rename since took out of scope.
-fn departed(s: &Session<'_>, given: &Cookie) -> Result<Vec<(uuid::Uuid, Csn)>> {
+fn departed(s: &Session<'_>, since: &Since) -> Result<Vec<(uuid::Uuid, Csn)>> {
     let shard = &s.conn.ctx.shard;
-    let exact = exact(&s.conn.ctx);
     let mut out = Vec::new();
     for store in shard.stores.iter() {
         let mut states = Vec::new();
@@ -619,7 +688,7 @@ fn departed(s: &Session<'_>, given: &Cookie) -> Result<Vec<(uuid::Uuid, Csn)>> {
         for (p, uuid, bytes) in states {
             let Some(state) = changelog::decode_state(&bytes) else { continue };
             if let Some(deleted) = state.deleted {
-                if given.changed_since(Some(deleted), exact) && s.showed_before_delete(&state, &uuid) {
+                if since.newer(deleted) && s.showed_before_delete(&state, &uuid) {
                     out.push((uuid::Uuid::from_bytes(uuid), deleted));
                 }
                 continue;
@@ -627,7 +696,7 @@ fn departed(s: &Session<'_>, given: &Cookie) -> Result<Vec<(uuid::Uuid, Csn)>> {
             // A state a rename left behind, renamed since the cookie.
             let Some((dn, at)) = &state.dn else { continue };
             let home = Dn::parse(dn).map(|d| shard.manifest.partition_of(&d.key()) as u16);
-            if home.is_ok_and(|h| h == p) || !given.changed_since(Some(*at), exact) {
+            if home.is_ok_and(|h| h == p) || !since.newer(*at) {
                 continue;
             }
             if let Located::Found(key, ..) = locate(shard, &uuid, dn.clone(), None)? {
@@ -986,22 +1055,41 @@ mod tests {
     }
 
     #[test]
-    fn entries_count_as_changed_after_the_cookie_exactly_for_own_csns() {
+    fn entries_count_as_changed_by_every_stamp_the_cookie_lacks() {
         let csn = |t: u64, sid: u16| Csn { phys_us: t, logical: 0, sid, partition: 0 };
         let mut c = Cookie::default();
-        c.saw(csn(100_000_000, 1));
-        c.saw(csn(100_000_000, 2));
-        // Server 1's own cookie CSN is exact; the peer's (2) keeps a margin.
-        let own = Some(1);
-        assert!(!c.changed_since(Some(csn(99_000_000, 1)), own));
-        assert!(!c.changed_since(Some(csn(100_000_000, 1)), own));
-        assert!(c.changed_since(Some(csn(100_000_001, 1)), own));
-        assert!(!c.changed_since(Some(csn(90_000_000, 2)), own));
-        assert!(c.changed_since(Some(csn(99_000_000, 2)), own), "within the margin");
-        assert!(c.changed_since(Some(csn(1, 3)), own), "another server's, unknown to the cookie");
-        assert!(c.changed_since(None, own));
-        // One of a mirror pair: its own CSNs keep the margin too.
-        assert!(c.changed_since(Some(csn(99_000_000, 1)), None));
+        c.saw(csn(100, 1));
+        c.saw(csn(90, 2));
+        let no_state = || Ok(None);
+        // A lone provider: entryCSN alone, exactly.
+        let lone = Since::new(&c, 1, None);
+        assert!(!lone.changed(Some(csn(100, 1)), no_state).unwrap());
+        assert!(lone.changed(Some(csn(101, 1)), no_state).unwrap());
+        assert!(lone.changed(Some(csn(1, 3)), no_state).unwrap(), "another server's, unknown to the cookie");
+        assert!(lone.changed(None, no_state).unwrap());
+        // One of a pair whose peer (2) settled up to 95: below the
+        // cookie's lowest CSN nothing is read; above it, every stamp counts.
+        let pair = Since::new(&c, 1, Some(PeerClaim::Peer { sid: 2, upto: Some(csn(95, 2)) }));
+        assert!(pair.complete());
+        let unread = || -> Result<Option<EntryState>> { panic!("read below the cookie") };
+        assert!(!pair.changed(Some(csn(90, 1)), unread).unwrap());
+        let mut state = EntryState::default();
+        state.created = csn(10, 1);
+        state.dn = Some(("uid=x".into(), csn(100, 1)));
+        assert!(!pair.changed(Some(csn(100, 1)), || Ok(Some(state.clone()))).unwrap());
+        state.deleted = Some(csn(93, 2));
+        assert!(pair.changed(Some(csn(100, 1)), || Ok(Some(state.clone()))).unwrap(), "a late stamp of the peer");
+        // A cookie the peer handed out claims of it only what it settled here.
+        let mut theirs = c.clone();
+        theirs.saw(csn(99, 2));
+        let clamped = Since::new(&theirs, 1, Some(PeerClaim::Peer { sid: 2, upto: Some(csn(95, 2)) }));
+        assert!(clamped.newer(csn(96, 2)));
+        // A peer that has said nothing yet: none of its stamps is claimed,
+        // and the delete phase cannot tell what is gone.
+        let unknown = Since::new(&theirs, 1, Some(PeerClaim::Unknown));
+        assert!(unknown.newer(csn(1, 2)) && !unknown.complete());
+        let silent = Since::new(&theirs, 1, Some(PeerClaim::Peer { sid: 2, upto: None }));
+        assert!(silent.newer(csn(1, 2)) && !silent.complete());
     }
 
     #[test]

@@ -1184,3 +1184,53 @@ fn no_new_cookie_claims_a_change_of_the_peer_not_sent_yet() {
     });
     assert!(claimed, "no cookie came to claim the peer's last change ({last})");
 }
+
+/// A change of the peer that arrives after a later change here to the
+/// same entry leaves its `entryCSN` as it was; a refresh from a cookie
+/// handed out in between still sends the entry (issue 19: no margin of
+/// time decides it). A is restarted with its clock 10 s ahead, so that
+/// the cookie's CSN is well past the entry's.
+#[test]
+fn a_refresh_sends_an_entry_a_late_older_change_of_the_peer_reached() {
+    use ldap3_proto::proto::LdapOp;
+    let (pa, pb) = (free_port(), free_port());
+    let mut a = Server::start_with_config(1, &(mirror_conf(1, pa, pb) + "[syncrepl]\nprovider = true\n"));
+    let mut b = seeded_from(&a, &mirror_conf(2, pb, pa), &[]);
+    person(&mut a.admin(), "late", "first");
+    converged(&a, &b);
+    let dn = format!("uid=late,{PEOPLE}");
+    a.kill9();
+    let mut c = b.admin();
+    assert_eq!(c.modify(&dn, vec![Mod::Replace("description", ["from-b"].into())]).unwrap().rc, 0);
+    b.kill9();
+    a.launch();
+    assert_eq!(a.admin().modify(&dn, vec![Mod::Replace("sn", ["from-a"].into())]).unwrap().rc, 0);
+    a.kill9();
+    a.env = vec![("COREDIR_TEST_CLOCK_OFFSET_S".into(), "10".into())];
+    a.launch();
+    person(&mut a.admin(), "later", "ahead");
+    let (_, cookie) = crate::syncrepl::refresh_only(&a, None);
+    let cookie = cookie.expect("a cookie");
+    b.launch();
+    converged(&a, &b);
+    let (msgs, handed) = crate::syncrepl::refresh_only(&a, Some(cookie.clone()));
+    let sent = msgs.iter().find_map(|m| match &m.op {
+        LdapOp::SearchResultEntry(e) if e.dn.eq_ignore_ascii_case(&dn) => Some(e.clone()),
+        _ => None,
+    });
+    let sent = sent.unwrap_or_else(|| panic!("{dn} not sent from {}", String::from_utf8_lossy(&cookie)));
+    let description: Vec<&[u8]> = sent
+        .attributes
+        .iter()
+        .filter(|a| a.atype.eq_ignore_ascii_case("description"))
+        .flat_map(|a| a.vals.iter().map(|v| v.as_slice()))
+        .collect();
+    assert_eq!(description, vec![b"from-b".as_slice()], "{sent:?}");
+    // The cookie that refresh handed out names both servers, and from it
+    // nothing is sent again.
+    let handed = handed.expect("a cookie");
+    assert!(String::from_utf8_lossy(&handed).contains("#002#"), "{}", String::from_utf8_lossy(&handed));
+    let (msgs, _) = crate::syncrepl::refresh_only(&a, Some(handed));
+    let entries = msgs.iter().filter(|m| matches!(m.op, LdapOp::SearchResultEntry(_))).count();
+    assert_eq!(entries, 0, "{msgs:?}");
+}

@@ -372,7 +372,7 @@ fn sync_search(msgid: i32, mode: ldap3_proto::proto::SyncRequestMode, cookie: Op
 
 /// A refreshOnly sync search from `cookie`: the messages before its
 /// SearchResultDone, and the cookie its Sync Done control carries.
-fn refresh_only(s: &Server, cookie: Option<Vec<u8>>) -> (Vec<LdapMsg>, Option<Vec<u8>>) {
+pub fn refresh_only(s: &Server, cookie: Option<Vec<u8>>) -> (Vec<LdapMsg>, Option<Vec<u8>>) {
     use ldap3_proto::control::LdapControl;
     let mut r = Raw::connect(s);
     r.send(vec![sync_search(1, ldap3_proto::proto::SyncRequestMode::RefreshOnly, cookie)]);
