@@ -184,8 +184,9 @@ struct Since {
     /// On a server of a mirror pair, a change of the peer that arrives
     /// after a later change to the same entry here leaves its `entryCSN`
     /// (the newest stamp) as it was, so the entry's state is read for its
-    /// stamps; except below `low`, the cookie's lowest CSN once it names
-    /// both servers, which claims every change of either up to it.
+    /// stamps; except below `low`, the lower of the cookie's CSNs for the
+    /// two servers once it names both, which claims every change of
+    /// either up to it.
     mirrored: bool,
     low: Option<Csn>,
 }
@@ -193,19 +194,19 @@ struct Since {
 impl Since {
     fn new(given: &Cookie, own: u16, peers: Peers) -> Since {
         let mut csns = given.csns.clone();
-        let mut complete = peers.is_none();
+        let mut low = None;
         match peers {
             Some(PeerClaim::Peer { sid, upto }) => {
                 match (csns.get(&sid).copied(), upto) {
                     (Some(c), Some(u)) => csns.insert(sid, c.min(u)),
                     _ => csns.remove(&sid),
                 };
-                complete = csns.contains_key(&sid) && csns.contains_key(&own);
+                // Other server ids' stamps (imported data's) are static.
+                low = csns.get(&sid).zip(csns.get(&own)).map(|(p, o)| *p.min(o));
             }
             Some(PeerClaim::Unknown) => csns.retain(|sid, _| *sid == own),
             None => {}
         }
-        let low = complete.then(|| csns.values().min().copied()).flatten();
         Since { csns, mirrored: peers.is_some(), low }
     }
 
