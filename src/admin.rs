@@ -16,7 +16,7 @@ use crate::stats::{Op, Snapshot};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use shards::manifest::Manifest;
-use shards::store::{Engine, ReadTxn, Store, Tree};
+use shards::store::{Engine, EngineRead, ReadTxn, Store};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -150,7 +150,7 @@ impl Admin {
                     bail!("mirror mode is off (no [replication] listen and peer)");
                 }
                 let mut status = self.shared.replication.snapshot();
-                status.changelog_records = self.count(Tree::Changelog)?;
+                status.changelog_records = self.changelog_records()?;
                 Response::Replication(status)
             }
             Request::Conflicts => Response::Conflicts { conflicts: self.conflicts()? },
@@ -219,7 +219,7 @@ impl Admin {
                 shard: i,
                 cpu: self.cpus[i % self.cpus.len()],
                 partitions: self.manifest.owners.iter().filter(|o| **o as usize == i).count(),
-                entries: count_keys(store, Tree::Id2entry)?,
+                entries: read_outside(store, |txn| txn.count_entries())?,
                 connections: self.shared.connections.count(i),
                 operations,
                 mesh_sent: snap.sum("coredir_mesh_messages_sent_total", &shard) as u64,
@@ -344,9 +344,9 @@ pub struct Conflict {
 }
 
 impl Admin {
-    /// Keys of a tree over every store.
-    fn count(&self, tree: Tree) -> Result<u64> {
-        self.stores.iter().map(|s| count_keys(s, tree)).sum()
+    /// Records in the changelogs of every store.
+    fn changelog_records(&self) -> Result<u64> {
+        self.stores.iter().map(|s| read_outside(s, |txn| shards::changelog::count_records(txn))).sum()
     }
 
     /// Every entry marked as a DN conflict's loser, from the stores' states.
@@ -355,10 +355,9 @@ impl Admin {
         for store in self.stores.iter() {
             let _outside = store.outside();
             let txn = store.read().map_err(|e| anyhow!(e.message))?;
-            txn.scan(Tree::State, b"", b"", &mut |k, v| {
-                let uuid: Option<[u8; 16]> = k.get(2..).and_then(|u| u.try_into().ok());
-                let partition = k.get(..2).map(|p| u16::from_be_bytes([p[0], p[1]]) as u32);
-                if let (Some(uuid), Some(state)) = (uuid, shards::changelog::decode_state(v)) {
+            shards::changelog::states(&txn, &mut |partition, uuid, v| {
+                let partition = Some(partition as u32);
+                if let Some(state) = shards::changelog::decode_state(v) {
                     // Once, from the partition that shows it (a rename
                     // leaves a copy of the state where it was).
                     let here = |dn: &str| {
@@ -382,17 +381,12 @@ impl Admin {
     }
 }
 
-/// Keys of one tree of a store (the admin thread holds off map growth).
-fn count_keys(store: &Engine, tree: Tree) -> Result<u64> {
+/// `read` through a snapshot of a store (the admin thread holds off map
+/// growth meanwhile).
+fn read_outside(store: &Engine, read: impl FnOnce(&EngineRead<'_>) -> shards::Result<u64>) -> Result<u64> {
     let _outside = store.outside();
     let txn = store.read().map_err(|e| anyhow!(e.message))?;
-    let mut n = 0;
-    txn.scan(tree, b"", b"", &mut |_, _| {
-        n += 1;
-        true
-    })
-    .map_err(|e| anyhow!(e.message))?;
-    Ok(n)
+    read(&txn).map_err(|e| anyhow!(e.message))
 }
 
 /// Binds the admin socket (refusing one a live server answers on) and

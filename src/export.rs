@@ -5,9 +5,8 @@
 use crate::config::Config;
 use crate::server;
 use anyhow::{anyhow, bail, Result};
-use shards::entry::EntryView;
 use shards::manifest::Manifest;
-use shards::store::{ReadTxn, Store, Tree};
+use shards::store::{ReadTxn, Store};
 use shards::{ldif, matching};
 use std::io::Write;
 use std::path::Path;
@@ -23,7 +22,7 @@ pub fn run(config: Config, out: Option<&Path>, operational: bool) -> Result<()> 
     // Keys are root-first, so sorting them puts every parent before its children.
     let mut keys: Vec<(Vec<u8>, usize, Vec<u8>)> = Vec::new();
     for (i, txn) in txns.iter().enumerate() {
-        txn.scan(Tree::Dn2id, b"", b"", &mut |k, id| {
+        txn.dn_keys(b"", b"", &mut |k, id| {
             keys.push((k.to_vec(), i, id.to_vec()));
             true
         })
@@ -35,8 +34,7 @@ pub fn run(config: Config, out: Option<&Path>, operational: bool) -> Result<()> 
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
     for (_, shard, id) in keys {
-        let Some(bytes) = txns[shard].get(Tree::Id2entry, &id).map_err(|e| anyhow!(e.message))? else { continue };
-        let view = EntryView::new(bytes).map_err(|e| anyhow!(e.message))?;
+        let Some(view) = txns[shard].entry_by_id(&id).map_err(|e| anyhow!(e.message))? else { continue };
         ldif::write_line(&mut w, "dn", view.dn().as_bytes())?;
         for a in view.attrs().filter(|a| operational || !matching::is_operational(a.name)) {
             for v in a.vals() {

@@ -80,7 +80,7 @@ fn dn_below(ctx: &Ctx, key: &[u8]) -> Result<Option<Dn>> {
     prefix.push(shards::dn::KEY_SEPARATOR);
     for store in ctx.shard.stores.iter() {
         let mut found = None;
-        store.read()?.scan(shards::store::Tree::Dn2id, &prefix, &prefix, &mut |k, _| {
+        store.read()?.dn_keys(&prefix, &prefix, &mut |k, _| {
             found = Some(k.to_vec());
             false
         })?;

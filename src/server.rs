@@ -728,7 +728,7 @@ fn naming_contexts_changed(config: &Config, manifest: &Manifest, stores: &[Arc<E
     let exists = |dn: &Dn| -> Result<bool> {
         use shards::store::ReadTxn;
         let txn = stores[manifest.owner_of(&dn.key())].read().map_err(|e| anyhow!(e.message))?;
-        Ok(txn.get(shards::store::Tree::Dn2id, &dn.key()).map_err(|e| anyhow!(e.message))?.is_some())
+        txn.has_dn(&dn.key()).map_err(|e| anyhow!(e.message))
     };
     for gone in recorded.iter().filter(|r| !configured.contains(r)) {
         if exists(gone)? {

@@ -302,7 +302,7 @@ pub fn materialize(state: &EntryState, uuid: &[u8; 16]) -> Option<Entry> {
     Some(Entry { dn, attrs })
 }
 
-pub fn load_state<T: ReadTxn>(txn: &T, partition: u16, uuid: &[u8; 16]) -> Result<Option<EntryState>> {
+pub fn load_state<T: ReadTxn + ?Sized>(txn: &T, partition: u16, uuid: &[u8; 16]) -> Result<Option<EntryState>> {
     match txn.get(Tree::State, &state_key(partition, uuid))? {
         None => Ok(None),
         Some(b) => decode_state(b).map(Some).ok_or_else(|| Error::other("a replication state record is corrupt")),
@@ -398,15 +398,58 @@ pub fn streams<T: ReadTxn>(txn: &T) -> Result<Vec<Stream>> {
     })?;
     let mut out = Vec::with_capacity(held.len());
     for (p, o, last) in held {
-        let start = log_key(p, o, 0);
         let mut first = last + 1;
-        txn.scan(Tree::Changelog, &start[..LOG_PREFIX], &start, &mut |k, _| {
-            first = be_u64(&k[LOG_PREFIX..]);
+        read_stream(txn, (p, o), 0, &mut |seq, _| {
+            first = seq;
             false
         })?;
         out.push((p, o, first, last));
     }
     Ok(out)
+}
+
+/// The last sequence number of `origin` this store holds for a partition
+/// (the replica update vector's entry; 0 for none).
+pub fn held<T: ReadTxn + ?Sized>(txn: &T, partition: u16, origin: Origin) -> Result<u64> {
+    Ok(txn.get(Tree::Meta, &ruv_key(partition, origin))?.map_or(0, be_u64))
+}
+
+/// Visits the records of one stream (partition, origin) from sequence
+/// number `from` on, in order, as (sequence number, stored record), until
+/// `visit` returns false.
+pub fn read_stream<T: ReadTxn + ?Sized>(
+    txn: &T,
+    (partition, origin): (u16, Origin),
+    from: u64,
+    visit: &mut dyn FnMut(u64, &[u8]) -> bool,
+) -> Result<()> {
+    let start = log_key(partition, origin, from);
+    txn.scan(Tree::Changelog, &start[..LOG_PREFIX], &start, &mut |k, v| visit(be_u64(&k[LOG_PREFIX..]), v))
+}
+
+/// How many records the changelog holds (a walk of every stream).
+pub fn count_records<T: ReadTxn + ?Sized>(txn: &T) -> Result<u64> {
+    let mut n = 0;
+    txn.scan(Tree::Changelog, &[], &[], &mut |_, _| {
+        n += 1;
+        true
+    })?;
+    Ok(n)
+}
+
+/// The stored record at one sequence number of a stream.
+pub fn record_at<T: ReadTxn + ?Sized>(txn: &T, partition: u16, origin: Origin, seq: u64) -> Result<Option<&[u8]>> {
+    txn.get(Tree::Changelog, &log_key(partition, origin, seq))
+}
+
+/// Visits every entry state a store keeps (every partition's, tombstones
+/// and the states renames left included) as (partition, entryUUID,
+/// encoded state), until `visit` returns false.
+pub fn states<T: ReadTxn + ?Sized>(txn: &T, visit: &mut dyn FnMut(u16, [u8; 16], &[u8]) -> bool) -> Result<()> {
+    txn.scan(Tree::State, &[], &[], &mut |k, v| match (<[u8; 2]>::try_from(&k[..2]), <[u8; 16]>::try_from(&k[2..])) {
+        (Ok(p), Ok(uuid)) => visit(u16::from_be_bytes(p), uuid, v),
+        _ => true,
+    })
 }
 
 /// Per origin, the last record of a partition this store holds: where a

@@ -234,6 +234,11 @@ impl Shard {
         Ok(self.store_for(key).read()?.entry(key)?.map(|(_, view)| f(&view)))
     }
 
+    /// Whether an entry has this DN key, through a snapshot of its owner's store.
+    pub fn exists(&self, key: &[u8]) -> Result<bool> {
+        self.store_for(key).read()?.has_dn(key)
+    }
+
     /// How many children the entry with this DN key has (0 when there is
     /// no such entry), through a snapshot of its owner's store.
     pub fn children(&self, key: &[u8]) -> Result<u64> {

@@ -27,7 +27,7 @@ use ldap3_proto::LdapResultCode;
 use shards::dn::{key_below, Dn};
 use shards::entry::EntryView;
 use shards::index::Marked;
-use shards::store::{ReadTxn, Store, Tree};
+use shards::store::{ReadTxn, Store};
 use shards::{Error, Result, Shard};
 use std::cell::Cell;
 use std::collections::HashSet;
@@ -203,8 +203,7 @@ pub async fn scopes(
                     let found = Marked::Alias.below(&txn, &root, after.as_deref(), CHUNK)?;
                     let mut aliases = Vec::with_capacity(found.len());
                     for (_, id) in &found {
-                        let Some(bytes) = txn.get(Tree::Id2entry, id)? else { continue };
-                        let view = EntryView::new(bytes)?;
+                        let Some(view) = txn.entry_by_id(id)? else { continue };
                         let Ok(key) = shards::dn::key_of(view.dn()) else { continue };
                         // Not the base: an alias there was dereferenced when
                         // finding, or (searching only) is returned as it is.

@@ -343,9 +343,8 @@ pub fn matched_entry(conn: &Conn, identity: &Identity, dn: &shards::dn::Dn) -> O
 /// The nearest entry above `dn` that exists, within its naming context,
 /// whoever asks: a bisection over the DN's ancestors.
 pub fn nearest_entry(ctx: &crate::server::Ctx, dn: &shards::dn::Dn) -> Option<shards::dn::Dn> {
-    use shards::store::{ReadTxn, Store, Tree};
     let shard = &ctx.shard;
-    let exists = |key: &[u8]| shard.store_for(key).read().and_then(|t| t.get(Tree::Dn2id, key).map(|v| v.is_some()));
+    let exists = |key: &[u8]| shard.exists(key);
     let Some(top) = ctx.suffixes.iter().filter(|s| dn.is_within(s)).map(|s| s.depth()).max() else {
         return None;
     };
@@ -427,7 +426,6 @@ fn proxied(conn: &Conn, authzid: &[u8]) -> Result<Identity> {
 /// Under no access rules, the write itself finds it missing.
 /// `named`: the DN a referral names (an add's new entry, for its parent).
 pub fn require_entry(conn: &Conn, identity: &Identity, dn: &shards::dn::Dn, named: &shards::dn::Dn) -> Result<()> {
-    use shards::store::{ReadTxn, Store, Tree};
     let live = conn.ctx.live();
     let Some(access) = conn.access(&live, identity) else { return Ok(()) };
     let key = dn.key();
@@ -438,7 +436,7 @@ pub fn require_entry(conn: &Conn, identity: &Identity, dn: &shards::dn::Dn, name
     {
         return Ok(());
     }
-    if conn.ctx.shard.store_for(&key).read()?.get(Tree::Dn2id, &key)?.is_some() {
+    if conn.ctx.shard.exists(&key)? {
         return Ok(());
     }
     match matched_entry(conn, identity, dn) {

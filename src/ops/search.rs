@@ -28,7 +28,7 @@ use shards::dn::key_of;
 use shards::dn::{key_depth, Dn, KEY_SEPARATOR};
 use shards::entry::{encode_vals, Entry, EntryView, Vals};
 use shards::schema::subschema;
-use shards::store::{Engine, ReadTxn, Store, Tree};
+use shards::store::{Engine, ReadTxn, Store};
 use shards::write::children;
 use shards::{filter, index, matching, Error, Result};
 use std::cell::Cell;
@@ -485,8 +485,7 @@ impl Emit<'_> {
                     let txn = store.read()?;
                     let found = index::Marked::Referral.below(&txn, base_key, after.as_deref(), REFERENCE_CHUNK)?;
                     for (_, id) in &found {
-                        let Some(bytes) = txn.get(Tree::Id2entry, id)? else { continue };
-                        let view = EntryView::new(bytes)?;
+                        let Some(view) = txn.entry_by_id(id)? else { continue };
                         let Some(uris) = referral::reference(&view, base_key, one_level) else { continue };
                         let key = key_of(view.dn())?;
                         let target = Target { key: &key, entry: Some(&view) };
@@ -602,7 +601,7 @@ async fn walk(
         // the index without reading it (`index::decides`).
         let found = match emit.plan.is_some() || ctrls.assertion.is_some() || emit.referrals {
             true => txn.entry(base_key)?.map(|(id, view)| (id, Some(view))),
-            false => txn.get(Tree::Dn2id, base_key)?.map(|id| (id, None)),
+            false => txn.id_of(base_key)?.map(|id| (id, None)),
         };
         let Some((id, view)) = found else {
             let scope = Some(referral::scope_name(&req.scope));
@@ -941,8 +940,8 @@ impl Emit<'_> {
         if let Some(view) = read {
             return self.visit_view(txn, key, id, view, known);
         }
-        let Some(bytes) = txn.get(Tree::Id2entry, id)? else { return Ok(Visit::Next) };
-        self.visit_view(txn, key, id, &EntryView::new(bytes)?, known)
+        let Some(view) = txn.entry_by_id(id)? else { return Ok(Visit::Next) };
+        self.visit_view(txn, key, id, &view, known)
     }
 
     /// Checks one entry already read and writes it when it matches;
@@ -1068,8 +1067,7 @@ impl Emit<'_> {
                 at += 1;
                 // A candidate may have been deleted since the lookup; the
                 // index holds ids only, so the entry's DN decides its scope.
-                let Some(bytes) = txn.get(Tree::Id2entry, id)? else { continue };
-                let view = EntryView::new(bytes)?;
+                let Some(view) = txn.entry_by_id(id)? else { continue };
                 let Ok(key) = key_of(view.dn()) else { continue };
                 if !scope.contains(&key) {
                     continue;
@@ -1139,7 +1137,7 @@ impl Emit<'_> {
                 let txn = store.read()?;
                 let mut scanned = 0;
                 let slice_end = Instant::now() + SLICE;
-                txn.scan(Tree::Dn2id, prefix, &from, &mut |key, id| {
+                txn.dn_keys(prefix, &from, &mut |key, id| {
                     if one && key != prefix {
                         // A lone key's range is that key alone.
                         return false;

@@ -56,13 +56,12 @@ use ldap3_proto::proto::{
     LdapSearchScope, SyncStateValue,
 };
 use ldap3_proto::LdapResultCode;
-use shards::changelog::{self, Origin, LOG_PREFIX};
+use shards::changelog::{self, Origin};
 use shards::csn::Csn;
 use shards::dn::Dn;
 use shards::entry::{Entry, EntryView};
 use shards::merge::{Change, EntryState, Record as ChangeRecord};
-use shards::store::{ReadTxn, Store, Tree};
-use shards::write::be_u64;
+use shards::store::{ReadTxn, Store};
 use shards::{filter, Error, Result};
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -547,8 +546,7 @@ async fn refresh(
                     break;
                 }
                 let txn = &txns[*store];
-                let Some(bytes) = txn.get(Tree::Id2entry, id)? else { continue };
-                let view = EntryView::new(bytes)?;
+                let Some(view) = txn.entry_by_id(id)? else { continue };
                 let csn = entry_csn(&view);
                 if let Some(csn) = csn {
                     next.saw(csn);
@@ -626,8 +624,7 @@ fn state_of<T: ReadTxn>(
     view: &EntryView<'_>,
 ) -> Result<Option<EntryState>> {
     let partition = shard.manifest.partition_of(key) as u16;
-    let uuid = uuid_of_view(view)?;
-    Ok(txn.get(Tree::State, &changelog::state_key(partition, uuid.as_bytes()))?.and_then(changelog::decode_state))
+    changelog::load_state(txn, partition, uuid_of_view(view)?.as_bytes())
 }
 
 /// The next rows of the refresh in DN key order across stores: up to
@@ -647,7 +644,7 @@ fn next_rows<T: ReadTxn>(
         let (mut taken, mut scanned, mut last) = (0, 0, None);
         // A one-level scope walks the whole subtree's keys: the keys seen,
         // not only those taken, bound a chunk.
-        txn.scan(Tree::Dn2id, &s.base_key, from, &mut |k, v| {
+        txn.dn_keys(&s.base_key, from, &mut |k, v| {
             scanned += 1;
             if resumed && k == from {
                 return true;
@@ -679,30 +676,28 @@ fn departed(s: &Session<'_>, since: &Since) -> Result<Vec<(uuid::Uuid, Csn)>> {
     let shard = &s.conn.ctx.shard;
     let mut out = Vec::new();
     for store in shard.stores.iter() {
-        let mut states = Vec::new();
-        store.read()?.scan(Tree::State, &[], &[], &mut |k, v| {
-            if let (Ok(p), Ok(uuid)) = (<[u8; 2]>::try_from(&k[..2]), <[u8; 16]>::try_from(&k[2..])) {
-                states.push((u16::from_be_bytes(p), uuid, v.to_vec()));
-            }
-            true
-        })?;
-        for (p, uuid, bytes) in states {
-            let Some(state) = changelog::decode_state(&bytes) else { continue };
+        // Only what changed since the cookie is kept from the walk.
+        let mut renamed = Vec::new();
+        changelog::states(&store.read()?, &mut |p, uuid, bytes| {
+            let Some(state) = changelog::decode_state(bytes) else { return true };
             if let Some(deleted) = state.deleted {
                 if since.newer(deleted) && s.showed_before_delete(&state, &uuid) {
                     out.push((uuid::Uuid::from_bytes(uuid), deleted));
                 }
-                continue;
+                return true;
             }
             // A state a rename left behind, renamed since the cookie.
-            let Some((dn, at)) = &state.dn else { continue };
-            let home = Dn::parse(dn).map(|d| shard.manifest.partition_of(&d.key()) as u16);
-            if home.is_ok_and(|h| h == p) || !since.newer(*at) {
-                continue;
+            let Some((dn, at)) = state.dn else { return true };
+            let home = Dn::parse(&dn).map(|d| shard.manifest.partition_of(&d.key()) as u16);
+            if !home.is_ok_and(|h| h == p) && since.newer(at) {
+                renamed.push((uuid, dn, at));
             }
-            if let Located::Found(key, ..) = locate(shard, &uuid, dn.clone(), None)? {
+            true
+        })?;
+        for (uuid, dn, at) in renamed {
+            if let Located::Found(key, ..) = locate(shard, &uuid, dn, None)? {
                 if !s.in_scope(&key) {
-                    out.push((uuid::Uuid::from_bytes(uuid), *at));
+                    out.push((uuid::Uuid::from_bytes(uuid), at));
                 }
             }
         }
@@ -722,7 +717,7 @@ pub fn context_csn(ctx: &crate::server::Ctx) -> Result<Vec<Vec<u8>>> {
             if first > last {
                 continue;
             }
-            let rec = txn.get(Tree::Changelog, &changelog::log_key(p, o, last))?;
+            let rec = changelog::record_at(&txn, p, o, last)?;
             if let Some(csn) = rec.and_then(changelog::record_csn) {
                 cookie.saw(csn);
             }
@@ -906,11 +901,10 @@ fn unsent<T: ReadTxn>(
                     "the changelog was trimmed past this session's position: refresh",
                 ));
             }
-            let from = changelog::log_key(p, o, mark + 1);
             let (mut taken, mut newest) = (0, Csn::default());
-            txn.scan(Tree::Changelog, &from[..LOG_PREFIX], &from, &mut |k, v| {
+            changelog::read_stream(txn, (p, o), mark + 1, &mut |seq, v| {
                 newest = changelog::record_csn(v).unwrap_or_default();
-                all.push((newest, store, p, o, be_u64(&k[LOG_PREFIX..]), v.to_vec()));
+                all.push((newest, store, p, o, seq, v.to_vec()));
                 taken += 1;
                 taken < PER_STREAM
             })?;

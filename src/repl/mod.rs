@@ -56,13 +56,13 @@ use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use shards::changelog::{self, log_key, ruv_key, Origin, LOG_PREFIX};
+use shards::changelog::{self, Origin};
 use shards::csn::{wall_us, Csn};
 use shards::dn::Dn;
 use shards::merge::Record;
 use shards::moves;
-use shards::store::{EngineRead, ReadTxn, Store, Tree};
-use shards::write::{be_u64, WriteOp};
+use shards::store::{EngineRead, Store};
+use shards::write::WriteOp;
 use std::collections::BTreeSet;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
@@ -257,7 +257,7 @@ fn held(ctx: &Ctx, txns: &[EngineRead<'_>], origin: Origin) -> Result<Vec<u64>> 
     (0..m.partitions as u16)
         .map(|p| {
             let txn = &txns[owner(ctx, p)];
-            Ok(txn.get(Tree::Meta, &ruv_key(p, origin)).map_err(|e| anyhow!(e.message))?.map_or(0, be_u64))
+            changelog::held(txn, p, origin).map_err(|e| anyhow!(e.message))
         })
         .collect()
 }

@@ -439,13 +439,11 @@ fn pending(
         for (p, &done) in positions.iter().enumerate() {
             let p = p as u16;
             let txn = &txns[owner(ctx, p)];
-            let have = txn.get(Tree::Meta, &ruv_key(p, origin)).map_err(|e| anyhow!(e.message))?.map_or(0, be_u64);
+            let have = changelog::held(txn, p, origin).map_err(|e| anyhow!(e.message))?;
             let Some(first_seen) = ages.note((p, origin), have, done, now) else { continue };
             seen = Some(seen.map_or(first_seen, |s| s.min(first_seen)));
-            let from = log_key(p, origin, done + 1);
             let (mut taken, mut gap, mut last) = (0, true, None);
-            txn.scan(Tree::Changelog, &from[..LOG_PREFIX], &from, &mut |k, v| {
-                let seq = be_u64(&k[LOG_PREFIX..]);
+            changelog::read_stream(txn, (p, origin), done + 1, &mut |seq, v| {
                 if taken == 0 && seq != done + 1 {
                     return false;
                 }

@@ -131,6 +131,33 @@ pub trait ReadTxn {
     fn snapshot(&self) -> bool {
         true
     }
+    /// The entry id stored under a DN key (`dn2id`).
+    fn id_of(&self, key: &[u8]) -> Result<Option<&[u8]>> {
+        self.get(Tree::Dn2id, key)
+    }
+    /// Whether an entry has this DN key.
+    fn has_dn(&self, key: &[u8]) -> Result<bool> {
+        Ok(self.id_of(key)?.is_some())
+    }
+    /// The entry with this id (an index candidate), read in place.
+    fn entry_by_id(&self, id: &[u8]) -> Result<Option<crate::entry::EntryView<'_>>> {
+        self.get(Tree::Id2entry, id)?.map(crate::entry::EntryView::new).transpose()
+    }
+    /// How many entries the store holds (a walk of `id2entry`).
+    fn count_entries(&self) -> Result<u64> {
+        let mut n = 0;
+        self.scan(Tree::Id2entry, &[], &[], &mut |_, _| {
+            n += 1;
+            true
+        })?;
+        Ok(n)
+    }
+    /// Visits, in DN key order, the DN keys starting with `prefix` (a
+    /// subtree's, `Dn::key` being root first) from `from` on, with their
+    /// entry ids, until `visit` returns false.
+    fn dn_keys(&self, prefix: &[u8], from: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+        self.scan(Tree::Dn2id, prefix, from, visit)
+    }
     /// The entry stored under a DN key, with its id: `dn2id`, then
     /// `id2entry`, read in place. The one way an entry is read by DN.
     fn entry(&self, key: &[u8]) -> Result<Option<(&[u8], crate::entry::EntryView<'_>)>> {
