@@ -25,15 +25,11 @@ use crate::server;
 use anyhow::{anyhow, bail, Context, Result};
 use shards::changelog::{self, Origin};
 use shards::manifest::Manifest;
-use shards::store::{Engine, ReadTxn, Store, Tree, WriteTxn, TREES};
-use shards::write::be_u64;
+use shards::store::copy::copy_stores;
+use shards::store::Engine;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
-
-/// Keys written per transaction while copying.
-const BATCH: usize = 20_000;
-const NEXT_ID: &[u8] = b"next_id";
 
 fn err(e: shards::Error) -> anyhow::Error {
     anyhow!(e.message)
@@ -58,94 +54,6 @@ fn create_stores(config: &Config, dir: &Path, manifest: &Manifest) -> Result<Arc
     server::open_stores(&unsynced, dir, manifest)
 }
 
-/// Copies every key of every tree of `from` into the stores `to`, each key
-/// into the store `route` names; `meta`'s next id becomes the largest seen.
-fn copy(from: &[Arc<Engine>], to: &[Arc<Engine>], route: impl Fn(Tree, &[u8]) -> usize) -> Result<u64> {
-    let mut entries = 0u64;
-    let mut next_id = 0u64;
-    // Room for everything at once: `to` is new and only this thread uses it.
-    let total: u64 = from.iter().map(|s| s.size()).sum();
-    for store in to {
-        // SAFETY: no transaction is open on a store this function created.
-        unsafe { store.make_room(total) }.map_err(err)?;
-    }
-    for store in from {
-        // A running server's store (`ctl backup`) may grow meanwhile: hold it off.
-        let _outside = store.outside();
-        let txn = store.read().map_err(err)?;
-        for tree in TREES {
-            let mut pending: Vec<Vec<(Vec<u8>, Vec<u8>)>> = vec![Vec::new(); to.len()];
-            let mut failed = None;
-            txn.scan(tree, b"", b"", &mut |k, v| {
-                if tree == Tree::Meta {
-                    if k == NEXT_ID {
-                        next_id = next_id.max(be_u64(v));
-                    }
-                    // Of the rest, only the replication positions go with
-                    // their partitions; the clock restarts on its own.
-                    if changelog::meta_partition(k).is_none() {
-                        return true;
-                    }
-                }
-                if tree == Tree::Id2entry {
-                    entries += 1;
-                }
-                let target = route(tree, k);
-                pending[target].push((k.to_vec(), v.to_vec()));
-                if pending[target].len() >= BATCH {
-                    if let Err(e) = write_all(&to[target], tree, &mut pending[target]) {
-                        failed = Some(e);
-                        return false;
-                    }
-                }
-                true
-            })
-            .map_err(err)?;
-            if let Some(e) = failed {
-                return Err(e);
-            }
-            for (target, batch) in pending.iter_mut().enumerate() {
-                write_all(&to[target], tree, batch)?;
-            }
-        }
-    }
-    for store in to {
-        let mut txn = store.write().map_err(err)?;
-        txn.put(Tree::Meta, NEXT_ID, &next_id.to_be_bytes()).map_err(err)?;
-        txn.commit().map_err(err)?;
-        store.sync().map_err(err)?;
-    }
-    Ok(entries)
-}
-
-fn write_all(store: &Engine, tree: Tree, batch: &mut Vec<(Vec<u8>, Vec<u8>)>) -> Result<()> {
-    if batch.is_empty() {
-        return Ok(());
-    }
-    let mut txn = store.write().map_err(err)?;
-    for (k, v) in batch.drain(..) {
-        txn.put(tree, &k, &v).map_err(err)?;
-    }
-    txn.commit().map_err(err)
-}
-
-/// The shard that keeps `key` of `tree` under `manifest`.
-fn owner(manifest: &Manifest, tree: Tree, key: &[u8]) -> usize {
-    let by_id = |id: &[u8]| {
-        let partition = u16::from_be_bytes([id[0], id[1]]) as usize;
-        manifest.owners[partition % manifest.owners.len()] as usize
-    };
-    match tree {
-        Tree::Dn2id | Tree::Children => manifest.owner_of(key),
-        Tree::Id2entry if key.len() == 8 => by_id(key),
-        Tree::Index if key.len() >= 8 => by_id(&key[key.len() - 8..]),
-        // Both start with the partition, as an entry id does.
-        Tree::Changelog | Tree::State if key.len() >= 2 => by_id(key),
-        Tree::Meta => changelog::meta_partition(key).map_or(0, |p| by_id(&p.to_be_bytes())),
-        _ => 0,
-    }
-}
-
 pub fn backup(config: Config, dest: &Path) -> Result<()> {
     config.validate()?;
     let data = config.server.data.clone();
@@ -165,7 +73,7 @@ pub fn backup_from(config: &Config, manifest: &Manifest, from: &[Arc<Engine>], d
     let started = Instant::now();
     let to = create_stores(config, dest, manifest)?;
     // Every key goes back to its owner's store: the same shard as it came from.
-    let entries = copy(from, &to, |tree, key| owner(manifest, tree, key))?;
+    let entries = copy_stores(from, &to, manifest).map_err(err)?;
     manifest.save(dest).map_err(err)?;
     eprintln!(
         "coredir: backed up {entries} entries ({} shards) from {} into {} in {:.2} s",
@@ -186,17 +94,14 @@ pub fn restore(config: Config, backup: &Path) -> Result<()> {
     let started = Instant::now();
     let from = server::open_stores(&config, backup, &manifest)?;
     let to = create_stores(&config, &data, &manifest)?;
-    let entries = copy(&from, &to, |tree, key| owner(&manifest, tree, key))?;
+    let entries = copy_stores(&from, &to, &manifest).map_err(err)?;
     manifest.restored_from = Some(format!("{} {}", shards::now_generalized(), backup.display()));
     // A new incarnation: changes made from here on are numbered afresh, so
     // a peer that saw the old numbers after this backup skips none.
     let old = Origin { sid: config.sid(), incarnation: manifest.incarnation };
     manifest.incarnation += 1;
     for store in to.iter() {
-        let mut txn = store.write().map_err(err)?;
-        changelog::new_incarnation(&mut txn, manifest.partitions as u16, old).map_err(err)?;
-        txn.commit().map_err(err)?;
-        store.sync().map_err(err)?;
+        changelog::new_incarnation(&**store, manifest.partitions as u16, old).map_err(err)?;
     }
     manifest.save(&data).map_err(err)?;
     eprintln!(
@@ -228,7 +133,7 @@ pub fn reshard(config: Config, shards: usize) -> Result<()> {
     let entries = {
         let from = server::open_stores(&config, &data, &old)?;
         let to = create_stores(&config, &staging, &new)?;
-        copy(&from, &to, |tree, key| owner(&new, tree, key))?
+        copy_stores(&from, &to, &new).map_err(err)?
     };
     new.save(&staging).map_err(err)?;
     // Swap: the old directory is kept beside, renamed.

@@ -86,14 +86,16 @@ fn trim_key(partition: u16) -> [u8; 3] {
 /// break (capture on at every start since).
 const CAPTURE_SINCE: &[u8] = b"capture_since";
 
-/// At start: notes when capture began, or forgets it when capture is off
-/// (deletes then leave no tombstones).
-pub fn note_capture<T: WriteTxn>(txn: &mut T, on: bool, now_us: u64) -> Result<()> {
+/// At start: notes in `store` when capture began, or forgets it when
+/// capture is off (deletes then leave no tombstones).
+pub fn note_capture<S: Store>(store: &S, on: bool, now_us: u64) -> Result<()> {
+    let mut txn = store.write()?;
     match (on, txn.get(Tree::Meta, CAPTURE_SINCE)?.is_some()) {
-        (true, false) => txn.put(Tree::Meta, CAPTURE_SINCE, &now_us.to_be_bytes()),
-        (false, true) => txn.delete(Tree::Meta, CAPTURE_SINCE).map(|_| ()),
-        _ => Ok(()),
+        (true, false) => txn.put(Tree::Meta, CAPTURE_SINCE, &now_us.to_be_bytes())?,
+        (false, true) => txn.delete(Tree::Meta, CAPTURE_SINCE).map(|_| ())?,
+        _ => {}
     }
+    txn.commit()
 }
 
 /// Whether this store holds the tombstone of every delete made since
@@ -169,7 +171,15 @@ pub fn origins<T: ReadTxn>(txn: &T) -> Result<Vec<Origin>> {
 /// After a restore: the records this server made before it are marked as
 /// held (so a peer's copies of them are duplicates, and the ones the
 /// backup missed are not), and numbering starts again for `new`.
-pub fn new_incarnation<T: WriteTxn>(txn: &mut T, partitions: u16, old: Origin) -> Result<()> {
+/// Commits and syncs it in `store`.
+pub fn new_incarnation<S: Store>(store: &S, partitions: u16, old: Origin) -> Result<()> {
+    let mut txn = store.write()?;
+    mark_incarnation(&mut txn, partitions, old)?;
+    txn.commit()?;
+    store.sync()
+}
+
+fn mark_incarnation<T: WriteTxn>(txn: &mut T, partitions: u16, old: Origin) -> Result<()> {
     for p in 0..partitions {
         let next = next_seq(txn, p)?;
         if next == 1 {

@@ -41,7 +41,7 @@ use crate::entry::Entry;
 use crate::error::Result;
 use crate::filter::{Names, Node};
 use crate::schema;
-use crate::store::{ReadTxn, Tree, WriteTxn};
+use crate::store::{ReadTxn, Store, Tree, WriteTxn};
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
@@ -636,6 +636,39 @@ fn range<T: ReadTxn>(txn: &T, attr: &Names, bound: &[u8], greater: bool) -> Resu
     out.sort_unstable();
     out.dedup();
     Ok(out)
+}
+
+/// Entries indexed per write transaction by `rebuild`.
+const REINDEX_BATCH: usize = 10_000;
+
+/// Clears the store's index tree and indexes every entry again, in
+/// batches (`coredir reindex`, offline, like slapindex).
+pub fn rebuild<S: Store>(store: &S) -> Result<usize> {
+    let mut txn = store.write()?;
+    txn.clear(Tree::Index)?;
+    txn.commit()?;
+    let mut done = 0;
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let mut txn = store.write()?;
+        let mut batch: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(REINDEX_BATCH);
+        let from = after.clone().unwrap_or_default();
+        txn.scan(Tree::Id2entry, b"", &from, &mut |id, bytes| {
+            if after.as_deref() != Some(id) {
+                batch.push((id.to_vec(), bytes.to_vec()));
+            }
+            batch.len() < REINDEX_BATCH
+        })?;
+        if batch.is_empty() {
+            return Ok(done);
+        }
+        for (id, bytes) in &batch {
+            add(&mut txn, &Entry::decode(bytes)?, id)?;
+        }
+        txn.commit()?;
+        done += batch.len();
+        after = batch.pop().map(|(id, _)| id);
+    }
 }
 
 #[cfg(test)]

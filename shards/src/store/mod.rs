@@ -21,6 +21,7 @@
 //! - `state`: partition, `entryUUID` -> the entry's replicated state
 //!   (`merge::EntryState`), tombstones included.
 
+pub mod copy;
 pub mod lmdb;
 pub mod sled;
 
