@@ -18,8 +18,9 @@
 //!   `backup`, `restore`, `reshard`, `hash-password`, `acl check`, `ctl`,
 //!   `config check`, `schema export`, `deploy plan`).
 //! - `server::serve`: start-up, one reactor per shard, readiness.
-//! - `listener::run` -> `conn::serve`: accept, then one connection's read
-//!   loop; `ops::dispatch` is the one `match` over LDAP operations.
+//! - `listener::run` -> `conn::serve_tcp` (`serve_tls`, `serve_unix` for
+//!   ldapi): accept, then one connection's read loop; `ops::dispatch` is
+//!   the one `match` over LDAP operations.
 //!
 //! ## Code map
 //!
@@ -50,8 +51,9 @@
 //! - `ber`: direct BER encoding of search entries; PDU header peeking.
 //! - `strict`: every byte of an LDAPMessage checked before ldap3_proto
 //!   decodes it (envelope, controls, BER well-formedness, message IDs).
-//! - `ops/`: one file per LDAP operation (`bind`, `search`, `add`,
-//!   `modify`, `delete`, `modify_dn`, `compare`, `abandon`, `extended`),
+//! - `ops/`: one file per LDAP operation (`bind`, `search` (a folder:
+//!   the request, `scope`, `emit`, `select`), `add`, `modify`, `delete`,
+//!   `modify_dn`, `compare`, `abandon`, `extended`),
 //!   plus `syncrepl` (the RFC 4533 provider on the changelog),
 //!   `rootdse` (root DSE), `controls` (request/response controls),
 //!   `paging`, `sort` and `vlv` (search controls), `referral` (referral

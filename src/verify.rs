@@ -73,7 +73,7 @@ pub async fn summarize(ctx: &Ctx, partition: u16) -> Result<Option<Summary>> {
 /// Visits every entry of a partition with its hash, a chunk per snapshot.
 async fn walk(ctx: &Ctx, partition: u16, f: &mut dyn FnMut(&Entry, &[u8; 32])) -> Result<()> {
     let m = &ctx.shard.manifest;
-    let store = &ctx.shard.stores[m.owners[partition as usize] as usize];
+    let store = &ctx.shard.stores[m.owner_of_partition(partition as u32)];
     let mut from = None;
     loop {
         let next = {

@@ -142,7 +142,13 @@ impl Manifest {
     }
 
     pub fn owner_of(&self, key: &[u8]) -> usize {
-        self.owners[self.partition_of(key) as usize] as usize
+        self.owner_of_partition(self.partition_of(key))
+    }
+
+    /// The shard that owns a partition (a partition number out of range
+    /// wraps, as an id from a store of another layout may carry one).
+    pub fn owner_of_partition(&self, partition: u32) -> usize {
+        self.owners[partition as usize % self.owners.len()] as usize
     }
 }
 

@@ -121,7 +121,7 @@ pub async fn deliver(shard: &Rc<Shard>, is_top: &dyn Fn(&Dn) -> bool) -> Result<
                 let state = changelog::decode_state(&p.state)
                     .ok_or_else(|| Error::other("a parcel of replication state is corrupt"))?;
                 let op = WriteOp::Absorb { partition: p.target, uuid: p.uuid, state: Box::new(state) };
-                let images = shard.submit_for(shard.manifest.owners[p.target as usize] as usize, op).await?;
+                let images = shard.submit_for(shard.manifest.owner_of_partition(p.target as u32), op).await?;
                 count_children(shard, images.into_iter().map(|b| *b), is_top).await;
                 shard.submit_to(owner, WriteOp::Unbox { key: p.key, state: p.state }).await?;
             }

@@ -277,5 +277,5 @@ pub(crate) fn vector(ctx: &Ctx) -> Result<Vec<(Origin, Vec<u64>)>> {
 
 /// The shard that owns `partition`.
 fn owner(ctx: &Ctx, partition: u16) -> usize {
-    ctx.shard.manifest.owners[partition as usize] as usize
+    ctx.shard.manifest.owner_of_partition(partition as u32)
 }

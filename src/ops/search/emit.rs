@@ -1,0 +1,477 @@
+//! One search's output: each candidate read, checked against the scope,
+//! the access rules and the filter, and written into the response buffer
+//! (`Emit`), store by store from an index's candidates or a `dn2id` range,
+//! in chunks; then the continuation references.
+
+use super::*;
+
+/// Whether the requester may see the entry and it matches the filter
+/// (`plan` is `None` for the root DN).
+///
+/// `tests` bounds the attribute and value tests the filter may take on this
+/// entry (`limits.max_filter_tests`; 0: no bound); past it the operation
+/// ends with adminLimitExceeded. The root DN is not bounded.
+pub fn visible_match(
+    plan: Option<&ReadPlan<'_>>,
+    filter: &filter::Node,
+    target: &Target,
+    view: &EntryView<'_>,
+    tests: u64,
+) -> Result<bool> {
+    // Many terms: locate the attributes once, not once per term.
+    let table;
+    let view = if filter.more_terms_than(4) {
+        table = view.attr_table();
+        &view.with_table(&table)
+    } else {
+        view
+    };
+    let Some(plan) = plan else { return Ok(filter.matches(view)) };
+    if !plan.entry_readable(target) {
+        return Ok(false);
+    }
+    Ok(filter.eval_bounded(view, &|names| plan.can_search(target, names), tests)? == Some(true))
+}
+
+/// The state of one search's output: the filter, the selection, the limits
+/// and what has been written so far.
+pub(super) struct Emit<'a> {
+    pub(super) msgid: i32,
+    pub(super) filter: &'a filter::Node,
+    pub(super) sel: &'a Selection<'a>,
+    /// Access control for the requester (`None` for the root DN).
+    pub(super) plan: Option<&'a ReadPlan<'a>>,
+    pub(super) limits: Limits,
+    pub(super) out: &'a mut BytesMut,
+    pub(super) sent: usize,
+    /// Entries examined without an index.
+    pub(super) examined: usize,
+    /// Entries the current page still takes (paged results).
+    pub(super) page_left: Option<usize>,
+    /// Collects entries instead of writing them (server-side sort).
+    pub(super) sorter: Option<Sorter>,
+    /// The suffixes' keys and their contextCSN values, when asked for.
+    pub(super) context_csn: Option<ContextCsns>,
+    /// The filter's hasSubordinates items (`Node::subordinate_items`):
+    /// each entry's child count answers them.
+    pub(super) subordinates: Vec<(usize, [bool; 2])>,
+    /// Referral objects are references, not entries (`ops::referral`):
+    /// some may exist and ManageDsaIT is absent.
+    pub(super) referrals: bool,
+    /// Aliases are passed over, but for the one with this key (`ops::alias`).
+    pub(super) hide_aliases: Option<Vec<u8>>,
+    /// What aliases added to a search's scope (`alias::scopes`): a subtree
+    /// search's roots, whose continuation references are those below each
+    /// (and the root's own, when a referral object); a one-level search's
+    /// targets (each its own reference, when a referral object).
+    pub(super) roots: Option<Vec<Vec<u8>>>,
+    /// Ends the search when a subtree rename overtakes it (`ops::carries`).
+    pub(super) reading: Option<&'a Reading<'a>>,
+    /// Where the walk is: `None` at the base, else the store and whether
+    /// its candidates come from an index (for `last`).
+    pub(super) walking: Option<(usize, bool)>,
+    /// Paged: the position after the last entry sent. As slapd, a page
+    /// ends only when a further entry matches, so a result that fills its
+    /// last page exactly ends there, without an empty page after it.
+    pub(super) last: Option<Position>,
+}
+
+/// What visiting one candidate decided.
+pub(super) enum Visit {
+    Next,
+    Stop(LdapResultCode),
+    /// The entry just written filled the page.
+    PageFull,
+}
+
+/// Why a walk over one store stopped early.
+pub(super) enum Stop {
+    Code(LdapResultCode),
+    /// The page is full and another entry matches: the next page starts
+    /// after the last entry sent (`Emit::last`).
+    Page,
+}
+
+/// The suffixes' keys, and the contextCSN values each shows.
+pub(super) type ContextCsns = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+
+/// The contextCSN values of the entry with this key, if it is a suffix.
+pub(super) fn context<'v>(context_csn: &'v Option<ContextCsns>, key: &[u8]) -> Option<&'v [Vec<u8>]> {
+    let (keys, values) = context_csn.as_ref()?;
+    keys.iter().any(|k| k == key).then_some(values.as_slice())
+}
+
+impl Emit<'_> {
+    /// Checks one candidate entry and writes it when it matches.
+    /// `decide`: the base entry, whose equality filter the index may decide
+    /// (`index::decides`; a scan's entries are evaluated); `read`: the
+    /// entry when the caller has read it already.
+    pub(super) fn visit<T: ReadTxn>(
+        &mut self,
+        txn: &T,
+        key: &[u8],
+        id: &[u8],
+        decide: bool,
+        read: Option<&EntryView<'_>>,
+    ) -> Result<Visit> {
+        let known = if decide { index::decides(txn, self.filter, id)? } else { None };
+        if known == Some(false) {
+            return Ok(Visit::Next);
+        }
+        if let Some(view) = read {
+            return self.visit_view(txn, key, id, view, known);
+        }
+        let Some(view) = txn.entry_by_id(id)? else { return Ok(Visit::Next) };
+        self.visit_view(txn, key, id, &view, known)
+    }
+
+    /// Checks one entry already read and writes it when it matches;
+    /// `matched` when the index has decided the filter (`index::decides`).
+    pub(super) fn visit_view<T: ReadTxn>(
+        &mut self,
+        txn: &T,
+        key: &[u8],
+        id: &[u8],
+        view: &EntryView<'_>,
+        matched: Option<bool>,
+    ) -> Result<Visit> {
+        if self.limits.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(Visit::Stop(LdapResultCode::TimeLimitExceeded));
+        }
+        if self.reading.is_some_and(|r| r.overtaken()) {
+            return Ok(Visit::Stop(LdapResultCode::Busy));
+        }
+        if self.referrals && referral::is_referral(view) {
+            // Sent as a continuation reference once the walk is done.
+            return Ok(Visit::Next);
+        }
+        if self.hide_aliases.as_deref().is_some_and(|kept| key != kept && alias::is_alias(view)) {
+            return Ok(Visit::Next);
+        }
+        let target = Target { key, entry: Some(view) };
+        // Read once, for a hasSubordinates item or the attributes.
+        let mut n_children = None;
+        let visible = match matched {
+            Some(m) => m && self.plan.is_none_or(|p| p.entry_readable(&target)),
+            None => {
+                // A big entry's equality items are index lookups (a group
+                // of a million members checked for one).
+                let mut decided = index::decided_items(txn, self.filter, id, view.size())?;
+                if !self.subordinates.is_empty() {
+                    let has = usize::from(*n_children.insert(children(txn, key)?) > 0);
+                    decided.extend(self.subordinates.iter().map(|(item, matches)| (*item, matches[has])));
+                }
+                let (plan, filter, tests) = (self.plan, self.filter, self.limits.tests);
+                filter::with_decided(decided, || visible_match(plan, filter, &target, view, tests))?
+            }
+        };
+        if !visible {
+            return Ok(Visit::Next);
+        }
+        // A sorted search collects every match; the limit applies after the sort.
+        if self.sent == self.limits.size && self.sorter.is_none() {
+            return Ok(Visit::Stop(LdapResultCode::SizeLimitExceeded));
+        }
+        if self.page_left == Some(0) {
+            // A match past a full page: the page ends before it.
+            return Ok(Visit::PageFull);
+        }
+        let n_children = match n_children {
+            Some(n) => n,
+            None if self.sel.counts_children() => children(txn, key)?,
+            None => 0,
+        };
+        let plan = self.plan;
+        let readable = |name: &str| plan.is_none_or(|p| p.allows(&target, name, Level::Read));
+        let csns = context(&self.context_csn, key);
+        match &mut self.sorter {
+            Some(sorter) => {
+                let mut buf = BytesMut::new();
+                write_entry(&mut buf, self.msgid, view, n_children, self.sel, &readable, csns);
+                sorter.push(view, buf, &|names| plan.is_none_or(|p| p.can_search(&target, names)))?;
+            }
+            None => write_entry(self.out, self.msgid, view, n_children, self.sel, &readable, csns),
+        }
+        self.sent += 1;
+        if let Some(left) = &mut self.page_left {
+            *left -= 1;
+        }
+        if self.page_left == Some(0) {
+            // The page is full: where the next one starts, should a
+            // further entry match (`Visit::PageFull`).
+            self.last = Some(match self.walking {
+                None => Position::AfterBase,
+                Some((store, true)) => Position::Index { store, after: id.try_into().unwrap_or_default() },
+                Some((store, false)) => Position::Range { store, after: key.to_vec() },
+            });
+        }
+        Ok(Visit::Next)
+    }
+
+    /// Sends what is buffered and lets other tasks run.
+    pub(super) async fn flush(&mut self, conn: &Conn) {
+        conn.send(std::mem::take(self.out)).await;
+        // glommio runs a spawned task at once until it first waits;
+        // yielding here lets the connection read further requests (an
+        // Abandon among them) and other connections run between chunks.
+        futures_lite::future::yield_now().await;
+    }
+
+    /// Walks the candidates an index lookup gave, in chunks.
+    pub(super) async fn walk_index(
+        &mut self,
+        conn: &Conn,
+        store: &Engine,
+        scope: &Scope,
+        candidates: &[index::Candidate],
+        abandoned: &Cell<bool>,
+    ) -> Result<Option<Stop>> {
+        let mut at = 0;
+        while at < candidates.len() {
+            if at > 0 {
+                self.flush(conn).await;
+                if abandoned.get() {
+                    return Ok(None);
+                }
+            }
+            let txn = store.read()?;
+            let slice_end = Instant::now() + SLICE;
+            let start = at;
+            for id in &candidates[start..] {
+                // Skipped candidates count too: a million outside the scope
+                // must not run without a pause.
+                if at > start
+                    && (at - start >= CHUNK_SCANNED || self.out.len() >= CHUNK_BYTES || Instant::now() >= slice_end)
+                {
+                    break;
+                }
+                at += 1;
+                // A candidate may have been deleted since the lookup; the
+                // index holds ids only, so the entry's DN decides its scope.
+                let Some(view) = txn.entry_by_id(id)? else { continue };
+                let Ok(key) = key_of(view.dn()) else { continue };
+                if !scope.contains(&key) {
+                    continue;
+                }
+                match self.visit_view(&txn, &key, id, &view, None)? {
+                    Visit::Next => {}
+                    Visit::Stop(code) => return Ok(Some(Stop::Code(code))),
+                    Visit::PageFull => return Ok(Some(Stop::Page)),
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Walks the store's `dn2id` ranges of the scope (after `after`, when
+    /// resuming a page), in key order.
+    pub(super) async fn walk_range(
+        &mut self,
+        conn: &Conn,
+        store: &Engine,
+        scope: &Scope,
+        after: Option<Vec<u8>>,
+        abandoned: &Cell<bool>,
+    ) -> Result<Option<Stop>> {
+        // Aliases may make thousands of small ranges: the reactor is
+        // yielded between them too, once a slice is spent.
+        let mut slice_end = Instant::now() + SLICE;
+        for part in &scope.parts {
+            if after.as_deref().is_some_and(|a| part.before(a)) {
+                continue;
+            }
+            let within = after.clone().filter(|a| a.as_slice() >= part.start());
+            if let Some(stop) = self.walk_part(conn, store, part, scope.except.as_deref(), within, abandoned).await? {
+                return Ok(Some(stop));
+            }
+            if Instant::now() >= slice_end {
+                if self.limits.deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Ok(Some(Stop::Code(LdapResultCode::TimeLimitExceeded)));
+                }
+                self.flush(conn).await;
+                slice_end = Instant::now() + SLICE;
+            }
+            if abandoned.get() {
+                return Ok(None);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Walks one range of the scope, in chunks.
+    pub(super) async fn walk_part(
+        &mut self,
+        conn: &Conn,
+        store: &Engine,
+        part: &Part,
+        except: Option<&[u8]>,
+        after: Option<Vec<u8>>,
+        abandoned: &Cell<bool>,
+    ) -> Result<Option<Stop>> {
+        let prefix = part.start();
+        let one = matches!(part, Part::Key(_));
+        let mut from = after.clone().unwrap_or_else(|| prefix.to_vec());
+        loop {
+            let mut resume = None;
+            let mut outcome = Ok(Visit::Next);
+            {
+                let txn = store.read()?;
+                let mut scanned = 0;
+                let slice_end = Instant::now() + SLICE;
+                txn.dn_keys(prefix, &from, &mut |key, id| {
+                    if one && key != prefix {
+                        // A lone key's range is that key alone.
+                        return false;
+                    }
+                    scanned += 1;
+                    if scanned > CHUNK_SCANNED
+                        || self.out.len() >= CHUNK_BYTES
+                        || (scanned > 1 && Instant::now() >= slice_end)
+                    {
+                        resume = Some(key.to_vec());
+                        return false;
+                    }
+                    if !part.contains(key) || after.as_deref() == Some(key) || except == Some(key) {
+                        return true;
+                    }
+                    self.examined += 1;
+                    if self.examined > self.limits.lookthrough && self.page_left == Some(0) {
+                        // Looking past a full page for one more match: the
+                        // page ends here, and the next one counts afresh.
+                        outcome = Ok(Visit::PageFull);
+                        return false;
+                    }
+                    if self.examined > self.limits.lookthrough {
+                        outcome = Err(Error::new(
+                            self.limits.lookthrough_code.clone(),
+                            format!(
+                                "the filter is not indexed and the search examined more than {} entries \
+                                 (limits.unindexed_lookthrough)",
+                                self.limits.lookthrough
+                            ),
+                        ));
+                        return false;
+                    }
+                    outcome = self.visit(&txn, key, id, false, None);
+                    matches!(outcome, Ok(Visit::Next))
+                })?;
+            }
+            match outcome? {
+                Visit::Next => {}
+                Visit::Stop(code) => return Ok(Some(Stop::Code(code))),
+                Visit::PageFull => return Ok(Some(Stop::Page)),
+            }
+            match resume {
+                Some(key) => {
+                    from = key;
+                    self.flush(conn).await;
+                    if abandoned.get() {
+                        return Ok(None);
+                    }
+                }
+                None => return Ok(None),
+            }
+        }
+    }
+}
+
+impl Emit<'_> {
+    /// The continuation references of a one-level or subtree search,
+    /// after its last entry: one per referral object in its scope the
+    /// requester may read (`entry` and `ref`, as slapd checks before
+    /// sending one), found with a prefix scan of the referral keys below
+    /// the base (`index::Marked::below`), in chunks like the walk: each
+    /// chunk sent, the reactor yielded, the time limit and Abandon checked.
+    pub(super) async fn references(
+        &mut self,
+        conn: &Conn,
+        req: &LdapSearchRequest,
+        base_key: &[u8],
+        abandoned: &Cell<bool>,
+    ) -> Result<()> {
+        if !self.referrals || req.scope == LdapSearchScope::Base {
+            return Ok(());
+        }
+        let one_level = req.scope == LdapSearchScope::OneLevel;
+        let roots = self.roots.take().unwrap_or_default();
+        // An alias target that is a referral object: its own reference.
+        for (i, root) in roots.iter().filter(|r| r.as_slice() != base_key).enumerate() {
+            if i % REFERENCE_CHUNK == REFERENCE_CHUNK - 1 {
+                self.flush(conn).await;
+                if abandoned.get() {
+                    return Ok(());
+                }
+            }
+            let shard = &conn.ctx.shard;
+            let uris = shard.with_entry(root, |view| {
+                let target = Target { key: root, entry: Some(view) };
+                let readable =
+                    self.plan.is_none_or(|p| p.entry_readable(&target) && p.allows(&target, "ref", Level::Read));
+                readable.then(|| referral::reference_to(view, one_level)).flatten()
+            })?;
+            if let Some(uris) = uris.flatten() {
+                let reference = LdapOp::SearchResultReference(LdapSearchResultReference { uris });
+                encode(self.out, LdapMsg::new(self.msgid, reference));
+            }
+        }
+        let bases = match (one_level, roots.is_empty()) {
+            (false, false) => roots.iter().map(Vec::as_slice).collect(),
+            _ => vec![base_key],
+        };
+        let mut slice_end = Instant::now() + SLICE;
+        for (base_key, store) in bases.into_iter().flat_map(|b| conn.ctx.shard.stores.iter().map(move |s| (b, s))) {
+            // Thousands of alias roots, each a small scan: paused between too.
+            if Instant::now() >= slice_end {
+                if self.limits.deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(Error::new(LdapResultCode::TimeLimitExceeded, ""));
+                }
+                self.flush(conn).await;
+                if abandoned.get() {
+                    return Ok(());
+                }
+                slice_end = Instant::now() + SLICE;
+            }
+            let mut after: Option<Vec<u8>> = None;
+            loop {
+                if self.reading.is_some_and(|r| r.overtaken()) {
+                    // Read after a rename began: not the tree the entries were.
+                    return Err(crate::ops::carries::overtaken_error());
+                }
+                let found = {
+                    let txn = store.read()?;
+                    let found = index::Marked::Referral.below(&txn, base_key, after.as_deref(), REFERENCE_CHUNK)?;
+                    for (_, id) in &found {
+                        let Some(view) = txn.entry_by_id(id)? else { continue };
+                        let Some(uris) = referral::reference(&view, base_key, one_level) else { continue };
+                        let key = key_of(view.dn())?;
+                        let target = Target { key: &key, entry: Some(&view) };
+                        if self
+                            .plan
+                            .is_some_and(|p| !p.entry_readable(&target) || !p.allows(&target, "ref", Level::Read))
+                        {
+                            continue;
+                        }
+                        let reference = LdapOp::SearchResultReference(LdapSearchResultReference { uris });
+                        encode(self.out, LdapMsg::new(self.msgid, reference));
+                    }
+                    found
+                };
+                if found.len() < REFERENCE_CHUNK {
+                    break;
+                }
+                if self.limits.deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(Error::new(LdapResultCode::TimeLimitExceeded, ""));
+                }
+                self.flush(conn).await;
+                if abandoned.get() {
+                    return Ok(());
+                }
+                after = found.last().map(|(k, _)| k.clone());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Referral objects read per chunk of `Emit::references`.
+pub(super) const REFERENCE_CHUNK: usize = 256;

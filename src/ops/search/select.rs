@@ -1,0 +1,175 @@
+//! Which attributes a search returns (`Selection`) and the writing of one
+//! SearchResultEntry: stored attributes the requester may read, Matched
+//! Values, computed operational attributes.
+
+use super::*;
+
+/// The attribute types an `@class` selection names; none for an unknown class.
+pub(super) fn class_attrs(class: &str) -> Vec<matching::AttrName<'static>> {
+    let schema = shards::schema::get();
+    let Some(c) = schema.class_index(class) else { return Vec::new() };
+    let mut chain = Vec::new();
+    schema.closure(c, &mut chain);
+    let mut types: Vec<usize> =
+        chain.iter().flat_map(|c| schema.classes[*c].must.iter().chain(&schema.classes[*c].may)).copied().collect();
+    types.sort_unstable();
+    types.dedup();
+    types.into_iter().map(|t| matching::AttrName::with_subtypes(schema.attrs[t].name())).collect()
+}
+
+/// Which attributes a search returns, with the requested names resolved
+/// once per request.
+pub struct Selection<'a> {
+    user: bool,
+    operational: bool,
+    names: Vec<matching::AttrName<'a>>,
+    pub types_only: bool,
+    /// Matched Values items (RFC 3876): of an attribute one of them names,
+    /// only the values some item matches are returned.
+    pub values: Vec<filter::Node>,
+}
+
+impl<'a> Selection<'a> {
+    pub fn new(attrs: &'a [String], types_only: bool) -> Selection<'a> {
+        let mut sel =
+            Selection { user: attrs.is_empty(), operational: false, names: Vec::new(), types_only, values: Vec::new() };
+        for a in attrs {
+            match a.as_str() {
+                "*" => sel.user = true,
+                "+" => sel.operational = true,
+                "1.1" => {}
+                // RFC 4529: every attribute the class (and its superclasses) allows.
+                name if name.starts_with('@') => sel.names.extend(class_attrs(&name[1..])),
+                name => sel.names.push(matching::AttrName::with_subtypes(name)),
+            }
+        }
+        sel
+    }
+
+    /// Whether a stored attribute is returned.
+    pub fn wants(&self, name: &str) -> bool {
+        if self.names.iter().any(|n| n.is(name)) {
+            return true;
+        }
+        if self.user == self.operational {
+            return self.user;
+        }
+        if matching::is_operational(name) {
+            self.operational
+        } else {
+            self.user
+        }
+    }
+
+    /// Whether an operational attribute computed at read time is returned.
+    pub fn wants_computed(&self, name: &str) -> bool {
+        self.operational || self.names.iter().any(|n| n.is(name))
+    }
+
+    /// Whether an entry's children must be counted for it (a `children`
+    /// lookup per entry is otherwise wasted).
+    pub(super) fn counts_children(&self) -> bool {
+        self.wants_computed("hasSubordinates") || self.wants_computed("numSubordinates")
+    }
+}
+
+/// Writes one SearchResultEntry with the selected stored and computed
+/// attributes the requester may read.
+pub(crate) fn write_entry(
+    out: &mut BytesMut,
+    msgid: i32,
+    view: &EntryView<'_>,
+    n_children: u64,
+    sel: &Selection,
+    readable: &impl Fn(&str) -> bool,
+    context_csn: Option<&[Vec<u8>]>,
+) {
+    let mut attrs: Vec<OutAttr<'_, Vals<'_>>> = view
+        .attrs()
+        .filter(|a| sel.wants(a.name) && readable(a.name))
+        .map(|a| OutAttr { name: a.name, vals: a.vals() })
+        .collect();
+    let mut computed = computed_attrs(view.dn(), n_children, sel);
+    computed.retain(|(name, _)| readable(name));
+    for (name, buf) in &computed {
+        attrs.push(OutAttr { name, vals: Vals::from_encoded(buf, 1) });
+    }
+    let mut csns = Vec::new();
+    if let Some(values) = context_csn.filter(|v| !v.is_empty() && readable("contextCSN")) {
+        let slices: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+        encode_vals(&slices, &mut csns);
+        attrs.push(OutAttr { name: "contextCSN", vals: Vals::from_encoded(&csns, values.len() as u32) });
+    }
+    let matched;
+    if !sel.values.is_empty() {
+        matched = matched_values(&sel.values, &attrs);
+        attrs = matched.iter().map(|(name, buf, n)| OutAttr { name, vals: Vals::from_encoded(buf, *n) }).collect();
+    }
+    ber::search_entry(out, msgid, view.dn(), &attrs, sel.types_only);
+}
+
+/// What Matched Values (RFC 3876) leaves of the attributes: the values
+/// some item matches, encoded; as slapd, an attribute no item names (or
+/// whose items are Undefined) is left out.
+pub(super) fn matched_values<'v>(
+    items: &[filter::Node],
+    attrs: &[OutAttr<'v, Vals<'v>>],
+) -> Vec<(&'v str, Vec<u8>, u32)> {
+    let mut out = Vec::new();
+    for a in attrs {
+        let kept: Vec<&[u8]> =
+            a.vals.clone().filter(|v| items.iter().any(|i| i.value_matches(a.name, v) == Some(true))).collect();
+        if !kept.is_empty() {
+            let mut buf = Vec::new();
+            encode_vals(&kept, &mut buf);
+            out.push((a.name, buf, kept.len() as u32));
+        }
+    }
+    out
+}
+
+/// Operational attributes computed at read time, when selected.
+pub(super) fn computed_attrs(dn: &str, n_children: u64, sel: &Selection) -> Vec<(&'static str, Vec<u8>)> {
+    let mut res = Vec::new();
+    let mut add = |name: &'static str, value: &[u8]| {
+        if sel.wants_computed(name) {
+            let mut buf = Vec::with_capacity(value.len() + 4);
+            encode_vals(&[value], &mut buf);
+            res.push((name, buf));
+        }
+    };
+    add("hasSubordinates", if n_children > 0 { b"TRUE" } else { b"FALSE" });
+    if sel.wants_computed("numSubordinates") {
+        add("numSubordinates", n_children.to_string().as_bytes());
+    }
+    add("entryDN", dn.as_bytes());
+    add("subschemaSubentry", subschema::DN.as_bytes());
+    res
+}
+
+/// Writes an entry the server computes (root DSE, `cn=Subschema`) when it
+/// matches: only `objectClass` and other user attributes for `*`.
+/// Returns whether it was written. `tests` bounds the filter on it
+/// (`limits.max_filter_tests`; 0 for the root DN): `cn=Subschema` holds
+/// thousands of values, open to anyone.
+pub(super) fn write_computed(
+    out: &mut BytesMut,
+    msgid: i32,
+    entry: &Entry,
+    filter: &filter::Node,
+    sel: &Selection,
+    tests: u64,
+) -> Result<bool> {
+    let mut bytes = Vec::new();
+    if entry.encode(&mut bytes).is_err() {
+        return Ok(false);
+    }
+    let view = EntryView::new(&bytes).expect("encoded just now");
+    if filter.eval_bounded(&view, &|_| true, tests)? != Some(true) {
+        return Ok(false);
+    }
+    let attrs: Vec<_> =
+        view.attrs().filter(|a| sel.wants(a.name)).map(|a| OutAttr { name: a.name, vals: a.vals() }).collect();
+    ber::search_entry(out, msgid, entry.dn.as_str(), &attrs, sel.types_only);
+    Ok(true)
+}
