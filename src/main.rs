@@ -54,7 +54,8 @@
 //! - `ops/`: one file per LDAP operation (`bind`, `search` (a folder:
 //!   the request, `scope`, `emit`, `select`), `add`, `modify`, `delete`,
 //!   `modify_dn`, `compare`, `abandon`, `extended`),
-//!   plus `syncrepl` (the RFC 4533 provider on the changelog),
+//!   plus `syncrepl` (the RFC 4533 provider on the changelog: `cookie`,
+//!   `refresh`, `persist`),
 //!   `rootdse` (root DSE), `controls` (request/response controls),
 //!   `paging`, `sort` and `vlv` (search controls), `referral` (referral
 //!   objects) and `alias` (alias dereferencing), and `mod.rs` (dispatch

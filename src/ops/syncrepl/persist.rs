@@ -1,0 +1,265 @@
+//! The persist stage: the changelog tailed in CSN order across every
+//! stream, each change sent as its entry now stands, then a `newcookie`.
+
+use super::*;
+
+/// The persist stage: the changelog from `marks`, until abandoned.
+pub(super) async fn tail(
+    s: &Session<'_>,
+    mut marks: BTreeMap<(u16, Origin), u64>,
+    mut cookie: Cookie,
+    mut handed: Cookie,
+    abandoned: &Cell<bool>,
+    sent: &mut u64,
+) -> Result<()> {
+    let ctx = &s.conn.ctx;
+    let own = ctx.shard.stamping.sid;
+    // The record the stream waits on, and for how many rounds.
+    let mut stuck: Option<(Csn, u32)> = None;
+    let mut more = false;
+    loop {
+        match more {
+            // A round cut short: the rest at once, after other work.
+            true => futures_lite::future::yield_now().await,
+            false => glommio::timer::sleep(POLL).await,
+        }
+        if abandoned.get() {
+            return Ok(());
+        }
+        let mut out = BytesMut::new();
+        let mut changed = false;
+        // Before the changelog: every change below it is in what is read.
+        let floor_us = ctx.shard.floors.lowest();
+        let settled = ctx.mirrored.then(|| ctx.shared.replication.peer_claim());
+        let txns = ctx.shard.stores.iter().map(|st| st.read()).collect::<Result<Vec<_>>>()?;
+        let mut held: Option<Csn> = None;
+        let (records, bound) = unsent(&txns, &marks)?;
+        more = bound.is_some();
+        for (csn, store, p, o, seq, bytes) in records {
+            // Every change goes out in CSN order, across partitions (a
+            // parent's move before its children's): one of this server
+            // above the floor may yet have one of a slower shard before it.
+            if csn.sid == own && csn.phys_us > floor_us {
+                held = Some(csn);
+                more = false;
+                break;
+            }
+            if let Some(rec) = ChangeRecord::decode(&bytes) {
+                match announce(s, &txns[store], p, &rec, &mut out)? {
+                    Announce::Later if !given_up(&mut stuck, csn) => {
+                        held = Some(csn);
+                        more = false;
+                        break;
+                    }
+                    Announce::Sent => {
+                        *sent += 1;
+                        changed = true;
+                        // Only CSNs of changes it may see: a cookie at
+                        // a hidden change's CSN would time it.
+                        cookie.saw(rec.csn);
+                    }
+                    Announce::Later | Announce::Nothing => {}
+                }
+            }
+            marks.insert((p, o), seq);
+        }
+        drop(txns);
+        // Also without changes this round: the floor may have passed what
+        // was sent, and the consumer's contextCSN should reach it.
+        // Where the round stopped (a record held back, or the end of what
+        // was read): of no server id may the cookie claim past it, though
+        // the refresh may have seen later CSNs.
+        let stop = held.or(bound).map(Csn::just_below);
+        let peers = peer_claims(settled, &BTreeMap::new());
+        let seen = stop.map_or_else(|| cookie.clone(), |s| cookie.up_to(s));
+        let next = seen.capped(own, claimable(own, floor_us, None), &handed, peers);
+        if changed || next != handed {
+            handed = next;
+            let value = new_cookie_value(&handed.compose(own));
+            s.info(&mut out, LdapIntermediateResponse::Raw { name: Some(SYNC_INFO.to_string()), value: Some(value) });
+            s.conn.send(out).await;
+        }
+    }
+}
+
+/// Rounds a record may wait for its entry's state to arrive (a rename
+/// between partitions) before the stream goes on without it: a parcel is
+/// delivered within a round or two; one that never is must not hold every
+/// later change back for good.
+pub(super) const PATIENCE: u32 = 100;
+
+/// Counts another round waiting on `csn`; true once past `PATIENCE`.
+pub(super) fn given_up(stuck: &mut Option<(Csn, u32)>, csn: Csn) -> bool {
+    let rounds = match stuck {
+        Some((c, n)) if *c == csn => {
+            *n += 1;
+            *n
+        }
+        _ => {
+            *stuck = Some((csn, 1));
+            1
+        }
+    };
+    if rounds == PATIENCE {
+        eprintln!("coredir: syncrepl: the entry of change {csn} never arrived at its new DN; going on without it");
+    }
+    rounds >= PATIENCE
+}
+
+/// Records read per stream and round: what one round holds is bounded
+/// (the rest waits for the next round, which follows at once).
+pub(super) const PER_STREAM: usize = 256;
+
+/// The records above `marks` in every stream, oldest CSN first: (CSN,
+/// store, partition, origin, sequence number, record), at most
+/// `PER_STREAM` of each, cut at the newest CSN every stream read whole
+/// reaches (true when so cut: more follow).
+#[allow(clippy::type_complexity)]
+pub(super) fn unsent<T: ReadTxn>(
+    txns: &[T],
+    marks: &BTreeMap<(u16, Origin), u64>,
+) -> Result<(Vec<(Csn, usize, u16, Origin, u64, Vec<u8>)>, Option<Csn>)> {
+    let mut all = Vec::new();
+    let mut bound: Option<Csn> = None;
+    for (store, txn) in txns.iter().enumerate() {
+        for (p, o, first, last) in changelog::streams(txn)? {
+            let mark = marks.get(&(p, o)).copied().unwrap_or(0);
+            if last <= mark {
+                continue;
+            }
+            if first > mark + 1 {
+                return Err(Error::new(
+                    LdapResultCode::EsyncRefreshRequired,
+                    "the changelog was trimmed past this session's position: refresh",
+                ));
+            }
+            let (mut taken, mut newest) = (0, Csn::default());
+            changelog::read_stream(txn, (p, o), mark + 1, &mut |seq, v| {
+                newest = changelog::record_csn(v).unwrap_or_default();
+                all.push((newest, store, p, o, seq, v.to_vec()));
+                taken += 1;
+                taken < PER_STREAM
+            })?;
+            if taken == PER_STREAM && mark + (taken as u64) < last {
+                bound = Some(bound.map_or(newest, |b| b.min(newest)));
+            }
+        }
+    }
+    // Within a stream sequence order is CSN order, so no stream is cut
+    // but at its end or the bound.
+    all.sort_by_key(|r| r.0);
+    if let Some(b) = bound {
+        all.retain(|r| r.0 <= b);
+    }
+    Ok((all, bound))
+}
+
+pub(super) enum Announce {
+    Sent,
+    Nothing,
+    /// The entry is on its way to another partition: look again next round.
+    Later,
+}
+
+pub(super) enum Located {
+    /// Its DN key, the entry, and the filter's equality items the index
+    /// decided for it in the same snapshot (`index::decided_items`).
+    Found(Vec<u8>, Entry, Vec<(usize, bool)>),
+    Gone,
+    /// Its state is on its way to the partition of its new DN.
+    Pending,
+}
+
+/// Finds an entry by entryUUID from a DN it had: where the state kept
+/// there says it went, partition after partition (each rename leaves the
+/// state behind with the DN it moved to).
+pub(super) fn locate(
+    shard: &shards::Shard,
+    uuid: &[u8; 16],
+    mut shown: String,
+    filter: Option<&filter::Node>,
+) -> Result<Located> {
+    for _hop in 0..16 {
+        let key = Dn::parse(&shown)?.key();
+        let txn = shard.store_for(&key).read()?;
+        if let Some((id, view)) = txn.entry(&key)? {
+            let entry = Entry::decode_view(&view)?;
+            if changelog::uuid_of(&entry).ok() == Some(*uuid) {
+                let decided = match filter {
+                    Some(f) => shards::index::decided_items(&txn, f, id, view.size())?,
+                    None => Vec::new(),
+                };
+                return Ok(Located::Found(key, entry, decided));
+            }
+        }
+        let partition = shard.manifest.partition_of(&key) as u16;
+        match changelog::load_state(&txn, partition, uuid)? {
+            None => return Ok(Located::Pending),
+            Some(st) if !st.is_live() => return Ok(Located::Gone),
+            Some(st) => match st.shown_dn(uuid) {
+                Some(next) if next != shown => shown = next,
+                _ => return Ok(Located::Pending),
+            },
+        }
+    }
+    // Renamed over and over: its later records find it in fewer hops.
+    Ok(Located::Gone)
+}
+
+/// What one change record means to the consumer, as the entry is now.
+pub(super) fn announce<T: ReadTxn>(
+    s: &Session<'_>,
+    txn: &T,
+    partition: u16,
+    rec: &ChangeRecord,
+    out: &mut BytesMut,
+) -> Result<Announce> {
+    let shard = &s.conn.ctx.shard;
+    let old_key = Dn::parse(&rec.dn)?.key();
+    let state = match changelog::load_state(txn, partition, &rec.uuid)? {
+        Some(st) if st.is_live() => st,
+        tomb => {
+            if tomb.is_some_and(|tomb| s.showed_before_delete(&tomb, &rec.uuid)) {
+                s.delete(out, &rec.dn, rec.uuid);
+                return Ok(Announce::Sent);
+            }
+            return Ok(Announce::Nothing);
+        }
+    };
+    let Some(shown) = state.shown_dn(&rec.uuid) else { return Ok(Announce::Nothing) };
+    let (key, entry, decided) = match locate(shard, &rec.uuid, shown, Some(&s.filter))? {
+        Located::Found(key, entry, decided) => (key, entry, decided),
+        // Deleted since: the delete's own record says so.
+        Located::Gone => return Ok(Announce::Nothing),
+        Located::Pending => return Ok(Announce::Later),
+    };
+    let mut bytes = Vec::new();
+    entry.encode(&mut bytes)?;
+    let view = EntryView::new(&bytes)?;
+    // Renamed again since: the later rename's record tells, in its place
+    // in CSN order (an entry moved twice must not reach the consumer at
+    // its last DN before the move of its new parent). Changed otherwise,
+    // it goes out as it is now, at the DN this record gave it.
+    let after = match &rec.change {
+        Change::Rename { to, .. } => Dn::parse(to)?.key(),
+        _ => old_key.clone(),
+    };
+    if key != after && entry_csn(&view).is_some_and(|now| now > rec.csn) {
+        return Ok(Announce::Nothing);
+    }
+    if s.in_scope(&key) && shards::filter::with_decided(decided, || s.matches(&key, &view))? {
+        let state = if matches!(rec.change, Change::Add { .. }) { SyncStateValue::Add } else { SyncStateValue::Modify };
+        s.entry(out, &key, &view, state)?;
+        return Ok(Announce::Sent);
+    }
+    // Out of scope now: if it may have been in it before, the consumer drops it.
+    if matches!(rec.change, Change::Rename { .. } | Change::Modify { .. } | Change::Conflict { .. })
+        && s.in_scope(&old_key)
+        && s.may_learn(&old_key, Some(&view))
+    {
+        // The DN it had: its new one may be hidden.
+        s.delete(out, &rec.dn, rec.uuid);
+        return Ok(Announce::Sent);
+    }
+    Ok(Announce::Nothing)
+}

@@ -1,0 +1,223 @@
+//! The refresh stage: every entry in scope in DN key order across the
+//! stores, in full when it changed since the cookie, then (delete phase)
+//! the entryUUIDs of what is gone.
+
+use super::*;
+
+/// How a refresh tells the consumer what is gone.
+#[derive(Clone, Copy, PartialEq)]
+pub(super) enum Phase {
+    /// Every entry named, unchanged ones as present: the rest is gone.
+    Present,
+    /// Only changed entries, then the entryUUIDs of those deleted since
+    /// the cookie (the changelog's tombstones cover it).
+    Delete,
+}
+
+pub(super) fn phase(ctx: &crate::server::Ctx, since: Option<&Since>) -> Result<Phase> {
+    let since = since.filter(|s| s.complete());
+    let Some(floor_us) = since.and_then(|s| s.csns.values().map(|c| c.phys_us).min()) else {
+        return Ok(Phase::Present);
+    };
+    for store in ctx.shard.stores.iter() {
+        if !changelog::covers(&store.read()?, floor_us)? {
+            return Ok(Phase::Present);
+        }
+    }
+    Ok(Phase::Delete)
+}
+
+/// The refresh stage: every entry in scope, in full if it changed since
+/// the cookie (`since`), else as present or (delete phase) not at all,
+/// then for the delete phase the entryUUIDs of what is gone. `next`
+/// gathers the CSNs seen.
+pub(super) async fn refresh(
+    s: &Session<'_>,
+    since: Option<&Since>,
+    next: &mut Cookie,
+    (floor_us, moving, peers): (u64, Option<Csn>, &Peers),
+    abandoned: &Cell<bool>,
+    sent: &mut u64,
+) -> Result<(Phase, Cookie)> {
+    let shard = &s.conn.ctx.shard;
+    let own = shard.stamping.sid;
+    let phase = phase(&s.conn.ctx, since)?;
+    let mut gone: Vec<uuid::Uuid> = Vec::new();
+    let base_key = s.base_key.as_slice();
+    // Every store's entries merged in DN key order, so that a parent goes
+    // out before its children wherever each lives: a consumer renaming a
+    // moved subtree must meet its top first (slapd glues a missing parent,
+    // and then the top's own rename fails with alreadyExists).
+    let mut from = base_key.to_vec();
+    // Once resumed, `from` was handled already.
+    let mut resumed = false;
+    loop {
+        let mut out = BytesMut::new();
+        let next_from;
+        {
+            let txns = shard.stores.iter().map(|st| st.read()).collect::<Result<Vec<_>>>()?;
+            let (rows, bound) = next_rows(s, &txns, &from, resumed)?;
+            // However costly the filter, a chunk takes about one slice
+            // of reactor time: the walk resumes after the last row seen.
+            let slice_end = std::time::Instant::now() + crate::ops::search::SLICE;
+            let mut cut = None;
+            for (i, (key, id, store)) in rows.iter().enumerate() {
+                if i > 0 && std::time::Instant::now() >= slice_end {
+                    cut = Some(rows[i - 1].0.clone());
+                    break;
+                }
+                let txn = &txns[*store];
+                let Some(view) = txn.entry_by_id(id)? else { continue };
+                let csn = entry_csn(&view);
+                if let Some(csn) = csn {
+                    next.saw(csn);
+                }
+                let changed = match since {
+                    Some(since) => since.changed(csn, || state_of(shard, txn, key, &view))?,
+                    None => true,
+                };
+                let decided = shards::index::decided_items(txn, &s.filter, id, view.size())?;
+                let state = match (shards::filter::with_decided(decided, || s.matches(key, &view))?, changed, phase) {
+                    (true, true, _) => SyncStateValue::Add,
+                    (true, false, Phase::Present) => SyncStateValue::Present,
+                    // Changed so that the filter no longer takes it.
+                    (false, true, Phase::Delete) => {
+                        if s.may_learn(key, Some(&view)) {
+                            gone.push(uuid_of_view(&view)?);
+                        }
+                        continue;
+                    }
+                    _ => continue,
+                };
+                s.entry(&mut out, key, &view, state)?;
+                *sent += 1;
+            }
+            next_from = cut.or(bound);
+        }
+        s.conn.send(out).await;
+        futures_lite::future::yield_now().await;
+        if abandoned.get() {
+            return Ok((phase, before(next.rid, since)));
+        }
+        match next_from {
+            Some(k) => (from, resumed) = (k, true),
+            None => break,
+        }
+    }
+    let before = before(next.rid, since);
+    let Some(since) = since.filter(|_| phase == Phase::Delete) else {
+        return Ok((phase, next.capped(own, claimable(own, floor_us, moving), &before, *peers)));
+    };
+    // What it learns is gone counts for the cookie too.
+    for (uuid, csn) in departed(s, since)? {
+        next.saw(csn);
+        gone.push(uuid);
+    }
+    // The set carries the new cookie: slapd deletes only entries whose
+    // entryCSN the cookie it holds reaches, and an entry sent in an
+    // earlier refresh may be newer than the cookie that refresh ended with.
+    let handed = next.capped(own, claimable(own, floor_us, moving), &before, *peers);
+    let mut out = BytesMut::new();
+    for chunk in gone.chunks(CHUNK) {
+        let info = LdapIntermediateResponse::SyncInfoIdSet {
+            cookie: Some(handed.compose(own)),
+            refresh_deletes: true,
+            syncuuids: chunk.to_vec(),
+        };
+        s.info(&mut out, info);
+    }
+    s.conn.send(out).await;
+    Ok((phase, handed))
+}
+
+/// The replicated state of the entry at `key` (its partition's, in the
+/// store that holds the entry).
+pub(super) fn state_of<T: ReadTxn>(
+    shard: &shards::shard::Shard,
+    txn: &T,
+    key: &[u8],
+    view: &EntryView<'_>,
+) -> Result<Option<EntryState>> {
+    let partition = shard.manifest.partition_of(key) as u16;
+    changelog::load_state(txn, partition, uuid_of_view(view)?.as_bytes())
+}
+
+/// The next rows of the refresh in DN key order across stores: up to
+/// `CHUNK` in scope from each store after `from` (or from it, unless
+/// `resumed`), as (key, id, store), cut at the lowest last key of a store
+/// that had more; that key, the bound, is where the next chunk starts.
+#[allow(clippy::type_complexity)]
+pub(super) fn next_rows<T: ReadTxn>(
+    s: &Session<'_>,
+    txns: &[T],
+    from: &[u8],
+    resumed: bool,
+) -> Result<(Vec<(Vec<u8>, Vec<u8>, usize)>, Option<Vec<u8>>)> {
+    let mut rows = Vec::new();
+    let mut bound: Option<Vec<u8>> = None;
+    for (store, txn) in txns.iter().enumerate() {
+        let (mut taken, mut scanned, mut last) = (0, 0, None);
+        // A one-level scope walks the whole subtree's keys: the keys seen,
+        // not only those taken, bound a chunk.
+        txn.dn_keys(&s.base_key, from, &mut |k, v| {
+            scanned += 1;
+            if resumed && k == from {
+                return true;
+            }
+            if s.in_scope(k) {
+                rows.push((k.to_vec(), v.to_vec(), store));
+                taken += 1;
+            }
+            last = Some(k.to_vec());
+            taken < CHUNK && scanned < SCANNED
+        })?;
+        if taken == CHUNK || scanned == SCANNED {
+            bound = match (bound, last) {
+                (Some(b), Some(l)) => Some(b.min(l)),
+                (b, l) => b.or(l),
+            };
+        }
+    }
+    rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    if let Some(b) = &bound {
+        rows.retain(|r| r.0 <= *b);
+    }
+    Ok((rows, bound))
+}
+
+/// The entries deleted since the cookie (their tombstones), and those a
+/// rename since took out of scope.
+pub(super) fn departed(s: &Session<'_>, since: &Since) -> Result<Vec<(uuid::Uuid, Csn)>> {
+    let shard = &s.conn.ctx.shard;
+    let mut out = Vec::new();
+    for store in shard.stores.iter() {
+        // Only what changed since the cookie is kept from the walk.
+        let mut renamed = Vec::new();
+        changelog::states(&store.read()?, &mut |p, uuid, bytes| {
+            let Some(state) = changelog::decode_state(bytes) else { return true };
+            if let Some(deleted) = state.deleted {
+                if since.newer(deleted) && s.showed_before_delete(&state, &uuid) {
+                    out.push((uuid::Uuid::from_bytes(uuid), deleted));
+                }
+                return true;
+            }
+            // A state a rename left behind, renamed since the cookie.
+            let Some((dn, at)) = state.dn else { return true };
+            let home = Dn::parse(&dn).map(|d| shard.manifest.partition_of(&d.key()) as u16);
+            if !home.is_ok_and(|h| h == p) && since.newer(at) {
+                renamed.push((uuid, dn, at));
+            }
+            true
+        })?;
+        for (uuid, dn, at) in renamed {
+            if let Located::Found(key, ..) = locate(shard, &uuid, dn, None)? {
+                if !s.in_scope(&key) {
+                    out.push((uuid::Uuid::from_bytes(uuid), at));
+                }
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup_by_key(|(uuid, _)| *uuid);
+    Ok(out)
+}
