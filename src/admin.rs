@@ -11,7 +11,7 @@
 
 use crate::accesslog::{self, LogLevel};
 use crate::config::Config;
-use crate::server::{Live, Shared};
+use crate::ctx::{Live, Shared};
 use crate::stats::{Op, Snapshot};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};

@@ -21,7 +21,6 @@
 //!   directory is kept, renamed, until the operator deletes it.
 
 use crate::config::Config;
-use crate::server;
 use anyhow::{anyhow, bail, Context, Result};
 use shards::changelog::{self, Origin};
 use shards::manifest::Manifest;
@@ -51,18 +50,18 @@ fn load_manifest(dir: &Path) -> Result<Manifest> {
 fn create_stores(config: &Config, dir: &Path, manifest: &Manifest) -> Result<Arc<Vec<Arc<Engine>>>> {
     let mut unsynced = config.clone();
     unsynced.storage.sync = "never".into();
-    server::open_stores(&unsynced, dir, manifest)
+    crate::database::open_stores(&unsynced, dir, manifest)
 }
 
 pub fn backup(config: Config, dest: &Path) -> Result<()> {
     config.validate()?;
     let data = config.server.data.clone();
     let manifest = load_manifest(&data)?;
-    if manifest.engine == "sled" && server::lock_data_dir(&data).is_err() {
+    if manifest.engine == "sled" && crate::database::lock_data_dir(&data).is_err() {
         bail!("a sled database cannot be read while its server runs; stop it, or use `coredir export` instead");
     }
     empty_target(dest)?;
-    let from = server::open_stores(&config, &data, &manifest)?;
+    let from = crate::database::open_stores(&config, &data, &manifest)?;
     backup_from(&config, &manifest, &from, dest)
 }
 
@@ -88,11 +87,11 @@ pub fn backup_from(config: &Config, manifest: &Manifest, from: &[Arc<Engine>], d
 pub fn restore(config: Config, backup: &Path) -> Result<()> {
     config.validate()?;
     let data = config.server.data.clone();
-    let _lock = server::lock_data_dir(&data)?;
+    let _lock = crate::database::lock_data_dir(&data)?;
     empty_target(&data)?;
     let mut manifest = load_manifest(backup)?;
     let started = Instant::now();
-    let from = server::open_stores(&config, backup, &manifest)?;
+    let from = crate::database::open_stores(&config, backup, &manifest)?;
     let to = create_stores(&config, &data, &manifest)?;
     let entries = copy_stores(&from, &to, &manifest).map_err(err)?;
     manifest.restored_from = Some(format!("{} {}", shards::now_generalized(), backup.display()));
@@ -119,7 +118,7 @@ pub fn reshard(config: Config, shards: usize) -> Result<()> {
         bail!("--shards: must be between 1 and 1024");
     }
     let data = config.server.data.clone();
-    let lock = server::lock_data_dir(&data)?;
+    let lock = crate::database::lock_data_dir(&data)?;
     let old = load_manifest(&data)?;
     if old.shards as usize == shards {
         bail!("{} already has {shards} shards", data.display());
@@ -131,7 +130,7 @@ pub fn reshard(config: Config, shards: usize) -> Result<()> {
     empty_target(&staging)?;
     let started = Instant::now();
     let entries = {
-        let from = server::open_stores(&config, &data, &old)?;
+        let from = crate::database::open_stores(&config, &data, &old)?;
         let to = create_stores(&config, &staging, &new)?;
         copy_stores(&from, &to, &new).map_err(err)?
     };

@@ -14,8 +14,8 @@
 
 use crate::accesslog::{self, LogLevel};
 use crate::ber::{self, Frame};
+use crate::ctx::Ctx;
 use crate::ops::{self, Flow};
-use crate::server::Ctx;
 use crate::strict::Check;
 use bytes::BytesMut;
 use futures_lite::{AsyncRead, AsyncWrite};

@@ -3,7 +3,6 @@
 //! (each shard's part is one consistent snapshot).
 
 use crate::config::Config;
-use crate::server;
 use anyhow::{anyhow, bail, Result};
 use shards::manifest::Manifest;
 use shards::store::{ReadTxn, Store};
@@ -17,7 +16,7 @@ pub fn run(config: Config, out: Option<&Path>, operational: bool) -> Result<()> 
     let Some(manifest) = Manifest::load(data).map_err(|e| anyhow!(e.message))? else {
         bail!("there is no database in {}", data.display());
     };
-    let stores = server::open_stores(&config, data, &manifest)?;
+    let stores = crate::database::open_stores(&config, data, &manifest)?;
     let txns = stores.iter().map(|s| s.read()).collect::<shards::Result<Vec<_>>>().map_err(|e| anyhow!(e.message))?;
     // Keys are root-first, so sorting them puts every parent before its children.
     let mut keys: Vec<(Vec<u8>, usize, Vec<u8>)> = Vec::new();

@@ -15,7 +15,7 @@
 //! or `coredir ctl replication conflicts`, and removes it by deleting what
 //! is below it, then it.
 
-use crate::server::Ctx;
+use crate::ctx::Ctx;
 use sha2::{Digest, Sha256};
 use shards::dn::Dn;
 use shards::entry::Entry;

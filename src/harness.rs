@@ -3,7 +3,8 @@
 //! temporary directory, fed whole client byte streams.
 
 use crate::config::Config;
-use crate::server::{self, Ctx, Shared};
+use crate::ctx::{Ctx, Shared};
+use crate::server;
 use anyhow::Result;
 use glommio::{LocalExecutor, LocalExecutorBuilder, Placement};
 use std::rc::Rc;
@@ -12,7 +13,7 @@ use std::sync::Arc;
 pub struct Harness {
     ex: LocalExecutor,
     ctx: Rc<Ctx>,
-    _db: server::Database,
+    _db: crate::database::Database,
     _dir: tempfile::TempDir,
 }
 
@@ -29,10 +30,10 @@ impl Harness {
         config.install_schema()?;
         config.validate()?;
         std::env::set_var("COREDIR_ROOT_PASSWORD", "fuzz");
-        let db = server::open_database(&config, 1)?;
+        let db = crate::database::open_database(&config, 1)?;
         let shared = Arc::new(Shared {
-            root_password_hash: server::root_password_hash(&config, &db.manifest),
-            live: arc_swap::ArcSwap::from_pointee(server::Live::from_config(&config)?),
+            root_password_hash: crate::database::root_password_hash(&config, &db.manifest),
+            live: arc_swap::ArcSwap::from_pointee(crate::ctx::Live::from_config(&config)?),
             generation: std::sync::atomic::AtomicU64::new(0),
             tls: None,
             admission: Arc::new(crate::listener::Admission::new(1, 0, 0)),

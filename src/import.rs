@@ -39,16 +39,16 @@ type Batch = Vec<(usize, WriteOp)>;
 pub fn run(config: Config, file: &Path) -> Result<()> {
     config.validate()?;
     let data = config.server.data.clone();
-    let _lock = server::lock_data_dir(&data)?;
+    let _lock = crate::database::lock_data_dir(&data)?;
     let n_shards = server::shard_count(&config);
-    let (manifest, created) = server::open_manifest(&config, &data, n_shards)?;
+    let (manifest, created) = crate::database::open_manifest(&config, &data, n_shards)?;
     manifest.check_indexes().map_err(|e| anyhow!("{}: {e}", data.display()))?;
     let manifest = Arc::new(manifest);
     // Like `slapadd -q`: no sync per batch, one sync of every store at the
     // end. An interrupted import is redone from an empty directory anyway.
     let mut unsynced = config.clone();
     unsynced.storage.sync = "never".into();
-    let stores = server::open_stores(&unsynced, &data, &manifest)?;
+    let stores = crate::database::open_stores(&unsynced, &data, &manifest)?;
     let input = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
     let suffixes = config.naming_contexts()?;
     let recorded: Vec<Dn> = manifest.suffixes.iter().filter_map(|s| Dn::parse(s).ok()).collect();

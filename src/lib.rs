@@ -9,6 +9,8 @@ pub mod backup;
 pub mod ber;
 pub mod config;
 pub mod conn;
+pub mod ctx;
+pub mod database;
 pub mod deploy;
 pub mod export;
 pub mod glue;

@@ -6,7 +6,7 @@
 //! connection's packets. A connection stays on the shard that accepted it.
 
 use crate::conn;
-use crate::server::Ctx;
+use crate::ctx::Ctx;
 use anyhow::{Context, Result};
 use bytes::BytesMut;
 use futures_lite::AsyncWriteExt;

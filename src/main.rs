@@ -33,7 +33,11 @@
 //!   rings `COOP_TASKRUN` (`server.io_uring_coop_taskrun`).
 //! - `acl`: access rules (slapd's `access to ... by ...`), compiled at
 //!   start; `ops::access` applies them per operation.
-//! - `server`: data directory, manifest, stores, reactors, `Ctx`.
+//! - `server`: start-up: sockets, one pinned reactor per shard, readiness.
+//! - `database`: the data directory's lock, manifest and stores; a new
+//!   database's first entries.
+//! - `ctx`: `Ctx`, what one shard's connections share (the shard, the
+//!   live settings, `Shared` across shards).
 //! - `listener`: per-shard socket (socket2) and accept loop.
 //! - `import`, `export`: offline LDIF load (parallel per shard) and dump.
 //! - `reindex`: offline index rebuild after `[indexes]` changed.

@@ -3,7 +3,6 @@
 //! configuration in the manifest so the server starts again.
 
 use crate::config::Config;
-use crate::server;
 use anyhow::{anyhow, bail, Result};
 use shards::index;
 use shards::manifest::Manifest;
@@ -12,11 +11,11 @@ use std::time::Instant;
 pub fn run(config: Config) -> Result<()> {
     config.validate()?;
     let data = config.server.data.clone();
-    let _lock = server::lock_data_dir(&data)?;
+    let _lock = crate::database::lock_data_dir(&data)?;
     let Some(mut manifest) = Manifest::load(&data).map_err(|e| anyhow!(e.message))? else {
         bail!("{} holds no database ({} is missing)", data.display(), shards::manifest::FILE);
     };
-    let stores = server::open_stores(&config, &data, &manifest)?;
+    let stores = crate::database::open_stores(&config, &data, &manifest)?;
     let started = Instant::now();
     let mut total = 0;
     for (i, store) in stores.iter().enumerate() {

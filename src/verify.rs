@@ -29,7 +29,7 @@
 //! Summing reads one chunk of entries per snapshot and yields between
 //! chunks, so a large partition never holds the reactor.
 
-use crate::server::Ctx;
+use crate::ctx::Ctx;
 use anyhow::{anyhow, Result};
 use serde::{Deserialize, Serialize};
 use shards::changelog::Origin;

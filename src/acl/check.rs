@@ -115,7 +115,7 @@ pub fn run(config: &Config, req: &Request) -> Result<bool> {
 fn open(config: &Config) -> Result<Option<Offline>> {
     let data = &config.server.data;
     let Some(manifest) = Manifest::load(data).map_err(|e| anyhow!(e.message))? else { return Ok(None) };
-    let stores = crate::server::open_stores(config, data, &manifest).map_err(|e| {
+    let stores = crate::database::open_stores(config, data, &manifest).map_err(|e| {
         let hint =
             if manifest.engine == "sled" { " (a sled database cannot be read while the server runs)" } else { "" };
         anyhow!("{e:#}{hint}")

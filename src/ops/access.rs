@@ -5,7 +5,7 @@
 
 use crate::acl::{Access, Attr, Groups, Level, Subject, Target};
 use crate::conn::{Conn, Identity};
-use crate::server::Live;
+use crate::ctx::Live;
 use ldap3_proto::LdapResultCode;
 use shards::dn::Dn;
 use shards::entry::{Entry, EntryView};

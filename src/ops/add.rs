@@ -15,9 +15,9 @@
 
 use crate::acl::{self, Level::Manage as MANAGE, Level::Write as WRITE};
 use crate::conn::Conn;
+use crate::ctx::{Ctx, Shared};
 use crate::ops::controls::{self, Controls, POST_READ};
 use crate::ops::{access, parse_dn, with_matched};
-use crate::server::{Ctx, Shared};
 use ldap3_proto::control::LdapControl;
 use ldap3_proto::proto::{LdapAddRequest, LdapFilter};
 use ldap3_proto::LdapResultCode;

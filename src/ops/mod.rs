@@ -342,7 +342,7 @@ pub fn matched_entry(conn: &Conn, identity: &Identity, dn: &shards::dn::Dn) -> O
 
 /// The nearest entry above `dn` that exists, within its naming context,
 /// whoever asks: a bisection over the DN's ancestors.
-pub fn nearest_entry(ctx: &crate::server::Ctx, dn: &shards::dn::Dn) -> Option<shards::dn::Dn> {
+pub fn nearest_entry(ctx: &crate::ctx::Ctx, dn: &shards::dn::Dn) -> Option<shards::dn::Dn> {
     let shard = &ctx.shard;
     let exists = |key: &[u8]| shard.exists(key);
     let Some(top) = ctx.suffixes.iter().filter(|s| dn.is_within(s)).map(|s| s.depth()).max() else {

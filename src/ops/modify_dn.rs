@@ -463,7 +463,7 @@ async fn remove_all(shard: &Rc<Shard>, mut dns: Vec<Dn>, tolerated: &[LdapResult
 
 /// Finishes the carries a crash interrupted (see the module text); run on
 /// shard 0 at start, before any shard serves. Returns how many it finished.
-pub async fn resume(ctx: &crate::server::Ctx) -> Result<usize> {
+pub async fn resume(ctx: &crate::ctx::Ctx) -> Result<usize> {
     let shard = &ctx.shard;
     let is_top = |d: &Dn| ctx.is_suffix(d);
     if shard.stamping.capture {

@@ -13,7 +13,7 @@
 //!   backlog, lag, records sent and applied);
 //! - `cn=Shards` (one `cn=Shard N` per shard: its operations, connections, entries' store size)
 
-use crate::server::Ctx;
+use crate::ctx::Ctx;
 use crate::stats::{Op, Snapshot};
 use shards::entry::{Attr, Entry};
 

@@ -3,8 +3,8 @@
 //! As in OpenLDAP, only `objectClass` is a user attribute; the rest is
 //! operational in the schema, returned for `+` or when asked for by name.
 
+use crate::ctx::Ctx;
 use crate::ops::{controls, extended};
-use crate::server::Ctx;
 use shards::entry::{Attr, Entry};
 
 /// All operational attributes (RFC 3673) and Modify-Increment (RFC 4525).

@@ -47,7 +47,7 @@ pub use receiver::serve;
 pub use sender::push;
 
 use crate::config::Config;
-use crate::server::Ctx;
+use crate::ctx::Ctx;
 use crate::verify::{self, Verdict};
 use anyhow::{anyhow, bail, Result};
 use base64::engine::general_purpose::STANDARD as BASE64;

@@ -553,7 +553,7 @@ fn effective(requested: i32, configured: usize, is_root: bool) -> usize {
 /// A search of the computed cn=Monitor subtree.
 #[allow(clippy::too_many_arguments)]
 fn search_monitor(
-    ctx: &crate::server::Ctx,
+    ctx: &crate::ctx::Ctx,
     msgid: i32,
     req: &LdapSearchRequest,
     base: &Dn,

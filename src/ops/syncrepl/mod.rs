@@ -333,7 +333,7 @@ fn rid_only(bytes: &[u8]) -> Option<u16> {
 
 /// `contextCSN` (one value per server id): the newest CSN of each origin
 /// in the changelog, as slapd keeps it on the suffix entry.
-pub fn context_csn(ctx: &crate::server::Ctx) -> Result<Vec<Vec<u8>>> {
+pub fn context_csn(ctx: &crate::ctx::Ctx) -> Result<Vec<Vec<u8>>> {
     let mut cookie = Cookie::default();
     for store in ctx.shard.stores.iter() {
         let txn = store.read()?;
@@ -354,7 +354,7 @@ pub fn context_csn(ctx: &crate::server::Ctx) -> Result<Vec<Vec<u8>>> {
 /// between partitions (their parcels): such an entry shows at neither DN,
 /// so a refresh cannot send it and its cookie may not claim it. A parcel
 /// that is gone was delivered before, and the entry shows at its new DN.
-fn in_transit(ctx: &crate::server::Ctx) -> Result<BTreeMap<u16, Csn>> {
+fn in_transit(ctx: &crate::ctx::Ctx) -> Result<BTreeMap<u16, Csn>> {
     let mut oldest: BTreeMap<u16, Csn> = BTreeMap::new();
     for store in ctx.shard.stores.iter() {
         for parcel in shards::moves::pending(&store.read()?)? {
@@ -385,7 +385,7 @@ fn peer_claims(claim: Option<PeerClaim>, transit: &BTreeMap<u16, Csn>) -> Peers 
 type Peers = Option<PeerClaim>;
 
 /// The last record of every (partition, origin) stream.
-fn positions(ctx: &crate::server::Ctx) -> Result<BTreeMap<(u16, Origin), u64>> {
+fn positions(ctx: &crate::ctx::Ctx) -> Result<BTreeMap<(u16, Origin), u64>> {
     let mut marks = BTreeMap::new();
     for store in ctx.shard.stores.iter() {
         for (p, o, _, last) in changelog::streams(&store.read()?)? {

@@ -14,7 +14,7 @@ pub(super) enum Phase {
     Delete,
 }
 
-pub(super) fn phase(ctx: &crate::server::Ctx, since: Option<&Since>) -> Result<Phase> {
+pub(super) fn phase(ctx: &crate::ctx::Ctx, since: Option<&Since>) -> Result<Phase> {
     let since = since.filter(|s| s.complete());
     let Some(floor_us) = since.and_then(|s| s.csns.values().map(|c| c.phys_us).min()) else {
         return Ok(Phase::Present);

@@ -1,0 +1,173 @@
+//! What the connections of one shard share (`Ctx`): the shard, the live
+//! settings, and what every shard shares (`Shared`). Built at start-up by
+//! `server`, used by the wire (`conn`, `ops`) without depending on it.
+
+use crate::config::{Config, Limits};
+use crate::listener;
+use anyhow::Result;
+use shards::dn::Dn;
+use shards::Shard;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// What every connection of one shard shares.
+pub struct Ctx {
+    pub shard: Rc<Shard>,
+    pub root_dn: Dn,
+    /// `root_dn`'s storage key, compared with every bind's.
+    pub root_key: Vec<u8>,
+    pub root_password_hash: String,
+    pub suffixes: Vec<Dn>,
+    /// One of a mirror pair (`replication` configured).
+    pub mirrored: bool,
+    pub passwords: crate::config::Passwords,
+    /// `server.allow_bind_v2`.
+    pub allow_bind_v2: bool,
+    pub tls: Option<Arc<crate::tls::Tls>>,
+    pub shared: Arc<Shared>,
+    /// This shard's copy of the live settings and the generation it is of.
+    live: std::cell::RefCell<Rc<Live>>,
+    live_seen: std::cell::Cell<u64>,
+    /// Connection counts shared by the shards' accept loops.
+    pub admission: Arc<listener::Admission>,
+    pub connections: Arc<crate::conn::Registry>,
+    /// This shard's metric handles and access-log buffer.
+    pub metrics: crate::stats::ShardMetrics,
+    pub log: crate::accesslog::ShardLog,
+    next_conn: std::cell::Cell<u64>,
+    /// The writes and the one-level and subtree searches this shard
+    /// admitted and has not finished (`admit_write`, `admit_read`).
+    running: crate::ops::carries::Running,
+    reading: crate::ops::carries::Running,
+    /// When the process started (UNIX seconds), for cn=Monitor and status.
+    pub started: u64,
+}
+
+/// What `reload` can change while serving: each shard copies it when the
+/// generation moves (one relaxed load per request, no lock, no shared
+/// reference count).
+#[derive(Clone)]
+pub struct Live {
+    pub limits: Limits,
+    pub unindexed_result: ldap3_proto::LdapResultCode,
+    pub acl: crate::acl::Acl,
+    pub tls_required: bool,
+}
+
+impl Live {
+    pub fn from_config(config: &Config) -> Result<Live> {
+        Ok(Live {
+            limits: config.limits.clone(),
+            unindexed_result: config.unindexed_result()?,
+            acl: config.acl()?,
+            tls_required: config.tls.required,
+        })
+    }
+}
+
+/// What the shards share, built once at start.
+pub struct Shared {
+    pub root_password_hash: String,
+    pub live: arc_swap::ArcSwap<Live>,
+    pub generation: std::sync::atomic::AtomicU64,
+    pub tls: Option<Arc<crate::tls::Tls>>,
+    pub admission: Arc<listener::Admission>,
+    pub connections: Arc<crate::conn::Registry>,
+    pub started: u64,
+    /// Set by `drain`: listeners stop, new operations get `unavailable`.
+    pub draining: std::sync::atomic::AtomicBool,
+    /// Every listening socket, for `drain`.
+    pub listeners: std::sync::Mutex<Vec<std::os::fd::RawFd>>,
+    /// Mirror mode's state, for `ctl replication`.
+    pub replication: Arc<crate::repl::Shared>,
+    /// Subtrees being renamed across owners (`ops::carries`).
+    pub carries: crate::ops::carries::Carries,
+    /// Set once shard 0 has finished the renames a crash interrupted; no
+    /// shard serves before.
+    pub resumed: std::sync::atomic::AtomicBool,
+    /// entryUUIDs relaxed writes are setting now (`ops::add::UuidClaim`).
+    pub claimed_uuids: std::sync::Mutex<std::collections::HashSet<[u8; 16]>>,
+}
+
+impl Ctx {
+    /// A connection id unique in the process without a shared counter:
+    /// shard `s` of `n` hands out 1000 + s, 1000 + s + n, ...
+    pub fn next_conn_id(&self) -> u64 {
+        let n = self.next_conn.get();
+        self.next_conn.set(n + 1);
+        1000 + n * self.shard.n_shards() as u64 + self.shard.id as u64
+    }
+
+    pub fn new(config: &Config, shard: Rc<Shard>, shared: &Arc<Shared>) -> Ctx {
+        let shard_id = shard.id;
+        let root_dn = Dn::parse(&config.directory.root_dn).expect("validated");
+        Ctx {
+            shard,
+            root_key: root_dn.key(),
+            root_dn,
+            root_password_hash: shared.root_password_hash.clone(),
+            suffixes: config.naming_contexts().expect("validated"),
+            mirrored: config.replication.enabled(),
+            passwords: config.passwords.clone(),
+            allow_bind_v2: config.server.allow_bind_v2,
+            live: std::cell::RefCell::new(Rc::new((**shared.live.load()).clone())),
+            live_seen: std::cell::Cell::new(shared.generation.load(std::sync::atomic::Ordering::Acquire)),
+            tls: shared.tls.clone(),
+            admission: shared.admission.clone(),
+            connections: shared.connections.clone(),
+            metrics: crate::stats::ShardMetrics::register(shard_id),
+            log: crate::accesslog::ShardLog::default(),
+            next_conn: std::cell::Cell::new(0),
+            running: Default::default(),
+            reading: Default::default(),
+            started: shared.started,
+            shared: shared.clone(),
+        }
+    }
+
+    /// The live settings (limits, access rules), refreshed after a reload.
+    pub fn live(&self) -> Rc<Live> {
+        let generation = self.shared.generation.load(std::sync::atomic::Ordering::Acquire);
+        if generation != self.live_seen.get() {
+            *self.live.borrow_mut() = Rc::new((**self.shared.live.load()).clone());
+            self.live_seen.set(generation);
+        }
+        self.live.borrow().clone()
+    }
+
+    /// Admits a write of the entry `dn`: `busy` while a subtree rename
+    /// covers it; a rename that starts before the guard is dropped waits
+    /// for it (`ops::carries`).
+    pub fn admit_write(&self, dn: &Dn) -> shards::Result<crate::ops::carries::Admitted<'_>> {
+        self.shared.carries.admit(self.shard.id, &self.running, dn)
+    }
+
+    /// Admits a one-level or subtree search below the key `scope` (or
+    /// anywhere, aliases widening it): it waits while a subtree rename
+    /// overlaps it, and a rename that starts before the guard is dropped
+    /// waits for it (`ops::carries`).
+    pub async fn admit_read<'a>(
+        &'a self,
+        scope: &'a [u8],
+        anywhere: bool,
+        deadline: Option<std::time::Instant>,
+        abandoned: &std::cell::Cell<bool>,
+    ) -> shards::Result<crate::ops::carries::Reading<'a>> {
+        let reading = crate::ops::carries::Wanted { shard: self.shard.id, scope, anywhere, deadline };
+        self.shared.carries.admit_read(&self.reading, reading, abandoned).await
+    }
+
+    pub fn is_suffix(&self, dn: &Dn) -> bool {
+        self.suffixes.iter().any(|s| s == dn)
+    }
+
+    pub fn within_suffix(&self, dn: &Dn) -> bool {
+        self.naming_context(dn).is_some()
+    }
+
+    /// The suffix whose naming context holds `dn`, if any (they do not
+    /// nest: `Config::naming_contexts`).
+    pub fn naming_context(&self, dn: &Dn) -> Option<&Dn> {
+        self.suffixes.iter().find(|s| dn.is_within(s))
+    }
+}
