@@ -14,9 +14,10 @@
 //! - `dn`: DN parsing, normalization and the root-first storage key.
 //! - `entry`: the owned `Entry`, Modify semantics, and `EntryView`, the
 //!   zero-copy view of an encoded `id2entry` record.
-//! - `filter`: search filters compiled against the schema, evaluated on an
-//!   `EntryView` (three-valued, with `Guarded` assertions that access
-//!   control decides per entry); the RFC 4515 string form both ways.
+//! - `filter/`: search filters compiled against the schema (`mod.rs`),
+//!   evaluated on an `EntryView`, three-valued and bounded per entry, with
+//!   `Guarded` items that access control decides per entry (`eval`); the
+//!   RFC 4515 string form both ways (`text`).
 //! - `schema`: attribute types, object classes and syntaxes (built-in and
 //!   custom files), entry checks, `cn=Subschema`.
 //! - `matching`: matching rules (normal forms, ordering) and attribute names.
@@ -27,7 +28,10 @@
 //! - `password`: `userPassword` schemes (verify, hash).
 //! - `manifest`: the data directory's identity and partition map.
 //! - `store`: the `Store` trait (trees `dn2id`, `id2entry`, `children`,
-//!   `index`, `meta`), its LMDB and sled engines and `Engine`.
+//!   `index`, `meta`, `changelog`, `state`) with reads by name (`entry`,
+//!   `entry_by_id`, `dn_keys`, …), its LMDB and sled engines and `Engine`;
+//!   `store::copy`, whole-store copies routed by partition (backup,
+//!   restore, reshard).
 //! - `write`: `WriteOp`s as applied by an owner inside one transaction;
 //!   `BulkLoad` for imports into a new database.
 //! - `repair`: start-up recount of child counts after a crash.
