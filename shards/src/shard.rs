@@ -107,28 +107,64 @@ pub struct Shard {
 /// and, while idle, every `FLOOR_TICK`; others only read.
 pub struct Floors(Vec<Floor>);
 
-/// One store's floor, on a cache line of its own: owners raising theirs
-/// once per commit do not take each other's line away.
+/// One store's floor and its commits, on a cache line of their own:
+/// owners raising theirs once per commit do not take each other's line
+/// away.
 #[repr(align(128))]
-struct Floor(AtomicU64);
+struct Floor {
+    phys_us: AtomicU64,
+    /// Batches committed: what readers of the changelog watch.
+    commits: AtomicU64,
+}
+
+/// How often a reader waiting for commits (`Floors::next_commit`) looks.
+const WATCH: Duration = Duration::from_millis(5);
 
 /// How often an idle owner raises its floor to the clock.
 const FLOOR_TICK: Duration = Duration::from_millis(50);
 
 impl Floors {
     pub fn new(stores: usize) -> Arc<Floors> {
-        Arc::new(Floors((0..stores).map(|_| Floor(AtomicU64::new(0))).collect()))
+        let floor = || Floor { phys_us: AtomicU64::new(0), commits: AtomicU64::new(0) };
+        Arc::new(Floors((0..stores).map(|_| floor()).collect()))
     }
 
     /// Raises `store`'s floor (its owner only; after the commit it covers).
     fn raise(&self, store: usize, phys_us: u64) {
-        self.0[store].0.fetch_max(phys_us, Ordering::Release);
+        self.0[store].phys_us.fetch_max(phys_us, Ordering::Release);
+    }
+
+    /// Counts a batch `store`'s owner committed (its owner only).
+    fn committed(&self, store: usize) {
+        self.0[store].commits.fetch_add(1, Ordering::Release);
     }
 
     /// The lowest floor: read it before the changelog it is to cover.
     /// Zero until every owner has published one.
     pub fn lowest(&self) -> u64 {
-        self.0.iter().map(|f| f.0.load(Ordering::Acquire)).min().unwrap_or(0)
+        self.0.iter().map(|f| f.phys_us.load(Ordering::Acquire)).min().unwrap_or(0)
+    }
+
+    /// Batches committed on every store so far: read it before the
+    /// changelog, and a change it did not count comes after.
+    pub fn commits(&self) -> u64 {
+        self.0.iter().map(|f| f.commits.load(Ordering::Acquire)).sum()
+    }
+
+    /// Waits until some store committed after `seen` (`commits`), or for
+    /// `most`; returns the count then. Readers of the changelog (the
+    /// replication sender, syncrepl's persist stage) read it only when it
+    /// moved: a look costs a few loads, where reading every stream of the
+    /// changelog costs a snapshot of every store.
+    pub async fn next_commit(&self, seen: u64, most: Duration) -> u64 {
+        let end = std::time::Instant::now() + most;
+        loop {
+            let now = self.commits();
+            if now != seen || std::time::Instant::now() >= end {
+                return now;
+            }
+            glommio::timer::sleep(WATCH.min(end.saturating_duration_since(std::time::Instant::now()))).await;
+        }
     }
 }
 
@@ -424,6 +460,7 @@ async fn commit_loop(shard: Rc<Shard>, rx: LocalReceiver<Pending>) {
         };
         m.commit_seconds.record(started.elapsed().as_secs_f64());
         shard.floors.raise(shard.id, clock.hlc.floor());
+        shard.floors.committed(shard.id);
         for (reply, result) in replies.into_iter().zip(results) {
             shard.reply(reply, result).await;
         }

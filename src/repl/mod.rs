@@ -77,6 +77,8 @@ const MAX_FRAME: usize = 64 << 20;
 /// Largest frame before the peer has proved the secret (the handshake).
 const MAX_HANDSHAKE: usize = 64 << 10;
 const HEARTBEAT: Duration = Duration::from_secs(1);
+/// The shortest wait of an idle sender (it waits for a commit, or for its
+/// next heartbeat).
 const POLL: Duration = Duration::from_millis(20);
 const RETRY: Duration = Duration::from_secs(1);
 /// How soon the same connection error is logged again.

@@ -179,6 +179,8 @@ async fn push_once(
             last_trim = Instant::now();
             trim(ctx, &acked, theirs_now, wall_us().saturating_sub(max_age_us)).await?;
         }
+        // Before the snapshots: a commit it does not count comes after them.
+        let commits = ctx.shard.floors.commits();
         let p = {
             // Before the snapshots: every change of ours below it is in them.
             let floor_us = ctx.shard.floors.lowest();
@@ -220,7 +222,10 @@ async fn push_once(
                 send(&mut stream, &Frame::Heartbeat { backlog: 0, settled }).await?;
                 last_sent = Instant::now();
             }
-            glommio::timer::sleep(POLL).await;
+            // Nothing to send: look again after the next commit, or when
+            // the next heartbeat is due.
+            let most = HEARTBEAT.saturating_sub(last_sent.elapsed()).max(POLL);
+            ctx.shard.floors.next_commit(commits, most).await;
             continue;
         }
         let n = batch.len() as u64;

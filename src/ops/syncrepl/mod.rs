@@ -13,7 +13,9 @@
 //!   goes on.
 //! - **Persist**: the changelog (`shards::changelog`, kept when mirror mode
 //!   or `syncrepl.provider` is on) is tailed from the positions taken
-//!   before the refresh began, every `POLL`: each record names an entry by
+//!   before the refresh began, after every commit (watched through each
+//!   store's commit count, `Floors::next_commit`, so within a few ms) and
+//!   at least every `POLL`: each record names an entry by
 //!   entryUUID, and the entry goes out as it is now (`modify`, `add`), or
 //!   as `delete` when it is gone; a rename is the entry at its new DN,
 //!   which the consumer applies as a modify-DN (it matches by entryUUID).
@@ -73,7 +75,8 @@ use std::time::Duration;
 
 pub const SYNC_REQUEST: &str = "1.3.6.1.4.1.4203.1.9.1.1";
 const SYNC_INFO: &str = "1.3.6.1.4.1.4203.1.9.1.4";
-/// How often a persistent search looks at the changelog.
+/// How often a persistent search looks at the changelog at least (it
+/// looks after every commit; `shards::shard::Floors::next_commit`).
 const POLL: Duration = Duration::from_millis(100);
 /// Entries read per snapshot in the refresh before yielding.
 const CHUNK: usize = 1024;

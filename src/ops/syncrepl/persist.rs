@@ -16,18 +16,27 @@ pub(super) async fn tail(
     let own = ctx.shard.stamping.sid;
     // The record the stream waits on, and for how many rounds.
     let mut stuck: Option<(Csn, u32)> = None;
-    let mut more = false;
+    let (mut more, mut waiting) = (false, false);
+    let mut commits = ctx.shard.floors.commits();
     loop {
-        match more {
+        match (more, waiting) {
             // A round cut short: the rest at once, after other work.
-            true => futures_lite::future::yield_now().await,
-            false => glommio::timer::sleep(POLL).await,
+            (true, _) => futures_lite::future::yield_now().await,
+            // A record held back (for the floor, or its entry in transit).
+            (false, true) => glommio::timer::sleep(POLL).await,
+            // Up to date: the next commit anywhere (within a few ms), and
+            // a round every POLL whatever (the peer's claim moves apart).
+            (false, false) => {
+                ctx.shard.floors.next_commit(commits, POLL).await;
+            }
         }
         if abandoned.get() {
             return Ok(());
         }
         let mut out = BytesMut::new();
         let mut changed = false;
+        // Before the changelog: a commit it does not count comes after.
+        commits = ctx.shard.floors.commits();
         // Before the changelog: every change below it is in what is read.
         let floor_us = ctx.shard.floors.lowest();
         let settled = ctx.mirrored.then(|| ctx.shared.replication.peer_claim());
@@ -64,6 +73,7 @@ pub(super) async fn tail(
             marks.insert((p, o), seq);
         }
         drop(txns);
+        waiting = held.is_some();
         // Also without changes this round: the floor may have passed what
         // was sent, and the consumer's contextCSN should reach it.
         // Where the round stopped (a record held back, or the end of what
