@@ -29,9 +29,19 @@ pub const MAX_BATCH: usize = 1024;
 /// What crosses cores: write requests to an owner and their results, and
 /// the owner's request to stop reading while its store grows.
 pub enum MeshMsg {
-    Request { from: usize, id: u64, op: WriteOp },
-    Response { id: u64, result: Outcome },
+    Request {
+        from: usize,
+        id: u64,
+        op: WriteOp,
+    },
+    Response {
+        id: u64,
+        result: Outcome,
+    },
     Park(Arc<Gate>),
+    /// A store committed a batch while this shard had readers waiting for
+    /// one (`Shard::next_commit`).
+    Committed,
 }
 
 /// Where reactors wait while one store's LMDB map grows (`grow`): a
@@ -96,6 +106,8 @@ pub struct Shard {
     mesh: Option<Senders<MeshMsg>>,
     waiting: RefCell<HashMap<u64, oneshot::Sender<Outcome>>>,
     next_request: Cell<u64>,
+    /// Readers of the changelog waiting for the next commit anywhere.
+    commit_waiters: RefCell<Vec<oneshot::Sender<()>>>,
     pub metrics: ShardMetrics,
 }
 
@@ -115,17 +127,17 @@ struct Floor {
     phys_us: AtomicU64,
     /// Batches committed: what readers of the changelog watch.
     commits: AtomicU64,
+    /// Readers on this shard waiting for the next commit on any store
+    /// (`Shard::next_commit`): owners tell the shard only while some wait.
+    waiting: AtomicU64,
 }
-
-/// How often a reader waiting for commits (`Floors::next_commit`) looks.
-const WATCH: Duration = Duration::from_millis(5);
 
 /// How often an idle owner raises its floor to the clock.
 const FLOOR_TICK: Duration = Duration::from_millis(50);
 
 impl Floors {
     pub fn new(stores: usize) -> Arc<Floors> {
-        let floor = || Floor { phys_us: AtomicU64::new(0), commits: AtomicU64::new(0) };
+        let floor = || Floor { phys_us: AtomicU64::new(0), commits: AtomicU64::new(0), waiting: AtomicU64::new(0) };
         Arc::new(Floors((0..stores).map(|_| floor()).collect()))
     }
 
@@ -134,9 +146,13 @@ impl Floors {
         self.0[store].phys_us.fetch_max(phys_us, Ordering::Release);
     }
 
-    /// Counts a batch `store`'s owner committed (its owner only).
-    fn committed(&self, store: usize) {
-        self.0[store].commits.fetch_add(1, Ordering::Release);
+    /// Counts a batch `store`'s owner committed (its owner only); then
+    /// the shards with readers waiting for it.
+    fn committed(&self, store: usize) -> impl Iterator<Item = usize> + '_ {
+        // Sequentially consistent with `Shard::next_commit`: a reader that
+        // registers after this count sees it, one before is told.
+        self.0[store].commits.fetch_add(1, Ordering::SeqCst);
+        (0..self.0.len()).filter(|&i| self.0[i].waiting.load(Ordering::SeqCst) > 0)
     }
 
     /// The lowest floor: read it before the changelog it is to cover.
@@ -148,23 +164,37 @@ impl Floors {
     /// Batches committed on every store so far: read it before the
     /// changelog, and a change it did not count comes after.
     pub fn commits(&self) -> u64 {
-        self.0.iter().map(|f| f.commits.load(Ordering::Acquire)).sum()
+        self.0.iter().map(|f| f.commits.load(Ordering::SeqCst)).sum()
+    }
+}
+
+/// Paces the rounds of a reader woken by commits (`Shard::next_commit`):
+/// a few at once (a write that commits on two shards wakes it twice
+/// within a millisecond), then one per `every` under a stream of commits,
+/// as each round reads every stream of the changelog. A token bucket.
+pub struct Pace {
+    every: Duration,
+    burst: f64,
+    tokens: f64,
+    at: std::time::Instant,
+}
+
+impl Pace {
+    pub fn new(every: Duration, burst: u32) -> Pace {
+        Pace { every, burst: burst as f64, tokens: burst as f64, at: std::time::Instant::now() }
     }
 
-    /// Waits until some store committed after `seen` (`commits`), or for
-    /// `most`; returns the count then. Readers of the changelog (the
-    /// replication sender, syncrepl's persist stage) read it only when it
-    /// moved: a look costs a few loads, where reading every stream of the
-    /// changelog costs a snapshot of every store.
-    pub async fn next_commit(&self, seen: u64, most: Duration) -> u64 {
-        let end = std::time::Instant::now() + most;
-        loop {
-            let now = self.commits();
-            if now != seen || std::time::Instant::now() >= end {
-                return now;
-            }
-            glommio::timer::sleep(WATCH.min(end.saturating_duration_since(std::time::Instant::now()))).await;
+    /// Waits, if need be, until the next round may start.
+    pub async fn round(&mut self) {
+        let now = std::time::Instant::now();
+        let earned = now.duration_since(self.at).as_secs_f64() / self.every.as_secs_f64();
+        (self.tokens, self.at) = ((self.tokens + earned).min(self.burst), now);
+        if self.tokens < 1.0 {
+            let wait = self.every.mul_f64(1.0 - self.tokens);
+            glommio::timer::sleep(wait).await;
+            (self.tokens, self.at) = (1.0, std::time::Instant::now());
         }
+        self.tokens -= 1.0;
     }
 }
 
@@ -225,6 +255,7 @@ impl Shard {
             queue,
             mesh: senders,
             waiting: RefCell::new(HashMap::new()),
+            commit_waiters: RefCell::new(Vec::new()),
             next_request: Cell::new(0),
             metrics: ShardMetrics::register(id),
         });
@@ -281,6 +312,62 @@ impl Shard {
         crate::write::children(&self.store_for(key).read()?, key)
     }
 
+    /// Waits until some store committed after `seen` (`Floors::commits`),
+    /// or for `most`; returns the count then. Readers of the changelog
+    /// (the replication sender, syncrepl's persist stage) read it when it
+    /// moved, woken by the committing owner (a `Committed` mesh message,
+    /// sent only while this shard has a reader waiting), not by a timer.
+    pub async fn next_commit(&self, seen: u64, most: Duration) -> u64 {
+        /// Counts the reader as waiting while it lives (however the wait ends).
+        struct Waiting<'a>(&'a AtomicU64);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut waiters = self.commit_waiters.borrow_mut();
+            // Readers that stopped waiting (their time was up) leave.
+            waiters.retain(|w| !w.is_canceled());
+            waiters.push(tx);
+        }
+        let waiting = &self.floors.0[self.id].waiting;
+        waiting.fetch_add(1, Ordering::SeqCst);
+        let _waiting = Waiting(waiting);
+        // After registering: a commit counted before it is seen here.
+        if self.floors.commits() == seen {
+            futures_lite::future::or(
+                async {
+                    let _ = rx.await;
+                },
+                glommio::timer::sleep(most),
+            )
+            .await;
+        }
+        self.floors.commits()
+    }
+
+    /// Wakes the readers waiting for a commit (`next_commit`).
+    fn wake_committed(&self) {
+        for tx in self.commit_waiters.borrow_mut().drain(..) {
+            let _ = tx.send(());
+        }
+    }
+
+    /// Tells the shards with readers waiting that this one committed.
+    fn tell_committed(&self) {
+        for shard in self.floors.committed(self.id) {
+            match &self.mesh {
+                _ if shard == self.id => self.wake_committed(),
+                // A full channel: that shard is busy, and its readers look
+                // again within their `most` anyway.
+                Some(mesh) => drop(mesh.try_send_to(shard, MeshMsg::Committed)),
+                None => {}
+            }
+        }
+    }
+
     /// Sends a write to the owner of `key` and waits for its durable result.
     pub async fn submit(&self, key: &[u8], op: WriteOp) -> Result<()> {
         self.submit_to(self.owner_of(key), op).await
@@ -325,6 +412,7 @@ impl Shard {
                 }
             }
             MeshMsg::Park(gate) => gate.park(),
+            MeshMsg::Committed => self.wake_committed(),
         }
     }
 
@@ -460,7 +548,7 @@ async fn commit_loop(shard: Rc<Shard>, rx: LocalReceiver<Pending>) {
         };
         m.commit_seconds.record(started.elapsed().as_secs_f64());
         shard.floors.raise(shard.id, clock.hlc.floor());
-        shard.floors.committed(shard.id);
+        shard.tell_committed();
         for (reply, result) in replies.into_iter().zip(results) {
             shard.reply(reply, result).await;
         }

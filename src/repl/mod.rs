@@ -77,9 +77,11 @@ const MAX_FRAME: usize = 64 << 20;
 /// Largest frame before the peer has proved the secret (the handshake).
 const MAX_HANDSHAKE: usize = 64 << 10;
 const HEARTBEAT: Duration = Duration::from_secs(1);
-/// The shortest wait of an idle sender (it waits for a commit, or for its
-/// next heartbeat).
+/// An idle sender waits for a commit, or for its next heartbeat; woken by
+/// a stream of commits, it makes `BURST` rounds at once, then one per
+/// `POLL` (`shards::shard::Pace`).
 const POLL: Duration = Duration::from_millis(20);
+const BURST: u32 = 4;
 const RETRY: Duration = Duration::from_secs(1);
 /// How soon the same connection error is logged again.
 const SAY_AGAIN: Duration = Duration::from_secs(60);

@@ -171,6 +171,7 @@ async fn push_once(
     let sent_total = crate::stats::counter("coredir_replication_records_sent_total", 0, &[]);
     let mut last_sent = Instant::now();
     let mut last_trim = Instant::now();
+    let mut pace = shards::shard::Pace::new(POLL, BURST);
     let r = &config.replication;
     let trim_every = Duration::from_secs(r.trim_interval_s.unwrap_or(60));
     let max_age_us = r.changelog_max_age_s.unwrap_or(7 * 24 * 3600) * 1_000_000;
@@ -225,7 +226,8 @@ async fn push_once(
             // Nothing to send: look again after the next commit, or when
             // the next heartbeat is due.
             let most = HEARTBEAT.saturating_sub(last_sent.elapsed()).max(POLL);
-            ctx.shard.floors.next_commit(commits, most).await;
+            ctx.shard.next_commit(commits, most).await;
+            pace.round().await;
             continue;
         }
         let n = batch.len() as u64;

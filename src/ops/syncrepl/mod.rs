@@ -13,9 +13,9 @@
 //!   goes on.
 //! - **Persist**: the changelog (`shards::changelog`, kept when mirror mode
 //!   or `syncrepl.provider` is on) is tailed from the positions taken
-//!   before the refresh began, after every commit (watched through each
-//!   store's commit count, `Floors::next_commit`, so within a few ms) and
-//!   at least every `POLL`: each record names an entry by
+//!   before the refresh began, after every commit (the committing owner
+//!   wakes it: `Shard::next_commit`) and at least every `IDLE`: each
+//!   record names an entry by
 //!   entryUUID, and the entry goes out as it is now (`modify`, `add`), or
 //!   as `delete` when it is gone; a rename is the entry at its new DN,
 //!   which the consumer applies as a modify-DN (it matches by entryUUID).
@@ -75,9 +75,16 @@ use std::time::Duration;
 
 pub const SYNC_REQUEST: &str = "1.3.6.1.4.1.4203.1.9.1.1";
 const SYNC_INFO: &str = "1.3.6.1.4.1.4203.1.9.1.4";
-/// How often a persistent search looks at the changelog at least (it
-/// looks after every commit; `shards::shard::Floors::next_commit`).
+/// How often a persistent search holding a record back (for the commit
+/// floor, or its entry in transit) looks at the changelog again.
 const POLL: Duration = Duration::from_millis(100);
+/// How often an idle persistent search looks at the changelog (a commit
+/// anywhere wakes it at once: `shards::Shard::next_commit`).
+const IDLE: Duration = Duration::from_secs(1);
+/// A persistent search woken by a stream of commits makes `BURST` rounds
+/// at once, then one per `ROUND` (`shards::shard::Pace`).
+const ROUND: Duration = Duration::from_millis(20);
+const BURST: u32 = 4;
 /// Entries read per snapshot in the refresh before yielding.
 const CHUNK: usize = 1024;
 /// Most keys a refresh chunk walks in one store.

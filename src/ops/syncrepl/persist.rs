@@ -18,16 +18,18 @@ pub(super) async fn tail(
     let mut stuck: Option<(Csn, u32)> = None;
     let (mut more, mut waiting) = (false, false);
     let mut commits = ctx.shard.floors.commits();
+    let mut pace = shards::shard::Pace::new(ROUND, BURST);
     loop {
         match (more, waiting) {
             // A round cut short: the rest at once, after other work.
             (true, _) => futures_lite::future::yield_now().await,
             // A record held back (for the floor, or its entry in transit).
             (false, true) => glommio::timer::sleep(POLL).await,
-            // Up to date: the next commit anywhere (within a few ms), and
-            // a round every POLL whatever (the peer's claim moves apart).
+            // Up to date: the next commit anywhere wakes it, and a round
+            // every `IDLE` whatever (the peer's claim moves apart).
             (false, false) => {
-                ctx.shard.floors.next_commit(commits, POLL).await;
+                ctx.shard.next_commit(commits, IDLE).await;
+                pace.round().await;
             }
         }
         if abandoned.get() {
