@@ -355,7 +355,7 @@ impl Admin {
         for store in self.stores.iter() {
             let _outside = store.outside();
             let txn = store.read().map_err(|e| anyhow!(e.message))?;
-            shards::changelog::states(&txn, &mut |partition, uuid, v| {
+            shards::changelog::states(&txn, &[], &mut |partition, uuid, v| {
                 let partition = Some(partition as u32);
                 if let Some(state) = shards::changelog::decode_state(v) {
                     // Once, from the partition that shows it (a rename

@@ -452,12 +452,18 @@ pub fn record_at<T: ReadTxn + ?Sized>(txn: &T, partition: u16, origin: Origin, s
     txn.get(Tree::Changelog, &log_key(partition, origin, seq))
 }
 
-/// Visits every entry state a store keeps (every partition's, tombstones
-/// and the states renames left included) as (partition, entryUUID,
-/// encoded state), until `visit` returns false.
-pub fn states<T: ReadTxn + ?Sized>(txn: &T, visit: &mut dyn FnMut(u16, [u8; 16], &[u8]) -> bool) -> Result<()> {
-    txn.scan(Tree::State, &[], &[], &mut |k, v| match (<[u8; 2]>::try_from(&k[..2]), <[u8; 16]>::try_from(&k[2..])) {
-        (Ok(p), Ok(uuid)) => visit(u16::from_be_bytes(p), uuid, v),
+/// What `states` visits: partition, entryUUID, encoded state; false stops.
+pub type StateVisit<'a> = dyn FnMut(u16, [u8; 16], &[u8]) -> bool + 'a;
+
+/// Visits the entry states a store keeps (every partition's, tombstones
+/// and the states renames left included) from `from` (a `state_key`; empty
+/// for the first), in key order, until `visit` returns false.
+pub fn states<T: ReadTxn + ?Sized>(txn: &T, from: &[u8], visit: &mut StateVisit<'_>) -> Result<()> {
+    txn.scan(Tree::State, &[], from, &mut |k, v| match (
+        k.get(..2).and_then(|p| <[u8; 2]>::try_from(p).ok()),
+        k.get(2..).and_then(|u| u.try_into().ok()),
+    ) {
+        (Some(p), Some(uuid)) => visit(u16::from_be_bytes(p), uuid, v),
         _ => true,
     })
 }

@@ -145,10 +145,9 @@ impl Manifest {
         self.owner_of_partition(self.partition_of(key))
     }
 
-    /// The shard that owns a partition (a partition number out of range
-    /// wraps, as an id from a store of another layout may carry one).
+    /// The shard that owns a partition.
     pub fn owner_of_partition(&self, partition: u32) -> usize {
-        self.owners[partition as usize % self.owners.len()] as usize
+        self.owners[partition as usize] as usize
     }
 }
 

@@ -130,6 +130,9 @@ struct Floor {
     /// Readers on this shard waiting for the next commit on any store
     /// (`Shard::next_commit`): owners tell the shard only while some wait.
     waiting: AtomicU64,
+    /// A `Committed` message is on its way to this shard: one at a time
+    /// (a busy shard must not find its mesh channels full of them).
+    told: AtomicBool,
 }
 
 /// How often an idle owner raises its floor to the clock.
@@ -137,7 +140,12 @@ const FLOOR_TICK: Duration = Duration::from_millis(50);
 
 impl Floors {
     pub fn new(stores: usize) -> Arc<Floors> {
-        let floor = || Floor { phys_us: AtomicU64::new(0), commits: AtomicU64::new(0), waiting: AtomicU64::new(0) };
+        let floor = || Floor {
+            phys_us: AtomicU64::new(0),
+            commits: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
+            told: AtomicBool::new(false),
+        };
         Arc::new(Floors((0..stores).map(|_| floor()).collect()))
     }
 
@@ -350,6 +358,8 @@ impl Shard {
 
     /// Wakes the readers waiting for a commit (`next_commit`).
     fn wake_committed(&self) {
+        // Before they look: a commit after this tells the shard again.
+        self.floors.0[self.id].told.store(false, Ordering::SeqCst);
         for tx in self.commit_waiters.borrow_mut().drain(..) {
             let _ = tx.send(());
         }
@@ -360,9 +370,14 @@ impl Shard {
         for shard in self.floors.committed(self.id) {
             match &self.mesh {
                 _ if shard == self.id => self.wake_committed(),
-                // A full channel: that shard is busy, and its readers look
-                // again within their `most` anyway.
-                Some(mesh) => drop(mesh.try_send_to(shard, MeshMsg::Committed)),
+                Some(mesh) => {
+                    let told = &self.floors.0[shard].told;
+                    // One at a time; a full channel (a busy shard) drops it,
+                    // and its readers look again within their `most`.
+                    if !told.swap(true, Ordering::SeqCst) && mesh.try_send_to(shard, MeshMsg::Committed).is_err() {
+                        told.store(false, Ordering::SeqCst);
+                    }
+                }
                 None => {}
             }
         }

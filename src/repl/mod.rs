@@ -196,10 +196,9 @@ impl Shared {
     pub fn peer_claim(&self) -> PeerClaim {
         match *self.settled.lock().unwrap_or_else(|e| e.into_inner()) {
             (None, _) => PeerClaim::Unknown,
-            // A peer before protocol 3 never says: claimed as it comes.
-            (Some((sid, protocol)), _) if protocol < 3 => {
-                PeerClaim::Peer { sid, upto: Some(Csn::top_of(u64::MAX, sid)) }
-            }
+            // A peer before protocol 3 never says: nothing of it is claimed
+            // (a refresh is then a present phase, its entries read whole).
+            (Some((sid, protocol)), _) if protocol < 3 => PeerClaim::Peer { sid, upto: None },
             (Some((sid, _)), upto) => PeerClaim::Peer { sid, upto },
         }
     }

@@ -1230,7 +1230,23 @@ fn a_refresh_sends_an_entry_a_late_older_change_of_the_peer_reached() {
     // nothing is sent again.
     let handed = handed.expect("a cookie");
     assert!(String::from_utf8_lossy(&handed).contains("#002#"), "{}", String::from_utf8_lossy(&handed));
-    let (msgs, _) = crate::syncrepl::refresh_only(&a, Some(handed));
+    let (msgs, _) = crate::syncrepl::refresh_only(&a, Some(handed.clone()));
     let entries = msgs.iter().filter(|m| matches!(m.op, LdapOp::SearchResultEntry(_))).count();
     assert_eq!(entries, 0, "{msgs:?}");
+    // Once more, now that the cookie names the peer: the entry is sent
+    // once, and the cookie then claims the peer's late change too.
+    a.kill9();
+    let mut c = b.admin();
+    assert_eq!(c.modify(&dn, vec![Mod::Replace("description", ["from-b2"].into())]).unwrap().rc, 0);
+    b.kill9();
+    a.launch();
+    assert_eq!(a.admin().modify(&dn, vec![Mod::Replace("sn", ["from-a2"].into())]).unwrap().rc, 0);
+    b.launch();
+    converged(&a, &b);
+    let (msgs, next) = crate::syncrepl::refresh_only(&a, Some(handed));
+    let sent: Vec<_> = msgs.iter().filter(|m| matches!(m.op, LdapOp::SearchResultEntry(_))).collect();
+    assert_eq!(sent.len(), 1, "{msgs:?}");
+    let (msgs, _) = crate::syncrepl::refresh_only(&a, next);
+    let entries = msgs.iter().filter(|m| matches!(m.op, LdapOp::SearchResultEntry(_))).count();
+    assert_eq!(entries, 0, "sent again: {msgs:?}");
 }

@@ -729,3 +729,38 @@ fn a_one_level_refresh_over_a_deep_subtree_sends_every_child() {
     dns.sort();
     assert_eq!(dns, [format!("ou=a,{big}"), format!("ou=m,{big}"), format!("ou=z,{big}")]);
 }
+
+/// A delete phase names every entry deleted since the cookie, however
+/// many tombstones it walks: more than one chunk of them (1,024) here.
+#[test]
+fn a_delete_phase_names_every_entry_deleted_since_the_cookie() {
+    use ldap3_proto::proto::{LdapIntermediateResponse, LdapOp};
+    const N: usize = 1100;
+    let s = provider(2);
+    let each = |f: fn(&mut LdapConn, usize)| {
+        let workers: Vec<_> = (0..4)
+            .map(|w| {
+                let mut c = s.admin();
+                std::thread::spawn(move || (w..N).step_by(4).for_each(|i| f(&mut c, i)))
+            })
+            .collect();
+        workers.into_iter().for_each(|w| w.join().unwrap());
+    };
+    each(|c, i| {
+        let cn = format!("gone{i}");
+        let attrs = vec![("objectClass", ["device"].into()), ("cn", [cn.as_str()].into())];
+        assert_eq!(c.add(&format!("cn={cn},{PEOPLE}"), attrs).unwrap().rc, 0);
+    });
+    let (_, cookie) = refresh_only(&s, None);
+    each(|c, i| assert_eq!(c.delete(&format!("cn=gone{i},{PEOPLE}")).unwrap().rc, 0));
+    let (msgs, _) = refresh_only(&s, cookie);
+    let gone: BTreeSet<_> = msgs
+        .into_iter()
+        .filter_map(|m| match m.op {
+            LdapOp::IntermediateResponse(LdapIntermediateResponse::SyncInfoIdSet { syncuuids, .. }) => Some(syncuuids),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(gone.len(), N);
+}

@@ -89,7 +89,10 @@ fn write_all<S: Store>(store: &S, tree: Tree, batch: &mut Vec<(Vec<u8>, Vec<u8>)
 
 /// The shard that keeps `key` of `tree` under `manifest`.
 fn owner(manifest: &Manifest, tree: Tree, key: &[u8]) -> usize {
-    let by_id = |id: &[u8]| manifest.owner_of_partition(u16::from_be_bytes([id[0], id[1]]) as u32);
+    // A partition out of range (a key of another layout) wraps, as before.
+    let by_id = |id: &[u8]| {
+        manifest.owner_of_partition(u16::from_be_bytes([id[0], id[1]]) as u32 % manifest.owners.len() as u32)
+    };
     match tree {
         Tree::Dn2id | Tree::Children => manifest.owner_of(key),
         Tree::Id2entry if key.len() == 8 => by_id(key),

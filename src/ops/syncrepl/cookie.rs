@@ -90,13 +90,20 @@ impl Cookie {
                 None => out.csns.remove(&sid),
             };
         }
-        // The peer's claim, though no entry showed its server id: without
-        // it, every entry a change of the peer reached would count as
-        // changed in each refresh (see `Since`).
-        if let Some(PeerClaim::Peer { sid, upto: Some(upto) }) = peer {
-            out.csns.entry(sid).or_insert(upto);
-        }
         out
+    }
+
+    /// Claims the peer up to what it settled here, though no entry showed
+    /// its server id (without it, every entry a change of the peer reached
+    /// would count as changed in each refresh, see `Since`): after a read
+    /// that reached every record of the peer up to it, none past `stop`
+    /// (where a persist round stopped, as `up_to`).
+    pub(super) fn claiming_peer(mut self, peer: Option<PeerClaim>, stop: Option<Csn>) -> Cookie {
+        if let Some(PeerClaim::Peer { sid, upto: Some(upto) }) = peer {
+            let claim = stop.map_or(upto, |s| upto.min(Csn { sid, partition: u16::MAX, ..s }));
+            self.csns.entry(sid).or_insert(claim);
+        }
+        self
     }
 }
 
@@ -148,16 +155,29 @@ impl Since {
     }
 
     /// Whether an entry with this `entryCSN` changed after the cookie;
-    /// `state` reads its replicated state (`None` where it has none).
-    pub(super) fn changed(&self, csn: Option<Csn>, state: impl FnOnce() -> Result<Option<EntryState>>) -> Result<bool> {
-        let Some(csn) = csn else { return Ok(true) };
-        if self.newer(csn) {
-            return Ok(true);
+    /// `state` reads its replicated state (`None` where it has none; one
+    /// that cannot be read counts as changed). The stamps of a state read
+    /// go into `seen`, so that the next cookie claims them (as far as it
+    /// may) and the entry is not sent again.
+    pub(super) fn changed(
+        &self,
+        csn: Option<Csn>,
+        state: impl FnOnce() -> Result<Option<EntryState>>,
+        seen: &mut Cookie,
+    ) -> bool {
+        let Some(csn) = csn else { return true };
+        let newer = self.newer(csn);
+        if !self.mirrored || !newer && self.low.is_some_and(|low| csn <= low) {
+            return newer;
         }
-        if !self.mirrored || self.low.is_some_and(|low| csn <= low) {
-            return Ok(false);
+        match state() {
+            Ok(Some(state)) => state.csns().fold(newer, |changed, c| {
+                seen.saw(c);
+                changed || self.newer(c)
+            }),
+            Ok(None) => newer,
+            Err(_) => true,
         }
-        Ok(state()?.is_some_and(|state| state.csns().any(|c| self.newer(c))))
     }
 }
 
@@ -206,21 +226,26 @@ mod tests {
         let no_state = || Ok(None);
         // A lone provider: entryCSN alone, exactly.
         let lone = Since::new(&c, 1, None);
-        assert!(!lone.changed(Some(csn(100, 1)), no_state).unwrap());
-        assert!(lone.changed(Some(csn(101, 1)), no_state).unwrap());
-        assert!(lone.changed(Some(csn(1, 3)), no_state).unwrap(), "another server's, unknown to the cookie");
-        assert!(lone.changed(None, no_state).unwrap());
+        let mut seen = Cookie::default();
+        assert!(!lone.changed(Some(csn(100, 1)), no_state, &mut seen));
+        assert!(lone.changed(Some(csn(101, 1)), no_state, &mut seen));
+        assert!(lone.changed(Some(csn(1, 3)), no_state, &mut seen), "another server's, unknown to the cookie");
+        assert!(lone.changed(None, no_state, &mut seen));
         // One of a pair whose peer (2) settled up to 95: below the
         // cookie's lowest CSN nothing is read; above it, every stamp counts.
         let pair = Since::new(&c, 1, Some(PeerClaim::Peer { sid: 2, upto: Some(csn(95, 2)) }));
         assert!(pair.complete());
         let unread = || -> Result<Option<EntryState>> { panic!("read below the cookie") };
-        assert!(!pair.changed(Some(csn(90, 1)), unread).unwrap());
+        assert!(!pair.changed(Some(csn(90, 1)), unread, &mut seen));
         let mut state =
             EntryState { created: csn(10, 1), dn: Some(("uid=x".into(), csn(100, 1))), ..EntryState::default() };
-        assert!(!pair.changed(Some(csn(100, 1)), || Ok(Some(state.clone()))).unwrap());
+        assert!(!pair.changed(Some(csn(100, 1)), || Ok(Some(state.clone())), &mut seen));
         state.deleted = Some(csn(93, 2));
-        assert!(pair.changed(Some(csn(100, 1)), || Ok(Some(state.clone()))).unwrap(), "a late stamp of the peer");
+        assert!(pair.changed(Some(csn(100, 1)), || Ok(Some(state.clone())), &mut seen), "a late stamp of the peer");
+        // Its stamps are seen: the next cookie claims them.
+        assert_eq!(seen.csns[&2], csn(93, 2));
+        let broken = || Err(Error::other("corrupt"));
+        assert!(pair.changed(Some(csn(100, 1)), broken, &mut seen), "an unreadable state is sent again");
         // A cookie the peer handed out claims of it only what it settled here.
         let mut theirs = c.clone();
         theirs.saw(csn(99, 2));

@@ -82,8 +82,9 @@ const POLL: Duration = Duration::from_millis(100);
 /// anywhere wakes it at once: `shards::Shard::next_commit`).
 const IDLE: Duration = Duration::from_secs(1);
 /// A persistent search woken by a stream of commits makes `BURST` rounds
-/// at once, then one per `ROUND` (`shards::shard::Pace`).
-const ROUND: Duration = Duration::from_millis(20);
+/// at once, then one per `ROUND` (`shards::shard::Pace`): no more than
+/// when it looked every 100 ms.
+const ROUND: Duration = Duration::from_millis(100);
 const BURST: u32 = 4;
 /// Entries read per snapshot in the refresh before yielding.
 const CHUNK: usize = 1024;

@@ -17,7 +17,7 @@ pub(super) async fn tail(
     // The record the stream waits on, and for how many rounds.
     let mut stuck: Option<(Csn, u32)> = None;
     let (mut more, mut waiting) = (false, false);
-    let mut commits = ctx.shard.floors.commits();
+    let (mut commits, mut last) = (ctx.shard.floors.commits(), std::time::Instant::now());
     let mut pace = shards::shard::Pace::new(ROUND, BURST);
     loop {
         match (more, waiting) {
@@ -26,9 +26,15 @@ pub(super) async fn tail(
             // A record held back (for the floor, or its entry in transit).
             (false, true) => glommio::timer::sleep(POLL).await,
             // Up to date: the next commit anywhere wakes it, and a round
-            // every `IDLE` whatever (the peer's claim moves apart).
+            // every `IDLE` whatever (the peer's claim moves apart); Abandon
+            // is looked at every `POLL`.
             (false, false) => {
-                ctx.shard.next_commit(commits, IDLE).await;
+                if ctx.shard.next_commit(commits, POLL).await == commits && last.elapsed() < IDLE {
+                    if abandoned.get() {
+                        return Ok(());
+                    }
+                    continue;
+                }
                 pace.round().await;
             }
         }
@@ -38,7 +44,7 @@ pub(super) async fn tail(
         let mut out = BytesMut::new();
         let mut changed = false;
         // Before the changelog: a commit it does not count comes after.
-        commits = ctx.shard.floors.commits();
+        (commits, last) = (ctx.shard.floors.commits(), std::time::Instant::now());
         // Before the changelog: every change below it is in what is read.
         let floor_us = ctx.shard.floors.lowest();
         let settled = ctx.mirrored.then(|| ctx.shared.replication.peer_claim());
@@ -84,7 +90,7 @@ pub(super) async fn tail(
         let stop = held.or(bound).map(Csn::just_below);
         let peers = peer_claims(settled, &BTreeMap::new());
         let seen = stop.map_or_else(|| cookie.clone(), |s| cookie.up_to(s));
-        let next = seen.capped(own, claimable(own, floor_us, None), &handed, peers);
+        let next = seen.capped(own, claimable(own, floor_us, None), &handed, peers).claiming_peer(peers, stop);
         if changed || next != handed {
             handed = next;
             let value = new_cookie_value(&handed.compose(own));

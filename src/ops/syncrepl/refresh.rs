@@ -73,7 +73,7 @@ pub(super) async fn refresh(
                     next.saw(csn);
                 }
                 let changed = match since {
-                    Some(since) => since.changed(csn, || state_of(shard, txn, key, &view))?,
+                    Some(since) => since.changed(csn, || state_of(shard, txn, key, &view), next),
                     None => true,
                 };
                 let decided = shards::index::decided_items(txn, &s.filter, id, view.size())?;
@@ -106,17 +106,21 @@ pub(super) async fn refresh(
     }
     let before = before(next.rid, since);
     let Some(since) = since.filter(|_| phase == Phase::Delete) else {
-        return Ok((phase, next.capped(own, claimable(own, floor_us, moving), &before, *peers)));
+        let handed = next.capped(own, claimable(own, floor_us, moving), &before, *peers);
+        return Ok((phase, handed.claiming_peer(*peers, None)));
     };
     // What it learns is gone counts for the cookie too.
-    for (uuid, csn) in departed(s, since)? {
+    let Some(departed) = departed(s, since, abandoned).await? else {
+        return Ok((phase, before));
+    };
+    for (uuid, csn) in departed {
         next.saw(csn);
         gone.push(uuid);
     }
     // The set carries the new cookie: slapd deletes only entries whose
     // entryCSN the cookie it holds reaches, and an entry sent in an
     // earlier refresh may be newer than the cookie that refresh ended with.
-    let handed = next.capped(own, claimable(own, floor_us, moving), &before, *peers);
+    let handed = next.capped(own, claimable(own, floor_us, moving), &before, *peers).claiming_peer(*peers, None);
     let mut out = BytesMut::new();
     for chunk in gone.chunks(CHUNK) {
         let info = LdapIntermediateResponse::SyncInfoIdSet {
@@ -186,38 +190,76 @@ pub(super) fn next_rows<T: ReadTxn>(
 }
 
 /// The entries deleted since the cookie (their tombstones), and those a
-/// rename since took out of scope.
-pub(super) fn departed(s: &Session<'_>, since: &Since) -> Result<Vec<(uuid::Uuid, Csn)>> {
-    let shard = &s.conn.ctx.shard;
+/// rename since took out of scope; `None` when abandoned. The states are
+/// walked in chunks of `CHUNK`, the reactor yielded between them.
+pub(super) async fn departed(
+    s: &Session<'_>,
+    since: &Since,
+    abandoned: &Cell<bool>,
+) -> Result<Option<Vec<(uuid::Uuid, Csn)>>> {
     let mut out = Vec::new();
-    for store in shard.stores.iter() {
-        // Only what changed since the cookie is kept from the walk.
-        let mut renamed = Vec::new();
-        changelog::states(&store.read()?, &mut |p, uuid, bytes| {
-            let Some(state) = changelog::decode_state(bytes) else { return true };
-            if let Some(deleted) = state.deleted {
-                if since.newer(deleted) && s.showed_before_delete(&state, &uuid) {
-                    out.push((uuid::Uuid::from_bytes(uuid), deleted));
-                }
-                return true;
+    for store in s.conn.ctx.shard.stores.iter() {
+        let mut from: Option<[u8; 18]> = None;
+        loop {
+            let (walked, last) = departed_chunk(s, since, store, from, &mut out)?;
+            if walked < CHUNK {
+                break;
             }
-            // A state a rename left behind, renamed since the cookie.
-            let Some((dn, at)) = state.dn else { return true };
-            let home = Dn::parse(&dn).map(|d| shard.manifest.partition_of(&d.key()) as u16);
-            if !home.is_ok_and(|h| h == p) && since.newer(at) {
-                renamed.push((uuid, dn, at));
-            }
-            true
-        })?;
-        for (uuid, dn, at) in renamed {
-            if let Located::Found(key, ..) = locate(shard, &uuid, dn, None)? {
-                if !s.in_scope(&key) {
-                    out.push((uuid::Uuid::from_bytes(uuid), at));
-                }
+            from = last;
+            futures_lite::future::yield_now().await;
+            if abandoned.get() {
+                return Ok(None);
             }
         }
     }
     out.sort_unstable();
     out.dedup_by_key(|(uuid, _)| *uuid);
-    Ok(out)
+    Ok(Some(out))
+}
+
+/// One chunk of `departed` in one store: up to `CHUNK` states after
+/// `from`; returns how many it walked and the last one's key.
+fn departed_chunk(
+    s: &Session<'_>,
+    since: &Since,
+    store: &shards::store::Engine,
+    from: Option<[u8; 18]>,
+    out: &mut Vec<(uuid::Uuid, Csn)>,
+) -> Result<(usize, Option<[u8; 18]>)> {
+    let shard = &s.conn.ctx.shard;
+    let (mut walked, mut last) = (0, None);
+    // Only what changed since the cookie is kept from the walk.
+    let mut renamed = Vec::new();
+    {
+        let txn = store.read()?;
+        changelog::states(&txn, from.as_ref().map_or(&[][..], |k| &k[..]), &mut |p, uuid, bytes| {
+            let key = changelog::state_key(p, &uuid);
+            if from == Some(key) {
+                return true;
+            }
+            (walked, last) = (walked + 1, Some(key));
+            let Some(state) = changelog::decode_state(bytes) else { return walked < CHUNK };
+            if let Some(deleted) = state.deleted {
+                if since.newer(deleted) && s.showed_before_delete(&state, &uuid) {
+                    out.push((uuid::Uuid::from_bytes(uuid), deleted));
+                }
+                return walked < CHUNK;
+            }
+            // A state a rename left behind, renamed since the cookie.
+            let Some((dn, at)) = state.dn else { return walked < CHUNK };
+            let home = Dn::parse(&dn).map(|d| shard.manifest.partition_of(&d.key()) as u16);
+            if !home.is_ok_and(|h| h == p) && since.newer(at) {
+                renamed.push((uuid, dn, at));
+            }
+            walked < CHUNK
+        })?;
+    }
+    for (uuid, dn, at) in renamed {
+        if let Located::Found(key, ..) = locate(shard, &uuid, dn, None)? {
+            if !s.in_scope(&key) {
+                out.push((uuid::Uuid::from_bytes(uuid), at));
+            }
+        }
+    }
+    Ok((walked, last))
 }
