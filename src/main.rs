@@ -77,7 +77,8 @@
 //!    shards on the request path. What shards do share, each justified:
 //!    - per-shard counts read by the others (`listener::ShardCount`:
 //!      open connections, summed for `limits.max_connections`, cn=Monitor
-//!      and `ctl status`), each store's commit floor (`shards::Floors`), the
+//!      and `ctl status`), each store's commit floor and commit count and
+//!      each shard's readers waiting for a commit (`shards::Floors`), the
 //!      live settings (an `ArcSwap`, loaded per request, stored by reload);
 //!    - locks taken only by rare work: the per-IP counts (striped, only
 //!      with `limits.max_connections_per_ip`, once per connection open and

@@ -51,14 +51,20 @@
 //! - `shard`: `Shard`, routing of writes to owners over the mesh, and the
 //!   group-commit loop, with its metric handles (mesh messages, batch
 //!   sizes, commit time, queue depth) registered on the shard's thread;
-//!   `Floors`, each store's commit floor (what a syncrepl cookie may claim).
+//!   `Floors`, each store's commit floor (what a syncrepl cookie may claim)
+//!   and commit count; `Shard::next_commit`, where readers of the
+//!   changelog wait to be woken by the next commit, and `Pace`.
 //!
 //! ## Architecture invariants
 //!
 //! 1. Only a partition's owner writes it; other shards only read snapshots.
-//! 2. Values cross cores only as `MeshMsg`s. The one shared word per store
-//!    is its commit floor (`Floors`, a cache line each): written by its
-//!    owner alone, once per commit and per idle tick, read by syncrepl. The
+//! 2. Values cross cores only as `MeshMsg`s. The shared words per store
+//!    are on one cache line (`Floors`): its commit floor and commit count,
+//!    written by its owner alone, once per commit (the floor also per idle
+//!    tick), read by syncrepl and the replication sender; and the number
+//!    of readers waiting on that shard with its `told` flag, written by
+//!    them and read by committing owners, so that a commit wakes them with
+//!    at most one `Committed` message in flight per shard. The
 //!    one lock is the park `Gate`, taken only while an LMDB map grows (every
 //!    reactor is stopped then by design); LMDB's `outside` lock is taken
 //!    only by readers that are not reactors (backups).
