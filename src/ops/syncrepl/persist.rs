@@ -16,7 +16,8 @@ pub(super) async fn tail(
     let own = ctx.shard.stamping.sid;
     // The record the stream waits on, and for how many rounds.
     let mut stuck: Option<(Csn, u32)> = None;
-    let (mut more, mut waiting) = (false, false);
+    // The first round at once: changes committed while the refresh ran.
+    let (mut more, mut waiting) = (true, false);
     let (mut commits, mut last) = (ctx.shard.floors.commits(), std::time::Instant::now());
     let mut pace = shards::shard::Pace::new(ROUND, BURST);
     loop {
