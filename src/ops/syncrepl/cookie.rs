@@ -117,10 +117,11 @@ pub(super) struct Since {
     /// On a server of a mirror pair, a change of the peer that arrives
     /// after a later change to the same entry here leaves its `entryCSN`
     /// (the newest stamp) as it was, so the entry's state is read for its
-    /// stamps; except below `low`, the lower of the cookie's CSNs for the
-    /// two servers once it names both, which claims every change of
-    /// either up to it.
+    /// stamps.
     pub(super) mirrored: bool,
+    /// Except below this: the lower of the cookie's CSNs for the two
+    /// servers once it names both, which claims every change of either up
+    /// to it.
     pub(super) low: Option<Csn>,
 }
 
