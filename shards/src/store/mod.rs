@@ -146,12 +146,7 @@ pub trait ReadTxn {
     }
     /// How many entries the store holds (a walk of `id2entry`).
     fn count_entries(&self) -> Result<u64> {
-        let mut n = 0;
-        self.scan(Tree::Id2entry, &[], &[], &mut |_, _| {
-            n += 1;
-            true
-        })?;
-        Ok(n)
+        count_keys(self, Tree::Id2entry)
     }
     /// Visits, in DN key order, the DN keys starting with `prefix` (a
     /// subtree's, `Dn::key` being root first) from `from` on, with their
@@ -170,6 +165,16 @@ pub trait ReadTxn {
             None => Err(crate::error::Error::other("dn2id names a missing id2entry record")),
         }
     }
+}
+
+/// How many keys a tree holds (a walk of it).
+pub(crate) fn count_keys<T: ReadTxn + ?Sized>(txn: &T, tree: Tree) -> Result<u64> {
+    let mut n = 0;
+    txn.scan(tree, &[], &[], &mut |_, _| {
+        n += 1;
+        true
+    })?;
+    Ok(n)
 }
 
 pub trait WriteTxn: ReadTxn {
