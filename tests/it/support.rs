@@ -209,6 +209,7 @@ pub fn spawn_on(
             let port = addr.rsplit(':').next().unwrap().parse().unwrap();
             // Keep draining stdout so the server never blocks on it.
             std::thread::spawn(move || for _ in lines {});
+            watchdog(child.id(), port, stderr.to_path_buf());
             return Ok((child, port, seen));
         }
         seen.push_str(&line);
@@ -218,6 +219,74 @@ pub fn spawn_on(
     let mut err = String::new();
     let _ = std::fs::File::open(stderr).and_then(|mut f| f.read_to_string(&mut err));
     Err(format!("coredir did not start.\nstdout:\n{seen}\nstderr:\n{err}"))
+}
+
+/// How long one server process may live: `COREDIR_TEST_DEADLINE_S`, or
+/// 300 s (the whole integration suite takes about as long). Past it, the
+/// test waiting on the server is stuck.
+fn deadline() -> Duration {
+    let secs = std::env::var("COREDIR_TEST_DEADLINE_S").ok().and_then(|s| s.parse().ok());
+    Duration::from_secs(secs.unwrap_or(300))
+}
+
+/// Every wait of a test on the server gets a deadline: a server still alive
+/// past `deadline()` is described (its threads, its sockets' queues, its
+/// stacks when gdb is there, its log) and killed, so the client waiting on
+/// it gets an error instead of hanging the suite. The process is known by
+/// its pid and start time, so a pid the kernel gave to another process
+/// after the test stopped this one is left alone.
+fn watchdog(pid: u32, port: u16, stderr: PathBuf) {
+    let started = start_time(pid);
+    std::thread::spawn(move || {
+        std::thread::sleep(deadline());
+        let alive = std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| !s.contains(") Z ")).unwrap_or(false);
+        if started.is_none() || start_time(pid) != started || !alive {
+            return;
+        }
+        eprintln!("coredir pid {pid} (port {port}) outlived the test deadline of {:?}; killing it", deadline());
+        eprintln!("{}", describe(pid, port, &stderr));
+        // SAFETY: a signal to the process this test started (same pid, same start time).
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    });
+}
+
+/// Field 22 of /proc/PID/stat: when the process started, in clock ticks.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 2..];
+    after_name.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// What a stuck server is doing: each thread's state and wait channel, the
+/// send and receive queues of its port's sockets, its stacks, its log.
+fn describe(pid: u32, port: u16, stderr: &Path) -> String {
+    let mut out = String::new();
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for task in tasks.flatten() {
+            let path = task.path();
+            let read = |f: &str| std::fs::read_to_string(path.join(f)).unwrap_or_default();
+            let stat = read("stat");
+            let state = stat.rsplit(") ").next().unwrap_or("").split_whitespace().next().unwrap_or("?").to_string();
+            out +=
+                &format!("thread {}: {} state {state} wchan {}\n", path.display(), read("comm").trim(), read("wchan"));
+        }
+    }
+    let run =
+        |cmd: &mut Command| cmd.output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    out += &run(Command::new("ss").args(["-tni", &format!("( sport = :{port} or dport = :{port} )")]));
+    out += &run(Command::new("timeout").args([
+        "30",
+        "gdb",
+        "-p",
+        &pid.to_string(),
+        "-batch",
+        "-ex",
+        "thread apply all bt",
+    ]));
+    let log = std::fs::read_to_string(stderr).unwrap_or_default();
+    let tail: Vec<&str> = log.lines().rev().take(40).collect();
+    out += &tail.into_iter().rev().collect::<Vec<_>>().join("\n");
+    out
 }
 
 /// The attributes of a `person` named `cn` (sn "x"), for an add.
