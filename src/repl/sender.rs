@@ -214,14 +214,18 @@ async fn push_once(
             }
         });
         if batch.is_empty() {
-            if let Some(partition) = checker.due().filter(|_| theirs.protocol >= 2) {
-                check(&mut stream, ctx, partition, checker, &mut acked, shared).await?;
-                continue;
-            }
+            // The heartbeat before any digest check: a sweep of checks
+            // longer than the heartbeat (verify_interval_s shorter than a
+            // sweep takes) must not keep the peer from hearing what is
+            // settled here, or its syncrepl cookies stop short of it.
             if last_sent.elapsed() >= HEARTBEAT {
                 let settled = p.settled.map(|c| c.to_string());
                 send(&mut stream, &Frame::Heartbeat { backlog: 0, settled }).await?;
                 last_sent = Instant::now();
+            }
+            if let Some(partition) = checker.due().filter(|_| theirs.protocol >= 2) {
+                check(&mut stream, ctx, partition, checker, &mut acked, shared).await?;
+                continue;
             }
             // Nothing to send: look again after the next commit, or when
             // the next heartbeat is due.
