@@ -65,7 +65,7 @@ pub async fn keep_parents(ctx: &Ctx, removed: Vec<(Vec<u8>, [u8; 16])>) -> Resul
     for (dn, cause) in missing {
         let entry = glue_entry(&dn, &cause)?;
         eprintln!("coredir: replication: {} was deleted while the peer added below it: kept as glue", entry.dn);
-        match crate::ops::add::insert(shard, &dn, entry, false).await {
+        match shard.add(&dn, entry, false).await {
             // The peer's glue (the same entry) got here first.
             Err(e) if e.code == ldap3_proto::LdapResultCode::EntryAlreadyExists => {}
             r => r?,

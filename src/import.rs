@@ -278,7 +278,7 @@ fn entry_of(rec: ldif::Record, suffixes: &[Dn]) -> Result<(Dn, Entry), String> {
     Ok((dn, entry))
 }
 
-/// Routes entries to their owners' batches, as `ops::add::insert` does online.
+/// Routes entries to their owners' batches, as `Shard::add` does online.
 struct Router<'a> {
     manifest: &'a Manifest,
     senders: &'a [SyncSender<Batch>],

@@ -34,6 +34,10 @@
 //!   restore, reshard).
 //! - `write`: `WriteOp`s as applied by an owner inside one transaction;
 //!   `BulkLoad` for imports into a new database.
+//! - `writes`: the write façade, `Shard::add`, `delete`, `modify`,
+//!   `move_entry`, `count_child`, `note_intent` and replication's
+//!   `replicate`, `absorb`, `advance`, `trim`: each sends its write to the
+//!   owner, with the undo of a step that spans two owners.
 //! - `repair`: start-up recount of child counts after a crash.
 //! - `csn`: CSNs (OpenLDAP's text form) and each owner's hybrid logical clock.
 //! - `merge`: mirror mode's replicated entry state and records, and the
@@ -96,6 +100,7 @@ pub mod schema;
 pub mod shard;
 pub mod store;
 pub mod write;
+pub mod writes;
 
 pub use error::{Error, Result};
 pub use shard::Shard;

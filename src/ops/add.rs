@@ -5,7 +5,7 @@
 //! the parent lives on another shard, the parent's owner first counts the
 //! new child (which also proves the parent exists and keeps it from being
 //! deleted), then the entry's owner inserts the entry; if that fails the
-//! count is given back.
+//! count is given back (`Shard::add`, in `shards::writes`).
 //!
 //! With the Relax Rules control, the server-owned attributes a migration
 //! needs to carry over (`RELAXABLE`) may be given, by a requester with
@@ -23,7 +23,7 @@ use ldap3_proto::proto::{LdapAddRequest, LdapFilter};
 use ldap3_proto::LdapResultCode;
 use shards::dn::Dn;
 use shards::entry::{Attr, Entry};
-use shards::write::{add_ops, user_modifiable, WriteOp};
+use shards::write::user_modifiable;
 use shards::{now_generalized, password, Error, Result, Shard};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -120,7 +120,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     });
     // Admitted only now: a rename waits for admitted writes (see modify).
     let _admitted = conn.ctx.admit_write(&dn)?;
-    insert(&ctx.shard, &dn, entry, is_suffix).await.map_err(|e| with_matched(&conn, &identity, &dn, e))?;
+    ctx.shard.add(&dn, entry, is_suffix).await.map_err(|e| with_matched(&conn, &identity, &dn, e))?;
     Ok(post.into_iter().collect())
 }
 
@@ -267,20 +267,4 @@ pub fn stamp_new(entry: &mut Entry, creator: &str) {
     missing("createTimestamp", &|| now.clone());
     missing("modifiersName", &|| creator.to_string());
     missing("modifyTimestamp", &|| now.clone());
-}
-
-/// Inserts an entry, counting it on its parent first (see the module doc).
-pub async fn insert(shard: &Shard, dn: &Dn, entry: Entry, is_suffix: bool) -> Result<()> {
-    let mut ops = add_ops(&shard.manifest, dn, entry, is_suffix).into_iter();
-    let (owner, first) = ops.next().expect("an add has at least one op");
-    let Some((entry_owner, add)) = ops.next() else { return shard.submit_to(owner, first).await };
-    // `first` counted the child on the parent's owner: give it back if the insert fails.
-    let WriteOp::Child { parent, .. } = &first else { unreachable!("add_ops counts the parent first") };
-    let parent = parent.clone();
-    shard.submit_to(owner, first).await?;
-    let res = shard.submit_to(entry_owner, add).await;
-    if res.is_err() {
-        let _ = shard.submit_to(owner, WriteOp::Child { parent, delta: -1 }).await;
-    }
-    res
 }

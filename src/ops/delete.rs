@@ -2,16 +2,15 @@
 //!
 //! The entry's owner checks and removes it; the parent's child count is
 //! lowered in the same transaction when the parent has the same owner, or
-//! by a second message to the parent's owner afterwards.
+//! by a second message to the parent's owner afterwards (`Shard::delete`).
 
 use crate::acl::{Attr, Level};
 use crate::conn::Conn;
 use crate::ops::controls::{self, Controls};
 use crate::ops::{access, parse_dn, with_matched};
 use ldap3_proto::control::LdapControl;
-use shards::dn::Dn;
-use shards::write::{Extras, Outcome, Parent, WriteOp};
-use shards::{Error, Result, Shard};
+use shards::write::Extras;
+use shards::{Error, Result};
 use std::rc::Rc;
 
 pub async fn handle(conn: Rc<Conn>, dn_text: String, ctrls: Controls) -> Result<Vec<LdapControl>> {
@@ -46,27 +45,11 @@ pub async fn handle(conn: Rc<Conn>, dn_text: String, ctrls: Controls) -> Result<
     crate::ops::referral::check_target(&conn, &identity, &dn, ctrls.manage_dsa_it)?;
     let assertion = controls::check_assertion_before_write(&conn, &identity, ctrls.assertion, &dn.key())?;
     let extras = Extras { assertion, before: ctrls.pre_read.is_some(), ..Extras::default() };
-    let images = remove(&conn.ctx.shard, &dn, &dn_text, is_suffix, extras)
+    let images = conn
+        .ctx
+        .shard
+        .delete(&dn, &dn_text, is_suffix, extras)
         .await
         .map_err(|e| with_matched(&conn, &identity, &dn, e))?;
     Ok(controls::read_entry_controls(&conn, &identity, images, &ctrls.pre_read, &None))
-}
-
-/// Removes a leaf entry and uncounts it on its parent; returns the images
-/// `extras` asked for.
-pub async fn remove(shard: &Shard, dn: &Dn, dn_text: &str, is_suffix: bool, extras: Extras) -> Outcome {
-    let key = dn.key();
-    let parent = (!is_suffix).then(|| Parent::of(dn));
-    let local_parent = parent.as_ref().is_some_and(|p| shard.owner_of(&p.key) == shard.owner_of(&key));
-    let op = WriteOp::Delete {
-        key: key.clone(),
-        dn: dn_text.to_string(),
-        parent: if local_parent { parent.clone() } else { None },
-        extras,
-    };
-    let images = shard.submit_for(shard.owner_of(&key), op).await?;
-    if let (Some(p), false) = (parent, local_parent) {
-        shard.submit(&p.key.clone(), WriteOp::Child { parent: p, delta: -1 }).await?;
-    }
-    Ok(images)
 }

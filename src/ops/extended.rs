@@ -19,7 +19,7 @@ use ldap3_proto::proto::{
 };
 use ldap3_proto::LdapResultCode;
 use shards::entry::{Attr, Mod};
-use shards::write::{Stamp, WriteOp};
+use shards::write::Stamp;
 use shards::{now_generalized, password, Error, Result};
 
 pub const OID_START_TLS: &str = "1.3.6.1.4.1.1466.20037";
@@ -177,8 +177,7 @@ async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest
     let stamp = Stamp { modifier: own, time: now_generalized() };
     let key = dn.key();
     let _admitted = conn.ctx.admit_write(&dn)?;
-    let op = WriteOp::Modify { key: key.clone(), dn: target, mods, rdn: Vec::new(), stamp, extras: Default::default() };
-    shard.submit(&key, op).await?;
+    shard.modify(key, target, mods, Vec::new(), stamp, Default::default()).await?;
     Ok(generated)
 }
 

@@ -15,7 +15,7 @@ use ldap3_proto::control::LdapControl;
 use ldap3_proto::proto::{LdapModifyRequest, LdapModifyType};
 use ldap3_proto::LdapResultCode;
 use shards::entry::{Attr, Mod};
-use shards::write::{user_modifiable, Extras, Stamp, WriteOp};
+use shards::write::{user_modifiable, Extras, Stamp};
 use shards::{now_generalized, Error, Result};
 use std::rc::Rc;
 
@@ -82,13 +82,14 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
         after: ctrls.post_read.is_some(),
         relax: ctrls.relax.is_some(),
     };
-    let op = WriteOp::Modify { key: key.clone(), dn: req.dn.clone(), mods, rdn, stamp, extras };
     let shard = &conn.ctx.shard;
     // Admitted only now: a rename waits for admitted writes, so none may
     // wait on password hashing while admitted.
     let _admitted = conn.ctx.admit_write(&dn)?;
-    let images =
-        shard.submit_for(shard.owner_of(&key), op).await.map_err(|e| with_matched(&conn, &identity, &dn, e))?;
+    let images = shard
+        .modify(key, req.dn.clone(), mods, rdn, stamp, extras)
+        .await
+        .map_err(|e| with_matched(&conn, &identity, &dn, e))?;
     Ok(controls::read_entry_controls(&conn, &identity, images, &ctrls.pre_read, &ctrls.post_read))
 }
 

@@ -25,9 +25,7 @@
 
 use crate::acl::{Attr, Level};
 use crate::conn::Conn;
-use crate::ops::add::insert;
 use crate::ops::controls::{self, Controls};
-use crate::ops::delete::remove;
 use crate::ops::{access, parse_dn, with_matched};
 use ldap3_proto::control::LdapControl;
 use ldap3_proto::proto::LdapModifyDNRequest;
@@ -38,22 +36,9 @@ use shards::entry::Entry;
 use shards::moves;
 use shards::renames::{self, Intent, Member};
 use shards::store::Store;
-use shards::write::{children, Extras, Images, Moving, Parent, WriteOp};
+use shards::write::{children, Extras, Images, Moving, Parent};
 use shards::{now_generalized, Error, Result, Shard};
 use std::rc::Rc;
-
-/// The old DN's owner's part of a rename (the parents are counted apart).
-fn move_op(old_key: &[u8], old_text: &str, new_key: Vec<u8>, entry: Entry, moving: Moving) -> WriteOp {
-    WriteOp::Move {
-        old_key: old_key.to_vec(),
-        old_dn: old_text.to_string(),
-        old_parent: None,
-        new_key,
-        new_parent: None,
-        entry,
-        moving,
-    }
-}
 
 /// A rename in mirror mode or with syncrepl: the new parent counted (and
 /// so kept) while the old DN's owner moves the entry and the state is
@@ -87,9 +72,9 @@ async fn move_replicated(
     let uuid = shards::changelog::uuid_of(&entry)?;
     let intent = Intent { uuid, old: old.to_string_form(), new: entry.dn.clone() };
     let home = shard.owner_of(&old.key());
-    shard.submit_to(home, WriteOp::Intent { uuid, intent: Some(intent) }).await?;
+    shard.note_intent(home, uuid, Some(intent)).await?;
     if let Err(e) = move_one(conn, old, old_text, new, entry, Moving::Top).await {
-        let _ = shard.submit_to(home, WriteOp::Intent { uuid, intent: None }).await;
+        let _ = shard.note_intent(home, uuid, None).await;
         return Err(e);
     }
     // From here on the rename is done for a crash: what fails now is
@@ -101,7 +86,7 @@ async fn move_replicated(
         eprintln!("coredir: the rename of {old_text} to {}: {}; finishing it", new.to_string_form(), e.message);
         finish_replicated(shard, &is_top, old, new).await?;
     }
-    shard.submit_to(home, WriteOp::Intent { uuid, intent: None }).await
+    shard.note_intent(home, uuid, None).await
 }
 
 /// One entry's logged rename (see `move_replicated`).
@@ -109,8 +94,8 @@ async fn move_one(conn: &Conn, old: &Dn, old_text: &str, new: &Dn, entry: Entry,
     let shard = &conn.ctx.shard;
     let (old_key, new_key) = (old.key(), new.key());
     let guard = Parent::of(new);
-    shard.submit(&guard.key.clone(), WriteOp::Child { parent: guard.clone(), delta: 1 }).await?;
-    let moved = shard.submit_for(shard.owner_of(&old_key), move_op(&old_key, old_text, new_key, entry, moving)).await;
+    shard.count_child(guard.clone(), 1).await?;
+    let moved = shard.move_entry(&old_key, old_text, new_key, entry, moving).await;
     let is_top = |d: &Dn| conn.ctx.is_suffix(d);
     if let Ok(images) = &moved {
         moves::count_children(shard, images.iter().map(|b| (**b).clone()), &is_top).await;
@@ -119,7 +104,7 @@ async fn move_one(conn: &Conn, old: &Dn, old_text: &str, new: &Dn, entry: Entry,
         Ok(_) => moves::deliver(shard, &is_top).await,
         Err(_) => Ok(()),
     };
-    let _ = shard.submit(&guard.key.clone(), WriteOp::Child { parent: guard, delta: -1 }).await;
+    let _ = shard.count_child(guard, -1).await;
     moved.and(delivered)
 }
 
@@ -156,10 +141,7 @@ async fn follow(shard: &Rc<Shard>, is_top: &dyn Fn(&Dn) -> bool, top: &Dn, mut f
     for level in followers.chunk_by(|a, b| a.dn.depth() == b.dn.depth()) {
         let writes = side_by_side(level.to_vec(), |f| {
             let s = shard.clone();
-            async move {
-                let op = move_op(&f.old_key, &f.old_text, f.dn.key(), f.entry, Moving::Below { after });
-                s.submit_for(s.owner_of(&f.old_key), op).await
-            }
+            async move { s.move_entry(&f.old_key, &f.old_text, f.dn.key(), f.entry, Moving::Below { after }).await }
         });
         let mut images = Vec::with_capacity(level.len());
         for r in writes.await {
@@ -259,7 +241,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
     }
     let moved = match shard.stamping.capture {
         true => move_replicated(&conn, &old, &req.dn, &new, entry, below).await,
-        false => move_entry(shard, &old, &new, entry, below).await,
+        false => move_subtree(shard, &old, &new, entry, below).await,
     };
     // slapd names no matchedDN for a missing newSuperior.
     moved?;
@@ -313,13 +295,13 @@ fn rename_entry(entry: &mut Entry, old: &Dn, new: &Dn, new_text: String, delete_
     entry.remove("entryCSN");
 }
 
-async fn move_entry(shard: &Rc<Shard>, old: &Dn, new: &Dn, entry: Entry, below: Vec<Member>) -> Result<()> {
+async fn move_subtree(shard: &Rc<Shard>, old: &Dn, new: &Dn, entry: Entry, below: Vec<Member>) -> Result<()> {
     let (old_key, new_key) = (old.key(), new.key());
     let old_text = old.to_string_form();
     // The same DN in another spelling (`cn=Leaf` to `cn=leaf`) stays in
     // place, children and all; their stored DNs take the new spelling.
     if old_key == new_key {
-        shard.submit(&old_key, move_op(&old_key, &old_text, new_key, entry, Moving::Leaf)).await?;
+        shard.move_entry(&old_key, &old_text, new_key, entry, Moving::Leaf).await?;
         return respell(shard, old, new, below).await;
     }
     if !below.is_empty() || shard.owner_of(&old_key) != shard.owner_of(&new_key) {
@@ -329,16 +311,16 @@ async fn move_entry(shard: &Rc<Shard>, old: &Dn, new: &Dn, entry: Entry, below: 
     let new_parent = Parent::of(new);
     let parent_changed = old_parent.key != new_parent.key;
     if parent_changed {
-        shard.submit(&new_parent.key.clone(), WriteOp::Child { parent: new_parent.clone(), delta: 1 }).await?;
+        shard.count_child(new_parent.clone(), 1).await?;
     }
-    if let Err(e) = shard.submit(&old_key, move_op(&old_key, &old_text, new_key, entry, Moving::Leaf)).await {
+    if let Err(e) = shard.move_entry(&old_key, &old_text, new_key, entry, Moving::Leaf).await {
         if parent_changed {
-            let _ = shard.submit(&new_parent.key.clone(), WriteOp::Child { parent: new_parent, delta: -1 }).await;
+            let _ = shard.count_child(new_parent, -1).await;
         }
         return Err(e);
     }
     if parent_changed {
-        shard.submit(&old_parent.key.clone(), WriteOp::Child { parent: old_parent, delta: -1 }).await?;
+        shard.count_child(old_parent, -1).await?;
     }
     Ok(())
 }
@@ -354,18 +336,18 @@ async fn carry(shard: &Rc<Shard>, old: &Dn, new: &Dn, entry: Entry, below: Vec<M
     arrivals.extend(below.into_iter().map(|m| moved(m.entry, old, new)).collect::<Result<Vec<_>>>()?);
     let departures: Vec<Dn> = arrivals.iter().map(|(dn, _)| renames::moved_dn(dn, new, old)).collect();
     let home = shard.owner_of(&old.key());
-    shard.submit_to(home, WriteOp::Intent { uuid, intent: Some(intent) }).await?;
+    shard.note_intent(home, uuid, Some(intent)).await?;
     let mut inserted = Vec::new();
     if let Err(e) = insert_all(shard, arrivals, false, &mut inserted).await {
         // Only what this carry inserted: the new DN may be taken by another entry.
         let _ = remove_all(shard, inserted, GONE).await;
-        let _ = shard.submit_to(home, WriteOp::Intent { uuid, intent: None }).await;
+        let _ = shard.note_intent(home, uuid, None).await;
         return Err(e);
     }
     // From here on the rename is done for a crash: what fails now is
     // finished by the next start (`resume`), which keeps the intent.
     remove_all(shard, departures, &[]).await?;
-    shard.submit_to(home, WriteOp::Intent { uuid, intent: None }).await
+    shard.note_intent(home, uuid, None).await
 }
 
 /// An entry from below the old DN as it is below the new one.
@@ -380,12 +362,11 @@ async fn respell(shard: &Rc<Shard>, old: &Dn, new: &Dn, below: Vec<Member>) -> R
     let mut ops = Vec::with_capacity(below.len());
     for m in below {
         let (dn, entry) = moved(m.entry, old, new)?;
-        let op = move_op(&m.old_key, &dn.to_string_form(), m.old_key.clone(), entry, Moving::Leaf);
-        ops.push((m.old_key, op));
+        ops.push((m.old_key, dn.to_string_form(), entry));
     }
-    let writes = side_by_side(ops, |(key, op)| {
+    let writes = side_by_side(ops, |(key, text, entry)| {
         let s = shard.clone();
-        async move { s.submit(&key, op).await }
+        async move { s.move_entry(&key, &text, key.clone(), entry, Moving::Leaf).await.map(|_| ()) }
     });
     writes.await.into_iter().collect()
 }
@@ -424,7 +405,7 @@ async fn insert_all(
     for level in entries.chunk_by(|a, b| a.0.depth() == b.0.depth()) {
         let writes = side_by_side(level.to_vec(), |(dn, entry)| {
             let s = shard.clone();
-            async move { insert(&s, &dn, entry, false).await.map(|_| dn) }
+            async move { s.add(&dn, entry, false).await.map(|_| dn) }
         });
         let mut result = Ok(());
         for r in writes.await {
@@ -449,7 +430,7 @@ async fn remove_all(shard: &Rc<Shard>, mut dns: Vec<Dn>, tolerated: &[LdapResult
     for level in dns.chunk_by(|a, b| a.depth() == b.depth()) {
         let writes = side_by_side(level.to_vec(), |dn| {
             let s = shard.clone();
-            async move { remove(&s, &dn, &dn.to_string_form(), false, Extras::default()).await.map(|_| ()) }
+            async move { s.delete(&dn, &dn.to_string_form(), false, Extras::default()).await.map(|_| ()) }
         });
         for r in writes.await {
             match r {
@@ -481,7 +462,7 @@ pub async fn resume(ctx: &crate::ctx::Ctx) -> Result<usize> {
                 }
                 finished += 1;
             }
-            shard.submit_to(home, WriteOp::Intent { uuid: intent.uuid, intent: None }).await?;
+            shard.note_intent(home, intent.uuid, None).await?;
         }
     }
     Ok(finished)

@@ -38,10 +38,8 @@ pub async fn housekeeping(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>
 async fn trim_by_age(ctx: &Ctx, older_than_us: u64) -> Result<()> {
     let streams = all_streams(ctx)?;
     for (partition, origin, _, last) in streams.into_iter().filter(|(_, _, first, last)| first <= last) {
-        let op =
-            WriteOp::Trim { partition, origin, upto: last, older_than_us, keep_tombstones: false, peer_holds: false };
-        let owner = owner(ctx, partition);
-        ctx.shard.submit_to(owner, op).await.map_err(|e| anyhow!(e.message))?;
+        let trim = Trim { partition, origin, upto: last, older_than_us, keep_tombstones: false, peer_holds: false };
+        ctx.shard.trim(trim).await.map_err(|e| anyhow!(e.message))?;
     }
     Ok(())
 }
@@ -74,7 +72,7 @@ async fn enforce_cap(ctx: &Ctx, cap: u64, shared: &Shared) -> Result<()> {
             continue;
         }
         let &(partition, origin, first, _) = stream;
-        let op = WriteOp::Trim {
+        let trim = Trim {
             partition,
             origin,
             upto: first + k - 1,
@@ -82,8 +80,7 @@ async fn enforce_cap(ctx: &Ctx, cap: u64, shared: &Shared) -> Result<()> {
             keep_tombstones: true,
             peer_holds: false,
         };
-        let owner = owner(ctx, partition);
-        ctx.shard.submit_to(owner, op).await.map_err(|e| anyhow!(e.message))?;
+        ctx.shard.trim(trim).await.map_err(|e| anyhow!(e.message))?;
         trimmed += k;
     }
     eprintln!(

@@ -21,7 +21,7 @@
 //!    once every record is committed. Idle, the sender sends a heartbeat
 //!    every second.
 //! 3. The receiver hands each record to its partition's owner
-//!    (`WriteOp::Replicate`, `shards::apply`), which drops duplicates, so a
+//!    (`Shard::replicate`, `shards::apply`), which drops duplicates, so a
 //!    resend after any interruption is harmless; a record whose CSN is too
 //!    far ahead is refused and the connection closed with the reason.
 //!
@@ -62,7 +62,7 @@ use shards::dn::Dn;
 use shards::merge::Record;
 use shards::moves;
 use shards::store::{EngineRead, Store};
-use shards::write::WriteOp;
+use shards::writes::Trim;
 use std::collections::BTreeSet;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};

@@ -39,7 +39,7 @@ pub(super) enum Frame {
         settled: Option<String>,
     },
     /// A resync: entry states of a partition (entryUUID, state in base64),
-    /// joined into the receiver's (`WriteOp::Absorb`).
+    /// joined into the receiver's (`Shard::absorb`).
     States {
         partition: u16,
         states: Vec<([u8; 16], String)>,

@@ -118,9 +118,8 @@ async fn receive(
                 send(&mut stream, &Frame::Ack { applied: vec![] }).await?;
             }
             Frame::Resynced { partition, positions } => {
-                let owner = owner(ctx, partition);
                 ctx.shard
-                    .submit_to(owner, WriteOp::Advance { partition, positions })
+                    .advance(partition, positions)
                     .await
                     .map_err(|e| anyhow!("resync of partition {partition}: {}", e.message))?;
                 eprintln!("coredir: replication: partition {partition} resynced from the peer");
@@ -143,7 +142,6 @@ async fn receive(
 /// children and delivers what the joins moved.
 async fn absorb_all(ctx: &Ctx, partition: u16, states: Vec<([u8; 16], String)>) -> Result<()> {
     let shard = &ctx.shard;
-    let owner = owner(ctx, partition);
     let mut tasks = Vec::with_capacity(states.len());
     // Deleted entries: any may still have children here (`crate::glue`).
     let mut deleted = BTreeSet::new();
@@ -157,8 +155,7 @@ async fn absorb_all(ctx: &Ctx, partition: u16, states: Vec<([u8; 16], String)>) 
             deleted.insert(uuid);
         }
         let s = shard.clone();
-        let op = WriteOp::Absorb { partition, uuid, state: Box::new(state) };
-        tasks.push(glommio::spawn_local(async move { s.submit_for(owner, op).await }));
+        tasks.push(glommio::spawn_local(async move { s.absorb(partition, uuid, state).await }));
     }
     let mut images = Vec::with_capacity(tasks.len());
     for t in tasks {
@@ -188,7 +185,6 @@ async fn settle(ctx: &Ctx, images: Vec<shards::write::Images>, deleted: &BTreeSe
 /// (one owner's queue is first in, first out), then fixes the parents'
 /// child counts; the highest sequence number applied per partition.
 async fn apply_all(ctx: &Ctx, records: Vec<(u16, Origin, u64, String)>) -> Result<Vec<(u16, Origin, u64)>, String> {
-    let shard = &ctx.shard;
     let mut waiting = Vec::with_capacity(records.len());
     let mut applied: std::collections::BTreeMap<(u16, Origin), u64> = Default::default();
     // Deleted entries: any may still have children here (`crate::glue`).
@@ -203,12 +199,8 @@ async fn apply_all(ctx: &Ctx, records: Vec<(u16, Origin, u64, String)>) -> Resul
         if rec.change == shards::merge::Change::Delete {
             deleted.insert(rec.uuid);
         }
-        let owner = shard.owner_of(&dn.key());
-        let s = ctx.shard.clone();
-        waiting.push((
-            dn,
-            glommio::spawn_local(async move { s.submit_for(owner, WriteOp::Replicate { origin, seq, rec }).await }),
-        ));
+        let (s, key) = (ctx.shard.clone(), dn.key());
+        waiting.push((dn, glommio::spawn_local(async move { s.replicate(&key, origin, seq, rec).await })));
         let top = applied.entry((partition, origin)).or_default();
         *top = (*top).max(seq);
     }

@@ -50,7 +50,7 @@ pub async fn push(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>) {
 type Vector = std::collections::BTreeMap<Origin, Vec<u64>>;
 
 /// What the peer was known to hold when the sender last trimmed (saved by
-/// `WriteOp::Trim`), from each partition's owner; `None` if never.
+/// `Shard::trim`), from each partition's owner; `None` if never.
 fn saved_held(ctx: &Ctx) -> Result<Option<Vector>> {
     let (txns, m) = (snapshots(ctx)?, &ctx.shard.manifest);
     let mut v = Vector::new();
@@ -406,9 +406,8 @@ async fn trim(
         ops.push((p as u16, theirs, have, false));
     }
     for (partition, origin, upto, peer_holds) in ops {
-        let owner = owner(ctx, partition);
-        let op = WriteOp::Trim { partition, origin, upto, older_than_us, keep_tombstones: false, peer_holds };
-        shard.submit_to(owner, op).await.map_err(|e| anyhow!("trimming the changelog: {}", e.message))?;
+        let trim = Trim { partition, origin, upto, older_than_us, keep_tombstones: false, peer_holds };
+        shard.trim(trim).await.map_err(|e| anyhow!("trimming the changelog: {}", e.message))?;
     }
     Ok(())
 }
