@@ -492,6 +492,12 @@ fn spawn_writer<W: AsyncWrite + Unpin + 'static>(
             }
         }
         let _ = writer.close().await;
+        // The queue is drained, not dropped, until every sender is gone:
+        // tasks waiting for room in it are woken only by a receive (a
+        // dropped glommio receiver leaves them asleep for good, and with
+        // them the connection and its admission slot). They then see the
+        // connection abandoned (`finish`) and end.
+        while frames.recv().await.is_some() {}
         None
     })
     .detach()

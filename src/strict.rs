@@ -182,6 +182,11 @@ fn response_tag(op: u8) -> Option<u8> {
     }
 }
 
+/// Controls ldap3_proto decodes into its own types, which need a value:
+/// without one it cannot decode the message at all, where slapd answers
+/// protocolError ("paged results control value is absent") and goes on.
+const VALUE_REQUIRED: &[&[u8]] = &[b"1.2.840.113556.1.4.319", b"1.2.840.113556.1.4.473", b"1.3.6.1.4.1.4203.1.9.1.1"];
+
 /// Controls ldap3_proto decodes without their criticality, with the
 /// operation each applies to in coredir (none: not implemented).
 const CRITICALITY_DROPPED: &[(&[u8], Option<u8>)] = &[
@@ -197,10 +202,12 @@ const CRITICALITY_DROPPED: &[(&[u8], Option<u8>)] = &[
 ///   element of its value. slapd ignores such bytes; coredir refuses
 ///   them, so no part of a control goes unread (listed in
 ///   tests/conformance/differences.toml);
+/// - protocolError when one of `VALUE_REQUIRED` comes without a value;
 /// - unavailableCriticalExtension for a critical control of those whose
 ///   criticality ldap3_proto drops, on an operation it does not apply to.
 fn check_controls(op: u8, mut list: &[u8]) -> Result<Option<(LdapResultCode, &'static str)>, &'static str> {
     let mut trailing = false;
+    let mut absent = false;
     let mut unavailable = false;
     while !list.is_empty() {
         let control = tlv(list)?;
@@ -234,9 +241,11 @@ fn check_controls(op: u8, mut list: &[u8]) -> Result<Option<(LdapResultCode, &'s
             }
             rest = field.rest;
         }
+        absent |= !seen_value && VALUE_REQUIRED.contains(&oid.content);
         list = control.rest;
     }
     Ok(match (trailing, unavailable) {
+        _ if absent => Some((LdapResultCode::ProtocolError, "control value is absent")),
         (true, _) => Some((LdapResultCode::ProtocolError, "bytes after the value of a control")),
         (_, true) => {
             Some((LdapResultCode::UnavailableCriticalExtension, "critical control not supported with this operation"))
@@ -475,6 +484,24 @@ mod tests {
         // Not a control coredir decodes: its value is its own business.
         let other = t(SEQUENCE, &[t(OCTET_STRING, b"1.2.3"), t(OCTET_STRING, &trailing)].concat());
         assert_eq!(check(&msg(&[3], &delete, &t(CONTROLS, &other))), Ok(Check::Ok));
+    }
+
+    #[test]
+    fn a_paged_sort_or_sync_control_without_a_value_is_answered_not_dropped() {
+        let search = |control: Vec<u8>| {
+            let fields = [t(OCTET_STRING, b""), t(0x0A, &[0]), t(0x0A, &[0]), t(INTEGER, &[0]), t(INTEGER, &[0])];
+            let body = [fields.concat(), t(BOOLEAN, &[0]), t(0x87, b"cn"), t(SEQUENCE, &[])].concat();
+            check(&msg(&[4], &t(0x63, &body), &t(CONTROLS, &control)))
+        };
+        for oid in [&b"1.2.840.113556.1.4.319"[..], b"1.2.840.113556.1.4.473", b"1.3.6.1.4.1.4203.1.9.1.1"] {
+            let bare = t(SEQUENCE, &t(OCTET_STRING, oid));
+            let refused = search(bare);
+            assert!(matches!(refused, Ok(Check::Refuse { msgid: 4, tag: 0x65, code: LdapResultCode::ProtocolError, .. })));
+            let critical = t(SEQUENCE, &[t(OCTET_STRING, oid), t(BOOLEAN, &[0xFF])].concat());
+            assert!(matches!(search(critical), Ok(Check::Refuse { code: LdapResultCode::ProtocolError, .. })));
+        }
+        // Others that need no value pass on to their own parsers.
+        assert_eq!(search(t(SEQUENCE, &t(OCTET_STRING, b"1.3.6.1.4.1.4203.666.5.12"))), Ok(Check::Ok));
     }
 
     #[test]

@@ -160,6 +160,15 @@ impl Entry {
     /// is left empty until the end (so positions stay valid), and one added
     /// again after that goes to the end, as removing and appending would.
     pub fn apply(&mut self, mods: &[Mod]) -> Result<()> {
+        self.apply_with(mods, false)
+    }
+
+    /// `apply`, and with `permissive` (the Permissive Modify control, as
+    /// slapd obeys it): values added that the attribute holds, or that an
+    /// earlier add of the request gave it, are left out; a delete of an
+    /// attribute the entry lacks does nothing. A delete of a value that a
+    /// present attribute lacks still fails, as in slapd.
+    pub fn apply_with(&mut self, mods: &[Mod], permissive: bool) -> Result<()> {
         let mut at = Positions::new(self, mods.len());
         let mut i = 0;
         while i < mods.len() {
@@ -175,12 +184,18 @@ impl Entry {
                             _ => None,
                         })
                         .collect::<Vec<&Attr>>();
-                    let vals = run.iter().flat_map(|b| b.vals.iter().cloned()).collect();
-                    let p = at.find_or_push(self, &a.name);
-                    self.extend_at(p, &a.name, vals)?;
+                    let mut vals: Vec<Vec<u8>> = run.iter().flat_map(|b| b.vals.iter().cloned()).collect();
+                    if permissive {
+                        vals = self.new_values(&at, &a.name, vals);
+                    }
+                    if !vals.is_empty() {
+                        let p = at.find_or_push(self, &a.name);
+                        self.extend_at(p, &a.name, vals)?;
+                    }
                     i += run.len();
                     continue;
                 }
+                Mod::Delete(a) if permissive && at.find(self, &a.name).is_none() => {}
                 Mod::Delete(a) => self.delete_values(&mut at, a)?,
                 Mod::Replace(a) => match (at.find(self, &a.name), a.vals.is_empty()) {
                     (Some(p), true) => {
@@ -201,6 +216,14 @@ impl Entry {
         }
         self.attrs.retain(|a| !a.vals.is_empty());
         Ok(())
+    }
+
+    /// Of `vals`, those the attribute does not hold yet, each once.
+    fn new_values(&self, at: &Positions, name: &str, vals: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+        let norm = matching::normalizer(name);
+        let held = at.find(self, name).map(|p| self.attrs[p].vals.as_slice()).unwrap_or_default();
+        let mut seen: HashSet<Vec<u8>> = held.iter().map(|v| norm(v).into_owned()).collect();
+        vals.into_iter().filter(|v| seen.insert(norm(v).into_owned())).collect()
     }
 
     fn delete_values(&mut self, at: &mut Positions, a: &Attr) -> Result<()> {
@@ -359,8 +382,14 @@ impl Positions {
     }
 }
 
+/// An INTEGER value (RFC 4517 §3.3.16: an optional `-`, digits; no `+`,
+/// which Rust's parser would take).
 pub fn parse_int(v: &[u8]) -> Option<i64> {
-    std::str::from_utf8(v).ok()?.trim().parse().ok()
+    let text = std::str::from_utf8(v).ok()?.trim();
+    if text.starts_with('+') {
+        return None;
+    }
+    text.parse().ok()
 }
 
 /// A borrowed, validated view of an encoded entry.
@@ -628,5 +657,23 @@ mod tests {
         assert_eq!(code(&mut e, Mod::Replace(attr("uidNumber", &["5"]))), Ok(()));
         assert_eq!(code(&mut e, Mod::Increment(attr("uidNumber", &["2"]))), Ok(()));
         assert_eq!(e.get("uidNumber").unwrap().vals, vec![b"7".to_vec()]);
+    }
+
+    #[test]
+    fn permissive_modify_leaves_out_held_values_and_absent_attributes() {
+        let permissive = |e: &mut Entry, mods: &[Mod]| e.apply_with(mods, true).map_err(|e| e.code);
+        let mut e = sample();
+        // Held already (in another case), and twice in one request: once.
+        let adds = [Mod::Add(attr("cn", &["A", "b"])), Mod::Add(attr("cn", &["B"]))];
+        assert_eq!(permissive(&mut e, &adds), Ok(()));
+        assert_eq!(e.get("cn").unwrap().vals, vec![b"a".to_vec(), b"b".to_vec()]);
+        assert_eq!(permissive(&mut e, &[Mod::Add(attr("cn", &["a"]))]), Ok(()));
+        assert_eq!(permissive(&mut e, &[Mod::Delete(attr("mail", &[]))]), Ok(()));
+        assert_eq!(permissive(&mut e, &[Mod::Delete(attr("mail", &["x"]))]), Ok(()));
+        // As slapd: a value a present attribute lacks is still an error.
+        assert_eq!(permissive(&mut e, &[Mod::Delete(attr("cn", &["zzz"]))]), Err(LdapResultCode::NoSuchAttribute));
+        assert_eq!(e.attrs.len(), 2, "nothing empty left behind");
+        // Without the control, nothing changes.
+        assert_eq!(e.apply(&[Mod::Add(attr("cn", &["a"]))]).map_err(|e| e.code), Err(LdapResultCode::AttributeOrValueExists));
     }
 }

@@ -102,6 +102,10 @@ pub struct Extras {
     /// The Relax Rules control (a modify): the structural class may
     /// change, and given modifiersName/modifyTimestamp values stay.
     pub relax: bool,
+    /// Permissive Modify (a modify): values added that the entry holds
+    /// are left out, and a delete of an attribute it lacks does nothing
+    /// (`Entry::apply_with`).
+    pub permissive: bool,
 }
 
 /// The entry images an op was asked for.
@@ -527,7 +531,7 @@ fn apply<T: WriteTxn>(
             let id = txn.get(Tree::Dn2id, key)?.ok_or_else(|| Error::no_such_object(dn))?.to_vec();
             let old = read_checked(txn, &id, extras)?;
             let mut entry = old.clone();
-            entry.apply(mods)?;
+            entry.apply_with(mods, extras.permissive)?;
             for (attr, value) in rdn {
                 if !entry.has_value(attr, value) {
                     return Err(Error::new(

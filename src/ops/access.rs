@@ -112,16 +112,19 @@ pub fn denied(level: Level, what: &str) -> Error {
 }
 
 /// Which attributes of `entry` the requester may read, in order (all for
-/// the root DN): for Pre-Read and Post-Read.
-pub fn readable(access: Option<&Access>, entry: &Entry) -> Vec<bool> {
-    let Some(a) = access else { return vec![true; entry.attrs.len()] };
+/// the root DN), then which of `computed` (attributes computed at read
+/// time, not stored): for Pre-Read and Post-Read.
+pub fn readable(access: Option<&Access>, entry: &Entry, computed: &[&str]) -> Vec<bool> {
+    let n = entry.attrs.len() + computed.len();
+    let Some(a) = access else { return vec![true; n] };
     let mut bytes = Vec::new();
     if entry.encode(&mut bytes).is_err() {
-        return vec![false; entry.attrs.len()];
+        return vec![false; n];
     }
     let key = Dn::parse(&entry.dn).map(|d| d.key()).unwrap_or_default();
-    let Ok(view) = EntryView::new(&bytes) else { return vec![false; entry.attrs.len()] };
+    let Ok(view) = EntryView::new(&bytes) else { return vec![false; n] };
     let target = Target { key: &key, entry: Some(&view) };
     let entry_ok = a.allows(&target, Attr::Entry, Level::Read);
-    entry.attrs.iter().map(|x| entry_ok && a.allows(&target, a.acl().class(&x.name), Level::Read)).collect()
+    let names = entry.attrs.iter().map(|x| x.name.as_str()).chain(computed.iter().copied());
+    names.map(|name| entry_ok && a.allows(&target, a.acl().class(name), Level::Read)).collect()
 }

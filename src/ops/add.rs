@@ -34,6 +34,10 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     if dn.is_root() {
         return Err(Error::already_exists("the root DSE"));
     }
+    // As slapd: the subschema subentry exists (it is configuration).
+    if shards::schema::subschema::is_subschema_key(&dn.key()) {
+        return Err(Error::already_exists(&req.dn));
+    }
     if !ctx.within_suffix(&dn) {
         // slapd without a default referral: no superior knowledge.
         return Err(Error::unwilling("no global superior knowledge"));
@@ -115,9 +119,8 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     stamp_new(&mut entry, identity.dn());
     entry.check_layout()?;
     // The stored entry is exactly this one: Post-Read needs no owner round trip.
-    let post = ctrls.post_read.as_ref().map(|attrs| {
-        controls::read_entry_control(POST_READ, &entry, attrs, &access::readable(access.as_ref(), &entry))
-    });
+    let post =
+        ctrls.post_read.as_ref().map(|attrs| controls::read_entry_control(&conn, POST_READ, &entry, attrs, access.as_ref()));
     // Admitted only now: a rename waits for admitted writes (see modify).
     let _admitted = conn.ctx.admit_write(&dn)?;
     ctx.shard.add(&dn, entry, is_suffix).await.map_err(|e| with_matched(&conn, &identity, &dn, e))?;

@@ -34,7 +34,7 @@ use bytes::BytesMut;
 use ldap3_proto::control::{LdapControl, ServerSortRequet};
 use ldap3_proto::proto::{LdapFilter, LdapOp};
 use ldap3_proto::LdapResultCode;
-use shards::entry::{Entry, EntryView};
+use shards::entry::{encode_vals, Entry, EntryView, Vals};
 use shards::index;
 use shards::store::{ReadTxn, Store};
 use shards::write::Images;
@@ -53,6 +53,10 @@ pub const SUBENTRIES: &str = "1.3.6.1.4.1.4203.1.10.1";
 /// `modifyTimestamp` and `modifiersName` (with `manage` access).
 pub const RELAX: &str = "1.3.6.1.4.1.4203.666.5.12";
 pub const PROXY_AUTHZ: &str = "2.16.840.1.113730.3.4.18";
+/// Active Directory's Permissive Modify, which slapd obeys on a modify
+/// without listing it (as slapd, not in `SUPPORTED`): an add of a value
+/// the entry holds, and a delete of an attribute it lacks, succeed.
+pub const PERMISSIVE_MODIFY: &str = "1.2.840.113556.1.4.1413";
 
 /// What `supportedControl` lists: exactly what works.
 pub const SUPPORTED: &[&str] = &[
@@ -85,6 +89,8 @@ pub struct Controls {
     pub sync: Option<(bool, Option<Vec<u8>>)>,
     /// The Relax Rules control (it changes what an add and a modify may do).
     pub relax: Option<()>,
+    /// Permissive Modify (a modify).
+    pub permissive: Option<()>,
     /// The Virtual List View request (search, with a sort).
     pub vlv: Option<crate::ops::vlv::Request>,
     /// ManageDsaIT (RFC 3296): referral objects are plain entries.
@@ -156,6 +162,7 @@ pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
                     MATCHED_VALUES | SUBENTRIES | crate::ops::vlv::REQUEST => k == Kind::Search,
                     // As slapd: any update (it relaxes add and modify).
                     RELAX => matches!(k, Kind::Add | Kind::Modify | Kind::Delete | Kind::ModifyDn),
+                    PERMISSIVE_MODIFY => k == Kind::Modify,
                     _ => false,
                 };
                 if !applies {
@@ -180,6 +187,9 @@ pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
                     // Its value is absent (slapd: "relax control value not empty").
                     RELAX if value.is_empty() => once(&mut out.relax, (), RELAX)?,
                     RELAX => return Err(protocol("relax")),
+                    // slapd: "permissiveModify control value not absent".
+                    PERMISSIVE_MODIFY if value.is_empty() => once(&mut out.permissive, (), PERMISSIVE_MODIFY)?,
+                    PERMISSIVE_MODIFY => return Err(protocol("permissive modify")),
                     crate::ops::vlv::REQUEST => {
                         once(&mut out.vlv, crate::ops::vlv::parse(value)?, crate::ops::vlv::REQUEST)?
                     }
@@ -402,25 +412,53 @@ pub fn read_entry_controls(
     let access = conn.access(&live, identity);
     let mut out = Vec::new();
     if let (Some(attrs), Some(e)) = (pre, &images.before) {
-        out.push(read_entry_control(PRE_READ, e, attrs, &readable(access.as_ref(), e)));
+        out.push(read_entry_control(conn, PRE_READ, e, attrs, access.as_ref()));
     }
     if let (Some(attrs), Some(e)) = (post, &images.after) {
-        out.push(read_entry_control(POST_READ, e, attrs, &readable(access.as_ref(), e)));
+        out.push(read_entry_control(conn, POST_READ, e, attrs, access.as_ref()));
     }
     out
 }
 
 /// A Pre-Read or Post-Read response control carrying `entry` with the
-/// selected attributes the requester may read (`readable`, in order).
-pub fn read_entry_control(oid: &str, entry: &Entry, attrs: &[String], readable: &[bool]) -> LdapControl {
+/// selected attributes the requester may read, the entry as a search
+/// returns it (RFC 4527 §3.1): the operational attributes computed at
+/// read time too (`+` asks for them), the children counted now.
+pub fn read_entry_control(
+    conn: &Conn,
+    oid: &str,
+    entry: &Entry,
+    attrs: &[String],
+    access: Option<&crate::acl::Access>,
+) -> LdapControl {
     let sel = Selection::new(attrs, false);
-    let out: Vec<OutAttr<'_, _>> = entry
+    let key = || shards::dn::Dn::parse(&entry.dn).map(|d| d.key());
+    let children = match sel.counts_children() {
+        true => key().and_then(|k| conn.ctx.shard.children(&k)).unwrap_or(0),
+        false => 0,
+    };
+    let computed = crate::ops::search::computed_attrs(&entry.dn, children, &sel);
+    let names: Vec<&str> = computed.iter().map(|(name, _)| *name).collect();
+    let readable = readable(access, entry, &names);
+    let (stored_ok, computed_ok) = readable.split_at(entry.attrs.len());
+    // Stored and computed values alike in the stored layout (not a hot path).
+    let stored: Vec<(&str, Vec<u8>, u32)> = entry
         .attrs
         .iter()
-        .zip(readable)
+        .zip(stored_ok)
         .filter(|(a, ok)| **ok && sel.wants(&a.name))
-        .map(|(a, _)| a)
-        .map(|a| OutAttr { name: a.name.as_str(), vals: a.vals.iter().map(Vec::as_slice) })
+        .map(|(a, _)| {
+            let (mut buf, slices) = (Vec::new(), a.vals.iter().map(Vec::as_slice).collect::<Vec<_>>());
+            encode_vals(&slices, &mut buf);
+            (a.name.as_str(), buf, slices.len() as u32)
+        })
+        .collect();
+    let computed = computed.iter().zip(computed_ok).filter(|(_, ok)| **ok).map(|((name, buf), _)| (*name, buf, 1));
+    let out: Vec<OutAttr<'_, Vals<'_>>> = stored
+        .iter()
+        .map(|(name, buf, n)| (*name, buf, *n))
+        .chain(computed)
+        .map(|(name, buf, n)| OutAttr { name, vals: Vals::from_encoded(buf, n) })
         .collect();
     let mut value = BytesMut::new();
     ber::entry_op(&mut value, &entry.dn, &out, false);

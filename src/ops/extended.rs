@@ -59,6 +59,12 @@ pub fn start_tls(conn: &Conn) -> LdapExtendedResponse {
 /// `identity`: who the request runs as (`Controls::requester`).
 pub fn handle(conn: &Conn, identity: &Identity, req: &LdapExtendedRequest) -> Option<LdapExtendedResponse> {
     Some(match req.name.as_str() {
+        // As slapd: "no request data expected".
+        OID_WHOAMI if req.value.is_some() => LdapExtendedResponse {
+            res: result(Err(Error::protocol("Who am I? takes no request value"))),
+            name: None,
+            value: None,
+        },
         OID_WHOAMI => {
             let dn = identity.dn();
             let authz = if dn.is_empty() { String::new() } else { format!("dn:{dn}") };
@@ -132,6 +138,11 @@ async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest
         }
         id => id.dn().to_string(),
     };
+    // As slapd: an empty new password is refused (a blank form field must
+    // not set one that anybody can bind with); an absent one is generated.
+    if req.new_password.as_deref() == Some("") {
+        return Err(Error::unwilling("the new password must not be empty"));
+    }
     let target = match req.user_identity.as_deref() {
         None | Some("") => own.clone(),
         Some(id) => match id.strip_prefix("dn:") {

@@ -16,7 +16,7 @@ use ldap3_proto::proto::{LdapModifyRequest, LdapModifyType};
 use ldap3_proto::LdapResultCode;
 use shards::entry::{Attr, Mod};
 use shards::write::{user_modifiable, Extras, Stamp};
-use shards::{now_generalized, Error, Result};
+use shards::{now_generalized, password, Error, Result};
 use std::rc::Rc;
 
 pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> Result<Vec<LdapControl>> {
@@ -60,7 +60,10 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
                 hash_passwords(&conn, std::slice::from_mut(&mut attr)).await?;
                 Mod::Add(attr)
             }
-            LdapModifyType::Delete => Mod::Delete(attr),
+            LdapModifyType::Delete => {
+                stored_passwords(&conn, &key, &mut attr).await?;
+                Mod::Delete(attr)
+            }
             LdapModifyType::Replace => {
                 hash_passwords(&conn, std::slice::from_mut(&mut attr)).await?;
                 Mod::Replace(attr)
@@ -81,6 +84,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
         before: ctrls.pre_read.is_some(),
         after: ctrls.post_read.is_some(),
         relax: ctrls.relax.is_some(),
+        permissive: ctrls.permissive.is_some(),
     };
     let shard = &conn.ctx.shard;
     // Admitted only now: a rename waits for admitted writes, so none may
@@ -91,6 +95,47 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
         .await
         .map_err(|e| with_matched(&conn, &identity, &dn, e))?;
     Ok(controls::read_entry_controls(&conn, &identity, images, &ctrls.pre_read, &ctrls.post_read))
+}
+
+/// The most cleartext values of one delete that are verified against the
+/// stored hashes: each verification is a key stretching.
+const MOST_VERIFIED: usize = 4;
+
+/// A delete of `userPassword` values given in cleartext, where the stored
+/// values are hashed: each becomes the stored value it verifies against,
+/// so that a client's "delete the old password, add the new one" works
+/// as on a slapd that keeps cleartext (and as slapd's ppolicy overlay
+/// with `ppolicy_hash_cleartext`). A value that verifies against nothing
+/// stays as given, and the delete fails with noSuchAttribute. Verified on
+/// a blocking thread; at most `MOST_VERIFIED` values per delete.
+async fn stored_passwords(conn: &Conn, key: &[u8], attr: &mut Attr) -> Result<()> {
+    if !shards::matching::is_user_password(&attr.name) || attr.vals.iter().all(|v| password::is_hashed(v)) {
+        return Ok(());
+    }
+    let Some(entry) = conn.ctx.shard.get_entry(key)? else { return Ok(()) };
+    let stored: Vec<Vec<u8>> = entry.get("userPassword").map(|a| a.vals.clone()).unwrap_or_default();
+    let given: Vec<Vec<u8>> = std::mem::take(&mut attr.vals);
+    let cleartext = conn.ctx.passwords.allow_cleartext;
+    attr.vals = glommio::executor()
+        .spawn_blocking(move || {
+            let mut verified = 0;
+            let mut out = Vec::with_capacity(given.len());
+            for v in given {
+                if password::is_hashed(&v) || stored.contains(&v) || verified == MOST_VERIFIED {
+                    out.push(v);
+                    continue;
+                }
+                verified += 1;
+                match stored.iter().find(|h| password::is_hashed(h) && password::verify_with(h, &v, cleartext)) {
+                    Some(h) if !out.contains(h) => out.push(h.clone()),
+                    Some(_) => {}
+                    None => out.push(v),
+                }
+            }
+            out
+        })
+        .await;
+    Ok(())
 }
 
 /// A relaxed modify of server-owned attributes: `manage` access to each,

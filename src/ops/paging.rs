@@ -73,11 +73,16 @@ pub fn decode(req: &LdapSearchRequest, cookie: &[u8]) -> Result<(Position, u64)>
     if cookie.is_empty() {
         return Ok((Position::Start, 0));
     }
-    let bad = || {
-        Error::new(LdapResultCode::UnwillingToPerform, "paged results cookie is invalid or belongs to another search")
-    };
-    if cookie.len() < 18 || cookie[0] != VERSION || cookie[1..9] != fingerprint(req).to_be_bytes() {
+    // As slapd: a cookie that is not one of ours is a protocolError; one
+    // of ours for another search (or an older one, which slapd tells by
+    // its connection's state) is unwillingToPerform.
+    let bad = || Error::new(LdapResultCode::ProtocolError, "paged results cookie is invalid");
+    if cookie.len() < 18 || cookie[0] != VERSION {
         return Err(bad());
+    }
+    if cookie[1..9] != fingerprint(req).to_be_bytes() {
+        let why = "paged results cookie is invalid or old (it belongs to another search)";
+        return Err(Error::new(LdapResultCode::UnwillingToPerform, why));
     }
     let sent = u64::from_be_bytes(cookie[9..17].try_into().expect("8 bytes"));
     let (tag, rest) = (cookie[17], &cookie[18..]);
@@ -126,8 +131,9 @@ mod tests {
             assert_eq!(decode(&r, &encode(&r, &pos, 7)).unwrap(), (pos, 7));
         }
         let cookie = encode(&r, &Position::Offset(5), 5);
-        assert!(decode(&req("sn"), &cookie).is_err());
-        assert!(decode(&r, &cookie[..12]).is_err());
-        assert!(decode(&r, b"garbage").is_err());
+        let code = |c: &[u8], r: &LdapSearchRequest| decode(r, c).unwrap_err().code;
+        assert_eq!(code(&cookie, &req("sn")), LdapResultCode::UnwillingToPerform);
+        assert_eq!(code(&cookie[..12], &r), LdapResultCode::ProtocolError);
+        assert_eq!(code(b"garbage", &r), LdapResultCode::ProtocolError);
     }
 }

@@ -608,3 +608,43 @@ fn counted_search(c: &mut ldap3::LdapConn, base: &str, scope: ldap3::Scope, filt
     let r = c.search(base, scope, filter, vec!["1.1"]).unwrap();
     (r.0.len(), r.1.rc)
 }
+
+/// A client that pipelines searches with large answers and closes without
+/// reading them: the writer gives up on the socket, and every task waiting
+/// for room in the connection's queue ends with it. Before, a task waiting
+/// for room was never woken once the writer had dropped the queue: the
+/// connection, its queued frames (64 × 40 KB) and its admission slot
+/// stayed for good, and with `max_connections_per_ip` set one anonymous
+/// client locked its address out until a restart. 1,000 answers of 40 KB
+/// each are far more than the queue and the socket buffers hold, so tasks
+/// are waiting for room when the client closes.
+#[test]
+fn a_client_that_closes_without_reading_leaves_nothing_behind() {
+    let s = Server::start_with_config(1, "[limits]\nmax_connections_per_ip = 4\n");
+    // cn=Subschema's operational attributes: about 40 KB, open to anyone.
+    let LdapOp::SearchRequest(base) = search("cn=Subschema", LdapSearchScope::Base) else { unreachable!() };
+    let subschema = LdapOp::SearchRequest(LdapSearchRequest { attrs: vec!["+".into()], ..base });
+    const PER_CONN: i32 = 1000;
+    let mut total = 0;
+    for _round in 0..2 {
+        let mut socks = Vec::new();
+        for _ in 0..4 {
+            let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            sock.set_recv_buffer_size(4096).unwrap();
+            sock.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], s.port)).into()).unwrap();
+            let mut sock: std::net::TcpStream = sock.into();
+            sock.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
+            let msgs = (1..=PER_CONN).map(|id| LdapMsg { msgid: id, op: subschema.clone(), ctrl: vec![] }).collect();
+            sock.write_all(&encode_msgs(msgs)).unwrap();
+            socks.push(sock);
+        }
+        total += 4 * PER_CONN as u64;
+        // Every request read and started: most wait for room to answer.
+        wait_for("every request to start", || ctl_json(&s, &["status"])["operations"] == total);
+        drop(socks);
+        wait_for("the closed connections to be gone", || ctl_json(&s, &["status"])["connections"] == 0);
+    }
+    // And the address is not locked out.
+    let mut c = s.conn();
+    assert_eq!(c.simple_bind("", "").unwrap().rc, 0);
+}

@@ -50,7 +50,7 @@ use emit::{Emit, Stop, Visit};
 use scope::Part;
 pub use scope::Scope;
 use select::write_computed;
-pub(crate) use select::write_entry;
+pub(crate) use select::{computed_attrs, write_entry};
 pub use select::Selection;
 
 /// Response bytes gathered before they are handed to the writer.

@@ -68,7 +68,7 @@ impl<'a> Selection<'a> {
 
     /// Whether an entry's children must be counted for it (a `children`
     /// lookup per entry is otherwise wasted).
-    pub(super) fn counts_children(&self) -> bool {
+    pub(crate) fn counts_children(&self) -> bool {
         self.wants_computed("hasSubordinates") || self.wants_computed("numSubordinates")
     }
 }
@@ -129,7 +129,7 @@ pub(super) fn matched_values<'v>(
 }
 
 /// Operational attributes computed at read time, when selected.
-pub(super) fn computed_attrs(dn: &str, n_children: u64, sel: &Selection) -> Vec<(&'static str, Vec<u8>)> {
+pub(crate) fn computed_attrs(dn: &str, n_children: u64, sel: &Selection) -> Vec<(&'static str, Vec<u8>)> {
     let mut res = Vec::new();
     let mut add = |name: &'static str, value: &[u8]| {
         if sel.wants_computed(name) {
