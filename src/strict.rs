@@ -34,6 +34,8 @@ const SEQUENCE: u8 = 0x30;
 const CONTROLS: u8 = 0xA0;
 const MODIFY_DN: u8 = 0x6C;
 const SEARCH: u8 = 0x63;
+const ABANDON: u8 = 0x50;
+const UNBIND: u8 = 0x42;
 /// A filter's `extensibleMatch [9]` and its `dnAttributes [4]` (the only
 /// `[9]` in a protocolOp is the filter's).
 const EXTENSIBLE_MATCH: u8 = 0xA9;
@@ -47,6 +49,9 @@ pub enum Check {
     /// Well-formed but refused with a result: the message's ID, the
     /// response tag to answer with, the code and why.
     Refuse { msgid: i32, tag: u8, code: LdapResultCode, why: &'static str },
+    /// Well-formed, and ignored as slapd ignores it (an Abandon of a
+    /// message ID out of range): nothing is done, nothing answered.
+    Ignore,
 }
 
 /// One TLV: its tag, its content, and what follows it.
@@ -91,10 +96,24 @@ pub fn check(frame: &[u8]) -> Result<Check, &'static str> {
     let op = tlv(id.rest)?;
     well_formed(op.tag, op.content, 0)?;
     op_fields(op.tag, op.content)?;
+    // ldap3_proto reads an INTEGER without its sign and cuts it to 32
+    // bits (`ff` is 255, not -1): every INTEGER it would act on is
+    // checked to be in 0..maxInt here.
+    if op.tag == ABANDON && (op.content.is_empty() || !in_range(op.content)) {
+        return Ok(Check::Ignore);
+    }
+    if op.tag == UNBIND && !op.content.is_empty() {
+        return Err("an UnbindRequest is NULL");
+    }
     if op.tag == SEARCH {
         let mut rest = op.content;
-        for _ in 0..6 {
-            rest = tlv(rest)?.rest;
+        for i in 0..6 {
+            let field = tlv(rest)?;
+            if (i == 3 || i == 4) && (field.tag != INTEGER || !in_range(field.content)) {
+                let why = "sizeLimit and timeLimit are INTEGER (0 .. maxInt)";
+                return Ok(Check::Refuse { msgid, tag: 0x65, code: LdapResultCode::ProtocolError, why });
+            }
+            rest = field.rest;
         }
         filter_shape(&tlv(rest)?)?;
     }
@@ -114,6 +133,12 @@ pub fn check(frame: &[u8]) -> Result<Check, &'static str> {
         return Ok(Check::Refuse { msgid, tag: 0x6D, code: LdapResultCode::InvalidDNSyntax, why });
     }
     Ok(Check::Ok)
+}
+
+/// Whether an INTEGER's content is a value in 0..maxInt (2^31 - 1), in
+/// the fewest bytes a value may take and one more for a leading zero.
+fn in_range(c: &[u8]) -> bool {
+    !c.is_empty() && c[0] & 0x80 == 0 && (c.len() < 5 || (c.len() == 5 && c[0] == 0 && c[1] & 0x80 == 0))
 }
 
 /// `MessageID ::= INTEGER (0 .. maxInt)`; 0 is reserved for unsolicited
@@ -261,8 +286,21 @@ fn value_shape(oid: &[u8], value: &[u8]) -> bool {
     let Ok(v) = tlv(value) else { return false };
     v.rest.is_empty()
         && well_formed(v.tag, v.content, 0).is_ok()
+        && (oid != b"1.2.840.113556.1.4.319" || paged_shape(&v))
         && (oid != b"1.3.6.1.1.12" || filter_shape(&v).is_ok())
         && (oid != b"1.2.826.0.1.3344810.2.3" || items_shape(&v).is_ok())
+}
+
+/// `realSearchControlValue ::= SEQUENCE { size INTEGER (0..maxInt),
+/// cookie OCTET STRING }` (RFC 2696), exactly.
+fn paged_shape(v: &Tlv<'_>) -> bool {
+    let Ok(size) = tlv(v.content) else { return false };
+    let Ok(cookie) = tlv(size.rest) else { return false };
+    v.tag == SEQUENCE
+        && size.tag == INTEGER
+        && in_range(size.content)
+        && cookie.tag == OCTET_STRING
+        && cookie.rest.is_empty()
 }
 
 /// `ValuesReturnFilter ::= SEQUENCE OF SimpleFilterItem` (RFC 3876): filter
@@ -487,6 +525,36 @@ mod tests {
     }
 
     #[test]
+    fn integers_ldap3_proto_would_misread_are_refused() {
+        let search = |size: &[u8], control: Vec<u8>| {
+            let fields = [t(OCTET_STRING, b""), t(0x0A, &[0]), t(0x0A, &[0]), t(INTEGER, size), t(INTEGER, &[0])];
+            let body = [fields.concat(), t(BOOLEAN, &[0]), t(0x87, b"cn"), t(SEQUENCE, &[])].concat();
+            check(&msg(&[5], &t(0x63, &body), &control))
+        };
+        let refused =
+            |c: Result<Check, &'static str>| matches!(c, Ok(Check::Refuse { code: LdapResultCode::ProtocolError, .. }));
+        assert_eq!(search(&[0x7F], Vec::new()), Ok(Check::Ok));
+        assert_eq!(search(&[0, 0x80, 0, 0, 0][..4], Vec::new()), Ok(Check::Ok));
+        // -1 (read as 255), 2^32 + 1 (read as 1), 2^31.
+        for bad in [&[0xFF][..], &[1, 0, 0, 0, 1], &[0, 0x80, 0, 0, 0]] {
+            assert!(refused(search(bad, Vec::new())), "{bad:?}");
+        }
+        let paged = |value: Vec<u8>| {
+            let one = t(SEQUENCE, &[t(OCTET_STRING, b"1.2.840.113556.1.4.319"), t(OCTET_STRING, &value)].concat());
+            search(&[0], t(CONTROLS, &one))
+        };
+        assert_eq!(paged(t(SEQUENCE, &[t(INTEGER, &[5]), t(OCTET_STRING, b"")].concat())), Ok(Check::Ok));
+        assert!(refused(paged(t(SEQUENCE, &[t(INTEGER, &[0xFF]), t(OCTET_STRING, b"")].concat()))));
+        assert!(refused(paged(t(SEQUENCE, &[t(INTEGER, &[5]), t(OCTET_STRING, b""), t(INTEGER, &[1])].concat()))));
+        // An Abandon of -1 (read as 255) or of 2^32 + 7 (read as 7) is ignored, as slapd does.
+        assert_eq!(check(&msg(&[6], &t(ABANDON, &[7]), &[])), Ok(Check::Ok));
+        assert_eq!(check(&msg(&[6], &t(ABANDON, &[0xFF]), &[])), Ok(Check::Ignore));
+        assert_eq!(check(&msg(&[6], &t(ABANDON, &[1, 0, 0, 0, 7]), &[])), Ok(Check::Ignore));
+        assert!(check(&msg(&[6], &t(0x42, b"xx"), &[])).is_err());
+        assert_eq!(check(&msg(&[6], &t(0x42, &[]), &[])), Ok(Check::Ok));
+    }
+
+    #[test]
     fn a_paged_sort_or_sync_control_without_a_value_is_answered_not_dropped() {
         let search = |control: Vec<u8>| {
             let fields = [t(OCTET_STRING, b""), t(0x0A, &[0]), t(0x0A, &[0]), t(INTEGER, &[0]), t(INTEGER, &[0])];
@@ -496,7 +564,10 @@ mod tests {
         for oid in [&b"1.2.840.113556.1.4.319"[..], b"1.2.840.113556.1.4.473", b"1.3.6.1.4.1.4203.1.9.1.1"] {
             let bare = t(SEQUENCE, &t(OCTET_STRING, oid));
             let refused = search(bare);
-            assert!(matches!(refused, Ok(Check::Refuse { msgid: 4, tag: 0x65, code: LdapResultCode::ProtocolError, .. })));
+            assert!(matches!(
+                refused,
+                Ok(Check::Refuse { msgid: 4, tag: 0x65, code: LdapResultCode::ProtocolError, .. })
+            ));
             let critical = t(SEQUENCE, &[t(OCTET_STRING, oid), t(BOOLEAN, &[0xFF])].concat());
             assert!(matches!(search(critical), Ok(Check::Refuse { code: LdapResultCode::ProtocolError, .. })));
         }

@@ -674,6 +674,9 @@ mod tests {
         assert_eq!(permissive(&mut e, &[Mod::Delete(attr("cn", &["zzz"]))]), Err(LdapResultCode::NoSuchAttribute));
         assert_eq!(e.attrs.len(), 2, "nothing empty left behind");
         // Without the control, nothing changes.
-        assert_eq!(e.apply(&[Mod::Add(attr("cn", &["a"]))]).map_err(|e| e.code), Err(LdapResultCode::AttributeOrValueExists));
+        assert_eq!(
+            e.apply(&[Mod::Add(attr("cn", &["a"]))]).map_err(|e| e.code),
+            Err(LdapResultCode::AttributeOrValueExists)
+        );
     }
 }

@@ -8,15 +8,33 @@
 //! once, as with OpenLDAP, unless it is renamed or re-added while paging.
 //! Sorted searches page by offset into the sorted result instead. The
 //! cookie also carries a hash of the request, so it cannot be replayed on
-//! another search.
+//! another search, and ends with a MAC under a key drawn at start over all
+//! of it and the requester's name: a client cannot forge the count of
+//! entries sent (which holds the size limit across pages) or a position,
+//! nor take a cookie to another identity. Cookies do not outlive the
+//! process, as slapd's do not outlive the connection.
 
 use ldap3_proto::proto::LdapSearchRequest;
 use ldap3_proto::LdapResultCode;
 use shards::{Error, Result};
 
-/// 2: the cookie also counts the entries sent before it, so the size
-/// limit holds across the pages of one search (as slapd's).
-const VERSION: u8 = 2;
+/// 3: the cookie also counts the entries sent before it, so the size
+/// limit holds across the pages of one search (as slapd's), and ends with
+/// its MAC.
+const VERSION: u8 = 3;
+
+/// Bytes of the MAC at the end of a cookie.
+const MAC: usize = 8;
+
+/// The MAC of a cookie's other bytes for requester `who`.
+fn mac(who: &str, body: &[u8]) -> [u8; MAC] {
+    use sha2::{Digest, Sha256};
+    static KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+    let key = KEY.get_or_init(rand::random);
+    let digest =
+        Sha256::new().chain_update(key).chain_update(who.as_bytes()).chain_update([0]).chain_update(body).finalize();
+    digest[..MAC].try_into().expect("MAC bytes")
+}
 
 /// Where the previous page stopped.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,8 +57,8 @@ fn fingerprint(req: &LdapSearchRequest) -> u64 {
     shards::manifest::fnv1a64(text.as_bytes())
 }
 
-/// The cookie for `pos`, after `sent` entries of this search.
-pub fn encode(req: &LdapSearchRequest, pos: &Position, sent: u64) -> Vec<u8> {
+/// The cookie for `pos`, after `sent` entries of this search, for `who`.
+pub fn encode(req: &LdapSearchRequest, who: &str, pos: &Position, sent: u64) -> Vec<u8> {
     let mut out = vec![VERSION];
     out.extend_from_slice(&fingerprint(req).to_be_bytes());
     out.extend_from_slice(&sent.to_be_bytes());
@@ -62,6 +80,8 @@ pub fn encode(req: &LdapSearchRequest, pos: &Position, sent: u64) -> Vec<u8> {
             out.extend_from_slice(&n.to_be_bytes());
         }
     }
+    let tag = mac(who, &out);
+    out.extend_from_slice(&tag);
     out
 }
 
@@ -69,7 +89,7 @@ pub fn encode(req: &LdapSearchRequest, pos: &Position, sent: u64) -> Vec<u8> {
 /// before it; an empty cookie starts a search. The cookie is the client's
 /// to keep, not a secret: a forged count only lifts the size limit of a
 /// search the client could restart anyway, and every page stays bounded.
-pub fn decode(req: &LdapSearchRequest, cookie: &[u8]) -> Result<(Position, u64)> {
+pub fn decode(req: &LdapSearchRequest, who: &str, cookie: &[u8]) -> Result<(Position, u64)> {
     if cookie.is_empty() {
         return Ok((Position::Start, 0));
     }
@@ -77,12 +97,16 @@ pub fn decode(req: &LdapSearchRequest, cookie: &[u8]) -> Result<(Position, u64)>
     // of ours for another search (or an older one, which slapd tells by
     // its connection's state) is unwillingToPerform.
     let bad = || Error::new(LdapResultCode::ProtocolError, "paged results cookie is invalid");
-    if cookie.len() < 18 || cookie[0] != VERSION {
+    if cookie.len() < 18 + MAC || cookie[0] != VERSION {
         return Err(bad());
     }
     if cookie[1..9] != fingerprint(req).to_be_bytes() {
         let why = "paged results cookie is invalid or old (it belongs to another search)";
         return Err(Error::new(LdapResultCode::UnwillingToPerform, why));
+    }
+    let (cookie, tag) = cookie.split_at(cookie.len() - MAC);
+    if tag != mac(who, cookie) {
+        return Err(bad());
     }
     let sent = u64::from_be_bytes(cookie[9..17].try_into().expect("8 bytes"));
     let (tag, rest) = (cookie[17], &cookie[18..]);
@@ -128,12 +152,20 @@ mod tests {
             Position::Index { store: 1, after: [0, 1, 2, 3, 4, 5, 6, 7] },
             Position::Offset(200),
         ] {
-            assert_eq!(decode(&r, &encode(&r, &pos, 7)).unwrap(), (pos, 7));
+            assert_eq!(decode(&r, "cn=u", &encode(&r, "cn=u", &pos, 7)).unwrap(), (pos, 7));
         }
-        let cookie = encode(&r, &Position::Offset(5), 5);
-        let code = |c: &[u8], r: &LdapSearchRequest| decode(r, c).unwrap_err().code;
+        let cookie = encode(&r, "cn=u", &Position::Offset(5), 5);
+        let code = |c: &[u8], r: &LdapSearchRequest| decode(r, "cn=u", c).unwrap_err().code;
         assert_eq!(code(&cookie, &req("sn")), LdapResultCode::UnwillingToPerform);
         assert_eq!(code(&cookie[..12], &r), LdapResultCode::ProtocolError);
         assert_eq!(code(b"garbage", &r), LdapResultCode::ProtocolError);
+        // Forged: fewer entries sent, or another position; another requester.
+        let mut forged = cookie.clone();
+        forged[16] = 0;
+        assert_eq!(code(&forged, &r), LdapResultCode::ProtocolError);
+        let mut moved = cookie.clone();
+        moved[20] ^= 1;
+        assert_eq!(code(&moved, &r), LdapResultCode::ProtocolError);
+        assert_eq!(decode(&r, "", &cookie).unwrap_err().code, LdapResultCode::ProtocolError);
     }
 }

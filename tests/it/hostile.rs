@@ -648,3 +648,30 @@ fn a_client_that_closes_without_reading_leaves_nothing_behind() {
     let mut c = s.conn();
     assert_eq!(c.simple_bind("", "").unwrap().rc, 0);
 }
+
+/// A filter's work on one entry is bounded by what it reads, not only by
+/// how many tests it makes: each test of a value is charged a unit per 64
+/// bytes (`limits.max_filter_tests`). Before, 2,000 negated equality
+/// items against one 1 MB value were 2,000 tests, far inside the bound,
+/// and normalized 2 GB with the shard frozen (5,000 items: a minute).
+#[test]
+fn a_filter_on_a_huge_value_is_bounded_by_the_bytes_it_reads() {
+    let s = Server::start(1);
+    let mut admin = s.admin();
+    let dn = format!("cn=huge,{SUFFIX}");
+    let huge = "x".repeat(1 << 20);
+    let entry = vec![
+        ("objectClass", ["person"].into()),
+        ("cn", ["huge"].into()),
+        ("sn", ["x"].into()),
+        ("description", [huge.as_str()].into()),
+    ];
+    assert_eq!(admin.add(&dn, entry).unwrap().rc, 0);
+    let mut user = user_conn(&s, &mut admin, "reader");
+    let nots: String = (0..2000).map(|i| format!("(!(description=y{i}))")).collect();
+    let res = user.search(&dn, ldap3::Scope::Base, &format!("(&{nots})"), vec!["1.1"]).unwrap().1;
+    assert_eq!(res.rc, 11, "{res:?}");
+    assert!(res.text.contains("max_filter_tests"), "{res:?}");
+    // A few tests of it are well inside the bound.
+    assert_eq!(base_search(&mut user, &dn, "(&(!(description=y))(description=x*))"), (1, 0));
+}

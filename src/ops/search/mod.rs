@@ -50,8 +50,8 @@ use emit::{Emit, Stop, Visit};
 use scope::Part;
 pub use scope::Scope;
 use select::write_computed;
-pub(crate) use select::{computed_attrs, write_entry};
 pub use select::Selection;
+pub(crate) use select::{computed_attrs, write_entry};
 
 /// Response bytes gathered before they are handed to the writer.
 const CHUNK_BYTES: usize = 64 << 10;
@@ -207,7 +207,7 @@ async fn run(
     };
     let (page_size, position, sent_before) = match &ctrls.paged {
         Some((size, cookie)) => {
-            let (position, sent) = paging::decode(req, cookie)?;
+            let (position, sent) = paging::decode(req, identity.dn(), cookie)?;
             (Some((*size).max(0) as usize), position, sent)
         }
         None => (None, Position::Start, 0),
@@ -264,7 +264,7 @@ async fn run(
         // RFC 2696: a page size of 0 abandons the paged search; on a new
         // one, as slapd, it returns no entries and a cookie to go on with.
         let fresh = ctrls.paged.as_ref().is_some_and(|(_, c)| c.is_empty());
-        let cookie = if fresh { paging::encode(req, &Position::Start, 0) } else { Vec::new() };
+        let cookie = if fresh { paging::encode(req, identity.dn(), &Position::Start, 0) } else { Vec::new() };
         done_ctrls.push(LdapControl::SimplePagedResults { size: 0, cookie });
         return Ok(());
     }
@@ -342,7 +342,7 @@ async fn run(
         }
         if page_size.is_some() {
             let cookie = if next < visible {
-                paging::encode(req, &Position::Offset(next as u64), next as u64)
+                paging::encode(req, identity.dn(), &Position::Offset(next as u64), next as u64)
             } else {
                 Vec::new()
             };
@@ -363,7 +363,7 @@ async fn run(
     }
     if page_size.is_some() {
         let sent_now = sent_before.saturating_add(emit.sent as u64);
-        let cookie = stopped.as_ref().map(|p| paging::encode(req, p, sent_now)).unwrap_or_default();
+        let cookie = stopped.as_ref().map(|p| paging::encode(req, identity.dn(), p, sent_now)).unwrap_or_default();
         done_ctrls.push(LdapControl::SimplePagedResults { size: 0, cookie });
     }
     Ok(())
