@@ -554,6 +554,10 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
                 Frame::Size(n) if n > rbuf.len() => break,
                 Frame::Size(n) => match crate::strict::check(&rbuf[..n]) {
                     Ok(Check::Ok) => {}
+                    Ok(Check::Ignore) => {
+                        bytes::Buf::advance(&mut rbuf, n);
+                        continue;
+                    }
                     Ok(Check::Refuse { msgid, tag, code, why }) => {
                         let res = LdapResult { code, matcheddn: String::new(), message: why.into(), referral: vec![] };
                         crate::ber::result_message(&mut inline, msgid, tag, &res);
