@@ -41,6 +41,11 @@ use tokio_util::codec::{Decoder, Encoder};
 /// Frames queued for the writer before request tasks wait (backpressure
 /// from a client that does not read).
 const OUT_FRAMES: usize = 64;
+/// KiB of frames queued for the writer before request tasks wait: with
+/// `OUT_FRAMES`, what a client that does not read can make the server
+/// hold. A frame may be one entry: 64 frames of 1 MB entries were 64 MB
+/// per connection. One frame larger than this waits for an empty queue.
+const OUT_KIB: u64 = 4 << 10;
 const READ_CHUNK: usize = 64 << 10;
 
 /// Who the connection is bound as.
@@ -103,6 +108,9 @@ pub struct Conn {
     /// Of the transport (71 for the local socket, as slapd; 0 for TCP).
     pub transport_ssf: u32,
     out: LocalSender<Out>,
+    /// KiB the queue may still take (`OUT_KIB`): a permit travels with
+    /// each frame and is given back once the frame is written (or dropped).
+    room: Rc<glommio::sync::Semaphore>,
 }
 
 /// Counts one running operation of a connection while it lives.
@@ -147,15 +155,20 @@ impl Conn {
             tls_ssf: Cell::new(0),
             transport_ssf,
             out,
+            room: Rc::new(glommio::sync::Semaphore::new(OUT_KIB)),
         });
         (conn, frames)
     }
 
-    /// Queues a frame for the writer; waits while the client is not reading.
+    /// Queues a frame for the writer; waits while the client is not
+    /// reading (`OUT_FRAMES`, `OUT_KIB`).
     pub async fn send(&self, frame: BytesMut) {
-        if !frame.is_empty() {
-            let _ = self.out.send(Out::Frame(frame)).await;
+        if frame.is_empty() {
+            return;
         }
+        let kib = (frame.len() as u64).div_ceil(1024).min(OUT_KIB);
+        let Ok(permit) = self.room.acquire_static_permit(kib).await else { return };
+        let _ = self.out.send(Out::Frame(frame, permit)).await;
     }
 
     /// Sets who the connection is bound as (also for `ctl connections`).
@@ -311,7 +324,8 @@ const COALESCE: usize = 64 << 10;
 
 /// What the writer task is asked to do.
 enum Out {
-    Frame(BytesMut),
+    /// A frame and the queue room it holds until written.
+    Frame(BytesMut, glommio::sync::StaticPermit),
     /// Stop after what is queued and hand the stream back (StartTLS).
     Handoff,
 }
@@ -449,8 +463,8 @@ fn spawn_writer<W: AsyncWrite + Unpin + 'static>(
     glommio::spawn_local(async move {
         let mut handoff = false;
         while let Some(out) = frames.recv().await {
-            let mut frame = match out {
-                Out::Frame(f) => f,
+            let (mut frame, mut held) = match out {
+                Out::Frame(f, permit) => (f, vec![permit]),
                 Out::Handoff => return Some((writer, frames)),
             };
             // Responses queued behind it go out in the same write: a read
@@ -458,7 +472,10 @@ fn spawn_writer<W: AsyncWrite + Unpin + 'static>(
             let mut closed = false;
             while frame.len() < COALESCE && !handoff && !closed {
                 match futures_lite::future::poll_once(frames.recv()).await {
-                    Some(Some(Out::Frame(next))) => frame.extend_from_slice(&next),
+                    Some(Some(Out::Frame(next, permit))) => {
+                        frame.extend_from_slice(&next);
+                        held.push(permit);
+                    }
                     Some(Some(Out::Handoff)) => handoff = true,
                     Some(None) => closed = true,
                     None => break,

@@ -675,3 +675,61 @@ fn a_filter_on_a_huge_value_is_bounded_by_the_bytes_it_reads() {
     // A few tests of it are well inside the bound.
     assert_eq!(base_search(&mut user, &dn, "(&(!(description=y))(description=x*))"), (1, 0));
 }
+
+/// What a connection's client can make the server hold by not reading is
+/// bounded in bytes, not only in frames: a frame may be one entry, and 64
+/// queued entries of 1 MB were 64 MB per anonymous connection (20 such
+/// connections: 1.3 GB). The queue now takes `OUT_KIB` (4 MB) at most.
+#[test]
+fn a_client_that_does_not_read_big_entries_holds_little_memory() {
+    let s = Server::start(1);
+    let mut admin = s.admin();
+    let big = "x".repeat(1 << 20);
+    assert_eq!(
+        admin
+            .add(
+                &format!("ou=big,{SUFFIX}"),
+                vec![("objectClass", ["organizationalUnit"].into()), ("ou", ["big"].into())]
+            )
+            .unwrap()
+            .rc,
+        0
+    );
+    for i in 0..40 {
+        let cn = format!("b{i}");
+        let entry = vec![
+            ("objectClass", ["person"].into()),
+            ("cn", [cn.as_str()].into()),
+            ("sn", ["x"].into()),
+            ("description", [big.as_str()].into()),
+        ];
+        assert_eq!(admin.add(&format!("cn=b{i},ou=big,{SUFFIX}"), entry).unwrap().rc, 0);
+    }
+    let anon_kib = || {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", s.pid())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("RssAnon:")).unwrap().to_string();
+        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap()
+    };
+    let before = anon_kib();
+    let mut socks = Vec::new();
+    for _ in 0..6 {
+        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        sock.set_recv_buffer_size(4096).unwrap();
+        sock.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], s.port)).into()).unwrap();
+        let mut sock: std::net::TcpStream = sock.into();
+        let all =
+            LdapMsg { msgid: 1, op: search(&format!("ou=big,{SUFFIX}"), LdapSearchScope::OneLevel), ctrl: vec![] };
+        sock.write_all(&encode_msgs(vec![all])).unwrap();
+        socks.push(sock);
+    }
+    // Unbounded, 6 × 40 MB is held within a second or two; bounded, 6 × 4 MB.
+    let mut most = 0;
+    let until = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < until {
+        most = most.max(anon_kib().saturating_sub(before));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(most < 120 << 10, "the server took {} MB more for 6 clients that do not read", most >> 10);
+    drop(socks);
+    wait_for("the connections to be gone", || ctl_json(&s, &["status"])["connections"] == 1);
+}
