@@ -108,8 +108,9 @@ pub struct Conn {
     /// Of the transport (71 for the local socket, as slapd; 0 for TCP).
     pub transport_ssf: u32,
     out: LocalSender<Out>,
-    /// KiB the queue may still take (`OUT_KIB`): a permit travels with
-    /// each frame and is given back once the frame is written (or dropped).
+    /// KiB the queue may still take (`OUT_KIB`): each frame takes its
+    /// size, and the writer gives it back once the frame is written (or
+    /// dropped).
     room: Rc<glommio::sync::Semaphore>,
 }
 
@@ -167,8 +168,9 @@ impl Conn {
             return;
         }
         let kib = (frame.len() as u64).div_ceil(1024).min(OUT_KIB);
-        let Ok(permit) = self.room.acquire_static_permit(kib).await else { return };
-        let _ = self.out.send(Out::Frame(frame, permit)).await;
+        if self.room.acquire(kib).await.is_ok() {
+            let _ = self.out.send(Out::Frame(frame, kib)).await;
+        }
     }
 
     /// Sets who the connection is bound as (also for `ctl connections`).
@@ -324,8 +326,8 @@ const COALESCE: usize = 64 << 10;
 
 /// What the writer task is asked to do.
 enum Out {
-    /// A frame and the queue room it holds until written.
-    Frame(BytesMut, glommio::sync::StaticPermit),
+    /// A frame and the KiB of queue room it holds until written.
+    Frame(BytesMut, u64),
     /// Stop after what is queued and hand the stream back (StartTLS).
     Handoff,
 }
@@ -460,11 +462,12 @@ fn spawn_writer<W: AsyncWrite + Unpin + 'static>(
 ) -> glommio::task::JoinHandle<Option<(W, LocalReceiver<Out>)>> {
     let timeout = Duration::from_secs(conn.ctx.live().limits.write_timeout_s);
     let ctx = conn.ctx.clone();
+    let room = conn.room.clone();
     glommio::spawn_local(async move {
         let mut handoff = false;
         while let Some(out) = frames.recv().await {
-            let (mut frame, mut held) = match out {
-                Out::Frame(f, permit) => (f, vec![permit]),
+            let (mut frame, mut kib) = match out {
+                Out::Frame(f, kib) => (f, kib),
                 Out::Handoff => return Some((writer, frames)),
             };
             // Responses queued behind it go out in the same write: a read
@@ -472,9 +475,9 @@ fn spawn_writer<W: AsyncWrite + Unpin + 'static>(
             let mut closed = false;
             while frame.len() < COALESCE && !handoff && !closed {
                 match futures_lite::future::poll_once(frames.recv()).await {
-                    Some(Some(Out::Frame(next, permit))) => {
+                    Some(Some(Out::Frame(next, more))) => {
                         frame.extend_from_slice(&next);
-                        held.push(permit);
+                        kib += more;
                     }
                     Some(Some(Out::Handoff)) => handoff = true,
                     Some(None) => closed = true,
@@ -494,6 +497,7 @@ fn spawn_writer<W: AsyncWrite + Unpin + 'static>(
                     Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
                 }
             };
+            room.signal(kib);
             if written.is_err() {
                 if fd >= 0 {
                     // SAFETY: shutting down a socket the connection still owns.
@@ -510,11 +514,16 @@ fn spawn_writer<W: AsyncWrite + Unpin + 'static>(
         }
         let _ = writer.close().await;
         // The queue is drained, not dropped, until every sender is gone:
-        // tasks waiting for room in it are woken only by a receive (a
+        // tasks waiting for room in it are woken only by a receive or a
+        // signal of the room (a
         // dropped glommio receiver leaves them asleep for good, and with
         // them the connection and its admission slot). They then see the
         // connection abandoned (`finish`) and end.
-        while frames.recv().await.is_some() {}
+        while let Some(out) = frames.recv().await {
+            if let Out::Frame(_, kib) = out {
+                room.signal(kib);
+            }
+        }
         None
     })
     .detach()
