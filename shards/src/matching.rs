@@ -332,17 +332,28 @@ impl Rule {
     }
 }
 
-/// String preparation: optionally fold case, collapse runs of spaces and
-/// (for whole values) trim them. Borrows when nothing changes.
+/// String preparation (RFC 4518 §2, as slapd's `UTF8bvnormalize`):
+/// optionally fold case, normalize to NFKC (so a decomposed `é`, a
+/// ligature `ﬁ` or a full-width `Ａ` match their plain forms), collapse
+/// runs of spaces and (for whole values) trim them. Borrows when nothing
+/// changes: ASCII without upper case or double spaces.
 fn prep(value: &[u8], fold_case: bool, trim: bool) -> Cow<'_, [u8]> {
     let trimmed = if trim { trim_spaces(value) } else { value };
+    let ascii = trimmed.is_ascii();
     let clean = trimmed.len() == value.len()
+        && ascii
         && !trimmed.windows(2).any(|w| w == b"  ")
-        && !(fold_case && trimmed.iter().any(|b| b.is_ascii_uppercase() || *b >= 0x80));
+        && !(fold_case && trimmed.iter().any(|b| b.is_ascii_uppercase()));
     if clean {
         return Cow::Borrowed(value);
     }
-    let text = String::from_utf8_lossy(trimmed);
+    let mut text = String::from_utf8_lossy(trimmed);
+    if !ascii {
+        // Folded before and after: NFKC may map a character to an upper
+        // case one (`ℌ` is `H`).
+        let folded: String = if fold_case { text.chars().flat_map(char::to_lowercase).collect() } else { text.into() };
+        text = Cow::Owned(unicode_normalization::UnicodeNormalization::nfkc(folded.as_str()).collect());
+    }
     let mut out = String::with_capacity(text.len());
     let mut last_space = false;
     for ch in text.chars() {
@@ -783,6 +794,13 @@ mod tests {
             (CaseIgnore, "  Abc  ", Some("abc")),
             (CaseIgnore, "A  B   c", Some("a b c")),
             (CaseIgnore, "ÄÖü", Some("äöü")),
+            // RFC 4518: NFKC after case folding (and folded again).
+            (CaseIgnore, "Jose\u{301}", Some("josé")),
+            (CaseIgnore, "\u{FB01}le", Some("file")),
+            (CaseIgnore, "\u{FF21}\u{FF42}", Some("ab")),
+            (CaseIgnore, "\u{210C}x", Some("hx")),
+            (CaseExact, "Jose\u{301}", Some("José")),
+            (CaseExact, "\u{FB01}le", Some("file")),
             (CaseExact, " A  B ", Some("A B")),
             (CaseIgnoreIA5, "Foo@Example.COM", Some("foo@example.com")),
             (CaseExactIA5, "/home/Foo", Some("/home/Foo")),
