@@ -503,6 +503,12 @@ fn spawn_writer<W: AsyncWrite + Unpin + 'static>(
                     // SAFETY: shutting down a socket the connection still owns.
                     unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
                 }
+                if handoff {
+                    // StartTLS: the read loop waits for this task while its
+                    // connection holds the sender, and nothing else sends
+                    // (no operation may run beside StartTLS): end now.
+                    return None;
+                }
                 break;
             }
             if handoff {
@@ -515,13 +521,14 @@ fn spawn_writer<W: AsyncWrite + Unpin + 'static>(
         let _ = writer.close().await;
         // The queue is drained, not dropped, until every sender is gone:
         // tasks waiting for room in it are woken only by a receive or a
-        // signal of the room (a
-        // dropped glommio receiver leaves them asleep for good, and with
-        // them the connection and its admission slot). They then see the
-        // connection abandoned (`finish`) and end.
+        // signal of the room (a dropped glommio receiver leaves them
+        // asleep for good, and with them the connection and its admission
+        // slot). They then see the connection abandoned (`finish`) and
+        // end. A handoff found here has no stream left to hand: done.
         while let Some(out) = frames.recv().await {
-            if let Out::Frame(_, kib) = out {
-                room.signal(kib);
+            match out {
+                Out::Frame(_, kib) => room.signal(kib),
+                Out::Handoff => return None,
             }
         }
         None

@@ -261,3 +261,25 @@ fn the_local_socket_counts_as_protected() {
     let (code, _, err) = tool_with_ca(&pki.ca, "ldapwhoami", &["-ZZ", "-x", "-H", &url]);
     assert_ne!(code, 0, "{err}");
 }
+
+/// A client that asks for StartTLS and resets the connection before the
+/// answer is written: the writer fails with the handoff pending, and must
+/// end there (review of stop 30: it drained a queue whose sender the
+/// connection still held, and both waited on each other for good, keeping
+/// the connection and its admission). Whether the answer's write fails
+/// depends on when the reset arrives, so it is tried many times.
+#[test]
+fn a_start_tls_reset_before_its_answer_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path(), "reset");
+    let (s, _) = tls_server(&pki, dir.path(), false);
+    for _ in 0..200 {
+        let sock = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+        let sock2 = socket2::Socket::from(sock);
+        sock2.set_linger(Some(Duration::ZERO)).unwrap();
+        let mut sock: std::net::TcpStream = sock2.into();
+        std::io::Write::write_all(&mut sock, &encode_msgs(vec![LdapMsg::new(1, start_tls())])).unwrap();
+        drop(sock);
+    }
+    wait_for("every reset connection to be gone", || ctl_json(&s, &["status"])["connections"] == 0);
+}
