@@ -36,6 +36,7 @@ const MODIFY_DN: u8 = 0x6C;
 const SEARCH: u8 = 0x63;
 const ABANDON: u8 = 0x50;
 const UNBIND: u8 = 0x42;
+const BIND: u8 = 0x60;
 /// A filter's `extensibleMatch [9]` and its `dnAttributes [4]` (the only
 /// `[9]` in a protocolOp is the filter's).
 const EXTENSIBLE_MATCH: u8 = 0xA9;
@@ -104,6 +105,10 @@ pub fn check(frame: &[u8]) -> Result<Check, &'static str> {
     }
     if op.tag == UNBIND && !op.content.is_empty() {
         return Err("an UnbindRequest is NULL");
+    }
+    // A bind's version, `2^32 + 3` read as 3, would pass for LDAPv3.
+    if op.tag == BIND && tlv(op.content).is_ok_and(|v| v.tag != INTEGER || !in_range(v.content)) {
+        return Err("a bind's version is INTEGER (1 .. 127)");
     }
     if op.tag == SEARCH {
         let mut rest = op.content;
@@ -551,6 +556,9 @@ mod tests {
         assert_eq!(check(&msg(&[6], &t(ABANDON, &[0xFF]), &[])), Ok(Check::Ignore));
         assert_eq!(check(&msg(&[6], &t(ABANDON, &[1, 0, 0, 0, 7]), &[])), Ok(Check::Ignore));
         assert!(check(&msg(&[6], &t(0x42, b"xx"), &[])).is_err());
+        let bind = |version: &[u8]| t(0x60, &[t(INTEGER, version), t(OCTET_STRING, b""), t(0x80, b"")].concat());
+        assert_eq!(check(&msg(&[6], &bind(&[3]), &[])), Ok(Check::Ok));
+        assert!(check(&msg(&[6], &bind(&[1, 0, 0, 0, 3]), &[])).is_err());
         assert_eq!(check(&msg(&[6], &t(0x42, &[]), &[])), Ok(Check::Ok));
     }
 

@@ -122,7 +122,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     let post = ctrls
         .post_read
         .as_ref()
-        .map(|attrs| controls::read_entry_control(&conn, POST_READ, &entry, attrs, access.as_ref()));
+        .map(|attrs| controls::read_entry_control(&conn, POST_READ, &entry, attrs, access.as_ref(), None));
     // Admitted only now: a rename waits for admitted writes (see modify).
     let _admitted = conn.ctx.admit_write(&dn)?;
     ctx.shard.add(&dn, entry, is_suffix).await.map_err(|e| with_matched(&conn, &identity, &dn, e))?;

@@ -399,23 +399,28 @@ pub fn check_assertion_before_write(
     Ok(everywhere.then_some(f))
 }
 
-/// The Pre-Read and Post-Read response controls for an update's images.
+/// The Pre-Read and Post-Read response controls for an update's images;
+/// `moved_to`: a rename's new DN, where the entry's children are now.
 pub fn read_entry_controls(
     conn: &Conn,
     identity: &Identity,
     images: Option<Box<Images>>,
     pre: &Option<Vec<String>>,
     post: &Option<Vec<String>>,
+    moved_to: Option<&str>,
 ) -> Vec<LdapControl> {
     let Some(images) = images else { return Vec::new() };
     let live = conn.ctx.live();
     let access = conn.access(&live, identity);
     let mut out = Vec::new();
+    // Children are counted after the write: a renamed entry's are at its
+    // new DN by then, where its Pre-Read counts them too.
+    let now = moved_to.or(images.before.as_ref().map(|e| e.dn.as_str()));
     if let (Some(attrs), Some(e)) = (pre, &images.before) {
-        out.push(read_entry_control(conn, PRE_READ, e, attrs, access.as_ref()));
+        out.push(read_entry_control(conn, PRE_READ, e, attrs, access.as_ref(), now));
     }
     if let (Some(attrs), Some(e)) = (post, &images.after) {
-        out.push(read_entry_control(conn, POST_READ, e, attrs, access.as_ref()));
+        out.push(read_entry_control(conn, POST_READ, e, attrs, access.as_ref(), now));
     }
     out
 }
@@ -423,16 +428,18 @@ pub fn read_entry_controls(
 /// A Pre-Read or Post-Read response control carrying `entry` with the
 /// selected attributes the requester may read, the entry as a search
 /// returns it (RFC 4527 §3.1): the operational attributes computed at
-/// read time too (`+` asks for them), the children counted now.
+/// read time too (`+` asks for them), the children counted now at the
+/// entry's DN `now` (none: its own).
 pub fn read_entry_control(
     conn: &Conn,
     oid: &str,
     entry: &Entry,
     attrs: &[String],
     access: Option<&crate::acl::Access>,
+    now: Option<&str>,
 ) -> LdapControl {
     let sel = Selection::new(attrs, false);
-    let key = || shards::dn::Dn::parse(&entry.dn).map(|d| d.key());
+    let key = || shards::dn::key_of(now.unwrap_or(&entry.dn));
     let children = match sel.counts_children() {
         true => key().and_then(|k| conn.ctx.shard.children(&k)).unwrap_or(0),
         false => 0,

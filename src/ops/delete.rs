@@ -51,5 +51,5 @@ pub async fn handle(conn: Rc<Conn>, dn_text: String, ctrls: Controls) -> Result<
         .delete(&dn, &dn_text, is_suffix, extras)
         .await
         .map_err(|e| with_matched(&conn, &identity, &dn, e))?;
-    Ok(controls::read_entry_controls(&conn, &identity, images, &ctrls.pre_read, &None))
+    Ok(controls::read_entry_controls(&conn, &identity, images, &ctrls.pre_read, &None, None))
 }

@@ -42,6 +42,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
     }
     let mut mods = Vec::with_capacity(req.changes.len());
     let mut relaxed = Vec::new();
+    let mut verifications = MOST_VERIFIED;
     for change in req.changes {
         let mut attr = Attr { name: change.modification.atype, vals: change.modification.vals };
         shards::schema::check::check_options(&attr.name)?;
@@ -61,7 +62,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
                 Mod::Add(attr)
             }
             LdapModifyType::Delete => {
-                stored_passwords(&conn, &key, &mut attr).await?;
+                stored_passwords(&conn, &key, &mut attr, &mut verifications).await?;
                 Mod::Delete(attr)
             }
             LdapModifyType::Replace => {
@@ -94,11 +95,12 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
         .modify(key, req.dn.clone(), mods, rdn, stamp, extras)
         .await
         .map_err(|e| with_matched(&conn, &identity, &dn, e))?;
-    Ok(controls::read_entry_controls(&conn, &identity, images, &ctrls.pre_read, &ctrls.post_read))
+    Ok(controls::read_entry_controls(&conn, &identity, images, &ctrls.pre_read, &ctrls.post_read, None))
 }
 
-/// The most cleartext values of one delete that are verified against the
-/// stored hashes: each verification is a key stretching.
+/// The most verifications of cleartext against stored hashes one modify
+/// may cost, whatever its deletes (each is a key stretching, on the blocking
+/// thread the shard's commits also use).
 const MOST_VERIFIED: usize = 4;
 
 /// A delete of `userPassword` values given in cleartext, where the stored
@@ -107,8 +109,9 @@ const MOST_VERIFIED: usize = 4;
 /// as on a slapd that keeps cleartext (and as slapd's ppolicy overlay
 /// with `ppolicy_hash_cleartext`). A value that verifies against nothing
 /// stays as given, and the delete fails with noSuchAttribute. Verified on
-/// a blocking thread; at most `MOST_VERIFIED` values per delete.
-async fn stored_passwords(conn: &Conn, key: &[u8], attr: &mut Attr) -> Result<()> {
+/// a blocking thread, counted against the request's `left` verifications
+/// (one per stored hash tried).
+async fn stored_passwords(conn: &Conn, key: &[u8], attr: &mut Attr, left: &mut usize) -> Result<()> {
     if !shards::matching::is_user_password(&attr.name) || attr.vals.iter().all(|v| password::is_hashed(v)) {
         return Ok(());
     }
@@ -116,25 +119,38 @@ async fn stored_passwords(conn: &Conn, key: &[u8], attr: &mut Attr) -> Result<()
     let stored: Vec<Vec<u8>> = entry.get("userPassword").map(|a| a.vals.clone()).unwrap_or_default();
     let given: Vec<Vec<u8>> = std::mem::take(&mut attr.vals);
     let cleartext = conn.ctx.passwords.allow_cleartext;
-    attr.vals = glommio::executor()
+    let budget = *left;
+    let (vals, spent) = glommio::executor()
         .spawn_blocking(move || {
-            let mut verified = 0;
+            let mut left = budget;
             let mut out = Vec::with_capacity(given.len());
             for v in given {
-                if password::is_hashed(&v) || stored.contains(&v) || verified == MOST_VERIFIED {
+                if password::is_hashed(&v) || stored.contains(&v) {
                     out.push(v);
                     continue;
                 }
-                verified += 1;
-                match stored.iter().find(|h| password::is_hashed(h) && password::verify_with(h, &v, cleartext)) {
+                let mut found = None;
+                for h in stored.iter().filter(|h| password::is_hashed(h)) {
+                    if left == 0 {
+                        break;
+                    }
+                    left -= 1;
+                    if password::verify_with(h, &v, cleartext) {
+                        found = Some(h);
+                        break;
+                    }
+                }
+                match found {
                     Some(h) if !out.contains(h) => out.push(h.clone()),
                     Some(_) => {}
                     None => out.push(v),
                 }
             }
-            out
+            (out, budget - left)
         })
         .await;
+    attr.vals = vals;
+    *left -= spent;
     Ok(())
 }
 

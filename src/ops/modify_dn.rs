@@ -246,7 +246,8 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
     // slapd names no matchedDN for a missing newSuperior.
     moved?;
     let images = Some(Box::new(Images { before, after }));
-    Ok(controls::read_entry_controls(&conn, &identity, images, &ctrls.pre_read, &ctrls.post_read))
+    let moved_to = new.to_string_form();
+    Ok(controls::read_entry_controls(&conn, &identity, images, &ctrls.pre_read, &ctrls.post_read, Some(&moved_to)))
 }
 
 /// The entry to rename and, when it has children that move with it (not
