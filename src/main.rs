@@ -51,7 +51,8 @@
 //!   compared with the peer's, a difference resynced).
 //! - `glue`: a parent the peer deleted while children were added below it
 //!   here comes back as a glue entry, the same on both servers.
-//! - `conn`: framing with PDU limits, read loop, writer task, `Identity`.
+//! - `conn`: framing with PDU limits, read loop, writer task (its queue
+//!   bounded in frames and bytes, drained when the client is gone), `Identity`.
 //! - `ber`: direct BER encoding of search entries; PDU header peeking.
 //! - `strict`: every byte of an LDAPMessage checked before ldap3_proto
 //!   decodes it (envelope, controls, BER well-formedness, message IDs).
