@@ -112,11 +112,7 @@ fn a_client_that_never_reads_is_dropped() {
     for i in 0..50 {
         assert_eq!(add_user(&mut admin, &format!("r{i}")).rc, 0);
     }
-    let rss = || {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", s.pid())).unwrap();
-        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap().to_string();
-        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap()
-    };
+    let rss = || proc_kib(&s, "VmRSS:");
     let before = rss();
     // 10,000 subtree searches of all 50 users, and never a read.
     let port = s.port;
@@ -166,11 +162,7 @@ fn a_client_that_never_reads_is_dropped() {
 fn a_long_indexed_value_costs_bounded_memory() {
     let s = Server::start(1);
     let mut admin = s.admin();
-    let rss = || {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", s.pid())).unwrap();
-        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap().to_string();
-        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap()
-    };
+    let rss = || proc_kib(&s, "VmRSS:");
     assert_eq!(add_user(&mut admin, "warm").rc, 0);
     let before = rss();
     for i in 0..4 {
@@ -629,10 +621,7 @@ fn a_client_that_closes_without_reading_leaves_nothing_behind() {
     for _round in 0..2 {
         let mut socks = Vec::new();
         for _ in 0..4 {
-            let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-            sock.set_recv_buffer_size(4096).unwrap();
-            sock.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], s.port)).into()).unwrap();
-            let mut sock: std::net::TcpStream = sock.into();
+            let mut sock = unread_client(&s);
             sock.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
             let msgs = (1..=PER_CONN).map(|id| LdapMsg { msgid: id, op: subschema.clone(), ctrl: vec![] }).collect();
             sock.write_all(&encode_msgs(msgs)).unwrap();
@@ -705,18 +694,11 @@ fn a_client_that_does_not_read_big_entries_holds_little_memory() {
         ];
         assert_eq!(admin.add(&format!("cn=b{i},ou=big,{SUFFIX}"), entry).unwrap().rc, 0);
     }
-    let anon_kib = || {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", s.pid())).unwrap();
-        let line = status.lines().find(|l| l.starts_with("RssAnon:")).unwrap().to_string();
-        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap()
-    };
+    let anon_kib = || proc_kib(&s, "RssAnon:");
     let before = anon_kib();
     let mut socks = Vec::new();
     for _ in 0..6 {
-        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-        sock.set_recv_buffer_size(4096).unwrap();
-        sock.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], s.port)).into()).unwrap();
-        let mut sock: std::net::TcpStream = sock.into();
+        let mut sock = unread_client(&s);
         let all =
             LdapMsg { msgid: 1, op: search(&format!("ou=big,{SUFFIX}"), LdapSearchScope::OneLevel), ctrl: vec![] };
         sock.write_all(&encode_msgs(vec![all])).unwrap();
@@ -732,4 +714,20 @@ fn a_client_that_does_not_read_big_entries_holds_little_memory() {
     assert!(most < 120 << 10, "the server took {} MB more for 6 clients that do not read", most >> 10);
     drop(socks);
     wait_for("the connections to be gone", || ctl_json(&s, &["status"])["connections"] == 1);
+}
+
+/// A field of the server's /proc status in kB (`VmRSS:`, `RssAnon:`).
+fn proc_kib(s: &Server, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", s.pid())).unwrap();
+    let line = status.lines().find(|l| l.starts_with(field)).unwrap().to_string();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// A connection whose client reads nothing, with a 4 KB receive buffer:
+/// what the server answers stays queued on its side.
+fn unread_client(s: &Server) -> std::net::TcpStream {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], s.port)).into()).unwrap();
+    sock.into()
 }

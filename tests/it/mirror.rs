@@ -1215,12 +1215,17 @@ fn a_refresh_sends_an_entry_a_late_older_change_of_the_peer_reached() {
     person(&mut a.admin(), "late", "first");
     converged(&a, &b);
     let dn = format!("uid=late,{PEOPLE}");
-    a.kill9();
-    let mut c = b.admin();
-    assert_eq!(c.modify(&dn, vec![Mod::Replace("description", ["from-b"].into())]).unwrap().rc, 0);
-    b.kill9();
-    a.launch();
-    assert_eq!(a.admin().modify(&dn, vec![Mod::Replace("sn", ["from-a"].into())]).unwrap().rc, 0);
+    // Apart, B changes the entry, then A later: B's change reaches A late.
+    let apart = |a: &mut Server, b: &mut Server, tag: &str| {
+        a.kill9();
+        let desc = format!("from-b{tag}");
+        assert_eq!(b.admin().modify(&dn, vec![Mod::Replace("description", [desc.as_str()].into())]).unwrap().rc, 0);
+        b.kill9();
+        a.launch();
+        let sn = format!("from-a{tag}");
+        assert_eq!(a.admin().modify(&dn, vec![Mod::Replace("sn", [sn.as_str()].into())]).unwrap().rc, 0);
+    };
+    apart(&mut a, &mut b, "");
     a.kill9();
     a.env = vec![("COREDIR_TEST_CLOCK_OFFSET_S".into(), "10".into())];
     a.launch();
@@ -1250,12 +1255,7 @@ fn a_refresh_sends_an_entry_a_late_older_change_of_the_peer_reached() {
     assert_eq!(entries_in(&msgs), 0, "{msgs:?}");
     // Once more, now that the cookie names the peer: the entry is sent
     // once, and the cookie then claims the peer's late change too.
-    a.kill9();
-    let mut c = b.admin();
-    assert_eq!(c.modify(&dn, vec![Mod::Replace("description", ["from-b2"].into())]).unwrap().rc, 0);
-    b.kill9();
-    a.launch();
-    assert_eq!(a.admin().modify(&dn, vec![Mod::Replace("sn", ["from-a2"].into())]).unwrap().rc, 0);
+    apart(&mut a, &mut b, "2");
     b.launch();
     converged(&a, &b);
     let (msgs, next) = crate::syncrepl::refresh_only(&a, Some(handed));

@@ -311,22 +311,12 @@ fn decided(item: &Node) -> Option<bool> {
 /// The budget starts one above the bound: 0 left means a test was refused
 /// (not merely that the last allowed one was taken).
 fn spend() -> bool {
-    TESTS_LEFT.with(|left| match left.get() {
-        0 => false,
-        1 => {
-            left.set(0);
-            false
-        }
-        n => {
-            left.set(n - 1);
-            true
-        }
-    })
+    spend_on(&[])
 }
 
-/// A test of one value: `spend`, charged by its length too, one unit per
-/// 64 bytes past the first: normalizing and comparing a 1 MB value is as
-/// much work as 16,000 tests of short ones, and the bound is on work.
+/// A test of one value, charged by its length too, one unit per 64 bytes
+/// past the first: normalizing and comparing a 1 MB value is as much work
+/// as 16,000 tests of short ones, and the bound is on work.
 fn spend_on(v: &[u8]) -> bool {
     let cost = 1 + v.len() as u64 / 64;
     TESTS_LEFT.with(|left| match left.get() {
