@@ -19,7 +19,8 @@
 //!   `Guarded` items that access control decides per entry (`eval`); the
 //!   RFC 4515 string form both ways (`text`).
 //! - `schema`: attribute types, object classes and syntaxes (built-in and
-//!   custom files), entry checks, `cn=Subschema`.
+//!   custom files), entry checks, `cn=Subschema`; `der`, the DER walk
+//!   that validates certificate values.
 //! - `matching`: matching rules (normal forms, ordering) and attribute names.
 //! - `approx`: `~=` for strings, slapd's phonetic word match (Metaphone).
 //! - `index`: configurable eq/pres/sub/ordering indexes and filter ->
@@ -82,6 +83,7 @@ pub mod apply;
 pub mod approx;
 pub mod changelog;
 pub mod csn;
+mod der;
 pub mod digest;
 pub mod dn;
 pub mod entry;

@@ -70,7 +70,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
             }
             relaxed.push(a.atype.clone());
         }
-        shards::schema::check::check_options(&a.atype)?;
+        shards::schema::check::check_transfer(&a.atype)?;
         shards::schema::get().spell_values(&a.atype, &mut a.vals);
         attrs.push((a.atype, a.vals));
     }

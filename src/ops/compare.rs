@@ -58,7 +58,6 @@ fn compare_entry_dn(value: &[u8]) -> Result<LdapResultCode> {
 
 pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result<LdapResultCode> {
     let dn = parse_dn(&req.dn)?;
-    crate::ops::referral::check_target(conn, &ctrls.acting, &dn, ctrls.manage_dsa_it)?;
     let Some(at) = matching::attr_type(&req.atype) else {
         return Err(Error::new(
             LdapResultCode::UndefinedAttributeType,
@@ -74,7 +73,22 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
             format!("{}: attribute type has no equality matching rule", req.atype),
         ));
     };
+    // The description and the value are checked before the entry is
+    // looked for, as slapd's frontend does: a bad one is refused (17, 21)
+    // whether or not the entry exists.
+    shards::schema::check::check_options(&req.atype)?;
     let is_password = matching::same_attr(&req.atype, "userPassword");
+    let class = object_class(&req.atype, &req.val)?;
+    let want = match is_password {
+        true => None,
+        false => Some(rule.valid_assertion(&req.val).then(|| rule.normalize(&req.val)).flatten().ok_or_else(|| {
+            Error::new(
+                LdapResultCode::InvalidAttributeSyntax,
+                format!("{}: assertion value invalid per syntax", req.atype),
+            )
+        })?),
+    };
+    crate::ops::referral::check_target(conn, &ctrls.acting, &dn, ctrls.manage_dsa_it)?;
     let key = dn.key();
     // The root DSE and cn=Subschema compare as slapd compares them: as
     // the entries a search reads, open to everyone as that search is.
@@ -144,7 +158,7 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
     }
     let found = if is_password {
         vals.iter().any(|v| password::verify_with(v, &req.val, conn.ctx.passwords.allow_cleartext))
-    } else if let Some(class) = object_class(&req.atype, &req.val)? {
+    } else if let Some(class) = class {
         // An entry is of every superclass of its classes (RFC 4512 §2.4.1).
         let schema = shards::schema::get();
         schema.classes[class].oid == "2.5.6.0"
@@ -152,12 +166,7 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
                 .iter()
                 .any(|v| schema.class_index(&String::from_utf8_lossy(v)).is_some_and(|c| schema.is_subclass(c, class)))
     } else {
-        let Some(want) = rule.valid_assertion(&req.val).then(|| rule.normalize(&req.val)).flatten() else {
-            return Err(Error::new(
-                LdapResultCode::InvalidAttributeSyntax,
-                format!("{}: assertion value invalid per syntax", req.atype),
-            ));
-        };
+        let want = want.expect("checked above unless a password");
         vals.iter().any(|v| rule.normalize(v).is_some_and(|n| n == want))
     };
     Ok(if found { LdapResultCode::CompareTrue } else { LdapResultCode::CompareFalse })

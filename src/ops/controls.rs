@@ -57,6 +57,10 @@ pub const PROXY_AUTHZ: &str = "2.16.840.1.113730.3.4.18";
 /// without listing it (as slapd, not in `SUPPORTED`): an add of a value
 /// the entry holds, and a delete of an attribute it lacks, succeed.
 pub const PERMISSIVE_MODIFY: &str = "1.2.840.113556.1.4.1413";
+/// Session Tracking (draft-wahl-ldap-session): who the end user behind a
+/// proxy or web application is. slapd decodes it strictly and does not
+/// list it; so does coredir, and it only checks it (nothing here logs it).
+pub const SESSION_TRACKING: &str = "1.3.6.1.4.1.21008.108.63.1";
 
 /// What `supportedControl` lists: exactly what works.
 pub const SUPPORTED: &[&str] = &[
@@ -163,6 +167,7 @@ pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
                     // As slapd: any update (it relaxes add and modify).
                     RELAX => matches!(k, Kind::Add | Kind::Modify | Kind::Delete | Kind::ModifyDn),
                     PERMISSIVE_MODIFY => k == Kind::Modify,
+                    SESSION_TRACKING => true,
                     _ => false,
                 };
                 if !applies {
@@ -176,6 +181,14 @@ pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
                     // present (empty is anonymous).
                     let authzid = value.clone().ok_or_else(|| protocol("proxied authorization"))?;
                     once(&mut out.proxied, authzid, PROXY_AUTHZ)?;
+                    continue;
+                }
+                if oid == SESSION_TRACKING {
+                    // slapd: "Session Tracking Control must not be critical".
+                    if *criticality {
+                        return Err(protocol("session tracking (critical)"));
+                    }
+                    check_session_tracking(value.as_deref())?;
                     continue;
                 }
                 let value = value.as_deref().unwrap_or_default();
@@ -266,6 +279,28 @@ fn parse_values_filter(value: &[u8]) -> Result<Vec<LdapFilter>> {
             Ok(f) => Ok(f),
         })
         .collect()
+}
+
+/// The Session Tracking value: `SEQUENCE { sessionSourceIp,
+/// sessionSourceName, formatOID, sessionTrackingIdentifier }`, four
+/// OCTET STRINGs, with slapd's bound on the address (128 bytes; slapd
+/// takes any format OID). Absent or malformed is a protocolError even on
+/// a non-critical control, as in slapd.
+fn check_session_tracking(value: Option<&[u8]>) -> Result<()> {
+    let bad = || protocol("session tracking");
+    let value = value.filter(|v| !v.is_empty()).ok_or_else(bad)?;
+    let (rest, tag) = ldap3_lber::parse::Parser::default().parse(value).map_err(|_| bad())?;
+    let fields = tag.expect_constructed().filter(|_| rest.is_empty()).ok_or_else(bad)?;
+    let strings: Vec<Vec<u8>> = fields
+        .into_iter()
+        .map(|t| (t.class == ldap3_lber::common::TagClass::Universal && t.id == 4).then_some(t))
+        .map(|t| t.and_then(|t| t.expect_primitive()))
+        .collect::<Option<_>>()
+        .ok_or_else(bad)?;
+    match strings.as_slice() {
+        [ip, _name, _format, _id] if ip.len() <= 128 => Ok(()),
+        _ => Err(bad()),
+    }
 }
 
 /// The Subentries value: one BER BOOLEAN (one content byte).

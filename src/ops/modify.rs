@@ -45,7 +45,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
     let mut verifications = MOST_VERIFIED;
     for change in req.changes {
         let mut attr = Attr { name: change.modification.atype, vals: change.modification.vals };
-        shards::schema::check::check_options(&attr.name)?;
+        shards::schema::check::check_transfer(&attr.name)?;
         shards::schema::get().spell_values(&attr.name, &mut attr.vals);
         if !user_modifiable(&attr.name) {
             if ctrls.relax.is_none() || !is_relaxable(&attr.name) {

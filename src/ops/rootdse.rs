@@ -51,6 +51,8 @@ pub fn entry(ctx: &Ctx) -> Entry {
             attr("vendorName", vec!["coredir".into()]),
             attr("vendorVersion", vec![format!("coredir {}", env!("CARGO_PKG_VERSION"))]),
             attr("subschemaSubentry", vec![shards::schema::subschema::DN.into()]),
+            // Its DN, empty, as slapd returns it when asked.
+            attr("entryDN", vec![String::new()]),
         ],
     }
 }

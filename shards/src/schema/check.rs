@@ -78,15 +78,18 @@ fn allowed_or_supertype(schema: &Schema, allowed: &[bool], mut t: usize) -> bool
 }
 
 /// The options of an attribute description, as slapd accepts them:
-/// language tags (RFC 3866) and `binary` on a binary syntax; any other is
-/// refused rather than silently dropped.
+/// language tags (RFC 3866) and `binary` on a syntax that needs binary
+/// transfer (RFC 4522); any other is refused rather than silently dropped.
 pub fn check_options(name: &str) -> Result<()> {
     // As it will be stored: `2.5.4.13;…` is kept as `description;…`.
     if crate::matching::stored_name(name).len() > crate::entry::MAX_DESCRIPTION_BYTES {
         return Err(crate::entry::description_too_long(name));
     }
-    let Some((base, options)) = name.split_once(';') else { return Ok(()) };
-    let binary = get().attr(base).is_some_and(|at| at.syntax_ref.binary);
+    let (base, options) = name.split_once(';').unwrap_or((name, ""));
+    let binary = get().attr(base).is_some_and(|at| at.syntax_ref.binary_transfer);
+    if options.is_empty() {
+        return Ok(());
+    }
     for o in options.split(';') {
         // slapd's option characters: letters, digits, '-' and '.'.
         let chars = o.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
@@ -97,6 +100,18 @@ pub fn check_options(name: &str) -> Result<()> {
                 format!("{name}: attribute description contains inappropriate option"),
             ));
         }
+    }
+    Ok(())
+}
+
+/// What an add or a modify may name (slapd's `slap_mods_check`): valid
+/// options, and `;binary` on a type whose values travel only that way.
+pub fn check_transfer(name: &str) -> Result<()> {
+    check_options(name)?;
+    let (base, options) = name.split_once(';').unwrap_or((name, ""));
+    let needs_binary = get().attr(base).is_some_and(|at| at.syntax_ref.binary_transfer);
+    if needs_binary && !options.split(';').any(|o| o.eq_ignore_ascii_case("binary")) {
+        return Err(Error::new(Code::UndefinedAttributeType, format!("{name}: requires ;binary transfer")));
     }
     Ok(())
 }

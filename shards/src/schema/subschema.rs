@@ -24,8 +24,9 @@ pub fn entry() -> Entry {
     let syntaxes = SYNTAXES
         .iter()
         .map(|s| {
+            let transfer = if s.binary_transfer { " X-BINARY-TRANSFER-REQUIRED 'TRUE'" } else { "" };
             let binary = if s.binary { " X-NOT-HUMAN-READABLE 'TRUE'" } else { "" };
-            format!("( {} DESC '{}'{binary} )", s.oid, s.desc)
+            format!("( {} DESC '{}'{transfer}{binary} )", s.oid, s.desc)
         })
         .collect();
     let rules = RULES

@@ -1,9 +1,9 @@
 //! LDAP syntaxes (RFC 4517 §3.3, RFC 4530) and their value checks.
 //!
-//! The common syntaxes are validated exactly; binary syntaxes (certificates,
-//! JPEG, fax) accept any octets, and the rarely used structured ones
-//! (Guide, Delivery Method, Telex, …) only need valid UTF-8, as the table
-//! says.
+//! The common syntaxes are validated exactly; certificates by their DER
+//! structure (as slapd's `certificateValidate`), other binary syntaxes
+//! (JPEG, fax, audio) accept any octets, and the rarely used structured
+//! ones (Guide, Telex, …) only need valid UTF-8, as the table says.
 
 use crate::dn::Dn;
 use crate::matching;
@@ -12,17 +12,26 @@ use crate::matching;
 pub struct Syntax {
     pub oid: &'static str,
     pub desc: &'static str,
-    /// Binary values: transferred as `;binary`, never case-folded.
+    /// Binary values (X-NOT-HUMAN-READABLE): never case-folded.
     pub binary: bool,
+    /// X-BINARY-TRANSFER-REQUIRED (RFC 4522): values travel only as
+    /// `type;binary`, and `;binary` is refused on any other syntax, as in
+    /// slapd (undefinedAttributeType either way).
+    pub binary_transfer: bool,
     pub valid: fn(&[u8]) -> bool,
 }
 
 const fn s(oid: &'static str, desc: &'static str, valid: fn(&[u8]) -> bool) -> Syntax {
-    Syntax { oid, desc, binary: false, valid }
+    Syntax { oid, desc, binary: false, binary_transfer: false, valid }
 }
 
 const fn bin(oid: &'static str, desc: &'static str) -> Syntax {
-    Syntax { oid, desc, binary: true, valid: any }
+    Syntax { oid, desc, binary: true, binary_transfer: false, valid: any }
+}
+
+/// A syntax whose values are BER/DER structures that need `;binary`.
+const fn transfer(oid: &'static str, desc: &'static str, valid: fn(&[u8]) -> bool) -> Syntax {
+    Syntax { oid, desc, binary: true, binary_transfer: true, valid }
 }
 
 pub const SYNTAXES: &[Syntax] = &[
@@ -31,13 +40,13 @@ pub const SYNTAXES: &[Syntax] = &[
     bin("1.3.6.1.4.1.1466.115.121.1.5", "Binary"),
     s("1.3.6.1.4.1.1466.115.121.1.6", "Bit String", bit_string),
     s("1.3.6.1.4.1.1466.115.121.1.7", "Boolean", boolean),
-    bin("1.3.6.1.4.1.1466.115.121.1.8", "Certificate"),
-    bin("1.3.6.1.4.1.1466.115.121.1.9", "Certificate List"),
-    bin("1.3.6.1.4.1.1466.115.121.1.10", "Certificate Pair"),
+    transfer("1.3.6.1.4.1.1466.115.121.1.8", "Certificate", crate::der::certificate),
+    transfer("1.3.6.1.4.1.1466.115.121.1.9", "Certificate List", crate::der::element),
+    transfer("1.3.6.1.4.1.1466.115.121.1.10", "Certificate Pair", crate::der::element),
     s("1.3.6.1.4.1.1466.115.121.1.11", "Country String", country),
     s("1.3.6.1.4.1.1466.115.121.1.12", "DN", dn),
     s("1.3.6.1.4.1.1466.115.121.1.13", "Data Quality", utf8),
-    s("1.3.6.1.4.1.1466.115.121.1.14", "Delivery Method", utf8),
+    s("1.3.6.1.4.1.1466.115.121.1.14", "Delivery Method", delivery_method),
     s("1.3.6.1.4.1.1466.115.121.1.15", "Directory String", directory_string),
     s("1.3.6.1.4.1.1466.115.121.1.16", "DIT Content Rule Description", utf8),
     s("1.3.6.1.4.1.1466.115.121.1.17", "DIT Structure Rule Description", utf8),
@@ -64,7 +73,7 @@ pub const SYNTAXES: &[Syntax] = &[
     s("1.3.6.1.4.1.1466.115.121.1.43", "Presentation Address", utf8),
     s("1.3.6.1.4.1.1466.115.121.1.44", "Printable String", printable_string),
     s("1.3.6.1.4.1.1466.115.121.1.45", "Subtree Specification", utf8),
-    bin("1.3.6.1.4.1.1466.115.121.1.49", "Supported Algorithm"),
+    transfer("1.3.6.1.4.1.1466.115.121.1.49", "Supported Algorithm", crate::der::element),
     s("1.3.6.1.4.1.1466.115.121.1.50", "Telephone Number", telephone_number),
     s("1.3.6.1.4.1.1466.115.121.1.51", "Teletex Terminal Identifier", utf8),
     s("1.3.6.1.4.1.1466.115.121.1.52", "Telex Number", utf8),
@@ -76,7 +85,7 @@ pub const SYNTAXES: &[Syntax] = &[
     s("1.3.6.1.1.15.5", "X.509 Attribute Certificate Exact Assertion", utf8),
     s("1.3.6.1.4.1.4203.666.2.7", "OpenLDAP authz", utf8),
     // slapd's built-in X.509 attribute certificate syntax (pmi.schema).
-    bin("1.3.6.1.4.1.4203.666.11.10.2.1", "X.509 AttributeCertificate"),
+    transfer("1.3.6.1.4.1.4203.666.11.10.2.1", "X.509 AttributeCertificate", crate::der::element),
     // RFC 2307bis syntaxes OpenLDAP's nis.schema uses (slapd's nis module).
     s("1.3.6.1.1.1.0.0", "RFC2307 NIS Netgroup Triple", utf8),
     s("1.3.6.1.1.1.0.1", "RFC2307 Boot Parameter", utf8),
@@ -162,6 +171,16 @@ fn postal_address(v: &[u8]) -> bool {
     utf8(v) && v.split(|b| *b == b'$').all(|line| !line.is_empty())
 }
 
+/// RFC 4517 §3.3.5: `pdm *( [SP] "$" [SP] pdm )`, the keywords in any
+/// case, as slapd's `deliveryMethodValidate`.
+fn delivery_method(v: &[u8]) -> bool {
+    const PDM: &[&str] =
+        &["any", "mhs", "physical", "telex", "teletex", "g3fax", "g4fax", "ia5", "videotex", "telephone"];
+    let Ok(v) = std::str::from_utf8(v) else { return false };
+    // Spaces may follow a keyword or a `$`, not open the value.
+    !v.starts_with(' ') && v.split('$').all(|pdm| PDM.iter().any(|k| pdm.trim_matches(' ').eq_ignore_ascii_case(k)))
+}
+
 fn uuid(v: &[u8]) -> bool {
     matching::Rule::Uuid.normalize(v).is_some()
 }
@@ -208,6 +227,15 @@ mod tests {
             ("6", "'0101'B", true),
             ("6", "0101", false),
             ("34", "uid=a,dc=x#'01'B", true),
+            ("14", "telephone $ mhs", true),
+            ("14", "ANY", true),
+            ("14", "g3fax$ia5", true),
+            ("14", "pigeon", false),
+            ("14", "any $", false),
+            ("14", " any", false),
+            ("14", "g3fax$ia5 $  telephone ", true),
+            ("14", "", false),
+            ("8", "\u{30}\u{0}", false),
         ];
         for (n, value, ok) in table {
             assert_eq!((syn(n).valid)(value.as_bytes()), *ok, "syntax {n} value {value:?}");
