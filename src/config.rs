@@ -47,14 +47,40 @@ pub struct Passwords {
     /// Whether Password Modify of one's own password needs the old one.
     /// slapd does not ask for it when the access rules allow the write.
     pub self_change_requires_old: bool,
+    /// What verifying one stored hash may cost (`shards::password::Policy`):
+    /// a hash above these never verifies and cannot be written.
+    pub max_pbkdf2_iterations: u64,
+    pub max_argon2_memory_kib: u32,
+    pub max_argon2_iterations: u32,
+    pub max_bcrypt_cost: u32,
+    pub max_sha_crypt_rounds: u32,
 }
 
 impl Default for Passwords {
     fn default() -> Passwords {
+        let limits = shards::password::Policy::default();
         Passwords {
             default_scheme: shards::password::DEFAULT_SCHEME.into(),
             allow_cleartext: false,
             self_change_requires_old: false,
+            max_pbkdf2_iterations: limits.max_pbkdf2_iterations,
+            max_argon2_memory_kib: limits.max_argon2_memory_kib,
+            max_argon2_iterations: limits.max_argon2_iterations,
+            max_bcrypt_cost: limits.max_bcrypt_cost,
+            max_sha_crypt_rounds: limits.max_sha_crypt_rounds,
+        }
+    }
+}
+
+impl Passwords {
+    pub fn policy(&self) -> shards::password::Policy {
+        shards::password::Policy {
+            allow_cleartext: self.allow_cleartext,
+            max_pbkdf2_iterations: self.max_pbkdf2_iterations,
+            max_argon2_memory_kib: self.max_argon2_memory_kib,
+            max_argon2_iterations: self.max_argon2_iterations,
+            max_bcrypt_cost: self.max_bcrypt_cost,
+            max_sha_crypt_rounds: self.max_sha_crypt_rounds,
         }
     }
 }
@@ -507,6 +533,9 @@ impl Config {
         if let Some(h) = &self.directory.root_password_hash {
             if !shards::password::is_hashed(h.as_bytes()) {
                 bail!("directory.root_password_hash: expected a hash such as {{SSHA}}… or {{PBKDF2-SHA512}}… (see `coredir hash-password`)");
+            }
+            if !self.passwords.policy().within(h.as_bytes()) {
+                bail!("directory.root_password_hash: its parameters cost more than passwords.max_* allow");
             }
         }
         if !shards::password::WRITABLE.iter().any(|w| w.eq_ignore_ascii_case(&self.passwords.default_scheme)) {

@@ -21,6 +21,11 @@ pub struct Ctx {
     /// One of a mirror pair (`replication` configured).
     pub mirrored: bool,
     pub passwords: crate::config::Passwords,
+    /// `passwords`' verification rules and cost limits.
+    pub password_policy: shards::password::Policy,
+    /// One key-stretching job at a time on this shard's blocking pool
+    /// (`password_work`).
+    password_jobs: glommio::sync::Semaphore,
     /// `server.allow_bind_v2`.
     pub allow_bind_v2: bool,
     pub tls: Option<Arc<crate::tls::Tls>>,
@@ -109,6 +114,8 @@ impl Ctx {
             suffixes: config.naming_contexts().expect("validated"),
             mirrored: config.replication.enabled(),
             passwords: config.passwords.clone(),
+            password_policy: config.passwords.policy(),
+            password_jobs: glommio::sync::Semaphore::new(1),
             allow_bind_v2: config.server.allow_bind_v2,
             live: std::cell::RefCell::new(Rc::new((**shared.live.load()).clone())),
             live_seen: std::cell::Cell::new(shared.generation.load(std::sync::atomic::Ordering::Acquire)),
@@ -123,6 +130,15 @@ impl Ctx {
             started: shared.started,
             shared: shared.clone(),
         }
+    }
+
+    /// Runs key stretching (a password verified or hashed) off the
+    /// reactor, on the shard's blocking pool, one job at a time: the pool
+    /// has two threads (`server::BLOCKING_THREADS`), so the shard's group
+    /// commits always find one free however many binds are waiting.
+    pub async fn password_work<R: Send + 'static>(&self, job: impl FnOnce() -> R + Send + 'static) -> R {
+        let _one = self.password_jobs.acquire_permit(1).await.expect("never closed");
+        glommio::executor().spawn_blocking(job).await
     }
 
     /// The live settings (limits, access rules), refreshed after a reload.

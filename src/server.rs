@@ -172,6 +172,7 @@ pub fn serve(config: Config) -> Result<()> {
         let replication_fd = if i == 0 { replication_fd.take() } else { None };
         let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .name(&format!("shard-{i}"))
+            .blocking_thread_pool_placement(blocking_pool(cpu))
             .io_memory(512 << 10)
             .spin_before_park(Duration::from_micros(config.server.spin_before_park_us))
             .spawn(move || async move {
@@ -297,6 +298,19 @@ pub fn serve(config: Config) -> Result<()> {
 /// How long the shard's work runs before glommio polls for I/O again: two
 /// search slices, so a costly search lets other connections in within a few
 /// milliseconds (glommio's default is 100 ms).
+/// Threads in each shard's blocking pool, both on the shard's CPU: one
+/// for its commits and syncs, one for key stretching (`Ctx::password_work`
+/// lets one such job run at a time), so binds never queue ahead of a
+/// commit.
+pub const BLOCKING_THREADS: usize = 2;
+
+fn blocking_pool(cpu: usize) -> glommio::PoolPlacement {
+    match glommio::CpuSet::online() {
+        Ok(set) => glommio::PoolPlacement::Fenced(BLOCKING_THREADS, set.filter(|l| l.cpu == cpu)),
+        Err(_) => glommio::PoolPlacement::Unbound(BLOCKING_THREADS),
+    }
+}
+
 const PREEMPT_TIMER: Duration = Duration::from_millis(4);
 
 /// The longest a shard reactor sleeps while it has runnable tasks, when it

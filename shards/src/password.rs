@@ -47,8 +47,103 @@ pub const WRITABLE: &[&str] = &[
     "{CLEARTEXT}",
 ];
 
-/// Verifies `given` against a stored value; cleartext values match only
-/// when `cleartext` allows them.
+/// How passwords are verified: whether cleartext values count, and what
+/// one verification may cost (`passwords.max_*`). A stored hash whose
+/// parameters ask for more than that never verifies: a user who may
+/// write their own `userPassword` could otherwise store
+/// `{PBKDF2-SHA512}4000000000$…` and make every bind as them (anonymous
+/// can try one) burn minutes of a shard's CPU, or an Argon2 hash that
+/// allocates terabytes. Writes of such hashes are refused (`within`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Policy {
+    pub allow_cleartext: bool,
+    /// PBKDF2: iterations times output blocks (a 64-byte SHA-512 hash is
+    /// one block; 389-ds's 256-byte SHA-256 hash is eight).
+    pub max_pbkdf2_iterations: u64,
+    /// Argon2: memory (KiB) and passes.
+    pub max_argon2_memory_kib: u32,
+    pub max_argon2_iterations: u32,
+    /// `{CRYPT}`: bcrypt's cost (log2 of its rounds) and sha-crypt's rounds.
+    pub max_bcrypt_cost: u32,
+    pub max_sha_crypt_rounds: u32,
+}
+
+impl Default for Policy {
+    /// Well above what slapd, 389-ds and the OWASP recommendations write
+    /// (PBKDF2-SHA512 210,000; Argon2 19–64 MiB, 2–3 passes; bcrypt 10–12;
+    /// sha-crypt 5,000), and below a second of CPU per verification.
+    fn default() -> Policy {
+        Policy {
+            allow_cleartext: false,
+            max_pbkdf2_iterations: 1_000_000,
+            max_argon2_memory_kib: 256 << 10,
+            max_argon2_iterations: 10,
+            max_bcrypt_cost: 14,
+            max_sha_crypt_rounds: 1_000_000,
+        }
+    }
+}
+
+impl Policy {
+    /// Verifies `given` against a stored value.
+    pub fn verify(&self, stored: &[u8], given: &[u8]) -> bool {
+        self.within(stored) && verify_with(stored, given, self.allow_cleartext)
+    }
+
+    /// Whether verifying `stored` stays within the limits (a value that is
+    /// no hash, or a scheme without parameters, always does).
+    pub fn within(&self, stored: &[u8]) -> bool {
+        let Some((scheme, rest)) = split_scheme(stored) else { return true };
+        let rest = std::str::from_utf8(trim(rest)).unwrap_or("");
+        match scheme.to_ascii_uppercase().as_str() {
+            "PBKDF2" | "PBKDF2-SHA1" => self.pbkdf2_within(rest, 20),
+            "PBKDF2-SHA256" => self.pbkdf2_within(rest, 32),
+            "PBKDF2-SHA512" => self.pbkdf2_within(rest, 64),
+            // 389-ds: 4 bytes of iterations first (6 base64 characters
+            // hold them), 256 bytes of SHA-256 output: 8 blocks.
+            "PBKDF2_SHA256" => STANDARD
+                .decode(rest.get(..8).unwrap_or(""))
+                .ok()
+                .and_then(|raw| raw.get(..4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])))
+                .is_none_or(|iter| u64::from(iter) * 8 <= self.max_pbkdf2_iterations),
+            "ARGON2" => self.argon2_within(rest),
+            "CRYPT" => self.crypt_within(rest),
+            _ => true,
+        }
+    }
+
+    fn pbkdf2_within(&self, rest: &str, block: usize) -> bool {
+        let mut parts = rest.split('$');
+        let (Some(iter), Some(_salt), Some(hash)) = (parts.next(), parts.next(), parts.next()) else { return true };
+        let Ok(iter) = iter.parse::<u64>() else { return true };
+        // The hash's length in bytes, from its base64 length.
+        let blocks = (hash.len() * 3 / 4).div_ceil(block).max(1) as u64;
+        iter.saturating_mul(blocks) <= self.max_pbkdf2_iterations
+    }
+
+    fn argon2_within(&self, rest: &str) -> bool {
+        let Ok(parsed) = argon2::password_hash::PasswordHash::new(rest) else { return true };
+        let Ok(params) = argon2::Params::try_from(&parsed) else { return true };
+        params.m_cost() <= self.max_argon2_memory_kib && params.t_cost() <= self.max_argon2_iterations
+    }
+
+    fn crypt_within(&self, rest: &str) -> bool {
+        let mut fields = rest.split('$');
+        let (Some(""), Some(id), Some(param)) = (fields.next(), fields.next(), fields.next()) else { return true };
+        match id {
+            "2a" | "2b" | "2x" | "2y" => param.parse::<u32>().map_or(true, |cost| cost <= self.max_bcrypt_cost),
+            "5" | "6" => param
+                .strip_prefix("rounds=")
+                .and_then(|r| r.parse::<u64>().ok())
+                .is_none_or(|r| r <= u64::from(self.max_sha_crypt_rounds)),
+            _ => true,
+        }
+    }
+}
+
+/// Verifies `given` against a stored value, whatever its parameters cost
+/// (`Policy::verify` bounds them); cleartext values match only when
+/// `cleartext` allows them.
 pub fn verify_with(stored: &[u8], given: &[u8], cleartext: bool) -> bool {
     let Some((scheme, rest)) = split_scheme(stored) else {
         return cleartext && constant_time_eq(stored, given);
@@ -275,6 +370,37 @@ mod tests {
 
     /// A 389-ds `{PBKDF2_SHA256}` hash of "Password123".
     const DS389: &str = "{PBKDF2_SHA256}AAAnEGTxXtnR/oox922/jZyjH6fmiIdW4AwIYZE2LfCVL/SUz5GbAHfjRj4NbN2u8ul0/j/dUzJ4gQSawGALGHZV74nOAtPttoZDTsh7BeGCLD/Ps7vRugwDdz9uPARXzF3bD/8qCpumvRGb4pehzfQsk+FnGgTwi0rUeVaN8a7Kbv8ZpRfU2sd+208F/YL42BWAh/2tv0I4vY7ZsrCZcrUJtgKWy5Nr+t78zmPkrZsX/kgfnGdXhr50kN10cmkLQ0/cZOXo9CAkpeZyFu+wQ5vQdUaES2Vd5kBjJYPCkr4b2ocr4ETQi3IGO2GGCoCetmMIETsudRVSxUNBbva+Vgxin5Apu4wIP/0ZyuGK6TuWLqLnNpmK3RkRx0xjqJ4nN2Ok0ul0XYBJcYIBt4UoaVM2uSa/Etw28Uy+zAsUv2AOiRo5";
+
+    /// Hashes whose parameters cost more than the policy allows never
+    /// verify (and return at once), whatever the password.
+    #[test]
+    fn costly_parameters_are_refused_before_any_work() {
+        let p = Policy { allow_cleartext: false, ..Policy::default() };
+        let costly = [
+            "{PBKDF2-SHA512}4000000000$/oQ4xZi382mk7kvCd3ZdkA$2wqjpuyV2l0U/a1QwoQPOtlQL.UcJGNACj1O24balruqQb/NgPW6OCvvrrJP8.SzA3/5iYvLnwWPzeX8IK/bEQ",
+            // Within the iterations, but 16 SHA-1 blocks of output.
+            "{PBKDF2-SHA1}100000$QJTEclnXgh9Cz3ChCWpdAg$9.s98jwFJM.NXJK9ca/oJ5AyoAQ9.s98jwFJM.NXJK9ca/oJ5AyoAQ9.s98jwFJM.NXJK9ca/oJ5AyoAQ9.s98jwFJM.NXJK9ca/oJ5AyoAQ9.s98jwFJM.NXJK9ca/oJ5AyoAQ9.s98jwFJM.NXJK9ca/oJ5AyoAQ9.s98jwFJM.NXJK9ca/oJ5AyoAQ9.s98jwFJM.NXJK9ca/oJ5AyoAQ9.s98jwFJM.NXJK9ca/oJ5AyoAQ9.s98jwFJM.NXJK9ca/oJ5AyoAQ9.s98jwFJM.NXJK9ca/oJ5AyoAQ",
+            "{ARGON2}$argon2id$v=19$m=4194304,t=3,p=1$c29tZXNhbHRzb21lc2FsdA$aGFzaGhhc2hoYXNoaGFzaGhhc2hoYXNoaGFzaGhhc2g",
+            "{ARGON2}$argon2id$v=19$m=19456,t=1000,p=1$c29tZXNhbHRzb21lc2FsdA$aGFzaGhhc2hoYXNoaGFzaGhhc2hoYXNoaGFzaGhhc2g",
+            "{CRYPT}$2b$31$abcdefghijklmnopqrstuuNwOF0u5pFVmUMJG8zWCyF6BqfrbiZ1e",
+            "{CRYPT}$6$rounds=999999999$saltsalt$abc",
+        ];
+        let start = std::time::Instant::now();
+        for h in costly {
+            assert!(!p.within(h.as_bytes()), "{h}");
+            assert!(!p.verify(h.as_bytes(), b"secret"), "{h}");
+        }
+        // What the others write stays within, and verifies.
+        for h in FOREIGN.iter().chain([DS389].iter()) {
+            assert!(p.within(h.as_bytes()), "{h}");
+        }
+        for scheme in WRITABLE {
+            let h = hash(scheme, b"pw").unwrap();
+            assert!(p.within(h.as_bytes()), "{h}");
+        }
+        assert!(start.elapsed() < std::time::Duration::from_secs(30), "the refusals did the work");
+        assert!(p.verify(DS389.as_bytes(), b"Password123"));
+    }
 
     #[test]
     fn ds389_pbkdf2_sha256_verifies() {

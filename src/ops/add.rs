@@ -228,20 +228,27 @@ pub fn check_new(entry: &mut Entry, dn: &Dn) -> Result<()> {
 }
 
 /// Hashes cleartext `userPassword` values with `passwords.default_scheme`
-/// before they are stored, on a blocking thread (key stretching takes
-/// milliseconds). Values already in `{SCHEME}` form are kept as given.
+/// before they are stored, on the blocking pool (key stretching takes
+/// milliseconds). Values already in `{SCHEME}` form are kept as given,
+/// unless verifying them would cost more than `passwords.max_*` allow
+/// (constraintViolation: such a hash could never be used to bind).
 pub async fn hash_passwords(conn: &Conn, attrs: &mut [Attr]) -> Result<()> {
     let scheme = &conn.ctx.passwords.default_scheme;
-    if scheme.eq_ignore_ascii_case("{CLEARTEXT}") {
-        return Ok(());
-    }
+    let policy = conn.ctx.password_policy;
     for a in attrs.iter_mut().filter(|a| shards::matching::is_user_password(&a.name)) {
-        if a.vals.iter().all(|v| password::is_hashed(v)) {
+        if let Some(i) = a.vals.iter().position(|v| !policy.within(v)) {
+            return Err(Error::new(
+                LdapResultCode::ConstraintViolation,
+                format!("{}: value #{i}: its hash parameters cost more than passwords.max_* allow", a.name),
+            ));
+        }
+        if scheme.eq_ignore_ascii_case("{CLEARTEXT}") || a.vals.iter().all(|v| password::is_hashed(v)) {
             continue;
         }
         let (vals, scheme) = (std::mem::take(&mut a.vals), scheme.clone());
-        let hashed: std::result::Result<Vec<Vec<u8>>, String> = glommio::executor()
-            .spawn_blocking(move || {
+        let hashed: std::result::Result<Vec<Vec<u8>>, String> = conn
+            .ctx
+            .password_work(move || {
                 vals.into_iter()
                     .map(|v| {
                         if password::is_hashed(&v) {

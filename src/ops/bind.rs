@@ -29,16 +29,26 @@ pub struct Pending {
     check: Check,
 }
 
-/// What the blocking thread needs (and nothing reactor-local).
-struct Check {
+/// A password to verify against stored values off the reactor: what the
+/// blocking thread needs (and nothing reactor-local). Compare uses it too.
+pub struct Check {
     hashes: Vec<Vec<u8>>,
     password: Vec<u8>,
-    cleartext: bool,
+    policy: password::Policy,
 }
 
 impl Check {
+    pub fn new(hashes: Vec<Vec<u8>>, password: &[u8], policy: password::Policy) -> Check {
+        Check { hashes, password: password.to_vec(), policy }
+    }
+
     fn verify(&self) -> bool {
-        self.hashes.iter().any(|h| password::verify_with(h, &self.password, self.cleartext))
+        self.hashes.iter().any(|h| self.policy.verify(h, &self.password))
+    }
+
+    /// Verifies on the shard's blocking pool (`Ctx::password_work`).
+    pub async fn run(self, conn: &Conn) -> bool {
+        conn.ctx.password_work(move || self.verify()).await
     }
 }
 
@@ -57,9 +67,7 @@ pub fn handle(conn: &Conn, req: &LdapBindRequest) -> Outcome {
 
 /// Verifies a pending bind on a blocking thread, then sets the identity.
 pub async fn finish(conn: &Conn, pending: Pending) -> LdapResult {
-    let check = pending.check;
-    let ok = glommio::executor().spawn_blocking(move || check.verify()).await;
-    if ok {
+    if pending.check.run(conn).await {
         conn.set_identity(pending.identity);
         result(Ok(()))
     } else {
@@ -97,20 +105,16 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Step> {
     crate::ops::check_confidential(conn)?;
     let key = key_of(&req.dn)?;
     let ctx = &conn.ctx;
-    let cleartext = ctx.passwords.allow_cleartext;
+    let policy = ctx.password_policy;
     if key == ctx.root_key {
         // Bound as slapd's pretty form of the DN given (whoami, logs).
         let identity = Identity::Root(Rc::from(shards::dn::Dn::parse(&req.dn)?.pretty()?.as_str()));
         let hash = ctx.root_password_hash.as_bytes();
         if password::is_slow(hash) {
-            let check = Check { hashes: vec![hash.to_vec()], password: password.to_vec(), cleartext };
+            let check = Check::new(vec![hash.to_vec()], password, policy);
             return Ok(Step::Slow(Pending { identity, check }));
         }
-        return if password::verify_with(hash, password, cleartext) {
-            Ok(Step::Done(identity))
-        } else {
-            Err(invalid())
-        };
+        return if policy.verify(hash, password) { Ok(Step::Done(identity)) } else { Err(invalid()) };
     }
     // A bind is decided as anonymous (as slapd): `auth` on userPassword.
     let subject = Subject { key: None, tls_ssf: conn.tls_ssf.get(), transport_ssf: conn.transport_ssf };
@@ -127,11 +131,10 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Step> {
         }
         let values = || e.attrs().filter(|a| is_user_password(a.name)).flat_map(|a| a.vals());
         if values().any(password::is_slow) {
-            let check =
-                Check { hashes: values().map(<[u8]>::to_vec).collect(), password: password.to_vec(), cleartext };
+            let check = Check::new(values().map(<[u8]>::to_vec).collect(), password, policy);
             return Some(Step::Slow(Pending { identity: bound(e), check }));
         }
-        values().any(|v| password::verify_with(v, password, cleartext)).then(|| Step::Done(bound(e)))
+        values().any(|v| policy.verify(v, password)).then(|| Step::Done(bound(e)))
     })?;
     if step.is_none() {
         // No entry there: a DN slapd would refuse is invalidDNSyntax (34),

@@ -56,7 +56,17 @@ fn compare_entry_dn(value: &[u8]) -> Result<LdapResultCode> {
     Err(Error::new(LdapResultCode::UnwillingToPerform, "entryDN: Compare not supported; search with (entryDN=...)"))
 }
 
-pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result<LdapResultCode> {
+/// A Compare's answer: now, or once a password is verified off the reactor.
+pub enum Answer {
+    Now(LdapResultCode),
+    Verify(crate::ops::bind::Check),
+}
+
+pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result<Answer> {
+    answer(conn, req, ctrls)
+}
+
+fn answer(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result<Answer> {
     let dn = parse_dn(&req.dn)?;
     let Some(at) = matching::attr_type(&req.atype) else {
         return Err(Error::new(
@@ -132,14 +142,14 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
     }
     drop(snapshot);
     if matching::same_attr(&req.atype, "entryDN") {
-        return compare_entry_dn(&req.val);
+        return compare_entry_dn(&req.val).map(Answer::Now);
     }
     if matching::same_attr(&req.atype, "subschemaSubentry") && !is_computed {
         // Computed, not stored: slapd refuses to compare it.
         return Err(Error::unwilling("subschemaSubentry: Compare not supported; read it instead"));
     }
     if matching::same_attr(&req.atype, "hasSubordinates") && !is_computed {
-        return compare_has_subordinates(conn, &key, &req.val);
+        return compare_has_subordinates(conn, &key, &req.val).map(Answer::Now);
     }
     // A supertype compares the values of its subtypes too (`name`: `cn`, `sn`).
     let names = shards::filter::Names::new(&req.atype).expect("the type exists");
@@ -156,8 +166,23 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
     if vals.is_empty() {
         return Err(Error::new(LdapResultCode::NoSuchAttribute, format!("{}: no such attribute", req.atype)));
     }
+    let policy = conn.ctx.password_policy;
     let found = if is_password {
-        vals.iter().any(|v| password::verify_with(v, &req.val, conn.ctx.passwords.allow_cleartext))
+        // The stored value itself matches, as slapd's octetStringMatch; a
+        // cleartext matches the hash it verifies against, as it would on a
+        // slapd that keeps cleartext (coredir never does). Key stretching
+        // goes to the blocking pool, as for a bind.
+        if vals.iter().any(|v| **v == req.val) {
+            return Ok(Answer::Now(code(true)));
+        }
+        if vals.iter().any(|v| password::is_slow(v)) {
+            return Ok(Answer::Verify(crate::ops::bind::Check::new(
+                vals.into_iter().cloned().collect(),
+                &req.val,
+                policy,
+            )));
+        }
+        vals.iter().any(|v| policy.verify(v, &req.val))
     } else if let Some(class) = class {
         // An entry is of every superclass of its classes (RFC 4512 §2.4.1).
         let schema = shards::schema::get();
@@ -169,5 +194,13 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
         let want = want.expect("checked above unless a password");
         vals.iter().any(|v| rule.normalize(v).is_some_and(|n| n == want))
     };
-    Ok(if found { LdapResultCode::CompareTrue } else { LdapResultCode::CompareFalse })
+    Ok(Answer::Now(code(found)))
+}
+
+pub fn code(found: bool) -> LdapResultCode {
+    if found {
+        LdapResultCode::CompareTrue
+    } else {
+        LdapResultCode::CompareFalse
+    }
 }

@@ -119,11 +119,23 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
             spawn_write(conn, msgid, rec, LdapOp::ModifyDNResponse, modify_dn::handle(conn.clone(), req, ctrls))
         }
         LdapOp::CompareRequest(req) => {
-            let res = match compare::handle(conn, &req, &ctrls) {
-                Ok(code) => LdapResult { code, matcheddn: String::new(), message: String::new(), referral: vec![] },
-                Err(e) => result(Err(e)),
-            };
-            reply(conn, &rec, out, LdapMsg::new(msgid, LdapOp::CompareResult(res)));
+            let done = |code| LdapResult { code, matcheddn: String::new(), message: String::new(), referral: vec![] };
+            match compare::handle(conn, &req, &ctrls) {
+                Ok(compare::Answer::Now(code)) => {
+                    reply(conn, &rec, out, LdapMsg::new(msgid, LdapOp::CompareResult(done(code))))
+                }
+                Ok(compare::Answer::Verify(check)) => {
+                    let in_flight = crate::conn::InFlight::new(conn);
+                    let conn = conn.clone();
+                    glommio::spawn_local(async move {
+                        let _in_flight = in_flight;
+                        let res = done(compare::code(check.run(&conn).await));
+                        send_reply(&conn, &rec, LdapMsg::new(msgid, LdapOp::CompareResult(res))).await;
+                    })
+                    .detach();
+                }
+                Err(e) => reply(conn, &rec, out, LdapMsg::new(msgid, LdapOp::CompareResult(result(Err(e))))),
+            }
         }
         LdapOp::AbandonRequest(id) => {
             abandon::handle(conn, id);

@@ -99,9 +99,9 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
 }
 
 /// The most verifications of cleartext against stored hashes one modify
-/// may cost, whatever its deletes (each is a key stretching, on the blocking
-/// thread the shard's commits also use).
-const MOST_VERIFIED: usize = 4;
+/// may cost, whatever its deletes (each is a key stretching on the shard's
+/// blocking pool, which binds share).
+pub const MOST_VERIFIED: usize = 4;
 
 /// A delete of `userPassword` values given in cleartext, where the stored
 /// values are hashed: each becomes the stored value it verifies against,
@@ -118,10 +118,11 @@ async fn stored_passwords(conn: &Conn, key: &[u8], attr: &mut Attr, left: &mut u
     let Some(entry) = conn.ctx.shard.get_entry(key)? else { return Ok(()) };
     let stored: Vec<Vec<u8>> = entry.get("userPassword").map(|a| a.vals.clone()).unwrap_or_default();
     let given: Vec<Vec<u8>> = std::mem::take(&mut attr.vals);
-    let cleartext = conn.ctx.passwords.allow_cleartext;
+    let policy = conn.ctx.password_policy;
     let budget = *left;
-    let (vals, spent) = glommio::executor()
-        .spawn_blocking(move || {
+    let (vals, spent) = conn
+        .ctx
+        .password_work(move || {
             let mut left = budget;
             let mut out = Vec::with_capacity(given.len());
             for v in given {
@@ -135,7 +136,7 @@ async fn stored_passwords(conn: &Conn, key: &[u8], attr: &mut Attr, left: &mut u
                         break;
                     }
                     left -= 1;
-                    if password::verify_with(h, &v, cleartext) {
+                    if policy.verify(h, &v) {
                         found = Some(h);
                         break;
                     }

@@ -211,3 +211,89 @@ fn a_configured_root_hash_prints_no_generated_password() {
     assert!(!s.banner.contains("generated password"), "{}", s.banner);
     assert_eq!(s.conn().simple_bind(ROOT_DN, "configured-secret").unwrap().rc, 0);
 }
+
+/// `{PBKDF2-SHA512}` with this many iterations: a well-formed hash (of no
+/// password anyone sends) whose verification costs what the count says.
+fn pbkdf2_with(iterations: u64) -> String {
+    format!("{{PBKDF2-SHA512}}{iterations}$/oQ4xZi382mk7kvCd3ZdkA$2wqjpuyV2l0U/a1QwoQPOtlQL.UcJGNACj1O24balruqQb/NgPW6OCvvrrJP8.SzA3/5iYvLnwWPzeX8IK/bEQ")
+}
+
+/// A user who may write their own password cannot store a hash whose
+/// verification would cost minutes (every bind attempt as them, anonymous
+/// included, would burn that much of a shard); one already stored (the
+/// limit lowered since) never verifies, and fails at once.
+#[test]
+fn a_hash_beyond_the_cost_limits_is_refused_and_never_verified() {
+    let mut s = Server::start_with_config(1, "[passwords]\nmax_pbkdf2_iterations = 20000\n");
+    let mut c = s.admin();
+    for (uid, value) in [("cost-ok", pbkdf2_with(10_000)), ("costly", pbkdf2_with(4_000_000_000))] {
+        let res = c
+            .add(
+                &format!("uid={uid},{PEOPLE}"),
+                vec![
+                    ("objectClass", HashSet::from(["inetOrgPerson"])),
+                    ("uid", HashSet::from([uid])),
+                    ("cn", HashSet::from([uid])),
+                    ("sn", HashSet::from(["P"])),
+                    ("userPassword", HashSet::from([value.as_str()])),
+                ],
+            )
+            .unwrap();
+        assert_eq!(res.rc, if uid == "costly" { 19 } else { 0 }, "{uid}: {res:?}");
+    }
+    let costly = pbkdf2_with(1_000_000);
+    let replace = vec![ldap3::Mod::Replace("userPassword", HashSet::from([costly.as_str()]))];
+    let res = c.modify(&format!("uid=cost-ok,{PEOPLE}"), replace).unwrap();
+    assert_eq!(res.rc, 19, "{res:?}");
+    // "secret" is what pbkdf2_with(10_000) hashes: it binds, until the
+    // limit falls below what its hash costs.
+    assert_eq!(bind(&s, "cost-ok", "secret"), 0);
+    std::fs::write(s.config_path(), with_engine("[passwords]\nmax_pbkdf2_iterations = 5000\n")).unwrap();
+    s.restart();
+    assert_eq!(bind(&s, "cost-ok", "secret"), 49);
+}
+
+/// Key stretching runs on the shard's blocking pool, one job at a time,
+/// beside its commits: a write is answered while binds against slow
+/// hashes are still queued, not after all of them.
+#[test]
+fn a_write_does_not_wait_behind_queued_binds() {
+    use std::io::Read;
+    let s = Server::start(1);
+    let mut c = s.admin();
+    user_with(&mut c, "slow", &pbkdf2_with(400_000));
+    let dn = format!("uid=slow,{PEOPLE}");
+    let mut binders: Vec<std::net::TcpStream> = (0..8)
+        .map(|_| {
+            let mut t = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+            t.write_all(&encode_msgs(vec![ldap3_proto::LdapMsg::new(1, crate::support::bind(&dn, "wrong"))])).unwrap();
+            t
+        })
+        .collect();
+    let answered = |binders: &[std::net::TcpStream]| {
+        binders
+            .iter()
+            .filter(|t| {
+                t.set_nonblocking(true).unwrap();
+                let ready = t.peek(&mut [0u8; 1]).is_ok();
+                t.set_nonblocking(false).unwrap();
+                ready
+            })
+            .count()
+    };
+    // Once one bind is answered, the server has read them all (they were
+    // sent first) and the other 7 wait for the blocking pool.
+    wait_for("a first bind answer", || answered(&binders) > 0);
+    let res = c.modify(&dn, vec![ldap3::Mod::Replace("description", HashSet::from(["written"]))]).unwrap();
+    assert_eq!(res.rc, 0, "{res:?}");
+    // With the write's commit queued behind the binds, all 8 would be answered by now.
+    let done = answered(&binders);
+    assert!(done < 5, "{done} of 8 slow binds were answered before the write");
+    for t in &mut binders {
+        t.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
+        let mut answer = [0u8; 14];
+        t.read_exact(&mut answer).unwrap();
+        // BindResponse (0x61) with resultCode 49, invalidCredentials.
+        assert_eq!((answer[5], answer[7], answer[9]), (0x61, 0x0a, 49), "{answer:?}");
+    }
+}
