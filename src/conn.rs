@@ -114,6 +114,76 @@ pub struct Conn {
     room: Rc<glommio::sync::Semaphore>,
 }
 
+/// Room in a connection's queue taken before entries are encoded: a
+/// search that took room only to send what it had built could build one
+/// entry per pending operation while the queue was full (100 pipelined
+/// reads of a 1 MB entry: 100 MB). An entry is written only once its room
+/// is taken (`try_take`); otherwise the search sends what it has, waits
+/// for that room (`wait_for`) and reads the entry again. What is left is
+/// given back when the reservation ends.
+pub struct Reservation<'c> {
+    conn: &'c Conn,
+    /// KiB taken from the queue's room and not yet handed to a frame.
+    reserved: Cell<u64>,
+    /// Of those, KiB the entries buffered since the last send account for.
+    used: Cell<u64>,
+}
+
+impl Reservation<'_> {
+    /// KiB an entry of `bytes` stored bytes takes once encoded: its DN and
+    /// values, with room for the computed attributes and the framing.
+    pub fn kib_of(bytes: usize) -> u64 {
+        ((bytes as u64 + 512).div_ceil(1024)).min(OUT_KIB)
+    }
+
+    fn credit(&self) -> u64 {
+        self.reserved.get() - self.used.get()
+    }
+
+    /// Takes room for an entry now, if there is some.
+    pub fn try_take(&self, kib: u64) -> bool {
+        let more = kib.saturating_sub(self.credit());
+        if more > 0 && !self.conn.room.try_acquire(more).unwrap_or(false) {
+            return false;
+        }
+        self.reserved.set(self.reserved.get() + more);
+        self.used.set(self.used.get() + kib);
+        true
+    }
+
+    /// Waits until `kib` more is reserved (for the entry `try_take` refused).
+    pub async fn wait_for(&self, kib: u64) {
+        let more = kib.saturating_sub(self.credit());
+        if more > 0 && self.conn.room.acquire(more).await.is_ok() {
+            self.reserved.set(self.reserved.get() + more);
+        }
+    }
+
+    /// Queues `frame`, whose entries took their room here; what the frame
+    /// needs beyond that (a result message, a mismatch in the estimate) is
+    /// taken as `Conn::send` takes it, and the rest given back.
+    pub async fn send(&self, frame: BytesMut) {
+        let kib = (frame.len() as u64).div_ceil(1024).min(OUT_KIB);
+        let held = self.reserved.replace(0);
+        self.used.set(0);
+        if held > kib {
+            self.conn.room.signal(held - kib);
+        }
+        if frame.is_empty() {
+            return;
+        }
+        if held >= kib || self.conn.room.acquire(kib - held).await.is_ok() {
+            let _ = self.conn.out.send(Out::Frame(frame, kib)).await;
+        }
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.conn.room.signal(self.reserved.get());
+    }
+}
+
 /// Counts one running operation of a connection while it lives.
 pub struct InFlight(Rc<Conn>);
 
@@ -171,6 +241,12 @@ impl Conn {
         if self.room.acquire(kib).await.is_ok() {
             let _ = self.out.send(Out::Frame(frame, kib)).await;
         }
+    }
+
+    /// A reservation on the queue's bytes, for a search that takes room
+    /// before it encodes each entry (`Reservation`).
+    pub fn reservation(&self) -> Reservation<'_> {
+        Reservation { conn: self, reserved: Cell::new(0), used: Cell::new(0) }
     }
 
     /// Sets who the connection is bound as (also for `ctl connections`).

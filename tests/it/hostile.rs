@@ -673,27 +673,7 @@ fn a_filter_on_a_huge_value_is_bounded_by_the_bytes_it_reads() {
 fn a_client_that_does_not_read_big_entries_holds_little_memory() {
     let s = Server::start(1);
     let mut admin = s.admin();
-    let big = "x".repeat(1 << 20);
-    assert_eq!(
-        admin
-            .add(
-                &format!("ou=big,{SUFFIX}"),
-                vec![("objectClass", ["organizationalUnit"].into()), ("ou", ["big"].into())]
-            )
-            .unwrap()
-            .rc,
-        0
-    );
-    for i in 0..40 {
-        let cn = format!("b{i}");
-        let entry = vec![
-            ("objectClass", ["person"].into()),
-            ("cn", [cn.as_str()].into()),
-            ("sn", ["x"].into()),
-            ("description", [big.as_str()].into()),
-        ];
-        assert_eq!(admin.add(&format!("cn=b{i},ou=big,{SUFFIX}"), entry).unwrap().rc, 0);
-    }
+    add_big_entries(&mut admin, 40);
     let anon_kib = || proc_kib(&s, "RssAnon:");
     let before = anon_kib();
     let mut socks = Vec::new();
@@ -714,6 +694,49 @@ fn a_client_that_does_not_read_big_entries_holds_little_memory() {
     assert!(most < 120 << 10, "the server took {} MB more for 6 clients that do not read", most >> 10);
     drop(socks);
     wait_for("the connections to be gone", || ctl_json(&s, &["status"])["connections"] == 1);
+}
+
+/// `n` entries `cn=b{i},ou=big` of 1 MB each.
+fn add_big_entries(admin: &mut ldap3::LdapConn, n: usize) {
+    let big = "x".repeat(1 << 20);
+    let ou = vec![("objectClass", ["organizationalUnit"].into()), ("ou", ["big"].into())];
+    assert_eq!(admin.add(&format!("ou=big,{SUFFIX}"), ou).unwrap().rc, 0);
+    for i in 0..n {
+        let cn = format!("b{i}");
+        let entry = vec![
+            ("objectClass", ["person"].into()),
+            ("cn", [cn.as_str()].into()),
+            ("sn", ["x"].into()),
+            ("description", [big.as_str()].into()),
+        ];
+        assert_eq!(admin.add(&format!("cn=b{i},ou=big,{SUFFIX}"), entry).unwrap().rc, 0);
+    }
+}
+
+/// The byte budget is taken before an entry is encoded, not after: 100
+/// pipelined reads of one 1 MB entry on a connection that does not read
+/// built 100 MB (one entry per waiting search) while the queue held 4.
+#[test]
+fn pipelined_reads_of_a_big_entry_wait_before_they_build() {
+    let s = Server::start(1);
+    let mut admin = s.admin();
+    add_big_entries(&mut admin, 1);
+    let anon_kib = || proc_kib(&s, "RssAnon:");
+    let before = anon_kib();
+    let mut sock = unread_client(&s);
+    let base = format!("cn=b0,ou=big,{SUFFIX}");
+    let reads: Vec<LdapMsg> =
+        (1..=100).map(|i| LdapMsg { msgid: i, op: search(&base, LdapSearchScope::Base), ctrl: vec![] }).collect();
+    sock.write_all(&encode_msgs(reads)).unwrap();
+    let mut most = 0;
+    let until = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < until {
+        most = most.max(anon_kib().saturating_sub(before));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(most < 40 << 10, "the server took {} MB more for 100 reads it cannot send", most >> 10);
+    drop(sock);
+    wait_for("the connection to be gone", || ctl_json(&s, &["status"])["connections"] == 1);
 }
 
 /// A field of the server's /proc status in kB (`VmRSS:`, `RssAnon:`).

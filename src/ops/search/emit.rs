@@ -43,6 +43,9 @@ pub(super) struct Emit<'a> {
     pub(super) plan: Option<&'a ReadPlan<'a>>,
     pub(super) limits: Limits,
     pub(super) out: &'a mut BytesMut,
+    /// Room taken in the connection's queue for what `out` holds: taken
+    /// before each entry is encoded (`Visit::Full` when there is none).
+    pub(super) room: &'a Reservation<'a>,
     pub(super) sent: usize,
     /// Entries examined without an index.
     pub(super) examined: usize,
@@ -82,6 +85,9 @@ pub(super) enum Visit {
     Stop(LdapResultCode),
     /// The entry just written filled the page.
     PageFull,
+    /// No room in the connection's queue for this entry (KiB): nothing was
+    /// written; send what is buffered, wait for the room, visit it again.
+    Full(u64),
 }
 
 /// Why a walk over one store stopped early.
@@ -190,7 +196,13 @@ impl Emit<'_> {
                 write_entry(&mut buf, self.msgid, view, n_children, self.sel, &readable, csns);
                 sorter.push(view, buf, &|names| plan.is_none_or(|p| p.can_search(&target, names)))?;
             }
-            None => write_entry(self.out, self.msgid, view, n_children, self.sel, &readable, csns),
+            None => {
+                let kib = Reservation::kib_of(view.size());
+                if !self.room.try_take(kib) {
+                    return Ok(Visit::Full(kib));
+                }
+                write_entry(self.out, self.msgid, view, n_children, self.sel, &readable, csns)
+            }
         }
         self.sent += 1;
         if let Some(left) = &mut self.page_left {
@@ -209,8 +221,8 @@ impl Emit<'_> {
     }
 
     /// Sends what is buffered and lets other tasks run.
-    pub(super) async fn flush(&mut self, conn: &Conn) {
-        conn.send(std::mem::take(self.out)).await;
+    pub(super) async fn flush(&mut self) {
+        self.room.send(std::mem::take(self.out)).await;
         // glommio runs a spawned task at once until it first waits;
         // yielding here lets the connection read further requests (an
         // Abandon among them) and other connections run between chunks.
@@ -220,16 +232,19 @@ impl Emit<'_> {
     /// Walks the candidates an index lookup gave, in chunks.
     pub(super) async fn walk_index(
         &mut self,
-        conn: &Conn,
         store: &Engine,
         scope: &Scope,
         candidates: &[index::Candidate],
         abandoned: &Cell<bool>,
     ) -> Result<Option<Stop>> {
         let mut at = 0;
+        let mut need = None;
         while at < candidates.len() {
             if at > 0 {
-                self.flush(conn).await;
+                self.flush().await;
+                if let Some(kib) = need.take() {
+                    self.room.wait_for(kib).await;
+                }
                 if abandoned.get() {
                     return Ok(None);
                 }
@@ -257,6 +272,12 @@ impl Emit<'_> {
                     Visit::Next => {}
                     Visit::Stop(code) => return Ok(Some(Stop::Code(code))),
                     Visit::PageFull => return Ok(Some(Stop::Page)),
+                    // Read again once there is room (`at` is past it now).
+                    Visit::Full(kib) => {
+                        at -= 1;
+                        need = Some(kib);
+                        break;
+                    }
                 }
             }
         }
@@ -267,7 +288,6 @@ impl Emit<'_> {
     /// resuming a page), in key order.
     pub(super) async fn walk_range(
         &mut self,
-        conn: &Conn,
         store: &Engine,
         scope: &Scope,
         after: Option<Vec<u8>>,
@@ -281,14 +301,14 @@ impl Emit<'_> {
                 continue;
             }
             let within = after.clone().filter(|a| a.as_slice() >= part.start());
-            if let Some(stop) = self.walk_part(conn, store, part, scope.except.as_deref(), within, abandoned).await? {
+            if let Some(stop) = self.walk_part(store, part, scope.except.as_deref(), within, abandoned).await? {
                 return Ok(Some(stop));
             }
             if Instant::now() >= slice_end {
                 if self.limits.deadline.is_some_and(|d| Instant::now() >= d) {
                     return Ok(Some(Stop::Code(LdapResultCode::TimeLimitExceeded)));
                 }
-                self.flush(conn).await;
+                self.flush().await;
                 slice_end = Instant::now() + SLICE;
             }
             if abandoned.get() {
@@ -301,7 +321,6 @@ impl Emit<'_> {
     /// Walks one range of the scope, in chunks.
     pub(super) async fn walk_part(
         &mut self,
-        conn: &Conn,
         store: &Engine,
         part: &Part,
         except: Option<&[u8]>,
@@ -313,6 +332,7 @@ impl Emit<'_> {
         let mut from = after.clone().unwrap_or_else(|| prefix.to_vec());
         loop {
             let mut resume = None;
+            let mut need = None;
             let mut outcome = Ok(Visit::Next);
             {
                 let txn = store.read()?;
@@ -353,18 +373,25 @@ impl Emit<'_> {
                         return false;
                     }
                     outcome = self.visit(&txn, key, id, false, None);
+                    if let Ok(Visit::Full(kib)) = outcome {
+                        // This key again, once there is room for it.
+                        (resume, need) = (Some(key.to_vec()), Some(kib));
+                    }
                     matches!(outcome, Ok(Visit::Next))
                 })?;
             }
             match outcome? {
-                Visit::Next => {}
+                Visit::Next | Visit::Full(_) => {}
                 Visit::Stop(code) => return Ok(Some(Stop::Code(code))),
                 Visit::PageFull => return Ok(Some(Stop::Page)),
             }
             match resume {
                 Some(key) => {
                     from = key;
-                    self.flush(conn).await;
+                    self.flush().await;
+                    if let Some(kib) = need {
+                        self.room.wait_for(kib).await;
+                    }
                     if abandoned.get() {
                         return Ok(None);
                     }
@@ -397,7 +424,7 @@ impl Emit<'_> {
         // An alias target that is a referral object: its own reference.
         for (i, root) in roots.iter().filter(|r| r.as_slice() != base_key).enumerate() {
             if i % REFERENCE_CHUNK == REFERENCE_CHUNK - 1 {
-                self.flush(conn).await;
+                self.flush().await;
                 if abandoned.get() {
                     return Ok(());
                 }
@@ -425,7 +452,7 @@ impl Emit<'_> {
                 if self.limits.deadline.is_some_and(|d| Instant::now() >= d) {
                     return Err(Error::new(LdapResultCode::TimeLimitExceeded, ""));
                 }
-                self.flush(conn).await;
+                self.flush().await;
                 if abandoned.get() {
                     return Ok(());
                 }
@@ -462,7 +489,7 @@ impl Emit<'_> {
                 if self.limits.deadline.is_some_and(|d| Instant::now() >= d) {
                     return Err(Error::new(LdapResultCode::TimeLimitExceeded, ""));
                 }
-                self.flush(conn).await;
+                self.flush().await;
                 if abandoned.get() {
                     return Ok(());
                 }

@@ -19,7 +19,7 @@
 
 use crate::acl::{Level, ReadPlan, Target};
 use crate::ber::{self, OutAttr};
-use crate::conn::{encode, Conn};
+use crate::conn::{encode, Conn, Reservation};
 use crate::ops::carries::Reading;
 use crate::ops::controls::{self, Controls};
 use crate::ops::paging::{self, Position};
@@ -80,7 +80,8 @@ pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest, ctrls: Control
         let mut out = BytesMut::new();
         let mut done_ctrls = Vec::new();
         let mut sent = 0;
-        let res = run(&conn, msgid, &req, &ctrls, &abandoned, &mut out, &mut done_ctrls, &mut sent).await;
+        let room = conn.reservation();
+        let res = run(&conn, msgid, &req, &ctrls, &abandoned, (&mut out, &room), &mut done_ctrls, &mut sent).await;
         conn.running.borrow_mut().remove(&msgid);
         // Nothing to hash on the usual path: no Cancel on this connection.
         let canceled = !conn.canceled.borrow().is_empty() && conn.canceled.borrow_mut().remove(&msgid);
@@ -91,7 +92,7 @@ pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest, ctrls: Control
             );
             record::end_with(&conn, &rec, &done.op, Some(sent));
             encode(&mut out, done);
-            conn.send(out).await;
+            room.send(out).await;
             return;
         }
         if abandoned.get() {
@@ -102,7 +103,7 @@ pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest, ctrls: Control
         done.ctrl = done_ctrls;
         record::end_with(&conn, &rec, &done.op, Some(sent));
         encode(&mut out, done);
-        conn.send(out).await;
+        room.send(out).await;
     })
     .detach();
 }
@@ -124,7 +125,7 @@ async fn run(
     req: &LdapSearchRequest,
     ctrls: &Controls,
     abandoned: &Cell<bool>,
-    out: &mut BytesMut,
+    (out, room): (&mut BytesMut, &Reservation<'_>),
     done_ctrls: &mut Vec<LdapControl>,
     sent: &mut u64,
 ) -> Result<()> {
@@ -304,6 +305,7 @@ async fn run(
         plan: plan.as_ref(),
         limits,
         out,
+        room,
         sent: 0,
         examined: 0,
         page_left: if sorting { None } else { page_size },
@@ -443,7 +445,13 @@ async fn walk(
         false => None,
     };
     emit.roots.clone_from(&widened);
-    {
+    // Read again, in a new snapshot, when its room had to be waited for.
+    let mut need = None;
+    loop {
+        if let Some(kib) = need.take() {
+            emit.flush().await;
+            emit.room.wait_for(kib).await;
+        }
         let txn = shard.store_for(base_key).read()?;
         // The entry is read once for the access plan, the Assertion and
         // the visit; without either, the visit may decide the filter from
@@ -485,8 +493,13 @@ async fn walk(
                 Visit::Next => {}
                 Visit::Stop(code) => return Err(stopped(code)),
                 Visit::PageFull => return Ok(emit.last.take()),
+                Visit::Full(kib) => {
+                    need = Some(kib);
+                    continue;
+                }
             }
         }
+        break;
     }
     if req.scope == LdapSearchScope::Base {
         return Ok(None);
@@ -509,14 +522,14 @@ async fn walk(
                     _ => None,
                 };
                 let from = after.map_or(0, |a| c.partition_point(|id| *id <= a));
-                emit.walk_index(conn, store, &scope, &c[from..], abandoned).await?
+                emit.walk_index(store, &scope, &c[from..], abandoned).await?
             }
             None => {
                 let after = match &position {
                     Position::Range { store, after } if *store == i => Some(after.clone()),
                     _ => None,
                 };
-                emit.walk_range(conn, store, &scope, after, abandoned).await?
+                emit.walk_range(store, &scope, after, abandoned).await?
             }
         };
         match stop {
