@@ -322,6 +322,11 @@ pub struct Limits {
     /// Seconds a connection may stay idle (no request and none running)
     /// before it is closed (slapd's `idletimeout`). 0: never.
     pub idle_timeout_s: u64,
+    /// Seconds a request may take to arrive once its first bytes have: a
+    /// connection holding a partial request longer is closed. 0: never.
+    /// slapd has no such limit (with `idletimeout 0`, a client sending a
+    /// request a byte a minute holds its connection and buffer for ever).
+    pub request_timeout_s: u64,
     /// Searches and writes one anonymous connection may have running at
     /// once (slapd's `conn_max_pending`); past it `busy`. 0: no limit.
     pub max_pending: usize,
@@ -425,6 +430,7 @@ impl Default for Limits {
             size_limit: 500,
             time_limit_s: 3600,
             idle_timeout_s: 0,
+            request_timeout_s: 60,
             max_pending: 100,
             max_pending_auth: 1000,
             write_timeout_s: 60,

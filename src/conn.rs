@@ -130,8 +130,8 @@ pub struct Reservation<'c> {
 }
 
 impl Reservation<'_> {
-    /// KiB an entry of `bytes` stored bytes takes once encoded: its DN and
-    /// values, with room for the computed attributes and the framing.
+    /// KiB an entry of about `bytes` encoded bytes takes, with room for the
+    /// computed attributes and the framing.
     pub fn kib_of(bytes: usize) -> u64 {
         ((bytes as u64 + 512).div_ceil(1024)).min(OUT_KIB)
     }
@@ -159,22 +159,25 @@ impl Reservation<'_> {
         }
     }
 
-    /// Queues `frame`, whose entries took their room here; what the frame
-    /// needs beyond that (a result message, a mismatch in the estimate) is
-    /// taken as `Conn::send` takes it, and the rest given back.
+    /// Queues `frame`, whose entries took their room here; the rest is
+    /// given back. A frame that needs more than was taken (a result message,
+    /// an estimate short of the truth) gives back all it holds and waits
+    /// for the whole as `Conn::send` does: a search waiting while it holds
+    /// room could, with others doing the same, hold all of it, with nothing
+    /// queued to free any.
     pub async fn send(&self, frame: BytesMut) {
         let kib = (frame.len() as u64).div_ceil(1024).min(OUT_KIB);
         let held = self.reserved.replace(0);
         self.used.set(0);
-        if held > kib {
+        if held >= kib {
             self.conn.room.signal(held - kib);
-        }
-        if frame.is_empty() {
+            if !frame.is_empty() {
+                let _ = self.conn.out.send(Out::Frame(frame, kib)).await;
+            }
             return;
         }
-        if held >= kib || self.conn.room.acquire(kib - held).await.is_ok() {
-            let _ = self.conn.out.send(Out::Frame(frame, kib)).await;
-        }
+        self.conn.room.signal(held);
+        self.conn.send(frame).await;
     }
 }
 
@@ -644,6 +647,8 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
     let mut codec = LdapCodec::new(Some(conn.ctx.live().limits.max_pdu_bytes), None);
     let mut rbuf = BytesMut::with_capacity(16 << 10);
     let mut scratch = vec![0u8; READ_CHUNK];
+    // When the request now partly in `rbuf` began to arrive.
+    let mut partial_since: Option<std::time::Instant> = None;
     loop {
         let live = conn.ctx.live();
         let limits = &live.limits;
@@ -696,17 +701,25 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
             }
         }
         conn.send(inline).await;
+        partial_since = if rbuf.is_empty() { None } else { partial_since.or_else(|| Some(std::time::Instant::now())) };
         let idle = limits.idle_timeout_s;
-        let read = if idle > 0 && conn.pending.get() == 0 {
+        let wait = match partial_since {
+            // A request partly arrived: the rest within `request_timeout_s`
+            // of its first bytes, however slowly they trickle in.
+            Some(since) if limits.request_timeout_s > 0 => {
+                let deadline = since + Duration::from_secs(limits.request_timeout_s);
+                Some(deadline.saturating_duration_since(std::time::Instant::now()))
+            }
             // Idle: no request for `idle_timeout_s` and no operation running.
-            let timed =
-                glommio::timer::timeout(Duration::from_secs(idle), async { Ok(stream.read(&mut scratch).await) });
-            match timed.await {
+            _ if idle > 0 && conn.pending.get() == 0 => Some(Duration::from_secs(idle)),
+            _ => None,
+        };
+        let read = match wait {
+            Some(wait) => match glommio::timer::timeout(wait, async { Ok(stream.read(&mut scratch).await) }).await {
                 Ok(r) => r,
                 Err(_) => return End::Closed,
-            }
-        } else {
-            stream.read(&mut scratch).await
+            },
+            None => stream.read(&mut scratch).await,
         };
         match read {
             Ok(0) | Err(_) => return End::Closed,

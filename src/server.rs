@@ -295,9 +295,6 @@ pub fn serve(config: Config) -> Result<()> {
     Ok(())
 }
 
-/// How long the shard's work runs before glommio polls for I/O again: two
-/// search slices, so a costly search lets other connections in within a few
-/// milliseconds (glommio's default is 100 ms).
 /// Threads in each shard's blocking pool, both on the shard's CPU: one
 /// for its commits and syncs, one for key stretching (`Ctx::password_work`
 /// lets one such job run at a time), so binds never queue ahead of a
@@ -311,6 +308,9 @@ fn blocking_pool(cpu: usize) -> glommio::PoolPlacement {
     }
 }
 
+/// How long the shard's work runs before glommio polls for I/O again: two
+/// search slices, so a costly search lets other connections in within a few
+/// milliseconds (glommio's default is 100 ms).
 const PREEMPT_TIMER: Duration = Duration::from_millis(4);
 
 /// The longest a shard reactor sleeps while it has runnable tasks, when it

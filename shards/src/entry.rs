@@ -524,6 +524,12 @@ impl<'a> AttrView<'a> {
         self.n_vals as usize
     }
 
+    /// The bytes its values take as stored (each with its length), about
+    /// what they take on the wire.
+    pub fn encoded_len(&self) -> usize {
+        self.vals.len()
+    }
+
     pub fn vals(&self) -> Vals<'a> {
         Vals { buf: self.vals, left: self.n_vals }
     }

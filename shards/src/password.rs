@@ -99,13 +99,10 @@ impl Policy {
             "PBKDF2" | "PBKDF2-SHA1" => self.pbkdf2_within(rest, 20),
             "PBKDF2-SHA256" => self.pbkdf2_within(rest, 32),
             "PBKDF2-SHA512" => self.pbkdf2_within(rest, 64),
-            // 389-ds: 4 bytes of iterations first (6 base64 characters
-            // hold them), 256 bytes of SHA-256 output: 8 blocks.
-            "PBKDF2_SHA256" => STANDARD
-                .decode(rest.get(..8).unwrap_or(""))
-                .ok()
-                .and_then(|raw| raw.get(..4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])))
-                .is_none_or(|iter| u64::from(iter) * 8 <= self.max_pbkdf2_iterations),
+            // 389-ds: 256 bytes of SHA-256 output, 8 blocks; read as its
+            // verifier reads it (a value it cannot read costs nothing).
+            "PBKDF2_SHA256" => pbkdf2_389_parts(rest.as_bytes())
+                .is_none_or(|(iter, ..)| u64::from(iter) * 8 <= self.max_pbkdf2_iterations),
             "ARGON2" => self.argon2_within(rest),
             "CRYPT" => self.crypt_within(rest),
             _ => true,
@@ -113,12 +110,10 @@ impl Policy {
     }
 
     fn pbkdf2_within(&self, rest: &str, block: usize) -> bool {
-        let mut parts = rest.split('$');
-        let (Some(iter), Some(_salt), Some(hash)) = (parts.next(), parts.next(), parts.next()) else { return true };
-        let Ok(iter) = iter.parse::<u64>() else { return true };
-        // The hash's length in bytes, from its base64 length.
-        let blocks = (hash.len() * 3 / 4).div_ceil(block).max(1) as u64;
-        iter.saturating_mul(blocks) <= self.max_pbkdf2_iterations
+        // Read as its verifier reads it: what it cannot read costs nothing.
+        pbkdf2_parts(rest.as_bytes()).is_none_or(|(iter, _, want)| {
+            u64::from(iter).saturating_mul(want.len().div_ceil(block) as u64) <= self.max_pbkdf2_iterations
+        })
     }
 
     fn argon2_within(&self, rest: &str) -> bool {
@@ -127,16 +122,35 @@ impl Policy {
         params.m_cost() <= self.max_argon2_memory_kib && params.t_cost() <= self.max_argon2_iterations
     }
 
+    /// Every form `pwhash::unix::verify` takes, bounded; any other fails
+    /// closed (a form added to that crate must be bounded here first).
     fn crypt_within(&self, rest: &str) -> bool {
-        let mut fields = rest.split('$');
-        let (Some(""), Some(id), Some(param)) = (fields.next(), fields.next(), fields.next()) else { return true };
+        let rounds_within = |r: u64| r <= u64::from(self.max_sha_crypt_rounds);
+        if let Some(count) = rest.strip_prefix('_') {
+            // BSDi: 4 characters of 6 bits, least significant first.
+            return count.len() >= 4
+                && count
+                    .bytes()
+                    .take(4)
+                    .enumerate()
+                    .try_fold(0u64, |n, (i, c)| Some(n | crypt_digit(c)? << (6 * i)))
+                    .is_some_and(rounds_within);
+        }
+        if !rest.starts_with('$') {
+            // Traditional DES: 25 rounds, fixed.
+            return true;
+        }
+        let mut fields = rest[1..].split('$');
+        let (Some(id), Some(param)) = (fields.next(), fields.next()) else { return false };
         match id {
-            "2a" | "2b" | "2x" | "2y" => param.parse::<u32>().map_or(true, |cost| cost <= self.max_bcrypt_cost),
-            "5" | "6" => param
-                .strip_prefix("rounds=")
-                .and_then(|r| r.parse::<u64>().ok())
-                .is_none_or(|r| r <= u64::from(self.max_sha_crypt_rounds)),
-            _ => true,
+            "1" => true,
+            "2a" | "2b" | "2x" | "2y" => param.parse::<u32>().is_ok_and(|cost| cost <= self.max_bcrypt_cost),
+            // Without `rounds=`, sha-crypt's default of 5,000.
+            "5" | "6" => {
+                param.strip_prefix("rounds=").map_or(Some(5_000), |r| r.parse().ok()).is_some_and(rounds_within)
+            }
+            "sha1" => param.parse().is_ok_and(rounds_within),
+            _ => false,
         }
     }
 }
@@ -302,18 +316,32 @@ fn derive(prf: Prf, password: &[u8], salt: &[u8], rounds: u32, out: &mut [u8]) {
     }
 }
 
-fn pbkdf2_openldap(prf: Prf, rest: &[u8], given: &[u8]) -> bool {
-    let Ok(text) = std::str::from_utf8(rest) else { return false };
+/// A character of crypt's base64 alphabet (`./0-9A-Za-z`), as its value.
+fn crypt_digit(c: u8) -> Option<u64> {
+    let i = match c {
+        b'.' => 0,
+        b'/' => 1,
+        b'0'..=b'9' => c - b'0' + 2,
+        b'A'..=b'Z' => c - b'A' + 12,
+        b'a'..=b'z' => c - b'a' + 38,
+        _ => return None,
+    };
+    Some(u64::from(i))
+}
+
+/// The `iterations$salt$hash` form: iterations, salt, expected hash.
+fn pbkdf2_parts(rest: &[u8]) -> Option<(u32, Vec<u8>, Vec<u8>)> {
+    let text = std::str::from_utf8(rest).ok()?;
     let mut parts = text.split('$');
     let (Some(iter), Some(salt), Some(hash), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
-        return false;
+        return None;
     };
-    let (Ok(iter), Some(salt), Some(want)) = (iter.parse::<u32>(), ab64_decode(salt), ab64_decode(hash)) else {
-        return false;
-    };
-    if iter == 0 || want.is_empty() || want.len() > 1024 {
-        return false;
-    }
+    let (iter, salt, want) = (iter.parse::<u32>().ok()?, ab64_decode(salt)?, ab64_decode(hash)?);
+    (iter > 0 && !want.is_empty() && want.len() <= 1024).then_some((iter, salt, want))
+}
+
+fn pbkdf2_openldap(prf: Prf, rest: &[u8], given: &[u8]) -> bool {
+    let Some((iter, salt, want)) = pbkdf2_parts(rest) else { return false };
     let mut got = vec![0u8; want.len()];
     derive(prf, given, &salt, iter, &mut got);
     constant_time_eq(&got, &want)
@@ -328,21 +356,21 @@ fn pbkdf2_hash(prf: Prf, scheme: &str, password: &[u8], salt: &[u8], len: usize)
 /// 389-ds's `{PBKDF2_SHA256}`: base64 of iterations (u32, big-endian),
 /// 64 bytes of salt and 256 bytes of PBKDF2-HMAC-SHA256 output.
 fn pbkdf2_389(rest: &[u8], given: &[u8]) -> bool {
-    let Ok(raw) = STANDARD.decode(rest.iter().copied().filter(|b| !b.is_ascii_whitespace()).collect::<Vec<u8>>())
-    else {
-        return false;
-    };
-    if raw.len() != 4 + 64 + 256 {
-        return false;
-    }
-    let iter = u32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]);
-    if iter == 0 {
-        return false;
-    }
+    let Some((iter, raw)) = pbkdf2_389_parts(rest) else { return false };
     let (salt, want) = raw[4..].split_at(64);
     let mut got = vec![0u8; 256];
     derive(Prf::Sha256, given, salt, iter, &mut got);
     constant_time_eq(&got, want)
+}
+
+/// Its iterations and the decoded record (iterations, salt, hash).
+fn pbkdf2_389_parts(rest: &[u8]) -> Option<(u32, Vec<u8>)> {
+    let raw = STANDARD.decode(rest.iter().copied().filter(|b| !b.is_ascii_whitespace()).collect::<Vec<u8>>()).ok()?;
+    if raw.len() != 4 + 64 + 256 {
+        return None;
+    }
+    let iter = u32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]);
+    (iter > 0).then_some((iter, raw))
 }
 
 fn argon2_verify(rest: &[u8], given: &[u8]) -> bool {
@@ -378,13 +406,22 @@ mod tests {
         let p = Policy { allow_cleartext: false, ..Policy::default() };
         let costly = [
             "{PBKDF2-SHA512}4000000000$/oQ4xZi382mk7kvCd3ZdkA$2wqjpuyV2l0U/a1QwoQPOtlQL.UcJGNACj1O24balruqQb/NgPW6OCvvrrJP8.SzA3/5iYvLnwWPzeX8IK/bEQ",
-            // Within the iterations, but 16 SHA-1 blocks of output.
-            "{PBKDF2-SHA1}100000$QJTEclnXgh9Cz3ChCWpdAg$9.s98jwFJM.NXJK9ca/oJ5AyoAQ9.s98jwFJM.NXJK9ca/oJ5AyoAQ9.s98jwFJM.NXJK9ca/oJ5AyoAQ9.s98jwFJM.NXJK9ca/oJ5AyoAQ9.s98jwFJM.NXJK9ca/oJ5AyoAQ9.s98jwFJM.NXJK9ca/oJ5AyoAQ9.s98jwFJM.NXJK9ca/oJ5AyoAQ9.s98jwFJM.NXJK9ca/oJ5AyoAQ9.s98jwFJM.NXJK9ca/oJ5AyoAQ9.s98jwFJM.NXJK9ca/oJ5AyoAQ9.s98jwFJM.NXJK9ca/oJ5AyoAQ",
             "{ARGON2}$argon2id$v=19$m=4194304,t=3,p=1$c29tZXNhbHRzb21lc2FsdA$aGFzaGhhc2hoYXNoaGFzaGhhc2hoYXNoaGFzaGhhc2g",
             "{ARGON2}$argon2id$v=19$m=19456,t=1000,p=1$c29tZXNhbHRzb21lc2FsdA$aGFzaGhhc2hoYXNoaGFzaGhhc2hoYXNoaGFzaGhhc2g",
             "{CRYPT}$2b$31$abcdefghijklmnopqrstuuNwOF0u5pFVmUMJG8zWCyF6BqfrbiZ1e",
             "{CRYPT}$6$rounds=999999999$saltsalt$abc",
+            "{CRYPT}$sha1$4294967295$abc$x",
+            // BSDi with 16.7 million rounds, and a form no bound knows.
+            "{CRYPT}_zzzzsalt0123456789a",
+            "{CRYPT}$7$whatever$x",
         ];
+        // 389-ds's form with whitespace its verifier skips: 4 billion iterations.
+        let mut raw = u32::MAX.to_be_bytes().to_vec();
+        raw.extend([0u8; 320]);
+        let spaced = format!("{{PBKDF2_SHA256}} \n{}", STANDARD.encode(&raw));
+        // Within the iterations, but 16 SHA-1 blocks of output (320 bytes).
+        let long = format!("{{PBKDF2-SHA1}}100000$QJTEclnXgh9Cz3ChCWpdAg${}", "A".repeat(427));
+        let costly = costly.iter().map(|h| h.to_string()).chain([spaced, long]);
         let start = std::time::Instant::now();
         for h in costly {
             assert!(!p.within(h.as_bytes()), "{h}");

@@ -190,9 +190,12 @@ fn check_pending(conn: &Conn, op: &LdapOp) -> Result<()> {
     {
         return Err(Error::unavailable("the server is shutting down"));
     }
+    // A Compare and an extended operation may wait for key stretching.
     let spawns = matches!(
         op,
         LdapOp::SearchRequest(_)
+            | LdapOp::CompareRequest(_)
+            | LdapOp::ExtendedRequest(_)
             | LdapOp::AddRequest(_)
             | LdapOp::ModifyRequest(_)
             | LdapOp::DelRequest(_)

@@ -724,9 +724,27 @@ fn pipelined_reads_of_a_big_entry_wait_before_they_build() {
     let anon_kib = || proc_kib(&s, "RssAnon:");
     let before = anon_kib();
     let mut sock = unread_client(&s);
+    // Base reads, and indexed searches whose first candidate is the entry.
     let base = format!("cn=b0,ou=big,{SUFFIX}");
-    let reads: Vec<LdapMsg> =
-        (1..=100).map(|i| LdapMsg { msgid: i, op: search(&base, LdapSearchScope::Base), ctrl: vec![] }).collect();
+    let indexed = |msgid| {
+        let op = LdapOp::SearchRequest(ldap3_proto::proto::LdapSearchRequest {
+            base: format!("ou=big,{SUFFIX}"),
+            scope: LdapSearchScope::OneLevel,
+            aliases: ldap3_proto::proto::LdapDerefAliases::Never,
+            sizelimit: 0,
+            timelimit: 0,
+            typesonly: false,
+            filter: ldap3_proto::proto::LdapFilter::Equality("cn".into(), "b0".into()),
+            attrs: vec![],
+        });
+        LdapMsg { msgid, op, ctrl: vec![] }
+    };
+    let reads: Vec<LdapMsg> = (1..=100)
+        .map(|i| match i % 2 {
+            0 => LdapMsg { msgid: i, op: search(&base, LdapSearchScope::Base), ctrl: vec![] },
+            _ => indexed(i),
+        })
+        .collect();
     sock.write_all(&encode_msgs(reads)).unwrap();
     let mut most = 0;
     let until = Instant::now() + Duration::from_secs(6);
@@ -753,4 +771,38 @@ fn unread_client(s: &Server) -> std::net::TcpStream {
     sock.set_recv_buffer_size(4096).unwrap();
     sock.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], s.port)).into()).unwrap();
     sock.into()
+}
+
+/// A request that trickles in is cut off `limits.request_timeout_s` after
+/// its first bytes, however slowly the rest comes; an idle connection
+/// (nothing partly sent) stays, as `idle_timeout_s = 0` says.
+#[test]
+fn a_request_that_never_completes_is_cut_off() {
+    use std::io::Read;
+    let s = Server::start_with_config(1, "[limits]\nrequest_timeout_s = 2\n");
+    let idle = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    let mut slow = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    let bind = encode_msgs(vec![LdapMsg { msgid: 1, op: crate::support::bind("", ""), ctrl: vec![] }]);
+    slow.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    // One byte every half second: each read resets no deadline.
+    let mut closed = false;
+    for b in &bind[..bind.len() - 1] {
+        if slow.write_all(&[*b]).is_err() {
+            closed = true;
+            break;
+        }
+        match slow.read(&mut [0u8; 64]) {
+            Ok(0) => {
+                closed = true;
+                break;
+            }
+            Ok(_) => panic!("an answer to a request not yet sent"),
+            Err(_) => {}
+        }
+    }
+    assert!(closed, "a request sent over {} s was never cut off", bind.len() / 2);
+    // The idle connection is still served.
+    let mut raw = Raw::over(idle);
+    raw.send(vec![LdapMsg { msgid: 1, op: whoami(), ctrl: vec![] }]);
+    assert!(raw.recv().is_some(), "the idle connection was closed");
 }

@@ -79,6 +79,19 @@ pub(super) struct Emit<'a> {
     pub(super) last: Option<Position>,
 }
 
+/// About what an entry takes once encoded for this selection: the whole
+/// record for an ordinary entry (cheap), the selected attributes only for
+/// a big one (a group's `cn` must not wait for room for its members).
+fn encoded_estimate(view: &EntryView<'_>, sel: &Selection) -> usize {
+    // The DN, twice with entryDN, and the computed attributes' room.
+    let dn = 2 * view.dn().len();
+    if view.size() <= 16 << 10 {
+        return view.size() + dn;
+    }
+    let attrs = view.attrs().filter(|a| sel.wants(a.name));
+    dn + attrs.map(|a| a.name.len() + 16 + if sel.types_only { 0 } else { a.encoded_len() }).sum::<usize>()
+}
+
 /// What visiting one candidate decided.
 pub(super) enum Visit {
     Next,
@@ -197,7 +210,7 @@ impl Emit<'_> {
                 sorter.push(view, buf, &|names| plan.is_none_or(|p| p.can_search(&target, names)))?;
             }
             None => {
-                let kib = Reservation::kib_of(view.size());
+                let kib = Reservation::kib_of(encoded_estimate(view, self.sel));
                 if !self.room.try_take(kib) {
                     return Ok(Visit::Full(kib));
                 }
@@ -240,7 +253,9 @@ impl Emit<'_> {
         let mut at = 0;
         let mut need = None;
         while at < candidates.len() {
-            if at > 0 {
+            // After a chunk, or before the first candidate when it found
+            // no room (else it would be visited again at once, for ever).
+            if at > 0 || need.is_some() {
                 self.flush().await;
                 if let Some(kib) = need.take() {
                     self.room.wait_for(kib).await;
@@ -374,8 +389,10 @@ impl Emit<'_> {
                     }
                     outcome = self.visit(&txn, key, id, false, None);
                     if let Ok(Visit::Full(kib)) = outcome {
-                        // This key again, once there is room for it.
+                        // This key again, once there is room for it; it
+                        // is examined then.
                         (resume, need) = (Some(key.to_vec()), Some(kib));
+                        self.examined -= 1;
                     }
                     matches!(outcome, Ok(Visit::Next))
                 })?;
