@@ -654,6 +654,8 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
         let limits = &live.limits;
         let mut inline = BytesMut::new();
         loop {
+            // The message to decode instead of the next in `rbuf` (`Check::Without`).
+            let mut instead = None;
             let limit = match &*conn.identity.borrow() {
                 Identity::Anonymous => limits.max_pdu_bytes_anonymous,
                 _ => limits.max_pdu_bytes,
@@ -668,6 +670,10 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
                 Frame::Size(n) if n > rbuf.len() => break,
                 Frame::Size(n) => match crate::strict::check(&rbuf[..n]) {
                     Ok(Check::Ok) => {}
+                    Ok(Check::Without(msg)) => {
+                        bytes::Buf::advance(&mut rbuf, n);
+                        instead = Some(BytesMut::from(&msg[..]));
+                    }
                     Ok(Check::Ignore) => {
                         bytes::Buf::advance(&mut rbuf, n);
                         continue;
@@ -681,7 +687,11 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
                     Err(why) => return disconnect(conn, inline, &format!("malformed LDAP message: {why}")).await,
                 },
             }
-            match codec.decode(&mut rbuf) {
+            let decoded = match &mut instead {
+                Some(msg) => codec.decode(msg),
+                None => codec.decode(&mut rbuf),
+            };
+            match decoded {
                 Ok(Some(msg)) => match ops::dispatch(conn, msg, &mut inline) {
                     Flow::Continue => {}
                     Flow::Close => {

@@ -53,6 +53,10 @@ pub enum Check {
     /// Well-formed, and ignored as slapd ignores it (an Abandon of a
     /// message ID out of range): nothing is done, nothing answered.
     Ignore,
+    /// Well-formed, with controls slapd would ignore and ldap3_proto could
+    /// not decode (a non-critical paged results control without a value
+    /// on a modify): the message without them, to decode instead.
+    Without(Vec<u8>),
 }
 
 /// One TLV: its tag, its content, and what follows it.
@@ -127,10 +131,18 @@ pub fn check(frame: &[u8]) -> Result<Check, &'static str> {
         if controls.tag != CONTROLS || !controls.rest.is_empty() {
             return Err("trailing data after the operation");
         }
-        if let Some((code, why)) = check_controls(op.tag, controls.content)? {
+        let (refused, ignored) = check_controls(op.tag, controls.content)?;
+        if let Some((code, why)) = refused {
             if let Some(tag) = response_tag(op.tag) {
                 return Ok(Check::Refuse { msgid, tag, code, why });
             }
+        }
+        if !ignored.is_empty() {
+            return Ok(Check::Without(without(
+                &msg.content[..msg.content.len() - op.rest.len()],
+                controls.content,
+                &ignored,
+            )));
         }
     }
     if op.tag == MODIFY_DN && !modify_dn_utf8(op.content)? {
@@ -235,11 +247,19 @@ const CRITICALITY_DROPPED: &[(&[u8], Option<u8>)] = &[
 /// - protocolError when one of `VALUE_REQUIRED` comes without a value;
 /// - unavailableCriticalExtension for a critical control of those whose
 ///   criticality ldap3_proto drops, on an operation it does not apply to.
-fn check_controls(op: u8, mut list: &[u8]) -> Result<Option<(LdapResultCode, &'static str)>, &'static str> {
+/// - and the controls to leave out: one of `VALUE_REQUIRED` without a value,
+///   not critical, on an operation it does not apply to (as slapd ignores
+///   any such control), by their offsets in `list`.
+type Controls = (Option<(LdapResultCode, &'static str)>, Vec<std::ops::Range<usize>>);
+
+fn check_controls(op: u8, all: &[u8]) -> Result<Controls, &'static str> {
     let mut trailing = false;
     let mut absent = false;
     let mut unavailable = false;
+    let mut ignored = Vec::new();
+    let mut list = all;
     while !list.is_empty() {
+        let at = all.len() - list.len();
         let control = tlv(list)?;
         if control.tag != SEQUENCE {
             return Err("a control is a SEQUENCE");
@@ -251,11 +271,13 @@ fn check_controls(op: u8, mut list: &[u8]) -> Result<Option<(LdapResultCode, &'s
         let mut rest = oid.rest;
         let mut seen_value = false;
         let mut seen_criticality = false;
+        let mut critical = false;
         while !rest.is_empty() {
             let field = tlv(rest)?;
             match field.tag {
                 BOOLEAN if !seen_criticality && !seen_value && field.content.len() == 1 => {
                     seen_criticality = true;
+                    critical = field.content[0] != 0;
                     let applies = CRITICALITY_DROPPED.iter().find(|(o, _)| *o == oid.content).map(|(_, to)| *to);
                     unavailable |= field.content[0] != 0 && applies.is_some_and(|to| to != Some(op));
                 }
@@ -271,17 +293,60 @@ fn check_controls(op: u8, mut list: &[u8]) -> Result<Option<(LdapResultCode, &'s
             }
             rest = field.rest;
         }
-        absent |= !seen_value && VALUE_REQUIRED.contains(&oid.content);
+        if !seen_value && VALUE_REQUIRED.contains(&oid.content) {
+            // Each of them applies to a search only.
+            match (op == SEARCH, critical) {
+                (true, _) => absent = true,
+                (false, true) => unavailable = true,
+                (false, false) => ignored.push(at..all.len() - control.rest.len()),
+            }
+        }
         list = control.rest;
     }
-    Ok(match (trailing, unavailable) {
+    let refused = match (trailing, unavailable) {
         _ if absent => Some((LdapResultCode::ProtocolError, "control value is absent")),
         (true, _) => Some((LdapResultCode::ProtocolError, "bytes after the value of a control")),
         (_, true) => {
             Some((LdapResultCode::UnavailableCriticalExtension, "critical control not supported with this operation"))
         }
         _ => None,
-    })
+    };
+    Ok((refused, ignored))
+}
+
+/// The LDAPMessage of `head` (its messageID and operation) with the
+/// controls of `list` but those in `ignored`.
+fn without(head: &[u8], list: &[u8], ignored: &[std::ops::Range<usize>]) -> Vec<u8> {
+    let mut kept = Vec::with_capacity(list.len());
+    let mut from = 0;
+    for r in ignored {
+        kept.extend_from_slice(&list[from..r.start]);
+        from = r.end;
+    }
+    kept.extend_from_slice(&list[from..]);
+    let mut content = head.to_vec();
+    if !kept.is_empty() {
+        content.push(CONTROLS);
+        push_len(&mut content, kept.len());
+        content.extend_from_slice(&kept);
+    }
+    let mut msg = vec![SEQUENCE];
+    push_len(&mut msg, content.len());
+    msg.extend_from_slice(&content);
+    msg
+}
+
+/// A BER definite length.
+fn push_len(out: &mut Vec<u8>, n: usize) {
+    match n {
+        0..=0x7f => out.push(n as u8),
+        _ => {
+            let bytes = n.to_be_bytes();
+            let skip = bytes.iter().take_while(|b| **b == 0).count();
+            out.push(0x80 | (bytes.len() - skip) as u8);
+            out.extend_from_slice(&bytes[skip..]);
+        }
+    }
 }
 
 /// Whether a control value coredir decodes is one well-formed element and
@@ -560,6 +625,31 @@ mod tests {
         assert_eq!(check(&msg(&[6], &bind(&[3]), &[])), Ok(Check::Ok));
         assert!(check(&msg(&[6], &bind(&[1, 0, 0, 0, 3]), &[])).is_err());
         assert_eq!(check(&msg(&[6], &t(0x42, &[]), &[])), Ok(Check::Ok));
+    }
+
+    /// On an operation it does not apply to, such a control is left out
+    /// when not critical (slapd ignores it) and refused when critical; the
+    /// message without it keeps the other controls.
+    #[test]
+    fn a_valueless_control_that_does_not_apply_is_left_out() {
+        let delete = t(0x4A, b"cn=x");
+        let paged = t(SEQUENCE, &t(OCTET_STRING, b"1.2.840.113556.1.4.319"));
+        let manage = t(SEQUENCE, &t(OCTET_STRING, b"2.16.840.1.113730.3.4.2"));
+        let both = [paged.clone(), manage.clone()].concat();
+        assert_eq!(
+            check(&msg(&[9], &delete, &t(CONTROLS, &both))),
+            Ok(Check::Without(msg(&[9], &delete, &t(CONTROLS, &manage))))
+        );
+        assert_eq!(check(&msg(&[9], &delete, &t(CONTROLS, &paged))), Ok(Check::Without(msg(&[9], &delete, &[]))));
+        let critical = t(SEQUENCE, &[t(OCTET_STRING, b"1.2.840.113556.1.4.319"), t(BOOLEAN, &[0xFF])].concat());
+        assert!(matches!(
+            check(&msg(&[9], &delete, &t(CONTROLS, &critical))),
+            Ok(Check::Refuse { code: LdapResultCode::UnavailableCriticalExtension, .. })
+        ));
+        // A long message keeps its length right.
+        let mut len = Vec::new();
+        push_len(&mut len, 300);
+        assert_eq!(len, [0x82, 0x01, 0x2C]);
     }
 
     #[test]
