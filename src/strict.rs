@@ -18,8 +18,13 @@
 //! - A modify-DN's names are UTF-8 (ldap3_proto dropped a newSuperior that
 //!   was not, renaming in place): `invalidDNSyntax`, as slapd answers.
 //!
+//! - A paged results, sort or sync control without a value, not critical,
+//!   on an operation it does not apply to is left out (`Check::Without`,
+//!   the one case that allocates: a copy of the message without it), as
+//!   slapd ignores it; ldap3_proto could not decode the message with it.
+//!
 //! A malformed frame is a protocolError and a disconnect (RFC 4511 §4.1.1);
-//! the work is linear in the frame, with no allocation.
+//! the work is linear in the frame.
 
 use ldap3_proto::LdapResultCode;
 
@@ -126,6 +131,9 @@ pub fn check(frame: &[u8]) -> Result<Check, &'static str> {
         }
         filter_shape(&tlv(rest)?)?;
     }
+    // Controls to leave out, once every other check has passed: the
+    // message decoded instead is checked only by what is done here.
+    let mut leave_out = None;
     if !op.rest.is_empty() {
         let controls = tlv(op.rest)?;
         if controls.tag != CONTROLS || !controls.rest.is_empty() {
@@ -137,19 +145,18 @@ pub fn check(frame: &[u8]) -> Result<Check, &'static str> {
                 return Ok(Check::Refuse { msgid, tag, code, why });
             }
         }
-        if !ignored.is_empty() {
-            return Ok(Check::Without(without(
-                &msg.content[..msg.content.len() - op.rest.len()],
-                controls.content,
-                &ignored,
-            )));
-        }
+        leave_out = (!ignored.is_empty()).then_some((controls.content, ignored));
     }
     if op.tag == MODIFY_DN && !modify_dn_utf8(op.content)? {
         let why = "a modify-DN name is not UTF-8";
         return Ok(Check::Refuse { msgid, tag: 0x6D, code: LdapResultCode::InvalidDNSyntax, why });
     }
-    Ok(Check::Ok)
+    Ok(match leave_out {
+        Some((list, ignored)) => {
+            Check::Without(without(&msg.content[..msg.content.len() - op.rest.len()], list, &ignored))
+        }
+        None => Check::Ok,
+    })
 }
 
 /// Whether an INTEGER's content is a value in 0..maxInt (2^31 - 1), in
@@ -645,6 +652,16 @@ mod tests {
         assert!(matches!(
             check(&msg(&[9], &delete, &t(CONTROLS, &critical))),
             Ok(Check::Refuse { code: LdapResultCode::UnavailableCriticalExtension, .. })
+        ));
+        // Left out only once the rest passed: a rename to a newSuperior
+        // that is not UTF-8 is refused, with or without such a control.
+        let rename = t(
+            0x6C,
+            &[t(OCTET_STRING, b"cn=x"), t(OCTET_STRING, b"cn=y"), t(BOOLEAN, &[0xFF]), t(0x80, &[0xC3, 0x28])].concat(),
+        );
+        assert!(matches!(
+            check(&msg(&[9], &rename, &t(CONTROLS, &paged))),
+            Ok(Check::Refuse { code: LdapResultCode::InvalidDNSyntax, .. })
         ));
         // A long message keeps its length right.
         let mut len = Vec::new();

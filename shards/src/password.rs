@@ -28,6 +28,10 @@ pub const DEFAULT_SCHEME: &str = "{PBKDF2-SHA512}";
 /// PBKDF2 iterations of new hashes (slapd's pw-pbkdf2 default).
 pub const PBKDF2_ITERATIONS: u32 = 10_000;
 
+/// The longest password a `{CRYPT}` value is verified against
+/// (libxcrypt's `CRYPT_MAX_PASSPHRASE_SIZE`).
+pub const MAX_CRYPT_PASSWORD: usize = 512;
+
 /// The schemes `hash` can write (`coredir hash-password --scheme`).
 pub const WRITABLE: &[&str] = &[
     "{SSHA}",
@@ -85,9 +89,14 @@ impl Default for Policy {
 }
 
 impl Policy {
-    /// Verifies `given` against a stored value.
+    /// Verifies `given` against a stored value. crypt(3)'s schemes cost
+    /// rounds times the password's length (sha-crypt even its square), so
+    /// they take at most libxcrypt's 512 bytes of password.
     pub fn verify(&self, stored: &[u8], given: &[u8]) -> bool {
-        self.within(stored) && verify_with(stored, given, self.allow_cleartext)
+        let crypt = split_scheme(stored).is_some_and(|(s, _)| s.eq_ignore_ascii_case("CRYPT"));
+        self.within(stored)
+            && !(crypt && given.len() > MAX_CRYPT_PASSWORD)
+            && verify_with(stored, given, self.allow_cleartext)
     }
 
     /// Whether verifying `stored` stays within the limits (a value that is
@@ -436,6 +445,13 @@ mod tests {
             assert!(p.within(h.as_bytes()), "{h}");
         }
         assert!(start.elapsed() < std::time::Duration::from_secs(30), "the refusals did the work");
+        // crypt(3) takes up to 512 bytes of password: a longer one (its cost
+        // grows with the square of the length) never verifies.
+        for (n, verifies) in [(MAX_CRYPT_PASSWORD, true), (MAX_CRYPT_PASSWORD + 1, false)] {
+            let pw = vec![b'p'; n];
+            let h = hash("{CRYPT}", &pw).unwrap();
+            assert_eq!(p.verify(h.as_bytes(), &pw), verifies, "{n} bytes");
+        }
         assert!(p.verify(DS389.as_bytes(), b"Password123"));
     }
 

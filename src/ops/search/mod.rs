@@ -451,6 +451,9 @@ async fn walk(
         if let Some(kib) = need.take() {
             emit.flush().await;
             emit.room.wait_for(kib).await;
+            if abandoned.get() {
+                return Ok(None);
+            }
         }
         let txn = shard.store_for(base_key).read()?;
         // The entry is read once for the access plan, the Assertion and
