@@ -653,6 +653,7 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
         let live = conn.ctx.live();
         let limits = &live.limits;
         let mut inline = BytesMut::new();
+        let before = rbuf.len();
         loop {
             // The message to decode instead of the next in `rbuf` (`Check::Without`).
             let mut instead = None;
@@ -711,7 +712,13 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
             }
         }
         conn.send(inline).await;
-        partial_since = if rbuf.is_empty() { None } else { partial_since.or_else(|| Some(std::time::Instant::now())) };
+        // A client that pipelines may always leave a request half read:
+        // the one now partial began no earlier than the last one whole.
+        partial_since = match (rbuf.is_empty(), rbuf.len() < before) {
+            (true, _) => None,
+            (false, true) => Some(std::time::Instant::now()),
+            (false, false) => partial_since.or_else(|| Some(std::time::Instant::now())),
+        };
         let idle = limits.idle_timeout_s;
         let wait = match partial_since {
             // A request partly arrived: the rest within `request_timeout_s`

@@ -51,11 +51,14 @@
 //!   compared with the peer's, a difference resynced).
 //! - `glue`: a parent the peer deleted while children were added below it
 //!   here comes back as a glue entry, the same on both servers.
-//! - `conn`: framing with PDU limits, read loop, writer task (its queue
-//!   bounded in frames and bytes, drained when the client is gone), `Identity`.
+//! - `conn`: framing with PDU limits and the partial-request timeout, read
+//!   loop, writer task (its queue bounded in frames and bytes, drained when
+//!   the client is gone), `Reservation` (a search's room in that queue,
+//!   taken before each entry is encoded), `Identity`.
 //! - `ber`: direct BER encoding of search entries; PDU header peeking.
 //! - `strict`: every byte of an LDAPMessage checked before ldap3_proto
-//!   decodes it (envelope, controls, BER well-formedness, message IDs).
+//!   decodes it (envelope, controls, BER well-formedness, message IDs), and
+//!   controls slapd would ignore left out of it.
 //! - `ops/`: one file per LDAP operation (`bind`, `search` (a folder:
 //!   the request, `scope`, `emit`, `select`), `add`, `modify`, `delete`,
 //!   `modify_dn`, `compare`, `abandon`, `extended`),

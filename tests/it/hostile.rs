@@ -806,3 +806,23 @@ fn a_request_that_never_completes_is_cut_off() {
     raw.send(vec![LdapMsg { msgid: 1, op: whoami(), ctrl: vec![] }]);
     assert!(raw.recv().is_some(), "the idle connection was closed");
 }
+
+/// The partial-request deadline runs from the last whole request: a
+/// client that pipelines, each write ending inside the next request, is
+/// never cut off, however long it goes on.
+#[test]
+fn a_client_that_pipelines_across_writes_is_not_cut_off() {
+    let s = Server::start_with_config(1, "[limits]\nrequest_timeout_s = 1\n");
+    let mut raw = Raw::connect(&s);
+    let stream: Vec<u8> = encode_msgs((1..=40).map(|i| LdapMsg { msgid: i, op: whoami(), ctrl: vec![] }).collect());
+    // Writes of a request and one byte, 100 ms apart (4 s in all): after
+    // every write but the last a request is partly sent.
+    let each = stream.len() / 40;
+    for chunk in stream.chunks(each + 1) {
+        let _ = raw.sock.write_all(chunk);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for i in 1..=40 {
+        assert!(raw.recv().is_some(), "cut off before answer {i}");
+    }
+}
