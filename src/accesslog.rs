@@ -97,6 +97,9 @@ pub fn start(file: Option<&std::path::Path>, format_json: bool, level: LogLevel)
 #[derive(Default)]
 pub struct ShardLog {
     buf: RefCell<String>,
+    /// The current second, formatted once (`YYYY-MM-DDTHH:MM:SS`), with
+    /// its Unix time: a line adds only its fraction.
+    second: RefCell<(i64, String)>,
 }
 
 const FLUSH_BYTES: usize = 64 << 10;
@@ -113,17 +116,47 @@ pub enum V<'a> {
 }
 
 impl ShardLog {
+    /// Appends the time as RFC 3339 in UTC, as `time`'s `Rfc3339` writes
+    /// it (`2026-12-04T17:06:02.11944818Z`: nanoseconds, trailing zeros
+    /// left out), formatting the date and time of day once a second.
+    fn timestamp(&self, buf: &mut String) {
+        self.timestamp_at(buf, std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default());
+    }
+
+    fn timestamp_at(&self, buf: &mut String, now: Duration) {
+        use std::fmt::Write as _;
+        let secs = now.as_secs() as i64;
+        let mut second = self.second.borrow_mut();
+        if second.0 != secs || second.1.is_empty() {
+            let at = time::OffsetDateTime::from_unix_timestamp(secs).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+            let full = at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
+            // `…:SSZ` without its `Z`.
+            *second = (secs, full.trim_end_matches('Z').to_string());
+        }
+        buf.push_str(&second.1);
+        let nanos = now.subsec_nanos();
+        if nanos > 0 {
+            let mut digits = 9;
+            let mut n = nanos;
+            while n % 10 == 0 {
+                n /= 10;
+                digits -= 1;
+            }
+            let _ = write!(buf, ".{n:0digits$}");
+        }
+        buf.push('Z');
+    }
+
     /// Appends one line: `conn=C op=O <event> k=v …` (or its JSON form).
     pub fn line(&self, conn: u64, op: Option<u64>, event: &str, fields: &[(&str, V)]) {
+        use std::fmt::Write as _;
         let mut buf = self.buf.borrow_mut();
-        let now = time::OffsetDateTime::now_utc();
-        let ts = now.format(&time::format_description::well_known::Rfc3339).unwrap_or_default();
         if json() {
-            buf.push_str("{\"time\":");
-            push_json_str(&mut buf, &ts);
-            buf.push_str(&format!(",\"conn\":{conn}"));
+            buf.push_str("{\"time\":\"");
+            self.timestamp(&mut buf);
+            let _ = write!(buf, "\",\"conn\":{conn}");
             if let Some(op) = op {
-                buf.push_str(&format!(",\"op\":{op}"));
+                let _ = write!(buf, ",\"op\":{op}");
             }
             buf.push_str(",\"type\":");
             push_json_str(&mut buf, event);
@@ -132,17 +165,17 @@ impl ShardLog {
                 buf.push_str(k);
                 buf.push_str("\":");
                 match v {
-                    V::Num(n) => buf.push_str(&n.to_string()),
-                    V::Secs(s) => buf.push_str(&format!("{s:.6}")),
+                    V::Num(n) => drop(write!(buf, "{n}")),
+                    V::Secs(s) => drop(write!(buf, "{s:.6}")),
                     V::Word(w) | V::Quoted(w) => push_json_str(&mut buf, w),
                 }
             }
             buf.push_str("}\n");
         } else {
-            buf.push_str(&ts);
-            buf.push_str(&format!(" conn={conn}"));
+            self.timestamp(&mut buf);
+            let _ = write!(buf, " conn={conn}");
             if let Some(op) = op {
-                buf.push_str(&format!(" op={op}"));
+                let _ = write!(buf, " op={op}");
             }
             buf.push(' ');
             buf.push_str(event);
@@ -151,8 +184,8 @@ impl ShardLog {
                 buf.push_str(k);
                 buf.push('=');
                 match v {
-                    V::Num(n) => buf.push_str(&n.to_string()),
-                    V::Secs(s) => buf.push_str(&format!("{s:.6}")),
+                    V::Num(n) => drop(write!(buf, "{n}")),
+                    V::Secs(s) => drop(write!(buf, "{s:.6}")),
                     V::Word(w) => buf.push_str(w),
                     V::Quoted(w) => {
                         buf.push('"');
@@ -212,4 +245,23 @@ fn push_json_str(out: &mut String, s: &str) {
         }
     }
     out.push('"');
+}
+
+#[cfg(test)]
+mod timestamp_tests {
+    /// The cached form is the one `time` writes, for every fraction.
+    #[test]
+    fn timestamps_read_as_rfc3339_writes_them() {
+        let log = super::ShardLog::default();
+        let base = 1_796_000_000u64;
+        for (secs, nanos) in
+            [(0, 0), (0, 1), (0, 10), (0, 120_000_000), (0, 999_999_999), (1, 5), (1, 119_448_180), (86_400, 0)]
+        {
+            let now = std::time::Duration::new(base + secs, nanos);
+            let mut buf = String::new();
+            log.timestamp_at(&mut buf, now);
+            let at = time::OffsetDateTime::from_unix_timestamp_nanos(now.as_nanos() as i128).unwrap();
+            assert_eq!(buf, at.format(&time::format_description::well_known::Rfc3339).unwrap(), "{now:?}");
+        }
+    }
 }
