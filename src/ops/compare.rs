@@ -63,10 +63,6 @@ pub enum Answer {
 }
 
 pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result<Answer> {
-    answer(conn, req, ctrls)
-}
-
-fn answer(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result<Answer> {
     let dn = parse_dn(&req.dn)?;
     let Some(at) = matching::attr_type(&req.atype) else {
         return Err(Error::new(

@@ -674,8 +674,7 @@ fn a_client_that_does_not_read_big_entries_holds_little_memory() {
     let s = Server::start(1);
     let mut admin = s.admin();
     add_big_entries(&mut admin, 40);
-    let anon_kib = || proc_kib(&s, "RssAnon:");
-    let before = anon_kib();
+    let before = proc_kib(&s, "RssAnon:");
     let mut socks = Vec::new();
     for _ in 0..6 {
         let mut sock = unread_client(&s);
@@ -685,12 +684,7 @@ fn a_client_that_does_not_read_big_entries_holds_little_memory() {
         socks.push(sock);
     }
     // Unbounded, 6 × 40 MB is held within a second or two; bounded, 6 × 4 MB.
-    let mut most = 0;
-    let until = Instant::now() + Duration::from_secs(8);
-    while Instant::now() < until {
-        most = most.max(anon_kib().saturating_sub(before));
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let most = peak_growth(&s, before, 8);
     assert!(most < 120 << 10, "the server took {} MB more for 6 clients that do not read", most >> 10);
     drop(socks);
     wait_for("the connections to be gone", || ctl_json(&s, &["status"])["connections"] == 1);
@@ -721,8 +715,7 @@ fn pipelined_reads_of_a_big_entry_wait_before_they_build() {
     let s = Server::start(1);
     let mut admin = s.admin();
     add_big_entries(&mut admin, 1);
-    let anon_kib = || proc_kib(&s, "RssAnon:");
-    let before = anon_kib();
+    let before = proc_kib(&s, "RssAnon:");
     let mut sock = unread_client(&s);
     // Base reads, and indexed searches whose first candidate is the entry.
     let base = format!("cn=b0,ou=big,{SUFFIX}");
@@ -746,15 +739,22 @@ fn pipelined_reads_of_a_big_entry_wait_before_they_build() {
         })
         .collect();
     sock.write_all(&encode_msgs(reads)).unwrap();
-    let mut most = 0;
-    let until = Instant::now() + Duration::from_secs(6);
-    while Instant::now() < until {
-        most = most.max(anon_kib().saturating_sub(before));
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let most = peak_growth(&s, before, 6);
     assert!(most < 40 << 10, "the server took {} MB more for 100 reads it cannot send", most >> 10);
     drop(sock);
     wait_for("the connection to be gone", || ctl_json(&s, &["status"])["connections"] == 1);
+}
+
+/// The most the server's anonymous memory (kB) grew past `before`,
+/// sampled every 100 ms for `secs` seconds.
+fn peak_growth(s: &Server, before: u64, secs: u64) -> u64 {
+    let mut most = 0;
+    let until = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < until {
+        most = most.max(proc_kib(s, "RssAnon:").saturating_sub(before));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    most
 }
 
 /// A field of the server's /proc status in kB (`VmRSS:`, `RssAnon:`).

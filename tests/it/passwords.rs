@@ -15,19 +15,23 @@ fn hash_password(scheme: &str, password: &str) -> String {
 
 /// Adds `uid` with exactly this `userPassword` value (hashes are kept as given).
 fn user_with(c: &mut LdapConn, uid: &str, value: &str) {
-    let res = c
-        .add(
-            &format!("uid={uid},{PEOPLE}"),
-            vec![
-                ("objectClass", HashSet::from(["inetOrgPerson"])),
-                ("uid", HashSet::from([uid])),
-                ("cn", HashSet::from([uid])),
-                ("sn", HashSet::from(["P"])),
-                ("userPassword", HashSet::from([value])),
-            ],
-        )
-        .unwrap();
+    let res = add_with(c, uid, value);
     assert_eq!(res.rc, 0, "{res:?}");
+}
+
+/// The add `user_with` makes, whatever its answer.
+fn add_with(c: &mut LdapConn, uid: &str, value: &str) -> ldap3::LdapResult {
+    c.add(
+        &format!("uid={uid},{PEOPLE}"),
+        vec![
+            ("objectClass", HashSet::from(["inetOrgPerson"])),
+            ("uid", HashSet::from([uid])),
+            ("cn", HashSet::from([uid])),
+            ("sn", HashSet::from(["P"])),
+            ("userPassword", HashSet::from([value])),
+        ],
+    )
+    .unwrap()
 }
 
 fn bind(s: &Server, uid: &str, pw: &str) -> u32 {
@@ -227,18 +231,7 @@ fn a_hash_beyond_the_cost_limits_is_refused_and_never_verified() {
     let mut s = Server::start_with_config(1, "[passwords]\nmax_pbkdf2_iterations = 20000\n");
     let mut c = s.admin();
     for (uid, value) in [("cost-ok", pbkdf2_with(10_000)), ("costly", pbkdf2_with(4_000_000_000))] {
-        let res = c
-            .add(
-                &format!("uid={uid},{PEOPLE}"),
-                vec![
-                    ("objectClass", HashSet::from(["inetOrgPerson"])),
-                    ("uid", HashSet::from([uid])),
-                    ("cn", HashSet::from([uid])),
-                    ("sn", HashSet::from(["P"])),
-                    ("userPassword", HashSet::from([value.as_str()])),
-                ],
-            )
-            .unwrap();
+        let res = add_with(&mut c, uid, &value);
         assert_eq!(res.rc, if uid == "costly" { 19 } else { 0 }, "{uid}: {res:?}");
     }
     let costly = pbkdf2_with(1_000_000);
