@@ -745,6 +745,67 @@ fn pipelined_reads_of_a_big_entry_wait_before_they_build() {
     wait_for("the connection to be gone", || ctl_json(&s, &["status"])["connections"] == 1);
 }
 
+/// Sync searches take their room before they encode an entry too, in
+/// the refresh and in the persist stage: 100 pipelined refreshAndPersist
+/// searches of one 1 MB entry on a connection that does not read built one
+/// copy each (100 MB), and a persist round one per change it announced.
+#[test]
+fn pipelined_sync_searches_of_a_big_entry_wait_before_they_build() {
+    let s = Server::start_with_config(1, "[syncrepl]\nprovider = true\n");
+    let mut admin = s.admin();
+    add_big_entries(&mut admin, 1);
+    let before = proc_kib(&s, "RssAnon:");
+    let base = format!("cn=b0,ou=big,{SUFFIX}");
+    // Searches the entry matches now: each refresh sends it.
+    let mut refreshing = unread_client(&s);
+    refreshing.write_all(&encode_msgs(sync_searches(&base, "objectClass=*"))).unwrap();
+    // Searches it matches only after the changes below: each persist
+    // stage announces it.
+    let mut persisting = unread_client(&s);
+    persisting.write_all(&encode_msgs(sync_searches(&base, "sn=s*"))).unwrap();
+    let refreshed = peak_growth(&s, before, 4);
+    for i in 0..3 {
+        let sn = format!("s{i}");
+        let change = ldap3::Mod::Replace("sn", [sn.as_str()].into());
+        assert_eq!(admin.modify(&base, vec![change]).unwrap().rc, 0);
+    }
+    let persisted = peak_growth(&s, before, 4);
+    for (stage, most) in [("refresh", refreshed), ("persist", persisted)] {
+        assert!(most < 40 << 10, "the {stage} took {} MB more for 100 sync searches it cannot send", most >> 10);
+    }
+    drop((refreshing, persisting));
+    wait_for("the connections to be gone", || ctl_json(&s, &["status"])["connections"] == 1);
+}
+
+/// 100 refreshAndPersist searches of the entry `base` with `filter`.
+fn sync_searches(base: &str, filter: &str) -> Vec<LdapMsg> {
+    let (attr, value) = filter.split_once('=').unwrap();
+    let filter = match value {
+        "*" => LdapFilter::Present(attr.into()),
+        _ => LdapFilter::Substring(
+            attr.into(),
+            LdapSubstringFilter { initial: Some(value.trim_end_matches('*').into()), any: vec![], final_: None },
+        ),
+    };
+    let sync = ldap3_proto::control::LdapControl::SyncRequest {
+        criticality: true,
+        mode: SyncRequestMode::RefreshAndPersist,
+        cookie: None,
+        reload_hint: false,
+    };
+    let op = LdapSearchRequest {
+        base: base.into(),
+        scope: LdapSearchScope::Base,
+        aliases: LdapDerefAliases::Never,
+        sizelimit: 0,
+        timelimit: 0,
+        typesonly: false,
+        filter,
+        attrs: vec![],
+    };
+    (1..=100).map(|msgid| LdapMsg { msgid, op: LdapOp::SearchRequest(op.clone()), ctrl: vec![sync.clone()] }).collect()
+}
+
 /// The most the server's anonymous memory (kB) grew past `before`,
 /// sampled every 100 ms for `secs` seconds.
 fn peak_growth(s: &Server, before: u64, secs: u64) -> u64 {

@@ -49,7 +49,7 @@
 //! `cookie`: cookies and their claims. `refresh` and `persist`: the stages.
 
 use crate::acl::{Level, ReadPlan, Target};
-use crate::conn::{encode, Conn, Identity};
+use crate::conn::{encode, Conn, Identity, Reservation};
 use crate::ops::record::{self, Record};
 use crate::ops::search::{visible_match, Scope, Selection};
 use crate::ops::{parse_dn, result, with_matched};
@@ -158,6 +158,9 @@ struct Session<'a> {
     plan: Option<ReadPlan<'a>>,
     /// `limits.max_filter_tests`.
     tests: u64,
+    /// Room in the connection's output, taken before an entry message is
+    /// built: a sync search waiting to send holds at most what it took.
+    room: Reservation<'a>,
 }
 
 impl Session<'_> {
@@ -201,6 +204,14 @@ impl Session<'_> {
         // Past the filter's bound it counts as matched: the consumer is told
         // of the departure rather than keep an entry it may hold.
         EntryView::new(&bytes).is_ok_and(|view| self.in_scope(&key) && self.matches(&key, &view).unwrap_or(true))
+    }
+
+    /// Takes room in the connection's output for the entry message of
+    /// `view` before it is built; the KiB to wait for (`Reservation::wait_for`,
+    /// after sending what was built) when there is none now.
+    fn short_of_room(&self, view: &EntryView<'_>) -> Option<u64> {
+        let kib = Reservation::kib_of(view.size());
+        (!self.room.try_take(kib)).then_some(kib)
     }
 
     /// The entry message: stored attributes the selection asks for and the
@@ -301,6 +312,7 @@ async fn run(
         sel: Selection::new(&req.attrs, false),
         plan,
         tests: live.limits.max_filter_tests,
+        room: conn.reservation(),
     };
     if ctx.shard.get_entry(&session.base_key)?.is_none() {
         return Err(with_matched(conn, identity, &session.base, Error::no_such_object(&req.base)));

@@ -51,6 +51,8 @@ pub(super) async fn tail(
         let settled = ctx.mirrored.then(|| ctx.shared.replication.peer_claim());
         let txns = ctx.shard.stores.iter().map(|st| st.read()).collect::<Result<Vec<_>>>()?;
         let mut held: Option<Csn> = None;
+        // The room the record held back for it needs (`Announce::Full`).
+        let mut short = None;
         let (records, bound) = unsent(&txns, &marks)?;
         more = bound.is_some();
         for (csn, store, p, o, seq, bytes) in records {
@@ -69,6 +71,12 @@ pub(super) async fn tail(
                         more = false;
                         break;
                     }
+                    // Once what was built is sent and the room is there,
+                    // this record again at once.
+                    Announce::Full(kib) => {
+                        (held, short, more) = (Some(csn), Some(kib), true);
+                        break;
+                    }
                     Announce::Sent => {
                         *sent += 1;
                         changed = true;
@@ -82,7 +90,7 @@ pub(super) async fn tail(
             marks.insert((p, o), seq);
         }
         drop(txns);
-        waiting = held.is_some();
+        waiting = held.is_some() && short.is_none();
         // Also without changes this round: the floor may have passed what
         // was sent, and the consumer's contextCSN should reach it.
         // Where the round stopped (a record held back, or the end of what
@@ -96,7 +104,10 @@ pub(super) async fn tail(
             handed = next;
             let value = new_cookie_value(&handed.compose(own));
             s.info(&mut out, LdapIntermediateResponse::Raw { name: Some(SYNC_INFO.to_string()), value: Some(value) });
-            s.conn.send(out).await;
+            s.room.send(out).await;
+        }
+        if let Some(kib) = short {
+            s.room.wait_for(kib).await;
         }
     }
 }
@@ -178,6 +189,9 @@ pub(super) enum Announce {
     Nothing,
     /// The entry is on its way to another partition: look again next round.
     Later,
+    /// No room in the connection's output for the entry message: again
+    /// once this many KiB are free.
+    Full(u64),
 }
 
 pub(super) enum Located {
@@ -268,6 +282,9 @@ pub(super) fn announce<T: ReadTxn>(
     }
     if s.in_scope(&key) && shards::filter::with_decided(decided, || s.matches(&key, &view))? {
         let state = if matches!(rec.change, Change::Add { .. }) { SyncStateValue::Add } else { SyncStateValue::Modify };
+        if let Some(kib) = s.short_of_room(&view) {
+            return Ok(Announce::Full(kib));
+        }
         s.entry(out, &key, &view, state)?;
         return Ok(Announce::Sent);
     }

@@ -54,6 +54,9 @@ pub(super) async fn refresh(
     loop {
         let mut out = BytesMut::new();
         let next_from;
+        // The room the entry the chunk stopped at needs, waited for once
+        // what was built is sent (the chunk's snapshot is not held across).
+        let mut short = None;
         {
             let txns = shard.stores.iter().map(|st| st.read()).collect::<Result<Vec<_>>>()?;
             let (rows, bound) = next_rows(s, &txns, &from, resumed)?;
@@ -63,7 +66,7 @@ pub(super) async fn refresh(
             let mut cut = None;
             for (i, (key, id, store)) in rows.iter().enumerate() {
                 if i > 0 && std::time::Instant::now() >= slice_end {
-                    cut = Some(rows[i - 1].0.clone());
+                    cut = Some((rows[i - 1].0.clone(), true));
                     break;
                 }
                 let txn = &txns[*store];
@@ -89,18 +92,29 @@ pub(super) async fn refresh(
                     }
                     _ => continue,
                 };
+                if state != SyncStateValue::Present {
+                    short = s.short_of_room(&view);
+                    if short.is_some() {
+                        // This entry again, in the next chunk.
+                        cut = Some((key.clone(), false));
+                        break;
+                    }
+                }
                 s.entry(&mut out, key, &view, state)?;
                 *sent += 1;
             }
-            next_from = cut.or(bound);
+            next_from = cut.or(bound.map(|b| (b, true)));
         }
-        s.conn.send(out).await;
+        s.room.send(out).await;
+        if let Some(kib) = short {
+            s.room.wait_for(kib).await;
+        }
         futures_lite::future::yield_now().await;
         if abandoned.get() {
             return Ok((phase, before(next.rid, since)));
         }
         match next_from {
-            Some(k) => (from, resumed) = (k, true),
+            Some(next) => (from, resumed) = next,
             None => break,
         }
     }
