@@ -76,6 +76,57 @@ pub fn state_key(partition: u16, uuid: &[u8; 16]) -> [u8; 18] {
     k
 }
 
+/// `C` + partition + server id -> the newest CSN of that server the
+/// partition has had whose record is no longer held: trimmed, or covered
+/// by a resync's states instead of records. With the last record of each
+/// stream it makes contextCSN (`newest`), which must never go back.
+fn newest_key(partition: u16, sid: u16) -> [u8; 5] {
+    let (p, s) = (partition.to_be_bytes(), sid.to_be_bytes());
+    [b'C', p[0], p[1], s[0], s[1]]
+}
+
+/// Notes CSNs a partition has had without their records (`newest_key`).
+pub fn note_newest<T: WriteTxn>(txn: &mut T, partition: u16, csns: &[Csn]) -> Result<()> {
+    for csn in csns {
+        let key = newest_key(partition, csn.sid);
+        if txn.get(Tree::Meta, &key)?.and_then(Csn::from_bytes).is_none_or(|had| had < *csn) {
+            txn.put(Tree::Meta, &key, &csn.to_bytes())?;
+        }
+    }
+    Ok(())
+}
+
+/// Per server id, the newest CSN of its changes a partition has had (all
+/// partitions of the store for `None`): the last record of each stream, or
+/// what was noted when records went (`note_newest`). contextCSN, as slapd
+/// keeps it on the suffix entry.
+pub fn newest<T: ReadTxn>(txn: &T, partition: Option<u16>) -> Result<Vec<Csn>> {
+    let mut by_sid: BTreeMap<u16, Csn> = BTreeMap::new();
+    let mut saw = |csn: Csn| {
+        let slot = by_sid.entry(csn.sid).or_insert(csn);
+        *slot = (*slot).max(csn);
+    };
+    let prefix = match partition {
+        Some(p) => [b'C', p.to_be_bytes()[0], p.to_be_bytes()[1]].to_vec(),
+        None => b"C".to_vec(),
+    };
+    txn.scan(Tree::Meta, &prefix, &prefix, &mut |_, v| {
+        if let Some(csn) = Csn::from_bytes(v) {
+            saw(csn);
+        }
+        true
+    })?;
+    for (p, o, first, last) in streams(txn)? {
+        if first > last || partition.is_some_and(|want| want != p) {
+            continue;
+        }
+        if let Some(csn) = record_at(txn, p, o, last)?.and_then(record_csn) {
+            saw(csn);
+        }
+    }
+    Ok(by_sid.into_values().collect())
+}
+
 /// `T` + partition -> the time of the newest record trimmed.
 fn trim_key(partition: u16) -> [u8; 3] {
     let p = partition.to_be_bytes();
@@ -375,6 +426,7 @@ pub fn trim<T: WriteTxn>(
     // consumer whose cookie is older gets the present phase (`covers`).
     if let Some((key, _)) = gone.last() {
         let trimmed = txn.get(Tree::Changelog, key)?.and_then(record_csn);
+        note_newest(txn, partition, trimmed.as_slice())?;
         let tkey = trim_key(partition);
         let before = txn.get(Tree::Meta, &tkey)?.map_or(0, be_u64);
         if let Some(csn) = trimmed.filter(|c| c.phys_us > before) {
@@ -477,8 +529,10 @@ pub fn positions<T: ReadTxn>(txn: &T, partition: u16) -> Result<Vec<(Origin, u64
     Ok(out)
 }
 
-/// Moves the vector of a partition up to `positions` (after a resync).
-pub fn advance<T: WriteTxn>(txn: &mut T, partition: u16, positions: &[(Origin, u64)]) -> Result<()> {
+/// Moves the vector of a partition up to `positions` (after a resync),
+/// noting the newest CSNs the resync's states covered (`note_newest`).
+pub fn advance<T: WriteTxn>(txn: &mut T, partition: u16, positions: &[(Origin, u64)], newest: &[Csn]) -> Result<()> {
+    note_newest(txn, partition, newest)?;
     for &(origin, seq) in positions {
         let key = ruv_key(partition, origin);
         if txn.get(Tree::Meta, &key)?.map_or(0, be_u64) < seq {

@@ -53,7 +53,7 @@ pub enum WriteOp {
         peer_holds: bool,
     },
     /// Moves a partition's replica update vector up (`changelog::advance`).
-    Advance { partition: u16, positions: Vec<(changelog::Origin, u64)> },
+    Advance { partition: u16, positions: Vec<(changelog::Origin, u64)>, newest: Vec<Csn> },
     /// Joins an entry's state handed over by another partition (`moves.rs`).
     Absorb { partition: u16, uuid: [u8; 16], state: Box<EntryState> },
     /// Removes a delivered parcel (`moves::unbox`).
@@ -498,7 +498,9 @@ fn apply<T: WriteTxn>(
             }
             changelog::trim(txn, *partition, *origin, *upto, *older_than_us, *keep_tombstones).map(|_| None)
         }
-        WriteOp::Advance { partition, positions } => changelog::advance(txn, *partition, positions).map(|_| None),
+        WriteOp::Advance { partition, positions, newest } => {
+            changelog::advance(txn, *partition, positions, newest).map(|_| None)
+        }
         WriteOp::Replicate { origin, seq, rec } => {
             crate::apply::replicate(txn, partition_of, next_id, clock, *origin, *seq, rec)
         }

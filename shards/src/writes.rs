@@ -6,6 +6,7 @@
 //! `WriteOp`.
 
 use crate::changelog::Origin;
+use crate::csn::Csn;
 use crate::dn::Dn;
 use crate::entry::{Entry, Mod};
 use crate::merge::{EntryState, Record};
@@ -131,9 +132,9 @@ impl Shard {
     }
 
     /// Moves a partition's replica update vector up to `positions`.
-    pub async fn advance(&self, partition: u16, positions: Vec<(Origin, u64)>) -> Result<()> {
-        self.submit_to(self.manifest.owner_of_partition(partition as u32), WriteOp::Advance { partition, positions })
-            .await
+    pub async fn advance(&self, partition: u16, positions: Vec<(Origin, u64)>, newest: Vec<Csn>) -> Result<()> {
+        let op = WriteOp::Advance { partition, positions, newest };
+        self.submit_to(self.manifest.owner_of_partition(partition as u32), op).await
     }
 
     /// Trims a changelog stream on the partition's owner.

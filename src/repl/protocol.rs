@@ -48,6 +48,11 @@ pub(super) enum Frame {
     Resynced {
         partition: u16,
         positions: Vec<(Origin, u64)>,
+        /// The sender's newest CSN per server id in the partition
+        /// (`changelog::newest`): the receiver's contextCSN reaches it
+        /// though no record came. Absent from a sender before 2026-12-04.
+        #[serde(default)]
+        newest: Vec<String>,
     },
     /// The anti-entropy check (`crate::verify`): the sender asks for the
     /// receiver's digest of a partition (`Digested`: `None` when its

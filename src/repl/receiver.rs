@@ -117,9 +117,10 @@ async fn receive(
                     .map_err(|e| anyhow!("resync of partition {partition}: {e}"))?;
                 send(&mut stream, &Frame::Ack { applied: vec![] }).await?;
             }
-            Frame::Resynced { partition, positions } => {
+            Frame::Resynced { partition, positions, newest } => {
+                let newest = newest.iter().map(|c| Csn::parse(c).ok_or_else(|| anyhow!("a CSN is corrupt: {c:?}")));
                 ctx.shard
-                    .advance(partition, positions)
+                    .advance(partition, positions, newest.collect::<Result<_>>()?)
                     .await
                     .map_err(|e| anyhow!("resync of partition {partition}: {}", e.message))?;
                 eprintln!("coredir: replication: partition {partition} resynced from the peer");

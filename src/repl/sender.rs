@@ -358,10 +358,12 @@ async fn resync(
     shared: &Shared,
 ) -> Result<()> {
     shared.update(|s| s.outbound = "resyncing".into());
-    let (states, positions) = {
+    let (states, positions, newest) = {
         let txn = ctx.shard.stores[owner(ctx, partition)].read().map_err(|e| anyhow!(e.message))?;
         let states = changelog::partition_states(&txn, partition).map_err(|e| anyhow!(e.message))?;
-        (states, changelog::positions(&txn, partition).map_err(|e| anyhow!(e.message))?)
+        let positions = changelog::positions(&txn, partition).map_err(|e| anyhow!(e.message))?;
+        let newest = changelog::newest(&txn, Some(partition)).map_err(|e| anyhow!(e.message))?;
+        (states, positions, newest.iter().map(Csn::to_string).collect())
     };
     eprintln!(
         "coredir: replication: the peer is behind the changelog of partition {partition}: resyncing it ({} entries)",
@@ -372,7 +374,7 @@ async fn resync(
         send(stream, &Frame::States { partition, states }).await?;
         await_ack(stream, shared).await?;
     }
-    send(stream, &Frame::Resynced { partition, positions: positions.clone() }).await?;
+    send(stream, &Frame::Resynced { partition, positions: positions.clone(), newest }).await?;
     await_ack(stream, shared).await?;
     for (origin, seq) in positions {
         if let Some(a) = acked.get_mut(&origin).and_then(|v| v.get_mut(partition as usize)) {

@@ -354,20 +354,14 @@ fn rid_only(bytes: &[u8]) -> Option<u16> {
     text.split(',').find_map(|f| f.strip_prefix("rid=")).and_then(|r| r.parse().ok())
 }
 
-/// `contextCSN` (one value per server id): the newest CSN of each origin
-/// in the changelog, as slapd keeps it on the suffix entry.
+/// `contextCSN` (one value per server id): the newest CSN of each server
+/// any partition has had (`changelog::newest`), as slapd keeps it on the
+/// suffix entry.
 pub fn context_csn(ctx: &crate::ctx::Ctx) -> Result<Vec<Vec<u8>>> {
     let mut cookie = Cookie::default();
     for store in ctx.shard.stores.iter() {
-        let txn = store.read()?;
-        for (p, o, first, last) in changelog::streams(&txn)? {
-            if first > last {
-                continue;
-            }
-            let rec = changelog::record_at(&txn, p, o, last)?;
-            if let Some(csn) = rec.and_then(changelog::record_csn) {
-                cookie.saw(csn);
-            }
+        for csn in changelog::newest(&store.read()?, None)? {
+            cookie.saw(csn);
         }
     }
     Ok(cookie.csns.values().map(|c| c.to_string().into_bytes()).collect())
