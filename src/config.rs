@@ -236,6 +236,12 @@ pub struct Server {
     /// Accept LDAPv2 binds, as slapd's `allow bind_v2` (off by default:
     /// such a bind is a protocolError).
     pub allow_bind_v2: bool,
+    /// slapd's `authz-regexp`: `[pattern, replacement]` pairs mapping the
+    /// DN SASL EXTERNAL authenticates on the local socket
+    /// (`gidNumber=G+uidNumber=U,cn=peercred,cn=external,cn=auth`) to a
+    /// directory DN; the first pattern that matches (case-insensitive)
+    /// wins, `$1`..`$9` taking its groups. None by default.
+    pub authz_regexp: Vec<(String, String)>,
     /// This server's id (replication and `ctl status`), 1..4095.
     pub id: u32,
     /// Run one shard per CPU of this NUMA node (`--numa-node`).
@@ -381,6 +387,7 @@ impl Default for Server {
             ldapi: None,
             admin_socket: None,
             allow_bind_v2: false,
+            authz_regexp: Vec::new(),
             id: 1,
             numa_node: None,
         }
@@ -508,6 +515,7 @@ impl Config {
     /// Checks every value, naming the key of the first bad one.
     pub fn validate(&self) -> Result<()> {
         self.listen_addr()?;
+        crate::ops::sasl::AuthzRegexp::new(&self.server.authz_regexp)?;
         if !(1..=4095).contains(&self.replication.server_id.unwrap_or(1)) {
             bail!("replication.server_id: must be between 1 and 4095");
         }

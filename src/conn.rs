@@ -22,7 +22,7 @@ use futures_lite::{AsyncRead, AsyncWrite};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use futures_rustls::server::TlsStream;
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
-use glommio::net::{TcpStream, UnixStream};
+use glommio::net::TcpStream;
 use ldap3_proto::proto::LdapMsg;
 use ldap3_proto::proto::LdapResult;
 use ldap3_proto::simple::DisconnectionNotice;
@@ -107,6 +107,9 @@ pub struct Conn {
     pub tls_ssf: Cell<u32>,
     /// Of the transport (71 for the local socket, as slapd; 0 for TCP).
     pub transport_ssf: u32,
+    /// On the local socket, the client process's credentials: who SASL
+    /// EXTERNAL authenticates (`ops::sasl`).
+    pub peer_cred: Option<PeerCred>,
     out: LocalSender<Out>,
     /// KiB the queue may still take (`OUT_KIB`): each frame takes its
     /// size, and the writer gives it back once the frame is written (or
@@ -207,6 +210,15 @@ impl Drop for InFlight {
 
 impl Conn {
     fn new(ctx: Rc<Ctx>, transport_ssf: u32, peer: String, fd: RawFd) -> (Rc<Conn>, LocalReceiver<Out>) {
+        Conn::with_cred(ctx, (transport_ssf, None), peer, fd)
+    }
+
+    fn with_cred(
+        ctx: Rc<Ctx>,
+        (transport_ssf, peer_cred): (u32, Option<PeerCred>),
+        peer: String,
+        fd: RawFd,
+    ) -> (Rc<Conn>, LocalReceiver<Out>) {
         let (out, frames) = local_channel::new_bounded::<Out>(OUT_FRAMES);
         let id = ctx.next_conn_id();
         let info = Arc::new(ConnInfo::new(id, ctx.shard.id, peer, fd));
@@ -228,6 +240,7 @@ impl Conn {
             sorting: Cell::new(0),
             tls_ssf: Cell::new(0),
             transport_ssf,
+            peer_cred,
             out,
             room: Rc::new(glommio::sync::Semaphore::new(OUT_KIB)),
         });
@@ -431,13 +444,7 @@ pub fn encode(out: &mut BytesMut, msg: LdapMsg) {
 pub async fn serve_tcp(stream: TcpStream, peer: Option<std::net::SocketAddr>, ctx: Rc<Ctx>) {
     let _ = stream.set_nodelay(true);
     let fd = stream.as_raw_fd();
-    // SAFETY: dup returns a new descriptor for the same socket, owned by the writer.
-    let write_fd = unsafe { libc::dup(fd) };
-    if write_fd < 0 {
-        eprintln!("coredir: dup failed: {}", std::io::Error::last_os_error());
-        return;
-    }
-    let writer = unsafe { TcpStream::from_raw_fd(write_fd) };
+    let Some(writer) = writer_of(fd) else { return };
     let (conn, frames) = Conn::new(ctx, 0, peer_name(peer), fd);
     let writer_task = spawn_writer(writer, frames, fd, &conn);
     let mut stream = stream;
@@ -459,16 +466,50 @@ pub async fn serve_tls(stream: TcpStream, peer: Option<std::net::SocketAddr>, ct
     serve_split(tls, conn, frames, fd).await;
 }
 
-/// A connection on the local socket (ldapi), which counts as protected.
-pub async fn serve_unix(stream: UnixStream, ctx: Rc<Ctx>) {
-    // glommio's UnixStream does not expose its descriptor: a stalled local
-    // client loses its writer (and its responses) but not its socket.
-    let fd = -1;
-    let (conn, frames) = Conn::new(ctx, LOCAL_SSF, "PATH=ldapi".into(), fd);
-    let stream = Rc::new(RefCell::new(stream));
-    let writer_task = spawn_writer(Half(stream.clone()), frames, fd, &conn);
-    let _ = read_loop(&mut Half(stream), &conn).await;
+/// The writer's half of a plain connection: a `dup` of its descriptor.
+fn writer_of(fd: RawFd) -> Option<TcpStream> {
+    // SAFETY: dup returns a new descriptor for the same socket, owned by the writer.
+    let write_fd = unsafe { libc::dup(fd) };
+    if write_fd < 0 {
+        eprintln!("coredir: dup failed: {}", std::io::Error::last_os_error());
+        return None;
+    }
+    Some(unsafe { TcpStream::from_raw_fd(write_fd) })
+}
+
+/// A connection on the local socket (ldapi), which counts as protected,
+/// with its client's credentials. glommio's stream types are thin
+/// wrappers of a socket's descriptor whose reads and writes are the same
+/// for a Unix socket; its `UnixStream` does not give the descriptor out,
+/// so the accept loop (`listener::run_local`) hands the connection over
+/// as a `TcpStream`, of which only reads, writes and the descriptor are
+/// used here.
+pub async fn serve_unix(stream: TcpStream, peer_cred: Option<PeerCred>, ctx: Rc<Ctx>) {
+    let fd = stream.as_raw_fd();
+    let Some(writer) = writer_of(fd) else { return };
+    let (conn, frames) = Conn::with_cred(ctx, (LOCAL_SSF, peer_cred), "PATH=ldapi".into(), fd);
+    let writer_task = spawn_writer(writer, frames, fd, &conn);
+    let mut stream = stream;
+    let _ = read_loop(&mut stream, &conn).await;
     finish(conn, writer_task).await;
+}
+
+/// The uid and gid of the process at the other end of a Unix socket.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PeerCred {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl PeerCred {
+    /// `SO_PEERCRED`: as the client was when it connected.
+    pub fn of(fd: RawFd) -> Option<PeerCred> {
+        let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        // SAFETY: `cred` and `len` are valid for the kernel to write.
+        let rc = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, (&raw mut cred).cast(), &mut len) };
+        (rc == 0).then_some(PeerCred { uid: cred.uid, gid: cred.gid })
+    }
 }
 
 /// Serves a client that sent `data` and closed its side, discarding the

@@ -28,6 +28,8 @@ pub struct Ctx {
     password_jobs: glommio::sync::Semaphore,
     /// `server.allow_bind_v2`.
     pub allow_bind_v2: bool,
+    /// `server.authz_regexp`, compiled.
+    pub authz_regexp: crate::ops::sasl::AuthzRegexp,
     pub tls: Option<Arc<crate::tls::Tls>>,
     pub shared: Arc<Shared>,
     /// This shard's copy of the live settings and the generation it is of.
@@ -117,6 +119,7 @@ impl Ctx {
             password_policy: config.passwords.policy(),
             password_jobs: glommio::sync::Semaphore::new(1),
             allow_bind_v2: config.server.allow_bind_v2,
+            authz_regexp: crate::ops::sasl::AuthzRegexp::new(&config.server.authz_regexp).expect("validated"),
             live: std::cell::RefCell::new(Rc::new((**shared.live.load()).clone())),
             live_seen: std::cell::Cell::new(shared.generation.load(std::sync::atomic::Ordering::Acquire)),
             tls: shared.tls.clone(),

@@ -15,7 +15,7 @@ use ldap3_proto::LdapResultCode;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -219,16 +219,22 @@ async fn refuse(mut stream: glommio::net::TcpStream, why: &str) {
 }
 
 /// The local socket (ldapi) listener, on one shard: a stale socket file
-/// left by a crash is replaced, a live server's is not.
-pub fn bind_local(path: &std::path::Path) -> Result<glommio::net::UnixListener> {
+/// left by a crash is replaced, a live server's is not. Accepted through
+/// glommio's `TcpListener`, an accept on any listening descriptor: its
+/// `UnixListener` gives out streams without their descriptor, which
+/// `SO_PEERCRED` needs (`conn::serve_unix`).
+pub fn bind_local(path: &std::path::Path) -> Result<glommio::net::TcpListener> {
     if std::os::unix::net::UnixStream::connect(path).is_ok() {
         anyhow::bail!("server.ldapi: {} is in use by a running server", path.display());
     }
     let _ = std::fs::remove_file(path);
-    glommio::net::UnixListener::bind(path).map_err(|e| anyhow::anyhow!("server.ldapi: binding {}: {e}", path.display()))
+    let l = std::os::unix::net::UnixListener::bind(path)
+        .map_err(|e| anyhow::anyhow!("server.ldapi: binding {}: {e}", path.display()))?;
+    // SAFETY: a listening socket this process bound and owns.
+    Ok(unsafe { glommio::net::TcpListener::from_raw_fd(l.into_raw_fd()) })
 }
 
-pub async fn run_local(listener: glommio::net::UnixListener, ctx: Rc<Ctx>) {
+pub async fn run_local(listener: glommio::net::TcpListener, ctx: Rc<Ctx>) {
     loop {
         match listener.accept().await {
             Ok(stream) => {
@@ -238,7 +244,8 @@ pub async fn run_local(listener: glommio::net::UnixListener, ctx: Rc<Ctx>) {
                         Ok(a) => a,
                         Err(_) => return,
                     };
-                    conn::serve_unix(stream, ctx).await
+                    let cred = conn::PeerCred::of(stream.as_raw_fd());
+                    conn::serve_unix(stream, cred, ctx).await
                 })
                 .detach();
             }

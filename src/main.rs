@@ -64,7 +64,8 @@
 //!   `modify_dn`, `compare`, `abandon`, `extended`),
 //!   plus `syncrepl` (the RFC 4533 provider on the changelog: `cookie`,
 //!   `refresh`, `persist`),
-//!   `rootdse` (root DSE), `controls` (request/response controls),
+//!   `rootdse` (root DSE), `sasl` (SASL EXTERNAL binds on ldapi),
+//!   `controls` (request/response controls),
 //!   `paging`, `sort` and `vlv` (search controls), `referral` (referral
 //!   objects) and `alias` (alias dereferencing), and `mod.rs` (dispatch
 //!   and the one place errors become responses). `modify_dn` also holds

@@ -1,4 +1,5 @@
-//! Bind (RFC 4511 §4.2, RFC 4513 §5.1): anonymous and simple binds.
+//! Bind (RFC 4511 §4.2, RFC 4513 §5.1): anonymous and simple binds; SASL
+//! EXTERNAL on the local socket is `sasl`'s.
 //!
 //! The root DN is checked against its configured hash and needs no entry.
 //! Any other DN binds with a `userPassword` value of its entry. A DN with an
@@ -100,12 +101,7 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Step> {
     }
     let password = match &req.cred {
         LdapBindCred::Simple(p) => p.as_bytes(),
-        LdapBindCred::SASL(s) => {
-            return Err(Error::new(
-                LdapResultCode::AuthMethodNotSupported,
-                format!("SASL mechanism {} is not supported", s.mechanism),
-            ))
-        }
+        LdapBindCred::SASL(s) => return crate::ops::sasl::authenticate(conn, s).map(Step::Done),
         _ => return Err(Error::new(LdapResultCode::AuthMethodNotSupported, "authentication method not supported")),
     };
     if req.dn.is_empty() {

@@ -99,7 +99,7 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
     // The root DSE and cn=Subschema compare as slapd compares them: as
     // the entries a search reads, open to everyone as that search is.
     let computed = match key.is_empty() {
-        true => Some(crate::ops::rootdse::entry(&conn.ctx)),
+        true => Some(crate::ops::rootdse::entry(&conn.ctx, crate::ops::sasl::mechanisms(conn))),
         false => shards::schema::subschema::is_subschema_key(&key).then(shards::schema::subschema::entry),
     };
     let is_computed = computed.is_some();

@@ -23,6 +23,7 @@ pub mod paging;
 pub mod record;
 pub mod referral;
 pub mod rootdse;
+pub mod sasl;
 pub mod search;
 pub mod sort;
 pub mod syncrepl;

@@ -19,40 +19,44 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "1.3.6.1.4.1.4203.1.5.5",
 ];
 
-pub fn entry(ctx: &Ctx) -> Entry {
+/// The root DSE as a connection sees it: `mechanisms` are the SASL
+/// mechanisms offered on it (`ops::sasl::mechanisms`), as slapd lists them
+/// per connection.
+pub fn entry(ctx: &Ctx, mechanisms: &[&str]) -> Entry {
     let attr = |name: &str, vals: Vec<String>| Attr {
         name: name.into(),
         vals: vals.into_iter().map(String::into_bytes).collect(),
     };
     let strs = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    Entry {
-        dn: String::new(),
-        attrs: vec![
-            attr("objectClass", vec!["top".into()]),
-            attr("namingContexts", ctx.suffixes.iter().map(|s| s.to_string_form()).collect()),
-            attr("supportedLDAPVersion", vec!["3".into()]),
-            // StartTLS only where TLS is configured, as slapd lists it.
-            attr(
-                "supportedExtension",
-                strs(extended::SUPPORTED)
-                    .into_iter()
-                    .filter(|oid| ctx.tls.is_some() || oid != extended::OID_START_TLS)
-                    .collect(),
-            ),
-            attr("supportedControl", {
-                let mut c = strs(controls::SUPPORTED);
-                // The Sync Request control, where there is a changelog to serve it from.
-                if ctx.shard.stamping.capture {
-                    c.push(crate::ops::syncrepl::SYNC_REQUEST.to_string());
-                }
-                c
-            }),
-            attr("supportedFeatures", strs(SUPPORTED_FEATURES)),
-            attr("vendorName", vec!["coredir".into()]),
-            attr("vendorVersion", vec![format!("coredir {}", env!("CARGO_PKG_VERSION"))]),
-            attr("subschemaSubentry", vec![shards::schema::subschema::DN.into()]),
-            // Its DN, empty, as slapd returns it when asked.
-            attr("entryDN", vec![String::new()]),
-        ],
+    let mut attrs = vec![
+        attr("objectClass", vec!["top".into()]),
+        attr("namingContexts", ctx.suffixes.iter().map(|s| s.to_string_form()).collect()),
+        attr("supportedLDAPVersion", vec!["3".into()]),
+        // StartTLS only where TLS is configured, as slapd lists it.
+        attr(
+            "supportedExtension",
+            strs(extended::SUPPORTED)
+                .into_iter()
+                .filter(|oid| ctx.tls.is_some() || oid != extended::OID_START_TLS)
+                .collect(),
+        ),
+        attr("supportedControl", {
+            let mut c = strs(controls::SUPPORTED);
+            // The Sync Request control, where there is a changelog to serve it from.
+            if ctx.shard.stamping.capture {
+                c.push(crate::ops::syncrepl::SYNC_REQUEST.to_string());
+            }
+            c
+        }),
+        attr("supportedFeatures", strs(SUPPORTED_FEATURES)),
+        attr("vendorName", vec!["coredir".into()]),
+        attr("vendorVersion", vec![format!("coredir {}", env!("CARGO_PKG_VERSION"))]),
+        attr("subschemaSubentry", vec![shards::schema::subschema::DN.into()]),
+        // Its DN, empty, as slapd returns it when asked.
+        attr("entryDN", vec![String::new()]),
+    ];
+    if !mechanisms.is_empty() {
+        attrs.push(attr("supportedSASLMechanisms", strs(mechanisms)));
     }
+    Entry { dn: String::new(), attrs }
 }

@@ -59,3 +59,129 @@ fn whoami_follows_the_bind() {
     let (exop, _) = c.extended(WhoAmI).unwrap().success().unwrap();
     assert_eq!(exop.parse::<WhoAmIResp>().authzid, "");
 }
+
+/// SASL EXTERNAL on the local socket, side by side with slapd on
+/// `ldapi://`: the client process's uid and gid make the identity, which
+/// `authz_regexp` (slapd's `authz-regexp`) maps; another authorization
+/// identity is refused, and EXTERNAL is offered on that socket only.
+#[test]
+fn sasl_external_on_the_local_socket_answers_as_slapd_does() {
+    // SAFETY: plain getters.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let authcid = format!("gidNumber={gid}+uidNumber={uid},cn=peercred,cn=external,cn=auth");
+    let pattern = format!("^gidNumber={gid}\\+uidNumber={uid},cn=peercred,cn=external,cn=auth$");
+    for mapped in [false, true] {
+        let slapd = LocalSlapd::start(mapped.then_some(&pattern));
+        let dir = tempfile::tempdir().unwrap();
+        let ldapi = dir.path().join("ldapi");
+        let mut config = format!("[server]\nldapi = {:?}\n", ldapi.display().to_string());
+        if mapped {
+            config += &format!("authz_regexp = [[{pattern:?}, {ROOT_DN:?}]]\n");
+        }
+        // Unmapped, access rules name the identity itself.
+        config += &format!("[access]\nrules = [{:?}]\n", slapd.rule);
+        let s = Server::start_with_config(1, &config);
+        let urls = [slapd.url(), format!("ldapi://{}", ldapi.display().to_string().replace('/', "%2F"))];
+        let answers: Vec<Vec<(i32, String, String)>> = urls
+            .iter()
+            .map(|url| {
+                let external = ["-Y", "EXTERNAL", "-Q", "-H", url.as_str()];
+                let as_root = format!("dn:{ROOT_DN}");
+                let child = format!("dn: ou=sasl,{SUFFIX}\nobjectClass: organizationalUnit\nou: sasl\n");
+                let mechanisms = ["-x", "-H", url, "-LLL", "-s", "base", "-b", "", "supportedSASLMechanisms"];
+                let answers = vec![
+                    tool("ldapwhoami", &external, None),
+                    tool("ldapwhoami", &[&external[..], &["-X", &as_root]].concat(), None),
+                    tool("ldapwhoami", &[&external[..], &["-X", "u:someone"]].concat(), None),
+                    tool("ldapadd", &external, Some(&child)),
+                    tool("ldapsearch", &mechanisms, None),
+                ];
+                // slapd lists its Cyrus mechanisms too; the texts compared
+                // are SASL's (an access refusal's are worded apart).
+                answers
+                    .into_iter()
+                    .map(|(code, out, err)| {
+                        let out = out.lines().filter(|l| !l.contains(": ") || l.contains("EXTERNAL")).collect();
+                        (code, out, err.lines().filter(|l| l.contains("SASL")).collect())
+                    })
+                    .collect()
+            })
+            .collect();
+        assert_eq!(answers[0], answers[1], "slapd, then coredir (mapped: {mapped})");
+        let whoami = &answers[1][0].1;
+        let expected = if mapped { format!("dn:{ROOT_DN}") } else { format!("dn:{authcid}") };
+        assert_eq!(whoami.trim(), expected);
+        assert_eq!(answers[1][2].0, 50, "{:?}", answers[1][2]);
+        assert_eq!(answers[1][3].0, 0, "{:?}", answers[1][3]);
+        // Over TCP there is no EXTERNAL to offer.
+        let (code, _, err) = tool("ldapwhoami", &["-Y", "EXTERNAL", "-Q", "-H", &s.url()], None);
+        assert_ne!(code, 0, "{err}");
+        let (_, out, _) = tool("ldapsearch", &["-x", "-H", &s.url(), "-LLL", "-s", "base", "-b", "", "+"], None);
+        assert!(!out.contains("supportedSASLMechanisms"), "{out}");
+    }
+}
+
+/// Debian's slapd listening on a local socket only, with the suffix entry
+/// in place and `authz_pattern` (if any) mapping to the root DN; killed on
+/// drop.
+struct LocalSlapd {
+    dir: tempfile::TempDir,
+    child: std::process::Child,
+    /// Its one access rule: the test's own peercred identity may write.
+    rule: String,
+}
+
+impl LocalSlapd {
+    fn start(authz_pattern: Option<&String>) -> LocalSlapd {
+        slapd_installed();
+        let dir = tempfile::tempdir().unwrap();
+        let includes = slapd_schema_includes(dir.path());
+        std::fs::create_dir(dir.path().join("db")).unwrap();
+        // slapd.conf unescapes a quoted value once: the regex's `\+` is `\\+`.
+        let authz = authz_pattern
+            .map(|p| format!("authz-regexp \"{}\" \"{ROOT_DN}\"\n", p.replace('\\', "\\\\")))
+            .unwrap_or_default();
+        // SAFETY: plain getters.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let rule = format!(
+            "to * by dn.exact=\"gidNumber={gid}+uidNumber={uid},cn=peercred,cn=external,cn=auth\" write by * read"
+        );
+        let conf = format!(
+            "{includes}pidfile {d}/slapd.pid\nmodulepath /usr/lib/ldap\nmoduleload back_mdb\n{authz}\
+             database mdb\nsuffix \"{SUFFIX}\"\nrootdn \"{ROOT_DN}\"\nrootpw {ROOT_PW}\ndirectory {d}/db\n\
+             access {rule}\n",
+            d = dir.path().display(),
+        );
+        std::fs::write(dir.path().join("slapd.conf"), conf).unwrap();
+        let log = std::fs::File::create(dir.path().join("slapd.log")).unwrap();
+        let child = std::process::Command::new("slapd")
+            .arg("-f")
+            .arg(dir.path().join("slapd.conf"))
+            .args(["-h", &format!("ldapi://{}", dir.path().join("ldapi").display().to_string().replace('/', "%2F"))])
+            .args(["-d", "stats"])
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("slapd");
+        let s = LocalSlapd { dir, child, rule };
+        wait_for("slapd's local socket", || {
+            std::os::unix::net::UnixStream::connect(s.dir.path().join("ldapi")).is_ok()
+        });
+        let suffix =
+            format!("dn: {SUFFIX}\nobjectClass: dcObject\nobjectClass: organization\ndc: example\no: example\n");
+        let (code, _, err) = tool("ldapadd", &["-x", "-H", &s.url(), "-D", ROOT_DN, "-w", ROOT_PW], Some(&suffix));
+        assert_eq!(code, 0, "{err}");
+        s
+    }
+
+    fn url(&self) -> String {
+        format!("ldapi://{}", self.dir.path().join("ldapi").display().to_string().replace('/', "%2F"))
+    }
+}
+
+impl Drop for LocalSlapd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -173,7 +173,14 @@ async fn run(
         if req.scope != LdapSearchScope::Base {
             return Err(Error::new(LdapResultCode::NoSuchObject, "only a base search can read the root DSE"));
         }
-        *sent = write_computed(out, msgid, &rootdse::entry(ctx), &node, &sel, computed_tests)? as u64;
+        *sent = write_computed(
+            out,
+            msgid,
+            &rootdse::entry(ctx, crate::ops::sasl::mechanisms(conn)),
+            &node,
+            &sel,
+            computed_tests,
+        )? as u64;
         return Ok(());
     }
     // Dereferencing when finding: the search starts at the alias's target.

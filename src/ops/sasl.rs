@@ -1,0 +1,170 @@
+//! SASL binds (RFC 4513 §5.2): the EXTERNAL mechanism on the local socket.
+//!
+//! As slapd on `ldapi://`, EXTERNAL authenticates the client process by
+//! its credentials (`SO_PEERCRED`) as
+//! `gidNumber=<gid>+uidNumber=<uid>,cn=peercred,cn=external,cn=auth`,
+//! which `server.authz_regexp` (slapd's `authz-regexp`) may map to a
+//! directory DN: the root DN makes the connection root. An authorization
+//! identity other than the authenticated one is refused, as slapd does
+//! without `authz-policy`. No other mechanism is offered: they need a
+//! SASL password store this server does not keep.
+//!
+//! One difference: EXTERNAL without credentials (absent, not empty) is
+//! decided at once; slapd (Cyrus SASL) first answers saslBindInProgress
+//! with an empty challenge and decides on the client's next, empty step.
+//! ldap3_proto decodes both forms alike, and libldap sends empty ones.
+
+use crate::conn::{Bound, Conn, Identity, PeerCred};
+use ldap3_proto::proto::SaslCredentials;
+use ldap3_proto::LdapResultCode;
+use shards::dn::Dn;
+use shards::{Error, Result};
+use std::rc::Rc;
+
+pub const EXTERNAL: &str = "EXTERNAL";
+
+/// `server.authz_regexp`: (pattern, replacement) pairs tried in order on
+/// the authenticated DN; the first that matches gives the identity.
+#[derive(Debug, Default)]
+pub struct AuthzRegexp(Vec<(regex::Regex, String)>);
+
+impl AuthzRegexp {
+    /// Compiles the rules; says which one is wrong. Replacements that are
+    /// LDAP URLs (slapd searches with them) are refused: a DN is needed.
+    pub fn new(rules: &[(String, String)]) -> anyhow::Result<AuthzRegexp> {
+        let mut out = Vec::with_capacity(rules.len());
+        for (pattern, replacement) in rules {
+            // POSIX extended, case-insensitive, as slapd compiles them.
+            let re = regex::RegexBuilder::new(pattern)
+                .case_insensitive(true)
+                .build()
+                .map_err(|e| anyhow::anyhow!("server.authz_regexp: {pattern:?}: {e}"))?;
+            if replacement.get(..5).is_some_and(|s| s.eq_ignore_ascii_case("ldap:")) {
+                anyhow::bail!(
+                    "server.authz_regexp: {replacement:?}: LDAP URL replacements (a search for the identity) are \
+                     not supported; give a DN"
+                );
+            }
+            out.push((re, replacement.clone()));
+        }
+        Ok(AuthzRegexp(out))
+    }
+
+    /// The replacement of the first rule matching `dn`, its `$0`..`$9`
+    /// filled from the match, as slapd expands them.
+    pub fn map(&self, dn: &str) -> Option<String> {
+        self.0.iter().find_map(|(re, replacement)| {
+            let caps = re.captures(dn)?;
+            let mut out = String::with_capacity(replacement.len());
+            let mut chars = replacement.chars().peekable();
+            while let Some(c) = chars.next() {
+                match (c, chars.peek().and_then(|d| d.to_digit(10))) {
+                    ('$', Some(n)) => {
+                        chars.next();
+                        out.push_str(caps.get(n as usize).map_or("", |m| m.as_str()));
+                    }
+                    _ => out.push(c),
+                }
+            }
+            Some(out)
+        })
+    }
+}
+
+/// A SASL bind: who it authenticates, or why not (with slapd's texts,
+/// which come from Cyrus SASL).
+pub fn authenticate(conn: &Conn, sasl: &SaslCredentials) -> Result<Identity> {
+    let cred = match conn.peer_cred {
+        Some(cred) if sasl.mechanism.eq_ignore_ascii_case(EXTERNAL) => cred,
+        _ if sasl.mechanism.eq_ignore_ascii_case(EXTERNAL) => return Err(no_mechanism("")),
+        _ => return Err(no_mechanism(&format!("Couldn't find mech {}", sasl.mechanism))),
+    };
+    let identity = external(conn, cred)?;
+    // An authorization identity: only the authenticated one itself.
+    if !sasl.credentials.is_empty() && !same_identity(&identity, &sasl.credentials) {
+        return Err(Error::new(
+            LdapResultCode::InsufficentAccessRights,
+            "SASL(-14): authorization failure: not authorized",
+        ));
+    }
+    Ok(identity)
+}
+
+/// The mechanisms a connection is offered (`supportedSASLMechanisms`).
+pub fn mechanisms(conn: &Conn) -> &'static [&'static str] {
+    match conn.peer_cred {
+        Some(_) => &[EXTERNAL],
+        None => &[],
+    }
+}
+
+fn no_mechanism(detail: &str) -> Error {
+    Error::new(LdapResultCode::AuthMethodNotSupported, format!("SASL(-4): no mechanism available: {detail}"))
+}
+
+/// The identity of a process by its credentials, mapped by
+/// `server.authz_regexp`.
+fn external(conn: &Conn, cred: PeerCred) -> Result<Identity> {
+    let authcid = format!("gidNumber={}+uidNumber={},cn=peercred,cn=external,cn=auth", cred.gid, cred.uid);
+    // A mapping to something that is not a DN is ignored, as slapd does.
+    let mapped = conn.ctx.authz_regexp.map(&authcid).and_then(|dn| Dn::parse(&dn).ok());
+    let dn = match mapped {
+        Some(dn) => dn,
+        None => Dn::parse(&authcid)?,
+    };
+    let key = dn.key();
+    let pretty = dn.pretty()?;
+    if key == conn.ctx.root_key {
+        return Ok(Identity::Root(Rc::from(pretty.as_str())));
+    }
+    Ok(Identity::User(Rc::new(Bound { dn: pretty, key })))
+}
+
+/// Whether an authorization identity (`dn:<DN>`) names `identity`.
+fn same_identity(identity: &Identity, authzid: &[u8]) -> bool {
+    let Some(dn) = std::str::from_utf8(authzid).ok().and_then(|a| a.strip_prefix("dn:")) else { return false };
+    let Ok(dn) = Dn::parse(dn) else { return false };
+    let key = dn.key();
+    match identity {
+        Identity::Root(root) => Dn::parse(root).is_ok_and(|r| r.key() == key),
+        Identity::User(bound) => bound.key == key,
+        Identity::Anonymous => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replacement_takes_the_groups_of_the_first_rule_that_matches() {
+        let rules = [
+            ("^gidNumber=5\\+".to_string(), "cn=five".to_string()),
+            ("uidnumber=([0-9]+),cn=peercred".to_string(), "uid=u$1,ou=people,dc=example,dc=com".to_string()),
+            (".*".to_string(), "cn=last".to_string()),
+        ];
+        let map = AuthzRegexp::new(&rules).unwrap();
+        let dn = |g: u32, u: u32| format!("gidNumber={g}+uidNumber={u},cn=peercred,cn=external,cn=auth");
+        assert_eq!(map.map(&dn(5, 7)).as_deref(), Some("cn=five"));
+        // Case-insensitive, as slapd compiles the patterns.
+        assert_eq!(map.map(&dn(1, 1000)).as_deref(), Some("uid=u1000,ou=people,dc=example,dc=com"));
+        assert_eq!(AuthzRegexp::new(&rules[1..2]).unwrap().map("cn=other"), None);
+        // `$` without a digit is itself; a group that took nothing is empty.
+        let odd = AuthzRegexp::new(&[("(x)?cn=(a)".into(), "cn=$$2$1$".into())]).unwrap();
+        assert_eq!(odd.map("cn=a").as_deref(), Some("cn=$a$"));
+    }
+
+    #[test]
+    fn bad_rules_are_refused_with_their_text() {
+        let err = AuthzRegexp::new(&[("(".into(), "cn=x".into())]).unwrap_err().to_string();
+        assert!(err.contains("server.authz_regexp: \"(\""), "{err}");
+        let url = AuthzRegexp::new(&[("x".into(), "ldap:///dc=example,dc=com??sub?(uid=$1)".into())]);
+        assert!(url.unwrap_err().to_string().contains("not supported"));
+    }
+
+    #[test]
+    fn the_peercred_dn_is_a_dn() {
+        let dn = Dn::parse("gidNumber=0+uidNumber=0,cn=peercred,cn=external,cn=auth").unwrap();
+        assert_eq!(dn.pretty().unwrap(), "gidNumber=0+uidNumber=0,cn=peercred,cn=external,cn=auth");
+    }
+}
