@@ -88,6 +88,15 @@ pub async fn finish(conn: &Conn, pending: Pending) -> LdapResult {
     }
 }
 
+/// The mechanism slapd's log names for a bind (`mech=`).
+pub fn mechanism(req: &LdapBindRequest) -> &'static str {
+    match &req.cred {
+        LdapBindCred::SASL(s) if s.mechanism.eq_ignore_ascii_case(crate::ops::sasl::EXTERNAL) => "EXTERNAL",
+        LdapBindCred::SASL(_) => "SASL",
+        _ => "SIMPLE",
+    }
+}
+
 enum Step {
     Done(Identity),
     Slow(Pending),

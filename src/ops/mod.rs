@@ -84,6 +84,9 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
     match msg.op {
         LdapOp::BindRequest(req) => match bind::handle(conn, &req) {
             bind::Outcome::Now(res) => {
+                if res.code == LdapResultCode::Success {
+                    record::bound(conn, &rec, bind::mechanism(&req));
+                }
                 let op = LdapOp::BindResponse(LdapBindResponse { res, saslcreds: None });
                 reply(conn, &rec, out, LdapMsg::new(msgid, op))
             }
@@ -93,6 +96,9 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
                 glommio::spawn_local(async move {
                     let _in_flight = in_flight;
                     let res = bind::finish(&conn, pending).await;
+                    if res.code == LdapResultCode::Success {
+                        record::bound(&conn, &rec, "SIMPLE");
+                    }
                     let op = LdapOp::BindResponse(LdapBindResponse { res, saslcreds: None });
                     send_reply(&conn, &rec, LdapMsg::new(msgid, op)).await;
                 })

@@ -35,6 +35,20 @@ pub fn proxied(conn: &Conn, rec: &Record, dn: &str) {
     }
 }
 
+/// Logs who a successful bind made the connection (slapd's second `BIND`
+/// line: `BIND dn="…" mech=SIMPLE bind_ssf=0 ssf=…`); nothing for an
+/// anonymous bind, as slapd.
+pub fn bound(conn: &Conn, rec: &Record, mech: &str) {
+    let identity = conn.identity.borrow();
+    if !accesslog::enabled(LogLevel::Stats) || identity.dn().is_empty() {
+        return;
+    }
+    let ssf = conn.tls_ssf.get().max(conn.transport_ssf) as u64;
+    let fields =
+        [("dn", V::Quoted(identity.dn())), ("mech", V::Word(mech)), ("bind_ssf", V::Num(0)), ("ssf", V::Num(ssf))];
+    conn.ctx.log.line(conn.id, Some(rec.opn), "BIND", &fields);
+}
+
 /// Records the result carried by a response message.
 pub fn end_with(conn: &Conn, rec: &Record, resp: &LdapOp, nentries: Option<u64>) {
     let res = match resp {

@@ -87,6 +87,8 @@ fn access_log_lines_match_the_operations() {
     let accept = line("ACCEPT from IP=127.0.0.1:");
     let conn = accept.split_whitespace().find(|w| w.starts_with("conn=")).unwrap().to_string();
     assert!(line(&format!("{conn} op=0 BIND dn=\"{ROOT_DN}\" method=128")).contains("BIND"));
+    // Who the bind made the connection, as slapd's second BIND line.
+    assert!(line(&format!("{conn} op=0 BIND dn=\"{ROOT_DN}\" mech=SIMPLE bind_ssf=0 ssf=0")).contains("BIND"));
     assert!(line(&format!("{conn} op=0 RESULT tag=97 err=0")).contains("etime="));
     assert!(line(&format!("{conn} op=1 ADD dn=\"uid=logged,{PEOPLE}\"")).contains("ADD"));
     assert!(line(&format!("{conn} op=1 RESULT tag=105 err=0")).contains("qtime="));
