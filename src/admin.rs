@@ -323,6 +323,7 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<String> {
     };
     check("server.backlog", old.server.backlog != new.server.backlog);
     check("server.ldapi", old.server.ldapi != new.server.ldapi);
+    check("server.authz_regexp", old.server.authz_regexp != new.server.authz_regexp);
     check("storage", format!("{:?}", old.storage) != format!("{:?}", new.storage));
     check("tls.listen", old.tls.listen != new.tls.listen);
     check("passwords", format!("{:?}", old.passwords) != format!("{:?}", new.passwords));

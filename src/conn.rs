@@ -133,6 +133,13 @@ pub struct Reservation<'c> {
 }
 
 impl Reservation<'_> {
+    /// Gives back what is held and not yet sent (an entry the room was
+    /// waited for that the next round no longer sends).
+    pub fn release(&self) {
+        self.conn.room.signal(self.reserved.replace(0));
+        self.used.set(0);
+    }
+
     /// KiB an entry of about `bytes` encoded bytes takes, with room for the
     /// computed attributes and the framing.
     pub fn kib_of(bytes: usize) -> u64 {

@@ -230,6 +230,10 @@ pub fn bind_local(path: &std::path::Path) -> Result<glommio::net::TcpListener> {
     let _ = std::fs::remove_file(path);
     let l = std::os::unix::net::UnixListener::bind(path)
         .map_err(|e| anyhow::anyhow!("server.ldapi: binding {}: {e}", path.display()))?;
+    // Anyone may connect, as to slapd's (its directory decides who can
+    // reach it); the process's umask would leave it to this user alone.
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+        .map_err(|e| anyhow::anyhow!("server.ldapi: {}: {e}", path.display()))?;
     // SAFETY: a listening socket this process bound and owns.
     Ok(unsafe { glommio::net::TcpListener::from_raw_fd(l.into_raw_fd()) })
 }

@@ -254,7 +254,7 @@ fn mark_incarnation<T: WriteTxn>(txn: &mut T, partitions: u16, old: Origin) -> R
 /// The partition a `meta` key of this module belongs to, if it is one.
 pub fn meta_partition(key: &[u8]) -> Option<u16> {
     match key {
-        [b'S' | b'R', a, b, ..] => Some(u16::from_be_bytes([*a, *b])),
+        [b'S' | b'R' | b'C', a, b, ..] => Some(u16::from_be_bytes([*a, *b])),
         [b'T', a, b] => Some(u16::from_be_bytes([*a, *b])),
         _ => crate::moves::parcel_partition(key),
     }

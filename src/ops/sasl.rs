@@ -79,15 +79,7 @@ pub fn authenticate(conn: &Conn, sasl: &SaslCredentials) -> Result<Identity> {
         _ if sasl.mechanism.eq_ignore_ascii_case(EXTERNAL) => return Err(no_mechanism("")),
         _ => return Err(no_mechanism(&format!("Couldn't find mech {}", sasl.mechanism))),
     };
-    let identity = external(conn, cred)?;
-    // An authorization identity: only the authenticated one itself.
-    if !sasl.credentials.is_empty() && !same_identity(&identity, &sasl.credentials) {
-        return Err(Error::new(
-            LdapResultCode::InsufficentAccessRights,
-            "SASL(-14): authorization failure: not authorized",
-        ));
-    }
-    Ok(identity)
+    authorize(conn, external(conn, cred)?, &sasl.credentials)
 }
 
 /// The mechanisms a connection is offered (`supportedSASLMechanisms`).
@@ -106,12 +98,15 @@ fn no_mechanism(detail: &str) -> Error {
 /// `server.authz_regexp`.
 fn external(conn: &Conn, cred: PeerCred) -> Result<Identity> {
     let authcid = format!("gidNumber={}+uidNumber={},cn=peercred,cn=external,cn=auth", cred.gid, cred.uid);
-    // A mapping to something that is not a DN is ignored, as slapd does.
-    let mapped = conn.ctx.authz_regexp.map(&authcid).and_then(|dn| Dn::parse(&dn).ok());
-    let dn = match mapped {
+    let dn = match mapped(conn, &authcid) {
         Some(dn) => dn,
         None => Dn::parse(&authcid)?,
     };
+    identity_of(conn, &dn)
+}
+
+/// Who a connection bound as `dn` is: root for the root DN.
+fn identity_of(conn: &Conn, dn: &Dn) -> Result<Identity> {
     let key = dn.key();
     let pretty = dn.pretty()?;
     if key == conn.ctx.root_key {
@@ -120,15 +115,45 @@ fn external(conn: &Conn, cred: PeerCred) -> Result<Identity> {
     Ok(Identity::User(Rc::new(Bound { dn: pretty, key })))
 }
 
-/// Whether an authorization identity (`dn:<DN>`) names `identity`.
-fn same_identity(identity: &Identity, authzid: &[u8]) -> bool {
-    let Some(dn) = std::str::from_utf8(authzid).ok().and_then(|a| a.strip_prefix("dn:")) else { return false };
-    let Ok(dn) = Dn::parse(dn) else { return false };
-    let key = dn.key();
-    match identity {
-        Identity::Root(root) => Dn::parse(root).is_ok_and(|r| r.key() == key),
-        Identity::User(bound) => bound.key == key,
-        Identity::Anonymous => false,
+/// What `server.authz_regexp` maps `dn` to; a mapping to something that
+/// is not a DN is ignored, as slapd does.
+fn mapped(conn: &Conn, dn: &str) -> Option<Dn> {
+    conn.ctx.authz_regexp.map(dn).and_then(|dn| Dn::parse(&dn).ok())
+}
+
+/// The identity a SASL bind asks to act as (its authzid, the credentials
+/// of EXTERNAL): what slapd allows without `authz-policy`. None, or a
+/// `dn:` naming the authenticated identity itself (directly or through
+/// `authz_regexp`), keeps it; the root DN may name any DN; an empty `dn:`
+/// is anonymous; anything else is refused with 50 and Cyrus SASL's reason.
+fn authorize(conn: &Conn, identity: Identity, authzid: &[u8]) -> Result<Identity> {
+    if authzid.is_empty() {
+        return Ok(identity);
+    }
+    let refuse = |why: &str| {
+        let text = format!("SASL(-14): authorization failure: {why}");
+        Err(Error::new(LdapResultCode::InsufficentAccessRights, text))
+    };
+    let text = std::str::from_utf8(authzid).ok();
+    let Some((kind, name)) = text.and_then(|t| t.split_once(':')) else {
+        return refuse("Inappropriate authentication");
+    };
+    if kind.eq_ignore_ascii_case("u") {
+        return refuse(if name.is_empty() { "Invalid syntax" } else { "not authorized" });
+    }
+    if !kind.eq_ignore_ascii_case("dn") {
+        return refuse("Inappropriate authentication");
+    }
+    if name.is_empty() {
+        return Ok(Identity::Anonymous);
+    }
+    let Ok(dn) = Dn::parse(name) else { return refuse("Invalid syntax") };
+    let dn = mapped(conn, name).unwrap_or(dn);
+    match &identity {
+        // The root DN may act as anyone, as with Proxied Authorization.
+        Identity::Root(_) => identity_of(conn, &dn),
+        Identity::User(bound) if dn.key() == bound.key => Ok(identity),
+        _ => refuse("not authorized"),
     }
 }
 

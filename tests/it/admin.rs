@@ -143,6 +143,11 @@ fn reload_applies_or_refuses_as_a_whole() {
     assert_eq!(code, 1);
     assert!(err.contains("access rule 0"), "{err}");
     assert_eq!(count(), (4, 2), "still the last good configuration");
+    // Who SASL EXTERNAL maps to is fixed at start: a reload says so.
+    assert!(!edited.contains("[server]"), "{edited}");
+    std::fs::write(s.config_path(), edited + "\n[server]\nauthz_regexp = [['x', 'cn=y']]\n").unwrap();
+    let r = ctl_json(&s, &["reload"]);
+    assert!(r["needs_restart"].as_array().unwrap().iter().any(|k| k == "server.authz_regexp"), "{r}");
 }
 
 #[test]

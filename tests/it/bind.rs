@@ -89,12 +89,18 @@ fn sasl_external_on_the_local_socket_answers_as_slapd_does() {
                 let as_root = format!("dn:{ROOT_DN}");
                 let child = format!("dn: ou=sasl,{SUFFIX}\nobjectClass: organizationalUnit\nou: sasl\n");
                 let mechanisms = ["-x", "-H", url, "-LLL", "-s", "base", "-b", "", "supportedSASLMechanisms"];
+                let as_authzid = |authzid: &str| tool("ldapwhoami", &[&external[..], &["-X", authzid]].concat(), None);
                 let answers = vec![
                     tool("ldapwhoami", &external, None),
-                    tool("ldapwhoami", &[&external[..], &["-X", &as_root]].concat(), None),
-                    tool("ldapwhoami", &[&external[..], &["-X", "u:someone"]].concat(), None),
+                    as_authzid(&as_root),
+                    as_authzid("u:someone"),
                     tool("ldapadd", &external, Some(&child)),
                     tool("ldapsearch", &mechanisms, None),
+                    as_authzid(&format!("dn:{authcid}")),
+                    as_authzid("dn:"),
+                    as_authzid("u:"),
+                    as_authzid("dn:not a DN"),
+                    as_authzid(&format!("dn:uid=other,{SUFFIX}")),
                 ];
                 // slapd lists its Cyrus mechanisms too; the texts compared
                 // are SASL's (an access refusal's are worded apart).
@@ -107,7 +113,13 @@ fn sasl_external_on_the_local_socket_answers_as_slapd_does() {
                     .collect()
             })
             .collect();
-        assert_eq!(answers[0], answers[1], "slapd, then coredir (mapped: {mapped})");
+        for (i, (slapd, ours)) in answers[0].iter().zip(&answers[1]).enumerate() {
+            assert_eq!(slapd, ours, "answer {i}: slapd, then coredir (mapped: {mapped})");
+        }
+        // Anyone may connect, as to slapd's socket.
+        let mode =
+            |p: &std::path::Path| std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).unwrap().permissions());
+        assert_eq!(mode(&ldapi) & 0o777, mode(&slapd.dir.path().join("ldapi")) & 0o777);
         let whoami = &answers[1][0].1;
         let expected = if mapped { format!("dn:{ROOT_DN}") } else { format!("dn:{authcid}") };
         assert_eq!(whoami.trim(), expected);

@@ -528,6 +528,10 @@ fn the_changelog_is_trimmed_by_age_but_never_past_what_the_peer_holds() {
     // monitoring compares it across servers.
     assert_eq!(context_csn(&a), newest);
     assert_eq!(context_csn(&b), newest);
+    // A backup keeps it: a server restored from A's shows the same.
+    let restored = seeded_from(&a, "[syncrepl]\nprovider = true\n", &[]);
+    assert_eq!(context_csn(&restored), newest);
+    drop(restored);
     // With B away, A keeps what B has not acknowledged, however old.
     b.kill9();
     assert_eq!(add_user(&mut a.admin(), "t2").rc, 0);

@@ -106,6 +106,8 @@ pub(super) async fn tail(
             s.info(&mut out, LdapIntermediateResponse::Raw { name: Some(SYNC_INFO.to_string()), value: Some(value) });
             s.room.send(out).await;
         }
+        // Room waited for last round, for an entry this one did not send.
+        s.room.release();
         if let Some(kib) = short {
             s.room.wait_for(kib).await;
         }
