@@ -549,7 +549,7 @@ fn apply<T: WriteTxn>(
                 Ok(structural) => keep_structural_class(&old, &mut entry, &structural)?,
                 Err(_) => {}
             }
-            schema::check::check_entry(&entry, &Dn::parse(dn)?)?;
+            schema::check::check_modified(&entry, &Dn::parse(dn)?)?;
             let given = |name: &str| {
                 extras.relax
                     && mods

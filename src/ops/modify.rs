@@ -56,6 +56,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
             }
             relaxed.push(attr.name.clone());
         }
+        shards::schema::check::check_syntax(&attr.name, &attr.vals)?;
         mods.push(match change.operation {
             LdapModifyType::Add => {
                 hash_passwords(&conn, std::slice::from_mut(&mut attr)).await?;

@@ -71,7 +71,9 @@ fn sasl_external_on_the_local_socket_answers_as_slapd_does() {
     let authcid = format!("gidNumber={gid}+uidNumber={uid},cn=peercred,cn=external,cn=auth");
     let pattern = format!("^gidNumber={gid}\\+uidNumber={uid},cn=peercred,cn=external,cn=auth$");
     for mapped in [false, true] {
-        let slapd = LocalSlapd::start(mapped.then_some(&pattern));
+        // slapd.conf unescapes a quoted value once: the regex's `\+` is `\\+`.
+        let authz = format!("authz-regexp \"{}\" \"{ROOT_DN}\"\n", pattern.replace('\\', "\\\\"));
+        let slapd = LocalSlapd::start(if mapped { &authz } else { "" });
         let dir = tempfile::tempdir().unwrap();
         let ldapi = dir.path().join("ldapi");
         let mut config = format!("[server]\nldapi = {:?}\n", ldapi.display().to_string());
@@ -130,70 +132,5 @@ fn sasl_external_on_the_local_socket_answers_as_slapd_does() {
         assert_ne!(code, 0, "{err}");
         let (_, out, _) = tool("ldapsearch", &["-x", "-H", &s.url(), "-LLL", "-s", "base", "-b", "", "+"], None);
         assert!(!out.contains("supportedSASLMechanisms"), "{out}");
-    }
-}
-
-/// Debian's slapd listening on a local socket only, with the suffix entry
-/// in place and `authz_pattern` (if any) mapping to the root DN; killed on
-/// drop.
-struct LocalSlapd {
-    dir: tempfile::TempDir,
-    child: std::process::Child,
-    /// Its one access rule: the test's own peercred identity may write.
-    rule: String,
-}
-
-impl LocalSlapd {
-    fn start(authz_pattern: Option<&String>) -> LocalSlapd {
-        slapd_installed();
-        let dir = tempfile::tempdir().unwrap();
-        let includes = slapd_schema_includes(dir.path());
-        std::fs::create_dir(dir.path().join("db")).unwrap();
-        // slapd.conf unescapes a quoted value once: the regex's `\+` is `\\+`.
-        let authz = authz_pattern
-            .map(|p| format!("authz-regexp \"{}\" \"{ROOT_DN}\"\n", p.replace('\\', "\\\\")))
-            .unwrap_or_default();
-        // SAFETY: plain getters.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        let rule = format!(
-            "to * by dn.exact=\"gidNumber={gid}+uidNumber={uid},cn=peercred,cn=external,cn=auth\" write by * read"
-        );
-        let conf = format!(
-            "{includes}pidfile {d}/slapd.pid\nmodulepath /usr/lib/ldap\nmoduleload back_mdb\n{authz}\
-             database mdb\nsuffix \"{SUFFIX}\"\nrootdn \"{ROOT_DN}\"\nrootpw {ROOT_PW}\ndirectory {d}/db\n\
-             access {rule}\n",
-            d = dir.path().display(),
-        );
-        std::fs::write(dir.path().join("slapd.conf"), conf).unwrap();
-        let log = std::fs::File::create(dir.path().join("slapd.log")).unwrap();
-        let child = std::process::Command::new("slapd")
-            .arg("-f")
-            .arg(dir.path().join("slapd.conf"))
-            .args(["-h", &format!("ldapi://{}", dir.path().join("ldapi").display().to_string().replace('/', "%2F"))])
-            .args(["-d", "stats"])
-            .stdout(std::process::Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("slapd");
-        let s = LocalSlapd { dir, child, rule };
-        wait_for("slapd's local socket", || {
-            std::os::unix::net::UnixStream::connect(s.dir.path().join("ldapi")).is_ok()
-        });
-        let suffix =
-            format!("dn: {SUFFIX}\nobjectClass: dcObject\nobjectClass: organization\ndc: example\no: example\n");
-        let (code, _, err) = tool("ldapadd", &["-x", "-H", &s.url(), "-D", ROOT_DN, "-w", ROOT_PW], Some(&suffix));
-        assert_eq!(code, 0, "{err}");
-        s
-    }
-
-    fn url(&self) -> String {
-        format!("ldapi://{}", self.dir.path().join("ldapi").display().to_string().replace('/', "%2F"))
-    }
-}
-
-impl Drop for LocalSlapd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }

@@ -12,11 +12,41 @@ use ldap3_proto::LdapResultCode as Code;
 /// Checks `entry` (named `dn`) against the schema; returns the name of its
 /// structural object class, for `structuralObjectClass`.
 pub fn check_entry(entry: &Entry, dn: &Dn) -> Result<String> {
+    check_entry_with(entry, dn, Values::All)
+}
+
+/// `check_entry` for an entry a modify or rename made: the values it
+/// wrote were checked on the way in (`check_syntax`, the new RDN's by
+/// its parse), and those it held already are not checked again, as slapd
+/// checks only the modifications: a value a later schema, or a stricter
+/// validator, no longer accepts does not make its entry unmodifiable.
+pub fn check_modified(entry: &Entry, dn: &Dn) -> Result<String> {
+    check_entry_with(entry, dn, Values::Written)
+}
+
+/// Which values `check_contents` checks against their syntaxes.
+#[derive(Clone, Copy, PartialEq)]
+enum Values {
+    All,
+    /// None: they were checked as they were written.
+    Written,
+}
+
+fn check_entry_with(entry: &Entry, dn: &Dn, values: Values) -> Result<String> {
     let schema = get();
     let classes = classes(schema, entry)?;
     let structural = structural(schema, &classes)?;
-    check_contents(schema, entry, dn, &classes)?;
+    check_contents(schema, entry, dn, &classes, values)?;
     Ok(schema.classes[structural].name().to_string())
+}
+
+/// The values of a modification against their attribute's syntax (slapd's
+/// `slap_mods_check`); an unknown type is left for the entry's check.
+pub fn check_syntax(name: &str, vals: &[Vec<u8>]) -> Result<()> {
+    match get().attr(name) {
+        Some(at) => check_syntaxes(at, name, vals),
+        None => Ok(()),
+    }
 }
 
 /// The name of the entry's structural object class.
@@ -26,7 +56,7 @@ pub fn structural_class(entry: &Entry) -> Result<String> {
 }
 
 /// Required and allowed attributes, values, RDN.
-fn check_contents(schema: &Schema, entry: &Entry, dn: &Dn, classes: &[usize]) -> Result<()> {
+fn check_contents(schema: &Schema, entry: &Entry, dn: &Dn, classes: &[usize], values: Values) -> Result<()> {
     // Each attribute's type, resolved once.
     let mut types = Vec::with_capacity(entry.attrs.len());
     for a in &entry.attrs {
@@ -58,7 +88,10 @@ fn check_contents(schema: &Schema, entry: &Entry, dn: &Dn, classes: &[usize]) ->
         if !extensible && !at.usage.is_operational() && !allowed_or_supertype(schema, &allowed, *t) {
             return Err(Error::new(Code::ObjectClassViolation, format!("attribute '{}' not allowed", a.name)));
         }
-        check_type_values(at, &a.name, &a.vals)?;
+        check_single_value(at, &a.name, &a.vals)?;
+        if values == Values::All {
+            check_syntaxes(at, &a.name, &a.vals)?;
+        }
     }
     check_rdn(entry, dn)
 }
@@ -121,13 +154,18 @@ pub fn check_values(schema: &Schema, name: &str, vals: &[Vec<u8>]) -> Result<()>
     let Some(at) = schema.attr(name) else {
         return Err(Error::new(Code::UndefinedAttributeType, format!("{name}: attribute type undefined")));
     };
-    check_type_values(at, name, vals)
+    check_single_value(at, name, vals)?;
+    check_syntaxes(at, name, vals)
 }
 
-fn check_type_values(at: &AttributeType, name: &str, vals: &[Vec<u8>]) -> Result<()> {
+fn check_single_value(at: &AttributeType, name: &str, vals: &[Vec<u8>]) -> Result<()> {
     if at.single_value && vals.len() > 1 {
         return Err(Error::new(Code::ConstraintViolation, format!("attribute '{name}' cannot have multiple values")));
     }
+    Ok(())
+}
+
+fn check_syntaxes(at: &AttributeType, name: &str, vals: &[Vec<u8>]) -> Result<()> {
     for (i, v) in vals.iter().enumerate() {
         if !(at.syntax_ref.valid)(v) {
             return Err(Error::new(
