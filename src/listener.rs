@@ -222,8 +222,9 @@ async fn refuse(mut stream: glommio::net::TcpStream, why: &str) {
 /// left by a crash is replaced, a live server's is not. Accepted through
 /// glommio's `TcpListener`, an accept on any listening descriptor: its
 /// `UnixListener` gives out streams without their descriptor, which
-/// `SO_PEERCRED` needs (`conn::serve_unix`).
-pub fn bind_local(path: &std::path::Path) -> Result<glommio::net::TcpListener> {
+/// `SO_PEERCRED` needs (`conn::serve_unix`). Also its descriptor, which
+/// `drain` shuts.
+pub fn bind_local(path: &std::path::Path) -> Result<(glommio::net::TcpListener, std::os::fd::RawFd)> {
     if std::os::unix::net::UnixStream::connect(path).is_ok() {
         anyhow::bail!("server.ldapi: {} is in use by a running server", path.display());
     }
@@ -234,8 +235,9 @@ pub fn bind_local(path: &std::path::Path) -> Result<glommio::net::TcpListener> {
     // reach it); the process's umask would leave it to this user alone.
     std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o777))
         .map_err(|e| anyhow::anyhow!("server.ldapi: {}: {e}", path.display()))?;
+    let fd = l.into_raw_fd();
     // SAFETY: a listening socket this process bound and owns.
-    Ok(unsafe { glommio::net::TcpListener::from_raw_fd(l.into_raw_fd()) })
+    Ok((unsafe { glommio::net::TcpListener::from_raw_fd(fd) }, fd))
 }
 
 pub async fn run_local(listener: glommio::net::TcpListener, ctx: Rc<Ctx>) {

@@ -212,7 +212,9 @@ pub fn serve(config: Config) -> Result<()> {
                         glommio::spawn_local(flush_log(ctx.clone())).detach();
                         if let (0, Some(path)) = (i, &config.server.ldapi) {
                             match listener::bind_local(path) {
-                                Ok(l) => {
+                                Ok((l, fd)) => {
+                                    // `drain` shuts it with the others.
+                                    shared.listeners.lock().unwrap_or_else(|e| e.into_inner()).push(fd);
                                     glommio::spawn_local(listener::run_local(l, ctx.clone())).detach();
                                 }
                                 Err(e) => {

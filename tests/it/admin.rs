@@ -198,6 +198,30 @@ fn monitor_readers_from_the_configuration() {
     assert_eq!(search_dns(&mut c, "cn=Monitor", Scope::Base, "(objectClass=*)"), vec!["cn=Monitor".to_string()]);
 }
 
+/// Drain closes the local socket as it closes the TCP listeners: nobody
+/// new gets in there either (before, the ldapi listener kept accepting).
+#[test]
+fn drain_closes_the_local_socket_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let ldapi = dir.path().join("ldapi");
+    let s = Server::start_with_config(1, &format!("[server]\nldapi = {:?}\n", ldapi.display().to_string()));
+    let drained = ctl_json(&s, &["drain", "--deadline", "1"]);
+    assert_eq!(drained["in_flight"], 0, "{drained}");
+    wait_for("the local socket to close", || {
+        let Ok(mut c) = std::os::unix::net::UnixStream::connect(&ldapi) else { return true };
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let whoami = ldap3_proto::proto::LdapMsg::new(1, crate::support::whoami());
+        if c.write_all(&encode_msgs(vec![whoami])).is_err() {
+            return true;
+        }
+        // Answered (unavailable): accepted, so still listening.
+        match c.read(&mut [0u8; 64]) {
+            Ok(n) => n == 0,
+            Err(e) => !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+        }
+    });
+}
+
 #[test]
 fn drain_waits_for_a_long_search_then_shutdown_exits_zero() {
     let s = Server::start_with_config(1, "[storage]\nsync = \"never\"\n[log]\nlevel = \"off\"\n");

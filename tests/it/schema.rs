@@ -372,7 +372,9 @@ fn a_modify_checks_the_values_it_writes_not_those_already_held() {
     // testCode becomes an INTEGER: "abc" is no longer valid.
     slapd.restart(&format!("include {integer}\n"));
     s.stop();
-    std::fs::write(s.config_path(), format!("[schema]\nfiles = [{integer:?}]\n")).unwrap();
+    let config = std::fs::read_to_string(s.config_path()).unwrap();
+    assert!(config.contains(&text), "{config}");
+    std::fs::write(s.config_path(), config.replace(&text, &integer)).unwrap();
     s.launch();
     let urls = [slapd.url(), s.url()];
     let modify = |url: &str, change: &str| {
