@@ -39,8 +39,11 @@ pub fn proxied(conn: &Conn, rec: &Record, dn: &str) {
 /// line: `BIND dn="…" mech=SIMPLE bind_ssf=0 ssf=…`); nothing for an
 /// anonymous bind, as slapd.
 pub fn bound(conn: &Conn, rec: &Record, mech: &str) {
+    if !accesslog::enabled(LogLevel::Stats) {
+        return;
+    }
     let identity = conn.identity.borrow();
-    if !accesslog::enabled(LogLevel::Stats) || identity.dn().is_empty() {
+    if identity.dn().is_empty() {
         return;
     }
     let ssf = conn.tls_ssf.get().max(conn.transport_ssf) as u64;
