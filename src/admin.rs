@@ -283,9 +283,13 @@ impl Admin {
     /// for the running ones.
     pub fn drain(&self, deadline: Duration) -> Response {
         self.shared.draining.store(true, Ordering::Relaxed);
-        for fd in self.shared.listeners.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-            // SAFETY: shutdown on a listening socket the shards own for the process's life.
-            unsafe { libc::shutdown(*fd, libc::SHUT_RDWR) };
+        // Taken, not read: once shut, an accept loop ends and closes its
+        // socket, and a second drain (`ctl drain`, then SIGTERM) must not
+        // shut whatever descriptor took the number since.
+        let listeners = std::mem::take(&mut *self.shared.listeners.lock().unwrap_or_else(|e| e.into_inner()));
+        for fd in listeners {
+            // SAFETY: shutdown on a listening socket that is open until this shuts it.
+            unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
         }
         let until = Instant::now() + deadline;
         loop {

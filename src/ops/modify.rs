@@ -21,6 +21,11 @@ use std::rc::Rc;
 
 pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> Result<Vec<LdapControl>> {
     let dn = parse_dn(&req.dn)?;
+    for change in &req.changes {
+        let adds = matches!(change.operation, LdapModifyType::Add | LdapModifyType::Replace);
+        let m = &change.modification;
+        shards::schema::check::check_modification(&m.atype, &m.vals, adds)?;
+    }
     crate::ops::referral::check_target(&conn, &ctrls.acting, &dn, ctrls.manage_dsa_it)?;
     if dn.is_root() {
         return Err(Error::unwilling("the root DSE cannot be modified"));
@@ -45,7 +50,6 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
     let mut verifications = MOST_VERIFIED;
     for change in req.changes {
         let mut attr = Attr { name: change.modification.atype, vals: change.modification.vals };
-        shards::schema::check::check_transfer(&attr.name)?;
         shards::schema::get().spell_values(&attr.name, &mut attr.vals);
         if !user_modifiable(&attr.name) {
             if ctrls.relax.is_none() || !is_relaxable(&attr.name) {
@@ -56,7 +60,6 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
             }
             relaxed.push(attr.name.clone());
         }
-        shards::schema::check::check_syntax(&attr.name, &attr.vals)?;
         mods.push(match change.operation {
             LdapModifyType::Add => {
                 hash_passwords(&conn, std::slice::from_mut(&mut attr)).await?;

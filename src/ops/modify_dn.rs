@@ -233,11 +233,8 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
     controls::check_assertion(&conn, &identity, ctrls.assertion.as_ref(), &old.key(), &entry)?;
     let before = ctrls.pre_read.as_ref().map(|_| entry.clone());
     rename_entry(&mut entry, &old, &new, new_text, req.deleteoldrdn, identity.dn());
-    // The values the new RDN writes; those the entry held are not checked
-    // again (`check_modified`).
-    for ava in &new.rdn().expect("not the root").avas {
-        shards::schema::check::check_syntax(&ava.attr, std::slice::from_ref(&ava.value))?;
-    }
+    // The new RDN's values were checked with its DN (`validate`, 34);
+    // those the entry held are not checked again (`check_modified`).
     shards::schema::check::check_modified(&entry, &new)?;
     let after = ctrls.post_read.as_ref().map(|_| entry.clone());
     if !below.is_empty() || shard.owner_of(&old.key()) != shard.owner_of(&new.key()) {

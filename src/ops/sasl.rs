@@ -147,8 +147,13 @@ fn authorize(conn: &Conn, identity: Identity, authzid: &[u8]) -> Result<Identity
     if name.is_empty() {
         return Ok(Identity::Anonymous);
     }
-    let Ok(dn) = Dn::parse(name) else { return refuse("Invalid syntax") };
+    // Checked as any DN a client gives (`dn:foo=bar` names no type).
+    let Ok(dn) = crate::ops::parse_dn(name) else { return refuse("Invalid syntax") };
     let dn = mapped(conn, name).unwrap_or(dn);
+    // Only `dn:` itself is anonymous: `dn: ` (blank) is refused, as slapd.
+    if dn.is_root() {
+        return refuse("Invalid syntax");
+    }
     match &identity {
         // The root DN may act as anyone, as with Proxied Authorization.
         Identity::Root(_) => identity_of(conn, &dn),

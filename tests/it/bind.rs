@@ -102,6 +102,8 @@ fn sasl_external_on_the_local_socket_answers_as_slapd_does() {
                     as_authzid("dn:"),
                     as_authzid("u:"),
                     as_authzid("dn:not a DN"),
+                    as_authzid("dn: "),
+                    as_authzid("dn:foo=bar"),
                     as_authzid(&format!("dn:uid=other,{SUFFIX}")),
                 ];
                 // slapd lists its Cyrus mechanisms too; the texts compared

@@ -770,8 +770,11 @@ fn pipelined_sync_searches_of_a_big_entry_wait_before_they_build() {
         assert_eq!(admin.modify(&base, vec![change]).unwrap().rc, 0);
     }
     let persisted = peak_growth(&s, before, 4);
+    // Unbounded: 105 MB (refresh) and 146 MB (persist). Bounded, the queue
+    // (4 MB) and the engine's own growth from three writes of 1 MB (sled's
+    // cache and log: 41 MB seen in CI, beside other tests).
     for (stage, most) in [("refresh", refreshed), ("persist", persisted)] {
-        assert!(most < 40 << 10, "the {stage} took {} MB more for 100 sync searches it cannot send", most >> 10);
+        assert!(most < 80 << 10, "the {stage} took {} MB more for 100 sync searches it cannot send", most >> 10);
     }
     drop((refreshing, persisting));
     wait_for("the connections to be gone", || ctl_json(&s, &["status"])["connections"] == 1);

@@ -86,7 +86,10 @@ fn modify_result_codes() {
     assert_eq!(rc(&mut c, vec![Mod::Delete("mail", HashSet::from(["other@x"]))]), 16);
     assert_eq!(rc(&mut c, vec![Mod::Delete("telephoneNumber", HashSet::new())]), 16);
     assert_eq!(rc(&mut c, vec![Mod::Delete("uid", HashSet::from(["m"]))]), 64, "namingViolation, as slapd");
-    assert_eq!(rc(&mut c, vec![Mod::Replace("entryUUID", HashSet::from(["x"]))]), 19);
+    // As slapd: the value's syntax first (21), then no user modification (19).
+    assert_eq!(rc(&mut c, vec![Mod::Replace("entryUUID", HashSet::from(["x"]))]), 21);
+    let uuid = "6ba7b810-9dad-11d1-80b4-00c04fd430c8";
+    assert_eq!(rc(&mut c, vec![Mod::Replace("entryUUID", HashSet::from([uuid]))]), 19);
     // All or nothing: the good first change is not applied either.
     assert_eq!(
         rc(&mut c, vec![Mod::Replace("sn", HashSet::from(["Again"])), Mod::Delete("mail", HashSet::from(["nope"]))]),

@@ -16,8 +16,8 @@ pub fn check_entry(entry: &Entry, dn: &Dn) -> Result<String> {
 }
 
 /// `check_entry` for an entry a modify or rename made: the values it
-/// wrote were checked on the way in (`check_syntax`, the new RDN's by
-/// its parse), and those it held already are not checked again, as slapd
+/// wrote were checked on the way in (`check_modification`, the new
+/// RDN's with its DN), and those it held already are not checked again, as slapd
 /// checks only the modifications: a value a later schema, or a stricter
 /// validator, no longer accepts does not make its entry unmodifiable.
 pub fn check_modified(entry: &Entry, dn: &Dn) -> Result<String> {
@@ -40,13 +40,20 @@ fn check_entry_with(entry: &Entry, dn: &Dn, values: Values) -> Result<String> {
     Ok(schema.classes[structural].name().to_string())
 }
 
-/// The values of a modification against their attribute's syntax (slapd's
-/// `slap_mods_check`); an unknown type is left for the entry's check.
-pub fn check_syntax(name: &str, vals: &[Vec<u8>]) -> Result<()> {
-    match get().attr(name) {
-        Some(at) => check_syntaxes(at, name, vals),
-        None => Ok(()),
+/// One modification as slapd's frontend checks it (`slap_mods_check`),
+/// before the entry is looked for and before any other check: its type
+/// and options (17), its values' syntax (21), several values for a
+/// single-valued type (19). `adds`: an add or a replace.
+pub fn check_modification(name: &str, vals: &[Vec<u8>], adds: bool) -> Result<()> {
+    check_transfer(name)?;
+    let Some(at) = get().attr(name) else {
+        return Err(Error::new(Code::UndefinedAttributeType, format!("{name}: attribute type undefined")));
+    };
+    check_syntaxes(at, name, vals)?;
+    if adds && at.single_value && vals.len() > 1 {
+        return Err(Error::new(Code::ConstraintViolation, format!("{name}: multiple values provided")));
     }
+    Ok(())
 }
 
 /// The name of the entry's structural object class.
