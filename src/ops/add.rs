@@ -45,14 +45,19 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     if req.attributes.is_empty() {
         return Err(Error::protocol("no attributes provided"));
     }
+    // As slapd's frontend (`slap_mods_check`): every attribute's type and
+    // options (17), values' syntax (21) and count (19) before anything else.
+    for a in &req.attributes {
+        if a.vals.is_empty() {
+            return Err(Error::protocol(format!("{}: no values for attribute type", a.atype)));
+        }
+        shards::schema::check::check_modification(&a.atype, &a.vals, true)?;
+    }
     // The request is owned: its values are respelled in place, not copied.
     let mut attrs = Vec::with_capacity(req.attributes.len());
     let mut relaxed = Vec::new();
     let mut seen = std::collections::HashSet::with_capacity(req.attributes.len());
     for mut a in req.attributes {
-        if a.vals.is_empty() {
-            return Err(Error::protocol(format!("{}: no values for attribute type", a.atype)));
-        }
         // As slapd: one attribute twice in the list (`cn` and `commonName`,
         // or `cn` and `CN`) is refused, not merged.
         if !seen.insert(shards::matching::description_key(&a.atype)) {
@@ -70,13 +75,14 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
             }
             relaxed.push(a.atype.clone());
         }
-        shards::schema::check::check_transfer(&a.atype)?;
         shards::schema::get().spell_values(&a.atype, &mut a.vals);
         attrs.push((a.atype, a.vals));
     }
     // Stored, and returned, in slapd's pretty form.
     let mut entry = Entry::gather(dn.pretty()?, attrs)?;
     add_rdn_values(&mut entry, &dn)?;
+    // As slapd's back-mdb: the schema before the parent and the access.
+    check_new(&mut entry, &dn)?;
     let is_suffix = ctx.is_suffix(&dn);
     let identity = ctrls.acting.clone();
     let live = conn.ctx.live();
@@ -102,7 +108,6 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
         access::require_new(a, &dn.key(), &entry, WRITE)?;
         access::require_new_attrs(a, &dn.key(), &entry, &relaxed, MANAGE)?;
     }
-    check_new(&mut entry, &dn)?;
     if !is_suffix {
         // As slapd's back-mdb: after the access checks, an alias, then a
         // referral object, whatever ManageDsaIT says.

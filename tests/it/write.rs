@@ -40,6 +40,14 @@ fn add_result_codes() {
             vec![("objectClass", ["person"].into()), ("uid", ["z"].into()), ("entryUUID", ["x"].into())],
         )
         .unwrap();
+    assert_eq!(res.rc, 21, "the value's syntax first, as slapd's slap_mods_check");
+    let uuid = "6ba7b810-9dad-11d1-80b4-00c04fd430c8";
+    let res = c
+        .add(
+            &format!("uid=z,{PEOPLE}"),
+            vec![("objectClass", ["person"].into()), ("uid", ["z"].into()), ("entryUUID", [uuid].into())],
+        )
+        .unwrap();
     assert_eq!(res.rc, 19, "no user modification");
     let res = c
         .add(&format!("uid=z,{PEOPLE}"), vec![("objectClass", ["person"].into()), ("uid", ["z", "Z"].into())])
