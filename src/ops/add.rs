@@ -82,7 +82,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     let mut entry = Entry::gather(dn.pretty()?, attrs)?;
     add_rdn_values(&mut entry, &dn)?;
     // As slapd's back-mdb: the schema before the parent and the access.
-    check_new(&mut entry, &dn)?;
+    check_new_checked(&mut entry, &dn)?;
     let is_suffix = ctx.is_suffix(&dn);
     let identity = ctrls.acting.clone();
     let live = conn.ctx.live();
@@ -226,10 +226,22 @@ pub fn check_naming_type(attr: &str) -> Result<()> {
 /// structural object class.
 pub fn check_new(entry: &mut Entry, dn: &Dn) -> Result<()> {
     let structural = shards::schema::check::check_entry(entry, dn)?;
+    set_structural(entry, structural);
+    Ok(())
+}
+
+/// `check_new` for an entry whose values were checked as they came
+/// (`check_modification`): their syntaxes are not checked twice.
+fn check_new_checked(entry: &mut Entry, dn: &Dn) -> Result<()> {
+    let structural = shards::schema::check::check_modified(entry, dn)?;
+    set_structural(entry, structural);
+    Ok(())
+}
+
+fn set_structural(entry: &mut Entry, structural: String) {
     if entry.get("structuralObjectClass").is_none() {
         entry.set("structuralObjectClass", vec![structural.into_bytes()]);
     }
-    Ok(())
 }
 
 /// Hashes cleartext `userPassword` values with `passwords.default_scheme`

@@ -15,11 +15,12 @@ pub fn check_entry(entry: &Entry, dn: &Dn) -> Result<String> {
     check_entry_with(entry, dn, Values::All)
 }
 
-/// `check_entry` for an entry a modify or rename made: the values it
-/// wrote were checked on the way in (`check_modification`, the new
-/// RDN's with its DN), and those it held already are not checked again, as slapd
-/// checks only the modifications: a value a later schema, or a stricter
-/// validator, no longer accepts does not make its entry unmodifiable.
+/// `check_entry` without the values' syntaxes, for an entry a modify, a
+/// rename or an add made: the values they wrote were checked on the way
+/// in (`check_modification`; a new RDN's with its DN), and those the entry
+/// held already are not checked again, as slapd checks only the
+/// modifications: a value a later schema, or a stricter validator, no
+/// longer accepts does not make its entry unmodifiable.
 pub fn check_modified(entry: &Entry, dn: &Dn) -> Result<String> {
     check_entry_with(entry, dn, Values::Written)
 }
