@@ -5,9 +5,9 @@
 //! `gidNumber=<gid>+uidNumber=<uid>,cn=peercred,cn=external,cn=auth`,
 //! which `server.authz_regexp` (slapd's `authz-regexp`) may map to a
 //! directory DN: the root DN makes the connection root. An authorization
-//! identity other than the authenticated one is refused, as slapd does
-//! without `authz-policy`. No other mechanism is offered: they need a
-//! SASL password store this server does not keep.
+//! identity is taken as slapd without `authz-policy` takes it (`authorize`).
+//! No other mechanism is offered: they need a SASL password store this
+//! server does not keep.
 //!
 //! One difference: EXTERNAL without credentials (absent, not empty) is
 //! decided at once; slapd (Cyrus SASL) first answers saslBindInProgress
