@@ -186,10 +186,10 @@ impl ShardLog {
                 match v {
                     V::Num(n) => drop(write!(buf, "{n}")),
                     V::Secs(s) => drop(write!(buf, "{s:.6}")),
-                    V::Word(w) => buf.push_str(w),
+                    V::Word(w) => push_escaped(&mut buf, w, false),
                     V::Quoted(w) => {
                         buf.push('"');
-                        buf.push_str(w);
+                        push_escaped(&mut buf, w, true);
                         buf.push('"');
                     }
                 }
@@ -262,6 +262,26 @@ mod timestamp_tests {
             log.timestamp_at(&mut buf, now);
             let at = time::OffsetDateTime::from_unix_timestamp_nanos(now.as_nanos() as i128).unwrap();
             assert_eq!(buf, at.format(&time::format_description::well_known::Rfc3339).unwrap(), "{now:?}");
+        }
+    }
+}
+
+/// A client's text on a stats line (a DN, an authzid, an error's text
+/// that quotes them): a line break would let it write lines of its own (a
+/// forged `BIND … mech=SIMPLE`), and a quote end a `"…"` field, so control
+/// characters (and `"` when `quoted`) go as `\XX`, as in an escaped DN.
+fn push_escaped(buf: &mut String, w: &str, quoted: bool) {
+    use std::fmt::Write as _;
+    let special = |b: u8| b < 0x20 || b == 0x7f || (quoted && b == b'"');
+    if !w.bytes().any(special) {
+        buf.push_str(w);
+        return;
+    }
+    for c in w.chars() {
+        if c.is_ascii() && special(c as u8) {
+            let _ = write!(buf, "\\{:02X}", c as u8);
+        } else {
+            buf.push(c);
         }
     }
 }

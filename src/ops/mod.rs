@@ -85,6 +85,9 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
         LdapOp::BindRequest(req) => match bind::handle(conn, &req) {
             bind::Outcome::Now(res) => {
                 if res.code == LdapResultCode::Success {
+                    if let ldap3_proto::proto::LdapBindCred::SASL(sasl) = &req.cred {
+                        record::sasl(conn, &rec, &sasl.credentials);
+                    }
                     record::bound(conn, &rec, bind::mechanism(&req));
                 }
                 let op = LdapOp::BindResponse(LdapBindResponse { res, saslcreds: None });

@@ -35,6 +35,20 @@ pub fn proxied(conn: &Conn, rec: &Record, dn: &str) {
     }
 }
 
+/// Logs who a successful SASL EXTERNAL bind authenticated and the
+/// authorization identity it asked for (slapd's `BIND authcid="…"
+/// authzid="…"`, the authcid again when none was given).
+pub fn sasl(conn: &Conn, rec: &Record, authzid: &[u8]) {
+    let Some(cred) = conn.peer_cred.filter(|_| accesslog::enabled(LogLevel::Stats)) else { return };
+    let authcid = crate::ops::sasl::authcid(cred);
+    let authzid = match authzid.is_empty() {
+        true => std::borrow::Cow::Borrowed(authcid.as_str()),
+        false => String::from_utf8_lossy(authzid),
+    };
+    let fields = [("authcid", V::Quoted(&authcid)), ("authzid", V::Quoted(&authzid))];
+    conn.ctx.log.line(conn.id, Some(rec.opn), "BIND", &fields);
+}
+
 /// Logs who a successful bind made the connection (slapd's second `BIND`
 /// line: `BIND dn="…" mech=SIMPLE bind_ssf=0 ssf=…`); nothing for an
 /// anonymous bind, as slapd.

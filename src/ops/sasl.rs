@@ -97,7 +97,7 @@ fn no_mechanism(detail: &str) -> Error {
 /// The identity of a process by its credentials, mapped by
 /// `server.authz_regexp`.
 fn external(conn: &Conn, cred: PeerCred) -> Result<Identity> {
-    let authcid = format!("gidNumber={}+uidNumber={},cn=peercred,cn=external,cn=auth", cred.gid, cred.uid);
+    let authcid = authcid(cred);
     let dn = match mapped(conn, &authcid) {
         Some(dn) => dn,
         None => Dn::parse(&authcid)?,
@@ -113,6 +113,11 @@ fn identity_of(conn: &Conn, dn: &Dn) -> Result<Identity> {
         return Ok(Identity::Root(Rc::from(pretty.as_str())));
     }
     Ok(Identity::User(Rc::new(Bound { dn: pretty, key })))
+}
+
+/// Who EXTERNAL authenticates, before `authz_regexp`.
+pub fn authcid(cred: PeerCred) -> String {
+    format!("gidNumber={}+uidNumber={},cn=peercred,cn=external,cn=auth", cred.gid, cred.uid)
 }
 
 /// What `server.authz_regexp` maps `dn` to; a mapping to something that

@@ -79,9 +79,14 @@ fn access_log_lines_match_the_operations() {
     let proxy =
         ldap3::controls::RawControl { ctype: "2.16.840.1.113730.3.4.18".into(), crit: true, val: Some(authzid) };
     c.with_controls(proxy).search(PEOPLE, Scope::Base, "(objectClass=*)", vec!["1.1"]).unwrap().success().unwrap();
+    // A DN with a line break cannot write a line of its own.
+    let forged = "cn=x\nforged BIND dn=\"cn=admin\" mech=SIMPLE";
+    assert_ne!(s.conn().simple_bind(forged, "pw").unwrap().rc, 0);
     c.unbind().unwrap();
     let read = || std::fs::read_to_string(&log).unwrap_or_default();
     wait_for("the closed line", || read().contains(" closed"));
+    wait_for("the forged bind's line", || read().contains("cn=x\\0Aforged BIND dn=\\22cn=admin\\22"));
+    assert!(!read().lines().any(|l| l.starts_with("forged")), "{}", read());
     let text = read();
     let line = |needle: &str| text.lines().find(|l| l.contains(needle)).unwrap_or_else(|| panic!("{needle}: {text}"));
     let accept = line("ACCEPT from IP=127.0.0.1:");

@@ -82,6 +82,8 @@ fn sasl_external_on_the_local_socket_answers_as_slapd_does() {
         }
         // Unmapped, access rules name the identity itself.
         config += &format!("[access]\nrules = [{:?}]\n", slapd.rule);
+        let log = dir.path().join("access.log");
+        config += &format!("[log]\nlevel = \"stats\"\nfile = {:?}\n", log.display().to_string());
         let s = Server::start_with_config(1, &config);
         let urls = [slapd.url(), format!("ldapi://{}", ldapi.display().to_string().replace('/', "%2F"))];
         let answers: Vec<Vec<(i32, String, String)>> = urls
@@ -119,6 +121,20 @@ fn sasl_external_on_the_local_socket_answers_as_slapd_does() {
             .collect();
         for (i, (slapd, ours)) in answers[0].iter().zip(&answers[1]).enumerate() {
             assert_eq!(slapd, ours, "answer {i}: slapd, then coredir (mapped: {mapped})");
+        }
+        // Both logs say who authenticated and who the bind made it, alike.
+        let who = if mapped { ROOT_DN.to_string() } else { authcid.clone() };
+        let lines = [
+            format!(" BIND authcid=\"{authcid}\" authzid=\"{authcid}\""),
+            format!(" BIND authcid=\"{authcid}\" authzid=\"dn:{ROOT_DN}\""),
+            format!(" BIND dn=\"{who}\" mech=EXTERNAL bind_ssf=0 ssf=71"),
+        ];
+        let slapd_log = std::fs::read_to_string(slapd.dir.path().join("slapd.log")).unwrap();
+        for line in &lines[..if mapped { 3 } else { 1 }] {
+            assert!(slapd_log.contains(line.as_str()), "slapd: {line}\n{slapd_log}");
+            wait_for("coredir's log line", || {
+                std::fs::read_to_string(&log).unwrap_or_default().contains(line.as_str())
+            });
         }
         // Anyone may connect, as to slapd's socket.
         let mode =
