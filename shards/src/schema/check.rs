@@ -157,15 +157,6 @@ pub fn check_transfer(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Values of one attribute: single-value and syntax.
-pub fn check_values(schema: &Schema, name: &str, vals: &[Vec<u8>]) -> Result<()> {
-    let Some(at) = schema.attr(name) else {
-        return Err(Error::new(Code::UndefinedAttributeType, format!("{name}: attribute type undefined")));
-    };
-    check_single_value(at, name, vals)?;
-    check_syntaxes(at, name, vals)
-}
-
 fn check_single_value(at: &AttributeType, name: &str, vals: &[Vec<u8>]) -> Result<()> {
     if at.single_value && vals.len() > 1 {
         return Err(Error::new(Code::ConstraintViolation, format!("attribute '{name}' cannot have multiple values")));
