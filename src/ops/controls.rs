@@ -14,6 +14,8 @@
 //! - Subentries (RFC 3672): search; there are no subentries, so TRUE
 //!   returns nothing (the filter is ANDed with `objectClass=subentry`).
 //! - Sync Request (RFC 4533): search (`ops::syncrepl`).
+//! - Don't Use Copy (RFC 6171): search and compare; always met (no
+//!   server here holds a shadow copy).
 //! - Proxied Authorization (RFC 4370): every operation but bind, abandon
 //!   and unbind runs as the identity it names (`ops::proxied`): the
 //!   handlers take who they act for from `Controls::acting`, never from
@@ -61,6 +63,12 @@ pub const PERMISSIVE_MODIFY: &str = "1.2.840.113556.1.4.1413";
 /// proxy or web application is. slapd decodes it strictly and does not
 /// list it; so does coredir, and it only checks it (nothing here logs it).
 pub const SESSION_TRACKING: &str = "1.3.6.1.4.1.21008.108.63.1";
+/// Don't Use Copy (RFC 6171): the answer must come from the original, not
+/// a shadow copy. Every coredir server holds the original of what it
+/// serves (both servers of a mirror pair take writes; there are no
+/// read-only replicas or caches), so on a search or compare it is always
+/// met, as slapd meets it on a back-mdb database.
+pub const DONT_USE_COPY: &str = "1.3.6.1.1.22";
 
 /// What `supportedControl` lists: exactly what works.
 pub const SUPPORTED: &[&str] = &[
@@ -75,6 +83,7 @@ pub const SUPPORTED: &[&str] = &[
     SUBENTRIES,
     RELAX,
     PROXY_AUTHZ,
+    DONT_USE_COPY,
 ];
 
 #[derive(Debug, Default)]
@@ -142,7 +151,7 @@ fn unavailable(oid: &str, why: &str) -> Error {
 pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
     let k = kind(op);
     let mut out = Controls::default();
-    let mut manage_dsa_it = None;
+    let (mut manage_dsa_it, mut dont_use_copy) = (None, None);
     for c in ctrls {
         match c {
             LdapControl::SimplePagedResults { size, cookie } if k == Kind::Search => {
@@ -168,6 +177,7 @@ pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
                     RELAX => matches!(k, Kind::Add | Kind::Modify | Kind::Delete | Kind::ModifyDn),
                     PERMISSIVE_MODIFY => k == Kind::Modify,
                     SESSION_TRACKING => true,
+                    DONT_USE_COPY => matches!(k, Kind::Search | Kind::Compare),
                     _ => false,
                 };
                 if !applies {
@@ -189,6 +199,14 @@ pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
                         return Err(protocol("session tracking (critical)"));
                     }
                     check_session_tracking(value.as_deref())?;
+                    continue;
+                }
+                if oid == DONT_USE_COPY {
+                    // slapd: "dontUseCopy control value not absent".
+                    if value.is_some() {
+                        return Err(protocol("don't use copy"));
+                    }
+                    once(&mut dont_use_copy, (), DONT_USE_COPY)?;
                     continue;
                 }
                 let value = value.as_deref().unwrap_or_default();
