@@ -743,6 +743,11 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
             match decoded {
                 Ok(Some(msg)) => match ops::dispatch(conn, msg, &mut inline) {
                     Flow::Continue => {}
+                    Flow::Binding(bind) => {
+                        // Answers to what came before first, then the Bind's.
+                        conn.send(std::mem::take(&mut inline)).await;
+                        bind.await;
+                    }
                     Flow::Close => {
                         conn.send(inline).await;
                         return End::Closed;

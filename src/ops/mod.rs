@@ -38,13 +38,18 @@ use shards::{Error, Result};
 use std::future::Future;
 use std::rc::Rc;
 
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Flow {
     Continue,
     Close,
     /// StartTLS accepted: its response is in the batch; the TLS handshake
     /// follows once it is written.
     StartTls,
+    /// A Bind that finishes later (a password hash checked off the
+    /// reactor): nothing more is read from the connection until it is
+    /// answered, as slapd holds every request that arrives during a Bind,
+    /// so what a client pipelines behind a Bind runs as who it binds.
+    Binding(glommio::task::JoinHandle<()>),
 }
 
 pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
@@ -96,7 +101,7 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
             bind::Outcome::Later(pending) => {
                 let in_flight = crate::conn::InFlight::new(conn);
                 let conn = conn.clone();
-                glommio::spawn_local(async move {
+                let bind = glommio::spawn_local(async move {
                     let _in_flight = in_flight;
                     let res = bind::finish(&conn, pending).await;
                     if res.code == LdapResultCode::Success {
@@ -106,6 +111,7 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
                     send_reply(&conn, &rec, LdapMsg::new(msgid, op)).await;
                 })
                 .detach();
+                return Flow::Binding(bind);
             }
         },
         LdapOp::UnbindRequest => {

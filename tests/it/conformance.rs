@@ -635,6 +635,7 @@ fn run_op(
             show_result(&what, &r.0, out);
         }
         "search" => search(c, op, &dn, base, controls, &what, out)?,
+        "pipeline" => pipeline(&s.url, op, &what, out),
         "exop" => {
             let r = match op.arg.as_str() {
                 "whoami" => c.with_controls(controls).extended(WhoAmI)?,
@@ -664,6 +665,82 @@ fn run_op(
         other => panic!("line {}: unknown operation {other}", op.line),
     }
     Ok(())
+}
+
+/// `pipeline:` on a new connection, every `send:` request written at
+/// once before any answer is read (as clients that pipeline do); the
+/// answers in the order they arrive, each with its message ID.
+/// `send: bind DN PASSWORD` | `whoami` | `search BASE` (base scope,
+/// `(objectClass=*)`) | `modify DN ATTR VALUE` (a replace).
+fn pipeline(url: &str, op: &Op, what: &str, out: &mut Vec<String>) {
+    use ldap3_proto::proto::{LdapModify, LdapModifyRequest, LdapModifyType, LdapMsg, LdapOp, LdapPartialAttribute};
+    let addr = url.trim_start_matches("ldap://").trim_end_matches('/');
+    let sock = std::net::TcpStream::connect(addr).unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    let mut raw = Raw::over(sock);
+    let mut msgs = Vec::new();
+    for (n, line) in op.all("send").iter().enumerate() {
+        let w: Vec<&str> = line.split(' ').collect();
+        let request = match w.as_slice() {
+            ["bind", dn, pw] => bind(dn, pw),
+            ["whoami"] => whoami(),
+            ["search", base] => crate::support::search(base, ldap3_proto::proto::LdapSearchScope::Base),
+            ["modify", dn, attr, value] => LdapOp::ModifyRequest(LdapModifyRequest {
+                dn: dn.to_string(),
+                changes: vec![LdapModify {
+                    operation: LdapModifyType::Replace,
+                    modification: LdapPartialAttribute { atype: attr.to_string(), vals: vec![value.as_bytes().to_vec()] },
+                }],
+            }),
+            _ => panic!("line {}: send: {line}?", op.line),
+        };
+        msgs.push(LdapMsg::new(n as i32 + 1, request));
+    }
+    let count = msgs.len();
+    raw.send(msgs);
+    out.push(what.to_string());
+    // Answers by message ID (requests after a Bind may run side by side,
+    // so their order among themselves is not compared), and whether each
+    // Bind was answered before anything sent after it.
+    let mut answers: BTreeMap<i32, Vec<String>> = BTreeMap::new();
+    let (mut arrival, mut done) = (Vec::new(), 0);
+    while done < count {
+        let Some(m) = raw.recv() else {
+            out.push("  (connection closed)".into());
+            break;
+        };
+        let line = match &m.op {
+            LdapOp::SearchResultEntry(e) => format!("entry {}", e.dn),
+            LdapOp::BindResponse(b) => format!("bind rc={}", b.res.code.clone() as u32),
+            LdapOp::ExtendedResponse(e) => {
+                let value = e.value.as_deref().map(|v| String::from_utf8_lossy(v).into_owned());
+                format!("extended rc={} value={value:?}", e.res.code.clone() as u32)
+            }
+            LdapOp::SearchResultDone(r) | LdapOp::ModifyResponse(r) => {
+                format!("{} rc={}", op_kind(&m.op), r.code.clone() as u32)
+            }
+            other => format!("{other:?}"),
+        };
+        if !matches!(m.op, LdapOp::SearchResultEntry(_)) {
+            done += 1;
+        }
+        arrival.push((m.msgid, matches!(m.op, LdapOp::BindResponse(_))));
+        answers.entry(m.msgid).or_default().push(line);
+    }
+    for (id, lines) in answers {
+        out.extend(lines.into_iter().map(|l| format!("  #{id} {l}")));
+    }
+    for (at, (id, _)) in arrival.iter().enumerate().filter(|(_, (_, is_bind))| *is_bind) {
+        let first = arrival[..at].iter().all(|(before, _)| before < id);
+        out.push(format!("  bind #{id} answered before anything sent after it: {first}"));
+    }
+}
+
+fn op_kind(op: &ldap3_proto::proto::LdapOp) -> &'static str {
+    match op {
+        ldap3_proto::proto::LdapOp::SearchResultDone(_) => "search",
+        _ => "modify",
+    }
 }
 
 fn mods(op: &Op) -> Vec<Mod<Vec<u8>>> {

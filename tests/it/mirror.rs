@@ -1277,3 +1277,81 @@ fn a_refresh_sends_an_entry_a_late_older_change_of_the_peer_reached() {
 fn entries_in(msgs: &[ldap3_proto::proto::LdapMsg]) -> usize {
     msgs.iter().filter(|m| matches!(m.op, ldap3_proto::proto::LdapOp::SearchResultEntry(_))).count()
 }
+
+/// A subtree renamed on both sides apart, to two different DNs, while a
+/// child is modified and another added below it on one side: after the
+/// heal both servers hold one copy of every entry, the whole subtree under
+/// one of the two new DNs, with the modify, and the counts agree with the
+/// entries (the branch can be emptied leaf by leaf).
+#[test]
+fn a_subtree_renamed_apart_on_both_sides_ends_whole_and_the_same() {
+    let (mut a, mut b) = pair(2);
+    let old = branch(&mut a.admin(), SUFFIX, "twin", 8);
+    let count = tree(&a, &old).len();
+    wait_for("the branch on B", || tree(&b, &old).len() == count);
+    let uuid = uuid_of(&mut a.admin(), &format!("cn=twin0-1,cn=twin0,{old}"));
+    apart(
+        &mut a,
+        &mut b,
+        |a| assert_eq!(a.admin().modifydn(&old, "ou=twina", true, None).unwrap().rc, 0),
+        |b| {
+            let mut c = b.admin();
+            assert_eq!(c.modifydn(&old, "ou=twinb", true, None).unwrap().rc, 0);
+            let kid = format!("cn=twin3,ou=twinb,{SUFFIX}");
+            assert_eq!(c.modify(&kid, vec![Mod::Replace("description", ["seen"].into())]).unwrap().rc, 0);
+        },
+    );
+    converged(&a, &b);
+    let (ta, tb) = (format!("ou=twina,{SUFFIX}"), format!("ou=twinb,{SUFFIX}"));
+    let (na, nb) = (tree(&a, &ta).len(), tree(&a, &tb).len());
+    assert!(tree(&a, &old).is_empty(), "entries left at the old DN: {:?}", tree(&a, &old));
+    assert!((na, nb) == (count, 0) || (na, nb) == (0, count), "split subtree: {na} under twina, {nb} under twinb");
+    let top = if na == count { &ta } else { &tb };
+    let mut c = a.admin();
+    assert_eq!(copies(&mut c, &uuid), 1);
+    assert_eq!(attr(&mut c, &format!("cn=twin3,{top}"), "description"), Some(vec!["seen".to_string()]));
+    let mut leaves_first = tree(&a, top);
+    leaves_first.sort_by_key(|dn| std::cmp::Reverse(dn.matches(',').count()));
+    for dn in leaves_first {
+        assert_eq!(c.delete(&dn).unwrap().rc, 0, "{dn}");
+    }
+    converged(&a, &b);
+}
+
+/// A subtree renamed on one side while, apart, the other adds a child
+/// below its old DN and renames one of its entries: after the heal both
+/// servers are the same, every entry once, and the counts agree with the
+/// entries.
+#[test]
+fn a_subtree_renamed_apart_from_an_add_below_it_ends_the_same() {
+    let (mut a, mut b) = pair(2);
+    let old = branch(&mut a.admin(), SUFFIX, "mov", 8);
+    let count = tree(&a, &old).len();
+    wait_for("the branch on B", || tree(&b, &old).len() == count);
+    apart(
+        &mut a,
+        &mut b,
+        |a| assert_eq!(a.admin().modifydn(&old, "ou=moved", true, None).unwrap().rc, 0),
+        |b| {
+            let mut c = b.admin();
+            let res = c.add(&format!("cn=newkid,{old}"), person_attrs("newkid")).unwrap();
+            assert_eq!(res.rc, 0, "{res:?}");
+            let res = c.modifydn(&format!("cn=mov2,{old}"), "cn=mov2b", true, None).unwrap();
+            assert_eq!(res.rc, 0, "{res:?}");
+        },
+    );
+    converged(&a, &b);
+    let mut all = tree(&a, SUFFIX);
+    all.retain(|dn| dn.contains("mov") || dn.contains("newkid"));
+    eprintln!("END {all:#?}");
+    let uuids: std::collections::BTreeSet<String> = all.iter().map(|dn| uuid_of(&mut a.admin(), dn)).collect();
+    assert_eq!(uuids.len(), all.len(), "an entry twice: {all:?}");
+    assert_eq!(all.len(), count + 1 + usize::from(tree(&a, &old).len() == 1), "{all:?}");
+    let mut c = a.admin();
+    let mut leaves_first = all.clone();
+    leaves_first.sort_by_key(|dn| std::cmp::Reverse(dn.matches(',').count()));
+    for dn in leaves_first {
+        assert_eq!(c.delete(&dn).unwrap().rc, 0, "{dn}: {all:?}");
+    }
+    converged(&a, &b);
+}
