@@ -743,10 +743,12 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
             match decoded {
                 Ok(Some(msg)) => match ops::dispatch(conn, msg, &mut inline) {
                     Flow::Continue => {}
-                    Flow::Binding(bind) => {
+                    Flow::Binding(later) => {
                         // Answers to what came before first, then the Bind's.
                         conn.send(std::mem::take(&mut inline)).await;
-                        bind.await;
+                        if let Some(bind) = later {
+                            bind.await;
+                        }
                     }
                     Flow::Close => {
                         conn.send(inline).await;

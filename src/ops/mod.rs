@@ -45,11 +45,12 @@ pub enum Flow {
     /// StartTLS accepted: its response is in the batch; the TLS handshake
     /// follows once it is written.
     StartTls,
-    /// A Bind that finishes later (a password hash checked off the
-    /// reactor): nothing more is read from the connection until it is
-    /// answered, as slapd holds every request that arrives during a Bind,
-    /// so what a client pipelines behind a Bind runs as who it binds.
-    Binding(glommio::task::JoinHandle<()>),
+    /// A Bind, answered in the batch or finishing later (a password hash
+    /// checked off the reactor): its answer goes out before anything is
+    /// read after it, as slapd holds every request that arrives during a
+    /// Bind, so what a client pipelines behind a Bind runs as who it binds
+    /// and is answered after it.
+    Binding(Option<glommio::task::JoinHandle<()>>),
 }
 
 pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
@@ -80,10 +81,11 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
                 // first ends the earlier authentication.
                 conn.set_identity(Identity::Anonymous);
             }
+            let bind = matches!(msg.op, LdapOp::BindRequest(_));
             if let Some(op) = error_response(&msg.op, e) {
                 reply(conn, &rec, out, LdapMsg::new(msgid, op));
             }
-            return Flow::Continue;
+            return if bind { Flow::Binding(None) } else { Flow::Continue };
         }
     };
     match msg.op {
@@ -96,7 +98,8 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
                     record::bound(conn, &rec, bind::mechanism(&req));
                 }
                 let op = LdapOp::BindResponse(LdapBindResponse { res, saslcreds: None });
-                reply(conn, &rec, out, LdapMsg::new(msgid, op))
+                reply(conn, &rec, out, LdapMsg::new(msgid, op));
+                return Flow::Binding(None);
             }
             bind::Outcome::Later(pending) => {
                 let in_flight = crate::conn::InFlight::new(conn);
@@ -111,7 +114,7 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
                     send_reply(&conn, &rec, LdapMsg::new(msgid, op)).await;
                 })
                 .detach();
-                return Flow::Binding(bind);
+                return Flow::Binding(Some(bind));
             }
         },
         LdapOp::UnbindRequest => {
@@ -280,9 +283,44 @@ fn check_write(conn: &Conn, op: &LdapOp, acting: &Identity) -> Result<()> {
     }
     check_confidential(conn)?;
     if matches!(acting, Identity::Anonymous) {
+        decoded_write(op)?;
         return Err(Error::new(LdapResultCode::StrongerAuthRequired, "modifications require authentication"));
     }
     Ok(())
+}
+
+/// What slapd's frontend answers while it decodes a write, before it asks
+/// who may write: the DNs' syntax (34), an increment's value count (2),
+/// and a write aimed at the root DSE (68 for an add, else 53). Asked here
+/// only of anonymous writes, which are refused right after; the handlers
+/// check the same for everyone else, in the same order.
+fn decoded_write(op: &LdapOp) -> Result<()> {
+    use LdapOp::*;
+    let target = match op {
+        AddRequest(r) => &r.dn,
+        ModifyRequest(r) => {
+            modify::check_increments(&r.changes)?;
+            &r.dn
+        }
+        DelRequest(dn) => dn,
+        ModifyDNRequest(r) => {
+            if parse_dn(&r.dn)?.is_root() {
+                return Err(Error::unwilling("the root DSE cannot be renamed"));
+            }
+            let rdn = shards::dn::Rdn::parse(&r.newrdn)?;
+            shards::dn::Dn::renamed(rdn, &shards::dn::Dn::root()).validate()?;
+            if let Some(superior) = &r.new_superior {
+                parse_dn(superior)?;
+            }
+            return Ok(());
+        }
+        _ => return Ok(()),
+    };
+    match (parse_dn(target)?.is_root(), op) {
+        (true, AddRequest(_)) => Err(Error::already_exists("the root DSE")),
+        (true, _) => Err(Error::unwilling("the root DSE cannot be written")),
+        (false, _) => Ok(()),
+    }
 }
 
 /// The response carrying an error for a request, if the request has one.

@@ -20,6 +20,7 @@ use shards::{now_generalized, password, Error, Result};
 use std::rc::Rc;
 
 pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> Result<Vec<LdapControl>> {
+    check_increments(&req.changes)?;
     let dn = parse_dn(&req.dn)?;
     for change in &req.changes {
         let adds = matches!(change.operation, LdapModifyType::Add | LdapModifyType::Replace);
@@ -198,4 +199,18 @@ fn relax_checks(
         }
     }
     Ok(claims)
+}
+
+/// An increment takes exactly one value (RFC 4525 §2); slapd refuses any
+/// other count while it decodes the request, before the DN: protocolError.
+pub fn check_increments(changes: &[ldap3_proto::proto::LdapModify]) -> Result<()> {
+    for change in changes.iter().filter(|c| matches!(c.operation, LdapModifyType::Increment)) {
+        let why = match change.modification.vals.len() {
+            1 => continue,
+            0 => "modify/increment operation requires value",
+            _ => "modify/increment operation requires single value",
+        };
+        return Err(Error::protocol(why));
+    }
+    Ok(())
 }

@@ -673,7 +673,7 @@ fn run_op(
 /// `send: bind DN PASSWORD` | `whoami` | `search BASE` (base scope,
 /// `(objectClass=*)`) | `modify DN ATTR VALUE` (a replace).
 fn pipeline(url: &str, op: &Op, what: &str, out: &mut Vec<String>) {
-    use ldap3_proto::proto::{LdapModify, LdapModifyRequest, LdapModifyType, LdapMsg, LdapOp, LdapPartialAttribute};
+    use ldap3_proto::proto::{LdapModifyType, LdapMsg, LdapOp};
     let addr = url.trim_start_matches("ldap://").trim_end_matches('/');
     let sock = std::net::TcpStream::connect(addr).unwrap();
     sock.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
@@ -685,13 +685,8 @@ fn pipeline(url: &str, op: &Op, what: &str, out: &mut Vec<String>) {
             ["bind", dn, pw] => bind(dn, pw),
             ["whoami"] => whoami(),
             ["search", base] => crate::support::search(base, ldap3_proto::proto::LdapSearchScope::Base),
-            ["modify", dn, attr, value] => LdapOp::ModifyRequest(LdapModifyRequest {
-                dn: dn.to_string(),
-                changes: vec![LdapModify {
-                    operation: LdapModifyType::Replace,
-                    modification: LdapPartialAttribute { atype: attr.to_string(), vals: vec![value.as_bytes().to_vec()] },
-                }],
-            }),
+            ["modify", dn, attr, value] => modify_request(dn, LdapModifyType::Replace, attr, &[value]),
+            ["increment", dn, attr, values @ ..] => modify_request(dn, LdapModifyType::Increment, attr, values),
             _ => panic!("line {}: send: {line}?", op.line),
         };
         msgs.push(LdapMsg::new(n as i32 + 1, request));
@@ -734,6 +729,23 @@ fn pipeline(url: &str, op: &Op, what: &str, out: &mut Vec<String>) {
         let first = arrival[..at].iter().all(|(before, _)| before < id);
         out.push(format!("  bind #{id} answered before anything sent after it: {first}"));
     }
+}
+
+/// A modify of one attribute, with any number of values (the ldap3 crate
+/// sends an increment with exactly one).
+fn modify_request(
+    dn: &str,
+    operation: ldap3_proto::proto::LdapModifyType,
+    attr: &str,
+    values: &[&str],
+) -> ldap3_proto::proto::LdapOp {
+    use ldap3_proto::proto::{LdapModify, LdapModifyRequest, LdapPartialAttribute};
+    let vals = values.iter().map(|v| v.as_bytes().to_vec()).collect();
+    let modification = LdapPartialAttribute { atype: attr.to_string(), vals };
+    ldap3_proto::proto::LdapOp::ModifyRequest(LdapModifyRequest {
+        dn: dn.to_string(),
+        changes: vec![LdapModify { operation, modification }],
+    })
 }
 
 fn op_kind(op: &ldap3_proto::proto::LdapOp) -> &'static str {
