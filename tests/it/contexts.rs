@@ -5,7 +5,6 @@
 
 use crate::support::*;
 use ldap3::{LdapConn, Scope};
-use std::process::Command;
 
 const SECOND: &str = "o=second";
 
@@ -20,12 +19,6 @@ fn naming_contexts(c: &mut LdapConn) -> Vec<String> {
 
 fn add_person(c: &mut LdapConn, dn: &str) -> ldap3::LdapResult {
     c.add(dn, person_attrs(dn.split(['=', ',']).nth(1).unwrap())).unwrap()
-}
-
-fn coredir(args: &[&str]) -> (bool, String) {
-    let out =
-        Command::new(env!("CARGO_BIN_EXE_coredir")).args(args).env("COREDIR_ROOT_PASSWORD", ROOT_PW).output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 #[test]

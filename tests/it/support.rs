@@ -578,6 +578,14 @@ impl Raw {
     }
 }
 
+/// `coredir ARGS` (an offline tool: import, export, backup, ...): whether
+/// it succeeded, and its stderr.
+pub fn coredir(args: &[&str]) -> (bool, String) {
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_coredir")).args(args).env("COREDIR_ROOT_PASSWORD", ROOT_PW).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
 /// `coredir ctl ARGS` against a running server: exit code, stdout, stderr.
 pub fn ctl(s: &Server, args: &[&str]) -> (i32, String, String) {
     let socket = s.data().join("admin.sock");

@@ -3,13 +3,6 @@
 use crate::support::*;
 use ldap3::Scope;
 use std::path::Path;
-use std::process::Command;
-
-fn coredir(args: &[&str]) -> (bool, String) {
-    let out =
-        Command::new(env!("CARGO_BIN_EXE_coredir")).args(args).env("COREDIR_ROOT_PASSWORD", ROOT_PW).output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
-}
 
 /// The suffix, two ous, `n` users with binary photos, long descriptions and
 /// non-ASCII names, written with base64 and folding where LDIF needs them.

@@ -299,11 +299,14 @@ impl Emit<'_> {
         Ok(None)
     }
 
-    /// Walks the store's `dn2id` ranges of the scope (after `after`, when
-    /// resuming a page), in key order.
+    /// Walks the `dn2id` ranges of the scope in every store at once (after
+    /// `after`, when resuming a page), merged into one key order: keys are
+    /// root-first, so every entry comes after its parent whichever store
+    /// holds each (slapd sends entries in id order, parents first, and
+    /// `ldapsearch ... | ldapadd` relies on it).
     pub(super) async fn walk_range(
         &mut self,
-        store: &Engine,
+        stores: &[Arc<Engine>],
         scope: &Scope,
         after: Option<Vec<u8>>,
         abandoned: &Cell<bool>,
@@ -316,7 +319,7 @@ impl Emit<'_> {
                 continue;
             }
             let within = after.clone().filter(|a| a.as_slice() >= part.start());
-            if let Some(stop) = self.walk_part(store, part, scope.except.as_deref(), within, abandoned).await? {
+            if let Some(stop) = self.walk_part(stores, part, scope.except.as_deref(), within, abandoned).await? {
                 return Ok(Some(stop));
             }
             if Instant::now() >= slice_end {
@@ -333,48 +336,39 @@ impl Emit<'_> {
         Ok(None)
     }
 
-    /// Walks one range of the scope, in chunks.
+    /// Walks one range of the scope in every store, merged, in chunks.
     pub(super) async fn walk_part(
         &mut self,
-        store: &Engine,
+        stores: &[Arc<Engine>],
         part: &Part,
         except: Option<&[u8]>,
         after: Option<Vec<u8>>,
         abandoned: &Cell<bool>,
     ) -> Result<Option<Stop>> {
-        let prefix = part.start();
-        let one = matches!(part, Part::Key(_));
-        let mut from = after.clone().unwrap_or_else(|| prefix.to_vec());
+        // Where the next chunk starts (this key included).
+        let mut from = after.clone().unwrap_or_else(|| part.start().to_vec());
         loop {
             let mut resume = None;
             let mut need = None;
             let mut outcome = Ok(Visit::Next);
             {
-                let txn = store.read()?;
-                let mut scanned = 0;
+                let txns = stores.iter().map(|s| s.read()).collect::<Result<Vec<_>>>()?;
+                let (keys, horizon) = merged_keys(&txns, part, &from)?;
                 let slice_end = Instant::now() + SLICE;
-                txn.dn_keys(prefix, &from, &mut |key, id| {
-                    if one && key != prefix {
-                        // A lone key's range is that key alone.
-                        return false;
-                    }
-                    scanned += 1;
-                    if scanned > CHUNK_SCANNED
-                        || self.out.len() >= CHUNK_BYTES
-                        || (scanned > 1 && Instant::now() >= slice_end)
-                    {
-                        resume = Some(key.to_vec());
-                        return false;
+                for (scanned, (key, id, store)) in keys.iter().enumerate() {
+                    if scanned > 0 && (self.out.len() >= CHUNK_BYTES || Instant::now() >= slice_end) {
+                        resume = Some(key.clone());
+                        break;
                     }
                     if !part.contains(key) || after.as_deref() == Some(key) || except == Some(key) {
-                        return true;
+                        continue;
                     }
                     self.examined += 1;
                     if self.examined > self.limits.lookthrough && self.page_left == Some(0) {
                         // Looking past a full page for one more match: the
                         // page ends here, and the next one counts afresh.
                         outcome = Ok(Visit::PageFull);
-                        return false;
+                        break;
                     }
                     if self.examined > self.limits.lookthrough {
                         outcome = Err(Error::new(
@@ -385,17 +379,27 @@ impl Emit<'_> {
                                 self.limits.lookthrough
                             ),
                         ));
-                        return false;
+                        break;
                     }
-                    outcome = self.visit(&txn, key, id, false, None);
+                    outcome = self.visit(&txns[*store], key, id, false, None);
                     if let Ok(Visit::Full(kib)) = outcome {
                         // This key again, once there is room for it; it
                         // is examined then.
-                        (resume, need) = (Some(key.to_vec()), Some(kib));
+                        (resume, need) = (Some(key.clone()), Some(kib));
                         self.examined -= 1;
                     }
-                    matches!(outcome, Ok(Visit::Next))
-                })?;
+                    if !matches!(outcome, Ok(Visit::Next)) {
+                        break;
+                    }
+                }
+                // Every key read was visited: the next chunk starts past
+                // the last one that was sure to be in order.
+                if resume.is_none() && matches!(outcome, Ok(Visit::Next)) {
+                    resume = horizon.map(|mut h| {
+                        h.push(0);
+                        h
+                    });
+                }
             }
             match outcome? {
                 Visit::Next | Visit::Full(_) => {}
@@ -417,6 +421,48 @@ impl Emit<'_> {
             }
         }
     }
+}
+
+/// A key of a range walk: the key, its entry's id and the store it is in.
+type Keyed = (Vec<u8>, Vec<u8>, usize);
+
+/// The keys of `part` from `from` on in every store, in one key order:
+/// up to a chunk's worth of each store, cut at the least last key of a
+/// store that has more (past it, that store's next keys may come first),
+/// and that key, when so cut.
+fn merged_keys<T: ReadTxn>(txns: &[T], part: &Part, from: &[u8]) -> Result<(Vec<Keyed>, Option<Vec<u8>>)> {
+    let prefix = part.start();
+    let one = matches!(part, Part::Key(_));
+    let each = (CHUNK_SCANNED / txns.len()).max(64);
+    let mut keys: Vec<Keyed> = Vec::new();
+    let mut horizon: Option<Vec<u8>> = None;
+    for (store, txn) in txns.iter().enumerate() {
+        let (mut taken, mut more) = (0, false);
+        txn.dn_keys(prefix, from, &mut |key, id| {
+            if one && key != prefix {
+                // A lone key's range is that key alone.
+                return false;
+            }
+            if taken == each {
+                more = true;
+                return false;
+            }
+            taken += 1;
+            keys.push((key.to_vec(), id.to_vec(), store));
+            true
+        })?;
+        if more {
+            let last = &keys.last().expect("taken").0;
+            if horizon.as_ref().is_none_or(|h| last < h) {
+                horizon = Some(last.clone());
+            }
+        }
+    }
+    keys.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    if let Some(h) = &horizon {
+        keys.retain(|k| k.0 <= *h);
+    }
+    Ok((keys, horizon))
 }
 
 impl Emit<'_> {

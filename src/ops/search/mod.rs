@@ -39,6 +39,7 @@ use shards::write::children;
 use shards::{filter, index, matching, Error, Result};
 use std::cell::Cell;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod emit;
@@ -534,12 +535,22 @@ async fn walk(
                 let from = after.map_or(0, |a| c.partition_point(|id| *id <= a));
                 emit.walk_index(store, &scope, &c[from..], abandoned).await?
             }
+            // No index answers the filter (in any store: that depends on
+            // the filter alone): every store's range in one walk, in key
+            // order, and the page's position is a key of any of them.
             None => {
                 let after = match &position {
-                    Position::Range { store, after } if *store == i => Some(after.clone()),
+                    Position::Range { after, .. } => Some(after.clone()),
                     _ => None,
                 };
-                emit.walk_range(store, &scope, after, abandoned).await?
+                let stop = emit.walk_range(&shard.stores, &scope, after, abandoned).await?;
+                if let Some(stop) = stop {
+                    return match stop {
+                        Stop::Code(code) => Err(stopped(code)),
+                        Stop::Page => Ok(emit.last.take()),
+                    };
+                }
+                return Ok(None);
             }
         };
         match stop {
