@@ -317,3 +317,23 @@ fn a_subtree_search_over_two_shards_sends_parents_first() {
         }
     }
 }
+
+/// With one store, an indexed search sends its entries in the order they
+/// were made, as slapd sends id order: nested entries parents first.
+#[test]
+fn an_indexed_search_sends_entries_in_the_order_they_were_made() {
+    let s = Server::start(1);
+    let mut c = s.admin();
+    let (mut dn, mut made) = (PEOPLE.to_string(), Vec::new());
+    for i in 0..24 {
+        dn = format!("ou=n{i},{dn}");
+        let res =
+            c.add(&dn, vec![("objectClass", ["organizationalUnit"].into()), ("ou", [format!("n{i}").as_str()].into())]);
+        assert_eq!(res.unwrap().rc, 0);
+        made.push(dn.clone());
+    }
+    for page in [None, Some(5)] {
+        let sent = dns_in_order(&mut c, PEOPLE, "(objectClass=organizationalUnit)", page);
+        assert_eq!(sent[1..], made[..], "(paged: {page:?})");
+    }
+}

@@ -527,12 +527,15 @@ async fn walk(
         let candidates = index::candidates(&store.read()?, emit.filter)?;
         emit.walking = Some((i, candidates.is_some()));
         let stop = match candidates {
-            Some(c) => {
+            Some(mut c) => {
+                // In the order the store made the entries, as slapd sends
+                // id order: a parent before its children.
+                c.sort_unstable_by_key(made);
                 let after = match &position {
                     Position::Index { store, after } if *store == i => Some(*after),
                     _ => None,
                 };
-                let from = after.map_or(0, |a| c.partition_point(|id| *id <= a));
+                let from = after.map_or(0, |a| c.partition_point(|id| made(id) <= made(&a)));
                 emit.walk_index(store, &scope, &c[from..], abandoned).await?
             }
             // No index answers the filter (in any store: that depends on
@@ -563,6 +566,14 @@ async fn walk(
         }
     }
     Ok(None)
+}
+
+/// Where an entry id falls in the order its store made the entries: the
+/// low 48 bits count them (`shards::write::insert`), the high 16 name the
+/// partition.
+fn made(id: &index::Candidate) -> (u64, u16) {
+    let n = u64::from_be_bytes(*id);
+    (n & ((1 << 48) - 1), (n >> 48) as u16)
 }
 
 /// What a search stopped early by a limit (or a rename) ends with.
