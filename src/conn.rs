@@ -94,8 +94,9 @@ pub struct Conn {
     /// What the admin socket sees of this connection.
     pub info: Arc<ConnInfo>,
     pub identity: RefCell<Identity>,
-    /// Running searches by message id; setting the flag abandons one.
-    pub running: RefCell<HashMap<i32, Rc<Cell<bool>>>>,
+    /// Running searches by message id, and how many run under it; setting
+    /// the flag abandons them (`ops::search::running`).
+    pub running: RefCell<HashMap<i32, (Rc<Cell<bool>>, usize)>>,
     /// Searches a Cancel operation stopped: they end with `canceled`.
     pub canceled: RefCell<std::collections::HashSet<i32>>,
     /// Operations running as tasks (searches and writes), for the
@@ -570,7 +571,7 @@ async fn serve_split<S: AsyncRead + AsyncWrite + Unpin + 'static>(
 /// After the read loop: abandons running searches and lets the writer
 /// drain what the remaining tasks send.
 async fn finish<W>(conn: Rc<Conn>, writer_task: glommio::task::JoinHandle<Option<W>>) {
-    for flag in conn.running.borrow().values() {
+    for (flag, _) in conn.running.borrow().values() {
         flag.set(true);
     }
     drop(conn);

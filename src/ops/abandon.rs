@@ -3,7 +3,7 @@
 use crate::conn::Conn;
 
 pub fn handle(conn: &Conn, msgid: i32) {
-    if let Some(flag) = conn.running.borrow().get(&msgid) {
+    if let Some((flag, _)) = conn.running.borrow().get(&msgid) {
         flag.set(true);
     }
 }

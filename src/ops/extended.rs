@@ -92,7 +92,7 @@ fn cancel(conn: &Conn, req: &LdapExtendedRequest) -> Result<()> {
         .map(|b| b.iter().fold(if b[0] & 0x80 != 0 { -1i32 } else { 0 }, |n, x| (n << 8) | *x as i32))
         .ok_or_else(|| Error::protocol("malformed Cancel request value"))?;
     let running = conn.running.borrow();
-    let flag = running
+    let (flag, _) = running
         .get(&id)
         .ok_or_else(|| Error::new(LdapResultCode::NoSuchOperation, format!("no search {id} is running")))?;
     conn.canceled.borrow_mut().insert(id);

@@ -890,3 +890,24 @@ fn a_client_that_pipelines_across_writes_is_not_cut_off() {
         assert!(raw.recv().is_some(), "cut off before answer {i}");
     }
 }
+
+/// A refreshAndPersist search followed by another search with the same
+/// message ID, then the client closes: the persist search ends with its
+/// connection. Before, the second search took over the ID's Abandon flag
+/// and removed it when done, so the first never learned the client had
+/// gone: each such connection stayed open for good with its descriptors,
+/// and 6,300 of them (anonymous) used up the process's file limit.
+#[test]
+fn a_persist_search_whose_message_id_is_reused_ends_with_its_connection() {
+    let s = Server::start_with_config(1, "[syncrepl]\nprovider = true\n");
+    for _ in 0..4 {
+        let mut raw = Raw::connect(&s);
+        let mut persist = sync_searches(SUFFIX, "objectClass=*").remove(0);
+        persist.msgid = 2;
+        raw.send(vec![persist, LdapMsg { msgid: 2, op: search(PEOPLE, LdapSearchScope::Base), ctrl: vec![] }]);
+        // The plain search's answer: both have run.
+        while !matches!(raw.recv_lenient().map(|m| m.op), Some(LdapOp::SearchResultDone(_)) | None) {}
+        drop(raw);
+    }
+    wait_for("the closed connections to be gone", || ctl_json(&s, &["status"])["connections"] == 0);
+}

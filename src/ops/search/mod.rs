@@ -64,11 +64,26 @@ const CHUNK_SCANNED: usize = 2048;
 pub const SLICE: Duration = Duration::from_millis(2);
 
 /// Registers a running search: its Abandon flag, and its place among the
-/// connection's pending operations while it lives.
+/// connection's pending operations while it lives. Searches a client runs
+/// under one message ID at once (RFC 4511 forbids it; nothing stops it)
+/// share the ID's flag, so an Abandon or the client's going stops every
+/// one of them; the flag goes when the last ends (`finished`).
 pub fn running(conn: &Rc<Conn>, msgid: i32) -> (Rc<Cell<bool>>, crate::conn::InFlight) {
-    let abandoned = Rc::new(Cell::new(false));
-    conn.running.borrow_mut().insert(msgid, abandoned.clone());
-    (abandoned, crate::conn::InFlight::new(conn))
+    let mut running = conn.running.borrow_mut();
+    let (abandoned, count) = running.entry(msgid).or_insert_with(|| (Rc::new(Cell::new(false)), 0));
+    *count += 1;
+    (abandoned.clone(), crate::conn::InFlight::new(conn))
+}
+
+/// A search registered with `running` has ended.
+pub fn finished(conn: &Conn, msgid: i32) {
+    let mut running = conn.running.borrow_mut();
+    if let Some((_, count)) = running.get_mut(&msgid) {
+        *count -= 1;
+        if *count == 0 {
+            running.remove(&msgid);
+        }
+    }
 }
 
 pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest, ctrls: Controls, rec: Record) {
@@ -83,7 +98,7 @@ pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest, ctrls: Control
         let mut sent = 0;
         let room = conn.reservation();
         let res = run(&conn, msgid, &req, &ctrls, &abandoned, (&mut out, &room), &mut done_ctrls, &mut sent).await;
-        conn.running.borrow_mut().remove(&msgid);
+        finished(&conn, msgid);
         // Nothing to hash on the usual path: no Cancel on this connection.
         let canceled = !conn.canceled.borrow().is_empty() && conn.canceled.borrow_mut().remove(&msgid);
         if canceled {

@@ -124,7 +124,7 @@ pub fn start(
         let _in_flight = in_flight;
         let mut sent = 0u64;
         let res = run(&conn, &identity, msgid, &req, persist, cookie.as_deref(), &abandoned, &mut sent).await;
-        conn.running.borrow_mut().remove(&msgid);
+        crate::ops::search::finished(&conn, msgid);
         let canceled = conn.canceled.borrow_mut().remove(&msgid);
         if abandoned.get() && !canceled {
             record::end(&conn, &rec, &LdapResultCode::Canceled, "", Some(sent));
