@@ -95,6 +95,32 @@ fn tlv(buf: &[u8]) -> Result<Tlv<'_>, &'static str> {
     Ok(Tlv { tag, content: &buf[..len], rest: &buf[len..] })
 }
 
+/// A Password Modify request value (RFC 3062 §2), read whole: `SEQUENCE {
+/// userIdentity [0], oldPasswd [1], newPasswd [2] }`, each an optional
+/// primitive OCTET STRING, in that order, once, and nothing after the
+/// sequence, as slapd reads it ("data decoding error" otherwise). Not
+/// checked with the frame: it is an extended request's opaque value.
+pub fn password_modify(value: &[u8]) -> Result<[Option<&[u8]>; 3], &'static str> {
+    let seq = tlv(value)?;
+    if seq.tag != SEQUENCE || !seq.rest.is_empty() {
+        return Err("not one SEQUENCE");
+    }
+    let (mut fields, mut next, mut rest) = ([None; 3], 0, seq.content);
+    while !rest.is_empty() {
+        let field = tlv(rest)?;
+        let at = match field.tag {
+            0x80..=0x82 => (field.tag - 0x80) as usize,
+            _ => return Err("unknown field"),
+        };
+        if at < next {
+            return Err("field out of order or given twice");
+        }
+        fields[at] = Some(field.content);
+        (next, rest) = (at + 1, field.rest);
+    }
+    Ok(fields)
+}
+
 /// Checks a whole frame (one LDAPMessage, as `ber::peek_frame` sized it).
 pub fn check(frame: &[u8]) -> Result<Check, &'static str> {
     let msg = tlv(frame)?;

@@ -104,12 +104,19 @@ pub async fn password_modify(conn: &Conn, identity: &Identity, req: &LdapExtende
     // RFC 3062 §2: the request value is optional; without it, the bound
     // user asks for a generated password (`ldappasswd` without `-s`).
     let parsed = match &req.value {
-        None => Ok(LdapPasswordModifyRequest { user_identity: None, old_password: None, new_password: None }),
-        Some(_) => LdapPasswordModifyRequest::try_from(req),
+        None => Some(LdapPasswordModifyRequest { user_identity: None, old_password: None, new_password: None }),
+        Some(value) => crate::strict::password_modify(value).ok().and_then(|[user, old, new]| {
+            let text = |f: Option<&[u8]>| f.map(|v| String::from_utf8(v.to_vec())).transpose().ok();
+            Some(LdapPasswordModifyRequest {
+                user_identity: text(user)?,
+                old_password: text(old)?,
+                new_password: text(new)?,
+            })
+        }),
     };
     let outcome = match parsed {
-        Ok(pm) => change(conn, identity, pm).await,
-        Err(_) => Err(Error::protocol("malformed Password Modify request value")),
+        Some(pm) => change(conn, identity, pm).await,
+        None => Err(Error::protocol("malformed Password Modify request value")),
     };
     let (res, gen_password) = match outcome {
         Ok(generated) => (result(Ok(())), generated),
