@@ -736,7 +736,8 @@ fn a_one_level_refresh_over_a_deep_subtree_sends_every_child() {
 fn a_delete_phase_names_every_entry_deleted_since_the_cookie() {
     use ldap3_proto::proto::{LdapIntermediateResponse, LdapOp};
     const N: usize = 1100;
-    let s = provider(2);
+    // Read as anonymous: past the default size limit (500) only once lifted.
+    let s = Server::start_with_config(2, "[syncrepl]\nprovider = true\n[limits]\nsize_limit = 0\n");
     let each = |f: fn(&mut LdapConn, usize)| {
         let workers: Vec<_> = (0..4)
             .map(|w| {
@@ -763,4 +764,96 @@ fn a_delete_phase_names_every_entry_deleted_since_the_cookie() {
         .flatten()
         .collect();
     assert_eq!(gone.len(), N);
+}
+
+/// A refreshOnly sync search of `base` (subtree, every entry) on a new
+/// connection: its result code, the entries and the deleted entryUUIDs
+/// it was sent, and the cookie it ended with.
+fn refresh_of(s: &Server, base: &str, cookie: Option<Vec<u8>>) -> (u32, Vec<String>, Vec<uuid::Uuid>, Option<Vec<u8>>) {
+    use ldap3_proto::control::LdapControl;
+    use ldap3_proto::proto::{LdapIntermediateResponse::SyncInfoIdSet, LdapOp, SyncRequestMode};
+    let mut msg = sync_search(1, SyncRequestMode::RefreshOnly, cookie);
+    if let LdapOp::SearchRequest(req) = &mut msg.op {
+        req.base = base.into();
+    }
+    let mut r = Raw::connect(s);
+    r.send(vec![msg]);
+    let (mut entries, mut deleted) = (Vec::new(), Vec::new());
+    loop {
+        let m = r.recv_lenient().expect("the refresh never ended");
+        match m.op {
+            LdapOp::SearchResultEntry(e) => entries.push(e.dn),
+            LdapOp::IntermediateResponse(SyncInfoIdSet { syncuuids, .. }) => deleted.extend(syncuuids),
+            LdapOp::SearchResultDone(res) => {
+                let cookie = m.ctrl.into_iter().find_map(|c| match c {
+                    LdapControl::SyncDone { cookie, .. } => cookie,
+                    _ => None,
+                });
+                return (res.code as u32, entries, deleted, cookie);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A sync search answers as a plain search does for what the requester
+/// may not see and may not have: a hidden base is missing (32, whether it
+/// exists or not), the size limit ends the refresh (4), a change to a
+/// hidden entry in scope does not move the cookie, and a hidden entry
+/// renamed out of the scope is not among the deleted of a refresh from a
+/// cookie.
+#[test]
+fn a_sync_search_tells_anonymous_nothing_a_search_would_not() {
+    let (secret, secret2) = (format!("ou=secret,{PEOPLE}"), format!("ou=secret,ou=groups,{SUFFIX}"));
+    let conf = format!(
+        "[syncrepl]\nprovider = true\n[limits]\nsize_limit = 3\n[access]\nrules = [\n  'to dn.subtree=\"{secret}\" by * none',\n  'to dn.subtree=\"{secret2}\" by * none',\n  'to * by * read',\n]\n"
+    );
+    let mut s = Server::start_with_config(1, &conf);
+    let mut root = s.admin();
+    for dn in [&secret, &secret2] {
+        let ou = vec![("objectClass", ["organizationalUnit"].into()), ("ou", ["secret"].into())];
+        assert_eq!(root.add(dn, ou).unwrap().rc, 0);
+    }
+    let device = |cn: &'static str| vec![("objectClass", ["device"].into()), ("cn", [cn].into())];
+    let hidden = format!("cn=hidden,{secret}");
+    assert_eq!(root.add(&hidden, device("hidden")).unwrap().rc, 0);
+    let seen_dn = format!("cn=seen,{PEOPLE}");
+    assert_eq!(root.add(&seen_dn, device("seen")).unwrap().rc, 0);
+    let (code, entries, ..) = refresh_of(&s, &hidden, None);
+    assert_eq!((code, entries.len()), (32, 0), "a hidden base");
+    assert_eq!(refresh_of(&s, &format!("cn=nothing,{secret}"), None).0, 32);
+    let (code, entries, ..) = refresh_of(&s, SUFFIX, None);
+    assert_eq!((code, entries.len()), (4, 3), "the size limit: {entries:?}");
+    // After a hidden change, the newest, the cookie settles at the newest
+    // change anonymous may see (it follows the commit floor until then).
+    assert_eq!(root.modify(&hidden, vec![Mod::Replace("description", ["changed"].into())]).unwrap().rc, 0);
+    let csn_of =
+        |root: &mut LdapConn, dn: &str| get_entry(root, dn, vec!["entryCSN"]).unwrap().attrs["entryCSN"][0].clone();
+    let (seen, secret_csn) = (csn_of(&mut root, &seen_dn), csn_of(&mut root, &hidden));
+    let mut settled = String::new();
+    wait_for("the cookie to settle", || {
+        let (code, entries, _, cookie) = refresh_of(&s, PEOPLE, None);
+        assert_eq!(code, 0, "{entries:?}");
+        settled = String::from_utf8_lossy(&cookie.unwrap_or_default()).split("csn=").nth(1).unwrap_or_default().into();
+        settled == seen || settled >= secret_csn
+    });
+    assert_eq!(settled, seen, "a hidden change moved the cookie");
+    // A refresh from a cookie runs its delete phase only when the
+    // changelog reaches 5 s before it: restart with the clock 10 s ahead.
+    drop(root);
+    s.env.push(("COREDIR_TEST_CLOCK_OFFSET_S".into(), "10".into()));
+    s.restart();
+    let mut root = s.admin();
+    assert_eq!(root.modify(&seen_dn, vec![Mod::Replace("description", ["now"].into())]).unwrap().rc, 0);
+    let (_, _, _, cookie) = refresh_of(&s, PEOPLE, None);
+    let uuid_of = |root: &mut LdapConn, dn: &str| -> uuid::Uuid {
+        get_entry(root, dn, vec!["entryUUID"]).unwrap().attrs["entryUUID"][0].parse().unwrap()
+    };
+    let (uuid, gone) = (uuid_of(&mut root, &hidden), uuid_of(&mut root, &seen_dn));
+    assert_eq!(root.modifydn(&hidden, "cn=hidden", true, Some(&secret2)).unwrap().rc, 0);
+    assert_eq!(root.delete(&seen_dn).unwrap().rc, 0);
+    let (code, _, deleted, _) = refresh_of(&s, PEOPLE, cookie);
+    assert_eq!(code, 0);
+    assert!(deleted.contains(&gone), "no delete phase: {deleted:?}");
+    assert!(!deleted.contains(&uuid), "a hidden entry renamed out of scope was listed as deleted: {deleted:?}");
 }

@@ -209,12 +209,7 @@ async fn run(
         None => (base_key, None),
     };
     let base_text = found_text.as_deref().unwrap_or(&req.base);
-    // The server's limits, or the requester's override (`limits.by_identity`).
-    let (mut size_limit, mut time_limit) = (live.limits.size_limit, live.limits.time_limit_s);
-    if let Some(over) = plan.as_ref().and_then(|p| p.access.limits()) {
-        size_limit = over.size.unwrap_or(size_limit);
-        time_limit = over.time_s.unwrap_or(time_limit);
-    }
+    let (size_limit, time_limit) = configured_limits(&live, plan.as_ref());
     let mut limits = Limits {
         size: effective(req.sizelimit, size_limit, is_root),
         deadline: match effective(req.timelimit, time_limit as usize, is_root) {
@@ -601,6 +596,24 @@ fn stopped(code: LdapResultCode) -> Error {
 
 /// A size or time limit: the client's request, capped by the server's
 /// configured limit for everyone but the root DN (0 means none).
+/// The server's size and time limits, or the requester's override
+/// (`limits.by_identity`).
+fn configured_limits(live: &crate::ctx::Live, plan: Option<&ReadPlan<'_>>) -> (usize, u64) {
+    let (mut size_limit, mut time_limit) = (live.limits.size_limit, live.limits.time_limit_s);
+    if let Some(over) = plan.and_then(|p| p.access.limits()) {
+        size_limit = over.size.unwrap_or(size_limit);
+        time_limit = over.time_s.unwrap_or(time_limit);
+    }
+    (size_limit, time_limit)
+}
+
+/// The most entries a search of `req` may return: what it asks, within
+/// what the requester's limits allow (`None` for the root DN: what it
+/// asks).
+pub fn size_limit(live: &crate::ctx::Live, plan: Option<&ReadPlan<'_>>, req: &LdapSearchRequest) -> usize {
+    effective(req.sizelimit, configured_limits(live, plan).0, plan.is_none())
+}
+
 fn effective(requested: i32, configured: usize, is_root: bool) -> usize {
     let requested = if requested > 0 { requested as usize } else { usize::MAX };
     if is_root || configured == 0 {

@@ -158,6 +158,9 @@ struct Session<'a> {
     plan: Option<ReadPlan<'a>>,
     /// `limits.max_filter_tests`.
     tests: u64,
+    /// The most entry messages the refresh sends (the size limit, as for
+    /// a search: slapd's replicator needs `limits` to lift it too).
+    size: u64,
     /// Room in the connection's output, taken before an entry message is
     /// built: a sync search waiting to send holds at most what it took.
     room: Reservation<'a>,
@@ -187,6 +190,12 @@ impl Session<'_> {
     /// known of it now (nothing, for a delete), may be read at all.
     fn may_learn(&self, key: &[u8], entry: Option<&EntryView<'_>>) -> bool {
         self.plan.as_ref().is_none_or(|plan| plan.entry_readable(&Target { key, entry }))
+    }
+
+    /// `may_learn` of an entry read whole.
+    fn may_learn_entry(&self, key: &[u8], entry: &Entry) -> bool {
+        let mut bytes = Vec::new();
+        entry.encode(&mut bytes).is_ok() && EntryView::new(&bytes).is_ok_and(|view| self.may_learn(key, Some(&view)))
     }
 
     /// Whether a deleted entry was one this search showed: in scope and
@@ -301,6 +310,7 @@ async fn run(
         node = node.restrict(&|names| plan.searchable(names));
     }
     let base_key = base.key();
+    let size = crate::ops::search::size_limit(&live, plan.as_ref(), req) as u64;
     let session = Session {
         conn,
         msgid,
@@ -312,10 +322,18 @@ async fn run(
         sel: Selection::new(&req.attrs, false),
         plan,
         tests: live.limits.max_filter_tests,
+        size,
         room: conn.reservation(),
     };
-    if ctx.shard.get_entry(&session.base_key)?.is_none() {
-        return Err(with_matched(conn, identity, &session.base, Error::no_such_object(&req.base)));
+    // A base the requester may not know of is missing, as for a search.
+    let known = ctx.shard.with_entry(&session.base_key, |view| {
+        let target = Target { key: &session.base_key, entry: Some(view) };
+        session.plan.as_ref().is_none_or(|p| p.entry_disclosed(&target))
+    })?;
+    match known {
+        None => return Err(with_matched(conn, identity, &session.base, Error::no_such_object(&req.base))),
+        Some(false) => return Err(Error::no_such_object(&req.base)),
+        Some(true) => {}
     }
     let given = cookie.and_then(Cookie::parse);
     let rid = given.as_ref().and_then(|c| c.rid).or_else(|| cookie.and_then(rid_only));

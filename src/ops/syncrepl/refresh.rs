@@ -57,6 +57,8 @@ pub(super) async fn refresh(
         // The room the entry the chunk stopped at needs, waited for once
         // what was built is sent (the chunk's snapshot is not held across).
         let mut short = None;
+        // The size limit reached with another entry to send.
+        let mut full = false;
         {
             let txns = shard.stores.iter().map(|st| st.read()).collect::<Result<Vec<_>>>()?;
             let (rows, bound) = next_rows(s, &txns, &from, resumed)?;
@@ -72,7 +74,9 @@ pub(super) async fn refresh(
                 let txn = &txns[*store];
                 let Some(view) = txn.entry_by_id(id)? else { continue };
                 let csn = entry_csn(&view);
-                if let Some(csn) = csn {
+                // Only CSNs of entries the requester may know of: a cookie
+                // at a hidden entry's CSN would time its changes.
+                if let Some(csn) = csn.filter(|_| s.may_learn(key, Some(&view))) {
                     next.saw(csn);
                 }
                 let changed = match since {
@@ -92,6 +96,11 @@ pub(super) async fn refresh(
                     }
                     _ => continue,
                 };
+                if *sent >= s.size {
+                    // What was built goes out first, then the result.
+                    full = true;
+                    break;
+                }
                 if state != SyncStateValue::Present {
                     short = s.short_of_room(&view);
                     if short.is_some() {
@@ -106,6 +115,9 @@ pub(super) async fn refresh(
             next_from = cut.or(bound.map(|b| (b, true)));
         }
         s.room.send(out).await;
+        if full {
+            return Err(Error::new(LdapResultCode::SizeLimitExceeded, ""));
+        }
         if let Some(kib) = short {
             s.room.wait_for(kib).await;
         }
@@ -269,8 +281,10 @@ fn departed_chunk(
         })?;
     }
     for (uuid, dn, at) in renamed {
-        if let Located::Found(key, ..) = locate(shard, &uuid, dn, None)? {
-            if !s.in_scope(&key) {
+        if let Located::Found(key, entry, _) = locate(shard, &uuid, dn, None)? {
+            // Its DN before is not kept: one the requester may not know of
+            // where it is now is not named (it may never have been in scope).
+            if !s.in_scope(&key) && s.may_learn_entry(&key, &entry) {
                 out.push((uuid::Uuid::from_bytes(uuid), at));
             }
         }
