@@ -336,8 +336,13 @@ impl Shard {
         let (tx, rx) = oneshot::channel();
         {
             let mut waiters = self.commit_waiters.borrow_mut();
-            // Readers that stopped waiting (their time was up) leave.
-            waiters.retain(|w| !w.is_canceled());
+            // Readers that stopped waiting (their time was up) leave, now
+            // and then: at each power of two, so that thousands of waiting
+            // readers (persistent searches) cost a constant per wait, not
+            // a walk over all of them each.
+            if waiters.len() >= 64 && waiters.len().is_power_of_two() {
+                waiters.retain(|w| !w.is_canceled());
+            }
             waiters.push(tx);
         }
         let waiting = &self.floors.0[self.id].waiting;
