@@ -11,10 +11,20 @@ pub struct Cookie {
     pub csns: BTreeMap<u16, Csn>,
 }
 
+/// The longest cookie read (bytes): about 45 CSNs of 45 bytes.
+pub const MAX_COOKIE: usize = 2048;
+
 impl Cookie {
     /// Parses `rid=NNN[,sid=SSS],csn=<csn>[;<csn>…][,delcsn=…]`; `None` for
     /// anything else (then the whole content is sent, as RFC 4533 §3.1 allows).
     pub fn parse(bytes: &[u8]) -> Option<Cookie> {
+        // A cookie is kept for the life of a persistent search, and its
+        // CSNs come back in every cookie handed out: one longer than any
+        // a provider writes (a CSN per server id of a replication
+        // topology) is not read, and the refresh starts over.
+        if bytes.len() > MAX_COOKIE {
+            return None;
+        }
         let text = std::str::from_utf8(bytes).ok()?;
         let mut cookie = Cookie::default();
         for field in text.split(',') {
@@ -199,6 +209,17 @@ pub(super) fn before(rid: Option<u16>, since: Option<&Since>) -> Cookie {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cookie naming thousands of server ids (168 KB from an anonymous
+    /// client, kept by each of its persistent searches and echoed in
+    /// every cookie handed out: 2.1 GB for 3,000 of them) is not read.
+    #[test]
+    fn a_cookie_longer_than_any_provider_writes_is_not_read() {
+        let csns: Vec<String> = (1..4096).map(|sid| format!("20261201003440.153276Z#000000#{sid:03x}#000000")).collect();
+        assert_eq!(Cookie::parse(format!("rid=001,csn={}", csns.join(";")).as_bytes()), None);
+        let few = format!("rid=001,csn={}", csns[..40].join(";"));
+        assert_eq!(Cookie::parse(few.as_bytes()).map(|c| c.csns.len()), Some(40));
+    }
 
     #[test]
     fn cookies_parse_and_compose_as_slapd_writes_them() {
