@@ -857,3 +857,45 @@ fn a_sync_search_tells_anonymous_nothing_a_search_would_not() {
     assert!(deleted.contains(&gone), "no delete phase: {deleted:?}");
     assert!(!deleted.contains(&uuid), "a hidden entry renamed out of scope was listed as deleted: {deleted:?}");
 }
+
+/// A subtree moved back and forth between two parents while a persistent
+/// search runs: every entry of it is announced at its new DN after each
+/// move. Before, an entry moved back into a partition it had been in found
+/// there the state its earlier stay left (pointing the way it came), the
+/// lookup went back and forth until it gave up, and the change was passed
+/// over for good: the consumer kept entries at DNs they had left.
+#[test]
+fn a_subtree_moved_back_and_forth_is_announced_whole_each_time() {
+    use ldap3_proto::proto::LdapOp;
+    let s = provider(2);
+    let mut root = s.admin();
+    let top = format!("ou=pp,{PEOPLE}");
+    let ou = vec![("objectClass", ["organizationalUnit"].into()), ("ou", ["pp"].into())];
+    assert_eq!(root.add(&top, ou).unwrap().rc, 0);
+    for i in 0..50 {
+        let cn = format!("k{i}");
+        let attrs = vec![("objectClass", ["device"].into()), ("cn", [cn.as_str()].into())];
+        assert_eq!(root.add(&format!("cn={cn},{top}"), attrs).unwrap().rc, 0);
+    }
+    let mut r = Raw::connect(&s);
+    persistent_search(&mut r, 1);
+    let groups = format!("ou=groups,{SUFFIX}");
+    for (round, (from, to)) in
+        [(PEOPLE, &groups[..]), (&groups[..], PEOPLE), (PEOPLE, &groups[..]), (&groups[..], PEOPLE)]
+            .into_iter()
+            .enumerate()
+    {
+        let res = root.modifydn(&format!("ou=pp,{from}"), "ou=pp", true, Some(to)).unwrap();
+        assert_eq!(res.rc, 0, "{res:?}");
+        let under = format!(",ou=pp,{to}").to_lowercase();
+        let mut announced = BTreeSet::new();
+        while announced.len() < 50 {
+            let m = r.recv_lenient().unwrap_or_else(|| panic!("move {round}: {} of 50 announced", announced.len()));
+            if let LdapOp::SearchResultEntry(e) = m.op {
+                if e.dn.to_lowercase().ends_with(&under) {
+                    announced.insert(e.dn.to_lowercase());
+                }
+            }
+        }
+    }
+}

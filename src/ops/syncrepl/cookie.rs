@@ -215,7 +215,8 @@ mod tests {
     /// every cookie handed out: 2.1 GB for 3,000 of them) is not read.
     #[test]
     fn a_cookie_longer_than_any_provider_writes_is_not_read() {
-        let csns: Vec<String> = (1..4096).map(|sid| format!("20261201003440.153276Z#000000#{sid:03x}#000000")).collect();
+        let csns: Vec<String> =
+            (1..4096).map(|sid| format!("20261201003440.153276Z#000000#{sid:03x}#000000")).collect();
         assert_eq!(Cookie::parse(format!("rid=001,csn={}", csns.join(";")).as_bytes()), None);
         let few = format!("rid=001,csn={}", csns[..40].join(";"));
         assert_eq!(Cookie::parse(few.as_bytes()).map(|c| c.csns.len()), Some(40));

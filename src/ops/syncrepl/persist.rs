@@ -214,6 +214,10 @@ pub(super) fn locate(
     mut shown: String,
     filter: Option<&filter::Node>,
 ) -> Result<Located> {
+    // The stamp of the DN that led here: a state left behind by an earlier
+    // stay in a partition may point back the way the entry came, with an
+    // older stamp, while the newest move's state is still in its parcel.
+    let mut led_by: Option<Csn> = None;
     for _hop in 0..16 {
         let key = Dn::parse(&shown)?.key();
         let txn = shard.store_for(&key).read()?;
@@ -231,10 +235,17 @@ pub(super) fn locate(
         match changelog::load_state(&txn, partition, uuid)? {
             None => return Ok(Located::Pending),
             Some(st) if !st.is_live() => return Ok(Located::Gone),
-            Some(st) => match st.shown_dn(uuid) {
-                Some(next) if next != shown => shown = next,
-                _ => return Ok(Located::Pending),
-            },
+            Some(st) => {
+                let at = st.dn.as_ref().map(|(_, at)| *at);
+                if led_by.is_some_and(|led| at < Some(led)) {
+                    return Ok(Located::Pending);
+                }
+                led_by = at;
+                match st.shown_dn(uuid) {
+                    Some(next) if next != shown => shown = next,
+                    _ => return Ok(Located::Pending),
+                }
+            }
         }
     }
     // Renamed over and over: its later records find it in fewer hops.
