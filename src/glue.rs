@@ -74,6 +74,74 @@ pub async fn keep_parents(ctx: &Ctx, removed: Vec<(Vec<u8>, [u8; 16])>) -> Resul
     Ok(())
 }
 
+/// The entries a frame's records moved away from their DN here, by a
+/// rename of the peer: (the DN they left, entryUUID).
+pub fn moved_away(images: &[Images], deleted: &BTreeSet<[u8; 16]>) -> Vec<(Dn, [u8; 16])> {
+    let moved = images.iter().filter_map(|i| {
+        let before = i.before.as_ref()?;
+        let uuid = shards::changelog::uuid_of(before).ok()?;
+        let old = Dn::parse(&before.dn).ok()?;
+        let gone = match &i.after {
+            Some(after) => Dn::parse(&after.dn).ok()?.key() != old.key(),
+            // To another partition (its state in a parcel), not deleted.
+            None => !deleted.contains(&uuid),
+        };
+        gone.then_some((old, uuid))
+    });
+    moved.collect()
+}
+
+/// Entries left below a DN the peer's rename moved away from here: added
+/// (or moved) below it here while the peer renamed it, so the peer's
+/// rename did not know of them. As 389-ds places a child by its parent's
+/// unique id, they follow their parent to its new DN, each a logged
+/// rename that travels to the peer (which holds them below the old DN
+/// too, without a parent). Asked only once the peer has nothing more to
+/// send (a heartbeat): until then, its own renames of what its rename
+/// moved may still be on their way. Returns what must be asked again (the
+/// parent's new place not known here yet).
+pub async fn follow_parents(ctx: &Ctx, moved: Vec<(Dn, [u8; 16])>) -> Vec<(Dn, [u8; 16])> {
+    let shard = &ctx.shard;
+    let is_top = |d: &Dn| ctx.is_suffix(d);
+    let mut again = Vec::new();
+    for (old, uuid) in moved {
+        let key = old.key();
+        let left = || -> Result<bool> {
+            Ok(!shard.exists(&key)? && shards::write::children(&shard.store_for(&key).read()?, &key)? > 0)
+        };
+        if !left().unwrap_or(false) {
+            continue;
+        }
+        let new = match shown_at(ctx, &key, &uuid) {
+            Some(new) if shard.get_entry(&new.key()).ok().flatten().is_some_and(|e| uuid_is(&e, &uuid)) => new,
+            _ => {
+                again.push((old, uuid));
+                continue;
+            }
+        };
+        eprintln!(
+            "coredir: replication: entries below {} (renamed by the peer to {}) follow it",
+            old.to_string_form(),
+            new.to_string_form()
+        );
+        if let Err(e) = crate::ops::modify_dn::finish_replicated(shard, &is_top, &old, &new).await {
+            eprintln!("coredir: replication: moving what was below {}: {}", old.to_string_form(), e.message);
+        }
+    }
+    again
+}
+
+/// Where the state the entry left in the partition of `key` says it is.
+fn shown_at(ctx: &Ctx, key: &[u8], uuid: &[u8; 16]) -> Option<Dn> {
+    let partition = ctx.shard.manifest.partition_of(key) as u16;
+    let state = shards::changelog::load_state(&ctx.shard.store_for(key).read().ok()?, partition, uuid).ok()??;
+    Dn::parse(&state.shown_dn(uuid).filter(|_| state.is_live())?).ok()
+}
+
+fn uuid_is(entry: &Entry, uuid: &[u8; 16]) -> bool {
+    shards::changelog::uuid_of(entry).ok().as_ref() == Some(uuid)
+}
+
 /// The DN with storage key `key`, from an entry stored below it.
 fn dn_below(ctx: &Ctx, key: &[u8]) -> Result<Option<Dn>> {
     let mut prefix = key.to_vec();

@@ -474,7 +474,12 @@ pub async fn resume(ctx: &crate::ctx::Ctx) -> Result<usize> {
 /// `finish` with the changelog on: what is still below `old` follows the
 /// top to below `new`, except an entry whose new DN holds another entry
 /// (said on stderr), and what is below it.
-async fn finish_replicated(shard: &Rc<Shard>, is_top: &dyn Fn(&Dn) -> bool, old: &Dn, new: &Dn) -> Result<()> {
+pub(crate) async fn finish_replicated(
+    shard: &Rc<Shard>,
+    is_top: &dyn Fn(&Dn) -> bool,
+    old: &Dn,
+    new: &Dn,
+) -> Result<()> {
     let (o, n) = (old.to_string_form(), new.to_string_form());
     let mut followers: Vec<Follower> = Vec::new();
     let mut stays: Vec<Dn> = Vec::new();

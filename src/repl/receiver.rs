@@ -42,6 +42,9 @@ pub async fn serve(listener: TcpListener, ctx: Rc<Ctx>, config: Arc<Config>, sha
 }
 
 /// One inbound connection; `proven` is set once the peer proved the secret.
+/// Most DNs kept for `glue::follow_parents` between heartbeats.
+const MAX_MOVED: usize = 100_000;
+
 async fn receive(
     tcp: TcpStream,
     ctx: &Ctx,
@@ -85,15 +88,29 @@ async fn receive(
         s.inbound_error.clear();
     });
     shared.heard();
+    // DNs the peer's renames moved entries away from, to look below once
+    // it has sent all it has (`glue::follow_parents`).
+    let mut moved: Vec<(Dn, [u8; 16])> = Vec::new();
     loop {
         let frame = recv(&mut stream, MAX_FRAME).await?;
         shared.heard();
         match frame {
-            Frame::Heartbeat { settled, .. } => shared.settle(settled.as_deref()),
+            Frame::Heartbeat { settled, .. } => {
+                shared.settle(settled.as_deref());
+                if !moved.is_empty() {
+                    moved = crate::glue::follow_parents(ctx, std::mem::take(&mut moved)).await;
+                }
+            }
             Frame::Records { records, settled } => {
                 let n = records.len() as u64;
                 match apply_all(ctx, records).await {
-                    Ok(applied) => {
+                    Ok((applied, away)) => {
+                        // A DN once, and a bounded list: past it the oldest go.
+                        moved.extend(away);
+                        moved.dedup_by(|a, b| a.0.key() == b.0.key());
+                        if moved.len() > MAX_MOVED {
+                            moved.drain(..moved.len() - MAX_MOVED);
+                        }
                         // Committed: what the frame says is settled now holds.
                         shared.settle(settled.as_deref());
                         // Counted before the ack: they are applied whether or not it arrives.
@@ -162,7 +179,7 @@ async fn absorb_all(ctx: &Ctx, partition: u16, states: Vec<([u8; 16], String)>) 
     for t in tasks {
         images.extend(t.await.map_err(|e| anyhow!(e.message))?.map(|b| *b));
     }
-    settle(ctx, images, &deleted).await.map_err(|e| anyhow!(e.message))
+    settle(ctx, images, &deleted).await.map(|_| ()).map_err(|e| anyhow!(e.message))
 }
 
 /// What follows applying a frame of records or states: the parents' child
@@ -170,22 +187,32 @@ async fn absorb_all(ctx: &Ctx, partition: u16, states: Vec<([u8; 16], String)>) 
 /// entries that still have children here. The records stay applied (and
 /// are acknowledged) whatever the glue meets: a failure there is said, and
 /// the parent stays missing, rather than refusing the frame.
-async fn settle(ctx: &Ctx, images: Vec<shards::write::Images>, deleted: &BTreeSet<[u8; 16]>) -> shards::Result<()> {
+async fn settle(
+    ctx: &Ctx,
+    images: Vec<shards::write::Images>,
+    deleted: &BTreeSet<[u8; 16]>,
+) -> shards::Result<Vec<(Dn, [u8; 16])>> {
     let is_top = |d: &Dn| ctx.is_suffix(d);
     let removed = crate::glue::removed(&images, deleted);
+    let moved = crate::glue::moved_away(&images, deleted);
     moves::count_children(&ctx.shard, images.into_iter(), &is_top).await;
     // Renamed entries move on to their new partitions.
     moves::deliver(&ctx.shard, &is_top).await?;
     if let Err(e) = crate::glue::keep_parents(ctx, removed).await {
         eprintln!("coredir: replication: keeping a deleted parent as glue: {}", e.message);
     }
-    Ok(())
+    Ok(moved)
 }
 
 /// Applies a frame's records on their owners, each partition's in order
 /// (one owner's queue is first in, first out), then fixes the parents'
 /// child counts; the highest sequence number applied per partition.
-async fn apply_all(ctx: &Ctx, records: Vec<(u16, Origin, u64, String)>) -> Result<Vec<(u16, Origin, u64)>, String> {
+/// Also what the records moved away from their DNs (`glue::moved_away`).
+#[allow(clippy::type_complexity)]
+async fn apply_all(
+    ctx: &Ctx,
+    records: Vec<(u16, Origin, u64, String)>,
+) -> Result<(Vec<(u16, Origin, u64)>, Vec<(Dn, [u8; 16])>), String> {
     let mut waiting = Vec::with_capacity(records.len());
     let mut applied: std::collections::BTreeMap<(u16, Origin), u64> = Default::default();
     // Deleted entries: any may still have children here (`crate::glue`).
@@ -210,6 +237,6 @@ async fn apply_all(ctx: &Ctx, records: Vec<(u16, Origin, u64, String)>) -> Resul
         let outcome = task.await.map_err(|e| format!("{}: {}", dn.to_string_form(), e.message))?;
         images.extend(outcome.map(|b| *b));
     }
-    settle(ctx, images, &deleted).await.map_err(|e| e.message)?;
-    Ok(applied.into_iter().map(|((p, o), seq)| (p, o, seq)).collect())
+    let moved = settle(ctx, images, &deleted).await.map_err(|e| e.message)?;
+    Ok((applied.into_iter().map(|((p, o), seq)| (p, o, seq)).collect(), moved))
 }

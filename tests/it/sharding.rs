@@ -297,7 +297,8 @@ fn a_subtree_search_over_two_shards_sends_parents_first() {
     let file = s.data().with_extension("ldif");
     std::fs::write(&file, ldif).unwrap();
     let data = s.data().display().to_string();
-    let (ok, err) = coredir(&["import", "--data", &data, "--shards", "2", file.to_str().unwrap()]);
+    let conf = s.config_path().display().to_string();
+    let (ok, err) = coredir(&["import", "--config", &conf, "--data", &data, "--shards", "2", file.to_str().unwrap()]);
     assert!(ok, "{err}");
     s.launch();
     let mut c = s.admin();
