@@ -899,3 +899,30 @@ fn a_subtree_moved_back_and_forth_is_announced_whole_each_time() {
         }
     }
 }
+
+/// A control a sync search would ignore (a page, a sort, an assertion,
+/// matched values) is refused with unavailableCriticalExtension, not
+/// dropped: a false critical Assertion had all entries sent.
+#[test]
+fn controls_a_sync_search_would_ignore_are_refused() {
+    use ldap3_proto::control::LdapControl;
+    use ldap3_proto::proto::{LdapOp, SyncRequestMode};
+    let s = provider(1);
+    let assertion = LdapControl::Unknown {
+        oid: "1.3.6.1.1.12".into(),
+        criticality: true,
+        value: Some(vec![0x87, 0x03, b'z', b'z', b'z']),
+    };
+    let paged = LdapControl::SimplePagedResults { size: 2, cookie: vec![] };
+    for extra in [assertion, paged] {
+        let mut msg = sync_search(1, SyncRequestMode::RefreshOnly, None);
+        msg.ctrl.push(extra.clone());
+        let mut r = Raw::connect(&s);
+        r.send(vec![msg]);
+        let m = r.recv_lenient().expect("closed");
+        match m.op {
+            LdapOp::SearchResultDone(res) => assert_eq!(res.code as u32, 12, "{extra:?}"),
+            other => panic!("{extra:?}: {other:?}"),
+        }
+    }
+}
