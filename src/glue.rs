@@ -16,6 +16,7 @@
 //! is below it, then it.
 
 use crate::ctx::Ctx;
+use crate::ops::syncrepl::Located;
 use sha2::{Digest, Sha256};
 use shards::dn::Dn;
 use shards::entry::Entry;
@@ -105,16 +106,20 @@ pub async fn follow_parents(ctx: &Ctx, moved: Vec<(Dn, [u8; 16])>) -> Vec<(Dn, [
     let is_top = |d: &Dn| ctx.is_suffix(d);
     let mut again = Vec::new();
     for (old, uuid) in moved {
-        let key = old.key();
-        let left = || -> Result<bool> {
-            Ok(!shard.exists(&key)? && shards::write::children(&shard.store_for(&key).read()?, &key)? > 0)
-        };
-        if !left().unwrap_or(false) {
+        if !left_below(ctx, &old) {
             continue;
         }
-        let new = match shown_at(ctx, &key, &uuid) {
-            Some(new) if shard.get_entry(&new.key()).ok().flatten().is_some_and(|e| uuid_is(&e, &uuid)) => new,
-            _ => {
+        // Where the entry is now, however many renames on (`locate`
+        // checks its entryUUID there).
+        let located = crate::ops::syncrepl::locate(shard, &uuid, old.to_string_form(), None);
+        let new = match located {
+            Ok(Located::Found(key, entry, _)) => match Dn::parse(&entry.dn) {
+                Ok(dn) if dn.key() == key => dn,
+                _ => continue,
+            },
+            // Deleted since: what is below stays, as below a deleted parent.
+            Ok(Located::Gone) => continue,
+            Ok(Located::Pending) | Err(_) => {
                 again.push((old, uuid));
                 continue;
             }
@@ -131,15 +136,13 @@ pub async fn follow_parents(ctx: &Ctx, moved: Vec<(Dn, [u8; 16])>) -> Vec<(Dn, [
     again
 }
 
-/// Where the state the entry left in the partition of `key` says it is.
-fn shown_at(ctx: &Ctx, key: &[u8], uuid: &[u8; 16]) -> Option<Dn> {
-    let partition = ctx.shard.manifest.partition_of(key) as u16;
-    let state = shards::changelog::load_state(&ctx.shard.store_for(key).read().ok()?, partition, uuid).ok()??;
-    Dn::parse(&state.shown_dn(uuid).filter(|_| state.is_live())?).ok()
-}
-
-fn uuid_is(entry: &Entry, uuid: &[u8; 16]) -> bool {
-    shards::changelog::uuid_of(entry).ok().as_ref() == Some(uuid)
+/// Whether entries are below `dn` here while no entry is at it.
+pub fn left_below(ctx: &Ctx, dn: &Dn) -> bool {
+    let (shard, key) = (&ctx.shard, dn.key());
+    let left = || -> Result<bool> {
+        Ok(!shard.exists(&key)? && shards::write::children(&shard.store_for(&key).read()?, &key)? > 0)
+    };
+    left().unwrap_or(false)
 }
 
 /// The DN with storage key `key`, from an entry stored below it.

@@ -34,6 +34,8 @@ const MAX_DEPTH: usize = 128;
 
 const BOOLEAN: u8 = 0x01;
 const INTEGER: u8 = 0x02;
+const ENUMERATED: u8 = 0x0A;
+const SET: u8 = 0x31;
 const OCTET_STRING: u8 = 0x04;
 const SEQUENCE: u8 = 0x30;
 const CONTROLS: u8 = 0xA0;
@@ -392,6 +394,22 @@ fn value_shape(oid: &[u8], value: &[u8]) -> bool {
         && (oid != b"1.2.840.113556.1.4.319" || paged_shape(&v))
         && (oid != b"1.3.6.1.1.12" || filter_shape(&v).is_ok())
         && (oid != b"1.2.826.0.1.3344810.2.3" || items_shape(&v).is_ok())
+        && (oid != b"1.3.6.1.4.1.4203.1.9.1.1" || sync_shape(&v))
+}
+
+/// `syncRequestValue ::= SEQUENCE { mode ENUMERATED { refreshOnly (1),
+/// refreshAndPersist (3) }, cookie OCTET STRING OPTIONAL, reloadHint
+/// BOOLEAN DEFAULT FALSE }` (RFC 4533 §2.2), exactly.
+fn sync_shape(v: &Tlv<'_>) -> bool {
+    let Ok(mode) = tlv(v.content) else { return false };
+    let mut rest = mode.rest;
+    for optional in [OCTET_STRING, BOOLEAN] {
+        match tlv(rest) {
+            Ok(field) if field.tag == optional => rest = field.rest,
+            _ => {}
+        }
+    }
+    v.tag == SEQUENCE && mode.tag == ENUMERATED && matches!(mode.content, [1] | [3]) && rest.is_empty()
 }
 
 /// `realSearchControlValue ::= SEQUENCE { size INTEGER (0..maxInt),
@@ -538,7 +556,47 @@ fn op_fields(tag: u8, content: &[u8]) -> Result<(), &'static str> {
     if n < min || n > max {
         return Err("wrong number of fields in the operation");
     }
-    Ok(())
+    inner_fields(tag, content)
+}
+
+/// The parts inside a request ldap3_proto reads by position and would
+/// read past: a compare's assertion `{ type, value }`, an add's attributes
+/// `{ type, SET OF value }`, a modify's changes `{ operation, { type, SET
+/// OF value } }`, a SASL bind's `{ mechanism, credentials OPTIONAL }`,
+/// each exactly.
+fn inner_fields(tag: u8, content: &[u8]) -> Result<(), &'static str> {
+    let exactly = |t: &Tlv<'_>, want: &[u8]| -> Result<(), &'static str> {
+        match child_tags::<2>(t.content)? {
+            Some((tags, n)) if t.tag == SEQUENCE && &tags[..n] == want => Ok(()),
+            _ => Err("a part of the request has other fields than its type says"),
+        }
+    };
+    let each = |list: &Tlv<'_>, check: &dyn Fn(&Tlv<'_>) -> Result<(), &'static str>| {
+        let mut rest = list.content;
+        while !rest.is_empty() {
+            let item = tlv(rest)?;
+            check(&item)?;
+            rest = item.rest;
+        }
+        Ok(())
+    };
+    let second = || tlv(tlv(content)?.rest);
+    match tag {
+        0x6E => exactly(&second()?, &[OCTET_STRING, OCTET_STRING]),
+        0x68 => each(&second()?, &|attr| exactly(attr, &[OCTET_STRING, SET])),
+        0x66 => each(&second()?, &|change| {
+            exactly(change, &[ENUMERATED, SEQUENCE])?;
+            exactly(&tlv(tlv(change.content)?.rest)?, &[OCTET_STRING, SET])
+        }),
+        0x60 => match tlv(second()?.rest)? {
+            sasl if sasl.tag == 0xA3 => match child_tags::<2>(sasl.content)? {
+                Some(([OCTET_STRING, OCTET_STRING], 2) | ([OCTET_STRING, _], 1)) => Ok(()),
+                _ => Err("SASL credentials are a mechanism and optional credentials"),
+            },
+            _ => Ok(()),
+        },
+        _ => Ok(()),
+    }
 }
 
 /// `entry LDAPDN, newrdn RelativeLDAPDN, deleteoldrdn BOOLEAN,
@@ -824,5 +882,49 @@ mod tests {
         let rename = [t(OCTET_STRING, b"c=a"), t(OCTET_STRING, b"c=b"), t(BOOLEAN, &[0xFF]), t(0x80, &[0xC3, 0x28])];
         let rename = t(MODIFY_DN, &rename.concat());
         assert!(matches!(check(&msg(&[7], &rename, &[])), Ok(Check::Refuse { msgid: 7, tag: 0x6D, .. })));
+    }
+
+    /// What ldap3_proto reads by position inside a request has exactly
+    /// its fields: a compare's assertion of three elements used the later
+    /// ones, an add's attribute or a SASL bind's credentials with an extra
+    /// element were taken without it.
+    #[test]
+    fn inner_parts_have_their_fields() {
+        let os = |v: &[u8]| t(OCTET_STRING, v);
+        let seq = |parts: &[Vec<u8>]| t(SEQUENCE, &parts.concat());
+        let compare = |ava: Vec<u8>| t(0x6E, &[os(b"c=a"), ava].concat());
+        assert_eq!(check(&msg(&[1], &compare(seq(&[os(b"cn"), os(b"a")])), &[])), Ok(Check::Ok));
+        assert!(check(&msg(&[1], &compare(seq(&[os(b"cn"), os(b"a"), os(b"x")])), &[])).is_err());
+        let add = |attr: Vec<u8>| t(0x68, &[os(b"c=a"), seq(&[attr])].concat());
+        assert_eq!(check(&msg(&[1], &add(seq(&[os(b"cn"), t(SET, &os(b"a"))])), &[])), Ok(Check::Ok));
+        assert!(check(&msg(&[1], &add(seq(&[os(b"cn"), t(SET, &os(b"a")), os(b"x")])), &[])).is_err());
+        let modify = |change: Vec<u8>| t(0x66, &[os(b"c=a"), seq(&[change])].concat());
+        let replace = |m: Vec<u8>| seq(&[t(ENUMERATED, &[2]), m]);
+        assert_eq!(check(&msg(&[1], &modify(replace(seq(&[os(b"cn"), t(SET, b"")]))), &[])), Ok(Check::Ok));
+        assert!(check(&msg(&[1], &modify(replace(seq(&[os(b"cn"), t(SET, b""), os(b"x")]))), &[])).is_err());
+        let bind = |auth: Vec<u8>| t(0x60, &[t(INTEGER, &[3]), os(b""), auth].concat());
+        assert_eq!(check(&msg(&[1], &bind(t(0xA3, &os(b"EXTERNAL"))), &[])), Ok(Check::Ok));
+        assert_eq!(check(&msg(&[1], &bind(t(0xA3, &[os(b"EXTERNAL"), os(b"")].concat())), &[])), Ok(Check::Ok));
+        assert!(check(&msg(&[1], &bind(t(0xA3, &[os(b"EXTERNAL"), t(INTEGER, &[1])].concat())), &[])).is_err());
+        assert!(check(&msg(&[1], &bind(t(0xA3, &[os(b"EXTERNAL"), os(b""), os(b"")].concat())), &[])).is_err());
+    }
+
+    /// A Sync Request value is its mode (1 or 3), an optional cookie and
+    /// an optional reloadHint, in that order, and nothing else.
+    #[test]
+    fn sync_request_values_have_their_shape() {
+        let shaped = |v: Vec<u8>| sync_shape(&tlv(&v).unwrap());
+        let mode = |m: u8| t(ENUMERATED, &[m]);
+        assert!(shaped(t(SEQUENCE, &mode(1))));
+        assert!(shaped(t(SEQUENCE, &[mode(3), t(OCTET_STRING, b"rid=1"), t(BOOLEAN, &[0xFF])].concat())));
+        assert!(shaped(t(SEQUENCE, &[mode(3), t(BOOLEAN, &[0])].concat())));
+        for bad in [
+            t(SEQUENCE, &mode(2)),
+            t(SEQUENCE, &[mode(1), t(INTEGER, &[1])].concat()),
+            t(SEQUENCE, &[mode(1), t(OCTET_STRING, b""), t(BOOLEAN, &[0]), t(OCTET_STRING, b"")].concat()),
+            t(SEQUENCE, &[mode(1), t(BOOLEAN, &[0]), t(OCTET_STRING, b"")].concat()),
+        ] {
+            assert!(!shaped(bad.clone()), "{bad:?}");
+        }
     }
 }

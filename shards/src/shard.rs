@@ -108,6 +108,8 @@ pub struct Shard {
     next_request: Cell<u64>,
     /// Readers of the changelog waiting for the next commit anywhere.
     commit_waiters: RefCell<Vec<oneshot::Sender<()>>>,
+    /// The length of `commit_waiters` at which it is next swept.
+    sweep_waiters_at: std::cell::Cell<usize>,
     pub metrics: ShardMetrics,
 }
 
@@ -264,6 +266,7 @@ impl Shard {
             mesh: senders,
             waiting: RefCell::new(HashMap::new()),
             commit_waiters: RefCell::new(Vec::new()),
+            sweep_waiters_at: std::cell::Cell::new(64),
             next_request: Cell::new(0),
             metrics: ShardMetrics::register(id),
         });
@@ -337,11 +340,12 @@ impl Shard {
         {
             let mut waiters = self.commit_waiters.borrow_mut();
             // Readers that stopped waiting (their time was up) leave, now
-            // and then: at each power of two, so that thousands of waiting
-            // readers (persistent searches) cost a constant per wait, not
-            // a walk over all of them each.
-            if waiters.len() >= 64 && waiters.len().is_power_of_two() {
+            // and then: once the list has doubled since the last sweep, so
+            // that thousands of waiting readers (persistent searches) cost
+            // a constant per wait, not a walk over all of them each.
+            if waiters.len() >= self.sweep_waiters_at.get() {
                 waiters.retain(|w| !w.is_canceled());
+                self.sweep_waiters_at.set((2 * waiters.len()).max(64));
             }
             waiters.push(tx);
         }

@@ -292,8 +292,9 @@ fn check_write(conn: &Conn, op: &LdapOp, acting: &Identity) -> Result<()> {
 /// What slapd's frontend answers while it decodes a write, before it asks
 /// who may write: the DNs' syntax (34), an increment's value count (2),
 /// and a write aimed at the root DSE (68 for an add, else 53). Asked here
-/// only of anonymous writes, which are refused right after; the handlers
-/// check the same for everyone else, in the same order.
+/// only of anonymous writes, which are refused right after. Not yet all
+/// slapd checks first: an undefined type (17), a value's syntax (21), an
+/// add without attributes (2) and the subschema entry come after 8 here.
 fn decoded_write(op: &LdapOp) -> Result<()> {
     use LdapOp::*;
     let target = match op {

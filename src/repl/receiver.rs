@@ -43,7 +43,7 @@ pub async fn serve(listener: TcpListener, ctx: Rc<Ctx>, config: Arc<Config>, sha
 
 /// One inbound connection; `proven` is set once the peer proved the secret.
 /// Most DNs kept for `glue::follow_parents` between heartbeats.
-const MAX_MOVED: usize = 100_000;
+const MAX_MOVED: usize = 10_000;
 
 async fn receive(
     tcp: TcpStream,
@@ -90,7 +90,7 @@ async fn receive(
     shared.heard();
     // DNs the peer's renames moved entries away from, to look below once
     // it has sent all it has (`glue::follow_parents`).
-    let mut moved: Vec<(Dn, [u8; 16])> = Vec::new();
+    let mut moved: std::collections::BTreeMap<Vec<u8>, (Dn, [u8; 16])> = Default::default();
     loop {
         let frame = recv(&mut stream, MAX_FRAME).await?;
         shared.heard();
@@ -98,18 +98,26 @@ async fn receive(
             Frame::Heartbeat { settled, .. } => {
                 shared.settle(settled.as_deref());
                 if !moved.is_empty() {
-                    moved = crate::glue::follow_parents(ctx, std::mem::take(&mut moved)).await;
+                    let asked = std::mem::take(&mut moved).into_values().collect();
+                    let again = crate::glue::follow_parents(ctx, asked).await;
+                    moved.extend(again.into_iter().map(|(dn, uuid)| (dn.key(), (dn, uuid))));
                 }
             }
             Frame::Records { records, settled } => {
                 let n = records.len() as u64;
                 match apply_all(ctx, records).await {
                     Ok((applied, away)) => {
-                        // A DN once, and a bounded list: past it the oldest go.
-                        moved.extend(away);
-                        moved.dedup_by(|a, b| a.0.key() == b.0.key());
-                        if moved.len() > MAX_MOVED {
-                            moved.drain(..moved.len() - MAX_MOVED);
+                        // Only DNs with entries left below them, each once,
+                        // and at most `MAX_MOVED` (past it they are said).
+                        for (dn, uuid) in away.into_iter().filter(|(dn, _)| crate::glue::left_below(ctx, dn)) {
+                            if moved.len() < MAX_MOVED {
+                                moved.insert(dn.key(), (dn, uuid));
+                            } else {
+                                eprintln!(
+                                    "coredir: replication: too many renamed parents to follow; {} is not",
+                                    dn.to_string_form()
+                                );
+                            }
                         }
                         // Committed: what the frame says is settled now holds.
                         shared.settle(settled.as_deref());

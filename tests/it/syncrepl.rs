@@ -799,9 +799,9 @@ fn refresh_of(s: &Server, base: &str, cookie: Option<Vec<u8>>) -> (u32, Vec<Stri
 /// A sync search answers as a plain search does for what the requester
 /// may not see and may not have: a hidden base is missing (32, whether it
 /// exists or not), the size limit ends the refresh (4), a change to a
-/// hidden entry in scope does not move the cookie, and a hidden entry
-/// renamed out of the scope is not among the deleted of a refresh from a
-/// cookie.
+/// hidden entry in scope does not move the cookie, and an entry moved
+/// out of the scope and out of sight is among the deleted of a refresh
+/// from a cookie.
 #[test]
 fn a_sync_search_tells_anonymous_nothing_a_search_would_not() {
     let (secret, secret2) = (format!("ou=secret,{PEOPLE}"), format!("ou=secret,ou=groups,{SUFFIX}"));
@@ -845,17 +845,24 @@ fn a_sync_search_tells_anonymous_nothing_a_search_would_not() {
     s.restart();
     let mut root = s.admin();
     assert_eq!(root.modify(&seen_dn, vec![Mod::Replace("description", ["now"].into())]).unwrap().rc, 0);
-    let (_, _, _, cookie) = refresh_of(&s, PEOPLE, None);
     let uuid_of = |root: &mut LdapConn, dn: &str| -> uuid::Uuid {
         get_entry(root, dn, vec!["entryUUID"]).unwrap().attrs["entryUUID"][0].parse().unwrap()
     };
-    let (uuid, gone) = (uuid_of(&mut root, &hidden), uuid_of(&mut root, &seen_dn));
-    assert_eq!(root.modifydn(&hidden, "cn=hidden", true, Some(&secret2)).unwrap().rc, 0);
+    // A visible entry moved where anonymous may not read, out of scope: a
+    // consumer holding it must drop it (a disabled account moved away must
+    // not stay on a replica). Its DN before is not kept, so a hidden
+    // entry moved out of scope is named too (its entryUUID, and that it
+    // moved): the lesser harm.
+    let moved = format!("cn=moved,{PEOPLE}");
+    assert_eq!(root.add(&moved, device("moved")).unwrap().rc, 0);
+    let (_, _, _, cookie) = refresh_of(&s, PEOPLE, None);
+    let (away, gone) = (uuid_of(&mut root, &moved), uuid_of(&mut root, &seen_dn));
+    assert_eq!(root.modifydn(&moved, "cn=moved", true, Some(&secret2)).unwrap().rc, 0);
     assert_eq!(root.delete(&seen_dn).unwrap().rc, 0);
     let (code, _, deleted, _) = refresh_of(&s, PEOPLE, cookie);
     assert_eq!(code, 0);
     assert!(deleted.contains(&gone), "no delete phase: {deleted:?}");
-    assert!(!deleted.contains(&uuid), "a hidden entry renamed out of scope was listed as deleted: {deleted:?}");
+    assert!(deleted.contains(&away), "an entry moved out of sight is kept by the consumer: {deleted:?}");
 }
 
 /// A subtree moved back and forth between two parents while a persistent

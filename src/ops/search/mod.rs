@@ -70,15 +70,20 @@ pub const SLICE: Duration = Duration::from_millis(2);
 /// one of them; the flag goes when the last ends (`finished`).
 pub fn running(conn: &Rc<Conn>, msgid: i32) -> (Rc<Cell<bool>>, crate::conn::InFlight) {
     let mut running = conn.running.borrow_mut();
-    let (abandoned, count) = running.entry(msgid).or_insert_with(|| (Rc::new(Cell::new(false)), 0));
-    *count += 1;
-    (abandoned.clone(), crate::conn::InFlight::new(conn))
+    let slot = running.entry(msgid).or_insert_with(|| (Rc::new(Cell::new(false)), 0));
+    // Those abandoned and still winding down keep their flag; a new search
+    // under their ID gets its own (else it would end at once, unanswered).
+    if slot.0.get() {
+        *slot = (Rc::new(Cell::new(false)), 0);
+    }
+    slot.1 += 1;
+    (slot.0.clone(), crate::conn::InFlight::new(conn))
 }
 
-/// A search registered with `running` has ended.
-pub fn finished(conn: &Conn, msgid: i32) {
+/// A search registered with `running` (its flag `abandoned`) has ended.
+pub fn finished(conn: &Conn, msgid: i32, abandoned: &Rc<Cell<bool>>) {
     let mut running = conn.running.borrow_mut();
-    if let Some((_, count)) = running.get_mut(&msgid) {
+    if let Some((_, count)) = running.get_mut(&msgid).filter(|(flag, _)| Rc::ptr_eq(flag, abandoned)) {
         *count -= 1;
         if *count == 0 {
             running.remove(&msgid);
@@ -98,7 +103,7 @@ pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest, ctrls: Control
         let mut sent = 0;
         let room = conn.reservation();
         let res = run(&conn, msgid, &req, &ctrls, &abandoned, (&mut out, &room), &mut done_ctrls, &mut sent).await;
-        finished(&conn, msgid);
+        finished(&conn, msgid, &abandoned);
         // Nothing to hash on the usual path: no Cancel on this connection.
         let canceled = !conn.canceled.borrow().is_empty() && conn.canceled.borrow_mut().remove(&msgid);
         if canceled {

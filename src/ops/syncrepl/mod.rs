@@ -97,7 +97,8 @@ mod refresh;
 
 pub use cookie::Cookie;
 use cookie::{before, claimable, Since};
-use persist::{locate, tail, Located};
+use persist::tail;
+pub(crate) use persist::{locate, Located};
 use refresh::{refresh, Phase};
 
 /// The Sync Info `newcookie` message's value (primitive `[0]`).
@@ -124,7 +125,7 @@ pub fn start(
         let _in_flight = in_flight;
         let mut sent = 0u64;
         let res = run(&conn, &identity, msgid, &req, persist, cookie.as_deref(), &abandoned, &mut sent).await;
-        crate::ops::search::finished(&conn, msgid);
+        crate::ops::search::finished(&conn, msgid, &abandoned);
         let canceled = conn.canceled.borrow_mut().remove(&msgid);
         if abandoned.get() && !canceled {
             record::end(&conn, &rec, &LdapResultCode::Canceled, "", Some(sent));
@@ -190,12 +191,6 @@ impl Session<'_> {
     /// known of it now (nothing, for a delete), may be read at all.
     fn may_learn(&self, key: &[u8], entry: Option<&EntryView<'_>>) -> bool {
         self.plan.as_ref().is_none_or(|plan| plan.entry_readable(&Target { key, entry }))
-    }
-
-    /// `may_learn` of an entry read whole.
-    fn may_learn_entry(&self, key: &[u8], entry: &Entry) -> bool {
-        let mut bytes = Vec::new();
-        entry.encode(&mut bytes).is_ok() && EntryView::new(&bytes).is_ok_and(|view| self.may_learn(key, Some(&view)))
     }
 
     /// Whether a deleted entry was one this search showed: in scope and

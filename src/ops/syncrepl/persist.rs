@@ -196,7 +196,7 @@ pub(super) enum Announce {
     Full(u64),
 }
 
-pub(super) enum Located {
+pub(crate) enum Located {
     /// Its DN key, the entry, and the filter's equality items the index
     /// decided for it in the same snapshot (`index::decided_items`).
     Found(Vec<u8>, Entry, Vec<(usize, bool)>),
@@ -208,7 +208,7 @@ pub(super) enum Located {
 /// Finds an entry by entryUUID from a DN it had: where the state kept
 /// there says it went, partition after partition (each rename leaves the
 /// state behind with the DN it moved to).
-pub(super) fn locate(
+pub(crate) fn locate(
     shard: &shards::Shard,
     uuid: &[u8; 16],
     mut shown: String,

@@ -80,7 +80,11 @@ pub(super) async fn refresh(
                     next.saw(csn);
                 }
                 let changed = match since {
-                    Some(since) => since.changed(csn, || state_of(shard, txn, key, &view), next),
+                    // Its stamps count for the cookie only when it may be known.
+                    Some(since) if s.may_learn(key, Some(&view)) => {
+                        since.changed(csn, || state_of(shard, txn, key, &view), next)
+                    }
+                    Some(since) => since.changed(csn, || state_of(shard, txn, key, &view), &mut Cookie::default()),
                     None => true,
                 };
                 let decided = shards::index::decided_items(txn, &s.filter, id, view.size())?;
@@ -281,10 +285,13 @@ fn departed_chunk(
         })?;
     }
     for (uuid, dn, at) in renamed {
-        if let Located::Found(key, entry, _) = locate(shard, &uuid, dn, None)? {
-            // Its DN before is not kept: one the requester may not know of
-            // where it is now is not named (it may never have been in scope).
-            if !s.in_scope(&key) && s.may_learn_entry(&key, &entry) {
+        if let Located::Found(key, ..) = locate(shard, &uuid, dn, None)? {
+            // Its DN before the rename is not kept, so whether the
+            // requester saw it there is not known: it is named, since a
+            // consumer that held it must drop it (a disabled account moved
+            // where it may not read must not stay on the replica). That
+            // tells a hidden entry's entryUUID and that it moved.
+            if !s.in_scope(&key) {
                 out.push((uuid::Uuid::from_bytes(uuid), at));
             }
         }
