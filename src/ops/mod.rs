@@ -283,7 +283,7 @@ fn check_write(conn: &Conn, op: &LdapOp, acting: &Identity) -> Result<()> {
     }
     check_confidential(conn)?;
     if matches!(acting, Identity::Anonymous) {
-        decoded_write(op)?;
+        decoded_write(conn, op)?;
         return Err(Error::new(LdapResultCode::StrongerAuthRequired, "modifications require authentication"));
     }
     Ok(())
@@ -291,21 +291,24 @@ fn check_write(conn: &Conn, op: &LdapOp, acting: &Identity) -> Result<()> {
 
 /// What slapd's frontend answers while it decodes a write, before it asks
 /// who may write: the DNs' syntax (34), an increment's value count (2),
-/// and a write aimed at the root DSE (68 for an add, else 53). Asked here
-/// only of anonymous writes, which are refused right after. Not yet all
-/// slapd checks first: an undefined type (17), a value's syntax (21), an
-/// add without attributes (2) and the subschema entry come after 8 here.
-fn decoded_write(op: &LdapOp) -> Result<()> {
+/// a write aimed at the root DSE or the subschema entry (68 for an add,
+/// else 53), an undefined attribute type (17), and a DN outside every
+/// naming context (53, "no global superior knowledge"). Asked here only
+/// of anonymous writes, which are refused right after (a value's syntax
+/// is not: slapd answers 8 first for it too).
+fn decoded_write(conn: &Conn, op: &LdapOp) -> Result<()> {
+    use shards::schema::check::check_type;
     use LdapOp::*;
-    let target = match op {
-        AddRequest(r) => &r.dn,
+    let (target, types): (&str, Vec<&str>) = match op {
+        AddRequest(r) => (&r.dn, r.attributes.iter().map(|a| a.atype.as_str()).collect()),
         ModifyRequest(r) => {
             modify::check_increments(&r.changes)?;
-            &r.dn
+            (&r.dn, r.changes.iter().map(|c| c.modification.atype.as_str()).collect())
         }
-        DelRequest(dn) => dn,
+        DelRequest(dn) => (dn, Vec::new()),
         ModifyDNRequest(r) => {
-            if parse_dn(&r.dn)?.is_root() {
+            let dn = parse_dn(&r.dn)?;
+            if dn.is_root() {
                 return Err(Error::unwilling("the root DSE cannot be renamed"));
             }
             let rdn = shards::dn::Rdn::parse(&r.newrdn)?;
@@ -313,14 +316,29 @@ fn decoded_write(op: &LdapOp) -> Result<()> {
             if let Some(superior) = &r.new_superior {
                 parse_dn(superior)?;
             }
-            return Ok(());
+            return within_contexts(conn, &dn);
         }
         _ => return Ok(()),
     };
-    match (parse_dn(target)?.is_root(), op) {
-        (true, AddRequest(_)) => Err(Error::already_exists("the root DSE")),
-        (true, _) => Err(Error::unwilling("the root DSE cannot be written")),
-        (false, _) => Ok(()),
+    let dn = parse_dn(target)?;
+    let fixed = dn.is_root() || shards::schema::subschema::is_subschema_key(&dn.key());
+    match (fixed, op) {
+        (true, AddRequest(_)) => return Err(Error::already_exists(target)),
+        (true, _) => return Err(Error::unwilling("the root DSE and the subschema entry cannot be written")),
+        (false, _) => {}
+    }
+    for name in types {
+        check_type(name)?;
+    }
+    within_contexts(conn, &dn)
+}
+
+/// A DN below none of the naming contexts: slapd without a default
+/// referral answers unwillingToPerform.
+fn within_contexts(conn: &Conn, dn: &shards::dn::Dn) -> Result<()> {
+    match conn.ctx.within_suffix(dn) {
+        true => Ok(()),
+        false => Err(Error::unwilling("no global superior knowledge")),
     }
 }
 

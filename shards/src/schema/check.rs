@@ -46,15 +46,21 @@ fn check_entry_with(entry: &Entry, dn: &Dn, values: Values) -> Result<String> {
 /// and options (17), its values' syntax (21), several values for a
 /// single-valued type (19). `adds`: an add or a replace.
 pub fn check_modification(name: &str, vals: &[Vec<u8>], adds: bool) -> Result<()> {
-    check_transfer(name)?;
-    let Some(at) = get().attr(name) else {
-        return Err(Error::new(Code::UndefinedAttributeType, format!("{name}: attribute type undefined")));
-    };
+    let at = check_type(name)?;
     check_syntaxes(at, name, vals)?;
     if adds && at.single_value && vals.len() > 1 {
         return Err(Error::new(Code::ConstraintViolation, format!("{name}: multiple values provided")));
     }
     Ok(())
+}
+
+/// An attribute description's type is defined and its options allowed:
+/// undefinedAttributeType (17) otherwise.
+pub fn check_type(name: &str) -> Result<&'static AttributeType> {
+    check_transfer(name)?;
+    get()
+        .attr(name)
+        .ok_or_else(|| Error::new(Code::UndefinedAttributeType, format!("{name}: attribute type undefined")))
 }
 
 /// The name of the entry's structural object class.
