@@ -50,7 +50,8 @@
 //! - `verify`: mirror mode's anti-entropy check (partition digests
 //!   compared with the peer's, a difference resynced).
 //! - `glue`: a parent the peer deleted while children were added below it
-//!   here comes back as a glue entry, the same on both servers.
+//!   here comes back as a glue entry, the same on both servers; entries
+//!   left below a DN the peer renamed away follow it to its new DN.
 //! - `conn`: framing with PDU limits and the partial-request timeout, read
 //!   loop, writer task (its queue bounded in frames and bytes, drained when
 //!   the client is gone), `Reservation` (a search's room in that queue,

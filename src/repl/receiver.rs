@@ -41,10 +41,10 @@ pub async fn serve(listener: TcpListener, ctx: Rc<Ctx>, config: Arc<Config>, sha
     }
 }
 
-/// One inbound connection; `proven` is set once the peer proved the secret.
 /// Most DNs kept for `glue::follow_parents` between heartbeats.
 const MAX_MOVED: usize = 10_000;
 
+/// One inbound connection; `proven` is set once the peer proved the secret.
 async fn receive(
     tcp: TcpStream,
     ctx: &Ctx,
