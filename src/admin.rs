@@ -99,6 +99,9 @@ pub struct Connection {
     pub identity: String,
     pub operations: u64,
     pub idle_s: u64,
+    /// Operations running now (searches, writes, a bind being checked).
+    #[serde(default)]
+    pub running: u64,
 }
 
 /// What the admin thread works with.
@@ -245,6 +248,7 @@ impl Admin {
                 identity: c.identity.load().to_string(),
                 operations: c.ops.load(Ordering::Relaxed),
                 idle_s: c.idle_s(),
+                running: c.in_flight.load(Ordering::Relaxed),
             })
             .collect()
     }

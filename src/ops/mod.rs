@@ -88,6 +88,15 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
             return if bind { Flow::Binding(None) } else { Flow::Continue };
         }
     };
+    if matches!(msg.op, LdapOp::BindRequest(_)) {
+        // As slapd (RFC 4511 §4.2.1: what is outstanding completes or is
+        // abandoned before a Bind): the searches still running end
+        // unanswered, so none goes on under the identity before it (a
+        // persistent search streaming with the old rights). Writes finish.
+        for (flag, _) in conn.running.borrow().values() {
+            flag.set(true);
+        }
+    }
     match msg.op {
         LdapOp::BindRequest(req) => match bind::handle(conn, &req) {
             bind::Outcome::Now(res) => {

@@ -933,3 +933,44 @@ fn controls_a_sync_search_would_ignore_are_refused() {
         }
     }
 }
+
+/// A Bind abandons the searches still running on its connection, as
+/// slapd does (RFC 4511 §4.2.1: they must complete or be abandoned before
+/// it is processed): a persistent search must not go on streaming under
+/// the rights of the identity the connection had before.
+#[test]
+fn a_bind_abandons_the_persistent_searches_of_its_connection() {
+    use ldap3_proto::proto::LdapOp;
+    let s = provider(1);
+    let mut root = s.admin();
+    let mut r = Raw::connect(&s);
+    persistent_search(&mut r, 1);
+    r.send(vec![LdapMsg::new(2, bind(ROOT_DN, ROOT_PW))]);
+    loop {
+        let m = r.recv_lenient().expect("closed");
+        if let LdapOp::BindResponse(_) = m.op {
+            break;
+        }
+    }
+    // A change after the bind: the abandoned search announces nothing.
+    let device = vec![("objectClass", ["device"].into()), ("cn", ["after-bind"].into())];
+    assert_eq!(root.add(&format!("cn=after-bind,{PEOPLE}"), device).unwrap().rc, 0);
+    r.send(vec![LdapMsg::new(3, whoami())]);
+    loop {
+        let m = r.recv_lenient().expect("closed");
+        match (m.msgid, m.op) {
+            (3, LdapOp::ExtendedResponse(_)) => break,
+            (1, op) => panic!("the search went on after the bind: {op:?}"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let running = || {
+        ctl_json(&s, &["connections"])["connections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["running"].as_u64().unwrap())
+            .sum::<u64>()
+    };
+    wait_for("the search to end", || running() == 0);
+}
