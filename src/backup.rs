@@ -34,12 +34,26 @@ fn err(e: shards::Error) -> anyhow::Error {
     anyhow!(e.message)
 }
 
-/// An empty (or absent) directory to write a data directory into.
-fn empty_target(dir: &Path) -> Result<()> {
-    if dir.exists() && std::fs::read_dir(dir)?.flatten().any(|e| e.file_name() != "lock") {
-        bail!("{} is not empty; give a new or empty directory", dir.display());
+/// An empty (or absent) directory to write a data directory into, made
+/// private (0700) before anything is written there: it will hold every
+/// `userPassword`. For a backup (`theirs_refused`), one another user owns
+/// is refused: they could swap what is written there before someone
+/// restores it (a restore's target is the operator's data directory).
+fn empty_target(dir: &Path, theirs_refused: bool) -> Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if let Ok(meta) = std::fs::symlink_metadata(dir) {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        if !meta.is_dir() || (theirs_refused && meta.uid() != me) {
+            bail!("{} is owned by another user (or is not a directory); give a new directory", dir.display());
+        }
+        if std::fs::read_dir(dir)?.flatten().any(|e| e.file_name() != "lock") {
+            bail!("{} is not empty; give a new or empty directory", dir.display());
+        }
     }
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("making {} private", dir.display()))
 }
 
 fn load_manifest(dir: &Path) -> Result<Manifest> {
@@ -60,14 +74,14 @@ pub fn backup(config: Config, dest: &Path) -> Result<()> {
     if manifest.engine == "sled" && crate::database::lock_data_dir(&data).is_err() {
         bail!("a sled database cannot be read while its server runs; stop it, or use `coredir export` instead");
     }
-    empty_target(dest)?;
+    empty_target(dest, true)?;
     let from = crate::database::open_stores(&config, &data, &manifest)?;
     backup_from(&config, &manifest, &from, dest)
 }
 
 /// Copies open stores (a running server's, for `ctl backup`) into `dest`.
 pub fn backup_from(config: &Config, manifest: &Manifest, from: &[Arc<Engine>], dest: &Path) -> Result<()> {
-    empty_target(dest)?;
+    empty_target(dest, true)?;
     let data = &config.server.data;
     let started = Instant::now();
     let to = create_stores(config, dest, manifest)?;
@@ -88,7 +102,7 @@ pub fn restore(config: Config, backup: &Path) -> Result<()> {
     config.validate()?;
     let data = config.server.data.clone();
     let _lock = crate::database::lock_data_dir(&data)?;
-    empty_target(&data)?;
+    empty_target(&data, false)?;
     let mut manifest = load_manifest(backup)?;
     let started = Instant::now();
     let from = crate::database::open_stores(&config, backup, &manifest)?;
@@ -127,7 +141,7 @@ pub fn reshard(config: Config, shards: usize) -> Result<()> {
     new.shards = shards as u32;
     new.owners = (0..new.partitions).map(|p| p % new.shards).collect();
     let staging = sibling(&data, "reshard")?;
-    empty_target(&staging)?;
+    empty_target(&staging, false)?;
     let started = Instant::now();
     let entries = {
         let from = crate::database::open_stores(&config, &data, &old)?;

@@ -911,3 +911,31 @@ fn a_persist_search_whose_message_id_is_reused_ends_with_its_connection() {
     }
     wait_for("the closed connections to be gone", || ctl_json(&s, &["status"])["connections"] == 0);
 }
+
+/// A backup goes into a directory only its owner can enter: an existing
+/// empty directory open to everyone (0777) is made private before the
+/// stores are written there, and one another user owns is refused (that
+/// user could swap the shard directories before someone restores them).
+#[test]
+fn a_backup_is_written_only_where_its_owner_alone_can_reach() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Server::start(1);
+    let dir = tempfile::tempdir().unwrap();
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let r = ctl_json(&s, &["backup", open.to_str().unwrap()]);
+    assert_eq!(r["type"], "backed-up", "{r}");
+    let mode = std::fs::metadata(&open).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "the backup directory is {mode:o}");
+    // Owned by someone else: only root can make one; elsewhere this part
+    // is not asked.
+    let theirs = dir.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o777)).unwrap();
+    if std::os::unix::fs::chown(&theirs, Some(4242), Some(4242)).is_ok() {
+        let (code, _, err) = ctl(&s, &["backup", theirs.to_str().unwrap()]);
+        assert_ne!(code, 0, "a backup into another user's directory was written");
+        assert!(err.contains("owned by"), "{err}");
+    }
+}
