@@ -235,10 +235,17 @@ pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
         }
     }
     out.manage_dsa_it = manage_dsa_it.is_some();
-    // A sync search sends every entry in scope as the filter takes it and
-    // then every change: a page, a sort, a view, an assertion or matched
-    // values would be ignored there, so they are refused, not dropped.
-    let with_sync = [
+    if out.sync.is_some() {
+        beside_sync(&out)?;
+    }
+    Ok(out)
+}
+
+/// A sync search sends every entry in scope as the filter takes it and
+/// then every change: a page, a sort, a view, an assertion or matched
+/// values would be ignored there, so they are refused, not dropped.
+fn beside_sync(out: &Controls) -> Result<()> {
+    let given = [
         (out.paged.is_some(), PAGED_RESULTS),
         (out.sort.is_some(), SORT_REQUEST),
         (out.vlv.is_some(), crate::ops::vlv::REQUEST),
@@ -246,10 +253,10 @@ pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
         (out.matched_values.is_some(), MATCHED_VALUES),
         (out.subentries.is_some(), SUBENTRIES),
     ];
-    if let (Some(_), Some((_, oid))) = (&out.sync, with_sync.iter().find(|(given, _)| *given)) {
-        return Err(unavailable(oid, "is not supported with the Sync Request control"));
+    match given.iter().find(|(is, _)| *is) {
+        Some((_, oid)) => Err(unavailable(oid, "is not supported with the Sync Request control")),
+        None => Ok(()),
     }
-    Ok(out)
 }
 
 /// Fills a control's slot, refusing a second one.

@@ -316,14 +316,9 @@ fn decoded_write(conn: &Conn, op: &LdapOp) -> Result<()> {
         }
         DelRequest(dn) => (dn, Vec::new()),
         ModifyDNRequest(r) => {
-            let dn = parse_dn(&r.dn)?;
+            let (dn, ..) = modify_dn::parse_names(r)?;
             if dn.is_root() {
                 return Err(Error::unwilling("the root DSE cannot be renamed"));
-            }
-            let rdn = shards::dn::Rdn::parse(&r.newrdn)?;
-            shards::dn::Dn::renamed(rdn, &shards::dn::Dn::root()).validate()?;
-            if let Some(superior) = &r.new_superior {
-                parse_dn(superior)?;
             }
             return within_contexts(conn, &dn);
         }

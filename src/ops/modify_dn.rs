@@ -157,7 +157,10 @@ async fn follow(shard: &Rc<Shard>, is_top: &dyn Fn(&Dn) -> bool, top: &Dn, mut f
     result
 }
 
-pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -> Result<Vec<LdapControl>> {
+/// The request's names as slapd's frontend reads them, before anything
+/// else is asked (invalidDNSyntax): the entry's DN, the new DN, the new
+/// superior.
+pub fn parse_names(req: &LdapModifyDNRequest) -> Result<(Dn, Dn, Dn)> {
     let old = parse_dn(&req.dn)?;
     let rdn = Rdn::parse(&req.newrdn)?;
     // As slapd: a new RDN its types' syntaxes refuse is invalidDNSyntax
@@ -167,8 +170,13 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
         Some(s) => parse_dn(s)?,
         None => old.parent(),
     };
-    let ctx = &conn.ctx;
     let new = Dn::renamed(rdn, &superior);
+    Ok((old, new, superior))
+}
+
+pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -> Result<Vec<LdapControl>> {
+    let (old, new, superior) = parse_names(&req)?;
+    let ctx = &conn.ctx;
     // As slapd: a rename that leaves its naming context (the suffix itself
     // included), into another or none, would span two DSAs.
     let context = ctx.naming_context(&old);

@@ -854,11 +854,7 @@ fn a_subtree_renamed_on_either_side_moves_whole_on_both() {
     }
     converged(&a, &b);
     // Counted right: the emptied branch can be deleted leaf by leaf.
-    let mut leaves_first = tree(&a, &moved);
-    leaves_first.sort_by_key(|dn| std::cmp::Reverse(dn.matches(',').count()));
-    for dn in leaves_first {
-        assert_eq!(ca.delete(&dn).unwrap().rc, 0, "{dn}");
-    }
+    delete_leaves_first(&mut ca, tree(&a, &moved));
     wait_for("the deletes on B", || tree(&b, &moved).is_empty());
 }
 
@@ -1285,10 +1281,7 @@ fn entries_in(msgs: &[ldap3_proto::proto::LdapMsg]) -> usize {
 /// entries (the branch can be emptied leaf by leaf).
 #[test]
 fn a_subtree_renamed_apart_on_both_sides_ends_whole_and_the_same() {
-    let (mut a, mut b) = pair(2);
-    let old = branch(&mut a.admin(), SUFFIX, "twin", 8);
-    let count = tree(&a, &old).len();
-    wait_for("the branch on B", || tree(&b, &old).len() == count);
+    let (mut a, mut b, old, count) = pair_with_branch("twin");
     let uuid = uuid_of(&mut a.admin(), &format!("cn=twin0-1,cn=twin0,{old}"));
     apart(
         &mut a,
@@ -1310,12 +1303,26 @@ fn a_subtree_renamed_apart_on_both_sides_ends_whole_and_the_same() {
     let mut c = a.admin();
     assert_eq!(copies(&mut c, &uuid), 1);
     assert_eq!(attr(&mut c, &format!("cn=twin3,{top}"), "description"), Some(vec!["seen".to_string()]));
-    let mut leaves_first = tree(&a, top);
-    leaves_first.sort_by_key(|dn| std::cmp::Reverse(dn.matches(',').count()));
-    for dn in leaves_first {
+    delete_leaves_first(&mut c, tree(&a, top));
+    converged(&a, &b);
+}
+
+/// A pair of 2 shards each, and a branch `ou=<ou>` (`branch` with 8)
+/// made on A and seen on B: its DN and how many entries it holds.
+fn pair_with_branch(ou: &str) -> (Server, Server, String, usize) {
+    let (a, b) = pair(2);
+    let top = branch(&mut a.admin(), SUFFIX, ou, 8);
+    let count = tree(&a, &top).len();
+    wait_for("the branch on B", || tree(&b, &top).len() == count);
+    (a, b, top, count)
+}
+
+/// Deletes `dns`, deepest first (a parent after its children).
+fn delete_leaves_first(c: &mut LdapConn, mut dns: Vec<String>) {
+    dns.sort_by_key(|dn| std::cmp::Reverse(dn.matches(',').count()));
+    for dn in dns {
         assert_eq!(c.delete(&dn).unwrap().rc, 0, "{dn}");
     }
-    converged(&a, &b);
 }
 
 /// The entries one server holds without their parent.
@@ -1334,10 +1341,7 @@ fn orphans(s: &Server) -> Vec<String> {
 /// entries.
 #[test]
 fn a_subtree_renamed_apart_from_an_add_below_it_ends_the_same() {
-    let (mut a, mut b) = pair(2);
-    let old = branch(&mut a.admin(), SUFFIX, "mov", 8);
-    let count = tree(&a, &old).len();
-    wait_for("the branch on B", || tree(&b, &old).len() == count);
+    let (mut a, mut b, old, count) = pair_with_branch("mov");
     apart(
         &mut a,
         &mut b,
@@ -1365,11 +1369,6 @@ fn a_subtree_renamed_apart_from_an_add_below_it_ends_the_same() {
     assert!(orphans(&a).is_empty(), "entries without a parent: {:?}", orphans(&a));
     let moved = format!("ou=moved,{SUFFIX}");
     assert_eq!(tree(&a, &moved).len(), count + 1, "{all:?}");
-    let mut c = a.admin();
-    let mut leaves_first = all.clone();
-    leaves_first.sort_by_key(|dn| std::cmp::Reverse(dn.matches(',').count()));
-    for dn in leaves_first {
-        assert_eq!(c.delete(&dn).unwrap().rc, 0, "{dn}: {all:?}");
-    }
+    delete_leaves_first(&mut a.admin(), all);
     converged(&a, &b);
 }

@@ -74,17 +74,17 @@ pub(super) async fn refresh(
                 let txn = &txns[*store];
                 let Some(view) = txn.entry_by_id(id)? else { continue };
                 let csn = entry_csn(&view);
-                // Only CSNs of entries the requester may know of: a cookie
-                // at a hidden entry's CSN would time its changes.
-                if let Some(csn) = csn.filter(|_| s.may_learn(key, Some(&view))) {
-                    next.saw(csn);
+                // Only the stamps of entries the requester may know of go
+                // into the cookie: one at a hidden entry's would time its
+                // changes.
+                let known = s.may_learn(key, Some(&view));
+                let mut unseen = Cookie::default();
+                let seen = if known { &mut *next } else { &mut unseen };
+                if let Some(csn) = csn {
+                    seen.saw(csn);
                 }
                 let changed = match since {
-                    // Its stamps count for the cookie only when it may be known.
-                    Some(since) if s.may_learn(key, Some(&view)) => {
-                        since.changed(csn, || state_of(shard, txn, key, &view), next)
-                    }
-                    Some(since) => since.changed(csn, || state_of(shard, txn, key, &view), &mut Cookie::default()),
+                    Some(since) => since.changed(csn, || state_of(shard, txn, key, &view), seen),
                     None => true,
                 };
                 let decided = shards::index::decided_items(txn, &s.filter, id, view.size())?;
@@ -93,7 +93,7 @@ pub(super) async fn refresh(
                     (true, false, Phase::Present) => SyncStateValue::Present,
                     // Changed so that the filter no longer takes it.
                     (false, true, Phase::Delete) => {
-                        if s.may_learn(key, Some(&view)) {
+                        if known {
                             gone.push(uuid_of_view(&view)?);
                         }
                         continue;
