@@ -171,6 +171,12 @@ fn check_single_value(at: &AttributeType, name: &str, vals: &[Vec<u8>]) -> Resul
 }
 
 fn check_syntaxes(at: &AttributeType, name: &str, vals: &[Vec<u8>]) -> Result<()> {
+    if !at.syntax_ref.validated && !vals.is_empty() {
+        return Err(Error::new(
+            Code::InvalidAttributeSyntax,
+            format!("{name}: no validator for syntax {}", at.syntax_ref.oid),
+        ));
+    }
     for (i, v) in vals.iter().enumerate() {
         if !(at.syntax_ref.valid)(v) {
             return Err(Error::new(

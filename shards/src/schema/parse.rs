@@ -823,7 +823,7 @@ olcObjectClasses: {0}( siteOID:2 NAME 'badged' AUXILIARY MUST badgeNumber )\n";
         let other = "attributetype ( 2.5.4.3 NAME ( 'cn' 'commonName' ) SUP name SINGLE-VALUE )";
         assert!(build("core.schema", other)
             .unwrap_err()
-            .contains("conflicts with the definition at builtin.schema:96"));
+            .contains("conflicts with the definition at builtin.schema:99"));
     }
 
     #[test]

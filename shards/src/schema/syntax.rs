@@ -1,9 +1,12 @@
 //! LDAP syntaxes (RFC 4517 §3.3, RFC 4530) and their value checks.
 //!
 //! The common syntaxes are validated exactly; certificates by their DER
-//! structure (as slapd's `certificateValidate`), other binary syntaxes
-//! (JPEG, fax, audio) accept any octets, and the rarely used structured
-//! ones (Guide, Telex, …) only need valid UTF-8, as the table says.
+//! structure (as slapd's `certificateValidate`), JPEG and audio accept any
+//! octets, and some rarely used structured ones (Telex, …) only need valid
+//! UTF-8, as the table says. Those slapd has no validator for (Guide, Fax,
+//! Presentation Address, …) take no values at all: slapd refuses every
+//! value of them with invalidAttributeSyntax, so a directory that works
+//! with slapd holds none, and coredir refuses them alike.
 
 use crate::dn::Dn;
 use crate::matching;
@@ -19,19 +22,26 @@ pub struct Syntax {
     /// slapd (undefinedAttributeType either way).
     pub binary_transfer: bool,
     pub valid: fn(&[u8]) -> bool,
+    /// False where slapd has no validator: every value is refused.
+    pub validated: bool,
 }
 
 const fn s(oid: &'static str, desc: &'static str, valid: fn(&[u8]) -> bool) -> Syntax {
-    Syntax { oid, desc, binary: false, binary_transfer: false, valid }
+    Syntax { oid, desc, binary: false, binary_transfer: false, valid, validated: true }
 }
 
 const fn bin(oid: &'static str, desc: &'static str) -> Syntax {
-    Syntax { oid, desc, binary: true, binary_transfer: false, valid: any }
+    Syntax { oid, desc, binary: true, binary_transfer: false, valid: any, validated: true }
 }
 
 /// A syntax whose values are BER/DER structures that need `;binary`.
 const fn transfer(oid: &'static str, desc: &'static str, valid: fn(&[u8]) -> bool) -> Syntax {
-    Syntax { oid, desc, binary: true, binary_transfer: true, valid }
+    Syntax { oid, desc, binary: true, binary_transfer: true, valid, validated: true }
+}
+
+/// A syntax slapd knows but has no validator for (`ssyn_validate` NULL).
+const fn unvalidated(oid: &'static str, desc: &'static str, binary: bool) -> Syntax {
+    Syntax { oid, desc, binary, binary_transfer: false, valid: none, validated: false }
 }
 
 pub const SYNTAXES: &[Syntax] = &[
@@ -45,17 +55,17 @@ pub const SYNTAXES: &[Syntax] = &[
     transfer("1.3.6.1.4.1.1466.115.121.1.10", "Certificate Pair", crate::der::element),
     s("1.3.6.1.4.1.1466.115.121.1.11", "Country String", country),
     s("1.3.6.1.4.1.1466.115.121.1.12", "DN", dn),
-    s("1.3.6.1.4.1.1466.115.121.1.13", "Data Quality", utf8),
+    unvalidated("1.3.6.1.4.1.1466.115.121.1.13", "Data Quality", false),
     s("1.3.6.1.4.1.1466.115.121.1.14", "Delivery Method", delivery_method),
     s("1.3.6.1.4.1.1466.115.121.1.15", "Directory String", directory_string),
     s("1.3.6.1.4.1.1466.115.121.1.16", "DIT Content Rule Description", utf8),
     s("1.3.6.1.4.1.1466.115.121.1.17", "DIT Structure Rule Description", utf8),
-    s("1.3.6.1.4.1.1466.115.121.1.19", "DSA Quality", utf8),
-    s("1.3.6.1.4.1.1466.115.121.1.21", "Enhanced Guide", utf8),
+    unvalidated("1.3.6.1.4.1.1466.115.121.1.19", "DSA Quality", false),
+    unvalidated("1.3.6.1.4.1.1466.115.121.1.21", "Enhanced Guide", false),
     s("1.3.6.1.4.1.1466.115.121.1.22", "Facsimile Telephone Number", utf8),
-    bin("1.3.6.1.4.1.1466.115.121.1.23", "Fax"),
+    unvalidated("1.3.6.1.4.1.1466.115.121.1.23", "Fax", true),
     s("1.3.6.1.4.1.1466.115.121.1.24", "Generalized Time", generalized_time),
-    s("1.3.6.1.4.1.1466.115.121.1.25", "Guide", utf8),
+    unvalidated("1.3.6.1.4.1.1466.115.121.1.25", "Guide", false),
     s("1.3.6.1.4.1.1466.115.121.1.26", "IA5 String", ia5),
     s("1.3.6.1.4.1.1466.115.121.1.27", "INTEGER", integer),
     bin("1.3.6.1.4.1.1466.115.121.1.28", "JPEG"),
@@ -69,13 +79,13 @@ pub const SYNTAXES: &[Syntax] = &[
     s("1.3.6.1.4.1.1466.115.121.1.39", "Other Mailbox", utf8),
     s("1.3.6.1.4.1.1466.115.121.1.40", "Octet String", any),
     s("1.3.6.1.4.1.1466.115.121.1.41", "Postal Address", postal_address),
-    s("1.3.6.1.4.1.1466.115.121.1.42", "Protocol Information", utf8),
-    s("1.3.6.1.4.1.1466.115.121.1.43", "Presentation Address", utf8),
+    unvalidated("1.3.6.1.4.1.1466.115.121.1.42", "Protocol Information", false),
+    unvalidated("1.3.6.1.4.1.1466.115.121.1.43", "Presentation Address", false),
     s("1.3.6.1.4.1.1466.115.121.1.44", "Printable String", printable_string),
     s("1.3.6.1.4.1.1466.115.121.1.45", "Subtree Specification", utf8),
     transfer("1.3.6.1.4.1.1466.115.121.1.49", "Supported Algorithm", crate::der::element),
     s("1.3.6.1.4.1.1466.115.121.1.50", "Telephone Number", telephone_number),
-    s("1.3.6.1.4.1.1466.115.121.1.51", "Teletex Terminal Identifier", utf8),
+    unvalidated("1.3.6.1.4.1.1466.115.121.1.51", "Teletex Terminal Identifier", false),
     s("1.3.6.1.4.1.1466.115.121.1.52", "Telex Number", utf8),
     s("1.3.6.1.4.1.1466.115.121.1.53", "UTC Time", utf8),
     s("1.3.6.1.4.1.1466.115.121.1.54", "LDAP Syntax Description", utf8),
@@ -97,6 +107,10 @@ pub fn find(oid: &str) -> Option<&'static Syntax> {
 
 fn any(_: &[u8]) -> bool {
     true
+}
+
+fn none(_: &[u8]) -> bool {
+    false
 }
 
 fn utf8(v: &[u8]) -> bool {
@@ -236,6 +250,9 @@ mod tests {
             ("14", "g3fax$ia5 $  telephone ", true),
             ("14", "", false),
             ("8", "\u{30}\u{0}", false),
+            ("25", "person#(cn$EQ)", false),
+            ("23", "GIF", false),
+            ("43", "TELEX+00728722+RFC-1006+03+10.0.0.6", false),
         ];
         for (n, value, ok) in table {
             assert_eq!((syn(n).valid)(value.as_bytes()), *ok, "syntax {n} value {value:?}");
