@@ -96,7 +96,7 @@ pub struct Conn {
     pub identity: RefCell<Identity>,
     /// Running searches by message id, and how many run under it; setting
     /// the flag abandons them (`ops::search::running`).
-    pub running: RefCell<HashMap<i32, (Rc<Cell<bool>>, usize)>>,
+    pub running: RefCell<HashMap<i32, (Rc<crate::ops::abandon::Abandoned>, usize)>>,
     /// Searches a Cancel operation stopped: they end with `canceled`.
     pub canceled: RefCell<std::collections::HashSet<i32>>,
     /// Operations running as tasks (searches and writes), for the
@@ -572,7 +572,7 @@ async fn serve_split<S: AsyncRead + AsyncWrite + Unpin + 'static>(
 /// drain what the remaining tasks send.
 async fn finish<W>(conn: Rc<Conn>, writer_task: glommio::task::JoinHandle<Option<W>>) {
     for (flag, _) in conn.running.borrow().values() {
-        flag.set(true);
+        flag.raise();
     }
     drop(conn);
     let _ = writer_task.await;

@@ -170,7 +170,7 @@ impl Ctx {
         scope: &'a [u8],
         anywhere: bool,
         deadline: Option<std::time::Instant>,
-        abandoned: &std::cell::Cell<bool>,
+        abandoned: &crate::ops::abandon::Abandoned,
     ) -> shards::Result<crate::ops::carries::Reading<'a>> {
         let reading = crate::ops::carries::Wanted { shard: self.shard.id, scope, anywhere, deadline };
         self.shared.carries.admit_read(&self.reading, reading, abandoned).await

@@ -153,6 +153,9 @@ pub struct ShardMetrics {
     pub entries_sent: Counter,
     pub accepted: Counter,
     pub open: Gauge,
+    /// Rounds of reading the changelog made by persistent sync searches:
+    /// one per wake-up that found work, none while the directory is idle.
+    pub syncrepl_rounds: Counter,
 }
 
 /// Result codes above this share one counter (`code="other"`).
@@ -177,6 +180,7 @@ impl ShardMetrics {
             entries_sent: counter("coredir_entries_sent_total", shard, &[]),
             accepted: counter("coredir_connections_accepted_total", shard, &[]),
             open: gauge("coredir_connections_open", shard),
+            syncrepl_rounds: counter("coredir_syncrepl_rounds_total", shard, &[]),
         }
     }
 

@@ -29,7 +29,6 @@ use shards::entry::EntryView;
 use shards::index::Marked;
 use shards::store::{ReadTxn, Store};
 use shards::{Error, Result, Shard};
-use std::cell::Cell;
 use std::collections::HashSet;
 use std::time::Instant;
 
@@ -184,7 +183,7 @@ pub async fn scopes(
     scope: &LdapSearchScope,
     deadline: Option<Instant>,
     most: usize,
-    abandoned: &Cell<bool>,
+    abandoned: &crate::ops::abandon::Abandoned,
 ) -> Result<Option<Vec<Vec<u8>>>> {
     let shard = &conn.ctx.shard;
     let subtree = *scope != LdapSearchScope::OneLevel;

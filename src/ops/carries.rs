@@ -229,7 +229,7 @@ impl Carries {
         &'a self,
         running: &'a Running,
         wanted: Wanted<'a>,
-        abandoned: &Cell<bool>,
+        abandoned: &crate::ops::abandon::Abandoned,
     ) -> Result<Reading<'a>> {
         let limit = Instant::now() + READ_WAIT_LIMIT;
         let crossed = || {
@@ -411,7 +411,7 @@ mod tests {
             let carries = Carries::new(2);
             let running = Running::default();
             let (a, c, top) = (key("ou=a,dc=t"), key("ou=c,dc=t"), key("dc=t"));
-            let no = Cell::new(false);
+            let no = crate::ops::abandon::Abandoned::default();
             let read = |scope| carries.admit_read(&running, wanted(1, scope), &no);
             let in_a = read(&a).await.unwrap();
             let in_c = read(&c).await.unwrap();
@@ -440,7 +440,7 @@ mod tests {
             let carries = Carries::new(1);
             let running = Running::default();
             let top = key("dc=t");
-            let no = Cell::new(false);
+            let no = crate::ops::abandon::Abandoned::default();
             let search = carries.admit_read(&running, wanted(0, &top), &no).await.unwrap();
             let claim = carries.claim(key("ou=a,dc=t"), key("ou=b,dc=t")).unwrap();
             let settle = claim.settle_reads_within(Duration::from_secs(60));

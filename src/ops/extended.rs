@@ -96,7 +96,7 @@ fn cancel(conn: &Conn, req: &LdapExtendedRequest) -> Result<()> {
         .get(&id)
         .ok_or_else(|| Error::new(LdapResultCode::NoSuchOperation, format!("no search {id} is running")))?;
     conn.canceled.borrow_mut().insert(id);
-    flag.set(true);
+    flag.raise();
     Ok(())
 }
 

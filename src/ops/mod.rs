@@ -94,7 +94,7 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
         // unanswered, so none goes on under the identity before it (a
         // persistent search streaming with the old rights). Writes finish.
         for (flag, _) in conn.running.borrow().values() {
-            flag.set(true);
+            flag.raise();
         }
     }
     match msg.op {

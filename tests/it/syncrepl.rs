@@ -974,3 +974,45 @@ fn a_bind_abandons_the_persistent_searches_of_its_connection() {
     };
     wait_for("the search to end", || running() == 0);
 }
+
+/// Idle persistent searches cost nothing: each sleeps until a commit, an
+/// Abandon or its client's going wakes it. They used to read the changelog
+/// every second and wake every 100 ms to look at their Abandon flag, so
+/// 5,000 of them kept a core of an idle server busy.
+#[test]
+fn idle_persistent_searches_sleep_until_a_change_or_an_abandon() {
+    use ldap3_proto::proto::LdapOp;
+    let s = provider(1);
+    let rounds = || -> u64 {
+        let text = ctl(&s, &["metrics"]).1;
+        let lines = text.lines().filter(|l| l.starts_with("coredir_syncrepl_rounds_total"));
+        lines.map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap() as u64).sum()
+    };
+    let running = || -> u64 {
+        let list = ctl_json(&s, &["connections"])["connections"].as_array().unwrap().clone();
+        list.iter().map(|c| c["running"].as_u64().unwrap()).sum()
+    };
+    let mut raws: Vec<Raw> = (0..4).map(|_| Raw::connect(&s)).collect();
+    for r in &mut raws {
+        persistent_search(r, 1);
+    }
+    // Once the rounds after the refresh are done, none while idle.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let settled = rounds();
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    assert_eq!(rounds(), settled, "rounds made by idle persistent searches");
+    // A change wakes every one of them.
+    assert_eq!(add_user(&mut s.admin(), "woken").rc, 0);
+    for r in &mut raws {
+        let m = r.recv_lenient().expect("closed");
+        assert!(matches!(m.op, LdapOp::SearchResultEntry(ref e) if e.dn.starts_with("uid=woken,")), "{m:?}");
+    }
+    assert!(rounds() > settled);
+    // An Abandon ends one at once, and a client's going another, with no
+    // commit to wake them.
+    wait_for("four searches running", || running() == 4);
+    raws[0].send(vec![LdapMsg::new(2, LdapOp::AbandonRequest(1))]);
+    wait_for("the abandoned search to end", || running() == 3);
+    drop(raws.remove(1));
+    wait_for("the search of the closed connection to end", || running() == 2);
+}

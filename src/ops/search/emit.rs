@@ -248,7 +248,7 @@ impl Emit<'_> {
         store: &Engine,
         scope: &Scope,
         candidates: &[index::Candidate],
-        abandoned: &Cell<bool>,
+        abandoned: &crate::ops::abandon::Abandoned,
     ) -> Result<Option<Stop>> {
         let mut at = 0;
         let mut need = None;
@@ -309,7 +309,7 @@ impl Emit<'_> {
         stores: &[Arc<Engine>],
         scope: &Scope,
         after: Option<Vec<u8>>,
-        abandoned: &Cell<bool>,
+        abandoned: &crate::ops::abandon::Abandoned,
     ) -> Result<Option<Stop>> {
         // Aliases may make thousands of small ranges: the reactor is
         // yielded between them too, once a slice is spent.
@@ -343,7 +343,7 @@ impl Emit<'_> {
         part: &Part,
         except: Option<&[u8]>,
         after: Option<Vec<u8>>,
-        abandoned: &Cell<bool>,
+        abandoned: &crate::ops::abandon::Abandoned,
     ) -> Result<Option<Stop>> {
         // Where the next chunk starts (this key included).
         let mut from = after.clone().unwrap_or_else(|| part.start().to_vec());
@@ -477,7 +477,7 @@ impl Emit<'_> {
         conn: &Conn,
         req: &LdapSearchRequest,
         base_key: &[u8],
-        abandoned: &Cell<bool>,
+        abandoned: &crate::ops::abandon::Abandoned,
     ) -> Result<()> {
         if !self.referrals || req.scope == LdapSearchScope::Base {
             return Ok(());

@@ -37,7 +37,6 @@ use shards::schema::subschema;
 use shards::store::{Engine, ReadTxn, Store};
 use shards::write::children;
 use shards::{filter, index, matching, Error, Result};
-use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -68,20 +67,20 @@ pub const SLICE: Duration = Duration::from_millis(2);
 /// under one message ID at once (RFC 4511 forbids it; nothing stops it)
 /// share the ID's flag, so an Abandon or the client's going stops every
 /// one of them; the flag goes when the last ends (`finished`).
-pub fn running(conn: &Rc<Conn>, msgid: i32) -> (Rc<Cell<bool>>, crate::conn::InFlight) {
+pub fn running(conn: &Rc<Conn>, msgid: i32) -> (Rc<crate::ops::abandon::Abandoned>, crate::conn::InFlight) {
     let mut running = conn.running.borrow_mut();
-    let slot = running.entry(msgid).or_insert_with(|| (Rc::new(Cell::new(false)), 0));
+    let slot = running.entry(msgid).or_insert_with(|| (Rc::default(), 0));
     // Those abandoned and still winding down keep their flag; a new search
     // under their ID gets its own (else it would end at once, unanswered).
     if slot.0.get() {
-        *slot = (Rc::new(Cell::new(false)), 0);
+        *slot = (Rc::default(), 0);
     }
     slot.1 += 1;
     (slot.0.clone(), crate::conn::InFlight::new(conn))
 }
 
 /// A search registered with `running` (its flag `abandoned`) has ended.
-pub fn finished(conn: &Conn, msgid: i32, abandoned: &Rc<Cell<bool>>) {
+pub fn finished(conn: &Conn, msgid: i32, abandoned: &Rc<crate::ops::abandon::Abandoned>) {
     let mut running = conn.running.borrow_mut();
     if let Some((_, count)) = running.get_mut(&msgid).filter(|(flag, _)| Rc::ptr_eq(flag, abandoned)) {
         *count -= 1;
@@ -145,7 +144,7 @@ async fn run(
     msgid: i32,
     req: &LdapSearchRequest,
     ctrls: &Controls,
-    abandoned: &Cell<bool>,
+    abandoned: &crate::ops::abandon::Abandoned,
     (out, room): (&mut BytesMut, &Reservation<'_>),
     done_ctrls: &mut Vec<LdapControl>,
     sent: &mut u64,
@@ -450,7 +449,7 @@ async fn walk(
     ctrls: &Controls,
     (base_key, base_text): (&[u8], &str),
     position: Position,
-    abandoned: &Cell<bool>,
+    abandoned: &crate::ops::abandon::Abandoned,
 ) -> Result<Option<Position>> {
     let shard = &conn.ctx.shard;
     // The further scopes the aliases in this one reach (`ops::alias`);

@@ -68,7 +68,6 @@ use shards::entry::{Entry, EntryView};
 use shards::merge::{Change, EntryState, Record as ChangeRecord};
 use shards::store::{ReadTxn, Store};
 use shards::{filter, Error, Result};
-use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::Duration;
@@ -78,9 +77,13 @@ const SYNC_INFO: &str = "1.3.6.1.4.1.4203.1.9.1.4";
 /// How often a persistent search holding a record back (for the commit
 /// floor, or its entry in transit) looks at the changelog again.
 const POLL: Duration = Duration::from_millis(100);
-/// How often an idle persistent search looks at the changelog (a commit
-/// anywhere wakes it at once: `shards::Shard::next_commit`).
+/// How often an idle persistent search on a mirror pair looks at the
+/// changelog (a commit anywhere wakes it at once:
+/// `shards::Shard::next_commit`).
 const IDLE: Duration = Duration::from_secs(1);
+/// How long an idle persistent search off a mirror pair sleeps when
+/// nothing wakes it (then it sleeps again without a round).
+const ASLEEP: Duration = Duration::from_secs(3600);
 /// A persistent search woken by a stream of commits makes `BURST` rounds
 /// at once, then one per `ROUND` (`shards::shard::Pace`): no more than
 /// when it looked every 100 ms.
@@ -284,7 +287,7 @@ async fn run(
     req: &LdapSearchRequest,
     persist: bool,
     cookie: Option<&[u8]>,
-    abandoned: &Cell<bool>,
+    abandoned: &crate::ops::abandon::Abandoned,
     sent: &mut u64,
 ) -> Result<Option<LdapControl>> {
     let ctx = &conn.ctx;

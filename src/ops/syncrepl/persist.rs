@@ -9,7 +9,7 @@ pub(super) async fn tail(
     mut marks: BTreeMap<(u16, Origin), u64>,
     mut cookie: Cookie,
     mut handed: Cookie,
-    abandoned: &Cell<bool>,
+    abandoned: &crate::ops::abandon::Abandoned,
     sent: &mut u64,
 ) -> Result<()> {
     let ctx = &s.conn.ctx;
@@ -24,16 +24,27 @@ pub(super) async fn tail(
         match (more, waiting) {
             // A round cut short: the rest at once, after other work.
             (true, _) => futures_lite::future::yield_now().await,
-            // A record held back (for the floor, or its entry in transit).
-            (false, true) => glommio::timer::sleep(POLL).await,
-            // Up to date: the next commit anywhere wakes it, and a round
-            // every `IDLE` whatever (the peer's claim moves apart); Abandon
-            // is looked at every `POLL`.
+            // A record held back (for the floor, or its entry in transit),
+            // or a cookie the floor has yet to pass.
+            (false, true) => {
+                futures_lite::future::or(glommio::timer::sleep(POLL), abandoned.raised()).await;
+            }
+            // Up to date: it sleeps until a commit anywhere or an Abandon
+            // wakes it; on a mirror pair also a round every `IDLE` (the
+            // peer's claim moves apart from commits here). No timer wakes
+            // an idle search otherwise: thousands of them cost nothing.
             (false, false) => {
-                if ctx.shard.next_commit(commits, POLL).await == commits && last.elapsed() < IDLE {
-                    if abandoned.get() {
-                        return Ok(());
-                    }
+                let most = if ctx.mirrored { IDLE.saturating_sub(last.elapsed()) } else { ASLEEP };
+                let commit = async { Some(ctx.shard.next_commit(commits, most).await) };
+                let woke = futures_lite::future::or(commit, async {
+                    abandoned.raised().await;
+                    None
+                })
+                .await;
+                if abandoned.get() {
+                    return Ok(());
+                }
+                if woke == Some(commits) && !(ctx.mirrored && last.elapsed() >= IDLE) {
                     continue;
                 }
                 pace.round().await;
@@ -42,6 +53,7 @@ pub(super) async fn tail(
         if abandoned.get() {
             return Ok(());
         }
+        ctx.metrics.syncrepl_rounds.increment(1);
         let mut out = BytesMut::new();
         let mut changed = false;
         // Before the changelog: a commit it does not count comes after.
@@ -90,7 +102,6 @@ pub(super) async fn tail(
             marks.insert((p, o), seq);
         }
         drop(txns);
-        waiting = held.is_some() && short.is_none();
         // Also without changes this round: the floor may have passed what
         // was sent, and the consumer's contextCSN should reach it.
         // Where the round stopped (a record held back, or the end of what
@@ -100,6 +111,10 @@ pub(super) async fn tail(
         let peers = peer_claims(settled, &BTreeMap::new());
         let seen = stop.map_or_else(|| cookie.clone(), |s| cookie.up_to(s));
         let next = seen.capped(own, claimable(own, floor_us, None), &handed, peers).claiming_peer(peers, stop);
+        // Again soon while a record is held back, or while the floor has
+        // not passed a change sent (the cookie names it once it has).
+        let behind = next.csns.get(&own) < seen.csns.get(&own);
+        waiting = (held.is_some() && short.is_none()) || (behind && !more);
         if changed || next != handed {
             handed = next;
             let value = new_cookie_value(&handed.compose(own));

@@ -36,7 +36,7 @@ pub(super) async fn refresh(
     since: Option<&Since>,
     next: &mut Cookie,
     (floor_us, moving, peers): (u64, Option<Csn>, &Peers),
-    abandoned: &Cell<bool>,
+    abandoned: &crate::ops::abandon::Abandoned,
     sent: &mut u64,
 ) -> Result<(Phase, Cookie)> {
     let shard = &s.conn.ctx.shard;
@@ -225,7 +225,7 @@ pub(super) fn next_rows<T: ReadTxn>(
 pub(super) async fn departed(
     s: &Session<'_>,
     since: &Since,
-    abandoned: &Cell<bool>,
+    abandoned: &crate::ops::abandon::Abandoned,
 ) -> Result<Option<Vec<(uuid::Uuid, Csn)>>> {
     let mut out = Vec::new();
     for store in s.conn.ctx.shard.stores.iter() {
