@@ -18,8 +18,7 @@ use serde::{Deserialize, Serialize};
 use shards::manifest::Manifest;
 use shards::store::{Engine, EngineRead, ReadTxn, Store};
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -401,12 +400,7 @@ fn read_outside(store: &Engine, read: impl FnOnce(&EngineRead<'_>) -> shards::Re
 /// Binds the admin socket (refusing one a live server answers on) and
 /// serves it from a thread of its own.
 pub fn start(admin: Arc<Admin>, path: &Path) -> Result<()> {
-    if UnixStream::connect(path).is_ok() {
-        bail!("the admin socket {} is in use by a running server", path.display());
-    }
-    let _ = std::fs::remove_file(path);
-    let listener = UnixListener::bind(path).with_context(|| format!("binding the admin socket {}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    let listener = crate::listener::unix_socket(path, 0o600, "the admin socket")?;
     std::thread::Builder::new().name("admin".into()).spawn(move || {
         for stream in listener.incoming().flatten() {
             let admin = admin.clone();

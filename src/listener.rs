@@ -225,19 +225,38 @@ async fn refuse(mut stream: glommio::net::TcpStream, why: &str) {
 /// `SO_PEERCRED` needs (`conn::serve_unix`). Also its descriptor, which
 /// `drain` shuts.
 pub fn bind_local(path: &std::path::Path) -> Result<(glommio::net::TcpListener, std::os::fd::RawFd)> {
-    if std::os::unix::net::UnixStream::connect(path).is_ok() {
-        anyhow::bail!("server.ldapi: {} is in use by a running server", path.display());
-    }
-    let _ = std::fs::remove_file(path);
-    let l = std::os::unix::net::UnixListener::bind(path)
-        .map_err(|e| anyhow::anyhow!("server.ldapi: binding {}: {e}", path.display()))?;
     // Anyone may connect, as to slapd's (its directory decides who can
     // reach it); the process's umask would leave it to this user alone.
-    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o777))
-        .map_err(|e| anyhow::anyhow!("server.ldapi: {}: {e}", path.display()))?;
-    let fd = l.into_raw_fd();
+    let fd = unix_socket(path, 0o777, "server.ldapi")?.into_raw_fd();
     // SAFETY: a listening socket this process bound and owns.
     Ok((unsafe { glommio::net::TcpListener::from_raw_fd(fd) }, fd))
+}
+
+/// Binds a Unix socket at `path` with `mode` (the ldapi and admin
+/// sockets), refusing one a live server answers on: bound in a directory
+/// of this process's own beside `path`, given its mode there, then renamed
+/// over `path`. A chmod by the final path would follow a symlink another
+/// user of that directory swapped in after the bind, and change the mode
+/// of the file it names; the umask cannot be changed for one thread.
+pub fn unix_socket(path: &std::path::Path, mode: u32, what: &str) -> Result<std::os::unix::net::UnixListener> {
+    let shown = path.display();
+    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+        anyhow::bail!("{what}: {shown} is in use by a running server");
+    }
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let private = tempfile::Builder::new()
+        .prefix(".")
+        .rand_bytes(4)
+        .tempdir_in(parent)
+        .map_err(|e| anyhow::anyhow!("{what}: a private directory in {}: {e}", parent.display()))?;
+    let staged = private.path().join("s");
+    let l = std::os::unix::net::UnixListener::bind(&staged)
+        .map_err(|e| anyhow::anyhow!("{what}: binding {} (for {shown}): {e}", staged.display()))?;
+    std::fs::set_permissions(&staged, std::os::unix::fs::PermissionsExt::from_mode(mode))
+        .map_err(|e| anyhow::anyhow!("{what}: {shown}: {e}"))?;
+    // Replaces a stale socket (or anything else but a directory) at once.
+    std::fs::rename(&staged, path).map_err(|e| anyhow::anyhow!("{what}: {shown}: {e}"))?;
+    Ok(l)
 }
 
 pub async fn run_local(listener: glommio::net::TcpListener, ctx: Rc<Ctx>) {
@@ -295,5 +314,43 @@ pub async fn run_metrics(fd: OwnedFd) {
             let _ = stream.close().await;
         })
         .detach();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    /// The ldapi socket is made world-writable (0777) without following a
+    /// path another user can swap: with the socket's directory writable by
+    /// them, a symlink put in its place between the bind and a chmod by
+    /// path made the file it names 0777 (for a server run as root, any
+    /// file, /etc/shadow included). The admin socket's 0600 likewise.
+    #[test]
+    fn the_local_socket_mode_never_reaches_a_file_swapped_in_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "secret").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let path = dir.path().join("ldapi");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let swapper = {
+            let (path, victim, stop) = (path.clone(), victim.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let aside = path.with_extension("aside");
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = std::os::unix::fs::symlink(&victim, &aside);
+                    let _ = std::fs::rename(&aside, &path);
+                }
+            })
+        };
+        let mut bound = 0;
+        for _ in 0..2000 {
+            bound += super::unix_socket(&path, 0o777, "test").is_ok() as usize;
+            let mode = std::fs::metadata(&victim).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "the victim's mode after {bound} binds");
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        swapper.join().unwrap();
     }
 }
