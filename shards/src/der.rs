@@ -1,7 +1,8 @@
 //! Just enough DER to validate the certificate syntaxes: a TLV reader
-//! that never reads past its input, and the X.509 structure walk slapd's
-//! `certificateValidate` makes (RFC 5280 §4.1). Nothing here trusts a
-//! length: every one is checked against the bytes that remain.
+//! that never reads past its input, and the X.509 structure walks slapd's
+//! `certificateValidate` and `certificateListValidate` make (RFC 5280
+//! §4.1, §5.1). Nothing here trusts a length: every one is checked
+//! against the bytes that remain.
 
 /// Universal tags the walk needs.
 const INTEGER: u8 = 0x02;
@@ -12,6 +13,11 @@ const VERSION: u8 = 0xa0;
 const ISSUER_UID: u8 = 0x81;
 const SUBJECT_UID: u8 = 0x82;
 const EXTENSIONS: u8 = 0xa3;
+/// TBSCertList's optional `crlExtensions [0]`.
+const CRL_EXTENSIONS: u8 = 0xa0;
+/// Time ::= CHOICE { UTCTime, GeneralizedTime }.
+const UTC_TIME: u8 = 0x17;
+const GENERALIZED_TIME: u8 = 0x18;
 
 /// One element: its tag and contents, and what follows it.
 fn next(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
@@ -105,6 +111,79 @@ fn tbs_certificate(tbs: &[u8]) -> Option<()> {
     rest.is_empty().then_some(())
 }
 
+/// A certificate pair as slapd takes one (its `sequenceValidate`): any
+/// value that opens a SEQUENCE.
+pub fn sequence(v: &[u8]) -> bool {
+    v.len() >= 2 && v[0] == SEQUENCE
+}
+
+/// An X.509 CRL: SEQUENCE { tbsCertList, signatureAlgorithm,
+/// signatureValue }, its version v2 if given, its extensions only in v2.
+/// Bytes after the whole are tolerated, as slapd tolerates them (OpenSSL
+/// writes such lists).
+pub fn certificate_list(v: &[u8]) -> bool {
+    certificate_list_parts(v).is_some()
+}
+
+fn certificate_list_parts(v: &[u8]) -> Option<()> {
+    let (tag, list, _) = next(v)?;
+    if tag != SEQUENCE {
+        return None;
+    }
+    let (tag, tbs, after_tbs) = next(list)?;
+    if tag != SEQUENCE {
+        return None;
+    }
+    tbs_cert_list(tbs)?;
+    let (tag, _, rest) = next(after_tbs)?;
+    if tag != SEQUENCE {
+        return None;
+    }
+    let (tag, _, rest) = next(rest)?;
+    (tag == BIT_STRING && rest.is_empty()).then_some(())
+}
+
+fn tbs_cert_list(tbs: &[u8]) -> Option<()> {
+    let is_time = |tag: u8| tag == UTC_TIME || tag == GENERALIZED_TIME;
+    let mut rest = tbs;
+    let mut v2 = false;
+    if let Some((INTEGER, int, after)) = next(rest) {
+        if int != [1] {
+            return None;
+        }
+        (v2, rest) = (true, after);
+    }
+    // signature and issuer.
+    for _ in 0..2 {
+        let (tag, _, after) = next(rest)?;
+        if tag != SEQUENCE {
+            return None;
+        }
+        rest = after;
+    }
+    let (tag, _, after) = next(rest)?;
+    if !is_time(tag) {
+        return None;
+    }
+    rest = after;
+    if let Some((_, _, after)) = next(rest).filter(|(t, ..)| is_time(*t)) {
+        rest = after;
+    }
+    // revokedCertificates: SEQUENCE OF SEQUENCE, empty allowed (X.509).
+    if let Some((SEQUENCE, body, after)) = next(rest) {
+        if body.first().is_none_or(|t| *t == SEQUENCE) {
+            rest = after;
+        }
+    }
+    if let Some((CRL_EXTENSIONS, body, after)) = next(rest) {
+        if !v2 || body.first() != Some(&SEQUENCE) {
+            return None;
+        }
+        rest = after;
+    }
+    rest.is_empty().then_some(())
+}
+
 fn element_is_sequence(v: &[u8]) -> bool {
     next(v).is_some_and(|(tag, _, rest)| tag == SEQUENCE && rest.is_empty())
 }
@@ -139,6 +218,29 @@ mod tests {
         v1[at + 4] = 0;
         assert!(!certificate(&v1));
         assert!(!certificate(b"x") && !certificate(&[0, 1, 2, 3, 4]) && !certificate(&[]));
+    }
+
+    /// A v2 CRL with one revoked certificate (openssl ca -gencrl).
+    const CRL: &str = "MIHNMHUCAQEwCgYIKoZIzj0EAwIwDTELMAkGA1UEAwwCY2EXDTI2MTIwNTAxMjUyNFoXDTM2MTIwMjAxMjUyNFowJzAlAhQsQUE/fIVffb+GCsNCSgyCnG35lRcNMjYxMjA1MDEyNTI0WqAOMAwwCgYDVR0UBAMCAQIwCgYIKoZIzj0EAwIDSAAwRQIgen7S8W75fZIpBo//jkR/5V3rhf4z0ku4z3I8OOVGpMwCIQD0siVN9Ozqc+oVdiTwlHStzgAKIKNCDBGooepYFfDiEg==";
+
+    #[test]
+    fn a_certificate_list_passes_and_damaged_forms_fail() {
+        use base64::Engine as _;
+        let der = base64::engine::general_purpose::STANDARD.decode(CRL).unwrap();
+        assert!(certificate_list(&der));
+        for n in 0..der.len() {
+            assert!(!certificate_list(&der[..n]), "truncated at {n}");
+        }
+        let mut longer = der.clone();
+        longer.push(0);
+        assert!(certificate_list(&longer), "bytes after the list are tolerated");
+        // Version 1 (INTEGER 0) is not a CRL version slapd takes.
+        let mut v1 = der.clone();
+        let at = der.windows(3).position(|w| w == [0x02, 0x01, 0x01]).unwrap();
+        v1[at + 2] = 0;
+        assert!(!certificate_list(&v1));
+        assert!(!certificate_list(&[0x30, 0x03, 0x02, 0x01, 0x01]) && !certificate(&der));
+        assert!(sequence(&[0x30, 0x00]) && sequence(&[0x30, 0x05, 0x02]) && !sequence(&[0x04, 0x00]));
     }
 
     #[test]
