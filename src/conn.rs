@@ -357,6 +357,16 @@ impl ConnInfo {
         crate::server::unix_now().saturating_sub(self.last_active.load(Ordering::Relaxed))
     }
 
+    /// Whether the client has closed its side or the socket failed (one
+    /// `poll` that does not wait): a request it left queued need not run.
+    pub fn hung_up(&self) -> bool {
+        let Some(fd) = &self.fd else { return false };
+        let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLRDHUP, revents: 0 };
+        // SAFETY: one pollfd of a descriptor we own; a zero timeout.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n == 1 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
+    }
+
     /// Shuts the socket down; the connection's read loop then ends.
     pub fn kill(&self) -> bool {
         match &self.fd {

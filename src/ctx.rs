@@ -140,8 +140,25 @@ impl Ctx {
     /// has two threads (`server::BLOCKING_THREADS`), so the shard's group
     /// commits always find one free however many binds are waiting.
     pub async fn password_work<R: Send + 'static>(&self, job: impl FnOnce() -> R + Send + 'static) -> R {
+        self.password_check(|| false, job).await.expect("run unless gone")
+    }
+
+    /// `password_work` for a check whose client may have gone (`gone`) by
+    /// the time its turn comes: then `None`, without running it, as slapd
+    /// drops the queued operations of a connection that closed, so that
+    /// clients that send a bind against a costly hash and leave cost
+    /// nothing.
+    pub async fn password_check<R: Send + 'static>(
+        &self,
+        gone: impl FnOnce() -> bool,
+        job: impl FnOnce() -> R + Send + 'static,
+    ) -> Option<R> {
         let _one = self.password_jobs.acquire_permit(1).await.expect("never closed");
-        glommio::executor().spawn_blocking(job).await
+        if gone() {
+            return None;
+        }
+        self.metrics.password_jobs.increment(1);
+        Some(glommio::executor().spawn_blocking(job).await)
     }
 
     /// The live settings (limits, access rules), refreshed after a reload.

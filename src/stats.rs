@@ -156,6 +156,10 @@ pub struct ShardMetrics {
     /// Rounds of reading the changelog made by persistent sync searches:
     /// one per wake-up that found work, none while the directory is idle.
     pub syncrepl_rounds: Counter,
+    /// Key-stretching jobs run on the blocking pool: binds and compares
+    /// against PBKDF2, Argon2 or crypt hashes, and the hashing of written
+    /// passwords.
+    pub password_jobs: Counter,
 }
 
 /// Result codes above this share one counter (`code="other"`).
@@ -181,6 +185,7 @@ impl ShardMetrics {
             accepted: counter("coredir_connections_accepted_total", shard, &[]),
             open: gauge("coredir_connections_open", shard),
             syncrepl_rounds: counter("coredir_syncrepl_rounds_total", shard, &[]),
+            password_jobs: counter("coredir_password_jobs_total", shard, &[]),
         }
     }
 

@@ -59,9 +59,10 @@ impl Check {
         })
     }
 
-    /// Verifies on the shard's blocking pool (`Ctx::password_work`).
-    pub async fn run(self, conn: &Conn) -> bool {
-        conn.ctx.password_work(move || self.verify()).await
+    /// Verifies on the shard's blocking pool (`Ctx::password_work`);
+    /// `None` when the client has gone before its turn.
+    pub async fn run(self, conn: &Conn) -> Option<bool> {
+        conn.ctx.password_check(|| conn.info.hung_up(), move || self.verify()).await
     }
 }
 
@@ -78,13 +79,14 @@ pub fn handle(conn: &Conn, req: &LdapBindRequest) -> Outcome {
     }
 }
 
-/// Verifies a pending bind on a blocking thread, then sets the identity.
-pub async fn finish(conn: &Conn, pending: Pending) -> LdapResult {
-    if pending.check.run(conn).await {
+/// Verifies a pending bind on a blocking thread, then sets the identity;
+/// `None` when the client went before its turn (nothing is answered).
+pub async fn finish(conn: &Conn, pending: Pending) -> Option<LdapResult> {
+    if pending.check.run(conn).await? {
         conn.set_identity(pending.identity);
-        result(Ok(()))
+        Some(result(Ok(())))
     } else {
-        result(Err(invalid()))
+        Some(result(Err(invalid())))
     }
 }
 

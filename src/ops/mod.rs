@@ -115,7 +115,9 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
                 let conn = conn.clone();
                 let bind = glommio::spawn_local(async move {
                     let _in_flight = in_flight;
-                    let res = bind::finish(&conn, pending).await;
+                    // A client that has gone is not answered (nor logged:
+                    // no password was checked).
+                    let Some(res) = bind::finish(&conn, pending).await else { return };
                     if res.code == LdapResultCode::Success {
                         record::bound(&conn, &rec, "SIMPLE");
                     }
@@ -157,7 +159,8 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
                     let conn = conn.clone();
                     glommio::spawn_local(async move {
                         let _in_flight = in_flight;
-                        let res = done(compare::code(check.run(&conn).await));
+                        let Some(matched) = check.run(&conn).await else { return };
+                        let res = done(compare::code(matched));
                         send_reply(&conn, &rec, LdapMsg::new(msgid, LdapOp::CompareResult(res))).await;
                     })
                     .detach();

@@ -290,3 +290,47 @@ fn a_write_does_not_wait_behind_queued_binds() {
         assert_eq!((answer[5], answer[7], answer[9]), (0x61, 0x0a, 49), "{answer:?}");
     }
 }
+
+/// A bind whose client has gone before its turn on the blocking pool is
+/// not verified, as slapd drops the queued operations of a connection
+/// that closed: 20 anonymous connections that each send a bind against a
+/// costly hash and close would otherwise cost 20 verifications, and keep
+/// every other slow bind of the shard waiting behind them.
+#[test]
+fn binds_of_clients_that_left_are_not_verified() {
+    let s = Server::start(1);
+    let mut c = s.admin();
+    user_with(&mut c, "slow", &pbkdf2_with(400_000));
+    let dn = format!("uid=slow,{PEOPLE}");
+    let metric = |name: &str| -> u64 {
+        let text = ctl(&s, &["metrics"]).1;
+        let lines = text
+            .lines()
+            .filter(|l| l.starts_with(name) && (l[name.len()..].starts_with('{') || l[name.len()..].starts_with(' ')));
+        lines.map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap() as u64).sum()
+    };
+    let binds = |code: &str| -> u64 {
+        let text = ctl(&s, &["metrics"]).1;
+        let lines = text.lines().filter(|l| {
+            l.starts_with("coredir_operations_completed_total{")
+                && l.contains("op=\"bind\"")
+                && l.contains(&format!("code=\"{code}\""))
+        });
+        lines.map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap() as u64).sum()
+    };
+    let (verified, refused) = (metric("coredir_password_jobs_total"), binds("49"));
+    for _ in 0..20 {
+        let mut t = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+        t.write_all(&encode_msgs(vec![ldap3_proto::LdapMsg::new(1, crate::support::bind(&dn, "wrong"))])).unwrap();
+        drop(t);
+    }
+    let open = || ctl_json(&s, &["connections"])["connections"].as_array().unwrap().len();
+    wait_for("the 20 connections to end", || open() == 1);
+    let run = metric("coredir_password_jobs_total") - verified;
+    assert!(run < 5, "{run} of 20 binds of clients that had gone were verified");
+    // Nor answered, nor logged as a failed password: none was checked.
+    assert_eq!(binds("49"), refused + run);
+    // One whose client waits is verified and answered.
+    assert_eq!(bind(&s, "slow", "wrong"), 49);
+    assert_eq!(metric("coredir_password_jobs_total"), verified + run + 1);
+}
