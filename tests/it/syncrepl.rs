@@ -1016,3 +1016,45 @@ fn idle_persistent_searches_sleep_until_a_change_or_an_abandon() {
     drop(raws.remove(1));
     wait_for("the search of the closed connection to end", || running() == 2);
 }
+
+/// A sync refresh keeps the search's time limit, as slapd's does (its
+/// backend's search loop checks it): a refresh whose client reads slowly
+/// ends with timeLimitExceeded once the limit has passed, instead of
+/// holding its place and the reactor's time for as long as the client
+/// likes. (The limit passes while the server waits for the client to
+/// read, so nothing here depends on how fast either side runs.)
+#[test]
+fn a_sync_refresh_ends_at_its_time_limit() {
+    use ldap3_proto::proto::{LdapOp, SyncRequestMode};
+    let s = provider(1);
+    let mut c = s.admin();
+    let big = "x".repeat(50 << 10);
+    for i in 0..400 {
+        let dn = format!("cn=big{i},{PEOPLE}");
+        let cn = format!("big{i}");
+        let attrs = vec![
+            ("objectClass", ["device"].into()),
+            ("cn", [cn.as_str()].into()),
+            ("description", [big.as_str()].into()),
+        ];
+        assert_eq!(c.add(&dn, attrs).unwrap().rc, 0);
+    }
+    let mut r = Raw::connect(&s);
+    r.send(vec![LdapMsg::new(1, bind(ROOT_DN, ROOT_PW))]);
+    assert!(matches!(r.recv_lenient().unwrap().op, LdapOp::BindResponse(_)));
+    let mut search = sync_search(2, SyncRequestMode::RefreshOnly, None);
+    if let LdapOp::SearchRequest(req) = &mut search.op {
+        req.timelimit = 1;
+    }
+    r.send(vec![search]);
+    // 20 MB of entries: more than the connection's queue and the socket's
+    // buffers hold, so the refresh waits for room until this reads.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let done = loop {
+        let m = r.recv_lenient().expect("closed");
+        if let LdapOp::SearchResultDone(res) = m.op {
+            break res.code;
+        }
+    };
+    assert_eq!(done, ldap3_proto::LdapResultCode::TimeLimitExceeded);
+}

@@ -213,13 +213,9 @@ async fn run(
         None => (base_key, None),
     };
     let base_text = found_text.as_deref().unwrap_or(&req.base);
-    let (size_limit, time_limit) = configured_limits(&live, plan.as_ref());
     let mut limits = Limits {
-        size: effective(req.sizelimit, size_limit, is_root),
-        deadline: match effective(req.timelimit, time_limit as usize, is_root) {
-            usize::MAX => None,
-            secs => Some(Instant::now() + Duration::from_secs(secs as u64)),
-        },
+        size: effective(req.sizelimit, configured_limits(&live, plan.as_ref()).0, is_root),
+        deadline: deadline(&live, plan.as_ref(), req),
         lookthrough: match live.limits.unindexed_lookthrough {
             0 => usize::MAX,
             _ if is_root => usize::MAX,
@@ -616,6 +612,15 @@ fn configured_limits(live: &crate::ctx::Live, plan: Option<&ReadPlan<'_>>) -> (u
 /// asks).
 pub fn size_limit(live: &crate::ctx::Live, plan: Option<&ReadPlan<'_>>, req: &LdapSearchRequest) -> usize {
     effective(req.sizelimit, configured_limits(live, plan).0, plan.is_none())
+}
+
+/// When the search must end (`timeLimitExceeded`): the requested time
+/// limit, within the configured one but for the root DN.
+pub fn deadline(live: &crate::ctx::Live, plan: Option<&ReadPlan<'_>>, req: &LdapSearchRequest) -> Option<Instant> {
+    match effective(req.timelimit, configured_limits(live, plan).1 as usize, plan.is_none()) {
+        usize::MAX => None,
+        secs => Some(Instant::now() + Duration::from_secs(secs as u64)),
+    }
 }
 
 fn effective(requested: i32, configured: usize, is_root: bool) -> usize {

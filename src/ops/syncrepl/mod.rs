@@ -165,6 +165,10 @@ struct Session<'a> {
     /// The most entry messages the refresh sends (the size limit, as for
     /// a search: slapd's replicator needs `limits` to lift it too).
     size: u64,
+    /// When the refresh ends with `timeLimitExceeded` (the search's time
+    /// limit, as slapd's backend applies it to the refresh; the persist
+    /// stage has none).
+    deadline: Option<std::time::Instant>,
     /// Room in the connection's output, taken before an entry message is
     /// built: a sync search waiting to send holds at most what it took.
     room: Reservation<'a>,
@@ -309,6 +313,7 @@ async fn run(
     }
     let base_key = base.key();
     let size = crate::ops::search::size_limit(&live, plan.as_ref(), req) as u64;
+    let deadline = crate::ops::search::deadline(&live, plan.as_ref(), req);
     let session = Session {
         conn,
         msgid,
@@ -321,6 +326,7 @@ async fn run(
         plan,
         tests: live.limits.max_filter_tests,
         size,
+        deadline,
         room: conn.reservation(),
     };
     // A base the requester may not know of is missing, as for a search.

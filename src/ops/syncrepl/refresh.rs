@@ -126,6 +126,9 @@ pub(super) async fn refresh(
             s.room.wait_for(kib).await;
         }
         futures_lite::future::yield_now().await;
+        if s.deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            return Err(Error::new(LdapResultCode::TimeLimitExceeded, ""));
+        }
         if abandoned.get() {
             return Ok((phase, before(next.rid, since)));
         }
