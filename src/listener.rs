@@ -233,29 +233,58 @@ pub fn bind_local(path: &std::path::Path) -> Result<(glommio::net::TcpListener, 
 }
 
 /// Binds a Unix socket at `path` with `mode` (the ldapi and admin
-/// sockets), refusing one a live server answers on: bound in a directory
-/// of this process's own beside `path`, given its mode there, then renamed
-/// over `path`. A chmod by the final path would follow a symlink another
-/// user of that directory swapped in after the bind, and change the mode
-/// of the file it names; the umask cannot be changed for one thread.
+/// sockets), refusing one a live server answers on. A chmod by the final
+/// path would follow a symlink another user of that directory swapped in
+/// after the bind (and change the mode of the file it names), and the
+/// umask cannot be changed for one thread; so the socket is bound in a
+/// directory of this process's own, made beside `path` and then reached
+/// only through a descriptor of it (whatever is renamed in its place
+/// afterwards), given its mode there and renamed over `path`.
 pub fn unix_socket(path: &std::path::Path, mode: u32, what: &str) -> Result<std::os::unix::net::UnixListener> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let shown = path.display();
+    // sun_path holds 107 bytes and a NUL: a longer path could be renamed
+    // into place, but no client could reach it by its name.
+    if path.as_os_str().len() > 107 {
+        anyhow::bail!("{what}: {shown} is longer than a socket path may be (107 bytes)");
+    }
     if std::os::unix::net::UnixStream::connect(path).is_ok() {
         anyhow::bail!("{what}: {shown} is in use by a running server");
     }
+    let fail = |e: &dyn std::fmt::Display| anyhow::anyhow!("{what}: {shown}: {e}");
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
     let private = tempfile::Builder::new()
         .prefix(".")
         .rand_bytes(4)
         .tempdir_in(parent)
         .map_err(|e| anyhow::anyhow!("{what}: a private directory in {}: {e}", parent.display()))?;
-    let staged = private.path().join("s");
-    let l = std::os::unix::net::UnixListener::bind(&staged)
-        .map_err(|e| anyhow::anyhow!("{what}: binding {} (for {shown}): {e}", staged.display()))?;
-    std::fs::set_permissions(&staged, std::os::unix::fs::PermissionsExt::from_mode(mode))
-        .map_err(|e| anyhow::anyhow!("{what}: {shown}: {e}"))?;
-    // Replaces a stale socket (or anything else but a directory) at once.
-    std::fs::rename(&staged, path).map_err(|e| anyhow::anyhow!("{what}: {shown}: {e}"))?;
+    let dir = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(private.path())
+        .map_err(|e| fail(&e))?;
+    let meta = dir.metadata().map_err(|e| fail(&e))?;
+    // SAFETY: geteuid has no preconditions.
+    if meta.uid() != unsafe { libc::geteuid() } {
+        anyhow::bail!("{what}: {shown}: the private directory beside it was replaced");
+    }
+    let dirfd = std::os::fd::AsRawFd::as_raw_fd(&dir);
+    // SAFETY: a directory descriptor we hold. No one else may enter it.
+    if unsafe { libc::fchmod(dirfd, 0o700) } != 0 {
+        return Err(fail(&std::io::Error::last_os_error()));
+    }
+    let l = std::os::unix::net::UnixListener::bind(format!("/proc/self/fd/{dirfd}/s")).map_err(|e| fail(&e))?;
+    let target = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|e| fail(&e))?;
+    // SAFETY: a directory descriptor we hold and NUL-terminated names.
+    let moved = unsafe {
+        libc::fchmodat(dirfd, c"s".as_ptr(), mode, 0) == 0
+            // Replaces a stale socket (or anything else but a directory) at once.
+            && libc::renameat(dirfd, c"s".as_ptr(), libc::AT_FDCWD, target.as_ptr()) == 0
+    };
+    if !moved {
+        return Err(fail(&std::io::Error::last_os_error()));
+    }
     Ok(l)
 }
 
@@ -334,23 +363,52 @@ mod tests {
         std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
         let path = dir.path().join("ldapi");
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // Their own directory whose `s` names the victim, for the server's
+        // private directory to be swapped for.
+        let evil = dir.path().join("evil");
+        std::fs::create_dir(&evil).unwrap();
+        std::os::unix::fs::symlink(&victim, evil.join("s")).unwrap();
         let swapper = {
-            let (path, victim, stop) = (path.clone(), victim.clone(), stop.clone());
+            let evil = evil.clone();
+            let (path, victim, stop, top) = (path.clone(), victim.clone(), stop.clone(), dir.path().to_owned());
             std::thread::spawn(move || {
                 let aside = path.with_extension("aside");
+                let mut n = 0;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     let _ = std::os::unix::fs::symlink(&victim, &aside);
                     let _ = std::fs::rename(&aside, &path);
+                    // The private directory, renamed away and replaced by a
+                    // symlink to theirs.
+                    for e in std::fs::read_dir(&top).unwrap().flatten() {
+                        let name = e.path();
+                        let private = e.file_name().to_string_lossy().starts_with('.');
+                        if private && e.file_type().is_ok_and(|t| t.is_dir()) {
+                            n += 1;
+                            if std::fs::rename(&name, top.join(format!("grabbed{n}"))).is_ok() {
+                                let _ = std::os::unix::fs::symlink(&evil, &name);
+                            }
+                        }
+                    }
                 }
             })
         };
         let mut bound = 0;
         for _ in 0..2000 {
+            // Refused or bound: either way the victim keeps its mode.
             bound += super::unix_socket(&path, 0o777, "test").is_ok() as usize;
             let mode = std::fs::metadata(&victim).unwrap().permissions().mode() & 0o777;
             assert_eq!(mode, 0o600, "the victim's mode after {bound} binds");
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         swapper.join().unwrap();
+        // Unhindered, the socket is there with its mode and nothing else is left.
+        std::fs::remove_file(&path).unwrap();
+        let quiet = tempfile::tempdir().unwrap();
+        let path = quiet.path().join("ldapi");
+        let _l = super::unix_socket(&path, 0o777, "test").unwrap();
+        assert_eq!(std::fs::symlink_metadata(&path).unwrap().permissions().mode() & 0o777, 0o777);
+        assert_eq!(std::fs::read_dir(quiet.path()).unwrap().count(), 1);
+        let long = quiet.path().join("x".repeat(120));
+        assert!(super::unix_socket(&long, 0o777, "test").unwrap_err().to_string().contains("longer than"));
     }
 }

@@ -154,7 +154,8 @@ pub struct ShardMetrics {
     pub accepted: Counter,
     pub open: Gauge,
     /// Rounds of reading the changelog made by persistent sync searches:
-    /// one per wake-up that found work, none while the directory is idle.
+    /// one per wake-up that found work, none while the directory is idle
+    /// (on a mirror pair, one a second per search).
     pub syncrepl_rounds: Counter,
     /// Key-stretching jobs run on the blocking pool: binds and compares
     /// against PBKDF2, Argon2 or crypt hashes, and the hashing of written

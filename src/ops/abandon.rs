@@ -1,7 +1,7 @@
 //! Abandon (RFC 4511 §4.11): stops a running search; never answered.
 
 use crate::conn::Conn;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
@@ -16,12 +16,14 @@ pub fn handle(conn: &Conn, msgid: i32) {
 /// Abandon, a Cancel, a Bind or the client's going. A search looks at it
 /// between steps; one that sleeps until something happens (a persistent
 /// search waiting for the next commit) also waits on `raised`, so that it
-/// needs no timer to notice.
+/// needs no timer to notice. A waker stays listed until the flag is
+/// raised: one per task, however often it waits.
 #[derive(Default)]
 pub struct Abandoned {
     raised: Cell<bool>,
-    /// The one task waiting on `raised`.
-    waiter: Cell<Option<Waker>>,
+    /// The tasks waiting on `raised`: one per search under the message ID
+    /// (a client may run several under one; each must wake).
+    waiters: RefCell<Vec<Waker>>,
 }
 
 impl Abandoned {
@@ -31,7 +33,7 @@ impl Abandoned {
 
     pub fn raise(&self) {
         self.raised.set(true);
-        if let Some(w) = self.waiter.take() {
+        for w in self.waiters.take() {
             w.wake();
         }
     }
@@ -51,7 +53,10 @@ impl Future for Raised<'_> {
         if self.0.get() {
             return Poll::Ready(());
         }
-        self.0.waiter.set(Some(cx.waker().clone()));
+        let mut waiters = self.0.waiters.borrow_mut();
+        if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
+            waiters.push(cx.waker().clone());
+        }
         Poll::Pending
     }
 }

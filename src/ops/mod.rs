@@ -115,9 +115,11 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
                 let conn = conn.clone();
                 let bind = glommio::spawn_local(async move {
                     let _in_flight = in_flight;
-                    // A client that has gone is not answered (nor logged:
-                    // no password was checked).
-                    let Some(res) = bind::finish(&conn, pending).await else { return };
+                    // A client that has gone is not answered; the log says
+                    // canceled (no password was checked).
+                    let Some(res) = bind::finish(&conn, pending).await else {
+                        return record::end(&conn, &rec, &LdapResultCode::Canceled, "client gone", None);
+                    };
                     if res.code == LdapResultCode::Success {
                         record::bound(&conn, &rec, "SIMPLE");
                     }
@@ -159,7 +161,9 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
                     let conn = conn.clone();
                     glommio::spawn_local(async move {
                         let _in_flight = in_flight;
-                        let Some(matched) = check.run(&conn).await else { return };
+                        let Some(matched) = check.run(&conn).await else {
+                            return record::end(&conn, &rec, &LdapResultCode::Canceled, "client gone", None);
+                        };
                         let res = done(compare::code(matched));
                         send_reply(&conn, &rec, LdapMsg::new(msgid, LdapOp::CompareResult(res))).await;
                     })

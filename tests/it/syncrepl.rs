@@ -1009,12 +1009,15 @@ fn idle_persistent_searches_sleep_until_a_change_or_an_abandon() {
     }
     assert!(rounds() > settled);
     // An Abandon ends one at once, and a client's going another, with no
-    // commit to wake them.
-    wait_for("four searches running", || running() == 4);
+    // commit to wake them; two under one message ID end together.
+    persistent_search(&mut raws[2], 1);
+    wait_for("five searches running", || running() == 5);
     raws[0].send(vec![LdapMsg::new(2, LdapOp::AbandonRequest(1))]);
-    wait_for("the abandoned search to end", || running() == 3);
+    wait_for("the abandoned search to end", || running() == 4);
+    raws[2].send(vec![LdapMsg::new(2, LdapOp::AbandonRequest(1))]);
+    wait_for("both searches under the abandoned ID to end", || running() == 2);
     drop(raws.remove(1));
-    wait_for("the search of the closed connection to end", || running() == 2);
+    wait_for("the search of the closed connection to end", || running() == 1);
 }
 
 /// A sync refresh keeps the search's time limit, as slapd's does (its

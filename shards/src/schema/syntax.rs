@@ -76,7 +76,7 @@ pub const SYNTAXES: &[Syntax] = &[
     s("1.3.6.1.4.1.1466.115.121.1.36", "Numeric String", numeric_string),
     s("1.3.6.1.4.1.1466.115.121.1.37", "Object Class Description", utf8),
     s("1.3.6.1.4.1.1466.115.121.1.38", "OID", oid),
-    s("1.3.6.1.4.1.1466.115.121.1.39", "Other Mailbox", utf8),
+    s("1.3.6.1.4.1.1466.115.121.1.39", "Other Mailbox", ia5),
     s("1.3.6.1.4.1.1466.115.121.1.40", "Octet String", any),
     s("1.3.6.1.4.1.1466.115.121.1.41", "Postal Address", postal_address),
     unvalidated("1.3.6.1.4.1.1466.115.121.1.42", "Protocol Information", false),

@@ -82,8 +82,10 @@ const POLL: Duration = Duration::from_millis(100);
 /// `shards::Shard::next_commit`).
 const IDLE: Duration = Duration::from_secs(1);
 /// How long an idle persistent search off a mirror pair sleeps when
-/// nothing wakes it (then it sleeps again without a round).
-const ASLEEP: Duration = Duration::from_secs(3600);
+/// nothing wakes it: then it looks whether the commit count moved (a
+/// wake-up the owner dropped with its mesh channel full) and makes a
+/// round only if it did.
+const ASLEEP: Duration = Duration::from_secs(2);
 /// A persistent search woken by a stream of commits makes `BURST` rounds
 /// at once, then one per `ROUND` (`shards::shard::Pace`): no more than
 /// when it looked every 100 ms.

@@ -31,8 +31,9 @@ pub(super) async fn tail(
             }
             // Up to date: it sleeps until a commit anywhere or an Abandon
             // wakes it; on a mirror pair also a round every `IDLE` (the
-            // peer's claim moves apart from commits here). No timer wakes
-            // an idle search otherwise: thousands of them cost nothing.
+            // peer's claim moves apart from commits here). Otherwise it
+            // only looks at the commit count every `ASLEEP`, with no round
+            // while it stands: thousands of them cost next to nothing.
             (false, false) => {
                 let most = if ctx.mirrored { IDLE.saturating_sub(last.elapsed()) } else { ASLEEP };
                 let commit = async { Some(ctx.shard.next_commit(commits, most).await) };
