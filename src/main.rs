@@ -55,7 +55,9 @@
 //! - `conn`: framing with PDU limits and the partial-request timeout, read
 //!   loop, writer task (its queue bounded in frames and bytes, drained when
 //!   the client is gone), `Reservation` (a search's room in that queue,
-//!   taken before each entry is encoded), `Identity`.
+//!   taken before each entry is encoded), `Identity`; `conn/registry`:
+//!   what the admin thread sees of each connection (`ConnInfo`) and the
+//!   `Registry` of them.
 //! - `ber`: direct BER encoding of search entries; PDU header peeking.
 //! - `strict`: every byte of an LDAPMessage checked before ldap3_proto
 //!   decodes it (envelope, controls, BER well-formedness, message IDs), and

@@ -19,9 +19,11 @@
 //!   `Guarded` items that access control decides per entry (`eval`); the
 //!   RFC 4515 string form both ways (`text`).
 //! - `schema`: attribute types, object classes and syntaxes (built-in and
-//!   custom files), entry checks, `cn=Subschema`; `der`, the DER walk
-//!   that validates certificate values.
-//! - `matching`: matching rules (normal forms, ordering) and attribute names.
+//!   custom files: `parse`, over `desc`'s RFC 4512 description syntax),
+//!   entry checks, `cn=Subschema`; `der`, the DER walk that validates
+//!   certificate and CRL values.
+//! - `matching`: matching rules (normal forms, ordering); `matching/names`:
+//!   attribute names (canonical and stored spellings, options).
 //! - `approx`: `~=` for strings, slapd's phonetic word match (Metaphone).
 //! - `index`: configurable eq/pres/sub/ordering indexes and filter ->
 //!   candidate ids.

@@ -14,6 +14,7 @@
 //! - `subschema`: the `cn=Subschema` entry.
 
 pub mod check;
+mod desc;
 pub mod parse;
 pub mod subschema;
 pub mod syntax;
