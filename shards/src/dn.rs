@@ -396,6 +396,14 @@ fn parse_ava(text: &str, b: &[u8], mut pos: usize) -> Result<(Ava, usize)> {
     if !is_oid && !first.is_ascii_alphabetic() {
         return Err(Error::invalid_dn(text, "bad attribute type"));
     }
+    // Options (`cn;lang-de=x`), which RFC 4514 has no place for, are
+    // dropped as slapd drops them: the RDN names the type itself.
+    while b.get(pos) == Some(&b';') && b.get(pos + 1).is_some_and(u8::is_ascii_alphanumeric) {
+        pos += 1;
+        while pos < b.len() && (b[pos].is_ascii_alphanumeric() || b[pos] == b'-') {
+            pos += 1;
+        }
+    }
     pos = skip_spaces(b, pos);
     if pos >= b.len() || b[pos] != b'=' {
         return Err(Error::invalid_dn(text, "expected '=' after attribute type"));
@@ -407,8 +415,53 @@ fn parse_ava(text: &str, b: &[u8], mut pos: usize) -> Result<(Ava, usize)> {
     if pos < b.len() && b[pos] == b'#' {
         return Err(Error::invalid_dn(text, "#hex (BER-encoded) values are not supported"));
     }
-    let (value, next) = parse_string_value(text, b, pos)?;
+    let (value, next) = match b.get(pos) {
+        Some(b'"') => parse_quoted_value(text, b, pos + 1)?,
+        _ => parse_string_value(text, b, pos)?,
+    };
     Ok((Ava { attr: attr.to_string(), value }, next))
+}
+
+/// A value in quotes, the form of RFC 2253 §3 and RFC 1779 (`cn="Smith,
+/// John"`), which slapd still reads: everything up to the closing quote
+/// is the value, a backslash escapes as elsewhere; spaces may follow the
+/// quote, then the RDN ends. `pos` is just past the opening quote.
+fn parse_quoted_value(text: &str, b: &[u8], mut pos: usize) -> Result<(Vec<u8>, usize)> {
+    let mut out = Vec::new();
+    loop {
+        match b.get(pos) {
+            None => return Err(Error::invalid_dn(text, "unterminated quoted value")),
+            Some(b'"') => break,
+            Some(b'\\') => {
+                let (Some(&c), next) = (b.get(pos + 1), b.get(pos + 2)) else {
+                    return Err(Error::invalid_dn(text, "dangling '\\'"));
+                };
+                match next {
+                    Some(&d) if c.is_ascii_hexdigit() && d.is_ascii_hexdigit() => {
+                        out.push(hex(c) << 4 | hex(d));
+                        pos += 3;
+                    }
+                    _ if b" \"#+,;<=>\\".contains(&c) => {
+                        out.push(c);
+                        pos += 2;
+                    }
+                    _ => return Err(Error::invalid_dn(text, "bad escape")),
+                }
+            }
+            Some(&c) => {
+                out.push(c);
+                pos += 1;
+            }
+        }
+    }
+    let pos = skip_spaces(b, pos + 1);
+    if b.get(pos).is_some_and(|c| !matches!(c, b',' | b';' | b'+')) {
+        return Err(Error::invalid_dn(text, "characters after a quoted value"));
+    }
+    if out.is_empty() || std::str::from_utf8(&out).is_err() {
+        return Err(Error::invalid_dn(text, "quoted value empty or not UTF-8"));
+    }
+    Ok((out, pos))
 }
 
 fn parse_string_value(text: &str, b: &[u8], mut pos: usize) -> Result<(Vec<u8>, usize)> {
@@ -621,6 +674,16 @@ mod tests {
             let fast = key_of(text).map_err(|e| e.code);
             let full = Dn::parse(text).map(|d| d.key()).map_err(|e| e.code);
             assert_eq!(fast, full, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn quoted_values_and_type_options_read_as_slapd_reads_them() {
+        let quoted = Dn::parse("cn=\"Smith, John\" , ou=\"a+b\";dc=x").unwrap();
+        assert_eq!(quoted.key(), Dn::parse("cn=Smith\\, John,ou=a\\+b,dc=x").unwrap().key());
+        assert_eq!(Dn::parse("cn;lang-de=foo,dc=x").unwrap().key(), Dn::parse("cn=foo,dc=x").unwrap().key());
+        for bad in ["cn=\"open,dc=x", "cn=\"a\"b,dc=x", "cn=\"\",dc=x", "cn=\"a\\q\",dc=x", "cn=a\"b\",dc=x"] {
+            assert!(Dn::parse(bad).is_err(), "{bad}");
         }
     }
 

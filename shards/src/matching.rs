@@ -312,20 +312,40 @@ impl Rule {
     /// Whether an assertion value (filter, Compare) is valid for the rule:
     /// slapd makes an item with an invalid one Undefined.
     pub fn valid_assertion(self, value: &[u8]) -> bool {
+        use crate::schema::syntax;
         use Rule::*;
         match self {
             Integer | IntegerOrdering | IntegerBitAnd | IntegerBitOr => strict_integer(value),
+            // As slapd validates them with their syntaxes: a `mail` or `dc`
+            // assertion outside IA5, a numeric string with a letter, a
+            // telephone number outside PrintableString, a malformed bit or
+            // postal string are Undefined (and a Compare's 21), never a
+            // plain mismatch that `!` would turn into a match.
+            CaseIgnoreIA5 | CaseExactIA5 => syntax::ia5(value),
+            NumericString | NumericStringOrdering => syntax::numeric_string(value),
+            TelephoneNumber => syntax::telephone_number(value),
+            BitString => syntax::bit_string(value),
+            CaseIgnoreList => syntax::postal_address(value),
             PresentationAddress | ProtocolInformation | CertificateExact | AttributeCertificateExact | Authz => false,
             // Directory, numeric and printable strings have at least one
             // character (RFC 4517 §3.3): `(cn=)` is Undefined, as in slapd.
-            CaseIgnore
-            | CaseIgnoreOrdering
-            | CaseExact
-            | CaseExactOrdering
-            | NumericString
-            | NumericStringOrdering
-            | TelephoneNumber
-            | DirectoryStringFirstComponent => !value.is_empty(),
+            CaseIgnore | CaseIgnoreOrdering | CaseExact | CaseExactOrdering | DirectoryStringFirstComponent => {
+                !value.is_empty()
+            }
+            _ => true,
+        }
+    }
+
+    /// Whether one piece of a substrings assertion is valid for the rule:
+    /// what `valid_assertion` asks of a value, of the characters alone.
+    pub fn valid_piece(self, piece: &[u8]) -> bool {
+        use Rule::*;
+        match self {
+            CaseIgnoreIA5 | CaseExactIA5 | CaseIgnoreIA5Substrings | CaseExactIA5Substrings => piece.is_ascii(),
+            NumericString | NumericStringOrdering | NumericStringSubstrings => {
+                piece.iter().all(|b| b.is_ascii_digit() || *b == b' ')
+            }
+            TelephoneNumber | TelephoneNumberSubstrings => piece.iter().all(|b| crate::schema::syntax::printable(*b)),
             _ => true,
         }
     }

@@ -130,6 +130,8 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
         .map(|attrs| controls::read_entry_control(&conn, POST_READ, &entry, attrs, access.as_ref(), None));
     // Admitted only now: a rename waits for admitted writes (see modify).
     let _admitted = conn.ctx.admit_write(&dn)?;
+    // Post-Read showed the request's spelling, as slapd's does.
+    entry.dn = crate::ops::stored_spelling(ctx, &dn)?.pretty()?;
     ctx.shard.add(&dn, entry, is_suffix).await.map_err(|e| with_matched(&conn, &identity, &dn, e))?;
     Ok(post.into_iter().collect())
 }

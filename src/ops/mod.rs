@@ -524,6 +524,24 @@ fn proxied(conn: &Conn, authzid: &[u8]) -> Result<Identity> {
 /// a hidden one must answer alike, and the access checks answer both (50).
 /// Under no access rules, the write itself finds it missing.
 /// `named`: the DN a referral names (an add's new entry, for its parent).
+/// The DN an entry is stored under: its own RDN as the request gave it,
+/// below its parent as the parent is stored. slapd's back-mdb builds every
+/// DN from the stored RDNs up the tree, so a child spells its parents as
+/// they are spelled whatever the request said (`cn=kid,CN=K,ou=t` is
+/// stored as `cn=kid,cn=k,ou=t`). The DN as given where there is no parent
+/// entry (a naming context's top; a missing parent fails the write anyway).
+pub fn stored_spelling(ctx: &crate::ctx::Ctx, dn: &shards::dn::Dn) -> Result<shards::dn::Dn> {
+    use shards::dn::Dn;
+    let (Some(rdn), parent) = (dn.rdn(), dn.parent()) else { return Ok(dn.clone()) };
+    if parent.is_root() {
+        return Ok(dn.clone());
+    }
+    match ctx.shard.with_entry(&parent.key(), |v| Dn::parse(v.dn()))? {
+        Some(Ok(stored)) => Ok(Dn::renamed(rdn.clone(), &stored)),
+        _ => Ok(dn.clone()),
+    }
+}
+
 pub fn require_entry(conn: &Conn, identity: &Identity, dn: &shards::dn::Dn, named: &shards::dn::Dn) -> Result<()> {
     let live = conn.ctx.live();
     let Some(access) = conn.access(&live, identity) else { return Ok(()) };

@@ -245,6 +245,10 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
     // those the entry held are not checked again (`check_modified`).
     shards::schema::check::check_modified(&entry, &new)?;
     let after = ctrls.post_read.as_ref().map(|_| entry.clone());
+    // Post-Read shows the request's spelling, as slapd's does; the entry
+    // (and its subtree) is stored below its new parent as that is stored.
+    let new = crate::ops::stored_spelling(ctx, &new)?;
+    entry.dn = new.pretty()?;
     if !below.is_empty() || shard.owner_of(&old.key()) != shard.owner_of(&new.key()) {
         // Several commits: the searches that could see them half done end first.
         claim.settle_reads().await;

@@ -193,6 +193,10 @@ pub fn compile(f: &LdapFilter) -> Node {
             |at| at.substr,
             |attr, rule| {
                 let piece = |p: &String| rule.normalize_piece(p.as_bytes()).into_owned();
+                let pieces = sub.initial.iter().chain(&sub.any).chain(&sub.final_);
+                if !pieces.into_iter().all(|p| rule.valid_piece(p.as_bytes())) {
+                    return None;
+                }
                 Some(Node::Substrings {
                     attr,
                     rule,
@@ -226,7 +230,9 @@ fn approx(schema: &'static Schema, a: &str, v: &str) -> Node {
         .attr(a)
         .and_then(|at| at.equality)
         .is_some_and(|r| matches!(r, Rule::CaseIgnore | Rule::CaseExact | Rule::CaseIgnoreIA5 | Rule::CaseExactIA5));
+    let valid = schema.attr(a).and_then(|at| at.equality).is_none_or(|r| r.valid_assertion(v.as_bytes()));
     match Names::of(schema, a) {
+        Some(_) if !valid => Node::Undefined,
         Some(attr) if phonetic => Node::Approx { attr, words: approx::assertion(v.as_bytes()) },
         _ => equality(schema, a, v),
     }
@@ -364,6 +370,9 @@ fn substrings_assertion(attr: Names, rule: Rule, text: &str) -> Option<Node> {
         return None;
     }
     let pieces: Vec<&str> = text.split('*').collect();
+    if !pieces.iter().all(|p| rule.valid_piece(p.as_bytes())) {
+        return None;
+    }
     let piece = |p: &str| (!p.is_empty()).then(|| rule.normalize_piece(p.as_bytes()).into_owned());
     let (first, last) = (pieces[0], pieces[pieces.len() - 1]);
     let any = pieces[1..pieces.len() - 1].iter().filter_map(|p| piece(p)).collect();

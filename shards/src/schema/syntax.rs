@@ -121,13 +121,13 @@ fn directory_string(v: &[u8]) -> bool {
     !v.is_empty() && utf8(v)
 }
 
-fn ia5(v: &[u8]) -> bool {
+pub(crate) fn ia5(v: &[u8]) -> bool {
     v.is_ascii()
 }
 
 const PRINTABLE_EXTRA: &[u8] = b"'()+,-./:? =";
 
-fn printable(b: u8) -> bool {
+pub(crate) fn printable(b: u8) -> bool {
     b.is_ascii_alphanumeric() || PRINTABLE_EXTRA.contains(&b)
 }
 
@@ -139,11 +139,11 @@ fn country(v: &[u8]) -> bool {
     v.len() == 2 && v.iter().all(|b| printable(*b))
 }
 
-fn numeric_string(v: &[u8]) -> bool {
+pub(crate) fn numeric_string(v: &[u8]) -> bool {
     !v.is_empty() && v.iter().all(|b| b.is_ascii_digit() || *b == b' ')
 }
 
-fn telephone_number(v: &[u8]) -> bool {
+pub(crate) fn telephone_number(v: &[u8]) -> bool {
     printable_string(v)
 }
 
@@ -177,12 +177,19 @@ fn oid(v: &[u8]) -> bool {
     std::str::from_utf8(v).is_ok_and(|s| matching::is_numeric_oid(s) || matching::is_descriptor(s))
 }
 
-fn bit_string(v: &[u8]) -> bool {
+pub(crate) fn bit_string(v: &[u8]) -> bool {
     v.len() >= 3 && v[0] == b'\'' && v.ends_with(b"'B") && v[1..v.len() - 2].iter().all(|b| *b == b'0' || *b == b'1')
 }
 
-fn postal_address(v: &[u8]) -> bool {
-    utf8(v) && v.split(|b| *b == b'$').all(|line| !line.is_empty())
+/// RFC 4517 §3.3.28: lines of UTF-8 joined by `$`, none empty, where a
+/// backslash only escapes a `$` (`\24`) or itself (`\5C`), as slapd's
+/// `postalAddressValidate` checks.
+pub(crate) fn postal_address(v: &[u8]) -> bool {
+    let escapes_ok = v.iter().enumerate().filter(|(_, b)| **b == b'\\').all(|(i, _)| {
+        let next = v.get(i + 1..i + 3).unwrap_or_default();
+        next.eq_ignore_ascii_case(b"24") || next.eq_ignore_ascii_case(b"5c")
+    });
+    escapes_ok && utf8(v) && v.split(|b| *b == b'$').all(|line| !line.is_empty())
 }
 
 /// RFC 4517 §3.3.5: `pdm *( [SP] "$" [SP] pdm )`, the keywords in any
@@ -236,6 +243,8 @@ mod tests {
             ("40", "\u{0}\u{ff}", true),
             ("41", "1 Main St$Springfield", true),
             ("41", "1 Main St$$x", false),
+            ("41", "100\\24 a week$Springfield", true),
+            ("41", "a\\zz$b", false),
             ("11", "DE", true),
             ("11", "DEU", false),
             ("6", "'0101'B", true),
