@@ -269,7 +269,9 @@ fn entry_of(rec: ldif::Record, suffixes: &[Dn]) -> Result<(Dn, Entry), String> {
         }
     }
     // Room for the six operational attributes `check_new` and `stamp_new` add.
-    let mut entry = Entry { dn: rec.dn, attrs: Vec::with_capacity(grouped.len() + 6) };
+    // In slapd's pretty form, as an add stores it (and slapadd).
+    let pretty = dn.pretty().map_err(|e| e.message)?;
+    let mut entry = Entry { dn: pretty, attrs: Vec::with_capacity(grouped.len() + 6) };
     for (name, vals) in grouped {
         entry.add_values(&name, &vals).map_err(|e| e.message)?;
     }

@@ -398,7 +398,7 @@ fn parse_ava(text: &str, b: &[u8], mut pos: usize) -> Result<(Ava, usize)> {
     }
     // Options (`cn;lang-de=x`), which RFC 4514 has no place for, are
     // dropped as slapd drops them: the RDN names the type itself.
-    while b.get(pos) == Some(&b';') && b.get(pos + 1).is_some_and(u8::is_ascii_alphanumeric) {
+    while !is_oid && b.get(pos) == Some(&b';') && b.get(pos + 1).is_some_and(u8::is_ascii_alphanumeric) {
         pos += 1;
         while pos < b.len() && (b[pos].is_ascii_alphanumeric() || b[pos] == b'-') {
             pos += 1;
@@ -423,31 +423,24 @@ fn parse_ava(text: &str, b: &[u8], mut pos: usize) -> Result<(Ava, usize)> {
 }
 
 /// A value in quotes, the form of RFC 2253 §3 and RFC 1779 (`cn="Smith,
-/// John"`), which slapd still reads: everything up to the closing quote
-/// is the value, a backslash escapes as elsewhere; spaces may follow the
-/// quote, then the RDN ends. `pos` is just past the opening quote.
+/// John"`), read as slapd reads it: everything up to the closing quote is
+/// the value, a backslash takes the next character as it is (no hex
+/// pairs inside quotes); spaces may follow the quote, then the RDN ends.
+/// `pos` is just past the opening quote.
 fn parse_quoted_value(text: &str, b: &[u8], mut pos: usize) -> Result<(Vec<u8>, usize)> {
     let mut out = Vec::new();
     loop {
         match b.get(pos) {
             None => return Err(Error::invalid_dn(text, "unterminated quoted value")),
             Some(b'"') => break,
-            Some(b'\\') => {
-                let (Some(&c), next) = (b.get(pos + 1), b.get(pos + 2)) else {
-                    return Err(Error::invalid_dn(text, "dangling '\\'"));
-                };
-                match next {
-                    Some(&d) if c.is_ascii_hexdigit() && d.is_ascii_hexdigit() => {
-                        out.push(hex(c) << 4 | hex(d));
-                        pos += 3;
-                    }
-                    _ if b" \"#+,;<=>\\".contains(&c) => {
-                        out.push(c);
-                        pos += 2;
-                    }
-                    _ => return Err(Error::invalid_dn(text, "bad escape")),
+            Some(b'\\') => match b.get(pos + 1) {
+                None | Some(0) => return Err(Error::invalid_dn(text, "dangling '\\'")),
+                Some(&c) => {
+                    out.push(c);
+                    pos += 2;
                 }
-            }
+            },
+            Some(0) => return Err(Error::invalid_dn(text, "NUL in a quoted value")),
             Some(&c) => {
                 out.push(c);
                 pos += 1;
@@ -682,7 +675,9 @@ mod tests {
         let quoted = Dn::parse("cn=\"Smith, John\" , ou=\"a+b\";dc=x").unwrap();
         assert_eq!(quoted.key(), Dn::parse("cn=Smith\\, John,ou=a\\+b,dc=x").unwrap().key());
         assert_eq!(Dn::parse("cn;lang-de=foo,dc=x").unwrap().key(), Dn::parse("cn=foo,dc=x").unwrap().key());
-        for bad in ["cn=\"open,dc=x", "cn=\"a\"b,dc=x", "cn=\"\",dc=x", "cn=\"a\\q\",dc=x", "cn=a\"b\",dc=x"] {
+        // Inside quotes a backslash takes the next character as it is.
+        assert_eq!(Dn::parse("cn=\"a\\q\\41\",dc=x").unwrap().key(), Dn::parse("cn=aq41,dc=x").unwrap().key());
+        for bad in ["cn=\"open,dc=x", "cn=\"a\"b,dc=x", "cn=\"\",dc=x", "cn=a\"b\",dc=x", "2.5.4.3;x=foo,dc=x"] {
             assert!(Dn::parse(bad).is_err(), "{bad}");
         }
     }

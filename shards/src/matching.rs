@@ -346,6 +346,9 @@ impl Rule {
                 piece.iter().all(|b| b.is_ascii_digit() || *b == b' ')
             }
             TelephoneNumber | TelephoneNumberSubstrings => piece.iter().all(|b| crate::schema::syntax::printable(*b)),
+            // A piece of a postal address, checked as slapd checks it with
+            // the equality rule's syntax: its escapes (a piece may end a line).
+            CaseIgnoreList | CaseIgnoreListSubstrings => crate::schema::syntax::postal_escapes(piece),
             _ => true,
         }
     }

@@ -516,14 +516,6 @@ fn proxied(conn: &Conn, authzid: &[u8]) -> Result<Identity> {
     Ok(target)
 }
 
-/// As slapd's back-mdb answers a write on a missing entry before its
-/// access checks: with the referral of a referral object above it, or
-/// noSuchObject naming the nearest entry above, when the requester may
-/// know of that entry. Only where the rules would disclose the entry at
-/// `dn` were it there (decided by its DN alone): else a missing entry and
-/// a hidden one must answer alike, and the access checks answer both (50).
-/// Under no access rules, the write itself finds it missing.
-/// `named`: the DN a referral names (an add's new entry, for its parent).
 /// The DN an entry is stored under: its own RDN as the request gave it,
 /// below its parent as the parent is stored. slapd's back-mdb builds every
 /// DN from the stored RDNs up the tree, so a child spells its parents as
@@ -542,6 +534,14 @@ pub fn stored_spelling(ctx: &crate::ctx::Ctx, dn: &shards::dn::Dn) -> Result<sha
     }
 }
 
+/// As slapd's back-mdb answers a write on a missing entry before its
+/// access checks: with the referral of a referral object above it, or
+/// noSuchObject naming the nearest entry above, when the requester may
+/// know of that entry. Only where the rules would disclose the entry at
+/// `dn` were it there (decided by its DN alone): else a missing entry and
+/// a hidden one must answer alike, and the access checks answer both (50).
+/// Under no access rules, the write itself finds it missing.
+/// `named`: the DN a referral names (an add's new entry, for its parent).
 pub fn require_entry(conn: &Conn, identity: &Identity, dn: &shards::dn::Dn, named: &shards::dn::Dn) -> Result<()> {
     let live = conn.ctx.live();
     let Some(access) = conn.access(&live, identity) else { return Ok(()) };

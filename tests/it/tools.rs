@@ -189,3 +189,29 @@ fn backup_restore_and_reshard_keep_every_entry() {
         let _ = child.wait();
     }
 }
+
+/// An imported DN is stored in slapd's pretty form, as an add stores it
+/// (and slapadd): exported and served as `ou=People,dc=example,dc=com`,
+/// whatever case and spacing the LDIF's types had, and a quoted value
+/// (RFC 2253) in its RFC 4514 form.
+#[test]
+fn an_imported_dn_is_stored_in_its_pretty_form() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let ldif = "dn: DC=example , DC=com\nobjectClass: domain\ndc: example\n\n\
+                dn: OU=People ,  DC=example,DC=com\nobjectClass: organizationalUnit\nou: People\n\n\
+                dn: CN=\"Smith, John\",OU=People,DC=example,DC=com\nobjectClass: device\ncn: Smith, John\n\n";
+    std::fs::write(p("in.ldif"), ldif).unwrap();
+    let (ok, err) = coredir(&["import", "--data", &p("d"), "--shards", "1", &p("in.ldif")]);
+    assert!(ok, "{err}");
+    let (ok, err) = coredir(&["export", "--data", &p("d"), "--no-operational", "--out", &p("out.ldif")]);
+    assert!(ok, "{err}");
+    let out = std::fs::read_to_string(p("out.ldif")).unwrap();
+    let dns: Vec<&str> = out.lines().filter(|l| l.starts_with("dn: ")).collect();
+    let want = [
+        "dn: dc=example,dc=com",
+        "dn: ou=People,dc=example,dc=com",
+        "dn: cn=Smith\\2C John,ou=People,dc=example,dc=com",
+    ];
+    assert_eq!(dns, want, "{out}");
+}
