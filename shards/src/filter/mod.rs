@@ -238,11 +238,15 @@ fn approx(schema: &'static Schema, a: &str, v: &str) -> Node {
     }
 }
 
+const DN_SYNTAX: &str = "1.3.6.1.4.1.1466.115.121.1.12";
+
 fn equality(schema: &'static Schema, a: &str, v: &str) -> Node {
     item(
         schema,
         a,
-        |at| at.equality,
+        // A DN without an equality rule (`namingContexts`) matches as a DN,
+        // as in slapd (and as Compare takes it).
+        |at| at.equality.or((at.syntax == DN_SYNTAX).then_some(Rule::DistinguishedName)),
         |attr, rule| {
             let value = rule.valid_assertion(v.as_bytes()).then(|| rule.normalize(v.as_bytes()))??.into_owned();
             Some(Node::Equal { attr, rule, value })
