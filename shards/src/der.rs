@@ -60,14 +60,18 @@ pub fn certificate(v: &[u8]) -> bool {
 
 fn certificate_parts(v: &[u8]) -> Option<()> {
     let (tag, cert, rest) = next(v)?;
-    if tag != SEQUENCE || !rest.is_empty() {
-        return None;
-    }
-    let (tag, tbs, after_tbs) = next(cert)?;
+    (tag == SEQUENCE && rest.is_empty()).then_some(())?;
+    signed(cert, tbs_certificate)
+}
+
+/// What a signed X.509 structure holds: SEQUENCE { to-be-signed,
+/// signatureAlgorithm, signatureValue }, the first checked by `tbs`.
+fn signed(body: &[u8], tbs: fn(&[u8]) -> Option<()>) -> Option<()> {
+    let (tag, inner, after_tbs) = next(body)?;
     if tag != SEQUENCE {
         return None;
     }
-    tbs_certificate(tbs)?;
+    tbs(inner)?;
     let (tag, _, rest) = next(after_tbs)?;
     if tag != SEQUENCE {
         return None;
@@ -127,20 +131,8 @@ pub fn certificate_list(v: &[u8]) -> bool {
 
 fn certificate_list_parts(v: &[u8]) -> Option<()> {
     let (tag, list, _) = next(v)?;
-    if tag != SEQUENCE {
-        return None;
-    }
-    let (tag, tbs, after_tbs) = next(list)?;
-    if tag != SEQUENCE {
-        return None;
-    }
-    tbs_cert_list(tbs)?;
-    let (tag, _, rest) = next(after_tbs)?;
-    if tag != SEQUENCE {
-        return None;
-    }
-    let (tag, _, rest) = next(rest)?;
-    (tag == BIT_STRING && rest.is_empty()).then_some(())
+    (tag == SEQUENCE).then_some(())?;
+    signed(list, tbs_cert_list)
 }
 
 fn tbs_cert_list(tbs: &[u8]) -> Option<()> {

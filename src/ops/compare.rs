@@ -70,10 +70,7 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
             format!("{}: attribute type undefined", req.atype),
         ));
     };
-    // A DN without an equality rule (namingContexts) compares as a DN, as
-    // in slapd.
-    let dn_syntax = at.syntax == "1.3.6.1.4.1.1466.115.121.1.12";
-    let Some(rule) = at.equality.or(dn_syntax.then_some(matching::Rule::DistinguishedName)) else {
+    let Some(rule) = at.equality_or_dn() else {
         return Err(Error::new(
             LdapResultCode::InappropriateMatching,
             format!("{}: attribute type has no equality matching rule", req.atype),

@@ -226,11 +226,10 @@ pub fn compile(f: &LdapFilter) -> Node {
 /// `~=`: phonetic for directory and IA5 strings (as slapd's approx rules
 /// for caseIgnore/caseExact and their IA5 forms), equality otherwise.
 fn approx(schema: &'static Schema, a: &str, v: &str) -> Node {
-    let phonetic = schema
-        .attr(a)
-        .and_then(|at| at.equality)
+    let rule = schema.attr(a).and_then(|at| at.equality);
+    let phonetic = rule
         .is_some_and(|r| matches!(r, Rule::CaseIgnore | Rule::CaseExact | Rule::CaseIgnoreIA5 | Rule::CaseExactIA5));
-    let valid = schema.attr(a).and_then(|at| at.equality).is_none_or(|r| r.valid_assertion(v.as_bytes()));
+    let valid = rule.is_none_or(|r| r.valid_assertion(v.as_bytes()));
     match Names::of(schema, a) {
         Some(_) if !valid => Node::Undefined,
         Some(attr) if phonetic => Node::Approx { attr, words: approx::assertion(v.as_bytes()) },
@@ -238,20 +237,11 @@ fn approx(schema: &'static Schema, a: &str, v: &str) -> Node {
     }
 }
 
-const DN_SYNTAX: &str = "1.3.6.1.4.1.1466.115.121.1.12";
-
 fn equality(schema: &'static Schema, a: &str, v: &str) -> Node {
-    item(
-        schema,
-        a,
-        // A DN without an equality rule (`namingContexts`) matches as a DN,
-        // as in slapd (and as Compare takes it).
-        |at| at.equality.or((at.syntax == DN_SYNTAX).then_some(Rule::DistinguishedName)),
-        |attr, rule| {
-            let value = rule.valid_assertion(v.as_bytes()).then(|| rule.normalize(v.as_bytes()))??.into_owned();
-            Some(Node::Equal { attr, rule, value })
-        },
-    )
+    item(schema, a, schema::AttributeType::equality_or_dn, |attr, rule| {
+        let value = rule.valid_assertion(v.as_bytes()).then(|| rule.normalize(v.as_bytes()))??.into_owned();
+        Some(Node::Equal { attr, rule, value })
+    })
 }
 
 /// `(objectClass=person)` matches entries of every class below `person`

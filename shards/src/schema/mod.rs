@@ -87,6 +87,13 @@ impl AttributeType {
     pub fn name(&self) -> &str {
         self.names.first().map_or(&self.oid, String::as_str)
     }
+
+    /// The rule an equality filter or a Compare uses: the type's equality
+    /// rule, or for a DN without one (`namingContexts`) DN matching, as in
+    /// slapd.
+    pub fn equality_or_dn(&self) -> Option<Rule> {
+        self.equality.or_else(|| (self.syntax == "1.3.6.1.4.1.1466.115.121.1.12").then_some(Rule::DistinguishedName))
+    }
 }
 
 #[derive(Debug, Clone)]
