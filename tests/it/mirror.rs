@@ -592,6 +592,10 @@ fn a_peer_behind_a_capped_changelog_is_resynced_by_merging() {
     // All of them: records of different partitions commit in any order.
     wait_for("the users on B", || search_dns(&mut b.admin(), PEOPLE, Scope::OneLevel, "(uid=early*)").len() == 10);
     wait_for("ou=rs on B", || get_entry(&mut b.admin(), &rs, vec!["ou"]).is_some());
+    // Seen is not yet durable on sled (a commit shows before its flush):
+    // B acknowledges only what it has flushed, so A's backlog says when
+    // the kill below cannot lose ou=rs on B.
+    wait_for("B to acknowledge everything", || replication(&a)["backlog"] == 0);
     // B away while A writes past the cap: adds, deletes, a modify and a
     // rename of entries B holds; A deletes ou=rs, below which B will add.
     b.stop();
