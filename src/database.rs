@@ -263,7 +263,7 @@ fn create_entries(
         let is_suffix = suffixes.contains(&dn);
         for (owner, op) in add_ops(manifest, &dn, entry, is_suffix) {
             let store = &*stores[owner];
-            let mut hlc = clock(store, config.stamping(), manifest.incarnation).map_err(|e| anyhow!(e.message))?;
+            let mut hlc = clock(store, config.stamping(), &manifest).map_err(|e| anyhow!(e.message))?;
             for r in run_batch(store, |k| manifest.partition_of(k), &mut [op], &mut hlc) {
                 r.map_err(|e| anyhow!("creating {}: {}", dn.to_string_form(), e.message))?;
             }

@@ -82,7 +82,7 @@ pub fn run(config: Config, file: &Path) -> Result<()> {
         let (store, manifest) = (store.clone(), manifest.clone());
         let stamping = config.stamping();
         writers.push(std::thread::spawn(move || -> Result<(), String> {
-            let mut hlc = clock(&*store, stamping, manifest.incarnation).map_err(|e| e.message)?;
+            let mut hlc = clock(&*store, stamping, &manifest).map_err(|e| e.message)?;
             for batch in rx {
                 let (lines, mut ops): (Vec<usize>, Vec<WriteOp>) = batch.into_iter().unzip();
                 let results = run_batch_owned(&*store, |k| manifest.partition_of(k), &mut ops, &mut hlc);

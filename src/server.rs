@@ -80,6 +80,11 @@ pub fn serve(config: Config) -> Result<()> {
         // Whether deletes have left tombstones without a break (syncrepl's delete phase).
         shards::changelog::note_capture(&**store, config.stamping().capture, shards::csn::wall_us())
             .map_err(|e| anyhow!(e.message))?;
+        // contextCSN per naming context, for what was written before.
+        if config.stamping().capture {
+            let contexts = shards::contexts::Contexts::of_suffixes(&manifest.suffixes);
+            shards::contexts::note_states(&**store, &contexts).map_err(|e| anyhow!(e.message))?;
+        }
     }
 
     let tls = match (&config.tls.certificate_file, &config.tls.key_file) {

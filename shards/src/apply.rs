@@ -79,7 +79,7 @@ pub fn replicate<T: WriteTxn>(
     state.merge(rec);
     let mut marks = Vec::new();
     let images = settle(txn, &here, next_id, &mut state, &rec.uuid, before, &mut marks)?;
-    changelog::store(txn, partition, origin, seq, rec, &state)?;
+    changelog::store(txn, partition, (origin, seq), &clock.contexts, rec, &state)?;
     txn.put(Tree::Meta, &changelog::ruv_key(partition, origin), &seq.to_be_bytes())?;
     log_marks(txn, partition, clock, marks)?;
     // The partitions that may show the entry: where it was, where it is
@@ -125,6 +125,7 @@ pub fn absorb<T: WriteTxn>(
     let mut buf = Vec::with_capacity(256);
     changelog::encode_state(&state, &mut buf);
     txn.put(Tree::State, &changelog::state_key(partition, uuid), &buf)?;
+    crate::contexts::note_state(txn, &clock.contexts, partition, &state)?;
     moves::post(txn, partition, &[here.home(&old), here.home(&state)], uuid, &state)?;
     log_marks(txn, partition, clock, marks)?;
     Ok(Some(Box::new(images)))
@@ -183,7 +184,7 @@ fn log_marks<T: WriteTxn>(txn: &mut T, partition: u16, clock: &mut Clock, marks:
         let state = changelog::load_state(txn, partition, &uuid)?
             .ok_or_else(|| Error::other("a conflict entry without a state"))?;
         let rec = Record { csn: clock.hlc.tick(partition), uuid, dn: lost, change: Change::Conflict { slot } };
-        changelog::capture(txn, partition, clock.origin(), &rec, &state)?;
+        changelog::capture(txn, partition, clock, &rec, &state)?;
     }
     Ok(())
 }

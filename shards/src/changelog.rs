@@ -16,6 +16,7 @@
 //! replica update vector; records of every origin are kept, so a server
 //! can hand a restored peer back the changes it lost).
 
+use crate::contexts::Contexts;
 use crate::csn::Csn;
 use crate::entry::{Attr, Entry};
 use crate::error::{Error, Result};
@@ -256,7 +257,7 @@ pub fn meta_partition(key: &[u8]) -> Option<u16> {
     match key {
         [b'S' | b'R' | b'C', a, b, ..] => Some(u16::from_be_bytes([*a, *b])),
         [b'T', a, b] => Some(u16::from_be_bytes([*a, *b])),
-        _ => crate::moves::parcel_partition(key),
+        _ => crate::contexts::is_note(key).or_else(|| crate::moves::parcel_partition(key)),
     }
 }
 
@@ -586,12 +587,12 @@ pub fn next_seq<T: ReadTxn>(txn: &T, partition: u16) -> Result<u64> {
 pub fn capture<T: WriteTxn>(
     txn: &mut T,
     partition: u16,
-    origin: Origin,
+    clock: &crate::write::Clock,
     rec: &Record,
     state: &EntryState,
 ) -> Result<u64> {
-    let seq = next_seq(txn, partition)?;
-    store(txn, partition, origin, seq, rec, state)?;
+    let (seq, origin) = (next_seq(txn, partition)?, clock.origin());
+    store(txn, partition, (origin, seq), &clock.contexts, rec, state)?;
     txn.put(Tree::Meta, &seq_key(partition), &(seq + 1).to_be_bytes())?;
     // Its own records are held too: a peer handing them back after a
     // reconnection finds them duplicates.
@@ -599,15 +600,17 @@ pub fn capture<T: WriteTxn>(
     Ok(seq)
 }
 
-/// Stores the state and the record under (partition, origin, seq).
+/// Stores the state and the record under (partition, origin, seq), and
+/// notes its CSN for its naming context's contextCSN (`contexts`).
 pub fn store<T: WriteTxn>(
     txn: &mut T,
     partition: u16,
-    origin: Origin,
-    seq: u64,
+    (origin, seq): (Origin, u64),
+    contexts: &Contexts,
     rec: &Record,
     state: &EntryState,
 ) -> Result<()> {
+    crate::contexts::note(txn, contexts, partition, &rec.dn, rec.csn)?;
     let mut buf = Vec::with_capacity(256);
     encode_state(state, &mut buf);
     txn.put(Tree::State, &state_key(partition, &rec.uuid), &buf)?;

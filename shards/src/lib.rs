@@ -47,6 +47,8 @@
 //!   merge that converges in any order (conflict DNs included).
 //! - `changelog`: change capture in the owner's commit (records, states,
 //!   sequence numbers, the replica update vector, trimming).
+//! - `contexts`: contextCSN per naming context, noted by the commits
+//!   that record changes when the server has several.
 //! - `apply`: a peer's record applied on the owner (`WriteOp::Replicate`),
 //!   and a state another partition hands over (`WriteOp::Absorb`).
 //! - `digest`: what a partition shows, hashed entry by entry and summed
@@ -84,6 +86,7 @@
 pub mod apply;
 pub mod approx;
 pub mod changelog;
+pub mod contexts;
 pub mod csn;
 mod der;
 pub mod digest;

@@ -94,6 +94,7 @@ mod tests {
             hlc: crate::csn::Hlc::new(1, None, crate::csn::DEFAULT_MAX_FORWARD_SKEW),
             capture: false,
             incarnation: 0,
+            contexts: Default::default(),
             commit_delay: None,
         };
         let put = |dn: &str, parent: Option<Parent>| {

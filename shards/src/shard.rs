@@ -497,7 +497,7 @@ impl Shard {
 
 async fn commit_loop(shard: Rc<Shard>, rx: LocalReceiver<Pending>) {
     let store = &shard.stores[shard.id];
-    let mut clock = match write::clock(&**store, shard.stamping, shard.manifest.incarnation) {
+    let mut clock = match write::clock(&**store, shard.stamping, &shard.manifest) {
         Ok(h) => h,
         Err(e) => {
             // Nothing can be written without a clock: say so on every write.

@@ -315,6 +315,8 @@ pub struct Clock {
     pub capture: bool,
     /// This server's incarnation (`Manifest::incarnation`).
     pub incarnation: u32,
+    /// The naming contexts whose changes are noted apart (contextCSN).
+    pub contexts: crate::contexts::Contexts,
     /// Test only (`COREDIR_TEST_COMMIT_DELAY_MS`): a pause between stamping
     /// a batch and committing it, the window in which a later CSN of
     /// another shard becomes visible first.
@@ -347,9 +349,10 @@ impl Stamping {
 
 /// The owner's clock for a store, continuing from the state the store
 /// recorded.
-pub fn clock<S: Store>(store: &S, how: Stamping, incarnation: u32) -> Result<Clock> {
+pub fn clock<S: Store>(store: &S, how: Stamping, manifest: &Manifest) -> Result<Clock> {
     let hlc = Hlc::new(how.sid, store.read()?.get(Tree::Meta, HLC)?, how.max_forward_skew);
-    Ok(Clock { hlc, capture: how.capture, incarnation, commit_delay: None })
+    let (incarnation, contexts) = (manifest.incarnation, crate::contexts::Contexts::of_suffixes(&manifest.suffixes));
+    Ok(Clock { hlc, capture: how.capture, incarnation, contexts, commit_delay: None })
 }
 
 /// Runs a batch in one write transaction and commits it; one result per op.
@@ -450,7 +453,7 @@ fn capture<T: WriteTxn>(
         None => before.map(changelog::state_of_existing).unwrap_or_default(),
     };
     state.merge(rec);
-    changelog::capture(txn, partition, clock.origin(), rec, &state)?;
+    changelog::capture(txn, partition, clock, rec, &state)?;
     Ok(state)
 }
 

@@ -200,5 +200,5 @@ fn property<S: Store>(store: &S) {
 
 fn clock() -> shards::write::Clock {
     let hlc = shards::csn::Hlc::new(1, None, shards::csn::DEFAULT_MAX_FORWARD_SKEW);
-    shards::write::Clock { hlc, capture: false, incarnation: 0, commit_delay: None }
+    shards::write::Clock { hlc, capture: false, incarnation: 0, contexts: Default::default(), commit_delay: None }
 }

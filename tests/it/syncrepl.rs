@@ -284,6 +284,21 @@ fn slapd_replicates_one_of_two_naming_contexts() {
     }
     same_content_of(&s, &consumer, second);
     assert_eq!(content_of(&s.url(), second).len(), 21, "the suffix and 20 entries");
+    // Each naming context has its own contextCSN, as each slapd database
+    // does: the consumer of one reaches its provider's, and changes in the
+    // other context move neither (monitoring compares them per suffix).
+    let context = |url: &str, base: &str| {
+        let (_, out, _) = tool("ldapsearch", &["-x", "-H", url, "-LLL", "-s", "base", "-b", base, "contextCSN"], None);
+        out.lines().filter_map(|l| l.strip_prefix("contextCSN: ")).map(String::from).collect::<Vec<_>>()
+    };
+    let ours = context(&s.url(), second);
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    wait_for("slapd's contextCSN", || context(&consumer.url(), second) == ours);
+    let first = context(&s.url(), SUFFIX);
+    mixed_changes(&mut c, "first-only", 20);
+    assert!(context(&s.url(), SUFFIX) > first, "the first context's contextCSN did not move");
+    assert_eq!(context(&s.url(), second), ours, "a change in the first context moved the second's contextCSN");
+    assert_eq!(context(&consumer.url(), second), ours);
 }
 
 /// Subtree renames reach slapd whole: live in persist, and in the refresh

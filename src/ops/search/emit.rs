@@ -111,13 +111,12 @@ pub(super) enum Stop {
     Page,
 }
 
-/// The suffixes' keys, and the contextCSN values each shows.
-pub(super) type ContextCsns = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+/// The suffixes' keys, each with the contextCSN values it shows.
+pub(super) type ContextCsns = Vec<(Vec<u8>, Vec<Vec<u8>>)>;
 
 /// The contextCSN values of the entry with this key, if it is a suffix.
 pub(super) fn context<'v>(context_csn: &'v Option<ContextCsns>, key: &[u8]) -> Option<&'v [Vec<u8>]> {
-    let (keys, values) = context_csn.as_ref()?;
-    keys.iter().any(|k| k == key).then_some(values.as_slice())
+    context_csn.as_ref()?.iter().find(|(k, _)| k == key).map(|(_, values)| values.as_slice())
 }
 
 impl Emit<'_> {

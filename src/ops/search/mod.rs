@@ -294,7 +294,15 @@ async fn run(
     let sorting = sorter.is_some();
     // contextCSN, on the suffix entries, where there is a changelog.
     let context_csn = match ctx.shard.stamping.capture && sel.wants_computed("contextCSN") {
-        true => Some((ctx.suffixes.iter().map(Dn::key).collect(), crate::ops::syncrepl::context_csn(ctx)?)),
+        true => Some(
+            ctx.suffixes
+                .iter()
+                .map(|s| {
+                    let key = s.key();
+                    crate::ops::syncrepl::context_csn(ctx, &key).map(|values| (key, values))
+                })
+                .collect::<Result<_>>()?,
+        ),
         false => None,
     };
     let mut subordinates = Vec::new();

@@ -378,15 +378,20 @@ fn rid_only(bytes: &[u8]) -> Option<u16> {
     text.split(',').find_map(|f| f.strip_prefix("rid=")).and_then(|r| r.parse().ok())
 }
 
-/// `contextCSN` (one value per server id): the newest CSN of each server
-/// any partition has had (`changelog::newest`), as slapd keeps it on the
-/// suffix entry.
-pub fn context_csn(ctx: &crate::ctx::Ctx) -> Result<Vec<Vec<u8>>> {
+/// `contextCSN` of the naming context with this suffix key (one value per
+/// server id), as slapd keeps it on each database's suffix entry: the
+/// newest CSN of each server among the context's changes
+/// (`shards::contexts`), or with one context among all changes
+/// (`changelog::newest`).
+pub fn context_csn(ctx: &crate::ctx::Ctx, suffix_key: &[u8]) -> Result<Vec<Vec<u8>>> {
     let mut cookie = Cookie::default();
     for store in ctx.shard.stores.iter() {
-        for csn in changelog::newest(&store.read()?, None)? {
-            cookie.saw(csn);
-        }
+        let txn = store.read()?;
+        let newest = match ctx.suffixes.len() {
+            1 => changelog::newest(&txn, None)?,
+            _ => shards::contexts::newest(&txn, suffix_key)?,
+        };
+        newest.into_iter().for_each(|csn| cookie.saw(csn));
     }
     Ok(cookie.csns.values().map(|c| c.to_string().into_bytes()).collect())
 }
