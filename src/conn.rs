@@ -39,7 +39,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio_util::codec::{Decoder, Encoder};
+use tokio_util::codec::Encoder;
 
 /// Frames queued for the writer before request tasks wait (backpressure
 /// from a client that does not read).
@@ -50,6 +50,9 @@ const OUT_FRAMES: usize = 64;
 /// per connection. One frame larger than this waits for an empty queue.
 const OUT_KIB: u64 = 4 << 10;
 const READ_CHUNK: usize = 64 << 10;
+/// How deep ldap3_proto's parser may nest (its default; `strict` bounds
+/// the protocolOp again).
+const MAX_BER_DEPTH: usize = ldap3_lber::parse::DEFAULT_MAX_BER_DEPTH;
 
 /// Who the connection is bound as.
 #[derive(Clone, Debug, Default)]
@@ -582,7 +585,6 @@ enum End {
 }
 
 async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End {
-    let mut codec = LdapCodec::new(Some(conn.ctx.live().limits.max_pdu_bytes), None);
     let mut rbuf = BytesMut::with_capacity(16 << 10);
     let mut scratch = vec![0u8; READ_CHUNK];
     // When the request now partly in `rbuf` began to arrive.
@@ -595,6 +597,7 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
         loop {
             // The message to decode instead of the next in `rbuf` (`Check::Without`).
             let mut instead = None;
+            let mut size = 0;
             let limit = match &*conn.identity.borrow() {
                 Identity::Anonymous => limits.max_pdu_bytes_anonymous,
                 _ => limits.max_pdu_bytes,
@@ -608,10 +611,10 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
                 }
                 Frame::Size(n) if n > rbuf.len() => break,
                 Frame::Size(n) => match crate::strict::check(&rbuf[..n]) {
-                    Ok(Check::Ok) => {}
+                    Ok(Check::Ok) => size = n,
                     Ok(Check::Without(msg)) => {
                         bytes::Buf::advance(&mut rbuf, n);
-                        instead = Some(BytesMut::from(&msg[..]));
+                        instead = Some(msg);
                     }
                     Ok(Check::Ignore) => {
                         bytes::Buf::advance(&mut rbuf, n);
@@ -626,12 +629,10 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
                     Err(why) => return disconnect(conn, inline, &format!("malformed LDAP message: {why}")).await,
                 },
             }
-            let decoded = match &mut instead {
-                Some(msg) => codec.decode(msg),
-                None => codec.decode(&mut rbuf),
-            };
+            let decoded = crate::decode::message(instead.as_deref().unwrap_or(&rbuf[..size]), MAX_BER_DEPTH);
+            bytes::Buf::advance(&mut rbuf, size);
             match decoded {
-                Ok(Some(msg)) => match ops::dispatch(conn, msg, &mut inline) {
+                Some(msg) => match ops::dispatch(conn, msg, &mut inline) {
                     Flow::Continue => {}
                     Flow::Binding(later) => {
                         // Answers to what came before first, then the Bind's.
@@ -652,8 +653,7 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
                     // RFC 4511 §4.14.1: nothing may follow StartTLS before its response.
                     Flow::StartTls => return disconnect(conn, inline, "data after the StartTLS request").await,
                 },
-                Ok(None) => break,
-                Err(_) => return disconnect(conn, inline, "malformed LDAP message").await,
+                None => return disconnect(conn, inline, "malformed LDAP message").await,
             }
         }
         conn.send(inline).await;

@@ -11,6 +11,7 @@ pub mod config;
 pub mod conn;
 pub mod ctx;
 pub mod database;
+pub mod decode;
 pub mod deploy;
 pub mod export;
 pub mod glue;

@@ -62,6 +62,8 @@
 //! - `strict`: every byte of an LDAPMessage checked before ldap3_proto
 //!   decodes it (envelope, controls, BER well-formedness, message IDs), and
 //!   controls slapd would ignore left out of it.
+//! - `decode`: the checked message into ldap3_proto's types, fields that
+//!   are not UTF-8 kept as `shards::octets` carries them.
 //! - `ops/`: one file per LDAP operation (`bind`, `search` (a folder:
 //!   the request, `scope`, `emit`, `select`), `add`, `modify`, `delete`,
 //!   `modify_dn`, `compare`, `abandon`, `extended`),

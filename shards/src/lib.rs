@@ -29,6 +29,8 @@
 //!   candidate ids.
 //! - `ldif`: RFC 2849 reading and writing (import and export).
 //! - `password`: `userPassword` schemes (verify, hash).
+//! - `octets`: octets that are not UTF-8 carried in ldap3_proto's strings
+//!   (filter values, passwords) and read back.
 //! - `manifest`: the data directory's identity and partition map.
 //! - `store`: the `Store` trait (trees `dn2id`, `id2entry`, `children`,
 //!   `index`, `meta`, `changelog`, `state`) with reads by name (`entry`,
@@ -100,6 +102,7 @@ pub mod manifest;
 pub mod matching;
 pub mod merge;
 pub mod moves;
+pub mod octets;
 pub mod password;
 pub mod renames;
 pub mod repair;

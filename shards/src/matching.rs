@@ -329,8 +329,10 @@ impl Rule {
             PresentationAddress | ProtocolInformation | CertificateExact | AttributeCertificateExact | Authz => false,
             // Directory, numeric and printable strings have at least one
             // character (RFC 4517 §3.3): `(cn=)` is Undefined, as in slapd.
+            // And they are UTF-8: slapd's `UTF8StringValidate` refuses a
+            // Latin-1 `Jos\xe9` (LDAP lets a filter carry any octets).
             CaseIgnore | CaseIgnoreOrdering | CaseExact | CaseExactOrdering | DirectoryStringFirstComponent => {
-                !value.is_empty()
+                !value.is_empty() && std::str::from_utf8(value).is_ok()
             }
             _ => true,
         }
@@ -349,6 +351,7 @@ impl Rule {
             // A piece of a postal address, checked as slapd checks it with
             // the equality rule's syntax: its escapes (a piece may end a line).
             CaseIgnoreList | CaseIgnoreListSubstrings => crate::schema::syntax::postal_escapes(piece),
+            CaseIgnore | CaseExact | CaseIgnoreSubstrings | CaseExactSubstrings => std::str::from_utf8(piece).is_ok(),
             _ => true,
         }
     }

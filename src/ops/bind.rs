@@ -110,8 +110,9 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Step> {
     if req.version != 3 && !(req.version == 2 && conn.ctx.allow_bind_v2) {
         return Err(Error::protocol("requested protocol version not allowed"));
     }
+    // Any octets (RFC 4511 §4.2): a Latin-1 password binds as in slapd.
     let password = match &req.cred {
-        LdapBindCred::Simple(p) => p.as_bytes(),
+        LdapBindCred::Simple(p) => shards::octets::unescape(p),
         LdapBindCred::SASL(s) => return crate::ops::sasl::authenticate(conn, s).map(Step::Done),
         _ => return Err(Error::new(LdapResultCode::AuthMethodNotSupported, "authentication method not supported")),
     };
@@ -130,10 +131,10 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Step> {
         let identity = Identity::Root(Rc::from(shards::dn::Dn::parse(&req.dn)?.pretty()?.as_str()));
         let hash = ctx.root_password_hash.as_bytes();
         if password::is_slow(hash) {
-            let check = Check::new(vec![hash.to_vec()], password, policy);
+            let check = Check::new(vec![hash.to_vec()], &password, policy);
             return Ok(Step::Slow(Pending { identity, check }));
         }
-        return if policy.verify(hash, password) { Ok(Step::Done(identity)) } else { Err(invalid()) };
+        return if policy.verify(hash, &password) { Ok(Step::Done(identity)) } else { Err(invalid()) };
     }
     // A bind is decided as anonymous (as slapd): `auth` on userPassword.
     let subject = Subject { key: None, tls_ssf: conn.tls_ssf.get(), transport_ssf: conn.transport_ssf };
@@ -150,10 +151,10 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Step> {
         }
         let values = || e.attrs().filter(|a| is_user_password(a.name)).flat_map(|a| a.vals());
         if values().any(password::is_slow) {
-            let check = Check::new(values().map(<[u8]>::to_vec).collect(), password, policy);
+            let check = Check::new(values().map(<[u8]>::to_vec).collect(), &password, policy);
             return Some(Step::Slow(Pending { identity: bound(e), check }));
         }
-        values().any(|v| policy.verify(v, password)).then(|| Step::Done(bound(e)))
+        values().any(|v| policy.verify(v, &password)).then(|| Step::Done(bound(e)))
     })?;
     if step.is_none() {
         // No entry there: a DN slapd would refuse is invalidDNSyntax (34),

@@ -302,7 +302,7 @@ fn parse_filter(value: &[u8]) -> Result<LdapFilter> {
     if !rest.is_empty() {
         return Err(protocol("assertion"));
     }
-    LdapFilter::try_from(tag).map_err(|_| protocol("assertion"))
+    crate::decode::filter(tag).ok_or_else(|| protocol("assertion"))
 }
 
 /// The Matched Values value: `SEQUENCE OF SimpleFilterItem`, filter
@@ -313,9 +313,9 @@ fn parse_values_filter(value: &[u8]) -> Result<Vec<LdapFilter>> {
     let items = tag.expect_constructed().filter(|_| rest.is_empty()).ok_or_else(|| protocol("matched values"))?;
     items
         .into_iter()
-        .map(|t| match LdapFilter::try_from(t) {
-            Ok(LdapFilter::And(_) | LdapFilter::Or(_) | LdapFilter::Not(_)) | Err(_) => Err(protocol("matched values")),
-            Ok(f) => Ok(f),
+        .map(|t| match crate::decode::filter(t) {
+            Some(LdapFilter::And(_) | LdapFilter::Or(_) | LdapFilter::Not(_)) | None => Err(protocol("matched values")),
+            Some(f) => Ok(f),
         })
         .collect()
 }

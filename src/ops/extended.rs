@@ -106,7 +106,10 @@ pub async fn password_modify(conn: &Conn, identity: &Identity, req: &LdapExtende
     let parsed = match &req.value {
         None => Some(LdapPasswordModifyRequest { user_identity: None, old_password: None, new_password: None }),
         Some(value) => crate::strict::password_modify(value).ok().and_then(|[user, old, new]| {
-            let text = |f: Option<&[u8]>| f.map(|v| String::from_utf8(v.to_vec())).transpose().ok();
+            // Passwords are any octets (RFC 3062 §2), carried as `decode` does.
+            let text = |f: Option<&[u8]>| {
+                Some(f.map(|v| shards::octets::escape(v).unwrap_or_else(|| String::from_utf8_lossy(v).into_owned())))
+            };
             Some(LdapPasswordModifyRequest {
                 user_identity: text(user)?,
                 old_password: text(old)?,
@@ -186,8 +189,8 @@ async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest
         .ctx
         .password_work(move || {
             let mut tried = stored.iter().take(crate::ops::modify::MOST_VERIFIED);
-            let old_ok = old.is_none_or(|o| tried.any(|h| policy.verify(h, o.as_bytes())));
-            (old_ok, password::hash(&scheme, new.as_bytes()))
+            let old_ok = old.is_none_or(|o| tried.any(|h| policy.verify(h, &shards::octets::unescape(&o))));
+            (old_ok, password::hash(&scheme, &shards::octets::unescape(&new)))
         })
         .await;
     if !old_ok {

@@ -683,16 +683,28 @@ fn pipeline(url: &str, op: &Op, what: &str, out: &mut Vec<String>) {
         let w: Vec<&str> = line.split(' ').collect();
         let request = match w.as_slice() {
             ["bind", dn, pw] => bind(dn, pw),
+            // A password of any bytes, in hex (ldap3_proto sends only UTF-8).
+            ["bindhex", dn, hex] => {
+                msgs.push(Err(bind_bytes(n as i32 + 1, dn, &unhex(hex))));
+                continue;
+            }
             ["whoami"] => whoami(),
             ["search", base] => crate::support::search(base, ldap3_proto::proto::LdapSearchScope::Base),
             ["modify", dn, attr, value] => modify_request(dn, LdapModifyType::Replace, attr, &[value]),
             ["increment", dn, attr, values @ ..] => modify_request(dn, LdapModifyType::Increment, attr, values),
             _ => panic!("line {}: send: {line}?", op.line),
         };
-        msgs.push(LdapMsg::new(n as i32 + 1, request));
+        msgs.push(Ok(LdapMsg::new(n as i32 + 1, request)));
     }
     let count = msgs.len();
-    raw.send(msgs);
+    let mut bytes = Vec::new();
+    for m in msgs {
+        match m {
+            Ok(msg) => bytes.extend_from_slice(&crate::support::encode_msgs(vec![msg])),
+            Err(raw) => bytes.extend_from_slice(&raw),
+        }
+    }
+    raw.send_bytes(&bytes);
     out.push(what.to_string());
     // Answers by message ID (requests after a Bind may run side by side,
     // so their order among themselves is not compared), and whether each
@@ -729,6 +741,22 @@ fn pipeline(url: &str, op: &Op, what: &str, out: &mut Vec<String>) {
         let first = arrival[..at].iter().all(|(before, _)| before < id);
         out.push(format!("  bind #{id} answered before anything sent after it: {first}"));
     }
+}
+
+/// A simple BindRequest, written byte by byte: its password may be any
+/// octets (RFC 4511 §4.2), which ldap3_proto cannot send.
+fn bind_bytes(msgid: i32, dn: &str, password: &[u8]) -> Vec<u8> {
+    fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
+        let mut out = vec![tag];
+        match content.len() {
+            n if n < 0x80 => out.push(n as u8),
+            n => out.extend_from_slice(&[0x82, (n >> 8) as u8, n as u8]),
+        }
+        out.extend_from_slice(content);
+        out
+    }
+    let op = [tlv(0x02, &[3]), tlv(0x04, dn.as_bytes()), tlv(0x80, password)].concat();
+    tlv(0x30, &[tlv(0x02, &msgid.to_be_bytes()), tlv(0x60, &op)].concat())
 }
 
 /// A modify of one attribute, with any number of values (the ldap3 crate

@@ -522,6 +522,10 @@ impl Raw {
         self.sock.write_all(&encode_msgs(msgs)).unwrap();
     }
 
+    pub fn send_bytes(&mut self, bytes: &[u8]) {
+        self.sock.write_all(bytes).unwrap();
+    }
+
     /// The next message, or None once the server closed the connection.
     pub fn recv(&mut self) -> Option<LdapMsg> {
         let mut codec = LdapCodec::new(Some(64 << 20), None);

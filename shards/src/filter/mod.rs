@@ -17,6 +17,7 @@ use crate::approx;
 use crate::dn::{self, Dn};
 use crate::entry::EntryView;
 use crate::matching::{self, Rule};
+use crate::octets;
 use crate::schema::{self, Schema};
 use ldap3_proto::proto::{LdapFilter, LdapMatchingRuleAssertion};
 
@@ -180,8 +181,8 @@ pub fn compile(f: &LdapFilter) -> Node {
             object_class(schema, a, v).unwrap_or_else(|| equality(schema, a, v))
         }
         LdapFilter::Equality(a, v) if matching::same_attr(a, "entryDN") => {
-            match (Names::of(schema, a), dn::key_of(v)) {
-                (Some(attr), Ok(key)) => Node::EntryDn { attr, key, rule: Rule::DistinguishedName },
+            match (Names::of(schema, a), octets::unescape_text(v).map(|v| dn::key_of(&v))) {
+                (Some(attr), Some(Ok(key))) => Node::EntryDn { attr, key, rule: Rule::DistinguishedName },
                 _ => Node::Undefined,
             }
         }
@@ -192,9 +193,9 @@ pub fn compile(f: &LdapFilter) -> Node {
             a,
             |at| at.substr,
             |attr, rule| {
-                let piece = |p: &String| rule.normalize_piece(p.as_bytes()).into_owned();
+                let piece = |p: &String| rule.normalize_piece(&octets::unescape(p)).into_owned();
                 let pieces = sub.initial.iter().chain(&sub.any).chain(&sub.final_);
-                if !pieces.into_iter().all(|p| rule.valid_piece(p.as_bytes())) {
+                if !pieces.into_iter().all(|p| rule.valid_piece(&octets::unescape(p))) {
                     return None;
                 }
                 Some(Node::Substrings {
@@ -213,7 +214,8 @@ pub fn compile(f: &LdapFilter) -> Node {
                 a,
                 |at| at.ordering,
                 |attr, rule| {
-                    let norm = rule.valid_assertion(v.as_bytes()).then(|| rule.normalize(v.as_bytes()))??;
+                    let v = octets::unescape(v);
+                    let norm = rule.valid_assertion(&v).then(|| rule.normalize(&v))??;
                     let key = rule.order_key(&norm).into_owned();
                     Some(Node::Order { attr, rule, key, greater })
                 },
@@ -229,17 +231,19 @@ fn approx(schema: &'static Schema, a: &str, v: &str) -> Node {
     let rule = schema.attr(a).and_then(|at| at.equality);
     let phonetic = rule
         .is_some_and(|r| matches!(r, Rule::CaseIgnore | Rule::CaseExact | Rule::CaseIgnoreIA5 | Rule::CaseExactIA5));
-    let valid = rule.is_none_or(|r| r.valid_assertion(v.as_bytes()));
+    let bytes = octets::unescape(v);
+    let valid = rule.is_none_or(|r| r.valid_assertion(&bytes));
     match Names::of(schema, a) {
         Some(_) if !valid => Node::Undefined,
-        Some(attr) if phonetic => Node::Approx { attr, words: approx::assertion(v.as_bytes()) },
+        Some(attr) if phonetic => Node::Approx { attr, words: approx::assertion(&bytes) },
         _ => equality(schema, a, v),
     }
 }
 
 fn equality(schema: &'static Schema, a: &str, v: &str) -> Node {
     item(schema, a, schema::AttributeType::equality_or_dn, |attr, rule| {
-        let value = rule.valid_assertion(v.as_bytes()).then(|| rule.normalize(v.as_bytes()))??.into_owned();
+        let v = octets::unescape(v);
+        let value = rule.valid_assertion(&v).then(|| rule.normalize(&v))??.into_owned();
         Some(Node::Equal { attr, rule, value })
     })
 }
@@ -343,7 +347,7 @@ fn extensible(schema: &'static Schema, m: &LdapMatchingRuleAssertion) -> Option<
             // entryDN is no stored attribute: the entry's own DN (the
             // dnAttributes flag adds nothing to it, as in slapd). Only DN
             // rules got past `usable_with`.
-            let key = dn::key_of(&m.match_value).ok()?;
+            let key = dn::key_of(&octets::unescape_text(&m.match_value)?).ok()?;
             return Some(Node::EntryDn { attr: attr?, key, rule });
         }
     }
@@ -352,8 +356,8 @@ fn extensible(schema: &'static Schema, m: &LdapMatchingRuleAssertion) -> Option<
         // and the item is Undefined, as slapd has it.
         return substrings_assertion(attr?, rule, &m.match_value);
     }
-    let raw = m.match_value.as_bytes();
-    let value = rule.valid_assertion(raw).then(|| rule.normalize(raw))??.into_owned();
+    let raw = octets::unescape(&m.match_value);
+    let value = rule.valid_assertion(&raw).then(|| rule.normalize(&raw))??.into_owned();
     let less = usage == matching::Usage::Ordering;
     Some(Node::Extensible { attr, rule, value, dn_attributes: m.dn_attributes, less })
 }
@@ -364,10 +368,10 @@ fn substrings_assertion(attr: Names, rule: Rule, text: &str) -> Option<Node> {
         return None;
     }
     let pieces: Vec<&str> = text.split('*').collect();
-    if !pieces.iter().all(|p| rule.valid_piece(p.as_bytes())) {
+    if !pieces.iter().all(|p| rule.valid_piece(&octets::unescape(p))) {
         return None;
     }
-    let piece = |p: &str| (!p.is_empty()).then(|| rule.normalize_piece(p.as_bytes()).into_owned());
+    let piece = |p: &str| (!p.is_empty()).then(|| rule.normalize_piece(&octets::unescape(p)).into_owned());
     let (first, last) = (pieces[0], pieces[pieces.len() - 1]);
     let any = pieces[1..pieces.len() - 1].iter().filter_map(|p| piece(p)).collect();
     Some(Node::Substrings { attr, rule, initial: piece(first), any, last: piece(last) })

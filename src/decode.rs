@@ -1,0 +1,197 @@
+//! An LDAPMessage (checked whole by `strict`) into ldap3_proto's types,
+//! keeping the octets of fields that are not UTF-8. ldap3_proto holds
+//! DNs, attribute descriptions, filter assertion values, simple bind
+//! passwords and OIDs as `String`s and refused a whole message over one
+//! Latin-1 byte, so coredir dropped the connection where slapd answers a
+//! filter `(cn=Jos\e9)` with its entries and binds a user whose password
+//! is Latin-1. Before ldap3_proto converts the BER tree, each such field
+//! that is not UTF-8 is rewritten as `shards::octets::escape` says; the
+//! fields read as octets (assertion values, passwords) are read back with
+//! `shards::octets::unescape`, and a DN that is not UTF-8 is then refused
+//! with invalidDNSyntax (`ops::parse_dn`). Fields ldap3_proto keeps as
+//! bytes (attribute values, control values) are left as they are.
+
+use ldap3_lber::common::TagClass;
+use ldap3_lber::parse::Parser;
+use ldap3_lber::structure::{StructureTag, PL};
+use ldap3_proto::proto::{LdapFilter, LdapMsg};
+
+/// One whole LDAPMessage; None when ldap3_proto cannot read it.
+pub fn message(frame: &[u8], max_depth: usize) -> Option<LdapMsg> {
+    let (rest, mut msg) = Parser::new(max_depth).parse(frame).ok()?;
+    if !rest.is_empty() {
+        return None;
+    }
+    if let PL::C(parts) = &mut msg.payload {
+        if let Some(op) = parts.get_mut(1) {
+            request(op);
+        }
+        if let Some(StructureTag { class: TagClass::Context, id: 0, payload: PL::C(controls) }) = parts.get_mut(2) {
+            for control in controls {
+                field(control, 0); // controlType
+            }
+        }
+    }
+    LdapMsg::try_from(msg).ok()
+}
+
+/// A filter in a control's value (Assertion, Matched Values), its
+/// fields as in a search.
+pub fn filter(tag: StructureTag) -> Option<LdapFilter> {
+    let mut tag = tag;
+    escape_filter(&mut tag);
+    LdapFilter::try_from(tag).ok()
+}
+
+/// The `String` fields of a protocolOp, by its [APPLICATION n] tag.
+fn request(op: &mut StructureTag) {
+    if op.class != TagClass::Application {
+        return;
+    }
+    match op.id {
+        // Delete: the DN is the whole element.
+        10 => escape(op),
+        // Bind: name, and a simple password [0].
+        0 => {
+            field(op, 1);
+            if let Some(auth) = child(op, 2).filter(|a| a.class == TagClass::Context && a.id == 0) {
+                escape(auth);
+            }
+        }
+        // Search: base, filter, attribute list.
+        3 => {
+            field(op, 0);
+            if let Some(f) = child(op, 6) {
+                escape_filter(f);
+            }
+            children(op, 7).for_each(escape);
+        }
+        // Modify: object, and each change's type.
+        6 => {
+            field(op, 0);
+            children(op, 1).for_each(|change| {
+                if let Some(modification) = child(change, 1) {
+                    field(modification, 0);
+                }
+            });
+        }
+        // Add: entry, and each attribute's type.
+        8 => {
+            field(op, 0);
+            children(op, 1).for_each(|attribute| field(attribute, 0));
+        }
+        // Compare: entry and the assertion's type (its value is bytes).
+        14 => {
+            field(op, 0);
+            if let Some(ava) = child(op, 1) {
+                field(ava, 0);
+            }
+        }
+        // Extended: requestName [0].
+        23 => field(op, 0),
+        // Modify-DN: `strict` refuses names that are not UTF-8 (34).
+        _ => {}
+    }
+}
+
+/// A Filter's `String` fields (RFC 4511 §4.5.1), by its context tag.
+fn escape_filter(f: &mut StructureTag) {
+    match f.id {
+        0 | 1 => children(f, usize::MAX).for_each(escape_filter),
+        2 => {
+            if let Some(inner) = child(f, 0) {
+                escape_filter(inner);
+            }
+        }
+        // An AttributeValueAssertion: type and value.
+        3 | 5 | 6 | 8 => {
+            field(f, 0);
+            field(f, 1);
+        }
+        4 => {
+            field(f, 0);
+            children(f, 1).for_each(escape);
+        }
+        7 => escape(f),
+        // Extensible: matchingRule [1], type [2], matchValue [3].
+        9 => children(f, usize::MAX).filter(|t| (1..=3).contains(&t.id)).for_each(escape),
+        _ => {}
+    }
+}
+
+fn child(tag: &mut StructureTag, at: usize) -> Option<&mut StructureTag> {
+    match &mut tag.payload {
+        PL::C(parts) => parts.get_mut(at),
+        PL::P(_) => None,
+    }
+}
+
+/// The children of child `at` (of `tag` itself for `usize::MAX`).
+fn children(tag: &mut StructureTag, at: usize) -> impl Iterator<Item = &mut StructureTag> {
+    let parent = match at {
+        usize::MAX => Some(tag),
+        _ => child(tag, at),
+    };
+    parent
+        .and_then(|p| match &mut p.payload {
+            PL::C(parts) => Some(parts.iter_mut()),
+            PL::P(_) => None,
+        })
+        .into_iter()
+        .flatten()
+}
+
+fn field(tag: &mut StructureTag, at: usize) {
+    if let Some(f) = child(tag, at) {
+        escape(f);
+    }
+}
+
+/// A primitive field, rewritten when it is not plain UTF-8.
+fn escape(tag: &mut StructureTag) {
+    if let PL::P(bytes) = &mut tag.payload {
+        if let Some(text) = shards::octets::escape(bytes) {
+            *bytes = text.into_bytes();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ldap3_proto::proto::{LdapBindCred, LdapOp};
+
+    fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
+        let mut out = vec![tag, content.len() as u8];
+        out.extend_from_slice(content);
+        out
+    }
+
+    #[test]
+    fn octets_that_are_not_utf8_reach_the_operation() {
+        // Bind uid=l with the Latin-1 password "caf\xe9".
+        let bind = [tlv(0x02, &[3]), tlv(0x04, b"uid=l"), tlv(0x80, b"caf\xe9")].concat();
+        let frame = tlv(0x30, &[tlv(0x02, &[1]), tlv(0x60, &bind)].concat());
+        let Some(LdapMsg { op: LdapOp::BindRequest(req), .. }) = message(&frame, 64) else { panic!() };
+        let LdapBindCred::Simple(pw) = req.cred else { panic!() };
+        assert_eq!(&*shards::octets::unescape(&pw), b"caf\xe9");
+        // Search with the filter (cn=Jos\e9) and a Latin-1 base.
+        let filter = tlv(0xA3, &[tlv(0x04, b"cn"), tlv(0x04, b"Jos\xe9")].concat());
+        let search = [
+            tlv(0x04, b"o=\xe9"),
+            tlv(0x0A, &[2]),
+            tlv(0x0A, &[0]),
+            tlv(0x02, &[0]),
+            tlv(0x02, &[0]),
+            tlv(0x01, &[0]),
+            filter,
+            tlv(0x30, &[]),
+        ]
+        .concat();
+        let frame = tlv(0x30, &[tlv(0x02, &[2]), tlv(0x63, &search)].concat());
+        let Some(LdapMsg { op: LdapOp::SearchRequest(req), .. }) = message(&frame, 64) else { panic!() };
+        let LdapFilter::Equality(_, v) = &req.filter else { panic!() };
+        assert_eq!(&*shards::octets::unescape(v), b"Jos\xe9");
+        assert_eq!(shards::octets::unescape_text(&req.base), None, "a DN that is not UTF-8");
+    }
+}
