@@ -153,17 +153,12 @@ async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest
     if req.new_password.as_deref() == Some("") {
         return Err(Error::unwilling("the new password must not be empty"));
     }
+    // As slapd, the user identity is a DN (not an authzId: `dn:DN` and
+    // `u:NAME` are no DNs), and one that is not is invalidAttributeSyntax.
     let target = match req.user_identity.as_deref() {
         None | Some("") => own.clone(),
-        Some(id) => match id.strip_prefix("dn:") {
-            Some(dn) => dn.to_string(),
-            None if id.starts_with("u:") => {
-                return Err(Error::unwilling("user identities of the form u:NAME are not supported; use dn:DN"))
-            }
-            None => id.to_string(),
-        },
+        Some(id) => id.to_string(),
     };
-    // As slapd: a user identity that is no DN is invalidAttributeSyntax.
     let dn = parse_dn(&target).map_err(|e| Error::new(LdapResultCode::InvalidAttributeSyntax, e.message))?;
     let is_root = identity.is_root();
     let self_change = parse_dn(&own).is_ok_and(|o| o == dn);
