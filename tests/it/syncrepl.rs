@@ -301,6 +301,34 @@ fn slapd_replicates_one_of_two_naming_contexts() {
     assert_eq!(context(&consumer.url(), second), ours);
 }
 
+/// Two entries that swap DNs through a third (a->t, b->a, t->b) reach a
+/// live consumer rename by rename, as slapd's syncprov sends them: an
+/// entry renamed again before the persist stage read its first rename
+/// was sent only at its last DN, so the consumer was told to move the
+/// other entry onto a DN the first still held there (68), and stayed
+/// stuck on it.
+#[test]
+fn slapd_follows_entries_that_swap_dns() {
+    ldap_utils();
+    let s = provider(2);
+    let mut c = s.admin();
+    let consumer = Consumer::new(&s, "refreshAndPersist");
+    same_content(&s, &consumer);
+    let base = format!("ou=swap,{SUFFIX}");
+    let ou = vec![("objectClass", ["organizationalUnit"].into()), ("ou", ["swap"].into())];
+    assert_eq!(c.add(&base, ou).unwrap().rc, 0);
+    for cn in ["a", "b"] {
+        assert_eq!(c.add(&format!("cn={cn},{base}"), person_attrs(cn)).unwrap().rc, 0);
+    }
+    for _ in 0..150 {
+        for (from, to) in [("a", "t"), ("b", "a"), ("t", "b")] {
+            let rc = c.modifydn(&format!("cn={from},{base}"), &format!("cn={to}"), true, None).unwrap().rc;
+            assert_eq!(rc, 0, "{from} -> {to}");
+        }
+    }
+    same_content(&s, &consumer);
+}
+
 /// Subtree renames reach slapd whole: live in persist, and in the refresh
 /// of a consumer that was away (its cookie older than every move).
 #[test]

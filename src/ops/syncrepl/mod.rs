@@ -64,7 +64,7 @@ use ldap3_proto::LdapResultCode;
 use shards::changelog::{self, Origin};
 use shards::csn::Csn;
 use shards::dn::Dn;
-use shards::entry::{Entry, EntryView};
+use shards::entry::{Attr, Entry, EntryView, Mod};
 use shards::merge::{Change, EntryState, Record as ChangeRecord};
 use shards::store::{ReadTxn, Store};
 use shards::{filter, Error, Result};

@@ -269,6 +269,24 @@ pub(crate) fn locate(
 }
 
 /// What one change record means to the consumer, as the entry is now.
+/// An entry as a rename it has moved on from left it: at that rename's
+/// DN, with that RDN's values in place of the current RDN's; the rest as
+/// it is now, which the later records bring up to date.
+fn as_renamed(mut entry: Entry, (text, to): (&str, &Dn)) -> Result<Entry> {
+    let now = Dn::parse(&entry.dn)?;
+    for ava in now.rdn().map(|r| r.avas.as_slice()).unwrap_or_default() {
+        let old = Mod::Delete(Attr { name: ava.attr.clone(), vals: vec![ava.value.clone()] });
+        entry.apply_with(std::slice::from_ref(&old), true)?;
+    }
+    for ava in to.rdn().map(|r| r.avas.as_slice()).unwrap_or_default() {
+        if !entry.has_value(&ava.attr, &ava.value) {
+            entry.add_values(&ava.attr, std::slice::from_ref(&ava.value))?;
+        }
+    }
+    entry.dn = text.to_string();
+    Ok(entry)
+}
+
 pub(super) fn announce<T: ReadTxn>(
     s: &Session<'_>,
     txn: &T,
@@ -289,26 +307,39 @@ pub(super) fn announce<T: ReadTxn>(
         }
     };
     let Some(shown) = state.shown_dn(&rec.uuid) else { return Ok(Announce::Nothing) };
-    let (key, entry, decided) = match locate(shard, &rec.uuid, shown, Some(&s.filter))? {
+    let (mut key, mut entry, mut decided) = match locate(shard, &rec.uuid, shown, Some(&s.filter))? {
         Located::Found(key, entry, decided) => (key, entry, decided),
         // Deleted since: the delete's own record says so.
         Located::Gone => return Ok(Announce::Nothing),
         Located::Pending => return Ok(Announce::Later),
     };
+    // Changed since: it goes out as this record left it, as slapd's
+    // syncprov sends every change, so that the consumer takes each step
+    // in order (two entries swapping DNs through a third must never be
+    // told to take a DN the other still holds there): at the DN this
+    // record gave it and stamped with its CSN, so that slapd, which
+    // ignores an entry no newer than the one it holds, takes the later
+    // steps too. An add or modify of an entry renamed since waits for
+    // the rename's record.
+    let renamed = match &rec.change {
+        Change::Rename { to, .. } => Some((to.as_str(), Dn::parse(to)?)),
+        _ => None,
+    };
+    let after = renamed.as_ref().map_or_else(|| old_key.clone(), |(_, to)| to.key());
+    if entry.csn().is_some_and(|now| now > rec.csn) {
+        match (key != after, renamed) {
+            (false, _) => {}
+            (true, None) => return Ok(Announce::Nothing),
+            (true, Some((text, to))) => {
+                entry = as_renamed(entry, (text, &to))?;
+                (key, decided) = (after, Vec::new());
+            }
+        }
+        entry.set("entryCSN", vec![rec.csn.to_string().into_bytes()]);
+    }
     let mut bytes = Vec::new();
     entry.encode(&mut bytes)?;
     let view = EntryView::new(&bytes)?;
-    // Renamed again since: the later rename's record tells, in its place
-    // in CSN order (an entry moved twice must not reach the consumer at
-    // its last DN before the move of its new parent). Changed otherwise,
-    // it goes out as it is now, at the DN this record gave it.
-    let after = match &rec.change {
-        Change::Rename { to, .. } => Dn::parse(to)?.key(),
-        _ => old_key.clone(),
-    };
-    if key != after && entry_csn(&view).is_some_and(|now| now > rec.csn) {
-        return Ok(Announce::Nothing);
-    }
     if s.in_scope(&key) && shards::filter::with_decided(decided, || s.matches(&key, &view))? {
         let state = if matches!(rec.change, Change::Add { .. }) { SyncStateValue::Add } else { SyncStateValue::Modify };
         if let Some(kib) = s.short_of_room(&view) {
