@@ -594,6 +594,10 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
         let limits = &live.limits;
         let mut inline = BytesMut::new();
         let before = rbuf.len();
+        // Requests answered in place (base reads, compares) run back to
+        // back; past a slice of reactor time the other connections of the
+        // shard are let in.
+        let mut turn = std::time::Instant::now();
         loop {
             // The message to decode instead of the next in `rbuf` (`Check::Without`).
             let mut instead = None;
@@ -633,6 +637,13 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
             bytes::Buf::advance(&mut rbuf, size);
             match decoded {
                 Some(msg) => match ops::dispatch(conn, msg, &mut inline) {
+                    // Its answers wait in `inline`: sending them here could
+                    // wait for room, and a client that reads nothing would
+                    // then stop the reading of what it sent after them.
+                    Flow::Continue if turn.elapsed() >= crate::ops::search::SLICE => {
+                        futures_lite::future::yield_now().await;
+                        turn = std::time::Instant::now();
+                    }
                     Flow::Continue => {}
                     Flow::Binding(later) => {
                         // Answers to what came before first, then the Bind's.

@@ -939,3 +939,45 @@ fn a_backup_is_written_only_where_its_owner_alone_can_reach() {
         assert!(err.contains("owned by"), "{err}");
     }
 }
+
+/// A client that pipelines costly reads does not hold its shard: between
+/// its requests the reactor serves the others. A read loop answered every
+/// whole request it had read before yielding, so one connection writing
+/// 300 reads of an entry of 400,000 values kept every other client of
+/// the shard waiting until all 300 were answered.
+#[test]
+fn pipelined_costly_reads_let_other_clients_in() {
+    let s = Server::start(1);
+    let mut admin = s.admin();
+    assert_eq!(add_user(&mut admin, "big").rc, 0);
+    let dn = format!("uid=big,{PEOPLE}");
+    for part in 0..4 {
+        let values: Vec<String> = (0..100_000).map(|i| format!("value {part} {i:07} of a big entry")).collect();
+        let mods = vec![ldap3::Mod::Add("description", values.iter().map(String::as_str).collect())];
+        assert_eq!(admin.modify(&dn, mods).unwrap().rc, 0);
+    }
+    let read = |id: i32, base: &str| {
+        let LdapOp::SearchRequest(mut req) = search(base, LdapSearchScope::Base) else { unreachable!() };
+        req.attrs = vec!["uid".into()];
+        LdapMsg::new(id, LdapOp::SearchRequest(req))
+    };
+    let hog_sock = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    let mut hog = Raw::over(hog_sock.try_clone().unwrap());
+    hog.send((1..=300).map(|i| read(i, &dn)).collect());
+    let mut other = Raw::connect(&s);
+    other.send(vec![read(1, PEOPLE)]);
+    while !matches!(other.recv().map(|m| m.op), Some(LdapOp::SearchResultDone(_)) | None) {}
+    // What the hog has been answered by then: all 300 if the shard served
+    // nobody else meanwhile (its answers go out once its turn ends).
+    // Counted over 50 ms: the 300 reads take seconds.
+    hog_sock.set_read_timeout(Some(Duration::from_millis(10))).unwrap();
+    let (until, mut done) = (Instant::now() + Duration::from_millis(50), 0);
+    while Instant::now() < until && done < 300 {
+        match hog.recv().map(|m| m.op) {
+            Some(LdapOp::SearchResultDone(_)) => done += 1,
+            Some(_) => {}
+            None => break,
+        }
+    }
+    assert!(done < 300, "another client waited for all {done} pipelined reads");
+}
