@@ -7,8 +7,10 @@
 //! is Latin-1. Before ldap3_proto converts the BER tree, each such field
 //! that is not UTF-8 is rewritten as `shards::octets::escape` says; the
 //! fields read as octets (assertion values, passwords) are read back with
-//! `shards::octets::unescape`, and a DN that is not UTF-8 is then refused
-//! with invalidDNSyntax (`ops::parse_dn`). Fields ldap3_proto keeps as
+//! `shards::octets::unescape`, and attribute descriptions and OIDs so
+//! written name nothing known. DNs are not rewritten: one that is not
+//! UTF-8 never gets here (`strict` answers invalidDNSyntax), so a DN is
+//! always exactly the text it was sent as. Fields ldap3_proto keeps as
 //! bytes (attribute values, control values) are left as they are.
 
 use ldap3_lber::common::TagClass;
@@ -49,47 +51,37 @@ fn request(op: &mut StructureTag) {
         return;
     }
     match op.id {
-        // Delete: the DN is the whole element.
-        10 => escape(op),
-        // Bind: name, and a simple password [0].
+        // Bind: a simple password [0] (the name is a DN: `strict`).
         0 => {
-            field(op, 1);
             if let Some(auth) = child(op, 2).filter(|a| a.class == TagClass::Context && a.id == 0) {
                 escape(auth);
             }
         }
-        // Search: base, filter, attribute list.
+        // Search: filter and attribute list.
         3 => {
-            field(op, 0);
             if let Some(f) = child(op, 6) {
                 escape_filter(f);
             }
             children(op, 7).for_each(escape);
         }
-        // Modify: object, and each change's type.
-        6 => {
-            field(op, 0);
-            children(op, 1).for_each(|change| {
-                if let Some(modification) = child(change, 1) {
-                    field(modification, 0);
-                }
-            });
-        }
-        // Add: entry, and each attribute's type.
-        8 => {
-            field(op, 0);
-            children(op, 1).for_each(|attribute| field(attribute, 0));
-        }
-        // Compare: entry and the assertion's type (its value is bytes).
+        // Modify: each change's type.
+        6 => children(op, 1).for_each(|change| {
+            if let Some(modification) = child(change, 1) {
+                field(modification, 0);
+            }
+        }),
+        // Add: each attribute's type.
+        8 => children(op, 1).for_each(|attribute| field(attribute, 0)),
+        // Compare: the assertion's type (its value is bytes).
         14 => {
-            field(op, 0);
             if let Some(ava) = child(op, 1) {
                 field(ava, 0);
             }
         }
         // Extended: requestName [0].
         23 => field(op, 0),
-        // Modify-DN: `strict` refuses names that are not UTF-8 (34).
+        // DNs are never escaped: `strict` refuses one that is not UTF-8
+        // (34), so that no DN can stand for another.
         _ => {}
     }
 }
@@ -175,10 +167,11 @@ mod tests {
         let Some(LdapMsg { op: LdapOp::BindRequest(req), .. }) = message(&frame, 64) else { panic!() };
         let LdapBindCred::Simple(pw) = req.cred else { panic!() };
         assert_eq!(&*shards::octets::unescape(&pw), b"caf\xe9");
-        // Search with the filter (cn=Jos\e9) and a Latin-1 base.
+        // Search with the filter (cn=Jos\e9); a genuine U+10FF41 in the
+        // base is the base's, never read back as an octet.
         let filter = tlv(0xA3, &[tlv(0x04, b"cn"), tlv(0x04, b"Jos\xe9")].concat());
         let search = [
-            tlv(0x04, b"o=\xe9"),
+            tlv(0x04, "o=\u{10FF41}".as_bytes()),
             tlv(0x0A, &[2]),
             tlv(0x0A, &[0]),
             tlv(0x02, &[0]),
@@ -192,6 +185,6 @@ mod tests {
         let Some(LdapMsg { op: LdapOp::SearchRequest(req), .. }) = message(&frame, 64) else { panic!() };
         let LdapFilter::Equality(_, v) = &req.filter else { panic!() };
         assert_eq!(&*shards::octets::unescape(v), b"Jos\xe9");
-        assert_eq!(shards::octets::unescape_text(&req.base), None, "a DN that is not UTF-8");
+        assert_eq!(req.base, "o=\u{10FF41}");
     }
 }

@@ -175,9 +175,9 @@ pub fn check(frame: &[u8]) -> Result<Check, &'static str> {
         }
         leave_out = (!ignored.is_empty()).then_some((controls.content, ignored));
     }
-    if op.tag == MODIFY_DN && !modify_dn_utf8(op.content)? {
-        let why = "a modify-DN name is not UTF-8";
-        return Ok(Check::Refuse { msgid, tag: 0x6D, code: LdapResultCode::InvalidDNSyntax, why });
+    if let Some(tag) = response_tag(op.tag).filter(|_| !dns_utf8(op.tag, op.content).unwrap_or(true)) {
+        let why = "a DN is not UTF-8";
+        return Ok(Check::Refuse { msgid, tag, code: LdapResultCode::InvalidDNSyntax, why });
     }
     Ok(match leave_out {
         Some((list, ignored)) => {
@@ -617,6 +617,22 @@ fn modify_dn_fields(content: &[u8]) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// Whether a request's DNs are UTF-8 (an LDAPDN is a UTF-8 string, RFC
+/// 4514): the bind name, the entry or base of a delete, search, modify,
+/// add or compare, and a modify-DN's three names. One that is not is
+/// invalidDNSyntax, as slapd answers, and the request goes no further:
+/// `decode` carries octets only where LDAP allows any (values, passwords).
+fn dns_utf8(op: u8, content: &[u8]) -> Result<bool, &'static str> {
+    let utf8 = |b: &[u8]| std::str::from_utf8(b).is_ok();
+    Ok(match op {
+        0x4A => utf8(content),
+        MODIFY_DN => modify_dn_utf8(content)?,
+        BIND => utf8(tlv(tlv(content)?.rest)?.content),
+        SEARCH | 0x66 | 0x68 | 0x6E => utf8(tlv(content)?.content),
+        _ => true,
+    })
+}
+
 /// Whether a ModifyDNRequest's entry, newrdn and newSuperior are UTF-8
 /// (its structure is checked by `well_formed` and ldap3_proto).
 fn modify_dn_utf8(content: &[u8]) -> Result<bool, &'static str> {
@@ -882,6 +898,27 @@ mod tests {
         let rename = [t(OCTET_STRING, b"c=a"), t(OCTET_STRING, b"c=b"), t(BOOLEAN, &[0xFF]), t(0x80, &[0xC3, 0x28])];
         let rename = t(MODIFY_DN, &rename.concat());
         assert!(matches!(check(&msg(&[7], &rename, &[])), Ok(Check::Refuse { msgid: 7, tag: 0x6D, .. })));
+        // Every request's DN that is not UTF-8 is invalidDNSyntax, in the
+        // response of its kind; a filter value that is not is carried on.
+        let latin1 = b"uid=Jos\xe9";
+        let bind = t(BIND, &[t(INTEGER, &[3]), t(OCTET_STRING, latin1), t(0x80, b"pw")].concat());
+        let delete = t(0x4A, latin1);
+        let compare = t(
+            0x6E,
+            &[t(OCTET_STRING, latin1), t(SEQUENCE, &[t(OCTET_STRING, b"cn"), t(OCTET_STRING, b"x")].concat())].concat(),
+        );
+        for (op, tag) in [(bind, 0x61), (delete, 0x6B), (compare, 0x6F)] {
+            let refused = check(&msg(&[9], &op, &[]));
+            assert!(
+                matches!(refused, Ok(Check::Refuse { tag: t, code: LdapResultCode::InvalidDNSyntax, .. }) if t == tag),
+                "{refused:?}"
+            );
+        }
+        let filter = t(0xA3, &[t(OCTET_STRING, b"cn"), t(OCTET_STRING, b"Jos\xe9")].concat());
+        let fields =
+            [t(OCTET_STRING, b"o=x"), t(ENUMERATED, &[0]), t(ENUMERATED, &[0]), t(INTEGER, &[0]), t(INTEGER, &[0])];
+        let search = t(SEARCH, &[fields.concat(), t(BOOLEAN, &[0]), filter, t(SEQUENCE, b"")].concat());
+        assert_eq!(check(&msg(&[9], &search, &[])), Ok(Check::Ok));
     }
 
     /// What ldap3_proto reads by position inside a request has exactly

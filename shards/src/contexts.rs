@@ -11,8 +11,8 @@
 //! restores move them with their partition.
 //!
 //! With one naming context nothing is noted: its contextCSN is the
-//! changelog's newest CSNs (`changelog::newest`). A server that gains a
-//! second context notes what its states hold once at start (`note_states`).
+//! changelog's newest CSNs (`changelog::newest`). A server whose contexts
+//! change notes what its states hold at its next start (`note_states`).
 
 use crate::csn::Csn;
 use crate::dn::{Dn, KEY_SEPARATOR};
@@ -145,14 +145,19 @@ pub fn newest<T: ReadTxn>(txn: &T, suffix_key: &[u8]) -> Result<Vec<Csn>> {
     Ok(by_sid.into_values().collect())
 }
 
-/// `meta` key: the states of this store have been noted by context.
+/// `meta` key: the contexts (their ids, sorted) by which the states of
+/// this store were last noted.
 const NOTED: &[u8] = b"contexts_noted";
 
 /// At start, with several contexts and a changelog: notes the CSNs of
-/// every state the store keeps, once (the store may hold changes made
-/// while it served one context, or by a version that noted none).
+/// every state the store keeps, once for each set of contexts (the store
+/// may hold changes made while it served one context, or other ones, or
+/// by a version that noted none).
 pub fn note_states<S: Store>(store: &S, contexts: &Contexts) -> Result<()> {
-    if contexts.is_empty() || store.read()?.get(Tree::Meta, NOTED)?.is_some() {
+    let mut ids: Vec<u64> = contexts.0.iter().map(|(_, id)| *id).collect();
+    ids.sort_unstable();
+    let ids: Vec<u8> = ids.iter().flat_map(|id| id.to_be_bytes()).collect();
+    if contexts.is_empty() || store.read()?.get(Tree::Meta, NOTED)? == Some(&ids[..]) {
         return Ok(());
     }
     let mut notes = BTreeMap::new();
@@ -166,7 +171,7 @@ pub fn note_states<S: Store>(store: &S, contexts: &Contexts) -> Result<()> {
     for (key, csn) in notes {
         raise(&mut txn, key, csn)?;
     }
-    txn.put(Tree::Meta, NOTED, b"1")?;
+    txn.put(Tree::Meta, NOTED, &ids)?;
     txn.commit()
 }
 

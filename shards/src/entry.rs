@@ -184,6 +184,10 @@ impl Entry {
                             _ => None,
                         })
                         .collect::<Vec<&Attr>>();
+                    let held = at.find(self, &a.name).is_some_and(|p| !self.attrs[p].vals.is_empty());
+                    if (held || run.len() > 1) && without_equality(&a.name) {
+                        return Err(no_equality("add", &a.name));
+                    }
                     let mut vals: Vec<Vec<u8>> = run.iter().flat_map(|b| b.vals.iter().cloned()).collect();
                     if permissive {
                         vals = self.new_values(&at, &a.name, vals);
@@ -194,6 +198,9 @@ impl Entry {
                     }
                     i += run.len();
                     continue;
+                }
+                Mod::Delete(a) if !a.vals.is_empty() && without_equality(&a.name) => {
+                    return Err(no_equality("delete", &a.name))
                 }
                 Mod::Delete(a) if permissive && at.find(self, &a.name).is_none() => {}
                 Mod::Delete(a) => self.delete_values(&mut at, a)?,
@@ -409,6 +416,18 @@ pub struct AttrView<'a> {
     pub name: &'a str,
     n_vals: u32,
     vals: &'a [u8],
+}
+
+/// Whether a known attribute type has no equality rule (`jpegPhoto`,
+/// `audio`): its values cannot be told apart, so, as in slapd, one cannot
+/// be added beside others nor deleted by value (inappropriateMatching);
+/// replacing and deleting the attribute whole work.
+fn without_equality(name: &str) -> bool {
+    crate::schema::get().attr(name).is_some_and(|at| at.equality_or_dn().is_none())
+}
+
+fn no_equality(op: &str, name: &str) -> Error {
+    Error::new(LdapResultCode::InappropriateMatching, format!("modify/{op}: {name}: no equality matching rule"))
 }
 
 fn corrupt() -> Error {

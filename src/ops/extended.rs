@@ -104,22 +104,28 @@ pub async fn password_modify(conn: &Conn, identity: &Identity, req: &LdapExtende
     // RFC 3062 §2: the request value is optional; without it, the bound
     // user asks for a generated password (`ldappasswd` without `-s`).
     let parsed = match &req.value {
-        None => Some(LdapPasswordModifyRequest { user_identity: None, old_password: None, new_password: None }),
-        Some(value) => crate::strict::password_modify(value).ok().and_then(|[user, old, new]| {
-            // Passwords are any octets (RFC 3062 §2), carried as `decode` does.
-            let text = |f: Option<&[u8]>| {
-                Some(f.map(|v| shards::octets::escape(v).unwrap_or_else(|| String::from_utf8_lossy(v).into_owned())))
-            };
-            Some(LdapPasswordModifyRequest {
-                user_identity: text(user)?,
-                old_password: text(old)?,
-                new_password: text(new)?,
-            })
-        }),
+        None => Ok(LdapPasswordModifyRequest { user_identity: None, old_password: None, new_password: None }),
+        Some(value) => match crate::strict::password_modify(value) {
+            Err(_) => Err(Error::protocol("malformed Password Modify request value")),
+            // The user identity is a DN (slapd: "Invalid DN", 21); the
+            // passwords any octets (RFC 3062 §2), carried as `decode` does.
+            Ok([user, old, new]) => match user.map(std::str::from_utf8).transpose() {
+                Err(_) => Err(Error::new(LdapResultCode::InvalidAttributeSyntax, "Invalid DN")),
+                Ok(user) => {
+                    let octets =
+                        |v: &[u8]| shards::octets::escape(v).unwrap_or_else(|| String::from_utf8_lossy(v).into_owned());
+                    Ok(LdapPasswordModifyRequest {
+                        user_identity: user.map(String::from),
+                        old_password: old.map(octets),
+                        new_password: new.map(octets),
+                    })
+                }
+            },
+        },
     };
     let outcome = match parsed {
-        Some(pm) => change(conn, identity, pm).await,
-        None => Err(Error::protocol("malformed Password Modify request value")),
+        Ok(pm) => change(conn, identity, pm).await,
+        Err(e) => Err(e),
     };
     let (res, gen_password) = match outcome {
         Ok(generated) => (result(Ok(())), generated),

@@ -421,12 +421,9 @@ fn check_filters(conn: &Conn, op: &LdapOp, ctrls: &controls::Controls) -> Result
     Ok(())
 }
 
-/// A DN from a request, checked as slapd checks one (`Dn::validate`):
-/// octets that are not UTF-8 (`decode`) are invalidDNSyntax.
+/// A DN from a request, checked as slapd checks one (`Dn::validate`).
 pub fn parse_dn(text: &str) -> Result<shards::dn::Dn> {
-    let text = shards::octets::unescape_text(text)
-        .ok_or_else(|| Error::invalid_dn(&String::from_utf8_lossy(&shards::octets::unescape(text)), "not UTF-8"))?;
-    let dn = shards::dn::Dn::parse(&text)?;
+    let dn = shards::dn::Dn::parse(text)?;
     dn.validate()?;
     Ok(dn)
 }

@@ -268,13 +268,39 @@ pub(crate) fn locate(
     Ok(Located::Gone)
 }
 
-/// What one change record means to the consumer, as the entry is now.
+/// For an entry about to go out at a DN it has left: whether the search
+/// shows it where it is now (in scope, matching), and which of its
+/// attributes the requester may read there. Sent at the old DN, it carries
+/// only those: the rights at the old DN must not uncover what was written
+/// since (the rights at the old DN apply too, when it is sent).
+fn readable_now(
+    s: &Session<'_>,
+    key: &[u8],
+    entry: &Entry,
+    decided: Vec<(usize, bool)>,
+) -> Result<Option<Vec<String>>> {
+    let mut bytes = Vec::new();
+    entry.encode(&mut bytes)?;
+    let view = EntryView::new(&bytes)?;
+    if !s.in_scope(key) || !shards::filter::with_decided(decided, || s.matches(key, &view))? {
+        return Ok(None);
+    }
+    let target = Target { key, entry: Some(&view) };
+    let keep = |name: &str| {
+        ["entryUUID", "entryCSN"].iter().any(|k| shards::matching::same_attr(k, name))
+            || s.plan.as_ref().is_none_or(|p| p.allows(&target, name, Level::Read))
+    };
+    Ok(Some(view.attrs().map(|a| a.name).filter(|n| keep(n)).map(String::from).collect()))
+}
+
 /// An entry as a rename it has moved on from left it: at that rename's
 /// DN, with that RDN's values in place of the current RDN's; the rest as
 /// it is now, which the later records bring up to date.
 fn as_renamed(mut entry: Entry, (text, to): (&str, &Dn)) -> Result<Entry> {
     let now = Dn::parse(&entry.dn)?;
-    for ava in now.rdn().map(|r| r.avas.as_slice()).unwrap_or_default() {
+    // The server's own (a conflict DN's entryUUID) stay.
+    let user_avas = now.rdn().map(|r| r.avas.as_slice()).unwrap_or_default().iter();
+    for ava in user_avas.filter(|a| !shards::matching::is_operational(&a.attr)) {
         let old = Mod::Delete(Attr { name: ava.attr.clone(), vals: vec![ava.value.clone()] });
         entry.apply_with(std::slice::from_ref(&old), true)?;
     }
@@ -287,6 +313,7 @@ fn as_renamed(mut entry: Entry, (text, to): (&str, &Dn)) -> Result<Entry> {
     Ok(entry)
 }
 
+/// What one change record means to the consumer, as the entry is now.
 pub(super) fn announce<T: ReadTxn>(
     s: &Session<'_>,
     txn: &T,
@@ -331,6 +358,8 @@ pub(super) fn announce<T: ReadTxn>(
             (false, _) => {}
             (true, None) => return Ok(Announce::Nothing),
             (true, Some((text, to))) => {
+                let Some(readable) = readable_now(s, &key, &entry, decided)? else { return Ok(Announce::Nothing) };
+                entry.attrs.retain(|a| readable.contains(&a.name));
                 entry = as_renamed(entry, (text, &to))?;
                 (key, decided) = (after, Vec::new());
             }
