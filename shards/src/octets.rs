@@ -62,8 +62,8 @@ pub fn unescape(s: &str) -> Cow<'_, [u8]> {
     Cow::Owned(out)
 }
 
-/// The text a field stands for when its octets are UTF-8 (a DN, a user
-/// name), None when they are not.
+/// The text a field stands for when its octets are UTF-8 (an entryDN
+/// assertion), None when they are not.
 pub fn unescape_text(s: &str) -> Option<Cow<'_, str>> {
     match unescape(s) {
         Cow::Borrowed(_) => Some(Cow::Borrowed(s)),

@@ -360,7 +360,10 @@ pub(super) fn announce<T: ReadTxn>(
             (true, Some((text, to))) => {
                 let Some(readable) = readable_now(s, &key, &entry, decided)? else { return Ok(Announce::Nothing) };
                 entry.attrs.retain(|a| readable.contains(&a.name));
-                entry = as_renamed(entry, (text, &to))?;
+                // An entry that cannot be shown so (its RDN's value gone)
+                // waits for its later record, as before.
+                let Ok(then) = as_renamed(entry, (text, &to)) else { return Ok(Announce::Nothing) };
+                entry = then;
                 (key, decided) = (after, Vec::new());
             }
         }
