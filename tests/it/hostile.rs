@@ -429,6 +429,34 @@ fn an_or_of_thousands_of_items_against_thousands_of_values_costs_linear_time() {
     assert_eq!(base_search(&mut admin, &dn, &format!("(!{})", or(100_000))), (1, 0));
 }
 
+/// Issue 17 item 2, for `~=`: an OR of approximate items on one type
+/// made every value's phonetic codes once per item (the attacker's OR of
+/// 1,000 items over 50,000 entries: 72 s of CPU per search, as in slapd).
+/// The items now form one node, and each value's codes are made once:
+/// 4,000 items against 20,000 values took ~20 s a search here, now well
+/// under a second.
+#[test]
+fn an_or_of_approximate_items_makes_each_values_codes_once() {
+    let s = Server::start(1);
+    let mut admin = s.admin();
+    admin.with_timeout(Duration::from_secs(10));
+    let dn = format!("cn=sounds,{SUFFIX}");
+    let values: Vec<String> = (0..20_000).map(|i| format!("john smith {i}")).collect();
+    let entry = vec![
+        ("objectClass", ["person"].into()),
+        ("cn", ["sounds"].into()),
+        ("sn", ["x"].into()),
+        ("description", values.iter().map(String::as_str).collect()),
+    ];
+    assert_eq!(admin.add(&dn, entry).unwrap().rc, 0);
+    let or = |last: &str| {
+        let items: String = (0..4_000).map(|i| format!("(description~=lazy dog {i})")).collect();
+        format!("(|{items}(description~={last}))")
+    };
+    assert_eq!(base_search(&mut admin, &dn, &or("nothing like it")), (0, 0));
+    assert_eq!(base_search(&mut admin, &dn, &or("jon smyth")), (1, 0), "Metaphone: smyth sounds like smith");
+}
+
 /// Issue 17 item 2, what no set can gather: substring items against one
 /// entry cost items × values tests. `limits.max_filter_tests` bounds them
 /// per entry, for a search and an Assertion control alike; past it the

@@ -161,10 +161,10 @@ impl Node {
             Node::EntryDn { key, rule, .. } => {
                 Some(spend() && dn::key_of(e.dn()).is_ok_and(|k| rule.dn_relates(&k, key)))
             }
-            Node::Approx { attr, words } => Some(
+            Node::Approx { attr, any } => Some(
                 e.attrs()
                     .filter(|a| spend() && attr.covers(a.name))
-                    .any(|a| a.vals().any(|v| spend_on(v) && approx::matches(words, v))),
+                    .any(|a| a.vals().any(|v| spend_on(v) && approx::matches(any, v))),
             ),
         }
     }
@@ -228,7 +228,7 @@ impl Node {
             Node::Extensible { attr: Some(attr), rule, value, less, .. } => {
                 attr.covers(name).then(|| norm(rule).is_some_and(|n| rule_matches(*rule, *less, &n, value)))
             }
-            Node::Approx { attr, words } => attr.covers(name).then(|| approx::matches(words, v)),
+            Node::Approx { attr, any } => attr.covers(name).then(|| approx::matches(any, v)),
             // `(objectClass=person)` compiles to one equality per subclass.
             Node::Or(items) => items.iter().filter_map(|i| i.value_matches(name, v)).reduce(|a, b| a || b),
             _ => None,

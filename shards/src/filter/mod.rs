@@ -132,11 +132,13 @@ pub enum Node {
         /// assertion (RFC 4517 §4.2: the rule's `less than`).
         less: bool,
     },
-    /// `~=` on a string type: the assertion's words as phonetic codes
-    /// (see `approx`).
+    /// `~=` on a string type: each assertion's words as phonetic codes
+    /// (see `approx`); a value matches when it matches any of them (an OR
+    /// of `~=` items on one type is one node, `any_of`: the value's codes
+    /// are made once, not once per item).
     Approx {
         attr: Names,
-        words: Vec<String>,
+        any: Vec<Vec<String>>,
     },
     /// `(entryDN=<dn>)` and extensible items on it: the entry's own DN
     /// against the assertion, as storage keys, by equality or one of the
@@ -235,7 +237,7 @@ fn approx(schema: &'static Schema, a: &str, v: &str) -> Node {
     let valid = rule.is_none_or(|r| r.valid_assertion(&bytes));
     match Names::of(schema, a) {
         Some(_) if !valid => Node::Undefined,
-        Some(attr) if phonetic => Node::Approx { attr, words: approx::assertion(&bytes) },
+        Some(attr) if phonetic => Node::Approx { attr, any: vec![approx::assertion(&bytes)] },
         _ => equality(schema, a, v),
     }
 }
@@ -279,7 +281,24 @@ fn any_of(items: Vec<Node>) -> Node {
     let mut order: Vec<Result<Node, usize>> = Vec::new();
     let mut sets: Vec<(Names, Rule, Vec<Vec<u8>>)> = Vec::new();
     let mut at: std::collections::HashMap<(usize, Option<std::sync::Arc<str>>, Rule), usize> = Default::default();
+    // `~=` items on one type, gathered as the sets are.
+    let mut approx: std::collections::HashMap<(usize, Option<std::sync::Arc<str>>), usize> = Default::default();
     for item in items {
+        let item = match item {
+            Node::Approx { attr, any } => match approx.get(&(attr.ty, attr.options.clone())) {
+                Some(&i) => {
+                    if let Ok(Node::Approx { any: all, .. }) = &mut order[i] {
+                        all.extend(any);
+                    }
+                    continue;
+                }
+                None => {
+                    approx.insert((attr.ty, attr.options.clone()), order.len());
+                    Node::Approx { attr, any }
+                }
+            },
+            other => other,
+        };
         let Node::Equal { attr, rule, value } = item else {
             order.push(Ok(item));
             continue;
@@ -431,6 +450,14 @@ mod tests {
     fn eval(f: &LdapFilter) -> Option<bool> {
         let buf = view_of(&sample());
         compile(f).eval(&EntryView::new(&buf).unwrap())
+    }
+
+    #[test]
+    fn an_or_of_approximate_items_on_one_type_is_one_node() {
+        let f = crate::filter::text::parse("(|(cn~=smith)(sn~=x)(cn~=jonson))").unwrap();
+        let Node::Or(items) = compile(&f) else { panic!() };
+        assert_eq!(items.len(), 2, "{items:?}");
+        assert!(matches!(&items[0], Node::Approx { any, .. } if any.len() == 2));
     }
 
     #[test]
