@@ -625,6 +625,9 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
                         continue;
                     }
                     Ok(Check::Refuse { msgid, tag, code, why }) => {
+                        if tag == 0x61 {
+                            ops::bind_begins(conn);
+                        }
                         let res = LdapResult { code, matcheddn: String::new(), message: why.into(), referral: vec![] };
                         crate::ber::result_message(&mut inline, msgid, tag, &res);
                         bytes::Buf::advance(&mut rbuf, n);

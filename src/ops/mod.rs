@@ -76,12 +76,10 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
         }) {
         Ok(c) => c,
         Err(e) => {
-            if matches!(msg.op, LdapOp::BindRequest(_)) {
-                // As slapd: any Bind, even one refused for its controls,
-                // first ends the earlier authentication.
-                conn.set_identity(Identity::Anonymous);
-            }
             let bind = matches!(msg.op, LdapOp::BindRequest(_));
+            if bind {
+                bind_begins(conn);
+            }
             if let Some(op) = error_response(&msg.op, e) {
                 reply(conn, &rec, out, LdapMsg::new(msgid, op));
             }
@@ -89,13 +87,8 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
         }
     };
     if matches!(msg.op, LdapOp::BindRequest(_)) {
-        // As slapd (RFC 4511 §4.2.1: what is outstanding completes or is
-        // abandoned before a Bind): the searches still running end
-        // unanswered, so none goes on under the identity before it (a
-        // persistent search streaming with the old rights). Writes finish.
-        for (flag, _) in conn.running.borrow().values() {
-            flag.raise();
-        }
+        // The running searches end; `bind::handle` sets the identity.
+        abandon_searches(conn);
     }
     match msg.op {
         LdapOp::BindRequest(req) => match bind::handle(conn, &req) {
@@ -419,6 +412,24 @@ fn check_filters(conn: &Conn, op: &LdapOp, ctrls: &controls::Controls) -> Result
         }
     }
     Ok(())
+}
+
+/// What any Bind does first, as slapd's `do_bind`, however it ends
+/// (refused for its controls or its DN included): the earlier
+/// authentication ends, and the searches still running end unanswered.
+pub fn bind_begins(conn: &Conn) {
+    conn.set_identity(Identity::Anonymous);
+    abandon_searches(conn);
+}
+
+/// RFC 4511 §4.2.1: what is outstanding completes or is abandoned before
+/// a Bind: the searches still running end unanswered, so none goes on
+/// under the identity before it (a persistent search streaming with the
+/// old rights). Writes finish.
+fn abandon_searches(conn: &Conn) {
+    for (flag, _) in conn.running.borrow().values() {
+        flag.raise();
+    }
 }
 
 /// A DN from a request, checked as slapd checks one (`Dn::validate`).

@@ -429,6 +429,22 @@ fn an_or_of_thousands_of_items_against_thousands_of_values_costs_linear_time() {
     assert_eq!(base_search(&mut admin, &dn, &format!("(!{})", or(100_000))), (1, 0));
 }
 
+/// Any Bind first ends the earlier authentication, as slapd's `do_bind`,
+/// also one refused before it is decoded (a DN that is not UTF-8): the
+/// connection stayed bound as the root DN after such a Bind failed.
+#[test]
+fn a_bind_refused_for_its_dn_leaves_the_connection_anonymous() {
+    let s = Server::start(1);
+    let mut r = bound_raw(&s);
+    let bind = [tlv(0x02, &[3]), tlv(0x04, b"uid=Jos\xe9,ou=people"), tlv(0x80, b"pw")].concat();
+    r.send_bytes(&tlv(0x30, &[tlv(0x02, &[5]), tlv(0x60, &bind)].concat()));
+    let m = r.recv().expect("an answer");
+    assert!(matches!(&m.op, LdapOp::BindResponse(b) if b.res.code == LdapResultCode::InvalidDNSyntax), "{m:?}");
+    r.send(vec![LdapMsg::new(6, whoami())]);
+    let m = r.recv().expect("an answer");
+    assert!(matches!(&m.op, LdapOp::ExtendedResponse(e) if e.value.as_deref() == Some(&b""[..])), "{m:?}");
+}
+
 /// Issue 17 item 2, for `~=`: an OR of approximate items on one type
 /// made every value's phonetic codes once per item (the attacker's OR of
 /// 1,000 items over 50,000 entries: 72 s of CPU per search, as in slapd).
@@ -481,6 +497,12 @@ fn a_filter_past_its_tests_on_one_entry_ends_with_admin_limit_exceeded() {
     let res = user.search(&dn, ldap3::Scope::Base, &wide, vec!["1.1"]).unwrap().1;
     assert_eq!(res.rc, 11, "{res:?}");
     assert!(res.text.contains("max_filter_tests"), "{res:?}");
+    // `~=` items gathered into one node still count one test each:
+    // 10 × 20,000 values.
+    let words = ["apple", "banana", "cherry", "delta", "eagle", "falcon", "garden", "harbor", "island", "jungle"];
+    let sounds = format!("(|{})", words.iter().map(|w| format!("(description~={w})")).collect::<String>());
+    let res = user.search(&dn, ldap3::Scope::Base, &sounds, vec!["1.1"]).unwrap().1;
+    assert_eq!(res.rc, 11, "{res:?}");
     let assertion =
         ldap3::controls::RawControl { ctype: "1.3.6.1.1.12".into(), crit: true, val: Some(filter_ber(&wide)) };
     let res = user.with_controls(assertion).compare(&dn, "cn", "wide").unwrap();

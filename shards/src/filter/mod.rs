@@ -327,6 +327,13 @@ fn any_of(items: Vec<Node>) -> Node {
         .collect();
     let mut items: Vec<Node> =
         order.into_iter().map(|o| o.unwrap_or_else(|i| sets[i].take().expect("each set once"))).collect();
+    // The same `~=` assertion twice is one.
+    for item in &mut items {
+        if let Node::Approx { any, .. } = item {
+            any.sort_unstable();
+            any.dedup();
+        }
+    }
     match items.len() {
         1 => items.pop().expect("one item"),
         _ => Node::Or(items),
