@@ -182,7 +182,8 @@ pub fn compile(f: &LdapFilter) -> Node {
         LdapFilter::Equality(a, v) | LdapFilter::Approx(a, v) if matching::same_attr(a, "objectClass") => {
             object_class(schema, a, v).unwrap_or_else(|| equality(schema, a, v))
         }
-        LdapFilter::Equality(a, v) if matching::same_attr(a, "entryDN") => {
+        // Without an approximate rule, `~=` is equality (as slapd falls back).
+        LdapFilter::Equality(a, v) | LdapFilter::Approx(a, v) if matching::same_attr(a, "entryDN") => {
             match (Names::of(schema, a), octets::unescape_text(v).map(|v| dn::key_of(&v))) {
                 (Some(attr), Some(Ok(key))) => Node::EntryDn { attr, key, rule: Rule::DistinguishedName },
                 _ => Node::Undefined,
