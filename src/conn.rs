@@ -628,6 +628,7 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
                         if tag == 0x61 {
                             ops::bind_begins(conn);
                         }
+                        ops::record::refused(conn, tag, &code, why);
                         let res = LdapResult { code, matcheddn: String::new(), message: why.into(), referral: vec![] };
                         crate::ber::result_message(&mut inline, msgid, tag, &res);
                         bytes::Buf::advance(&mut rbuf, n);

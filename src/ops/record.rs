@@ -117,6 +117,25 @@ pub fn end(conn: &Conn, rec: &Record, code: &LdapResultCode, text: &str, nentrie
     conn.ctx.log.line(conn.id, Some(rec.opn), event, &fields);
 }
 
+/// A request `strict` answered before it was decoded (a DN that is not
+/// UTF-8, a control it cannot take), by its response's tag: counted and
+/// logged like one that ran (slapd's `RESULT` line), so that an operator
+/// sees it.
+pub fn refused(conn: &Conn, response_tag: u8, code: &LdapResultCode, text: &str) {
+    let op = match response_tag {
+        0x61 => Op::Bind,
+        0x65 => Op::Search,
+        0x67 => Op::Modify,
+        0x69 => Op::Add,
+        0x6B => Op::Delete,
+        0x6D => Op::Modrdn,
+        0x6F => Op::Compare,
+        _ => Op::Extended,
+    };
+    conn.ctx.metrics.initiated(op);
+    end(conn, &Record { op, opn: conn.next_op(), started: Instant::now() }, code, text, None);
+}
+
 fn kind(req: &LdapOp) -> Option<Op> {
     Some(match req {
         LdapOp::BindRequest(_) => Op::Bind,

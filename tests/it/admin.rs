@@ -82,6 +82,12 @@ fn access_log_lines_match_the_operations() {
     // A DN with a line break cannot write a line of its own.
     let forged = "cn=x\nforged BIND dn=\"cn=admin\" mech=SIMPLE";
     assert_ne!(s.conn().simple_bind(forged, "pw").unwrap().rc, 0);
+    // A Bind refused before it is decoded (its DN is not UTF-8) is logged.
+    let mut raw = Raw::connect(&s);
+    raw.send_bytes(b"\x30\x12\x02\x01\x07\x60\x0d\x02\x01\x03\x04\x04cn=\xe9\x80\x02pw");
+    assert!(
+        matches!(raw.recv().map(|m| m.op), Some(ldap3_proto::proto::LdapOp::BindResponse(b)) if b.res.code == ldap3_proto::LdapResultCode::InvalidDNSyntax)
+    );
     c.unbind().unwrap();
     let read = || std::fs::read_to_string(&log).unwrap_or_default();
     wait_for("the closed line", || read().contains(" closed"));
@@ -95,6 +101,7 @@ fn access_log_lines_match_the_operations() {
     // Who the bind made the connection, as slapd's second BIND line.
     assert!(line(&format!("{conn} op=0 BIND dn=\"{ROOT_DN}\" mech=SIMPLE bind_ssf=0 ssf=0")).contains("BIND"));
     assert!(line(&format!("{conn} op=0 RESULT tag=97 err=0")).contains("etime="));
+    assert!(text.lines().any(|l| l.contains("RESULT tag=97 err=34") && l.contains("UTF-8")), "{text}");
     assert!(line(&format!("{conn} op=1 ADD dn=\"uid=logged,{PEOPLE}\"")).contains("ADD"));
     assert!(line(&format!("{conn} op=1 RESULT tag=105 err=0")).contains("qtime="));
     assert!(
