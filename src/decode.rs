@@ -39,8 +39,7 @@ pub fn message(frame: &[u8], max_depth: usize) -> Option<LdapMsg> {
 
 /// A filter in a control's value (Assertion, Matched Values), its
 /// fields as in a search.
-pub fn filter(tag: StructureTag) -> Option<LdapFilter> {
-    let mut tag = tag;
+pub fn filter(mut tag: StructureTag) -> Option<LdapFilter> {
     escape_filter(&mut tag);
     LdapFilter::try_from(tag).ok()
 }

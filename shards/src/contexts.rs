@@ -15,7 +15,7 @@
 //! change notes what its states hold at its next start (`note_states`).
 
 use crate::csn::Csn;
-use crate::dn::{Dn, KEY_SEPARATOR};
+use crate::dn::{self, Dn};
 use crate::error::Result;
 use crate::merge::EntryState;
 use crate::store::{ReadTxn, Store, Tree, WriteTxn};
@@ -49,7 +49,7 @@ impl Contexts {
 
     /// The id of the context an entry with this storage key lies in.
     fn of_key(&self, key: &[u8]) -> Option<u64> {
-        self.0.iter().find(|(suffix, _)| within(key, suffix)).map(|(_, id)| *id)
+        self.0.iter().find(|(suffix, _)| key == suffix.as_slice() || dn::key_below(key, suffix)).map(|(_, id)| *id)
     }
 
     /// The id of the context a DN lies in.
@@ -61,15 +61,10 @@ impl Contexts {
     }
 }
 
-/// Whether a root-first storage key is `suffix`'s or below it.
-fn within(key: &[u8], suffix: &[u8]) -> bool {
-    key.strip_prefix(suffix).is_some_and(|rest| rest.is_empty() || rest[0] == KEY_SEPARATOR)
-}
-
 /// A context's id: FNV-1a of its suffix key, stable across versions and
 /// across the order the configuration lists the suffixes in.
 pub fn id(suffix_key: &[u8]) -> u64 {
-    suffix_key.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ *b as u64).wrapping_mul(0x100_0000_01b3))
+    crate::manifest::fnv1a64(suffix_key)
 }
 
 const NOTE: u8 = b'X';
