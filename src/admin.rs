@@ -335,6 +335,7 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<String> {
     check("tls.listen", old.tls.listen != new.tls.listen);
     check("passwords", format!("{:?}", old.passwords) != format!("{:?}", new.passwords));
     check("indexes", old.indexes != new.indexes);
+    check("limits.max_queued_bytes", old.limits.max_queued_bytes != new.limits.max_queued_bytes);
     check("schema", old.schema.files != new.schema.files);
     check("log.file", old.log.file != new.log.file || old.log.format != new.log.format);
     keys

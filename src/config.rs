@@ -341,6 +341,12 @@ pub struct Limits {
     /// Seconds a client may leave a response unread before it is
     /// disconnected (slapd's `writetimeout`); 0: never.
     pub write_timeout_s: u64,
+    /// Bytes of answers the connections of one shard may hold queued for
+    /// clients that have not read them, together (read at start). Each
+    /// connection holds up to 64 KiB of its own beyond it, and at most 4
+    /// MiB in all; past them its operations wait for the client to read.
+    /// slapd's threads block on such a client instead.
+    pub max_queued_bytes: usize,
     /// Connections open at once in this process; past it new ones get a
     /// Notice of Disconnection (`busy`). 0: no limit.
     pub max_connections: usize,
@@ -441,6 +447,7 @@ impl Default for Limits {
             max_pending: 100,
             max_pending_auth: 1000,
             write_timeout_s: 60,
+            max_queued_bytes: 64 << 20,
             max_connections: 0,
             max_connections_per_ip: 0,
             by_identity: Vec::new(),
@@ -578,6 +585,10 @@ impl Config {
         }
         if self.limits.max_filter_depth == 0 {
             bail!("limits.max_filter_depth: must be at least 1");
+        }
+        if self.limits.max_queued_bytes < 4 << 20 {
+            // One answer may take a connection's whole queue (4 MiB).
+            bail!("limits.max_queued_bytes: must be at least 4194304 (one connection's queue)");
         }
         self.unindexed_result()?;
         match (&self.tls.certificate_file, &self.tls.key_file) {

@@ -13,7 +13,9 @@
 //! searches and writes run as their own tasks and send their own frames.
 
 mod registry;
+mod room;
 pub use registry::{ConnInfo, Registry};
+use room::Room;
 
 use crate::accesslog::{self, LogLevel};
 use crate::ber::{self, Frame};
@@ -48,7 +50,7 @@ const OUT_FRAMES: usize = 64;
 /// `OUT_FRAMES`, what a client that does not read can make the server
 /// hold. A frame may be one entry: 64 frames of 1 MB entries were 64 MB
 /// per connection. One frame larger than this waits for an empty queue.
-const OUT_KIB: u64 = 4 << 10;
+pub(crate) const OUT_KIB: u64 = 4 << 10;
 const READ_CHUNK: usize = 64 << 10;
 /// How deep ldap3_proto's parser may nest (its default; `strict` bounds
 /// the protocolOp again).
@@ -118,10 +120,10 @@ pub struct Conn {
     /// EXTERNAL authenticates (`ops::sasl`).
     pub peer_cred: Option<PeerCred>,
     out: LocalSender<Out>,
-    /// KiB the queue may still take (`OUT_KIB`): each frame takes its
-    /// size, and the writer gives it back once the frame is written (or
-    /// dropped).
-    room: Rc<glommio::sync::Semaphore>,
+    /// KiB the queue may still take (`OUT_KIB`, and the shard's budget
+    /// beyond `room::OWN_KIB`): each frame takes its size, and the writer
+    /// gives it back once the frame is written (or dropped).
+    room: Rc<Room>,
 }
 
 /// Room in a connection's queue taken before entries are encoded: a
@@ -160,7 +162,7 @@ impl Reservation<'_> {
     /// Takes room for an entry now, if there is some.
     pub fn try_take(&self, kib: u64) -> bool {
         let more = kib.saturating_sub(self.credit());
-        if more > 0 && !self.conn.room.try_acquire(more).unwrap_or(false) {
+        if more > 0 && !self.conn.room.try_acquire(more) {
             return false;
         }
         self.reserved.set(self.reserved.get() + more);
@@ -171,7 +173,7 @@ impl Reservation<'_> {
     /// Waits until `kib` more is reserved (for the entry `try_take` refused).
     pub async fn wait_for(&self, kib: u64) {
         let more = kib.saturating_sub(self.credit());
-        if more > 0 && self.conn.room.acquire(more).await.is_ok() {
+        if more > 0 && self.conn.room.acquire(more).await {
             self.reserved.set(self.reserved.get() + more);
         }
     }
@@ -234,6 +236,7 @@ impl Conn {
         fd: RawFd,
     ) -> (Rc<Conn>, LocalReceiver<Out>) {
         let (out, frames) = local_channel::new_bounded::<Out>(OUT_FRAMES);
+        let ctx_queued = ctx.queued.clone();
         let id = ctx.next_conn_id();
         let info = Arc::new(ConnInfo::new(id, ctx.shard.id, peer, fd));
         ctx.connections.insert(info.clone());
@@ -256,7 +259,7 @@ impl Conn {
             transport_ssf,
             peer_cred,
             out,
-            room: Rc::new(glommio::sync::Semaphore::new(OUT_KIB)),
+            room: Rc::new(Room::new(ctx_queued)),
         });
         (conn, frames)
     }
@@ -268,7 +271,7 @@ impl Conn {
             return;
         }
         let kib = (frame.len() as u64).div_ceil(1024).min(OUT_KIB);
-        if self.room.acquire(kib).await.is_ok() {
+        if self.room.acquire(kib).await {
             let _ = self.out.send(Out::Frame(frame, kib)).await;
         }
     }

@@ -26,6 +26,9 @@ pub struct Ctx {
     /// One key-stretching job at a time on this shard's blocking pool
     /// (`password_work`).
     password_jobs: glommio::sync::Semaphore,
+    /// KiB of answers this shard's connections may hold queued beyond
+    /// their own shares (`limits.max_queued_bytes`, `conn::Room`).
+    pub queued: Rc<glommio::sync::Semaphore>,
     /// `server.allow_bind_v2`.
     pub allow_bind_v2: bool,
     /// `server.authz_regexp`, compiled.
@@ -118,6 +121,7 @@ impl Ctx {
             passwords: config.passwords.clone(),
             password_policy: config.passwords.policy(),
             password_jobs: glommio::sync::Semaphore::new(1),
+            queued: Rc::new(glommio::sync::Semaphore::new(config.limits.max_queued_bytes as u64 >> 10)),
             allow_bind_v2: config.server.allow_bind_v2,
             authz_regexp: crate::ops::sasl::AuthzRegexp::new(&config.server.authz_regexp).expect("validated"),
             live: std::cell::RefCell::new(Rc::new((**shared.live.load()).clone())),

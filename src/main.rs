@@ -55,7 +55,9 @@
 //! - `conn`: framing with PDU limits and the partial-request timeout, read
 //!   loop, writer task (its queue bounded in frames and bytes, drained when
 //!   the client is gone), `Reservation` (a search's room in that queue,
-//!   taken before each entry is encoded), `Identity`; `conn/registry`:
+//!   taken before each entry is encoded), `Identity`; `conn/room`: that
+//!   room, beyond a small share drawn from the shard's budget
+//!   (`limits.max_queued_bytes`); `conn/registry`:
 //!   what the admin thread sees of each connection (`ConnInfo`) and the
 //!   `Registry` of them.
 //! - `ber`: direct BER encoding of search entries; PDU header peeking.
