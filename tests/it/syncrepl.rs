@@ -329,6 +329,42 @@ fn slapd_follows_entries_that_swap_dns() {
     same_content(&s, &consumer);
 }
 
+/// Issue 19: a refresh sent changed entries at their DNs now, in DN
+/// order, so entries that swapped DNs while a consumer was away (or
+/// between two polls of a refreshOnly one) met on it: whatever the
+/// order, each must take a DN the other still holds there (68), and
+/// slapd then modified the other entry with its content. The refresh of
+/// a cookie the changelog covers now goes through the changes in their
+/// order, as the provider went through them.
+#[test]
+fn a_consumer_back_from_away_follows_entries_that_swapped_dns() {
+    ldap_utils();
+    let s = provider(2);
+    let mut c = s.admin();
+    let base = format!("ou=swap,{SUFFIX}");
+    let ou = vec![("objectClass", ["organizationalUnit"].into()), ("ou", ["swap"].into())];
+    assert_eq!(c.add(&base, ou).unwrap().rc, 0);
+    for cn in ["a", "b", "c"] {
+        assert_eq!(c.add(&format!("cn={cn},{base}"), person_attrs(cn)).unwrap().rc, 0);
+    }
+    let mut rename = |from: &str, to: &str| {
+        let rc = c.modifydn(&format!("cn={from},{base}"), &format!("cn={to}"), true, None).unwrap().rc;
+        assert_eq!(rc, 0, "{from} -> {to}");
+    };
+    for kind in ["refreshOnly", "refreshAndPersist"] {
+        let mut consumer = Consumer::new(&s, kind);
+        same_content(&s, &consumer);
+        consumer.stop();
+        // a and b swap through t; then a, b and c rotate.
+        for (from, to) in [("a", "t"), ("b", "a"), ("t", "b"), ("a", "t"), ("b", "a"), ("c", "b"), ("t", "c")] {
+            rename(from, to);
+        }
+        consumer.start();
+        same_content(&s, &consumer);
+        consumer.stop();
+    }
+}
+
 /// Subtree renames reach slapd whole: live in persist, and in the refresh
 /// of a consumer that was away (its cookie older than every move).
 #[test]
@@ -430,6 +466,26 @@ pub fn refresh_only(s: &Server, cookie: Option<Vec<u8>>) -> (Vec<LdapMsg>, Optio
             return (got, cookie);
         }
         got.push(m);
+    }
+}
+
+/// The entryUUID a refresh message names as deleted: a Sync Info
+/// syncIdSet's, or an entry message's with the delete state (a replay
+/// sends each delete in its place among the changes).
+fn deleted_uuids(m: &LdapMsg) -> Vec<uuid::Uuid> {
+    use ldap3_proto::control::LdapControl;
+    use ldap3_proto::proto::{LdapIntermediateResponse::SyncInfoIdSet, LdapOp, SyncStateValue};
+    match &m.op {
+        LdapOp::IntermediateResponse(SyncInfoIdSet { syncuuids, .. }) => syncuuids.clone(),
+        LdapOp::SearchResultEntry(_) => m
+            .ctrl
+            .iter()
+            .filter_map(|c| match c {
+                LdapControl::SyncState { state: SyncStateValue::Delete, entry_uuid, .. } => Some(*entry_uuid),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
     }
 }
 
@@ -623,7 +679,6 @@ fn cancel_and_abandon_end_a_persistent_search() {
 /// its cookie lists no hidden entry among the deleted.
 #[test]
 fn persist_and_refresh_say_nothing_of_hidden_entries() {
-    use ldap3_proto::proto::LdapIntermediateResponse::SyncInfoIdSet;
     use ldap3_proto::proto::LdapOp;
     let secret = format!("ou=secret,{SUFFIX}");
     let mut s = Server::start_with_config(
@@ -695,13 +750,10 @@ fn persist_and_refresh_say_nothing_of_hidden_entries() {
     let mut deleted = Vec::new();
     assert!(cookie.is_some());
     for m in refresh_only(&s, cookie).0 {
-        match m.op {
-            LdapOp::SearchResultEntry(ref e) => {
-                assert!(!e.dn.to_lowercase().contains("ou=secret"), "a hidden entry was listed: {m:?}")
-            }
-            LdapOp::IntermediateResponse(SyncInfoIdSet { syncuuids, .. }) => deleted.extend(syncuuids),
-            _ => {}
+        if let LdapOp::SearchResultEntry(ref e) = m.op {
+            assert!(!e.dn.to_lowercase().contains("ou=secret"), "a hidden entry was listed: {m:?}")
         }
+        deleted.extend(deleted_uuids(&m));
     }
     assert!(deleted.contains(&marker), "no delete phase: {deleted:?}");
     assert!(!deleted.iter().any(|u| uuids.contains(u)), "a hidden entry was listed as deleted: {deleted:?}");
@@ -777,7 +829,6 @@ fn a_one_level_refresh_over_a_deep_subtree_sends_every_child() {
 /// many tombstones it walks: more than one chunk of them (1,024) here.
 #[test]
 fn a_delete_phase_names_every_entry_deleted_since_the_cookie() {
-    use ldap3_proto::proto::{LdapIntermediateResponse, LdapOp};
     const N: usize = 1100;
     // Read as anonymous: past the default size limit (500) only once lifted.
     let s = Server::start_with_config(2, "[syncrepl]\nprovider = true\n[limits]\nsize_limit = 0\n");
@@ -798,14 +849,7 @@ fn a_delete_phase_names_every_entry_deleted_since_the_cookie() {
     let (_, cookie) = refresh_only(&s, None);
     each(|c, i| assert_eq!(c.delete(&format!("cn=gone{i},{PEOPLE}")).unwrap().rc, 0));
     let (msgs, _) = refresh_only(&s, cookie);
-    let gone: BTreeSet<_> = msgs
-        .into_iter()
-        .filter_map(|m| match m.op {
-            LdapOp::IntermediateResponse(LdapIntermediateResponse::SyncInfoIdSet { syncuuids, .. }) => Some(syncuuids),
-            _ => None,
-        })
-        .flatten()
-        .collect();
+    let gone: BTreeSet<_> = msgs.iter().flat_map(deleted_uuids).collect();
     assert_eq!(gone.len(), N);
 }
 
@@ -814,7 +858,7 @@ fn a_delete_phase_names_every_entry_deleted_since_the_cookie() {
 /// it was sent, and the cookie it ended with.
 fn refresh_of(s: &Server, base: &str, cookie: Option<Vec<u8>>) -> (u32, Vec<String>, Vec<uuid::Uuid>, Option<Vec<u8>>) {
     use ldap3_proto::control::LdapControl;
-    use ldap3_proto::proto::{LdapIntermediateResponse::SyncInfoIdSet, LdapOp, SyncRequestMode};
+    use ldap3_proto::proto::{LdapOp, SyncRequestMode};
     let mut msg = sync_search(1, SyncRequestMode::RefreshOnly, cookie);
     if let LdapOp::SearchRequest(req) = &mut msg.op {
         req.base = base.into();
@@ -824,9 +868,10 @@ fn refresh_of(s: &Server, base: &str, cookie: Option<Vec<u8>>) -> (u32, Vec<Stri
     let (mut entries, mut deleted) = (Vec::new(), Vec::new());
     loop {
         let m = r.recv_lenient().expect("the refresh never ended");
+        let gone = deleted_uuids(&m);
         match m.op {
+            LdapOp::SearchResultEntry(_) | LdapOp::IntermediateResponse(_) if !gone.is_empty() => deleted.extend(gone),
             LdapOp::SearchResultEntry(e) => entries.push(e.dn),
-            LdapOp::IntermediateResponse(SyncInfoIdSet { syncuuids, .. }) => deleted.extend(syncuuids),
             LdapOp::SearchResultDone(res) => {
                 let cookie = m.ctrl.into_iter().find_map(|c| match c {
                     LdapControl::SyncDone { cookie, .. } => cookie,

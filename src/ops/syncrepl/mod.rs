@@ -10,7 +10,10 @@
 //!   not named, so deletes need no history. Then refreshOnly ends with
 //!   SearchResultDone and a Sync Done control carrying the new cookie;
 //!   refreshAndPersist sends Sync Info `refreshPresent` (refreshDone) and
-//!   goes on.
+//!   goes on. With a cookie the changelog covers, off a mirror pair, the
+//!   refresh instead replays the changes since it in CSN order as the
+//!   persist stage sends them (`refresh::replay`): a delete phase whose
+//!   consumer goes through the provider's states (DN swaps included).
 //! - **Persist**: the changelog (`shards::changelog`, kept when mirror mode
 //!   or `syncrepl.provider` is on) is tailed from the positions taken
 //!   before the refresh began, after every commit (the committing owner
@@ -104,7 +107,7 @@ pub use cookie::Cookie;
 use cookie::{before, claimable, Since};
 use persist::tail;
 pub(crate) use persist::{locate, Located};
-use refresh::{refresh, Phase};
+use refresh::{phase, refresh, replay, Phase};
 
 /// The Sync Info `newcookie` message's value (primitive `[0]`).
 pub fn new_cookie_value(cookie: &[u8]) -> Vec<u8> {
@@ -353,10 +356,29 @@ async fn run(
     let peers = peer_claims(settled, &transit);
     let marks = positions(ctx)?;
     let since = given.as_ref().map(|g| Since::new(g, ctx.shard.stamping.sid, peers));
+    let sid = ctx.shard.stamping.sid;
+    // A cookie the changelog covers, off a mirror pair: its changes replayed.
+    let replayed = match &since {
+        Some(since) if !ctx.mirrored && phase(ctx, Some(since))? == Phase::Delete => Some(since),
+        _ => None,
+    };
+    if let Some(since) = replayed {
+        let Some((marks, next, handed)) = replay(&session, since, rid, &marks, abandoned, sent).await? else {
+            return Ok(None);
+        };
+        let cookie = Some(handed.compose(sid));
+        if !persist {
+            return Ok(Some(LdapControl::SyncDone { cookie, refresh_deletes: true }));
+        }
+        let mut out = BytesMut::new();
+        session.info(&mut out, LdapIntermediateResponse::SyncInfoRefreshDelete { cookie, done: true });
+        conn.send(out).await;
+        tail(&session, (marks, None), next, handed, abandoned, sent).await?;
+        return Ok(None);
+    }
     let mut next = Cookie { rid, csns: since.as_ref().map(|s| s.csns.clone()).unwrap_or_default() };
     let cap = (floor_us, moving, &peers);
     let (phase, handed) = refresh(&session, since.as_ref(), &mut next, cap, abandoned, sent).await?;
-    let sid = ctx.shard.stamping.sid;
     let (cookie, deletes) = (Some(handed.compose(sid)), phase != Phase::Present);
     if !persist {
         return Ok(Some(LdapControl::SyncDone { cookie, refresh_deletes: deletes }));
@@ -368,7 +390,7 @@ async fn run(
     };
     session.info(&mut out, end);
     conn.send(out).await;
-    tail(&session, marks, next, handed, abandoned, sent).await?;
+    tail(&session, (marks, None), next, handed, abandoned, sent).await?;
     Ok(None)
 }
 

@@ -1,17 +1,26 @@
 //! The persist stage: the changelog tailed in CSN order across every
 //! stream, each change sent as its entry now stands, then a `newcookie`.
+//! The same walk replays the changes since a cookie in a refresh
+//! (`refresh::replay`).
 
 use super::*;
 
-/// The persist stage: the changelog from `marks`, until abandoned.
+/// Positions in every (partition, origin) stream of the changelog.
+pub(super) type Marks = BTreeMap<(u16, Origin), u64>;
+
+/// The persist stage: the changelog from `marks`, until abandoned; with
+/// `until` (a refresh's replay), only until every stream has passed its
+/// mark there, then where it stopped, the CSNs seen and the cookie handed
+/// out (`None` when abandoned). A replay keeps the search's size and
+/// time limits.
 pub(super) async fn tail(
     s: &Session<'_>,
-    mut marks: BTreeMap<(u16, Origin), u64>,
+    (mut marks, until): (Marks, Option<&Marks>),
     mut cookie: Cookie,
     mut handed: Cookie,
     abandoned: &crate::ops::abandon::Abandoned,
     sent: &mut u64,
-) -> Result<()> {
+) -> Result<Option<(Marks, Cookie, Cookie)>> {
     let ctx = &s.conn.ctx;
     let own = ctx.shard.stamping.sid;
     // The record the stream waits on, and for how many rounds.
@@ -43,7 +52,7 @@ pub(super) async fn tail(
                 })
                 .await;
                 if abandoned.get() {
-                    return Ok(());
+                    return Ok(None);
                 }
                 if woke == Some(commits) && !(ctx.mirrored && last.elapsed() >= IDLE) {
                     continue;
@@ -52,7 +61,10 @@ pub(super) async fn tail(
             }
         }
         if abandoned.get() {
-            return Ok(());
+            return Ok(None);
+        }
+        if until.is_some() && s.deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            return Err(Error::new(LdapResultCode::TimeLimitExceeded, ""));
         }
         ctx.metrics.syncrepl_rounds.increment(1);
         let mut out = BytesMut::new();
@@ -64,6 +76,8 @@ pub(super) async fn tail(
         let settled = ctx.mirrored.then(|| ctx.shared.replication.peer_claim());
         let txns = ctx.shard.stores.iter().map(|st| st.read()).collect::<Result<Vec<_>>>()?;
         let mut held: Option<Csn> = None;
+        // A replay at the size limit with another change to send.
+        let mut full = false;
         // The room the record held back for it needs (`Announce::Full`).
         let mut short = None;
         let (records, bound) = unsent(&txns, &marks)?;
@@ -77,8 +91,12 @@ pub(super) async fn tail(
                 more = false;
                 break;
             }
+            if until.is_some() && *sent >= s.size {
+                (full, more) = (true, false);
+                break;
+            }
             if let Some(rec) = ChangeRecord::decode(&bytes) {
-                match announce(s, &txns[store], p, &rec, &mut out)? {
+                match announce(s, &txns[store], (p, until.is_some()), &rec, &mut out)? {
                     Announce::Later if !given_up(&mut stuck, csn) => {
                         held = Some(csn);
                         more = false;
@@ -103,6 +121,11 @@ pub(super) async fn tail(
             marks.insert((p, o), seq);
         }
         drop(txns);
+        if full {
+            // What was built goes out first, then the result.
+            s.room.send(out).await;
+            return Err(Error::new(LdapResultCode::SizeLimitExceeded, ""));
+        }
         // Also without changes this round: the floor may have passed what
         // was sent, and the consumer's contextCSN should reach it.
         // Where the round stopped (a record held back, or the end of what
@@ -126,6 +149,11 @@ pub(super) async fn tail(
         s.room.release();
         if let Some(kib) = short {
             s.room.wait_for(kib).await;
+        }
+        // A replay ends once every stream is past where it was at the
+        // start, whatever came since (continuous writes must not hold it).
+        if until.is_some_and(|u| u.iter().all(|(k, v)| marks.get(k).is_some_and(|m| m >= v))) {
+            return Ok(Some((marks, cookie, handed)));
         }
     }
 }
@@ -314,10 +342,12 @@ fn as_renamed(mut entry: Entry, (text, to): (&str, &Dn)) -> Result<Entry> {
 }
 
 /// What one change record means to the consumer, as the entry is now.
+/// `refreshing`: a refresh's replay, whose entry messages all carry the
+/// add state (RFC 4533 §3.3 has no modify state in a refresh).
 pub(super) fn announce<T: ReadTxn>(
     s: &Session<'_>,
     txn: &T,
-    partition: u16,
+    (partition, refreshing): (u16, bool),
     rec: &ChangeRecord,
     out: &mut BytesMut,
 ) -> Result<Announce> {
@@ -373,7 +403,8 @@ pub(super) fn announce<T: ReadTxn>(
     entry.encode(&mut bytes)?;
     let view = EntryView::new(&bytes)?;
     if s.in_scope(&key) && shards::filter::with_decided(decided, || s.matches(&key, &view))? {
-        let state = if matches!(rec.change, Change::Add { .. }) { SyncStateValue::Add } else { SyncStateValue::Modify };
+        let add = refreshing || matches!(rec.change, Change::Add { .. });
+        let state = if add { SyncStateValue::Add } else { SyncStateValue::Modify };
         if let Some(kib) = s.short_of_room(&view) {
             return Ok(Announce::Full(kib));
         }

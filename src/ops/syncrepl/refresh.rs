@@ -1,7 +1,9 @@
 //! The refresh stage: every entry in scope in DN key order across the
 //! stores, in full when it changed since the cookie, then (delete phase)
-//! the entryUUIDs of what is gone.
+//! the entryUUIDs of what is gone; or, for a cookie the changelog covers,
+//! the changes since it replayed in their order (`replay`).
 
+use super::persist::Marks;
 use super::*;
 
 /// How a refresh tells the consumer what is gone.
@@ -300,4 +302,61 @@ fn departed_chunk(
         }
     }
     Ok((walked, last))
+}
+
+/// Where a replay of the changes since the cookie starts: in every stream
+/// of the changelog, the last record the cookie holds. A stream's records
+/// are in CSN order (one origin's, in sequence), so it is found by halving.
+pub(super) fn marks_since(ctx: &crate::ctx::Ctx, since: &Since) -> Result<Marks> {
+    let mut marks = Marks::new();
+    for store in ctx.shard.stores.iter() {
+        let txn = store.read()?;
+        for (p, o, first, last) in changelog::streams(&txn)? {
+            let held = |seq: u64| -> Result<bool> {
+                let mut csn = None;
+                changelog::read_stream(&txn, (p, o), seq, &mut |at, v| {
+                    if at == seq {
+                        csn = changelog::record_csn(v);
+                    }
+                    false
+                })?;
+                Ok(csn.is_some_and(|c| !since.newer(c)))
+            };
+            // Every record up to `lo` is held, none after `hi`.
+            let (mut lo, mut hi) = (first.saturating_sub(1), last);
+            while lo < hi {
+                let mid = lo + (hi - lo).div_ceil(2);
+                match held(mid)? {
+                    true => lo = mid,
+                    false => hi = mid - 1,
+                }
+            }
+            marks.insert((p, o), lo);
+        }
+    }
+    Ok(marks)
+}
+
+/// The refresh of a cookie the changelog covers, off a mirror pair: the
+/// changes since it, replayed in CSN order up to where the changelog
+/// stood at the start (`until`), each as the persist stage sends it (as
+/// that change left its entry, deletes included). The consumer goes
+/// through the states the provider went through: entries that swapped
+/// DNs since the cookie, sent at their DNs now, would each have to take
+/// a DN the other still held on the consumer, in any order (slapd's
+/// modify-DN fails with 68 and it then modifies the other entry). A
+/// mirror pair's resyncs change entries without records, so there the
+/// refresh compares entries. Returns where it stopped, the CSNs seen and
+/// the cookie handed out; `None` when abandoned.
+pub(super) async fn replay(
+    s: &Session<'_>,
+    since: &Since,
+    rid: Option<u16>,
+    until: &Marks,
+    abandoned: &crate::ops::abandon::Abandoned,
+    sent: &mut u64,
+) -> Result<Option<(Marks, Cookie, Cookie)>> {
+    let from = marks_since(&s.conn.ctx, since)?;
+    let start = before(rid, Some(since));
+    super::persist::tail(s, (from, Some(until)), start.clone(), start, abandoned, sent).await
 }
