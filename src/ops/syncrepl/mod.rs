@@ -357,13 +357,17 @@ async fn run(
     let marks = positions(ctx)?;
     let since = given.as_ref().map(|g| Since::new(g, ctx.shard.stamping.sid, peers));
     let sid = ctx.shard.stamping.sid;
-    // A cookie the changelog covers, off a mirror pair: its changes replayed.
+    // A cookie the changelog covers, off a mirror pair, and not too old:
+    // its changes replayed.
     let replayed = match &since {
-        Some(since) if !ctx.mirrored && phase(ctx, Some(since))? == Phase::Delete => Some(since),
+        Some(since) if !ctx.mirrored && phase(ctx, Some(since))? == Phase::Delete => {
+            let from = refresh::marks_since(ctx, since).await?;
+            (refresh::records_between(&from, &marks) <= refresh::REPLAY_MOST).then_some((since, from))
+        }
         _ => None,
     };
-    if let Some(since) = replayed {
-        let Some((marks, next, handed)) = replay(&session, since, rid, &marks, abandoned, sent).await? else {
+    if let Some((since, from)) = replayed {
+        let Some((marks, next, handed)) = replay(&session, (since, rid), (from, &marks), abandoned, sent).await? else {
             return Ok(None);
         };
         let cookie = Some(handed.compose(sid));

@@ -306,35 +306,57 @@ fn departed_chunk(
 
 /// Where a replay of the changes since the cookie starts: in every stream
 /// of the changelog, the last record the cookie holds. A stream's records
-/// are in CSN order (one origin's, in sequence), so it is found by halving.
-pub(super) fn marks_since(ctx: &crate::ctx::Ctx, since: &Since) -> Result<Marks> {
+/// are in CSN order (one origin's, in sequence), so it is found by halving;
+/// the reactor is yielded after every `STREAMS_PER_TURN` streams.
+pub(super) async fn marks_since(ctx: &crate::ctx::Ctx, since: &Since) -> Result<Marks> {
+    const STREAMS_PER_TURN: usize = 32;
     let mut marks = Marks::new();
     for store in ctx.shard.stores.iter() {
-        let txn = store.read()?;
-        for (p, o, first, last) in changelog::streams(&txn)? {
-            let held = |seq: u64| -> Result<bool> {
-                let mut csn = None;
-                changelog::read_stream(&txn, (p, o), seq, &mut |at, v| {
-                    if at == seq {
-                        csn = changelog::record_csn(v);
-                    }
-                    false
-                })?;
-                Ok(csn.is_some_and(|c| !since.newer(c)))
-            };
-            // Every record up to `lo` is held, none after `hi`.
-            let (mut lo, mut hi) = (first.saturating_sub(1), last);
-            while lo < hi {
-                let mid = lo + (hi - lo).div_ceil(2);
-                match held(mid)? {
-                    true => lo = mid,
-                    false => hi = mid - 1,
-                }
-            }
-            marks.insert((p, o), lo);
+        let streams = changelog::streams(&store.read()?)?;
+        for some in streams.chunks(STREAMS_PER_TURN) {
+            marks_of(&store.read()?, some, since, &mut marks)?;
+            futures_lite::future::yield_now().await;
         }
     }
     Ok(marks)
+}
+
+/// `marks_since` for some streams of one store.
+fn marks_of<T: ReadTxn>(txn: &T, streams: &[changelog::Stream], since: &Since, marks: &mut Marks) -> Result<()> {
+    for &(p, o, first, last) in streams {
+        let held = |seq: u64| -> Result<bool> {
+            let mut csn = None;
+            changelog::read_stream(txn, (p, o), seq, &mut |at, v| {
+                if at == seq {
+                    csn = changelog::record_csn(v);
+                }
+                false
+            })?;
+            Ok(csn.is_some_and(|c| !since.newer(c)))
+        };
+        // Every record up to `lo` is held, none after `hi`.
+        let (mut lo, mut hi) = (first.saturating_sub(1), last);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            match held(mid)? {
+                true => lo = mid,
+                false => hi = mid - 1,
+            }
+        }
+        marks.insert((p, o), lo);
+    }
+    Ok(())
+}
+
+/// Most records a refresh replays (`replay`): a cookie older than more
+/// changes than this is refreshed by a walk of the entries instead, whose
+/// cost the entries bound (a forged old cookie must not make a refresh
+/// walk a changelog of millions of records).
+pub(super) const REPLAY_MOST: u64 = 100_000;
+
+/// How many records lie between `from` and `until`.
+pub(super) fn records_between(from: &Marks, until: &Marks) -> u64 {
+    until.iter().map(|(k, last)| last.saturating_sub(from.get(k).copied().unwrap_or(0))).sum()
 }
 
 /// The refresh of a cookie the changelog covers, off a mirror pair: the
@@ -350,13 +372,11 @@ pub(super) fn marks_since(ctx: &crate::ctx::Ctx, since: &Since) -> Result<Marks>
 /// the cookie handed out; `None` when abandoned.
 pub(super) async fn replay(
     s: &Session<'_>,
-    since: &Since,
-    rid: Option<u16>,
-    until: &Marks,
+    (since, rid): (&Since, Option<u16>),
+    (from, until): (Marks, &Marks),
     abandoned: &crate::ops::abandon::Abandoned,
     sent: &mut u64,
 ) -> Result<Option<(Marks, Cookie, Cookie)>> {
-    let from = marks_since(&s.conn.ctx, since)?;
     let start = before(rid, Some(since));
     super::persist::tail(s, (from, Some(until)), start.clone(), start, abandoned, sent).await
 }
