@@ -347,6 +347,10 @@ pub struct Limits {
     /// MiB in all; past them its operations wait for the client to read.
     /// slapd's threads block on such a client instead.
     pub max_queued_bytes: usize,
+    /// Largest an entry may become by a modify (its stored form), as
+    /// back-mdb's `maxentrysize`; past it adminLimitExceeded. Each change
+    /// of an entry costs its owner in proportion to its size. 0: no limit.
+    pub max_entry_bytes: usize,
     /// Connections open at once in this process; past it new ones get a
     /// Notice of Disconnection (`busy`). 0: no limit.
     pub max_connections: usize,
@@ -448,6 +452,7 @@ impl Default for Limits {
             max_pending_auth: 1000,
             write_timeout_s: 60,
             max_queued_bytes: 64 << 20,
+            max_entry_bytes: 32 << 20,
             max_connections: 0,
             max_connections_per_ip: 0,
             by_identity: Vec::new(),

@@ -309,6 +309,12 @@ impl Entry {
 
     /// The stored form; fails, writing nothing, when the layout cannot hold
     /// the entry (writes call `check_layout` first, before any change).
+    /// The bytes `encode` writes.
+    pub fn stored_len(&self) -> usize {
+        let values = |a: &Attr| a.vals.iter().map(|v| 4 + v.len()).sum::<usize>();
+        4 + self.dn.len() + 2 + self.attrs.iter().map(|a| 1 + a.name.len() + 4 + values(a)).sum::<usize>()
+    }
+
     pub fn encode(&self, out: &mut Vec<u8>) -> Result<()> {
         if self.attrs.len() > u16::MAX as usize || self.attrs.iter().any(|a| a.name.len() > MAX_DESCRIPTION_BYTES) {
             return self.check_layout();

@@ -106,6 +106,9 @@ pub struct Extras {
     /// are left out, and a delete of an attribute it lacks does nothing
     /// (`Entry::apply_with`).
     pub permissive: bool,
+    /// The most bytes the entry may take once modified (a modify;
+    /// back-mdb's `maxentrysize`); 0: no limit.
+    pub max_bytes: usize,
 }
 
 /// The entry images an op was asked for.
@@ -537,6 +540,12 @@ fn apply<T: WriteTxn>(
             let old = read_checked(txn, &id, extras)?;
             let mut entry = old.clone();
             entry.apply_with(mods, extras.permissive)?;
+            // An entry already past the limit (lowered since) may shrink.
+            let size = entry.stored_len();
+            if extras.max_bytes > 0 && size > extras.max_bytes && size > old.stored_len() {
+                let why = format!("entry would exceed limits.max_entry_bytes ({} bytes)", extras.max_bytes);
+                return Err(Error::new(LdapResultCode::AdminLimitExceeded, why));
+            }
             for (attr, value) in rdn {
                 if !entry.has_value(attr, value) {
                     return Err(Error::new(

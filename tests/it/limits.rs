@@ -236,3 +236,34 @@ fn sorted_searches_running_at_once_on_a_connection_are_bounded() {
     codes.sort();
     assert_eq!(codes, vec![0, 0, 51, 51], "two run, two are busy");
 }
+
+/// Issue 17: one entry could grow without bound, each further modify
+/// costing its owner more (a user with write access to one attribute made
+/// an entry of 800,000 values, ~1 s of the owner per change). As
+/// back-mdb's `maxentrysize`: a modify that would make the entry larger
+/// than `limits.max_entry_bytes` is adminLimitExceeded and changes
+/// nothing; smaller changes of it still work.
+#[test]
+fn an_entry_cannot_grow_past_max_entry_bytes() {
+    let s = Server::start_with_config(1, "[limits]\nmax_entry_bytes = 65536\n");
+    let mut admin = s.admin();
+    assert_eq!(add_user(&mut admin, "grow").rc, 0);
+    let dn = format!("uid=grow,{PEOPLE}");
+    let chunk: Vec<String> = (0..1000).map(|i| format!("value number {i:05}")).collect();
+    let chunk: std::collections::HashSet<&str> = chunk.iter().map(String::as_str).collect();
+    assert_eq!(admin.modify(&dn, vec![ldap3::Mod::Add("description", chunk)]).unwrap().rc, 0);
+    let more: Vec<String> = (1000..5000).map(|i| format!("value number {i:05}")).collect();
+    let more: std::collections::HashSet<&str> = more.iter().map(String::as_str).collect();
+    let res = admin.modify(&dn, vec![ldap3::Mod::Add("description", more)]).unwrap();
+    assert_eq!(res.rc, 11, "{res:?}");
+    let (entries, _) =
+        admin.search(&dn, Scope::Base, "(objectClass=*)", vec!["description"]).unwrap().success().unwrap();
+    let entry = ldap3::SearchEntry::construct(entries.into_iter().next().unwrap());
+    assert_eq!(entry.attrs["description"].len(), 1000, "the refused modify changed nothing");
+    let res = admin.modify(&dn, vec![ldap3::Mod::Replace("sn", ["still"].into())]).unwrap();
+    assert_eq!(res.rc, 0, "{res:?}");
+    // An add of an entry that large, the same.
+    let big = "x".repeat(70_000);
+    let attrs = vec![("objectClass", ["person"].into()), ("cn", ["big"].into()), ("sn", [big.as_str()].into())];
+    assert_eq!(admin.add(&format!("cn=big,{PEOPLE}"), attrs).unwrap().rc, 11);
+}
