@@ -166,6 +166,9 @@ async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest
         Some(id) => id.to_string(),
     };
     let dn = parse_dn(&target).map_err(|e| Error::new(LdapResultCode::InvalidAttributeSyntax, e.message))?;
+    if crate::ops::referral::at_or_below(conn, &dn) && crate::ops::disclosed(conn, identity, &dn.key()) {
+        return Err(Error::unwilling("the entry is a referral object or lies below one"));
+    }
     let is_root = identity.is_root();
     let self_change = parse_dn(&own).is_ok_and(|o| o == dn);
     let shard = &conn.ctx.shard;

@@ -25,6 +25,9 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
     for change in &req.changes {
         let adds = matches!(change.operation, LdapModifyType::Add | LdapModifyType::Replace);
         let m = &change.modification;
+        if matches!(change.operation, LdapModifyType::Increment) {
+            shards::schema::check::check_increment(&m.atype)?;
+        }
         shards::schema::check::check_modification(&m.atype, &m.vals, adds)?;
     }
     crate::ops::referral::check_target(&conn, &ctrls.acting, &dn, ctrls.manage_dsa_it)?;

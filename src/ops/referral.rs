@@ -171,6 +171,23 @@ pub fn below(conn: &Conn, dn: &Dn, at: &Dn, scope: Option<&str>) -> Option<Error
     found.ok().flatten().flatten()
 }
 
+/// Whether `dn` names a referral object, or a missing entry whose nearest
+/// existing ancestor is one (a Password Modify there is unwillingToPerform,
+/// as slapd's, with or without ManageDsaIT).
+pub fn at_or_below(conn: &Conn, dn: &Dn) -> bool {
+    if !active() {
+        return false;
+    }
+    let mut at = dn.clone();
+    while !at.is_root() {
+        if let Ok(Some(found)) = conn.ctx.shard.with_entry(&at.key(), is_referral) {
+            return found;
+        }
+        at = at.parent();
+    }
+    false
+}
+
 /// Refuses an add below a referral object (even with ManageDsaIT, as
 /// slapd), and a rename under one (`other`, as slapd), when the
 /// requester may know the object exists.

@@ -54,6 +54,16 @@ pub fn check_modification(name: &str, vals: &[Vec<u8>], adds: bool) -> Result<()
     Ok(())
 }
 
+/// An increment's type is defined (17) and of INTEGER syntax: slapd
+/// refuses any other with constraintViolation (19) while it checks the
+/// request, before its values and before looking for the entry.
+pub fn check_increment(name: &str) -> Result<()> {
+    if check_type(name)?.syntax != "1.3.6.1.4.1.1466.115.121.1.27" {
+        return Err(Error::new(Code::ConstraintViolation, format!("{name}: increment not supported for value syntax")));
+    }
+    Ok(())
+}
+
 /// An attribute description's type is defined and its options allowed:
 /// undefinedAttributeType (17) otherwise.
 pub fn check_type(name: &str) -> Result<&'static AttributeType> {
