@@ -769,6 +769,47 @@ fn clients_that_do_not_read_share_one_bounded_queue() {
     wait_for("the connections to be gone", || ctl_json(&s, &["status"])["connections"] == 2);
 }
 
+/// A sync search abandoned while it waited for room for an entry of 4 MB
+/// (its client not reading) kept that room when it ended, and then waited
+/// for good to send its last message: its connection answered nothing
+/// more (every answer needs room), and held its part of the shard's
+/// budget until a restart.
+#[test]
+fn an_abandoned_sync_search_waiting_for_room_leaves_its_connection_working() {
+    let s = Server::start_with_config(1, "[syncrepl]\nprovider = true\n");
+    let mut admin = s.admin();
+    add_big_entries(&mut admin, 0);
+    let big = format!("ou=big,{SUFFIX}");
+    for name in ["h1", "h2"] {
+        let dn = format!("cn={name},{big}");
+        let attrs = vec![("objectClass", ["person"].into()), ("cn", [name].into()), ("sn", ["x"].into())];
+        assert_eq!(admin.add(&dn, attrs).unwrap().rc, 0);
+        for i in 0..5 {
+            let value = format!("{i}{}", "y".repeat(1 << 20));
+            assert_eq!(admin.modify(&dn, vec![ldap3::Mod::Add("description", [value.as_str()].into())]).unwrap().rc, 0);
+        }
+    }
+    let mut sock = unread_client(&s);
+    let mut search = sync_searches(&big, "objectClass=*").remove(0);
+    if let LdapOp::SearchRequest(req) = &mut search.op {
+        req.scope = LdapSearchScope::Subtree;
+    }
+    sock.write_all(&encode_msgs(vec![search])).unwrap();
+    // Time for the refresh to queue the first and wait for room for the
+    // second (were it slower, the test would pass without showing much).
+    std::thread::sleep(Duration::from_millis(500));
+    sock.write_all(&encode_msgs(vec![LdapMsg::new(2, LdapOp::AbandonRequest(1))])).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut r = Raw::over(sock);
+    r.send(vec![LdapMsg::new(3, whoami())]);
+    loop {
+        let m = r.recv().expect("the connection answers nothing after the abandoned sync search");
+        if m.msgid == 3 {
+            break;
+        }
+    }
+}
+
 /// `n` entries `cn=b{i},ou=big` of 1 MB each.
 fn add_big_entries(admin: &mut ldap3::LdapConn, n: usize) {
     let big = "x".repeat(1 << 20);

@@ -376,7 +376,9 @@ async fn run(
         }
         let mut out = BytesMut::new();
         session.info(&mut out, LdapIntermediateResponse::SyncInfoRefreshDelete { cookie, done: true });
-        conn.send(out).await;
+        // Through the reservation: room it still holds (an entry waited
+        // for and not sent) is given back first, else this could wait for good.
+        session.room.send(out).await;
         tail(&session, (marks, None), next, handed, abandoned, sent).await?;
         return Ok(None);
     }
@@ -393,7 +395,9 @@ async fn run(
         false => LdapIntermediateResponse::SyncInfoRefreshPresent { cookie, done: true },
     };
     session.info(&mut out, end);
-    conn.send(out).await;
+    // Through the reservation: room it still holds (an entry waited
+    // for and not sent) is given back first, else this could wait for good.
+    session.room.send(out).await;
     tail(&session, (marks, None), next, handed, abandoned, sent).await?;
     Ok(None)
 }

@@ -165,7 +165,7 @@ pub(super) async fn refresh(
         };
         s.info(&mut out, info);
     }
-    s.conn.send(out).await;
+    s.room.send(out).await;
     Ok((phase, handed))
 }
 
