@@ -76,6 +76,10 @@ impl Room {
                 return false;
             }
             self.held.set(self.held.get() + more);
+            // Tasks of this connection waiting at once each asked for what
+            // the others had taken too: what is now more than needed goes
+            // back at once (it would otherwise wait for the next write).
+            self.settle();
         }
         std::mem::forget(taken);
         true
@@ -85,6 +89,12 @@ impl Room {
     /// budget the rest no longer needs.
     pub fn signal(&self, kib: u64) {
         self.own.signal(kib);
+        self.settle();
+    }
+
+    /// Gives back what of the shard's budget is more than what is taken
+    /// beyond `OWN_KIB` needs.
+    fn settle(&self) {
         let taken = OUT_KIB - self.own.available();
         let spare = self.held.get().saturating_sub(taken.saturating_sub(OWN_KIB));
         if spare > 0 {

@@ -452,9 +452,22 @@ fn sync_search(msgid: i32, mode: ldap3_proto::proto::SyncRequestMode, cookie: Op
 /// A refreshOnly sync search from `cookie`: the messages before its
 /// SearchResultDone, and the cookie its Sync Done control carries.
 pub fn refresh_only(s: &Server, cookie: Option<Vec<u8>>) -> (Vec<LdapMsg>, Option<Vec<u8>>) {
+    refresh_only_of(s, ldap3_proto::proto::LdapFilter::Present("objectClass".into()), cookie)
+}
+
+/// `refresh_only` with this filter.
+fn refresh_only_of(
+    s: &Server,
+    filter: ldap3_proto::proto::LdapFilter,
+    cookie: Option<Vec<u8>>,
+) -> (Vec<LdapMsg>, Option<Vec<u8>>) {
     use ldap3_proto::control::LdapControl;
     let mut r = Raw::connect(s);
-    r.send(vec![sync_search(1, ldap3_proto::proto::SyncRequestMode::RefreshOnly, cookie)]);
+    let mut msg = sync_search(1, ldap3_proto::proto::SyncRequestMode::RefreshOnly, cookie);
+    if let ldap3_proto::proto::LdapOp::SearchRequest(req) = &mut msg.op {
+        req.filter = filter;
+    }
+    r.send(vec![msg]);
     let mut got = Vec::new();
     loop {
         let m = r.recv_lenient().expect("the refresh never ended");
@@ -823,6 +836,69 @@ fn a_one_level_refresh_over_a_deep_subtree_sends_every_child() {
     let mut dns: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("dn: ")).collect();
     dns.sort();
     assert_eq!(dns, [format!("ou=a,{big}"), format!("ou=m,{big}"), format!("ou=z,{big}")]);
+}
+
+/// An entry changed so that the filter no longer takes it and then deleted
+/// while the consumer was away: the consumer holds it from before, and
+/// the delete's own record judged the entry as it last stood (out of the
+/// filter), so no refresh ever said it was gone.
+#[test]
+fn an_entry_changed_out_of_the_filter_then_deleted_is_named_gone() {
+    use ldap3_proto::proto::{LdapFilter, LdapOp};
+    let mut s = Server::start_with_config(1, "[syncrepl]\nprovider = true\n");
+    // A refresh from a cookie replays the changelog only when it reaches
+    // 5 s before the cookie: restart with the clock 10 s ahead.
+    s.env.push(("COREDIR_TEST_CLOCK_OFFSET_S".into(), "10".into()));
+    s.restart();
+    let mut root = s.admin();
+    let dn = format!("cn=leaving,{PEOPLE}");
+    let attrs = vec![("objectClass", ["device"].into()), ("cn", ["leaving"].into()), ("description", ["keep"].into())];
+    assert_eq!(root.add(&dn, attrs).unwrap().rc, 0);
+    let keep = LdapFilter::Equality("description".into(), "keep".into());
+    let (msgs, cookie) = refresh_only_of(&s, keep.clone(), None);
+    let sent = |msgs: &[LdapMsg]| {
+        msgs.iter()
+            .filter_map(|m| match &m.op {
+                LdapOp::SearchResultEntry(e) if deleted_uuids(m).is_empty() => Some(e.dn.to_lowercase()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(sent(&msgs), [dn.to_lowercase()]);
+    let uuid: uuid::Uuid = get_entry(&mut root, &dn, vec!["entryUUID"]).unwrap().attrs["entryUUID"][0].parse().unwrap();
+    assert_eq!(root.modify(&dn, vec![Mod::Replace("description", ["other"].into())]).unwrap().rc, 0);
+    assert_eq!(root.delete(&dn).unwrap().rc, 0);
+    let (msgs, _) = refresh_only_of(&s, keep, cookie);
+    let gone: Vec<_> = msgs.iter().flat_map(deleted_uuids).collect();
+    assert!(gone.contains(&uuid), "the consumer keeps an entry deleted since: {msgs:?}");
+}
+
+/// A refresh that replays the changes since a cookie sends an entry
+/// changed many times in place once, as it is now, not once per change.
+#[test]
+fn a_replayed_refresh_sends_an_entry_changed_many_times_once() {
+    use ldap3_proto::proto::LdapOp;
+    let mut s = Server::start_with_config(1, "[syncrepl]\nprovider = true\n");
+    s.env.push(("COREDIR_TEST_CLOCK_OFFSET_S".into(), "10".into()));
+    s.restart();
+    let mut root = s.admin();
+    let dn = format!("cn=busy,{PEOPLE}");
+    let attrs = vec![("objectClass", ["device"].into()), ("cn", ["busy"].into())];
+    assert_eq!(root.add(&dn, attrs).unwrap().rc, 0);
+    let (_, cookie) = refresh_only(&s, None);
+    for i in 0..20 {
+        let value = format!("v{i}");
+        assert_eq!(root.modify(&dn, vec![Mod::Replace("description", [value.as_str()].into())]).unwrap().rc, 0);
+    }
+    let (msgs, _) = refresh_only(&s, cookie);
+    let sent: Vec<_> = msgs
+        .iter()
+        .filter_map(|m| match &m.op {
+            LdapOp::SearchResultEntry(e) => Some(e.dn.to_lowercase()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sent, [dn.to_lowercase()], "{msgs:?}");
 }
 
 /// A delete phase names every entry deleted since the cookie, however

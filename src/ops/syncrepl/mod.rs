@@ -23,9 +23,11 @@
 //!   as `delete` when it is gone; a rename is the entry at its new DN,
 //!   which the consumer applies as a modify-DN (it matches by entryUUID).
 //!   Records go out in CSN order across every stream, this server's own
-//!   only below the commit floor, and a record whose entry changed again
-//!   since says nothing (the later record does, in its turn): a consumer
-//!   meets a subtree's moves parents first. After each round with
+//!   only below the commit floor; a record whose entry changed again
+//!   since goes out as that change left it (`persist::announce`: a rename
+//!   at its DN, stamped with its CSN), and in a refresh's replay a change
+//!   in place superseded since says nothing (the later record does): a
+//!   consumer meets a subtree's moves parents first. After each round with
 //!   changes, a Sync Info `newcookie`.
 //! - **Cookies** are OpenLDAP's: `rid=NNN,sid=SSS,csn=<csn>[;<csn>…]`, one
 //!   CSN per server id (both servers of a mirror pair), the consumer's
@@ -362,7 +364,7 @@ async fn run(
     let replayed = match &since {
         Some(since) if !ctx.mirrored && phase(ctx, Some(since))? == Phase::Delete => {
             let from = refresh::marks_since(ctx, since).await?;
-            (refresh::records_between(&from, &marks) <= refresh::REPLAY_MOST).then_some((since, from))
+            from.filter(|f| refresh::records_between(f, &marks) <= refresh::REPLAY_MOST).map(|f| (since, f))
         }
         _ => None,
     };

@@ -82,7 +82,13 @@ pub(super) async fn tail(
         let mut short = None;
         let (records, bound) = unsent(&txns, &marks)?;
         more = bound.is_some();
-        for (csn, store, p, o, seq, bytes) in records {
+        let read_none = records.is_empty();
+        // However many records a round reads (a replay's cookie chooses
+        // its backlog), it takes about one slice of reactor time: the rest
+        // follows in the next round, after other work.
+        let slice_end = std::time::Instant::now() + crate::ops::search::SLICE;
+        let mut cut: Option<Csn> = None;
+        for (i, (csn, store, p, o, seq, bytes)) in records.into_iter().enumerate() {
             // Every change goes out in CSN order, across partitions (a
             // parent's move before its children's): one of this server
             // above the floor may yet have one of a slower shard before it.
@@ -91,12 +97,20 @@ pub(super) async fn tail(
                 more = false;
                 break;
             }
-            if until.is_some() && *sent >= s.size {
-                (full, more) = (true, false);
+            if i > 0 && std::time::Instant::now() >= slice_end {
+                (cut, more) = (Some(csn), true);
                 break;
             }
             if let Some(rec) = ChangeRecord::decode(&bytes) {
+                let built = out.len();
                 match announce(s, &txns[store], (p, until.is_some()), &rec, &mut out)? {
+                    // A replay at the size limit with another change to
+                    // send: what was built goes out, then the result.
+                    Announce::Sent if until.is_some() && *sent >= s.size => {
+                        out.truncate(built);
+                        (full, more) = (true, false);
+                        break;
+                    }
                     Announce::Later if !given_up(&mut stuck, csn) => {
                         held = Some(csn);
                         more = false;
@@ -131,7 +145,7 @@ pub(super) async fn tail(
         // Where the round stopped (a record held back, or the end of what
         // was read): of no server id may the cookie claim past it, though
         // the refresh may have seen later CSNs.
-        let stop = held.or(bound).map(Csn::just_below);
+        let stop = held.or(cut).or(bound).map(Csn::just_below);
         let peers = peer_claims(settled, &BTreeMap::new());
         let seen = stop.map_or_else(|| cookie.clone(), |s| cookie.up_to(s));
         let next = seen.capped(own, claimable(own, floor_us, None), &handed, peers).claiming_peer(peers, stop);
@@ -151,8 +165,12 @@ pub(super) async fn tail(
             s.room.wait_for(kib).await;
         }
         // A replay ends once every stream is past where it was at the
-        // start, whatever came since (continuous writes must not hold it).
-        if until.is_some_and(|u| u.iter().all(|(k, v)| marks.get(k).is_some_and(|m| m >= v))) {
+        // start, whatever came since (continuous writes must not hold it),
+        // or once nothing is left to read (a stream's last number may be
+        // above its last record: a resync advances it).
+        let passed = |u: &Marks| u.iter().all(|(k, v)| marks.get(k).is_some_and(|m| m >= v));
+        let drained = read_none && !more && held.is_none();
+        if until.is_some_and(|u| drained || passed(u)) {
             return Ok(Some((marks, cookie, handed)));
         }
     }
@@ -356,7 +374,15 @@ pub(super) fn announce<T: ReadTxn>(
     let state = match changelog::load_state(txn, partition, &rec.uuid)? {
         Some(st) if st.is_live() => st,
         tomb => {
-            if tomb.is_some_and(|tomb| s.showed_before_delete(&tomb, &rec.uuid)) {
+            if tomb.as_ref().is_some_and(|tomb| s.showed_before_delete(tomb, &rec.uuid)) {
+                s.delete(out, &rec.dn, rec.uuid);
+                return Ok(Announce::Sent);
+            }
+            // Deleted after this change took it out of the search (its
+            // last state no longer shows it): the consumer may hold it from
+            // before the change, and no later record would say it is gone.
+            let left = matches!(rec.change, Change::Rename { .. } | Change::Modify { .. } | Change::Conflict { .. });
+            if tomb.is_some() && left && s.in_scope(&old_key) && s.may_learn(&old_key, None) {
                 s.delete(out, &rec.dn, rec.uuid);
                 return Ok(Announce::Sent);
             }
@@ -385,6 +411,10 @@ pub(super) fn announce<T: ReadTxn>(
     let after = renamed.as_ref().map_or_else(|| old_key.clone(), |(_, to)| to.key());
     if entry.csn().is_some_and(|now| now > rec.csn) {
         match (key != after, renamed) {
+            // In a replay, an entry changed since in place goes out with
+            // its later record (every change here has one, and no cookie
+            // claims a record not yet read): once, not once per change.
+            (false, None) if refreshing => return Ok(Announce::Nothing),
             (false, _) => {}
             (true, None) => return Ok(Announce::Nothing),
             (true, Some((text, to))) => {

@@ -307,22 +307,28 @@ fn departed_chunk(
 /// Where a replay of the changes since the cookie starts: in every stream
 /// of the changelog, the last record the cookie holds. A stream's records
 /// are in CSN order (one origin's, in sequence), so it is found by halving;
-/// the reactor is yielded after every `STREAMS_PER_TURN` streams.
-pub(super) async fn marks_since(ctx: &crate::ctx::Ctx, since: &Since) -> Result<Marks> {
+/// the reactor is yielded after every `STREAMS_PER_TURN` streams. `None`
+/// when a stream's trimmed records may hold changes the cookie lacks.
+pub(super) async fn marks_since(ctx: &crate::ctx::Ctx, since: &Since) -> Result<Option<Marks>> {
     const STREAMS_PER_TURN: usize = 32;
     let mut marks = Marks::new();
     for store in ctx.shard.stores.iter() {
         let streams = changelog::streams(&store.read()?)?;
         for some in streams.chunks(STREAMS_PER_TURN) {
-            marks_of(&store.read()?, some, since, &mut marks)?;
+            if !marks_of(&store.read()?, some, since, &mut marks)? {
+                return Ok(None);
+            }
             futures_lite::future::yield_now().await;
         }
     }
-    Ok(marks)
+    Ok(Some(marks))
 }
 
-/// `marks_since` for some streams of one store.
-fn marks_of<T: ReadTxn>(txn: &T, streams: &[changelog::Stream], since: &Since, marks: &mut Marks) -> Result<()> {
+/// `marks_since` for some streams of one store; false when one of them
+/// was trimmed and the cookie names none of its server's changes (the
+/// changelog's coverage is judged by the cookie's CSNs: the trimmed
+/// records of a server it does not name may be newer).
+fn marks_of<T: ReadTxn>(txn: &T, streams: &[changelog::Stream], since: &Since, marks: &mut Marks) -> Result<bool> {
     for &(p, o, first, last) in streams {
         let held = |seq: u64| -> Result<bool> {
             let mut csn = None;
@@ -343,9 +349,12 @@ fn marks_of<T: ReadTxn>(txn: &T, streams: &[changelog::Stream], since: &Since, m
                 false => hi = mid - 1,
             }
         }
+        if first > 1 && lo + 1 == first && !since.csns.contains_key(&o.sid) {
+            return Ok(false);
+        }
         marks.insert((p, o), lo);
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Most records a refresh replays (`replay`): a cookie older than more
