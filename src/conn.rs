@@ -15,6 +15,7 @@
 mod registry;
 mod room;
 pub use registry::{ConnInfo, Registry};
+pub use room::Budget;
 use room::Room;
 
 use crate::accesslog::{self, LogLevel};
@@ -259,7 +260,7 @@ impl Conn {
             transport_ssf,
             peer_cred,
             out,
-            room: Rc::new(Room::new(ctx_queued)),
+            room: Room::new(ctx_queued, fd),
         });
         (conn, frames)
     }

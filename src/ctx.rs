@@ -28,7 +28,7 @@ pub struct Ctx {
     password_jobs: glommio::sync::Semaphore,
     /// KiB of answers this shard's connections may hold queued beyond
     /// their own shares (`limits.max_queued_bytes`, `conn::Room`).
-    pub queued: Rc<glommio::sync::Semaphore>,
+    pub queued: Rc<crate::conn::Budget>,
     /// `server.allow_bind_v2`.
     pub allow_bind_v2: bool,
     /// `server.authz_regexp`, compiled.
@@ -121,7 +121,10 @@ impl Ctx {
             passwords: config.passwords.clone(),
             password_policy: config.passwords.policy(),
             password_jobs: glommio::sync::Semaphore::new(1),
-            queued: Rc::new(glommio::sync::Semaphore::new(config.limits.max_queued_bytes as u64 >> 10)),
+            queued: Rc::new(crate::conn::Budget::new(
+                config.limits.max_queued_bytes as u64 >> 10,
+                std::time::Duration::from_secs(config.limits.write_timeout_s),
+            )),
             allow_bind_v2: config.server.allow_bind_v2,
             authz_regexp: crate::ops::sasl::AuthzRegexp::new(&config.server.authz_regexp).expect("validated"),
             live: std::cell::RefCell::new(Rc::new((**shared.live.load()).clone())),
