@@ -171,23 +171,30 @@ pub enum Marked {
     Referral,
     /// Aliases (RFC 4512 §2.6): a search dereferences them.
     Alias,
+    /// Subentries (RFC 3672): a search below them passes them over
+    /// unless the Subentries control asks for them.
+    Subentry,
 }
 
 /// Per class, set once an entry of it has been indexed in this process or
 /// found in a store at start (`note_marks`); never cleared. While unset,
 /// searches and writes skip every check for the class: one relaxed load.
-static MARKS_SEEN: [std::sync::atomic::AtomicBool; 2] =
-    [std::sync::atomic::AtomicBool::new(false), std::sync::atomic::AtomicBool::new(false)];
+static MARKS_SEEN: [std::sync::atomic::AtomicBool; 3] = [
+    std::sync::atomic::AtomicBool::new(false),
+    std::sync::atomic::AtomicBool::new(false),
+    std::sync::atomic::AtomicBool::new(false),
+];
 
 const MARK_DN_CUT: usize = 480;
 
 impl Marked {
-    pub const ALL: [Marked; 2] = [Marked::Referral, Marked::Alias];
+    pub const ALL: [Marked; 3] = [Marked::Referral, Marked::Alias, Marked::Subentry];
 
     fn prefix(self) -> &'static [u8] {
         match self {
             Marked::Referral => b"\x01referral\0",
             Marked::Alias => b"\x01alias\0",
+            Marked::Subentry => b"\x01subentry\0",
         }
     }
 
@@ -196,6 +203,7 @@ impl Marked {
         match self {
             Marked::Referral => ("referral", "2.16.840.1.113730.3.2.6"),
             Marked::Alias => ("alias", "2.5.6.1"),
+            Marked::Subentry => ("subentry", "2.5.17.0"),
         }
     }
 

@@ -111,6 +111,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     if !is_suffix {
         // As slapd's back-mdb: after the access checks, an alias, then a
         // referral object, whatever ManageDsaIT says.
+        check_not_below_subentry(ctx, &dn.parent())?;
         crate::ops::alias::check_parent(&ctx.shard, &dn.parent().key(), "parent is an alias")?;
         crate::ops::referral::check_parent(&conn, &identity, &dn, &dn.parent(), false)?;
     }
@@ -231,6 +232,21 @@ pub fn check_naming_type(attr: &str) -> Result<()> {
 
 /// The schema checks of a new entry (add and import); records its
 /// structural object class.
+/// No entry lies below a subentry (RFC 3672 §2): as slapd's back-mdb,
+/// objectClassViolation, before the alias and referral checks.
+fn check_not_below_subentry(ctx: &crate::ctx::Ctx, parent: &Dn) -> Result<()> {
+    if !shards::index::Marked::Subentry.may_exist() {
+        return Ok(());
+    }
+    let below = ctx.shard.with_entry(&parent.key(), |view| {
+        view.get("objectClass").is_some_and(|a| a.vals().any(|v| shards::index::Marked::Subentry.is_class(v)))
+    })?;
+    match below {
+        Some(true) => Err(Error::new(LdapResultCode::ObjectClassViolation, "parent is a subentry")),
+        _ => Ok(()),
+    }
+}
+
 pub fn check_new(entry: &mut Entry, dn: &Dn) -> Result<()> {
     let structural = shards::schema::check::check_entry(entry, dn)?;
     set_structural(entry, structural);

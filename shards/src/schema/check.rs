@@ -91,7 +91,15 @@ fn check_contents(schema: &Schema, entry: &Entry, dn: &Dn, classes: &[usize], va
             }
         }
     }
-    let extensible = classes.iter().any(|c| schema.classes[*c].oid == "1.3.6.1.4.1.1466.101.120.111");
+    let has = |oid: &str| classes.iter().any(|c| schema.classes[*c].oid == oid);
+    if has(SUBSCHEMA) {
+        let why = "objectClass 'subschema' only allowed in the subschema subentry";
+        return Err(Error::new(Code::ObjectClassViolation, why));
+    }
+    for (a, t) in entry.attrs.iter().zip(&types) {
+        check_placement(&schema.attrs[*t], &a.name, &has)?;
+    }
+    let extensible = has("1.3.6.1.4.1.1466.101.120.111");
     let mut allowed = vec![false; schema.attrs.len()];
     for c in classes {
         let oc = &schema.classes[*c];
@@ -118,6 +126,35 @@ fn check_contents(schema: &Schema, entry: &Entry, dn: &Dn, classes: &[usize], va
         }
     }
     check_rdn(entry, dn)
+}
+
+/// The `subschema` class: only the subschema subentry is of it.
+const SUBSCHEMA: &str = "2.5.20.1";
+
+/// Types slapd allows only in certain entries (its schema's checks per
+/// type), whatever the classes or extensibleObject allow: the root DSE's
+/// own, `ref` outside a referral object, `aliasedObjectName` outside an
+/// alias, `subtreeSpecification` outside a subentry: objectClassViolation.
+fn check_placement(at: &AttributeType, name: &str, has: &dyn Fn(&str) -> bool) -> Result<()> {
+    let only_in = match at.oid.as_str() {
+        // namingContexts, altServer, supportedExtension, supportedControl,
+        // supportedSASLMechanisms, supportedLDAPVersion, supportedFeatures,
+        // vendorName, vendorVersion.
+        "1.3.6.1.4.1.1466.101.120.5"
+        | "1.3.6.1.4.1.1466.101.120.6"
+        | "1.3.6.1.4.1.1466.101.120.7"
+        | "1.3.6.1.4.1.1466.101.120.13"
+        | "1.3.6.1.4.1.1466.101.120.14"
+        | "1.3.6.1.4.1.1466.101.120.15"
+        | "1.3.6.1.4.1.4203.1.3.5"
+        | "1.3.6.1.1.4"
+        | "1.3.6.1.1.5" => "the root DSE",
+        "2.16.840.1.113730.3.1.34" if !has("2.16.840.1.113730.3.2.6") => "the referral",
+        "2.5.4.1" if !has("2.5.6.1") => "the alias",
+        "2.5.18.6" if !has("2.5.17.0") => "the subentry",
+        _ => return Ok(()),
+    };
+    Err(Error::new(Code::ObjectClassViolation, format!("attribute \"{name}\" only allowed in {only_in}")))
 }
 
 /// Whether a type or one of its supertypes is allowed (a class that

@@ -128,6 +128,25 @@ pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest, ctrls: Control
     .detach();
 }
 
+/// RFC 3672 as slapd's back-mdb applies it: without the Subentries control
+/// (or with it FALSE) a one-level or subtree search passes subentries
+/// over, and a base search with it FALSE too. Added after the access
+/// rules restrict the filter (the requester's right to search
+/// `objectClass` has nothing to do with it), and only once a store may
+/// hold a subentry: the usual search tests nothing more.
+fn hide_subentries(node: filter::Node, req: &LdapSearchRequest, control: Option<bool>) -> filter::Node {
+    let hidden = match control {
+        Some(true) => false,
+        Some(false) => true,
+        None => req.scope != LdapSearchScope::Base,
+    };
+    if !hidden || !shards::index::Marked::Subentry.may_exist() {
+        return node;
+    }
+    let subentry = ldap3_proto::proto::LdapFilter::Equality("objectClass".into(), "subentry".into());
+    filter::Node::And(vec![node, filter::Node::Not(Box::new(filter::compile(&subentry)))])
+}
+
 struct Limits {
     size: usize,
     deadline: Option<Instant>,
@@ -171,6 +190,7 @@ async fn run(
         // Assertions on attributes the requester may not search are Undefined.
         node = node.restrict(&|names| plan.searchable(names));
     }
+    node = hide_subentries(node, req, ctrls.subentries);
     let computed_tests = if is_root { 0 } else { live.limits.max_filter_tests };
     // A one-RDN key is that RDN's normalized form.
     if subschema::is_subschema_key(&base_key) {
@@ -381,12 +401,14 @@ async fn run(
         if over {
             return Err(Error::new(LdapResultCode::SizeLimitExceeded, ""));
         }
-        if next >= visible {
+        if next >= visible && ctrls.subentries != Some(true) {
             emit.references(conn, req, &base_key, abandoned).await?;
         }
         return Ok(());
     }
-    if stopped.is_none() {
+    // With the Subentries control TRUE only subentries are visible: no
+    // referral object either, as slapd.
+    if stopped.is_none() && ctrls.subentries != Some(true) {
         emit.references(conn, req, &base_key, abandoned).await?;
     }
     if page_size.is_some() {
