@@ -339,8 +339,9 @@ pub struct Limits {
     /// The same once bound (slapd's `conn_max_pending_auth`).
     pub max_pending_auth: usize,
     /// Seconds a client may leave a response unread before it is
-    /// disconnected (slapd's `writetimeout`), and hold part of its shard's
-    /// `max_queued_bytes` while another connection waits for it; 0: never.
+    /// disconnected (slapd's `writetimeout`); also the window in which a
+    /// client holding part of its shard's `max_queued_bytes` must read as
+    /// much as it holds while another connection waits for it; 0: never.
     pub write_timeout_s: u64,
     /// Bytes of answers the connections of one shard may hold queued for
     /// clients that have not read them, together (read at start). Each

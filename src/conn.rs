@@ -521,7 +521,7 @@ fn spawn_writer<W: AsyncWrite + Unpin + 'static>(
                     Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
                 }
             };
-            room.signal(kib);
+            room.written(kib);
             if written.is_err() {
                 if fd >= 0 {
                     // SAFETY: shutting down a socket the connection still owns.

@@ -174,6 +174,8 @@ impl Ctx {
         if generation != self.live_seen.get() {
             *self.live.borrow_mut() = Rc::new((**self.shared.live.load()).clone());
             self.live_seen.set(generation);
+            let patience = self.live.borrow().limits.write_timeout_s;
+            self.queued.set_patience(std::time::Duration::from_secs(patience));
         }
         self.live.borrow().clone()
     }

@@ -87,9 +87,10 @@ pub fn open_database(config: &Config, n_shards: usize) -> Result<Database> {
     if fixed > 0 {
         eprintln!("coredir: corrected {fixed} child counts left by an interrupted write");
     }
-    // Referral checks cost nothing until some store holds a referral object.
+    // Referral, alias and subentry checks cost nothing until some store
+    // holds an entry of the class.
     for store in stores.iter() {
-        shards::index::note_marks(store).map_err(|e| anyhow!("referral and alias keys: {}", e.message))?;
+        shards::index::note_marks(store).map_err(|e| anyhow!("referral, alias and subentry keys: {}", e.message))?;
     }
     Ok(Database { lock, manifest, stores })
 }

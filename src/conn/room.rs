@@ -8,9 +8,11 @@
 //! budget and their shares. A client that reads keeps being answered
 //! within its share while others hold the budget. Those that never read
 //! are cut off after `limits.write_timeout_s` without a write; one that
-//! reads just enough to keep each write alive is cut off once it has held
-//! part of the budget that long while another connection waits for it
-//! (`Budget::evict_stalled`): slow readers cannot keep the budget for good.
+//! reads just enough to keep each write alive is cut off when, while
+//! another connection waits for the budget, it has read less in a window
+//! of `write_timeout_s` than it holds (it could not drain its queue in
+//! that time: `Budget::evict_stalled`). A client that reads fast keeps
+//! its queue full without harm: it drains it many times a window.
 
 use super::OUT_KIB;
 use glommio::sync::Semaphore;
@@ -32,38 +34,89 @@ const CHECK: Duration = Duration::from_secs(1);
 pub struct Budget {
     sem: Semaphore,
     holders: RefCell<Vec<Weak<Room>>>,
-    /// How long a connection may hold part of the budget while others
-    /// wait for it (`limits.write_timeout_s`; zero: for ever).
-    patience: Duration,
+    /// The holders list's length after its last pruning.
+    pruned: Cell<usize>,
+    /// The window a holder must drain what it holds in, while others wait
+    /// (`limits.write_timeout_s`, followed by reload; zero: no cut-off).
+    patience: Cell<Duration>,
+    /// When the holders were last looked at: once a second at most,
+    /// however many tasks wait.
+    swept: Cell<Option<Instant>>,
 }
 
 impl Budget {
     pub fn new(kib: u64, patience: Duration) -> Budget {
-        Budget { sem: Semaphore::new(kib), holders: RefCell::default(), patience }
+        Budget {
+            sem: Semaphore::new(kib),
+            holders: RefCell::default(),
+            pruned: Cell::new(0),
+            patience: Cell::new(patience),
+            swept: Cell::new(None),
+        }
     }
 
-    /// Cuts off the connections that have held part of the budget for
-    /// longer than `patience` (their sockets shut down: their writers fail
-    /// and give back what they hold). Returns how many.
-    fn evict_stalled(&self) -> usize {
-        if self.patience.is_zero() {
+    /// `limits.write_timeout_s` after a reload.
+    pub fn set_patience(&self, patience: Duration) {
+        self.patience.set(patience);
+    }
+
+    /// Cuts off the holders (but `waiting`) that read less in their last
+    /// window of `patience` than they hold: their sockets are shut down,
+    /// their writers fail and give back all they hold. Returns how many.
+    fn evict_stalled(&self, waiting: &Room) -> usize {
+        let patience = self.patience.get();
+        if patience.is_zero() || self.swept.get().is_some_and(|t| t.elapsed() < CHECK) {
             return 0;
         }
+        self.swept.set(Some(Instant::now()));
         let mut cut = 0;
         self.holders.borrow_mut().retain(|w| {
             let Some(room) = w.upgrade() else { return false };
-            let Some(since) = room.since.get() else { return false };
-            if since.elapsed() >= self.patience && !room.evicted.replace(true) && room.fd >= 0 {
-                // SAFETY: the connection still owns its socket (the room lives).
+            if room.held.get() == 0 {
+                room.listed.set(false);
+                return false;
+            }
+            if std::ptr::eq(&*room, waiting) || room.window.get().elapsed() < patience {
+                return true;
+            }
+            if room.drained.get() >= room.held.get() {
+                // It drains what it holds within the window: a new window.
+                room.window.set(Instant::now());
+                room.drained.set(0);
+            } else if !room.evicted.replace(true) && room.fd >= 0 {
+                // SAFETY: the connection still owns its socket (the room
+                // lives only while its writer and connection do).
                 unsafe { libc::shutdown(room.fd, libc::SHUT_RDWR) };
                 cut += 1;
             }
             true
         });
+        self.pruned.set(self.holders.borrow().len());
         if cut > 0 {
-            eprintln!("coredir: cut off {cut} connection(s) holding queued answers unread while others waited");
+            eprintln!(
+                "coredir: cut off {cut} connection(s) reading their queued answers too slowly while others waited"
+            );
         }
         cut
+    }
+
+    /// Lists a room that began to hold part of the budget; past twice its
+    /// length at the last pruning, the list drops those gone or holding
+    /// nothing (when nobody waits, no sweep prunes it).
+    fn list(&self, room: Weak<Room>) {
+        let mut holders = self.holders.borrow_mut();
+        holders.push(room);
+        if holders.len() > 64 && holders.len() > 2 * self.pruned.get() {
+            holders.retain(|w| match w.upgrade() {
+                Some(r) if r.held.get() > 0 => true,
+                Some(r) => {
+                    r.listed.set(false);
+                    false
+                }
+                None => false,
+            });
+            self.pruned.set(holders.len());
+        }
     }
 }
 
@@ -75,8 +128,10 @@ pub struct Room {
     /// KiB of the budget this connection holds: at least what it has
     /// taken beyond `OWN_KIB`, given back as its frames are written.
     held: Cell<u64>,
-    /// Since when it has held some of the budget without a pause.
-    since: Cell<Option<Instant>>,
+    /// Since when its drain is measured (it began to hold, or its last
+    /// window passed), and the KiB its writer wrote since.
+    window: Cell<Instant>,
+    drained: Cell<u64>,
     /// Listed among the budget's holders.
     listed: Cell<bool>,
     evicted: Cell<bool>,
@@ -102,7 +157,8 @@ impl Room {
             own: Semaphore::new(OUT_KIB),
             budget,
             held: Cell::new(0),
-            since: Cell::new(None),
+            window: Cell::new(Instant::now()),
+            drained: Cell::new(0),
             listed: Cell::new(false),
             evicted: Cell::new(false),
             fd,
@@ -116,12 +172,19 @@ impl Room {
             return;
         }
         if self.held.get() == 0 {
-            self.since.set(Some(Instant::now()));
+            self.window.set(Instant::now());
+            self.drained.set(0);
             if !self.listed.replace(true) {
-                self.budget.holders.borrow_mut().push(self.me.clone());
+                self.budget.list(self.me.clone());
             }
         }
         self.held.set(self.held.get() + kib);
+    }
+
+    /// Gives back `kib` its writer wrote: it counts toward its drain.
+    pub fn written(&self, kib: u64) {
+        self.drained.set(self.drained.get() + kib);
+        self.signal(kib);
     }
 
     /// KiB of the shard's budget still needed to cover what is taken.
@@ -163,7 +226,7 @@ impl Room {
                     Some(Ok(())) => break,
                     Some(Err(_)) => return false,
                     None => {
-                        self.budget.evict_stalled();
+                        self.budget.evict_stalled(self);
                     }
                 }
             }
@@ -192,9 +255,6 @@ impl Room {
         if spare > 0 {
             self.held.set(self.held.get() - spare);
             self.budget.sem.signal(spare);
-        }
-        if self.held.get() == 0 {
-            self.since.set(None);
         }
     }
 }
@@ -289,6 +349,31 @@ mod tests {
                 // SAFETY: closing descriptors this test opened.
                 unsafe { libc::close(fd) };
             }
+        });
+    }
+
+    /// A sweep cuts off the holders that drained less than they hold in
+    /// their window, not those that read fast and keep their queue full.
+    #[test]
+    fn a_sweep_cuts_off_only_those_that_drain_too_slowly() {
+        run(|| async {
+            let budget = Rc::new(Budget::new(2000, Duration::from_millis(100)));
+            let (fast, slow, waiting) =
+                (Room::new(budget.clone(), -1), Room::new(budget.clone(), -1), Room::new(budget.clone(), -1));
+            assert!(fast.try_acquire(OWN_KIB + 1000));
+            assert!(slow.try_acquire(OWN_KIB + 1000));
+            // The fast one's writer writes and its search refills; the slow
+            // one's writes nothing.
+            let until = Instant::now() + Duration::from_millis(300);
+            while Instant::now() < until {
+                fast.written(500);
+                assert!(fast.try_acquire(500));
+                glommio::timer::sleep(Duration::from_millis(20)).await;
+            }
+            assert_eq!(budget.evict_stalled(&waiting), 0, "fd -1: nothing to shut down");
+            assert!(!fast.evicted.get(), "a fast reader was cut off");
+            assert!(slow.evicted.get(), "a slow reader was not");
+            assert_eq!(budget.evict_stalled(&waiting), 0, "once a second at most");
         });
     }
 }

@@ -11,8 +11,9 @@
 //! - ManageDsaIT (RFC 3296): referral objects are plain entries for the
 //!   operation (`ops::referral`).
 //! - Matched Values (RFC 3876): search; applied in `search::write_entry`.
-//! - Subentries (RFC 3672): search; there are no subentries, so TRUE
-//!   returns nothing (the filter is ANDed with `objectClass=subentry`).
+//! - Subentries (RFC 3672): search; TRUE returns only subentries, FALSE
+//!   (or no control) passes them over below the base (`search::mod.rs`,
+//!   `subentry_visibility`).
 //! - Sync Request (RFC 4533): search (`ops::syncrepl`).
 //! - Don't Use Copy (RFC 6171): search and compare; always met (no
 //!   server here holds a shadow copy).

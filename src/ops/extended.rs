@@ -166,7 +166,7 @@ async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest
         Some(id) => id.to_string(),
     };
     let dn = parse_dn(&target).map_err(|e| Error::new(LdapResultCode::InvalidAttributeSyntax, e.message))?;
-    if crate::ops::referral::at_or_below(conn, &dn) && crate::ops::disclosed(conn, identity, &dn.key()) {
+    if crate::ops::referral::at_or_below(conn, identity, &dn) {
         return Err(Error::unwilling("the entry is a referral object or lies below one"));
     }
     let is_root = identity.is_root();

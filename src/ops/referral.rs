@@ -172,20 +172,19 @@ pub fn below(conn: &Conn, dn: &Dn, at: &Dn, scope: Option<&str>) -> Option<Error
 }
 
 /// Whether `dn` names a referral object, or a missing entry whose nearest
-/// existing ancestor is one (a Password Modify there is unwillingToPerform,
-/// as slapd's, with or without ManageDsaIT).
-pub fn at_or_below(conn: &Conn, dn: &Dn) -> bool {
+/// existing ancestor is one, that the requester may know of (a Password
+/// Modify there is unwillingToPerform, as slapd's, with or without
+/// ManageDsaIT). The ancestor is found by bisection (`nearest_entry`).
+pub fn at_or_below(conn: &Conn, identity: &Identity, dn: &Dn) -> bool {
     if !active() {
         return false;
     }
-    let mut at = dn.clone();
-    while !at.is_root() {
-        if let Ok(Some(found)) = conn.ctx.shard.with_entry(&at.key(), is_referral) {
-            return found;
-        }
-        at = at.parent();
-    }
-    false
+    let referral_at = |key: &[u8]| conn.ctx.shard.with_entry(key, is_referral).ok().flatten();
+    let at = match referral_at(&dn.key()) {
+        Some(found) => found.then(|| dn.key()),
+        None => crate::ops::nearest_entry(&conn.ctx, dn).map(|a| a.key()).filter(|k| referral_at(k) == Some(true)),
+    };
+    at.is_some_and(|key| crate::ops::disclosed(conn, identity, &key))
 }
 
 /// Refuses an add below a referral object (even with ManageDsaIT, as

@@ -281,3 +281,47 @@ fn the_assertion_control_is_no_oracle() {
     let rc = carol.with_controls(assert(&right)).modify(&dn("carol"), m()).unwrap().rc;
     assert_eq!(rc, 122, "alice's hash is no match for carol's entry either way");
 }
+
+/// A Password Modify at or below a referral object is unwillingToPerform,
+/// as slapd's, but only for a referral the requester may know of: below a
+/// hidden one it answers as below any entry it may not see (it told the
+/// hidden object's existence and class).
+#[test]
+fn a_password_change_below_a_hidden_referral_tells_nothing_of_it() {
+    let rules = format!(
+        r#"
+[access]
+rules = [
+  'to dn.base="ou=ref,{SUFFIX}" by * none',
+  'to attrs=userPassword by self =wx by anonymous auth by * none',
+  'to * by users write by * read',
+]
+"#
+    );
+    let s = Server::start_with_config(1, &rules);
+    let mut root = s.admin();
+    assert_eq!(add_user(&mut root, "alice").rc, 0);
+    let referral = vec![
+        ("objectClass", HashSet::from(["referral", "extensibleObject"])),
+        ("ou", HashSet::from(["ref"])),
+        ("ref", HashSet::from(["ldap://elsewhere.example.com/ou=ref,dc=example,dc=com"])),
+    ];
+    assert_eq!(root.add(&format!("ou=ref,{SUFFIX}"), referral).unwrap().rc, 0);
+    let plain = vec![("objectClass", HashSet::from(["organizationalUnit"])), ("ou", HashSet::from(["plain"]))];
+    assert_eq!(root.add(&format!("ou=plain,{SUFFIX}"), plain).unwrap().rc, 0);
+    let mut alice = as_user(&s, "alice");
+    let mut change = |target: String| {
+        let target: &'static str = Box::leak(target.into_boxed_str());
+        alice.extended(PasswordModify { user_id: Some(target), old_pass: None, new_pass: Some("x") }).unwrap().1.rc
+    };
+    let below_hidden = change(format!("uid=x,ou=ref,{SUFFIX}"));
+    let below_plain = change(format!("uid=x,ou=plain,{SUFFIX}"));
+    assert_eq!(below_hidden, below_plain, "the hidden referral object shows through");
+    // The root DN may know of it: slapd's answer.
+    let res = root.extended(PasswordModify {
+        user_id: Some("uid=x,ou=ref,dc=example,dc=com"),
+        old_pass: None,
+        new_pass: Some("x"),
+    });
+    assert_eq!(res.unwrap().1.rc, 53);
+}

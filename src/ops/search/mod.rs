@@ -128,23 +128,31 @@ pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest, ctrls: Control
     .detach();
 }
 
-/// RFC 3672 as slapd's back-mdb applies it: without the Subentries control
-/// (or with it FALSE) a one-level or subtree search passes subentries
-/// over, and a base search with it FALSE too. Added after the access
-/// rules restrict the filter (the requester's right to search
-/// `objectClass` has nothing to do with it), and only once a store may
-/// hold a subentry: the usual search tests nothing more.
-fn hide_subentries(node: filter::Node, req: &LdapSearchRequest, control: Option<bool>) -> filter::Node {
+/// RFC 3672 as slapd's back-mdb applies it: with the Subentries control
+/// TRUE only subentries are returned; without it (or with it FALSE) a
+/// one-level or subtree search passes them over, and a base search with
+/// it FALSE too (not the subschema subentry, which is served apart).
+/// Added after the access rules restrict the filter (the requester's right
+/// to search `objectClass` has nothing to do with it), and without the
+/// control only once a store may hold a subentry: the usual search tests
+/// nothing more.
+fn subentry_visibility(
+    node: filter::Node,
+    req: &LdapSearchRequest,
+    base_key: &[u8],
+    control: Option<bool>,
+) -> filter::Node {
+    let subentry =
+        || filter::compile(&ldap3_proto::proto::LdapFilter::Equality("objectClass".into(), "subentry".into()));
     let hidden = match control {
-        Some(true) => false,
+        Some(true) => return filter::Node::And(vec![node, subentry()]),
         Some(false) => true,
         None => req.scope != LdapSearchScope::Base,
     };
-    if !hidden || !shards::index::Marked::Subentry.may_exist() {
+    if !hidden || !shards::index::Marked::Subentry.may_exist() || subschema::is_subschema_key(base_key) {
         return node;
     }
-    let subentry = ldap3_proto::proto::LdapFilter::Equality("objectClass".into(), "subentry".into());
-    filter::Node::And(vec![node, filter::Node::Not(Box::new(filter::compile(&subentry)))])
+    filter::Node::And(vec![node, filter::Node::Not(Box::new(subentry()))])
 }
 
 struct Limits {
@@ -180,17 +188,11 @@ async fn run(
         sel.values = items.iter().map(filter::compile).collect();
     }
     let mut node = filter::compile(&req.filter);
-    // RFC 3672: with the Subentries control TRUE only subentries are
-    // returned, with FALSE (or without it) only the others.
-    if ctrls.subentries == Some(true) {
-        let subentry = ldap3_proto::proto::LdapFilter::Equality("objectClass".into(), "subentry".into());
-        node = filter::Node::And(vec![node, filter::compile(&subentry)]);
-    }
     if let Some(plan) = &plan {
         // Assertions on attributes the requester may not search are Undefined.
         node = node.restrict(&|names| plan.searchable(names));
     }
-    node = hide_subentries(node, req, ctrls.subentries);
+    node = subentry_visibility(node, req, &base_key, ctrls.subentries);
     let computed_tests = if is_root { 0 } else { live.limits.max_filter_tests };
     // A one-RDN key is that RDN's normalized form.
     if subschema::is_subschema_key(&base_key) {
