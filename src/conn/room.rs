@@ -215,8 +215,8 @@ impl Room {
         let taken = Taken(self, kib);
         let more = self.wanted();
         if more > 0 {
-            // While it waits, holders that have kept their part too long
-            // are cut off (a wait dropped leaves no units behind).
+            // While it waits, holders that drain too slowly are cut off (a
+            // wait dropped leaves no units behind).
             loop {
                 let granted = futures_lite::future::or(async { Some(self.budget.sem.acquire(more).await) }, async {
                     glommio::timer::sleep(CHECK).await;
