@@ -135,6 +135,8 @@ pub struct Room {
     /// Listed among the budget's holders.
     listed: Cell<bool>,
     evicted: Cell<bool>,
+    /// KiB taken from `own` by tasks still waiting for the budget.
+    waiting: Cell<u64>,
     /// The connection's socket (-1: none).
     fd: RawFd,
     me: Weak<Room>,
@@ -147,7 +149,24 @@ struct Taken<'a>(&'a Room, u64);
 
 impl Drop for Taken<'_> {
     fn drop(&mut self) {
-        self.0.own.signal(self.1);
+        self.0.signal(self.1);
+    }
+}
+
+/// KiB of a task waiting for the budget: not counted as needing cover
+/// while it waits (`Room::covered`), whether the wait ends or is dropped.
+struct Waiting<'a>(&'a Room, u64);
+
+impl<'a> Waiting<'a> {
+    fn new(room: &'a Room, kib: u64) -> Waiting<'a> {
+        room.waiting.set(room.waiting.get() + kib);
+        Waiting(room, kib)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.set(self.0.waiting.get() - self.1);
     }
 }
 
@@ -161,6 +180,7 @@ impl Room {
             drained: Cell::new(0),
             listed: Cell::new(false),
             evicted: Cell::new(false),
+            waiting: Cell::new(0),
             fd,
             me: me.clone(),
         })
@@ -187,10 +207,17 @@ impl Room {
         self.signal(kib);
     }
 
+    /// KiB taken from `own` for frames queued or about to be: all but
+    /// those of tasks waiting for the budget. What the connection holds of
+    /// the budget covers these beyond `OWN_KIB`, no more: a waiting task's
+    /// part goes back to the budget, and comes to it through its wait.
+    fn covered(&self) -> u64 {
+        (OUT_KIB - self.own.available()).saturating_sub(self.waiting.get())
+    }
+
     /// KiB of the shard's budget still needed to cover what is taken.
     fn wanted(&self) -> u64 {
-        let taken = OUT_KIB - self.own.available();
-        taken.saturating_sub(OWN_KIB).saturating_sub(self.held.get())
+        self.covered().saturating_sub(OWN_KIB).saturating_sub(self.held.get())
     }
 
     /// Takes `kib` now, if both bounds have room.
@@ -213,29 +240,36 @@ impl Room {
             return false;
         }
         let taken = Taken(self, kib);
-        let more = self.wanted();
-        if more > 0 {
-            // While it waits, holders that drain too slowly are cut off (a
-            // wait dropped leaves no units behind).
-            loop {
-                let granted = futures_lite::future::or(async { Some(self.budget.sem.acquire(more).await) }, async {
-                    glommio::timer::sleep(CHECK).await;
-                    None
-                });
-                match granted.await {
-                    Some(Ok(())) => break,
-                    Some(Err(_)) => return false,
-                    None => {
-                        self.budget.evict_stalled(self);
-                    }
+        // What it needs is asked again after each second of waiting: the
+        // connection's writes may have left it covered meanwhile. While it
+        // waits, holders that drain too slowly are cut off (a wait dropped
+        // leaves no units behind).
+        loop {
+            let more = self.wanted();
+            if more == 0 {
+                break;
+            }
+            let wait = Waiting::new(self, kib);
+            let granted = futures_lite::future::or(async { Some(self.budget.sem.acquire(more).await) }, async {
+                glommio::timer::sleep(CHECK).await;
+                None
+            });
+            let granted = granted.await;
+            drop(wait);
+            match granted {
+                Some(Ok(())) => {
+                    self.hold(more);
+                    break;
+                }
+                Some(Err(_)) => return false,
+                None => {
+                    self.budget.evict_stalled(self);
                 }
             }
-            self.hold(more);
-            // Tasks of this connection waiting at once each asked for what
-            // the others had taken too: what is now more than needed goes
-            // back at once (it would otherwise wait for the next write).
-            self.settle();
         }
+        // Tasks of this connection that waited at once may together hold
+        // more than they need: the rest goes back at once.
+        self.settle();
         std::mem::forget(taken);
         true
     }
@@ -250,8 +284,7 @@ impl Room {
     /// Gives back what of the shard's budget is more than what is taken
     /// beyond `OWN_KIB` needs.
     fn settle(&self) {
-        let taken = OUT_KIB - self.own.available();
-        let spare = self.held.get().saturating_sub(taken.saturating_sub(OWN_KIB));
+        let spare = self.held.get().saturating_sub(self.covered().saturating_sub(OWN_KIB));
         if spare > 0 {
             self.held.set(self.held.get() - spare);
             self.budget.sem.signal(spare);
@@ -374,6 +407,32 @@ mod tests {
             assert!(!fast.evicted.get(), "a fast reader was cut off");
             assert!(slow.evicted.get(), "a slow reader was not");
             assert_eq!(budget.evict_stalled(&waiting), 0, "once a second at most");
+        });
+    }
+
+    /// Two connections each wait for more of a spent budget while their
+    /// earlier frames are written: what those frames held goes back to the
+    /// budget, not kept for the waiting tasks, and both get their room
+    /// (kept, each held its part and waited for more: for good).
+    #[test]
+    fn waiters_of_two_connections_both_get_their_room_as_frames_are_written() {
+        run(|| async {
+            // Room for both waiters' frames, not for those and the earlier.
+            let budget = Rc::new(Budget::new(1100, Duration::ZERO));
+            let (a, b) = (Room::new(budget.clone(), -1), Room::new(budget.clone(), -1));
+            assert!(a.try_acquire(OWN_KIB + 500) && b.try_acquire(OWN_KIB + 500));
+            let wait = |room: &Rc<Room>| {
+                let room = room.clone();
+                glommio::spawn_local(async move { room.acquire(600).await })
+            };
+            let (wa, wb) = (wait(&a), wait(&b));
+            glommio::timer::sleep(Duration::from_millis(10)).await;
+            a.written(OWN_KIB + 500);
+            b.written(OWN_KIB + 500);
+            let both = futures_lite::future::zip(wa, wb);
+            // A wait asks again after a second (`CHECK`): its need shrank.
+            let done = glommio::timer::timeout(Duration::from_secs(3), async { Ok(both.await) }).await;
+            assert_eq!(done.ok(), Some((true, true)), "a waiter never got its room");
         });
     }
 }
