@@ -124,7 +124,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     hash_passwords(&conn, &mut entry.attrs).await?;
     stamp_new(&mut entry, identity.dn());
     entry.check_layout()?;
-    let most = ctx.live().limits.max_entry_bytes;
+    let most = live.limits.max_entry_bytes;
     if most > 0 && entry.stored_len() > most {
         let why = format!("entry would exceed limits.max_entry_bytes ({most} bytes)");
         return Err(Error::new(LdapResultCode::AdminLimitExceeded, why));

@@ -94,7 +94,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
         after: ctrls.post_read.is_some(),
         relax: ctrls.relax.is_some(),
         permissive: ctrls.permissive.is_some(),
-        max_bytes: conn.ctx.live().limits.max_entry_bytes,
+        max_bytes: live.limits.max_entry_bytes,
     };
     let shard = &conn.ctx.shard;
     // Admitted only now: a rename waits for admitted writes, so none may
