@@ -103,9 +103,11 @@
 //!      server of a pair, written per replication frame), relaxed entryUUID claims
 //!      (`claimed_uuids`, root's Relax writes only), the park `Gate` while
 //!      an LMDB map grows;
-//!    - LMDB's own reader table: each read transaction takes the
-//!      environment's reader mutex when it begins (`MDB_NOTLS`, needed
-//!      because a reactor can hold two snapshots of one store at once).
+//!    - LMDB's reader table is not among them: each thread keeps its
+//!      reset read transactions per store and renews them
+//!      (`shards::store::lmdb`), so a read takes no reader-table mutex;
+//!      only a thread's first reads of a store (or a thread past the
+//!      pooled ones) begin a transaction under it.
 //!    Between a shard and the admin thread (never another shard): the
 //!    connection registry's per-shard maps (locked by the shard only at
 //!    open and close), mirror mode's status (`repl::Shared`), the LMDB

@@ -4,7 +4,7 @@
 //! through snapshots (`ReadTxn`, any shard, no lock) and written through one
 //! write transaction at a time (`WriteTxn`, the owner's group-commit thread
 //! only). Transactions are synchronous and must never be held across an
-//! `.await`. Two engines implement it: `lmdb` (heed, the default) and
+//! `.await`. Two engines implement it: `lmdb` (LMDB's C API, the default) and
 //! `sled`; `Engine` is the one a server opened (`storage.engine`).
 //!
 //! Trees, named after back-mdb's:
