@@ -366,7 +366,7 @@ impl Admin {
             let txn = store.read().map_err(|e| anyhow!(e.message))?;
             shards::changelog::states(&txn, &[], &mut |partition, uuid, v| {
                 let partition = Some(partition as u32);
-                if let Some(state) = shards::changelog::decode_state(v) {
+                if let Some(state) = shards::merge::decode_state(v) {
                     // Once, from the partition that shows it (a rename
                     // leaves a copy of the state where it was).
                     let here = |dn: &str| {
@@ -376,7 +376,7 @@ impl Admin {
                     let entry_uuid = || uuid::Uuid::from_bytes(uuid).hyphenated().to_string();
                     if let (Some((lost, _)), Some(dn), None) = (&state.conflict, dn, state.deleted) {
                         out.push(Conflict { dn, lost: lost.clone(), entry_uuid: entry_uuid(), glue: false });
-                    } else if let Some(e) = shards::changelog::materialize(&state, &uuid) {
+                    } else if let Some(e) = shards::merge::materialize(&state, &uuid) {
                         if e.has_value("objectClass", b"glue") && here(&e.dn) {
                             out.push(Conflict { dn: e.dn, lost: String::new(), entry_uuid: entry_uuid(), glue: true });
                         }

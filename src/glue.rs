@@ -31,7 +31,7 @@ use std::collections::BTreeSet;
 pub fn removed(images: &[Images], deleted: &BTreeSet<[u8; 16]>) -> Vec<(Vec<u8>, [u8; 16])> {
     let gone = images.iter().filter(|i| i.after.is_none()).filter_map(|i| i.before.as_ref());
     gone.filter_map(|e| {
-        let uuid = shards::changelog::uuid_of(e).ok().filter(|u| deleted.contains(u))?;
+        let uuid = shards::merge::uuid_of(e).ok().filter(|u| deleted.contains(u))?;
         Some((Dn::parse(&e.dn).ok()?.key(), uuid))
     })
     .collect()
@@ -80,7 +80,7 @@ pub async fn keep_parents(ctx: &Ctx, removed: Vec<(Vec<u8>, [u8; 16])>) -> Resul
 pub fn moved_away(images: &[Images], deleted: &BTreeSet<[u8; 16]>) -> Vec<(Dn, [u8; 16])> {
     let moved = images.iter().filter_map(|i| {
         let before = i.before.as_ref()?;
-        let uuid = shards::changelog::uuid_of(before).ok()?;
+        let uuid = shards::merge::uuid_of(before).ok()?;
         let old = Dn::parse(&before.dn).ok()?;
         let gone = match &i.after {
             Some(after) => Dn::parse(&after.dn).ok()?.key() != old.key(),

@@ -4,7 +4,7 @@
 //! children, no duplicate DN) and routes every entry to its owner's thread.
 //! Into a new database (the usual case) each owner gathers its entries in
 //! memory and writes every tree once, in key order, with appends
-//! (`write::BulkLoad`): nothing is written if any entry is refused, and the
+//! (`shards::bulk::BulkLoad`): nothing is written if any entry is refused, and the
 //! directory is left empty again. Into an existing database the entries go
 //! in as the server would add them (an add counted on its parent's owner,
 //! inserted on its own), in large write transactions, in order; entries
@@ -23,7 +23,8 @@ use shards::ldif;
 use shards::manifest::Manifest;
 use shards::schema::base_type;
 use shards::store::{Engine, Store};
-use shards::write::{add_ops, clock, run_batch_owned, BulkLoad, WriteOp};
+use shards::bulk::BulkLoad;
+use shards::write::{add_ops, clock, run_batch_owned, WriteOp};
 use shards::Error;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;

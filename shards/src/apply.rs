@@ -123,7 +123,7 @@ pub fn absorb<T: WriteTxn>(
     let mut marks = Vec::new();
     let images = settle(txn, &here, next_id, &mut state, uuid, before, &mut marks)?;
     let mut buf = Vec::with_capacity(256);
-    changelog::encode_state(&state, &mut buf);
+    crate::merge::encode_state(&state, &mut buf);
     txn.put(Tree::State, &changelog::state_key(partition, uuid), &buf)?;
     crate::contexts::note_state(txn, &clock.contexts, partition, &state)?;
     moves::post(txn, partition, &[here.home(&old), here.home(&state)], uuid, &state)?;
@@ -155,7 +155,7 @@ impl<P: Fn(&[u8]) -> u32> Here<'_, P> {
 
     /// The entry a state shows, if it shows one in this partition.
     fn entry(&self, state: &EntryState, uuid: &[u8; 16]) -> Option<Entry> {
-        (self.home(state) == Some(self.partition)).then(|| changelog::materialize(state, uuid)).flatten()
+        (self.home(state) == Some(self.partition)).then(|| crate::merge::materialize(state, uuid)).flatten()
     }
 
     /// What is stored for a state in this partition, with its id.
@@ -164,7 +164,7 @@ impl<P: Fn(&[u8]) -> u32> Here<'_, P> {
             return Ok(None);
         }
         let Some(dn) = state.shown_dn(uuid) else { return Ok(None) };
-        Ok(stored(txn, &Dn::parse(&dn)?.key())?.filter(|(_, e)| changelog::uuid_of(e).ok() == Some(*uuid)))
+        Ok(stored(txn, &Dn::parse(&dn)?.key())?.filter(|(_, e)| crate::merge::uuid_of(e).ok() == Some(*uuid)))
     }
 }
 
@@ -203,7 +203,7 @@ fn settle<T: WriteTxn, P: Fn(&[u8]) -> u32>(
     let mut after = here.entry(state, uuid);
     if let Some(new) = &after {
         let new_key = Dn::parse(&new.dn)?.key();
-        let held = stored(txn, &new_key)?.filter(|(_, e)| changelog::uuid_of(e).ok() != Some(*uuid));
+        let held = stored(txn, &new_key)?.filter(|(_, e)| crate::merge::uuid_of(e).ok() != Some(*uuid));
         if let Some((id, other)) = held {
             let mark = resolve_conflict(txn, here.partition_of, here.partition, state, uuid, (&new_key, &id, &other))?;
             if mark.0 == *uuid {
@@ -224,7 +224,7 @@ fn current_state<T: WriteTxn>(txn: &T, partition: u16, uuid: &[u8; 16], key: Opt
         return Ok(state);
     }
     Ok(match key.map(|k| stored(txn, k)).transpose()?.flatten() {
-        Some((_, e)) if changelog::uuid_of(&e).ok() == Some(*uuid) => changelog::state_of_existing(&e),
+        Some((_, e)) if crate::merge::uuid_of(&e).ok() == Some(*uuid) => crate::merge::state_of_existing(&e),
         _ => EntryState::default(),
     })
 }
@@ -246,10 +246,10 @@ fn resolve_conflict<T: WriteTxn>(
     uuid: &[u8; 16],
     (key, id, other): (&[u8], &[u8], &Entry),
 ) -> Result<Mark> {
-    let other_uuid = changelog::uuid_of(other)?;
+    let other_uuid = crate::merge::uuid_of(other)?;
     let mut other_state = match changelog::load_state(txn, partition, &other_uuid)? {
         Some(s) => s,
-        None => changelog::state_of_existing(other),
+        None => crate::merge::state_of_existing(other),
     };
     let place = |dn: &str| Dn::parse(dn).ok().map(|d| partition_of(&d.key()));
     let loser = merge::conflict_loser((uuid, state.created), (&other_uuid, other_state.created));
@@ -270,10 +270,10 @@ fn resolve_conflict<T: WriteTxn>(
     let lost = own_dn(&other_state, &other.dn);
     let slot = merge::conflict_slot(&other_uuid, &lost, partition as u32, place);
     other_state.mark_conflict(&lost, slot);
-    let moved = changelog::materialize(&other_state, &other_uuid)
+    let moved = crate::merge::materialize(&other_state, &other_uuid)
         .ok_or_else(|| Error::other("a conflict entry without content"))?;
     let mut buf = Vec::with_capacity(256);
-    changelog::encode_state(&other_state, &mut buf);
+    crate::merge::encode_state(&other_state, &mut buf);
     txn.put(Tree::State, &changelog::state_key(partition, &other_uuid), &buf)?;
     index::remove(txn, other, id)?;
     txn.delete(Tree::Dn2id, key)?;

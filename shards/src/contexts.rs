@@ -157,7 +157,7 @@ pub fn note_states<S: Store>(store: &S, contexts: &Contexts) -> Result<()> {
     }
     let mut notes = BTreeMap::new();
     crate::changelog::states(&store.read()?, &[], &mut |partition, _, bytes| {
-        if let Some(state) = crate::changelog::decode_state(bytes) {
+        if let Some(state) = crate::merge::decode_state(bytes) {
             gather(&mut notes, contexts, partition, &state);
         }
         true
@@ -213,7 +213,7 @@ mod tests {
         let add = Change::Add { attrs: vec![("cn".into(), vec![b"x".to_vec()])] };
         state.merge(&Record { csn: csn(40, 2), uuid: [1; 16], dn: "cn=x,o=b".into(), change: add });
         let mut buf = Vec::new();
-        crate::changelog::encode_state(&state, &mut buf);
+        crate::merge::encode_state(&state, &mut buf);
         let mut txn = store.write().unwrap();
         txn.put(Tree::State, &crate::changelog::state_key(5, &[1; 16]), &buf).unwrap();
         txn.commit().unwrap();

@@ -37,8 +37,8 @@
 //!   `entry_by_id`, `dn_keys`, …), its LMDB and sled engines and `Engine`;
 //!   `store::copy`, whole-store copies routed by partition (backup,
 //!   restore, reshard).
-//! - `write`: `WriteOp`s as applied by an owner inside one transaction;
-//!   `BulkLoad` for imports into a new database.
+//! - `write`: `WriteOp`s as applied by an owner inside one transaction.
+//! - `bulk`: `BulkLoad`, imports into a new database by appends.
 //! - `writes`: the write façade, `Shard::add`, `delete`, `modify`,
 //!   `move_entry`, `count_child`, `note_intent` and replication's
 //!   `replicate`, `absorb`, `advance`, `trim`: each sends its write to the
@@ -46,9 +46,12 @@
 //! - `repair`: start-up recount of child counts after a crash.
 //! - `csn`: CSNs (OpenLDAP's text form) and each owner's hybrid logical clock.
 //! - `merge`: mirror mode's replicated entry state and records, and the
-//!   merge that converges in any order (conflict DNs included).
+//!   merge that converges in any order (conflict DNs included);
+//!   `merge/entries`, from entries to changes (`deltas`) and back
+//!   (`materialize`); `merge/state_codec`, the state's stored form.
 //! - `changelog`: change capture in the owner's commit (records, states,
-//!   sequence numbers, the replica update vector, trimming).
+//!   sequence numbers, the replica update vector, trimming) and the keys
+//!   of the `changelog`, `state` and its `meta` trees.
 //! - `contexts`: contextCSN per naming context, noted by the commits
 //!   that record changes when the server has several.
 //! - `apply`: a peer's record applied on the owner (`WriteOp::Replicate`),
@@ -87,6 +90,7 @@
 
 pub mod apply;
 pub mod approx;
+pub mod bulk;
 pub mod changelog;
 pub mod contexts;
 pub mod csn;

@@ -27,6 +27,11 @@ use crate::csn::Csn;
 use crate::matching;
 use std::collections::BTreeMap;
 
+mod entries;
+mod state_codec;
+pub use entries::{add_of, deltas, materialize, replace_whole, state_of_existing, uuid_of};
+pub use state_codec::{decode_state, encode_state};
+
 /// One replicated change to one entry.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Record {

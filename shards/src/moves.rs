@@ -24,7 +24,6 @@
 //! after (`write::Images`); `count_children` turns them into child counts
 //! of the parents, which may live on any shard.
 
-use crate::changelog;
 use crate::dn::Dn;
 use crate::error::{Error, Result};
 use crate::merge::EntryState;
@@ -67,7 +66,7 @@ pub fn post<T: WriteTxn>(
             continue;
         }
         if buf.is_empty() {
-            changelog::encode_state(state, &mut buf);
+            crate::merge::encode_state(state, &mut buf);
         }
         txn.put(Tree::Meta, &parcel_key(source, target, uuid), &buf)?;
     }
@@ -118,7 +117,7 @@ pub async fn deliver(shard: &Rc<Shard>, is_top: &dyn Fn(&Dn) -> bool) -> Result<
             let parcels = pending(&store.read()?)?;
             for p in parcels {
                 any = true;
-                let state = changelog::decode_state(&p.state)
+                let state = crate::merge::decode_state(&p.state)
                     .ok_or_else(|| Error::other("a parcel of replication state is corrupt"))?;
                 let op = WriteOp::Absorb { partition: p.target, uuid: p.uuid, state: Box::new(state) };
                 let images = shard.submit_for(shard.manifest.owner_of_partition(p.target as u32), op).await?;

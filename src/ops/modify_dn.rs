@@ -69,7 +69,7 @@ async fn move_replicated(
         }
         followers.push(Follower { old_key: m.old_key, old_text: was, dn, entry });
     }
-    let uuid = shards::changelog::uuid_of(&entry)?;
+    let uuid = shards::merge::uuid_of(&entry)?;
     let intent = Intent { uuid, old: old.to_string_form(), new: entry.dn.clone() };
     let home = shard.owner_of(&old.key());
     shard.note_intent(home, uuid, Some(intent)).await?;
@@ -344,7 +344,7 @@ async fn move_subtree(shard: &Rc<Shard>, old: &Dn, new: &Dn, entry: Entry, below
 /// the new DNs parents first, removals deepest first, intent cleared. An
 /// insert that fails undoes the inserts before it.
 async fn carry(shard: &Rc<Shard>, old: &Dn, new: &Dn, entry: Entry, below: Vec<Member>) -> Result<()> {
-    let uuid = shards::changelog::uuid_of(&entry)?;
+    let uuid = shards::merge::uuid_of(&entry)?;
     let intent = Intent { uuid, old: old.to_string_form(), new: entry.dn.clone() };
     // Every new DN is made (and checked: not too long) before anything is written.
     let mut arrivals = vec![(new.clone(), entry)];
@@ -521,7 +521,7 @@ pub(crate) async fn finish_replicated(
 
 /// The entryUUID of the entry at `dn`, if there is one.
 fn uuid_at(shard: &Shard, dn: &Dn) -> Result<Option<[u8; 16]>> {
-    Ok(shard.get_entry(&dn.key())?.and_then(|e| shards::changelog::uuid_of(&e).ok()))
+    Ok(shard.get_entry(&dn.key())?.and_then(|e| shards::merge::uuid_of(&e).ok()))
 }
 
 /// Moves what is still below `old` (whose entry `uuid` is at `new`) to
@@ -532,7 +532,7 @@ async fn finish(shard: &Rc<Shard>, old: &Dn, new: &Dn, uuid: [u8; 16]) -> Result
     let (mut arrivals, mut departures) = (Vec::new(), Vec::new());
     let (o, n) = (old.to_string_form(), new.to_string_form());
     for m in renames::below(&shard.stores, &old.key(), 0)? {
-        let (was, own) = (m.entry.dn.clone(), shards::changelog::uuid_of(&m.entry)?);
+        let (was, own) = (m.entry.dn.clone(), shards::merge::uuid_of(&m.entry)?);
         let (dn, entry) = match moved(m.entry, old, new) {
             Ok(moved) => moved,
             Err(e) => {

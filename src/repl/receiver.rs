@@ -175,7 +175,7 @@ async fn absorb_all(ctx: &Ctx, partition: u16, states: Vec<([u8; 16], String)>) 
         let state = BASE64
             .decode(text.as_bytes())
             .ok()
-            .and_then(|b| changelog::decode_state(&b))
+            .and_then(|b| shards::merge::decode_state(&b))
             .ok_or_else(|| anyhow!("a state is corrupt"))?;
         if state.deleted.is_some() {
             deleted.insert(uuid);

@@ -213,7 +213,7 @@ impl Session<'_> {
     fn showed_before_delete(&self, tomb: &EntryState, uuid: &[u8; 16]) -> bool {
         let mut before = tomb.clone();
         before.deleted = None;
-        let Some(entry) = changelog::materialize(&before, uuid) else { return false };
+        let Some(entry) = shards::merge::materialize(&before, uuid) else { return false };
         let Ok(key) = Dn::parse(&entry.dn).map(|d| d.key()) else { return false };
         let mut bytes = Vec::new();
         if entry.encode(&mut bytes).is_err() {
@@ -436,7 +436,7 @@ fn in_transit(ctx: &crate::ctx::Ctx) -> Result<BTreeMap<u16, Csn>> {
     let mut oldest: BTreeMap<u16, Csn> = BTreeMap::new();
     for store in ctx.shard.stores.iter() {
         for parcel in shards::moves::pending(&store.read()?)? {
-            let Some(state) = changelog::decode_state(&parcel.state) else { continue };
+            let Some(state) = shards::merge::decode_state(&parcel.state) else { continue };
             let csn = state.max_csn();
             let slot = oldest.entry(csn.sid).or_insert(csn);
             *slot = (*slot).min(csn);

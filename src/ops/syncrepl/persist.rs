@@ -285,7 +285,7 @@ pub(crate) fn locate(
         let txn = shard.store_for(&key).read()?;
         if let Some((id, view)) = txn.entry(&key)? {
             let entry = Entry::decode_view(&view)?;
-            if changelog::uuid_of(&entry).ok() == Some(*uuid) {
+            if shards::merge::uuid_of(&entry).ok() == Some(*uuid) {
                 let decided = match filter {
                     Some(f) => shards::index::decided_items(&txn, f, id, view.size())?,
                     None => Vec::new(),

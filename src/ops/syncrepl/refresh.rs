@@ -273,7 +273,7 @@ fn departed_chunk(
                 return true;
             }
             (walked, last) = (walked + 1, Some(key));
-            let Some(state) = changelog::decode_state(bytes) else { return walked < CHUNK };
+            let Some(state) = shards::merge::decode_state(bytes) else { return walked < CHUNK };
             if let Some(deleted) = state.deleted {
                 if since.newer(deleted) && s.showed_before_delete(&state, &uuid) {
                     out.push((uuid::Uuid::from_bytes(uuid), deleted));
