@@ -28,15 +28,17 @@ use std::marker::PhantomData;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
-/// Threads with a pool of their own per store; later threads (tools'
-/// workers, test threads) begin and abort as before.
-const POOLS: usize = 64;
-/// Reset transactions a thread keeps per store: each holds a reader slot
-/// (`max_readers` 1024), so what exited threads leave stays well inside.
+/// Threads alive at once with a pool of their own per store (an exiting
+/// thread's index, with its pool, goes to the next thread); threads past
+/// them begin and abort as before.
+const POOLS: usize = 128;
+/// Reset transactions a thread keeps per store: each holds a reader slot,
+/// so pools hold at most half of `MAX_READERS`.
 const KEPT: usize = 4;
+const MAX_READERS: u32 = 1024;
 
 pub struct LmdbStore {
     env: NonNull<ffi::MDB_env>,
@@ -61,12 +63,40 @@ struct Pool(UnsafeCell<Vec<NonNull<ffi::MDB_txn>>>);
 unsafe impl Send for LmdbStore {}
 unsafe impl Sync for LmdbStore {}
 
-/// This thread's pool index, handed out once per thread.
+/// This thread's pool index, taken at its first read and given back when
+/// it exits (admin connections each run on a thread of their own).
 fn thread_slot() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local!(static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed));
-    SLOT.with(|s| *s)
+    thread_local!(static SLOT: Slot = Slot::take());
+    SLOT.try_with(|s| s.0).unwrap_or(usize::MAX)
 }
+
+/// Indices given back by threads that exited, and the next never used.
+/// Locked once per thread start and exit, never per read; the lock also
+/// orders the old thread's last use of a pool before the new thread's
+/// first (`MDB_NOTLS` lets a reset transaction change threads so).
+static SLOTS: Mutex<(Vec<usize>, usize)> = Mutex::new((Vec::new(), 0));
+
+struct Slot(usize);
+
+impl Slot {
+    fn take() -> Slot {
+        let mut s = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+        Slot(s.0.pop().unwrap_or_else(|| {
+            s.1 += 1;
+            s.1 - 1
+        }))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        SLOTS.lock().unwrap_or_else(|e| e.into_inner()).0.push(self.0);
+    }
+}
+
+/// Store directories open in this process: LMDB must not open one twice
+/// (closing either handle would release the other's reader slots).
+static OPEN: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 pub struct LmdbRead<'a> {
     txn: NonNull<ffi::MDB_txn>,
@@ -145,6 +175,22 @@ unsafe fn bytes<'t>(v: &ffi::MDB_val) -> &'t [u8] {
 impl LmdbStore {
     pub fn open(dir: &Path, sync: SyncMode, map_size: usize) -> Result<LmdbStore> {
         std::fs::create_dir_all(dir).map_err(|e| Error::other(format!("{}: {e}", dir.display())))?;
+        let dir = dir.canonicalize().map_err(|e| Error::other(format!("{}: {e}", dir.display())))?;
+        {
+            let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+            if open.contains(&dir) {
+                return Err(Error::other(format!("{}: the store is already open in this process", dir.display())));
+            }
+            open.push(dir.clone());
+        }
+        let opened = Self::open_env(&dir, sync, map_size);
+        if opened.is_err() {
+            OPEN.lock().unwrap_or_else(|e| e.into_inner()).retain(|d| *d != dir);
+        }
+        opened
+    }
+
+    fn open_env(dir: &Path, sync: SyncMode, map_size: usize) -> Result<LmdbStore> {
         let path = CString::new(dir.as_os_str().as_bytes()).map_err(|_| Error::other("a store path holds NUL"))?;
         let mut env = ptr::null_mut();
         // SAFETY: a fresh handle; on failure after create it is closed.
@@ -157,8 +203,12 @@ impl LmdbStore {
             }
             let opened = check(ffi::mdb_env_set_mapsize(env, map_size))
                 .and_then(|()| check(ffi::mdb_env_set_maxdbs(env, N_TREES as ffi::MDB_dbi)))
-                .and_then(|()| check(ffi::mdb_env_set_maxreaders(env, 1024)))
-                .and_then(|()| check(ffi::mdb_env_open(env, path.as_ptr(), flags, 0o600)));
+                .and_then(|()| check(ffi::mdb_env_set_maxreaders(env, MAX_READERS)))
+                .and_then(|()| check(ffi::mdb_env_open(env, path.as_ptr(), flags, 0o600)))
+                // Slots of processes that died (kill -9 leaves each thread's
+                // reset transactions behind) are freed now, not at the next
+                // open that finds the lock file to itself.
+                .and_then(|()| check(ffi::mdb_reader_check(env, &mut 0)));
             if let Err(e) = opened {
                 ffi::mdb_env_close(env);
                 return Err(e);
@@ -196,6 +246,13 @@ impl LmdbStore {
     }
 
     fn dbi(&self, t: Tree) -> ffi::MDB_dbi {
+        const {
+            let mut i = 0;
+            while i < N_TREES {
+                assert!(TREES[i] as usize == i, "TREES lists the trees in their declared order");
+                i += 1;
+            }
+        }
         self.dbis[t as usize]
     }
 
@@ -225,13 +282,27 @@ impl LmdbStore {
             if rc == 0 {
                 return Ok(txn);
             }
-            // SAFETY: a failed renew leaves the handle to be aborted.
-            unsafe { ffi::mdb_txn_abort(txn.as_ptr()) };
+            if rc != ffi::MDB_BAD_RSLOT {
+                // SAFETY: a failed renew leaves the handle to be aborted.
+                unsafe { ffi::mdb_txn_abort(txn.as_ptr()) };
+            }
+            // A slot LMDB no longer counts as ours is left alone (leaked):
+            // aborting would clear it under whoever has it now.
             return Err(storage_error(rc));
         }
         let mut txn = ptr::null_mut();
-        // SAFETY: an open environment; LMDB fills `txn`.
-        check(unsafe { ffi::mdb_txn_begin(self.env.as_ptr(), ptr::null_mut(), ffi::MDB_RDONLY, &mut txn) })?;
+        let begin = |txn: &mut *mut ffi::MDB_txn| {
+            // SAFETY: an open environment; LMDB fills `txn`.
+            unsafe { ffi::mdb_txn_begin(self.env.as_ptr(), ptr::null_mut(), ffi::MDB_RDONLY, txn) }
+        };
+        let mut rc = begin(&mut txn);
+        if rc == ffi::MDB_READERS_FULL {
+            // Perhaps held by dead processes: free theirs and try once more.
+            // SAFETY: an open environment.
+            unsafe { ffi::mdb_reader_check(self.env.as_ptr(), &mut 0) };
+            rc = begin(&mut txn);
+        }
+        check(rc)?;
         Ok(NonNull::new(txn).expect("mdb_txn_begin gave a transaction"))
     }
 
@@ -262,6 +333,7 @@ impl Drop for LmdbStore {
             }
             ffi::mdb_env_close(self.env.as_ptr());
         }
+        OPEN.lock().unwrap_or_else(|e| e.into_inner()).retain(|d| *d != self.dir);
     }
 }
 
@@ -319,7 +391,13 @@ impl Store for LmdbStore {
         // SAFETY: the caller promises that no transaction is active (reset
         // ones in the pools hold only their reader slots, which LMDB keeps
         // in the lock file, not in the map it maps again).
-        check(unsafe { ffi::mdb_env_set_mapsize(self.env.as_ptr(), size as usize) })?;
+        let rc = unsafe { ffi::mdb_env_set_mapsize(self.env.as_ptr(), size as usize) };
+        if rc != 0 {
+            // LMDB unmapped the file and could not map it again: every
+            // reader would fault. Stop here, with the reason.
+            eprintln!("coredir: growing {} to {size} bytes failed: {}; stopping", self.dir.display(), describe(rc));
+            std::process::abort();
+        }
         Ok(Some((map, size)))
     }
 
@@ -455,9 +533,8 @@ impl WriteTxn for LmdbWrite<'_> {
         let mut k = val(key);
         // SAFETY: a live write transaction; LMDB only reads `k`.
         match unsafe { ffi::mdb_del(txn, dbi, &mut k, ptr::null_mut()) } {
-            0 => Ok(true),
             ffi::MDB_NOTFOUND => Ok(false),
-            rc => Err(storage_error(rc)),
+            rc => write_error(&self.store.full, rc).map(|()| true),
         }
     }
     fn append(&mut self, tree: Tree, key: &[u8], value: &[u8]) -> Result<()> {
@@ -467,7 +544,7 @@ impl WriteTxn for LmdbWrite<'_> {
         let (txn, dbi) = (self.ptr(), self.store.dbi(tree));
         // SAFETY: a live write transaction; `0` empties the database and
         // keeps its handle.
-        check(unsafe { ffi::mdb_drop(txn, dbi, 0) })
+        write_error(&self.store.full, unsafe { ffi::mdb_drop(txn, dbi, 0) })
     }
     fn commit(mut self) -> Result<()> {
         let txn = self.txn.take().expect("committed once");
@@ -504,10 +581,13 @@ mod tests {
         put(b"1");
         let first = store.read().unwrap();
         let kept = first.txn;
+        assert_eq!(store.pool().map(|p| p.len()), Some(0));
         assert_eq!(first.get(Tree::Meta, b"k").unwrap(), Some(&b"1"[..]));
         drop(first);
+        assert_eq!(store.pool().map(|p| p.len()), Some(1), "a reader's drop resets it into the pool");
         put(b"2");
         let again = store.read().unwrap();
+        assert_eq!(store.pool().map(|p| p.len()), Some(0), "and the next read takes it");
         assert_eq!(again.txn, kept, "the reset transaction is renewed");
         assert_eq!(again.get(Tree::Meta, b"k").unwrap(), Some(&b"2"[..]), "a renewed snapshot is new");
         let beside = store.read().unwrap();
@@ -520,6 +600,18 @@ mod tests {
         let mut seen = Vec::new();
         store.scan_all(&mut seen);
         assert_eq!(seen, [(b"k".to_vec(), b"3".to_vec())]);
+    }
+
+    /// One directory, one environment per process: a second open is
+    /// refused while the first lives, and allowed once it is closed.
+    #[test]
+    fn a_store_opens_once_per_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = LmdbStore::open(dir.path(), SyncMode::Never, 1 << 20).unwrap();
+        let again = LmdbStore::open(&dir.path().join("."), SyncMode::Never, 1 << 20);
+        assert!(again.is_err_and(|e| e.message.contains("already open")));
+        drop(first);
+        LmdbStore::open(dir.path(), SyncMode::Never, 1 << 20).unwrap();
     }
 
     impl LmdbStore {
