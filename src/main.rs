@@ -24,7 +24,8 @@
 //!
 //! ## Code map
 //!
-//! - `config`: the TOML configuration and its validation.
+//! - `config`: the TOML configuration and its validation; `config/limits`,
+//!   the `[limits]` table.
 //! - `admin`: the admin socket (`coredir ctl`), reload, drain, signals.
 //! - `stats`, `accesslog`: metrics handles per shard, the stats access log.
 //! - `deploy`: NUMA topology, `--numa-node`, `deploy plan`.
@@ -53,21 +54,24 @@
 //!   here comes back as a glue entry, the same on both servers; entries
 //!   left below a DN the peer renamed away follow it to its new DN.
 //! - `conn`: framing with PDU limits and the partial-request timeout, read
-//!   loop, writer task (its queue bounded in frames and bytes, drained when
-//!   the client is gone), `Reservation` (a search's room in that queue,
-//!   taken before each entry is encoded), `Identity`; `conn/room`: that
+//!   loop, `Reservation` (a search's room in the writer's queue, taken
+//!   before each entry is encoded), `Identity`; `conn/writer`: the writer
+//!   task (its queue bounded in frames and bytes, drained when the client
+//!   is gone, coalesced into one write); `conn/room`: that
 //!   room, beyond a small share drawn from the shard's budget
 //!   (`limits.max_queued_bytes`); `conn/registry`:
 //!   what the admin thread sees of each connection (`ConnInfo`) and the
 //!   `Registry` of them.
 //! - `ber`: direct BER encoding of search entries; PDU header peeking.
 //! - `strict`: every byte of an LDAPMessage checked before ldap3_proto
-//!   decodes it (envelope, controls, BER well-formedness, message IDs), and
-//!   controls slapd would ignore left out of it.
+//!   decodes it (envelope, BER well-formedness, message IDs);
+//!   `strict/controls`: the controls field, and controls slapd would
+//!   ignore left out of it.
 //! - `decode`: the checked message into ldap3_proto's types, fields that
 //!   are not UTF-8 kept as `shards::octets` carries them.
 //! - `ops/`: one file per LDAP operation (`bind`, `search` (a folder:
-//!   the request, `scope`, `emit`, `select`), `add`, `modify`, `delete`,
+//!   the request, `limits`, `walk` (the stores' candidates, chunk by
+//!   chunk), `scope`, `emit`, `select`), `add`, `modify`, `delete`,
 //!   `modify_dn`, `compare`, `abandon`, `extended`),
 //!   plus `syncrepl` (the RFC 4533 provider on the changelog: `cookie`,
 //!   `refresh`, `persist`),
@@ -75,7 +79,9 @@
 //!   `controls` (request/response controls),
 //!   `paging`, `sort` and `vlv` (search controls), `referral` (referral
 //!   objects) and `alias` (alias dereferencing), and `mod.rs` (dispatch
-//!   and the one place errors become responses). `modify_dn` also holds
+//!   and the one place errors become responses); `record`: the one match
+//!   over request types (`stats::Op::of`: metrics, access log, controls,
+//!   admission, error responses). `modify_dn` also holds
 //!   the renames across owners (intent, carry, resumption at start);
 //!   `carries` keeps the writes and searches they must not cross.
 //! - `shards` (crate): everything a shard owns: DNs, entries, filters,

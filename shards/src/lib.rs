@@ -26,7 +26,8 @@
 //!   attribute names (canonical and stored spellings, options).
 //! - `approx`: `~=` for strings, slapd's phonetic word match (Metaphone).
 //! - `index`: configurable eq/pres/sub/ordering indexes and filter ->
-//!   candidate ids.
+//!   candidate ids; `index/marks`, the keys referral objects, aliases and
+//!   subentries always have.
 //! - `ldif`: RFC 2849 reading and writing (import and export).
 //! - `password`: `userPassword` schemes (verify, hash).
 //! - `octets`: octets that are not UTF-8 carried in ldap3_proto's strings

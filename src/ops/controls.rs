@@ -33,9 +33,10 @@ use crate::ber::{self, OutAttr};
 use crate::conn::{Conn, Identity};
 use crate::ops::access::readable;
 use crate::ops::search::{visible_match, Selection};
+use crate::stats::Op;
 use bytes::BytesMut;
 use ldap3_proto::control::{LdapControl, ServerSortRequet};
-use ldap3_proto::proto::{LdapFilter, LdapOp};
+use ldap3_proto::proto::LdapFilter;
 use ldap3_proto::LdapResultCode;
 use shards::entry::{encode_vals, Entry, EntryView, Vals};
 use shards::index;
@@ -117,31 +118,6 @@ pub struct Controls {
     pub acting: Identity,
 }
 
-#[derive(Clone, Copy, PartialEq)]
-enum Kind {
-    Search,
-    Compare,
-    Add,
-    Modify,
-    Delete,
-    ModifyDn,
-    Extended,
-    Other,
-}
-
-fn kind(op: &LdapOp) -> Kind {
-    match op {
-        LdapOp::SearchRequest(_) => Kind::Search,
-        LdapOp::CompareRequest(_) => Kind::Compare,
-        LdapOp::AddRequest(_) => Kind::Add,
-        LdapOp::ModifyRequest(_) => Kind::Modify,
-        LdapOp::DelRequest(_) => Kind::Delete,
-        LdapOp::ModifyDNRequest(_) => Kind::ModifyDn,
-        LdapOp::ExtendedRequest(_) => Kind::Extended,
-        _ => Kind::Other,
-    }
-}
-
 fn unavailable(oid: &str, why: &str) -> Error {
     Error::new(LdapResultCode::UnavailableCriticalExtension, format!("critical control {oid} {why}"))
 }
@@ -149,36 +125,35 @@ fn unavailable(oid: &str, why: &str) -> Error {
 /// Parses the controls of a request for operation `op`. A control that
 /// applies given twice is a protocolError, as slapd's parsers say ("…
 /// control specified multiple times"): which of the two would hold?
-pub fn parse(ctrls: &[LdapControl], op: &LdapOp) -> Result<Controls> {
-    let k = kind(op);
+pub fn parse(ctrls: &[LdapControl], k: Op) -> Result<Controls> {
     let mut out = Controls::default();
     let (mut manage_dsa_it, mut dont_use_copy) = (None, None);
     for c in ctrls {
         match c {
-            LdapControl::SimplePagedResults { size, cookie } if k == Kind::Search => {
+            LdapControl::SimplePagedResults { size, cookie } if k == Op::Search => {
                 once(&mut out.paged, (*size, cookie.clone()), PAGED_RESULTS)?;
             }
-            LdapControl::ServerSort { sort_requests } if k == Kind::Search => {
+            LdapControl::ServerSort { sort_requests } if k == Op::Search => {
                 once(&mut out.sort, sort_requests.clone(), SORT_REQUEST)?
             }
             LdapControl::ManageDsaIT { .. } => once(&mut manage_dsa_it, (), MANAGE_DSA_IT)?,
-            LdapControl::SyncRequest { mode, cookie, .. } if k == Kind::Search => {
+            LdapControl::SyncRequest { mode, cookie, .. } if k == Op::Search => {
                 let persist = matches!(mode, ldap3_proto::proto::SyncRequestMode::RefreshAndPersist);
                 once(&mut out.sync, (persist, cookie.clone()), oid_of(c))?;
             }
             LdapControl::Unknown { oid, criticality, value } => {
                 let applies = match oid.as_str() {
-                    ASSERTION => !matches!(k, Kind::Other | Kind::Extended),
+                    ASSERTION => !matches!(k, Op::Bind | Op::Unbind | Op::Abandon | Op::Extended),
                     // As slapd: not on a bind (nor abandon, unbind).
-                    PROXY_AUTHZ => k != Kind::Other,
-                    PRE_READ => matches!(k, Kind::Modify | Kind::Delete | Kind::ModifyDn),
-                    POST_READ => matches!(k, Kind::Modify | Kind::Add | Kind::ModifyDn),
-                    MATCHED_VALUES | SUBENTRIES | crate::ops::vlv::REQUEST => k == Kind::Search,
+                    PROXY_AUTHZ => !matches!(k, Op::Bind | Op::Unbind | Op::Abandon),
+                    PRE_READ => matches!(k, Op::Modify | Op::Delete | Op::Modrdn),
+                    POST_READ => matches!(k, Op::Modify | Op::Add | Op::Modrdn),
+                    MATCHED_VALUES | SUBENTRIES | crate::ops::vlv::REQUEST => k == Op::Search,
                     // As slapd: any update (it relaxes add and modify).
-                    RELAX => matches!(k, Kind::Add | Kind::Modify | Kind::Delete | Kind::ModifyDn),
-                    PERMISSIVE_MODIFY => k == Kind::Modify,
+                    RELAX => matches!(k, Op::Add | Op::Modify | Op::Delete | Op::Modrdn),
+                    PERMISSIVE_MODIFY => k == Op::Modify,
                     SESSION_TRACKING => true,
-                    DONT_USE_COPY => matches!(k, Kind::Search | Kind::Compare),
+                    DONT_USE_COPY => matches!(k, Op::Search | Op::Compare),
                     _ => false,
                 };
                 if !applies {

@@ -30,9 +30,10 @@ pub mod syncrepl;
 pub mod vlv;
 
 use crate::conn::{encode, Bound, Conn, Identity};
+use crate::stats::Op;
 use bytes::BytesMut;
 use ldap3_proto::control::LdapControl;
-use ldap3_proto::proto::{LdapBindResponse, LdapExtendedResponse, LdapMsg, LdapOp, LdapResult};
+use ldap3_proto::proto::{LdapBindResponse, LdapMsg, LdapOp, LdapResult};
 use ldap3_proto::LdapResultCode;
 use shards::{Error, Result};
 use std::future::Future;
@@ -60,8 +61,8 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
         encode(out, ldap3_proto::simple::DisconnectionNotice::gen_response(e.code, &e.message));
         return Flow::Close;
     };
-    let ctrls = match controls::parse(&msg.ctrl, &msg.op)
-        .and_then(|c| check_pending(conn, &msg.op).map(|_| c))
+    let ctrls = match controls::parse(&msg.ctrl, rec.op)
+        .and_then(|c| check_pending(conn, rec.op).map(|_| c))
         .and_then(|c| check_filters(conn, &msg.op, &c).map(|_| c))
         .and_then(|mut c| {
             c.acting = match c.proxied.take() {
@@ -80,7 +81,7 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
             if bind {
                 bind_begins(conn);
             }
-            if let Some(op) = error_response(&msg.op, e) {
+            if let Some(op) = rec.op.response(result(Err(e))) {
                 reply(conn, &rec, out, LdapMsg::new(msgid, op));
             }
             return if bind { Flow::Binding(None) } else { Flow::Continue };
@@ -212,23 +213,11 @@ async fn send_reply(conn: &Conn, rec: &record::Record, msg: LdapMsg) {
 /// Searches and writes run as tasks; a connection may have at most
 /// `limits.max_pending` of them running (`max_pending_auth` once bound),
 /// like slapd's `conn_max_pending`. Past it: `busy`.
-fn check_pending(conn: &Conn, op: &LdapOp) -> Result<()> {
-    if conn.ctx.shared.draining.load(std::sync::atomic::Ordering::Relaxed)
-        && !matches!(op, LdapOp::UnbindRequest | LdapOp::AbandonRequest(_))
-    {
+fn check_pending(conn: &Conn, op: Op) -> Result<()> {
+    if conn.ctx.shared.draining.load(std::sync::atomic::Ordering::Relaxed) && !matches!(op, Op::Unbind | Op::Abandon) {
         return Err(Error::unavailable("the server is shutting down"));
     }
-    // A Compare and an extended operation may wait for key stretching.
-    let spawns = matches!(
-        op,
-        LdapOp::SearchRequest(_)
-            | LdapOp::CompareRequest(_)
-            | LdapOp::ExtendedRequest(_)
-            | LdapOp::AddRequest(_)
-            | LdapOp::ModifyRequest(_)
-            | LdapOp::DelRequest(_)
-            | LdapOp::ModifyDNRequest(_)
-    );
+    let spawns = op.spawns();
     let live = conn.ctx.live();
     let limits = &live.limits;
     let max = if matches!(*conn.identity.borrow(), crate::conn::Identity::Anonymous) {
@@ -344,22 +333,6 @@ fn within_contexts(conn: &Conn, dn: &shards::dn::Dn) -> Result<()> {
         true => Ok(()),
         false => Err(Error::unwilling("no global superior knowledge")),
     }
-}
-
-/// The response carrying an error for a request, if the request has one.
-fn error_response(op: &LdapOp, e: Error) -> Option<LdapOp> {
-    let res = result(Err(e));
-    Some(match op {
-        LdapOp::BindRequest(_) => LdapOp::BindResponse(LdapBindResponse { res, saslcreds: None }),
-        LdapOp::SearchRequest(_) => LdapOp::SearchResultDone(res),
-        LdapOp::AddRequest(_) => LdapOp::AddResponse(res),
-        LdapOp::ModifyRequest(_) => LdapOp::ModifyResponse(res),
-        LdapOp::DelRequest(_) => LdapOp::DelResponse(res),
-        LdapOp::ModifyDNRequest(_) => LdapOp::ModifyDNResponse(res),
-        LdapOp::CompareRequest(_) => LdapOp::CompareResult(res),
-        LdapOp::ExtendedRequest(_) => LdapOp::ExtendedResponse(LdapExtendedResponse { res, name: None, value: None }),
-        _ => return None,
-    })
 }
 
 /// The one mapping from an operation's outcome to an `LDAPResult`.

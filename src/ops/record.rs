@@ -5,12 +5,12 @@
 use crate::accesslog::{self, LogLevel, V};
 use crate::conn::Conn;
 use crate::stats::Op;
-use ldap3_proto::proto::LdapOp;
+use ldap3_proto::proto::{LdapBindResponse, LdapExtendedResponse, LdapOp, LdapResult};
 use ldap3_proto::LdapResultCode;
 use std::time::Instant;
 
 pub struct Record {
-    op: Op,
+    pub op: Op,
     /// The connection's operation number (slapd's `op=`).
     opn: u64,
     started: Instant,
@@ -18,7 +18,7 @@ pub struct Record {
 
 /// Starts recording a request; `None` when the message is not a request.
 pub fn begin(conn: &Conn, req: &LdapOp) -> Option<Record> {
-    let op = kind(req)?;
+    let op = Op::of(req)?;
     let opn = conn.next_op();
     conn.ctx.metrics.initiated(op);
     if accesslog::enabled(LogLevel::Stats) {
@@ -136,20 +136,47 @@ pub fn refused(conn: &Conn, response_tag: u8, code: &LdapResultCode, text: &str)
     end(conn, &Record { op, opn: conn.next_op(), started: Instant::now() }, code, text, None);
 }
 
-fn kind(req: &LdapOp) -> Option<Op> {
-    Some(match req {
-        LdapOp::BindRequest(_) => Op::Bind,
-        LdapOp::UnbindRequest => Op::Unbind,
-        LdapOp::SearchRequest(_) => Op::Search,
-        LdapOp::CompareRequest(_) => Op::Compare,
-        LdapOp::AddRequest(_) => Op::Add,
-        LdapOp::DelRequest(_) => Op::Delete,
-        LdapOp::ModifyRequest(_) => Op::Modify,
-        LdapOp::ModifyDNRequest(_) => Op::Modrdn,
-        LdapOp::AbandonRequest(_) => Op::Abandon,
-        LdapOp::ExtendedRequest(_) => Op::Extended,
-        _ => return None,
-    })
+impl Op {
+    /// Which request a message is (`None`: not a request): the one match
+    /// over request types that metrics, the access log, control checks,
+    /// admission and error responses all start from.
+    pub fn of(req: &LdapOp) -> Option<Op> {
+        Some(match req {
+            LdapOp::BindRequest(_) => Op::Bind,
+            LdapOp::UnbindRequest => Op::Unbind,
+            LdapOp::SearchRequest(_) => Op::Search,
+            LdapOp::CompareRequest(_) => Op::Compare,
+            LdapOp::AddRequest(_) => Op::Add,
+            LdapOp::DelRequest(_) => Op::Delete,
+            LdapOp::ModifyRequest(_) => Op::Modify,
+            LdapOp::ModifyDNRequest(_) => Op::Modrdn,
+            LdapOp::AbandonRequest(_) => Op::Abandon,
+            LdapOp::ExtendedRequest(_) => Op::Extended,
+            _ => return None,
+        })
+    }
+
+    /// Whether the request may run as a task of its own (and so counts
+    /// toward `limits.max_pending`): a Compare and an extended operation
+    /// may wait for key stretching.
+    pub fn spawns(self) -> bool {
+        !matches!(self, Op::Bind | Op::Unbind | Op::Abandon)
+    }
+
+    /// The response that carries a result for this request, if it has one.
+    pub fn response(self, res: LdapResult) -> Option<LdapOp> {
+        Some(match self {
+            Op::Bind => LdapOp::BindResponse(LdapBindResponse { res, saslcreds: None }),
+            Op::Search => LdapOp::SearchResultDone(res),
+            Op::Add => LdapOp::AddResponse(res),
+            Op::Modify => LdapOp::ModifyResponse(res),
+            Op::Delete => LdapOp::DelResponse(res),
+            Op::Modrdn => LdapOp::ModifyDNResponse(res),
+            Op::Compare => LdapOp::CompareResult(res),
+            Op::Extended => LdapOp::ExtendedResponse(LdapExtendedResponse { res, name: None, value: None }),
+            Op::Unbind | Op::Abandon => return None,
+        })
+    }
 }
 
 /// The request line, as slapd writes it (credentials never appear).

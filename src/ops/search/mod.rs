@@ -21,11 +21,11 @@ use crate::acl::{Level, ReadPlan, Target};
 use crate::ber::{self, OutAttr};
 use crate::conn::{encode, Conn, Reservation};
 use crate::ops::carries::Reading;
-use crate::ops::controls::{self, Controls};
+use crate::ops::controls::Controls;
 use crate::ops::paging::{self, Position};
 use crate::ops::record::{self, Record};
 use crate::ops::sort::Sorter;
-use crate::ops::{alias, monitor, parse_dn, referral, result, rootdse, with_matched_in};
+use crate::ops::{alias, monitor, parse_dn, referral, result, rootdse};
 use bytes::BytesMut;
 use ldap3_proto::control::LdapControl;
 use ldap3_proto::proto::{LdapMsg, LdapOp, LdapSearchRequest, LdapSearchResultReference, LdapSearchScope};
@@ -42,11 +42,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod emit;
+mod limits;
 mod scope;
 mod select;
+mod walk;
+
+pub use limits::{deadline, size_limit};
+use limits::{configured_limits, effective, Limits};
+use walk::walk;
 
 pub use emit::visible_match;
-use emit::{Emit, Stop, Visit};
+use emit::Emit;
 use scope::Part;
 pub use scope::Scope;
 use select::write_computed;
@@ -153,16 +159,6 @@ fn subentry_visibility(
         return node;
     }
     filter::Node::And(vec![node, filter::Node::Not(Box::new(subentry()))])
-}
-
-struct Limits {
-    size: usize,
-    deadline: Option<Instant>,
-    /// Entries an unindexed search may examine, and the result past it.
-    lookthrough: usize,
-    lookthrough_code: LdapResultCode,
-    /// `limits.max_filter_tests`: the filter's work on one entry.
-    tests: u64,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -468,199 +464,11 @@ fn send_view(
     Ok(())
 }
 
-/// Visits the base entry and the stores in order from `position`; returns
-/// where a full page stopped.
-async fn walk(
-    conn: &Conn,
-    emit: &mut Emit<'_>,
-    req: &LdapSearchRequest,
-    ctrls: &Controls,
-    (base_key, base_text): (&[u8], &str),
-    position: Position,
-    abandoned: &crate::ops::abandon::Abandoned,
-) -> Result<Option<Position>> {
-    let shard = &conn.ctx.shard;
-    // The further scopes the aliases in this one reach (`ops::alias`);
-    // for a base the requester may know of only, which the base block
-    // below then answers for.
-    let known = |view: &EntryView<'_>| {
-        emit.plan.is_none_or(|p| p.entry_disclosed(&Target { key: base_key, entry: Some(view) }))
-    };
-    let widen = emit.hide_aliases.is_some() && req.scope != LdapSearchScope::Base;
-    let widened = match widen && shard.with_entry(base_key, known)? == Some(true) {
-        true => {
-            let most = conn.ctx.live().limits.max_alias_scopes;
-            alias::scopes(conn, base_key, &req.scope, emit.limits.deadline, most, abandoned).await?
-        }
-        false => None,
-    };
-    emit.roots.clone_from(&widened);
-    // Read again, in a new snapshot, when its room had to be waited for.
-    let mut need = None;
-    loop {
-        if let Some(kib) = need.take() {
-            emit.flush().await;
-            emit.room.wait_for(kib).await;
-            if abandoned.get() {
-                return Ok(None);
-            }
-        }
-        let txn = shard.store_for(base_key).read()?;
-        // The entry is read once for the access plan, the Assertion and
-        // the visit; without either, the visit may decide the filter from
-        // the index without reading it (`index::decides`).
-        let found = match emit.plan.is_some() || ctrls.assertion.is_some() || emit.referrals {
-            true => txn.entry(base_key)?.map(|(id, view)| (id, Some(view))),
-            false => txn.id_of(base_key)?.map(|id| (id, None)),
-        };
-        let Some((id, view)) = found else {
-            let scope = Some(referral::scope_name(&req.scope));
-            // The text names the DN asked for: a dereferenced one may be hidden.
-            let e = Error::no_such_object(&req.base);
-            return Err(with_matched_in(conn, &ctrls.acting, &parse_dn(base_text)?, e, scope));
-        };
-        // A base the requester may not know of is reported as missing,
-        // with no matchedDN, as slapd reports it (the search's own plan:
-        // no second rights lookup per request).
-        if let (Some(plan), Some(view)) = (emit.plan, &view) {
-            if !plan.entry_disclosed(&Target { key: base_key, entry: Some(view) }) {
-                return Err(Error::no_such_object(&req.base));
-            }
-        }
-        if let (true, Some(view)) = (emit.referrals, &view) {
-            // The base itself a referral object: a referral, for any scope.
-            let scope = Some(referral::scope_name(&req.scope));
-            referral::check_entry_for(view, &parse_dn(&req.base)?, &parse_dn(base_text)?, scope)?;
-        }
-        if let (Some(_), Some(view)) = (&ctrls.assertion, &view) {
-            let read = (&txn, id);
-            controls::check_assertion_read(conn, &ctrls.acting, ctrls.assertion.as_ref(), base_key, read, view)?;
-        }
-        // A base below an alias target is that target's to return.
-        let covered = widened.as_ref().is_some_and(|roots| {
-            req.scope != LdapSearchScope::OneLevel && !roots.iter().any(|r| r.as_slice() == base_key)
-        });
-        let base_wanted = matches!(req.scope, LdapSearchScope::Base | LdapSearchScope::Subtree) && !covered;
-        if base_wanted && matches!(position, Position::Start | Position::Offset(_)) {
-            match emit.visit(&txn, base_key, id, true, view.as_ref())? {
-                Visit::Next => {}
-                Visit::Stop(code) => return Err(stopped(code)),
-                Visit::PageFull => return Ok(emit.last.take()),
-                Visit::Full(kib) => {
-                    need = Some(kib);
-                    continue;
-                }
-            }
-        }
-        break;
-    }
-    if req.scope == LdapSearchScope::Base {
-        return Ok(None);
-    }
-    let scope = match widened {
-        Some(extra) => Scope::widened(base_key, &req.scope, extra),
-        None => Scope::below(base_key, &req.scope),
-    };
-    let first = match &position {
-        Position::Range { store, .. } | Position::Index { store, .. } => *store,
-        _ => 0,
-    };
-    for (i, store) in shard.stores.iter().enumerate().skip(first) {
-        let candidates = index::candidates(&store.read()?, emit.filter)?;
-        emit.walking = Some((i, candidates.is_some()));
-        let stop = match candidates {
-            Some(mut c) => {
-                // In the order the store made the entries, as slapd sends
-                // id order: a parent before its children.
-                c.sort_unstable_by_key(made);
-                let after = match &position {
-                    Position::Index { store, after } if *store == i => Some(*after),
-                    _ => None,
-                };
-                let from = after.map_or(0, |a| c.partition_point(|id| made(id) <= made(&a)));
-                emit.walk_index(store, &scope, &c[from..], abandoned).await?
-            }
-            // No index answers the filter (in any store: that depends on
-            // the filter alone): every store's range in one walk, in key
-            // order, and the page's position is a key of any of them.
-            None => {
-                let after = match &position {
-                    Position::Range { after, .. } => Some(after.clone()),
-                    _ => None,
-                };
-                let stop = emit.walk_range(&shard.stores, &scope, after, abandoned).await?;
-                if let Some(stop) = stop {
-                    return match stop {
-                        Stop::Code(code) => Err(stopped(code)),
-                        Stop::Page => Ok(emit.last.take()),
-                    };
-                }
-                return Ok(None);
-            }
-        };
-        match stop {
-            None => {}
-            Some(Stop::Code(code)) => return Err(stopped(code)),
-            Some(Stop::Page) => return Ok(emit.last.take()),
-        }
-        if abandoned.get() {
-            return Ok(None);
-        }
-    }
-    Ok(None)
-}
-
-/// Where an entry id falls in the order its store made the entries: the
-/// low 48 bits count them (`shards::write::insert`), the high 16 name the
-/// partition.
-fn made(id: &index::Candidate) -> (u64, u16) {
-    let n = u64::from_be_bytes(*id);
-    (n & ((1 << 48) - 1), (n >> 48) as u16)
-}
-
 /// What a search stopped early by a limit (or a rename) ends with.
 fn stopped(code: LdapResultCode) -> Error {
     match code {
         LdapResultCode::Busy => crate::ops::carries::overtaken_error(),
         code => Error::new(code, ""),
-    }
-}
-
-/// A size or time limit: the client's request, capped by the server's
-/// configured limit for everyone but the root DN (0 means none).
-/// The server's size and time limits, or the requester's override
-/// (`limits.by_identity`).
-fn configured_limits(live: &crate::ctx::Live, plan: Option<&ReadPlan<'_>>) -> (usize, u64) {
-    let (mut size_limit, mut time_limit) = (live.limits.size_limit, live.limits.time_limit_s);
-    if let Some(over) = plan.and_then(|p| p.access.limits()) {
-        size_limit = over.size.unwrap_or(size_limit);
-        time_limit = over.time_s.unwrap_or(time_limit);
-    }
-    (size_limit, time_limit)
-}
-
-/// The most entries a search of `req` may return: what it asks, within
-/// what the requester's limits allow (`None` for the root DN: what it
-/// asks).
-pub fn size_limit(live: &crate::ctx::Live, plan: Option<&ReadPlan<'_>>, req: &LdapSearchRequest) -> usize {
-    effective(req.sizelimit, configured_limits(live, plan).0, plan.is_none())
-}
-
-/// When the search must end (`timeLimitExceeded`): the requested time
-/// limit, within the configured one but for the root DN.
-pub fn deadline(live: &crate::ctx::Live, plan: Option<&ReadPlan<'_>>, req: &LdapSearchRequest) -> Option<Instant> {
-    match effective(req.timelimit, configured_limits(live, plan).1 as usize, plan.is_none()) {
-        usize::MAX => None,
-        secs => Some(Instant::now() + Duration::from_secs(secs as u64)),
-    }
-}
-
-fn effective(requested: i32, configured: usize, is_root: bool) -> usize {
-    let requested = if requested > 0 { requested as usize } else { usize::MAX };
-    if is_root || configured == 0 {
-        requested
-    } else {
-        requested.min(configured)
     }
 }
 

@@ -1,0 +1,194 @@
+//! The controls field of a request, checked before ldap3_proto reads it:
+//! each control's shape, the values coredir decodes exactly, and the
+//! controls slapd would ignore and ldap3_proto could not decode.
+
+use super::*;
+
+/// The controls whose values coredir decodes (paged results, sort, sync
+/// request, assertion, pre-/post-read, matched values, subentries).
+pub(super) const DECODED: &[&[u8]] = &[
+    b"1.2.840.113556.1.4.319",
+    b"1.2.840.113556.1.4.473",
+    b"1.3.6.1.4.1.4203.1.9.1.1",
+    b"1.3.6.1.1.12",
+    b"1.3.6.1.1.13.1",
+    b"1.3.6.1.1.13.2",
+    b"1.2.826.0.1.3344810.2.3",
+    b"1.3.6.1.4.1.4203.1.10.1",
+    b"2.16.840.1.113730.3.4.9",
+];
+
+/// The response to a request, where it has one.
+pub(super) fn response_tag(op: u8) -> Option<u8> {
+    match op {
+        0x4A => Some(0x6B),
+        0x63 => Some(0x65),
+        0x60 | 0x66 | 0x68 | 0x6C | 0x6E | 0x77 => Some(op + 1),
+        _ => None,
+    }
+}
+
+/// Controls ldap3_proto decodes into its own types, which need a value:
+/// without one it cannot decode the message at all, where slapd answers
+/// protocolError ("paged results control value is absent") and goes on.
+pub(super) const VALUE_REQUIRED: &[&[u8]] = &[b"1.2.840.113556.1.4.319", b"1.2.840.113556.1.4.473", b"1.3.6.1.4.1.4203.1.9.1.1"];
+
+/// Controls ldap3_proto decodes without their criticality, with the
+/// operation each applies to in coredir (none: not implemented).
+pub(super) const CRITICALITY_DROPPED: &[(&[u8], Option<u8>)] = &[
+    (b"1.2.840.113556.1.4.319", Some(SEARCH)),
+    (b"1.2.840.113556.1.4.473", Some(SEARCH)),
+    // Active Directory's DirSync.
+    (b"1.2.840.113556.1.4.841", None),
+];
+
+/// Checks the controls field of an operation with tag `op`; the result to
+/// refuse it with, if any:
+/// - protocolError when a control coredir decodes has bytes after the one
+///   element of its value. slapd ignores such bytes; coredir refuses
+///   them, so no part of a control goes unread (listed in
+///   tests/conformance/differences.toml);
+/// - protocolError when one of `VALUE_REQUIRED` comes without a value;
+/// - unavailableCriticalExtension for a critical control of those whose
+///   criticality ldap3_proto drops, on an operation it does not apply to.
+/// - and the controls to leave out: one of `VALUE_REQUIRED` without a value,
+///   not critical, on an operation it does not apply to (as slapd ignores
+///   any such control), by their offsets in `list`.
+pub(super) type Controls = (Option<(LdapResultCode, &'static str)>, Vec<std::ops::Range<usize>>);
+
+pub(super) fn check_controls(op: u8, all: &[u8]) -> Result<Controls, &'static str> {
+    let mut trailing = false;
+    let mut absent = false;
+    let mut unavailable = false;
+    let mut ignored = Vec::new();
+    let mut list = all;
+    while !list.is_empty() {
+        let at = all.len() - list.len();
+        let control = tlv(list)?;
+        if control.tag != SEQUENCE {
+            return Err("a control is a SEQUENCE");
+        }
+        let oid = tlv(control.content)?;
+        if oid.tag != OCTET_STRING || oid.content.is_empty() {
+            return Err("a control starts with its type");
+        }
+        let mut rest = oid.rest;
+        let mut seen_value = false;
+        let mut seen_criticality = false;
+        let mut critical = false;
+        while !rest.is_empty() {
+            let field = tlv(rest)?;
+            match field.tag {
+                BOOLEAN if !seen_criticality && !seen_value && field.content.len() == 1 => {
+                    seen_criticality = true;
+                    critical = field.content[0] != 0;
+                    let applies = CRITICALITY_DROPPED.iter().find(|(o, _)| *o == oid.content).map(|(_, to)| *to);
+                    unavailable |= field.content[0] != 0 && applies.is_some_and(|to| to != Some(op));
+                }
+                OCTET_STRING if !seen_value => {
+                    seen_value = true;
+                    if DECODED.contains(&oid.content) {
+                        trailing |= !value_shape(oid.content, field.content);
+                    }
+                    // slapd: "manageDSAit control value not absent".
+                    trailing |= oid.content == b"2.16.840.1.113730.3.4.2" && !field.content.is_empty();
+                }
+                _ => return Err("a control is type, criticality, value"),
+            }
+            rest = field.rest;
+        }
+        if !seen_value && VALUE_REQUIRED.contains(&oid.content) {
+            // Each of them applies to a search only.
+            match (op == SEARCH, critical) {
+                (true, _) => absent = true,
+                (false, true) => unavailable = true,
+                (false, false) => ignored.push(at..all.len() - control.rest.len()),
+            }
+        }
+        list = control.rest;
+    }
+    let refused = match (trailing, unavailable) {
+        _ if absent => Some((LdapResultCode::ProtocolError, "control value is absent")),
+        (true, _) => Some((LdapResultCode::ProtocolError, "bytes after the value of a control")),
+        (_, true) => {
+            Some((LdapResultCode::UnavailableCriticalExtension, "critical control not supported with this operation"))
+        }
+        _ => None,
+    };
+    Ok((refused, ignored))
+}
+
+/// The LDAPMessage of `head` (its messageID and operation) with the
+/// controls of `list` but those in `ignored`.
+pub(super) fn without(head: &[u8], list: &[u8], ignored: &[std::ops::Range<usize>]) -> Vec<u8> {
+    let mut kept = Vec::with_capacity(list.len());
+    let mut from = 0;
+    for r in ignored {
+        kept.extend_from_slice(&list[from..r.start]);
+        from = r.end;
+    }
+    kept.extend_from_slice(&list[from..]);
+    let mut content = head.to_vec();
+    if !kept.is_empty() {
+        content.push(CONTROLS);
+        push_len(&mut content, kept.len());
+        content.extend_from_slice(&kept);
+    }
+    let mut msg = vec![SEQUENCE];
+    push_len(&mut msg, content.len());
+    msg.extend_from_slice(&content);
+    msg
+}
+
+/// A BER definite length.
+pub(super) fn push_len(out: &mut Vec<u8>, n: usize) {
+    match n {
+        0..=0x7f => out.push(n as u8),
+        _ => {
+            let bytes = n.to_be_bytes();
+            let skip = bytes.iter().take_while(|b| **b == 0).count();
+            out.push(0x80 | (bytes.len() - skip) as u8);
+            out.extend_from_slice(&bytes[skip..]);
+        }
+    }
+}
+
+/// Whether a control value coredir decodes is one well-formed element and
+/// nothing after it (an Assertion's, a well-formed filter; Matched
+/// Values', well-formed filter items).
+pub(super) fn value_shape(oid: &[u8], value: &[u8]) -> bool {
+    let Ok(v) = tlv(value) else { return false };
+    v.rest.is_empty()
+        && well_formed(v.tag, v.content, 0).is_ok()
+        && (oid != b"1.2.840.113556.1.4.319" || paged_shape(&v))
+        && (oid != b"1.3.6.1.1.12" || filter_shape(&v).is_ok())
+        && (oid != b"1.2.826.0.1.3344810.2.3" || items_shape(&v).is_ok())
+        && (oid != b"1.3.6.1.4.1.4203.1.9.1.1" || sync_shape(&v))
+}
+
+/// `syncRequestValue ::= SEQUENCE { mode ENUMERATED { refreshOnly (1),
+/// refreshAndPersist (3) }, cookie OCTET STRING OPTIONAL, reloadHint
+/// BOOLEAN DEFAULT FALSE }` (RFC 4533 §2.2), exactly.
+pub(super) fn sync_shape(v: &Tlv<'_>) -> bool {
+    let Ok(mode) = tlv(v.content) else { return false };
+    let mut rest = mode.rest;
+    for optional in [OCTET_STRING, BOOLEAN] {
+        match tlv(rest) {
+            Ok(field) if field.tag == optional => rest = field.rest,
+            _ => {}
+        }
+    }
+    v.tag == SEQUENCE && mode.tag == ENUMERATED && matches!(mode.content, [1] | [3]) && rest.is_empty()
+}
+
+/// `realSearchControlValue ::= SEQUENCE { size INTEGER (0..maxInt),
+/// cookie OCTET STRING }` (RFC 2696), exactly.
+pub(super) fn paged_shape(v: &Tlv<'_>) -> bool {
+    let Ok(size) = tlv(v.content) else { return false };
+    let Ok(cookie) = tlv(size.rest) else { return false };
+    v.tag == SEQUENCE
+        && size.tag == INTEGER
+        && in_range(size.content)
+        && cookie.tag == OCTET_STRING
+        && cookie.rest.is_empty()
+}
