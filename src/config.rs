@@ -285,7 +285,6 @@ pub struct Storage {
     pub sled_cache_mb: u64,
 }
 
-
 impl Default for Config {
     fn default() -> Config {
         Config {
@@ -352,7 +351,6 @@ impl Default for Storage {
         }
     }
 }
-
 
 impl Config {
     pub fn load(path: Option<&Path>) -> Result<Config> {

@@ -155,4 +155,3 @@ impl<S: Store> Appender<'_, S> {
         Ok(())
     }
 }
-

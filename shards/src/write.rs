@@ -382,7 +382,8 @@ fn apply<T: WriteTxn>(
                 let partition = partition_of(key) as u16;
                 supersede(&mut clock.hlc, &old);
                 let csn = clock.hlc.tick(partition);
-                let rec = Record { csn, uuid: crate::merge::uuid_of(&old)?, dn: old.dn.clone(), change: Change::Delete };
+                let rec =
+                    Record { csn, uuid: crate::merge::uuid_of(&old)?, dn: old.dn.clone(), change: Change::Delete };
                 capture(txn, partition, clock, Some(&old), &rec)?;
             }
             index::remove(txn, &old, &id)?;
@@ -617,3 +618,6 @@ pub fn children<T: ReadTxn>(txn: &T, key: &[u8]) -> Result<u64> {
 pub fn user_modifiable(name: &str) -> bool {
     !matching::is_no_user_modification(name)
 }
+
+#[cfg(test)]
+mod tests;

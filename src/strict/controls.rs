@@ -31,7 +31,8 @@ pub(super) fn response_tag(op: u8) -> Option<u8> {
 /// Controls ldap3_proto decodes into its own types, which need a value:
 /// without one it cannot decode the message at all, where slapd answers
 /// protocolError ("paged results control value is absent") and goes on.
-pub(super) const VALUE_REQUIRED: &[&[u8]] = &[b"1.2.840.113556.1.4.319", b"1.2.840.113556.1.4.473", b"1.3.6.1.4.1.4203.1.9.1.1"];
+pub(super) const VALUE_REQUIRED: &[&[u8]] =
+    &[b"1.2.840.113556.1.4.319", b"1.2.840.113556.1.4.473", b"1.3.6.1.4.1.4203.1.9.1.1"];
 
 /// Controls ldap3_proto decodes without their criticality, with the
 /// operation each applies to in coredir (none: not implemented).

@@ -128,10 +128,7 @@ fn a_paged_sort_or_sync_control_without_a_value_is_answered_not_dropped() {
     for oid in [&b"1.2.840.113556.1.4.319"[..], b"1.2.840.113556.1.4.473", b"1.3.6.1.4.1.4203.1.9.1.1"] {
         let bare = t(SEQUENCE, &t(OCTET_STRING, oid));
         let refused = search(bare);
-        assert!(matches!(
-            refused,
-            Ok(Check::Refuse { msgid: 4, tag: 0x65, code: LdapResultCode::ProtocolError, .. })
-        ));
+        assert!(matches!(refused, Ok(Check::Refuse { msgid: 4, tag: 0x65, code: LdapResultCode::ProtocolError, .. })));
         let critical = t(SEQUENCE, &[t(OCTET_STRING, oid), t(BOOLEAN, &[0xFF])].concat());
         assert!(matches!(search(critical), Ok(Check::Refuse { code: LdapResultCode::ProtocolError, .. })));
     }
@@ -162,8 +159,7 @@ fn filters_have_their_shapes() {
         let body = [fields.concat(), t(BOOLEAN, &[0]), filter, t(SEQUENCE, &[])].concat();
         check(&msg(&[1], &t(0x63, &body), &[]))
     };
-    let ava =
-        |tag: u8, parts: &[&[u8]]| t(tag, &parts.iter().map(|p| t(OCTET_STRING, p)).collect::<Vec<_>>().concat());
+    let ava = |tag: u8, parts: &[&[u8]]| t(tag, &parts.iter().map(|p| t(OCTET_STRING, p)).collect::<Vec<_>>().concat());
     let eq = ava(0xA3, &[b"cn", b"x"]);
     let present = t(0x87, b"cn");
     let subs = |pieces: &[(u8, &[u8])]| {

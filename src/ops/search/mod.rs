@@ -47,8 +47,8 @@ mod scope;
 mod select;
 mod walk;
 
-pub use limits::{deadline, size_limit};
 use limits::{configured_limits, effective, Limits};
+pub use limits::{deadline, size_limit};
 use walk::walk;
 
 pub use emit::visible_match;
