@@ -11,9 +11,15 @@
 //! and an entryUUID derived from its DN and the deleted entry's, so that
 //! the two servers, each making it on its own, make the same entry. Its
 //! add is logged and travels like any other, so the server that deleted
-//! the parent gets it too. An operator finds glue with `(objectClass=glue)`
-//! or `coredir ctl replication conflicts`, and removes it by deleting what
-//! is below it, then it.
+//! the parent gets it too.
+//!
+//! As slapd's back-mdb treats glue (`refuse_write`, and the search's
+//! `glue_visibility`): without the ManageDsaIT control searches pass glue
+//! entries over (not what is below them), and a modify, delete or rename
+//! of one is noSuchObject with the glue entry as matchedDN; a compare and
+//! an add below it work. An operator finds glue with `ldapsearch -M
+//! '(objectClass=glue)'` or `coredir ctl replication conflicts`, and
+//! removes it by deleting what is below it, then it with `ldapdelete -M`.
 
 use crate::ctx::Ctx;
 use crate::ops::syncrepl::Located;
@@ -24,6 +30,28 @@ use shards::store::{ReadTxn, Store};
 use shards::write::Images;
 use shards::{now_generalized, Result};
 use std::collections::BTreeSet;
+
+/// A modify, delete or rename of a glue entry without ManageDsaIT: as
+/// slapd, noSuchObject, the glue entry itself the matchedDN (when the
+/// requester may know it exists; otherwise as any missing entry).
+pub fn refuse_write(conn: &crate::conn::Conn, identity: &crate::conn::Identity, dn: &Dn, manage_dsa_it: bool) -> Result<()> {
+    if manage_dsa_it || !shards::index::Marked::Glue.may_exist() || dn.is_root() {
+        return Ok(());
+    }
+    let key = dn.key();
+    let is_glue = |view: &shards::entry::EntryView<'_>| {
+        view.get("objectClass").is_some_and(|a| a.vals().any(|v| shards::index::Marked::Glue.is_class(v)))
+    };
+    if conn.ctx.shard.with_entry(&key, is_glue)? != Some(true) {
+        return Ok(());
+    }
+    let text = dn.to_string_form();
+    let e = shards::Error::no_such_object(&text);
+    Err(match crate::ops::disclosed(conn, identity, &key) {
+        true => e.with_matched(text),
+        false => crate::ops::with_matched_in(conn, identity, dn, e, None),
+    })
+}
 
 /// The entries a frame's delete records removed here: (DN key as stored
 /// here, entryUUID). Taken from the images, not the records' DNs: a delete

@@ -31,6 +31,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
         shards::schema::check::check_modification(&m.atype, &m.vals, adds)?;
     }
     crate::ops::referral::check_target(&conn, &ctrls.acting, &dn, ctrls.manage_dsa_it)?;
+    crate::glue::refuse_write(&conn, &ctrls.acting, &dn, ctrls.manage_dsa_it)?;
     if dn.is_root() {
         return Err(Error::unwilling("the root DSE cannot be modified"));
     }

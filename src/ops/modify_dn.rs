@@ -224,6 +224,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
     // As slapd's back-mdb: a referral object, and a new superior that is
     // an alias or one, are refused after the access checks.
     crate::ops::referral::check_target(&conn, &identity, &old, ctrls.manage_dsa_it)?;
+    crate::glue::refuse_write(&conn, &identity, &old, ctrls.manage_dsa_it)?;
     if superior != old.parent() {
         crate::ops::alias::check_parent(shard, &superior.key(), "newSuperior is an alias")?;
     }

@@ -55,7 +55,9 @@ fn restore_into(s: &Server, backup: &std::path::Path) {
 /// operational, as one server shows them.
 fn dump(s: &Server) -> BTreeMap<String, BTreeMap<String, Vec<String>>> {
     let mut c = s.admin();
-    let (entries, _) = c.search(SUFFIX, Scope::Subtree, "(objectClass=*)", vec!["*", "+"]).unwrap().success().unwrap();
+    // Glue entries included (hidden without ManageDsaIT, as slapd's).
+    let all = c.with_controls(manage_dsa_it()).search(SUFFIX, Scope::Subtree, "(objectClass=*)", vec!["*", "+"]);
+    let (entries, _) = all.unwrap().success().unwrap();
     entries
         .into_iter()
         .map(|e| {
@@ -625,8 +627,9 @@ fn a_peer_behind_a_capped_changelog_is_resynced_by_merging() {
     converged(&a, &b);
     // The delete came to B in the resync: ou=rs stays as glue on both.
     for s in [&a, &b] {
-        let glue =
-            get_entry(&mut s.admin(), &rs, vec!["objectClass"]).unwrap_or_else(|| panic!("no {rs} on {}", s.url()));
+        let glue = get_entry_managed(&mut s.admin(), &rs, vec!["objectClass"])
+            .unwrap_or_else(|| panic!("no {rs} on {}", s.url()));
+        assert!(get_entry(&mut s.admin(), &rs, vec!["objectClass"]).is_none(), "glue is hidden without ManageDsaIT");
         assert!(glue.attrs["objectClass"].iter().any(|o| o == "glue"), "{glue:?}");
     }
     let mut cb = b.admin();
@@ -929,9 +932,10 @@ fn delete_apart_from_child_add(a: &mut Server, b: &mut Server, parent: &str, chi
 
 /// A parent deleted on one side while a child is added below it on the
 /// other: after the heal the parent is back on both sides as the same
-/// glue entry (389-ds keeps it the same way), holding the child; it counts
-/// the child, cannot be deleted before it, and `ctl replication conflicts`
-/// names it.
+/// glue entry (slapd's syncrepl and 389-ds make such entries), holding the
+/// child; it counts the child, is hidden and missing for writes without
+/// ManageDsaIT (as slapd's), cannot be deleted before the child, and `ctl
+/// replication conflicts` names it.
 #[test]
 fn a_parent_deleted_apart_from_a_child_added_below_it_survives_as_glue() {
     let (mut a, mut b) = pair(2);
@@ -942,12 +946,15 @@ fn a_parent_deleted_apart_from_a_child_added_below_it_survives_as_glue() {
     let mut uuids = Vec::new();
     for s in [&a, &b] {
         let mut c = s.admin();
-        let glue = get_entry(&mut c, &orph, vec!["objectClass", "entryUUID", "numSubordinates"])
+        let glue = get_entry_managed(&mut c, &orph, vec!["objectClass", "entryUUID", "numSubordinates"])
             .unwrap_or_else(|| panic!("no parent on {}", s.url()));
+        assert!(get_entry(&mut c, &orph, vec!["objectClass"]).is_none(), "hidden without ManageDsaIT");
+        let refused = c.delete(&orph).unwrap();
+        assert_eq!((refused.rc, refused.matched.as_str()), (32, orph.as_str()), "missing for a write");
         assert!(glue.attrs["objectClass"].iter().any(|o| o == "glue"), "{glue:?}");
         assert_eq!(glue.attrs["numSubordinates"], vec!["1".to_string()]);
         uuids.push(glue.attrs["entryUUID"].clone());
-        assert_eq!(c.delete(&orph).unwrap().rc, 66, "deleted with its child below");
+        assert_eq!(c.with_controls(manage_dsa_it()).delete(&orph).unwrap().rc, 66, "deleted with its child below");
         let (code, out, err) = ctl(s, &["replication", "conflicts"]);
         assert_eq!(code, 0, "{err}");
         assert!(out.contains(&orph) && out.contains("glue"), "{out}");
@@ -955,16 +962,16 @@ fn a_parent_deleted_apart_from_a_child_added_below_it_survives_as_glue() {
     assert_eq!(uuids[0], uuids[1], "the same glue entry on both sides");
     // The operator's way out: the child goes, then the glue.
     assert_eq!(a.admin().delete(&kid).unwrap().rc, 0);
-    assert_eq!(a.admin().delete(&orph).unwrap().rc, 0);
-    wait_for("gone on B", || get_entry(&mut b.admin(), &orph, vec!["ou"]).is_none());
+    assert_eq!(a.admin().with_controls(manage_dsa_it()).delete(&orph).unwrap().rc, 0);
+    wait_for("gone on B", || get_entry_managed(&mut b.admin(), &orph, vec!["ou"]).is_none());
     converged(&a, &b);
     // The same again at the same DN: a new glue entry (not the old one's
     // tombstone) on both sides.
     delete_apart_from_child_add(&mut a, &mut b, &orph, &kid);
     wait_for("glue again on both", || {
-        [&a, &b].iter().all(|s| get_entry(&mut s.admin(), &orph, vec!["ou"]).is_some()) && dump(&a) == dump(&b)
+        [&a, &b].iter().all(|s| get_entry_managed(&mut s.admin(), &orph, vec!["ou"]).is_some()) && dump(&a) == dump(&b)
     });
-    let again = attr(&mut a.admin(), &orph, "entryUUID").unwrap();
+    let again = get_entry_managed(&mut a.admin(), &orph, vec!["entryUUID"]).unwrap().attrs["entryUUID"].clone();
     assert_ne!(again, uuids[0], "a new glue entry");
 }
 

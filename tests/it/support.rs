@@ -315,6 +315,22 @@ pub fn get_entry(c: &mut LdapConn, dn: &str, attrs: Vec<&str>) -> Option<SearchE
     entries.pop().map(SearchEntry::construct)
 }
 
+/// The ManageDsaIT control (RFC 3296): referral objects and glue entries
+/// are then entries like any other.
+pub fn manage_dsa_it() -> ldap3::controls::RawControl {
+    ldap3::controls::RawControl { ctype: "2.16.840.1.113730.3.4.2".into(), crit: false, val: None }
+}
+
+/// `get_entry` with ManageDsaIT: glue entries too.
+pub fn get_entry_managed(c: &mut LdapConn, dn: &str, attrs: Vec<&str>) -> Option<SearchEntry> {
+    let res = c.with_controls(manage_dsa_it()).search(dn, Scope::Base, "(objectClass=*)", attrs).unwrap();
+    if res.1.rc == 32 {
+        return None;
+    }
+    let (mut entries, _) = res.success().unwrap();
+    entries.pop().map(SearchEntry::construct)
+}
+
 /// An inetOrgPerson under ou=people.
 pub fn add_user(c: &mut LdapConn, uid: &str) -> ldap3::LdapResult {
     let dn = format!("uid={uid},{PEOPLE}");

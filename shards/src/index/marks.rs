@@ -19,12 +19,17 @@ pub enum Marked {
     /// Subentries (RFC 3672): a search below them passes them over
     /// unless the Subentries control asks for them.
     Subentry,
+    /// Glue entries (mirror mode's parents deleted on one side while the
+    /// other added below them; slapd's syncrepl makes them too): hidden,
+    /// and missing for writes, without ManageDsaIT.
+    Glue,
 }
 
 /// Per class, set once an entry of it has been indexed in this process or
 /// found in a store at start (`note_marks`); never cleared. While unset,
 /// searches and writes skip every check for the class: one relaxed load.
-static MARKS_SEEN: [std::sync::atomic::AtomicBool; 3] = [
+static MARKS_SEEN: [std::sync::atomic::AtomicBool; 4] = [
+    std::sync::atomic::AtomicBool::new(false),
     std::sync::atomic::AtomicBool::new(false),
     std::sync::atomic::AtomicBool::new(false),
     std::sync::atomic::AtomicBool::new(false),
@@ -33,13 +38,14 @@ static MARKS_SEEN: [std::sync::atomic::AtomicBool; 3] = [
 const MARK_DN_CUT: usize = 480;
 
 impl Marked {
-    pub const ALL: [Marked; 3] = [Marked::Referral, Marked::Alias, Marked::Subentry];
+    pub const ALL: [Marked; 4] = [Marked::Referral, Marked::Alias, Marked::Subentry, Marked::Glue];
 
     fn prefix(self) -> &'static [u8] {
         match self {
             Marked::Referral => b"\x01referral\0",
             Marked::Alias => b"\x01alias\0",
             Marked::Subentry => b"\x01subentry\0",
+            Marked::Glue => b"\x01glue\0",
         }
     }
 
@@ -49,6 +55,7 @@ impl Marked {
             Marked::Referral => ("referral", "2.16.840.1.113730.3.2.6"),
             Marked::Alias => ("alias", "2.5.6.1"),
             Marked::Subentry => ("subentry", "2.5.17.0"),
+            Marked::Glue => ("glue", "1.3.6.1.4.1.4203.666.3.4"),
         }
     }
 

@@ -161,6 +161,17 @@ fn subentry_visibility(
     filter::Node::And(vec![node, filter::Node::Not(Box::new(subentry()))])
 }
 
+/// Glue entries as slapd's back-mdb treats them (`crate::glue`): without
+/// ManageDsaIT a search passes them over at any scope, not what is below
+/// them; tested only once a store may hold one.
+fn glue_visibility(node: filter::Node, manage_dsa_it: bool) -> filter::Node {
+    if manage_dsa_it || !shards::index::Marked::Glue.may_exist() {
+        return node;
+    }
+    let glue = filter::compile(&ldap3_proto::proto::LdapFilter::Equality("objectClass".into(), "glue".into()));
+    filter::Node::And(vec![node, filter::Node::Not(Box::new(glue))])
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn run(
     conn: &Conn,
@@ -189,6 +200,7 @@ async fn run(
         node = node.restrict(&|names| plan.searchable(names));
     }
     node = subentry_visibility(node, req, &base_key, ctrls.subentries);
+    node = glue_visibility(node, ctrls.manage_dsa_it);
     let computed_tests = if is_root { 0 } else { live.limits.max_filter_tests };
     // A one-RDN key is that RDN's normalized form.
     if subschema::is_subschema_key(&base_key) {
