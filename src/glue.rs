@@ -34,7 +34,12 @@ use std::collections::BTreeSet;
 /// A modify, delete or rename of a glue entry without ManageDsaIT: as
 /// slapd, noSuchObject, the glue entry itself the matchedDN (when the
 /// requester may know it exists; otherwise as any missing entry).
-pub fn refuse_write(conn: &crate::conn::Conn, identity: &crate::conn::Identity, dn: &Dn, manage_dsa_it: bool) -> Result<()> {
+pub fn refuse_write(
+    conn: &crate::conn::Conn,
+    identity: &crate::conn::Identity,
+    dn: &Dn,
+    manage_dsa_it: bool,
+) -> Result<()> {
     if manage_dsa_it || !shards::index::Marked::Glue.may_exist() || dn.is_root() {
         return Ok(());
     }

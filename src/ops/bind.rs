@@ -119,11 +119,13 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Step> {
     if req.dn.is_empty() {
         return if password.is_empty() { Ok(Step::Done(Identity::Anonymous)) } else { Err(invalid()) };
     }
+    // The name first, as slapd parses it before anything else: an invalid
+    // one is invalidDNSyntax even without a password.
+    let key = key_of(&req.dn)?;
     if password.is_empty() {
         return Err(Error::unwilling("unauthenticated bind (DN with no password) disallowed"));
     }
     crate::ops::check_confidential(conn)?;
-    let key = key_of(&req.dn)?;
     let ctx = &conn.ctx;
     let policy = ctx.password_policy;
     if key == ctx.root_key {

@@ -136,6 +136,14 @@ pub fn parse(ctrls: &[LdapControl], k: Op) -> Result<Controls> {
             LdapControl::ServerSort { sort_requests } if k == Op::Search => {
                 once(&mut out.sort, sort_requests.clone(), SORT_REQUEST)?
             }
+            // RFC 3296: searches, compares and updates; as slapd, a
+            // critical one elsewhere (a bind, an extended operation) is
+            // refused, not followed by the operation done without it.
+            LdapControl::ManageDsaIT { criticality } if matches!(k, Op::Bind | Op::Extended) => {
+                if *criticality {
+                    return Err(unavailable(MANAGE_DSA_IT, "is not supported with this operation"));
+                }
+            }
             LdapControl::ManageDsaIT { .. } => once(&mut manage_dsa_it, (), MANAGE_DSA_IT)?,
             LdapControl::SyncRequest { mode, cookie, .. } if k == Op::Search => {
                 let persist = matches!(mode, ldap3_proto::proto::SyncRequestMode::RefreshAndPersist);
@@ -393,6 +401,17 @@ pub fn check_assertion_at(conn: &Conn, identity: &Identity, assertion: Option<&L
     }
 }
 
+/// The assertion's hasSubordinates items answered from the entry's child
+/// count (kept on its own owner), as a search answers them: computed, the
+/// filter cannot read them from the entry.
+fn subordinates_decided(conn: &Conn, node: &shards::filter::Node, key: &[u8]) -> Result<Vec<(usize, bool)>> {
+    if !node.names_subordinates() {
+        return Ok(Vec::new());
+    }
+    let txn = conn.ctx.shard.store_for(key).read()?;
+    Ok(node.subordinates_decided(shards::write::children(&txn, key)? > 0))
+}
+
 /// Whether the assertion holds on `view` under the requester's rights;
 /// `decide` answers the items of the filter as compiled that an index can.
 fn assertion_holds(
@@ -408,12 +427,14 @@ fn assertion_holds(
     let node = shards::filter::compile(f);
     let holds = match conn.access(&live, identity).map(ReadPlan::new) {
         None => {
-            let decided = decide(&node)?;
+            let mut decided = decide(&node)?;
+            decided.extend(subordinates_decided(conn, &node, key)?);
             shards::filter::with_decided(decided, || node.matches(view))
         }
         Some(plan) => {
             let node = node.restrict(&|names| plan.searchable(names));
-            let decided = decide(&node)?;
+            let mut decided = decide(&node)?;
+            decided.extend(subordinates_decided(conn, &node, key)?);
             let (target, tests) = (Target { key, entry: Some(view) }, live.limits.max_filter_tests);
             shards::filter::with_decided(decided, || visible_match(Some(&plan), &node, &target, view, tests))?
         }

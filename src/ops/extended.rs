@@ -172,12 +172,14 @@ async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest
     let is_root = identity.is_root();
     let self_change = parse_dn(&own).is_ok_and(|o| o == dn);
     let shard = &conn.ctx.shard;
+    // As slapd: a missing entry is noSuchObject (no matchedDN) before any
+    // right is asked; one the requester may not know of is reported so too.
+    let entry = shard.get_entry(&dn.key())?.filter(|_| crate::ops::disclosed(conn, identity, &dn.key()));
+    let entry = entry.ok_or_else(|| Error::no_such_object(&target))?;
     if let Some(a) = conn.access(&live, &identity) {
         let attr = [(a.acl().class("userPassword"), "userPassword")];
         access::require(&a, shard, &dn.key(), &attr, Level::Write)?;
     }
-    // slapd names no matchedDN here.
-    let entry = shard.get_entry(&dn.key())?.ok_or_else(|| Error::no_such_object(&target))?;
     let scheme = conn.ctx.passwords.default_scheme.clone();
     let policy = conn.ctx.password_policy;
     let stored: Vec<Vec<u8>> = entry.get("userPassword").map(|a| a.vals.clone()).unwrap_or_default();

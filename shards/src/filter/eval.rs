@@ -88,6 +88,22 @@ impl Node {
         }
     }
 
+    /// The hasSubordinates items answered for an entry with or without
+    /// children, for `with_decided` (none: the filter names none).
+    pub fn subordinates_decided(&self, has_children: bool) -> Vec<(usize, bool)> {
+        let mut items = Vec::new();
+        self.subordinate_items(&mut items);
+        items.into_iter().map(|(item, matches)| (item, matches[usize::from(has_children)])).collect()
+    }
+
+    /// Whether the filter names hasSubordinates (its answer needs the
+    /// entry's child count).
+    pub fn names_subordinates(&self) -> bool {
+        let mut items = Vec::new();
+        self.subordinate_items(&mut items);
+        !items.is_empty()
+    }
+
     /// The equality values of one equality item or an OR set of them.
     pub fn equalities(&self) -> Option<(&Names, &[Vec<u8>])> {
         match self {

@@ -179,11 +179,10 @@ pub fn check_options(name: &str) -> Result<()> {
     if crate::matching::stored_name(name).len() > crate::entry::MAX_DESCRIPTION_BYTES {
         return Err(crate::entry::description_too_long(name));
     }
-    let (base, options) = name.split_once(';').unwrap_or((name, ""));
+    // `cn;` has one option, empty: refused (RFC 4512 §2.5: an option is
+    // at least one character), as slapd refuses it.
+    let Some((base, options)) = name.split_once(';') else { return Ok(()) };
     let binary = get().attr(base).is_some_and(|at| at.syntax_ref.binary_transfer);
-    if options.is_empty() {
-        return Ok(());
-    }
     for o in options.split(';') {
         // slapd's option characters: letters, digits, '-' and '.'.
         let chars = o.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
@@ -196,6 +195,12 @@ pub fn check_options(name: &str) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether every option of an attribute description has a character at
+/// least (RFC 4512 §2.5): `cn;` and `cn;lang-en;` name no attribute.
+pub fn options_well_formed(name: &str) -> bool {
+    name.split(';').skip(1).all(|o| !o.is_empty())
 }
 
 /// What an add or a modify may name (slapd's `slap_mods_check`): valid

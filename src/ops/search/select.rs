@@ -40,6 +40,9 @@ impl<'a> Selection<'a> {
                 "1.1" => {}
                 // RFC 4529: every attribute the class (and its superclasses) allows.
                 name if name.starts_with('@') => sel.names.extend(class_attrs(&name[1..])),
+                // `cn;`: no attribute description, so it selects nothing
+                // (as slapd, which drops it from the list).
+                name if !shards::schema::check::options_well_formed(name) => {}
                 name => sel.names.push(matching::AttrName::with_subtypes(name)),
             }
         }
@@ -101,7 +104,8 @@ pub(crate) fn write_entry(
         attrs.push(OutAttr { name: "contextCSN", vals: Vals::from_encoded(&csns, values.len() as u32) });
     }
     let matched;
-    if !sel.values.is_empty() {
+    // RFC 3876 §2: no effect on a typesOnly search (the types are listed).
+    if !sel.values.is_empty() && !sel.types_only {
         matched = matched_values(&sel.values, &attrs);
         attrs = matched.iter().map(|(name, buf, n)| OutAttr { name, vals: Vals::from_encoded(buf, *n) }).collect();
     }
@@ -168,8 +172,15 @@ pub(super) fn write_computed(
     if filter.eval_bounded(&view, &|_| true, tests)? != Some(true) {
         return Ok(false);
     }
-    let attrs: Vec<_> =
+    let mut attrs: Vec<_> =
         view.attrs().filter(|a| sel.wants(a.name)).map(|a| OutAttr { name: a.name, vals: a.vals() }).collect();
+    // Matched Values on the root DSE and cn=Subschema too (as slapd: a
+    // client picks one schema definition out so).
+    let matched;
+    if !sel.values.is_empty() && !sel.types_only {
+        matched = matched_values(&sel.values, &attrs);
+        attrs = matched.iter().map(|(name, buf, n)| OutAttr { name, vals: Vals::from_encoded(buf, *n) }).collect();
+    }
     ber::search_entry(out, msgid, entry.dn.as_str(), &attrs, sel.types_only);
     Ok(true)
 }
