@@ -22,7 +22,6 @@ use shards::dn::Dn;
 use shards::entry::Entry;
 use shards::ldif;
 use shards::manifest::Manifest;
-use shards::schema::base_type;
 use shards::store::{Engine, Store};
 use shards::write::{add_ops, clock, run_batch_owned, WriteOp};
 use shards::Error;
@@ -258,13 +257,15 @@ fn entry_of(rec: ldif::Record, suffixes: &[Dn]) -> Result<(Dn, Entry), String> {
         let names: Vec<String> = suffixes.iter().map(Dn::to_string_form).collect();
         return Err(format!("{} is outside the naming contexts ({})", rec.dn, names.join("; ")));
     }
-    // Values grouped per attribute type first, so duplicate checks are one
-    // pass; each line's name is looked up in the schema once.
+    // Values grouped per attribute description first (options included:
+    // `cn;lang-en` is an attribute of its own), so duplicate checks are one
+    // pass; each line's name is checked and looked up in the schema once.
     let mut grouped: Vec<(String, Vec<Vec<u8>>)> = Vec::with_capacity(16);
     for (name, value) in rec.attrs {
+        // As an add checks it (and slapadd): `cn;` or an unknown option is refused.
+        shards::schema::check::check_transfer(&name).map_err(|e| e.message)?;
         let stored = shards::matching::stored_name(&name);
-        let base = base_type(&stored);
-        match grouped.iter_mut().find(|(n, _)| base_type(n).eq_ignore_ascii_case(base)) {
+        match grouped.iter_mut().find(|(n, _)| n.eq_ignore_ascii_case(&stored)) {
             Some((_, vals)) => vals.push(value),
             None => grouped.push((stored.into_owned(), vec![value])),
         }

@@ -112,16 +112,9 @@ pub fn visit<T: ReadTxn>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::entry::Attr;
 
     fn entry(dn: &str, attrs: &[(&str, &[&str])]) -> Entry {
-        Entry {
-            dn: dn.into(),
-            attrs: attrs
-                .iter()
-                .map(|(n, vs)| Attr { name: n.to_string(), vals: vs.iter().map(|v| v.as_bytes().to_vec()).collect() })
-                .collect(),
-        }
+        Entry::of(dn, attrs)
     }
 
     #[test]

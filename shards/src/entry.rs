@@ -597,6 +597,18 @@ impl<'a> Iterator for Vals<'a> {
     }
 }
 
+impl Entry {
+    /// An entry from text, for tests: `(name, values)` per attribute.
+    #[cfg(test)]
+    pub(crate) fn of(dn: &str, attrs: &[(&str, &[&str])]) -> Entry {
+        let attr = |(n, vs): &(&str, &[&str])| Attr {
+            name: n.to_string(),
+            vals: vs.iter().map(|v| v.as_bytes().to_vec()).collect(),
+        };
+        Entry { dn: dn.into(), attrs: attrs.iter().map(attr).collect() }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -145,7 +145,8 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
         return compare_has_subordinates(conn, &key, &req.val).map(Answer::Now);
     }
     // A supertype compares the values of its subtypes too (`name`: `cn`, `sn`).
-    let names = shards::filter::Names::new(&req.atype).expect("the type exists");
+    let names = shards::filter::Names::new(&req.atype)
+        .ok_or_else(|| Error::new(LdapResultCode::UndefinedAttributeType, format!("{}: undefined", req.atype)))?;
     // Each subtype needs its own compare right, as in slapd: `name` must
     // not answer for an `sn` the rules hide.
     let may_compare = |name: &str| {

@@ -180,6 +180,12 @@ async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest
         let attr = [(a.acl().class("userPassword"), "userPassword")];
         access::require(&a, shard, &dn.key(), &attr, Level::Write)?;
     }
+    // A glue entry is missing for a write (slapd's passwd is a modify),
+    // named without a matchedDN, as a missing one is here.
+    crate::glue::refuse_write(conn, identity, &dn, false).map_err(|e| match e.code {
+        LdapResultCode::NoSuchObject => Error::no_such_object(&target),
+        _ => e,
+    })?;
     let scheme = conn.ctx.passwords.default_scheme.clone();
     let policy = conn.ctx.password_policy;
     let stored: Vec<Vec<u8>> = entry.get("userPassword").map(|a| a.vals.clone()).unwrap_or_default();

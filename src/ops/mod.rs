@@ -369,6 +369,21 @@ fn check_filters(conn: &Conn, op: &LdapOp, ctrls: &controls::Controls) -> Result
         LdapOp::SearchRequest(req) => Some(&req.filter),
         _ => None,
     };
+    // Matched Values items are filters too, their terms counted together.
+    let values = ctrls.matched_values.iter().flatten();
+    if values.clone().any(|f| shards::filter::depth(f) > limits.max_filter_depth) {
+        return Err(Error::new(LdapResultCode::AdminLimitExceeded, "filter nesting is too deep"));
+    }
+    let value_terms: usize = values.map(shards::filter::terms).sum();
+    if limits.max_filter_terms > 0 && value_terms > limits.max_filter_terms {
+        return Err(Error::new(
+            LdapResultCode::AdminLimitExceeded,
+            format!(
+                "matched values has {value_terms} terms, more than {} (limits.max_filter_terms)",
+                limits.max_filter_terms
+            ),
+        ));
+    }
     for f in search.into_iter().chain(ctrls.assertion.as_ref()) {
         if shards::filter::depth(f) > limits.max_filter_depth {
             return Err(Error::new(LdapResultCode::AdminLimitExceeded, "filter nesting is too deep"));

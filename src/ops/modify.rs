@@ -31,7 +31,6 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
         shards::schema::check::check_modification(&m.atype, &m.vals, adds)?;
     }
     crate::ops::referral::check_target(&conn, &ctrls.acting, &dn, ctrls.manage_dsa_it)?;
-    crate::glue::refuse_write(&conn, &ctrls.acting, &dn, ctrls.manage_dsa_it)?;
     if dn.is_root() {
         return Err(Error::unwilling("the root DSE cannot be modified"));
     }
@@ -50,6 +49,9 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
             req.changes.iter().map(|c| (a.acl().class(&c.modification.atype), c.modification.atype.as_str())).collect();
         access::require(&a, &conn.ctx.shard, &key, &attrs, Level::Write)?;
     }
+    // After the rights, as delete and modify-DN: a requester without them
+    // learns no more of a glue entry than of any entry it may not change.
+    crate::glue::refuse_write(&conn, &identity, &dn, ctrls.manage_dsa_it)?;
     let mut mods = Vec::with_capacity(req.changes.len());
     let mut relaxed = Vec::new();
     let mut verifications = MOST_VERIFIED;

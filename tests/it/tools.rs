@@ -109,6 +109,7 @@ fn import_errors_name_the_line() {
         (format!("{base}dn: cn=a,dc=elsewhere\nobjectClass: device\ncn: a\n"), 7, "outside the naming context"),
         (format!("{base}dn: cn=a,{SUFFIX}\ncn:: %%%\n"), 8, "base64"),
         (format!("{base}{base}"), 7, "already exists"),
+        (format!("{base}dn: cn=a,{SUFFIX}\nobjectClass: device\ncn: a\ndescription;: x\n"), 7, "inappropriate option"),
     ] {
         let data = p(&format!("d{line}{}", why.len()));
         std::fs::write(p("bad.ldif"), &body).unwrap();
@@ -214,4 +215,23 @@ fn an_imported_dn_is_stored_in_its_pretty_form() {
         "dn: cn=Smith\\2C John,ou=People,dc=example,dc=com",
     ];
     assert_eq!(dns, want, "{out}");
+}
+
+/// Values with a language tag stay apart from the untagged ones on import
+/// (they were grouped by type, so `cn;lang-en` lost its tag next to `cn`).
+#[test]
+fn an_import_keeps_attribute_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let ldif = format!(
+        "dn: {SUFFIX}\nobjectClass: domain\ndc: example\n\n\
+         dn: cn=a,{SUFFIX}\nobjectClass: device\ncn: a\ndescription: plain\ndescription;lang-en: tagged\n\n"
+    );
+    std::fs::write(p("in.ldif"), ldif).unwrap();
+    let (ok, err) = coredir(&["import", "--data", &p("d"), "--shards", "1", &p("in.ldif")]);
+    assert!(ok, "{err}");
+    let (ok, err) = coredir(&["export", "--data", &p("d"), "--no-operational", "--out", &p("out.ldif")]);
+    assert!(ok, "{err}");
+    let out = std::fs::read_to_string(p("out.ldif")).unwrap();
+    assert!(out.contains("description: plain\n") && out.contains("description;lang-en: tagged\n"), "{out}");
 }

@@ -49,6 +49,11 @@ impl Names {
     }
 
     fn of(schema: &'static Schema, attr: &str) -> Option<Names> {
+        // `cn;` is no attribute description: its items are Undefined, as
+        // slapd's ("zero length option is invalid").
+        if !crate::schema::check::options_well_formed(attr) {
+            return None;
+        }
         let i = schema.attr_index(attr)?;
         let options = attr.split_once(';').map(|(_, o)| o.into());
         Some(Names { schema, ty: i, types: &schema.subtypes[i], options })
@@ -349,7 +354,8 @@ fn item(
 ) -> Node {
     let Some(at) = schema.attr(attr) else { return Node::Undefined };
     let Some(rule) = rule_of(at) else { return Node::Undefined };
-    let names = Names::of(schema, attr).expect("the type exists");
+    // Also None for a type with a malformed option (`cn;`).
+    let Some(names) = Names::of(schema, attr) else { return Node::Undefined };
     build(names, rule).unwrap_or(Node::Undefined)
 }
 
@@ -427,6 +433,24 @@ mod tests {
     use super::*;
     use crate::entry::{Attr, Entry};
     use ldap3_proto::parse_ldap_filter_str;
+
+    /// `cn;` names no attribute (an option has a character at least): an
+    /// item on it is Undefined, and so is its NOT; it matched like `cn`.
+    #[test]
+    fn an_empty_option_makes_an_item_undefined() {
+        let buf = view_of(&sample());
+        let view = EntryView::new(&buf).unwrap();
+        for f in [
+            LdapFilter::Equality("cn;".into(), "Johnny".into()),
+            LdapFilter::Present("cn;".into()),
+            LdapFilter::Equality("cn;lang-en;".into(), "Johnny".into()),
+        ] {
+            let node = compile(&f);
+            assert!(matches!(node, Node::Undefined), "{f:?}");
+            assert!(!compile(&LdapFilter::Not(Box::new(f))).matches(&view));
+        }
+        assert!(compile(&LdapFilter::Equality("cn".into(), "Johnny".into())).matches(&view));
+    }
 
     fn view_of(e: &Entry) -> Vec<u8> {
         let mut buf = Vec::new();

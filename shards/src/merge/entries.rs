@@ -117,17 +117,10 @@ pub fn materialize(state: &EntryState, uuid: &[u8; 16]) -> Option<Entry> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::entry::Attr;
     use crate::merge::{decode_state, encode_state};
 
     fn entry(dn: &str, attrs: &[(&str, &[&str])]) -> Entry {
-        Entry {
-            dn: dn.into(),
-            attrs: attrs
-                .iter()
-                .map(|(n, vs)| Attr { name: n.to_string(), vals: vs.iter().map(|v| v.as_bytes().to_vec()).collect() })
-                .collect(),
-        }
+        Entry::of(dn, attrs)
     }
 
     #[test]

@@ -309,10 +309,7 @@ mod tests {
     use crate::entry::Attr;
 
     fn entry(dn: &str, attrs: &[(&str, &[&str])]) -> (Entry, Dn) {
-        let mut e = Entry { dn: dn.into(), attrs: Vec::new() };
-        for (n, vs) in attrs {
-            e.attrs.push(Attr { name: n.to_string(), vals: vs.iter().map(|v| v.as_bytes().to_vec()).collect() });
-        }
+        let e = Entry::of(dn, attrs);
         (e, Dn::parse(dn).unwrap())
     }
 

@@ -205,7 +205,7 @@ impl Emit<'_> {
         match &mut self.sorter {
             Some(sorter) => {
                 let mut buf = BytesMut::new();
-                write_entry(&mut buf, self.msgid, view, n_children, self.sel, &readable, csns);
+                write_entry(&mut buf, self.msgid, view, n_children, self.sel, &readable, csns)?;
                 sorter.push(view, buf, &|names| plan.is_none_or(|p| p.can_search(&target, names)))?;
             }
             None => {
@@ -213,7 +213,7 @@ impl Emit<'_> {
                 if !self.room.try_take(kib) {
                     return Ok(Visit::Full(kib));
                 }
-                write_entry(self.out, self.msgid, view, n_children, self.sel, &readable, csns)
+                write_entry(self.out, self.msgid, view, n_children, self.sel, &readable, csns)?
             }
         }
         self.sent += 1;

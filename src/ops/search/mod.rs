@@ -193,6 +193,7 @@ async fn run(
     let mut sel = Selection::new(&req.attrs, req.typesonly);
     if let Some(items) = &ctrls.matched_values {
         sel.values = items.iter().map(filter::compile).collect();
+        sel.value_tests = if is_root { 0 } else { live.limits.max_filter_tests };
     }
     let mut node = filter::compile(&req.filter);
     if let Some(plan) = &plan {

@@ -27,12 +27,21 @@ pub struct Selection<'a> {
     /// Matched Values items (RFC 3876): of an attribute one of them names,
     /// only the values some item matches are returned.
     pub values: Vec<filter::Node>,
+    /// The most value tests Matched Values may make per entry
+    /// (`limits.max_filter_tests`; 0: no limit, the root DN's).
+    pub value_tests: u64,
 }
 
 impl<'a> Selection<'a> {
     pub fn new(attrs: &'a [String], types_only: bool) -> Selection<'a> {
-        let mut sel =
-            Selection { user: attrs.is_empty(), operational: false, names: Vec::new(), types_only, values: Vec::new() };
+        let mut sel = Selection {
+            user: attrs.is_empty(),
+            operational: false,
+            names: Vec::new(),
+            types_only,
+            values: Vec::new(),
+            value_tests: 0,
+        };
         for a in attrs {
             match a.as_str() {
                 "*" => sel.user = true,
@@ -86,7 +95,7 @@ pub(crate) fn write_entry(
     sel: &Selection,
     readable: &impl Fn(&str) -> bool,
     context_csn: Option<&[Vec<u8>]>,
-) {
+) -> Result<()> {
     let mut attrs: Vec<OutAttr<'_, Vals<'_>>> = view
         .attrs()
         .filter(|a| sel.wants(a.name) && readable(a.name))
@@ -106,19 +115,30 @@ pub(crate) fn write_entry(
     let matched;
     // RFC 3876 §2: no effect on a typesOnly search (the types are listed).
     if !sel.values.is_empty() && !sel.types_only {
-        matched = matched_values(&sel.values, &attrs);
+        matched = matched_values(&sel.values, &attrs, sel.value_tests)?;
         attrs = matched.iter().map(|(name, buf, n)| OutAttr { name, vals: Vals::from_encoded(buf, *n) }).collect();
     }
     ber::search_entry(out, msgid, view.dn(), &attrs, sel.types_only);
+    Ok(())
 }
 
 /// What Matched Values (RFC 3876) leaves of the attributes: the values
 /// some item matches, encoded; as slapd, an attribute no item names (or
-/// whose items are Undefined) is left out.
+/// whose items are Undefined) is left out. At most `most` value tests
+/// (0: no limit): items times values on cn=Subschema, or on a group of a
+/// million members, is reactor time an anonymous client could spend.
 pub(super) fn matched_values<'v>(
     items: &[filter::Node],
     attrs: &[OutAttr<'v, Vals<'v>>],
-) -> Vec<(&'v str, Vec<u8>, u32)> {
+    most: u64,
+) -> Result<Vec<(&'v str, Vec<u8>, u32)>> {
+    let tests: u64 = attrs.iter().map(|a| a.vals.clone().count() as u64).sum::<u64>() * items.len() as u64;
+    if most > 0 && tests > most {
+        return Err(Error::new(
+            LdapResultCode::AdminLimitExceeded,
+            format!("matched values: {tests} value tests, more than {most} (limits.max_filter_tests)"),
+        ));
+    }
     let mut out = Vec::new();
     for a in attrs {
         let kept: Vec<&[u8]> =
@@ -129,7 +149,7 @@ pub(super) fn matched_values<'v>(
             out.push((a.name, buf, kept.len() as u32));
         }
     }
-    out
+    Ok(out)
 }
 
 /// Operational attributes computed at read time, when selected.
@@ -178,7 +198,7 @@ pub(super) fn write_computed(
     // client picks one schema definition out so).
     let matched;
     if !sel.values.is_empty() && !sel.types_only {
-        matched = matched_values(&sel.values, &attrs);
+        matched = matched_values(&sel.values, &attrs, sel.value_tests)?;
         attrs = matched.iter().map(|(name, buf, n)| OutAttr { name, vals: Vals::from_encoded(buf, *n) }).collect();
     }
     ber::search_entry(out, msgid, entry.dn.as_str(), &attrs, sel.types_only);
