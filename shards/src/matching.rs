@@ -483,8 +483,21 @@ fn integer_key(norm: &[u8]) -> Vec<u8> {
     out
 }
 
+/// How deep DN-valued RDN values may nest (`owner=owner=…=x`): each level
+/// is a `Dn::parse` on the stack, and 8 KiB of DN held 1,364 of them, most
+/// of a reactor's 2 MiB stack. Deeper is not a DN (invalidDNSyntax).
+const MAX_DN_NESTING: u32 = 16;
+
 fn dn(value: &[u8]) -> Option<String> {
-    Dn::parse(std::str::from_utf8(value).ok()?).ok().map(|d| d.norm())
+    thread_local!(static DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) });
+    let depth = DEPTH.get();
+    if depth >= MAX_DN_NESTING {
+        return None;
+    }
+    DEPTH.set(depth + 1);
+    let norm = std::str::from_utf8(value).ok().and_then(|t| Dn::parse(t).ok()).map(|d| d.norm());
+    DEPTH.set(depth);
+    norm
 }
 
 /// Name and Optional UID: `DN` or `DN#'0101'B`.
@@ -600,9 +613,14 @@ pub fn generalized_time(value: &[u8]) -> Option<String> {
     // Leap second 60 is allowed by the syntax; fold it into the next minute.
     let (second, leap) = if second == 60 { (59, 1) } else { (second, 0) };
     let t = time::Time::from_hms(hour as u8, minute as u8, second as u8).ok()?;
-    let at = time::PrimitiveDateTime::new(date, t).assume_utc()
-        + time::Duration::seconds(leap - offset_secs)
-        + time::Duration::nanoseconds(frac_nanos as i64);
+    // Checked: a leap second or a zone west of UTC can carry 9999-12-31
+    // past the last year `time` holds (its `+` panics there), and a zone
+    // east of it carry year 0 before the first one the syntax allows.
+    let at = time::PrimitiveDateTime::new(date, t)
+        .assume_utc()
+        .checked_add(time::Duration::seconds(leap - offset_secs))?
+        .checked_add(time::Duration::nanoseconds(frac_nanos as i64))
+        .filter(|at| (0..=9999).contains(&at.year()))?;
     let mut out = format!(
         "{:04}{:02}{:02}{:02}{:02}{:02}",
         at.year(),
@@ -651,6 +669,31 @@ mod tests {
 
     fn norm(rule: Rule, v: &str) -> Option<String> {
         rule.normalize(v.as_bytes()).map(|c| String::from_utf8_lossy(&c).into_owned())
+    }
+
+    /// Times that a leap second or a zone carry past year 9999 (or before
+    /// year 0) are no times: `time`'s `+` panicked on them, from one filter,
+    /// compare or DN of any client.
+    #[test]
+    fn generalized_times_past_the_last_year_are_invalid() {
+        for v in ["99991231235960Z", "99991231235959-0001", "9999123123-2359", "00000101000000+0001"] {
+            assert_eq!(generalized_time(v.as_bytes()), None, "{v}");
+        }
+        assert_eq!(generalized_time(b"99991231235959Z").as_deref(), Some("99991231235959"));
+        assert_eq!(generalized_time(b"20261205235960Z").as_deref(), Some("20261206000000"));
+    }
+
+    /// DN-valued RDN values nest at most `MAX_DN_NESTING` deep: each level
+    /// is stack, and an 8 KiB DN held 1,364 of them.
+    #[test]
+    fn nested_dn_values_are_bounded() {
+        let nested = |n: usize| format!("{}x", "owner=".repeat(n));
+        assert!(Dn::parse(&nested(10)).is_ok());
+        // 1,364 levels on a 256 KiB stack: without the bound, a stack
+        // overflow (the whole process) instead of an answer.
+        let deep =
+            std::thread::Builder::new().stack_size(256 << 10).spawn(move || Dn::parse(&nested(1364)).map(|_| ()));
+        let _ = deep.unwrap().join().expect("parsed without running out of stack");
     }
 
     #[test]

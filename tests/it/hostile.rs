@@ -4,6 +4,7 @@
 
 use crate::support::*;
 use ldap3::asn1::ASNTag;
+use ldap3::{LdapConn, Scope};
 use ldap3_proto::proto::*;
 use ldap3_proto::LdapResultCode;
 use std::io::Write;
@@ -1100,4 +1101,28 @@ fn pipelined_costly_reads_let_other_clients_in() {
         }
     }
     assert!(done < 300, "another client waited for all {done} pipelined reads");
+}
+
+/// Values that broke an invariant deep inside the server, sent by an
+/// anonymous client: a time a leap second or a zone carries past year 9999
+/// (`time`'s `+` panicked) in a filter, a compare and a DN, and an 8 KiB
+/// DN of DN-valued RDNs nested 1,364 deep (each level a parse on the
+/// reactor's stack). Each gets an answer, and the server serves on.
+#[test]
+fn values_at_the_edges_of_their_syntax_are_answered() {
+    let s = Server::start(1);
+    let mut c = LdapConn::new(&s.url()).unwrap();
+    for filter in ["(createTimestamp>=99991231235960Z)", "(modifyTimestamp=9999123123-2359)"] {
+        let res = c.search(SUFFIX, Scope::Base, filter, vec!["1.1"]).unwrap();
+        assert_eq!(res.1.rc, 0, "{filter}: {res:?}");
+    }
+    assert!(c.compare(SUFFIX, "createTimestamp", "99991231235959-0001").is_ok());
+    let res = c.search("createTimestamp=99991231235960Z", Scope::Base, "(objectClass=*)", vec!["1.1"]).unwrap();
+    assert_ne!(res.1.rc, 0);
+    let nested = format!("{}x", "owner=".repeat(1364));
+    let res = c.search(&nested, Scope::Base, "(objectClass=*)", vec!["1.1"]).unwrap();
+    assert_ne!(res.1.rc, 0);
+    let (entries, _) =
+        s.admin().search(SUFFIX, Scope::Base, "(objectClass=*)", vec!["1.1"]).unwrap().success().unwrap();
+    assert_eq!(entries.len(), 1, "the server still serves");
 }

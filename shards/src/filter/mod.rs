@@ -177,9 +177,10 @@ pub fn compile(f: &LdapFilter) -> Node {
         // subschemaSubentry and hasSubordinates (slapd matches them
         // present on every entry).
         LdapFilter::Present(a)
-            if ["objectClass", "entryDN", "subschemaSubentry", "hasSubordinates"]
-                .iter()
-                .any(|n| matching::same_attr(a, n)) =>
+            if schema::check::options_well_formed(a)
+                && ["objectClass", "entryDN", "subschemaSubentry", "hasSubordinates"]
+                    .iter()
+                    .any(|n| matching::same_attr(a, n)) =>
         {
             Node::True
         }
@@ -261,12 +262,12 @@ fn equality(schema: &'static Schema, a: &str, v: &str) -> Node {
 /// answers it as stored. Every entry is of class `top`. `None` for a value
 /// that names no class.
 fn object_class(schema: &'static Schema, attr: &str, value: &str) -> Option<Node> {
+    let names = Names::of(schema, attr)?;
     let class = schema.class_index(value)?;
     if schema.classes[class].oid == "2.5.6.0" {
         return Some(Node::True);
     }
     let rule = schema.attr(attr)?.equality?;
-    let names = Names::of(schema, attr)?;
     let mut each = schema.subclasses[class].iter().filter_map(|c| {
         let value = rule.normalize(schema.classes[*c].oid.as_bytes())?.into_owned();
         Some(Node::Equal { attr: names.clone(), rule, value })
@@ -443,6 +444,8 @@ mod tests {
         for f in [
             LdapFilter::Equality("cn;".into(), "Johnny".into()),
             LdapFilter::Present("cn;".into()),
+            LdapFilter::Present("objectClass;".into()),
+            LdapFilter::Equality("objectClass;".into(), "top".into()),
             LdapFilter::Equality("cn;lang-en;".into(), "Johnny".into()),
         ] {
             let node = compile(&f);
