@@ -262,8 +262,10 @@ fn entry_of(rec: ldif::Record, suffixes: &[Dn]) -> Result<(Dn, Entry), String> {
     // pass; each line's name is checked and looked up in the schema once.
     let mut grouped: Vec<(String, Vec<Vec<u8>>)> = Vec::with_capacity(16);
     for (name, value) in rec.attrs {
-        // As an add checks it (and slapadd): `cn;` or an unknown option is refused.
-        shards::schema::check::check_transfer(&name).map_err(|e| e.message)?;
+        // `cn;` or an option slapd does not know is refused, as an add
+        // refuses it (the `;binary` an add requires is not: LDIF from
+        // elsewhere may carry certificates without it).
+        shards::schema::check::check_options(&name).map_err(|e| e.message)?;
         let stored = shards::matching::stored_name(&name);
         match grouped.iter_mut().find(|(n, _)| n.eq_ignore_ascii_case(&stored)) {
             Some((_, vals)) => vals.push(value),
