@@ -113,19 +113,15 @@ pub fn visit<T: ReadTxn>(
 mod tests {
     use super::*;
 
-    fn entry(dn: &str, attrs: &[(&str, &[&str])]) -> Entry {
-        Entry::of(dn, attrs)
-    }
-
     #[test]
     fn order_and_spelling_mean_nothing_values_do() {
-        let a = entry("uid=a,dc=example,dc=com", &[("cn", &["x", "y"]), ("sn", &["s"])]);
-        let b = entry("UID=a, dc=Example,dc=com", &[("SN", &["s"]), ("cn", &["y", "x"])]);
+        let a = Entry::of("uid=a,dc=example,dc=com", &[("cn", &["x", "y"]), ("sn", &["s"])]);
+        let b = Entry::of("UID=a, dc=Example,dc=com", &[("SN", &["s"]), ("cn", &["y", "x"])]);
         assert_eq!(entry_hash(&a).unwrap(), entry_hash(&b).unwrap());
-        let c = entry("uid=a,dc=example,dc=com", &[("cn", &["x", "z"]), ("sn", &["s"])]);
+        let c = Entry::of("uid=a,dc=example,dc=com", &[("cn", &["x", "z"]), ("sn", &["s"])]);
         assert_ne!(entry_hash(&a).unwrap(), entry_hash(&c).unwrap());
         // A value moved to another attribute is a difference.
-        let d = entry("uid=a,dc=example,dc=com", &[("cn", &["x"]), ("sn", &["s", "y"])]);
+        let d = Entry::of("uid=a,dc=example,dc=com", &[("cn", &["x"]), ("sn", &["s", "y"])]);
         assert_ne!(entry_hash(&a).unwrap(), entry_hash(&d).unwrap());
         assert!(same(None, None).unwrap() && !same(Some(&a), None).unwrap());
     }

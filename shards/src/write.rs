@@ -532,11 +532,9 @@ fn read_checked<T: ReadTxn>(txn: &T, id: &[u8], extras: &Extras) -> Result<Entry
     if let Some(f) = extras.assertion.as_ref() {
         let node = filter::compile(f);
         let mut decided = crate::index::decided_items(txn, &node, id, view.size())?;
-        if node.names_subordinates() {
-            // The entry's children are counted on its own owner: here.
-            let has = children(txn, &crate::dn::key_of(view.dn())?)? > 0;
-            decided.extend(node.subordinates_decided(has));
-        }
+        // The entry's children are counted on its own owner: here.
+        decided
+            .extend(node.subordinates_decided(|| Ok::<_, Error>(children(txn, &crate::dn::key_of(view.dn())?)? > 0))?);
         filter::with_decided(decided, || filter::check_assertion_node(&node, &view))?;
     }
     Entry::decode_view(&view)

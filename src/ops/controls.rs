@@ -405,11 +405,7 @@ pub fn check_assertion_at(conn: &Conn, identity: &Identity, assertion: Option<&L
 /// count (kept on its own owner), as a search answers them: computed, the
 /// filter cannot read them from the entry.
 fn subordinates_decided(conn: &Conn, node: &shards::filter::Node, key: &[u8]) -> Result<Vec<(usize, bool)>> {
-    if !node.names_subordinates() {
-        return Ok(Vec::new());
-    }
-    let txn = conn.ctx.shard.store_for(key).read()?;
-    Ok(node.subordinates_decided(shards::write::children(&txn, key)? > 0))
+    node.subordinates_decided(|| Ok(shards::write::children(&conn.ctx.shard.store_for(key).read()?, key)? > 0))
 }
 
 /// Whether the assertion holds on `view` under the requester's rights;

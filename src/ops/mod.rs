@@ -359,8 +359,8 @@ fn op_name(op: &LdapOp) -> &'static str {
     }
 }
 
-/// Parses a request DN, mapping errors to `invalidDNSyntax`.
-/// The filters of a request (a search's, an Assertion control's) within
+/// The filters of a request (a search's, an Assertion control's, Matched
+/// Values' items, whose terms count together) within
 /// `limits.max_filter_depth` and `limits.max_filter_terms`: what one
 /// evaluation costs per entry is bounded before any entry is read.
 fn check_filters(conn: &Conn, op: &LdapOp, ctrls: &controls::Controls) -> Result<()> {
@@ -369,26 +369,13 @@ fn check_filters(conn: &Conn, op: &LdapOp, ctrls: &controls::Controls) -> Result
         LdapOp::SearchRequest(req) => Some(&req.filter),
         _ => None,
     };
-    // Matched Values items are filters too, their terms counted together.
-    let values = ctrls.matched_values.iter().flatten();
-    if values.clone().any(|f| shards::filter::depth(f) > limits.max_filter_depth) {
+    let values = ctrls.matched_values.as_deref().unwrap_or_default();
+    let singles = search.into_iter().chain(ctrls.assertion.as_ref());
+    if singles.clone().chain(values).any(|f| shards::filter::depth(f) > limits.max_filter_depth) {
         return Err(Error::new(LdapResultCode::AdminLimitExceeded, "filter nesting is too deep"));
     }
-    let value_terms: usize = values.map(shards::filter::terms).sum();
-    if limits.max_filter_terms > 0 && value_terms > limits.max_filter_terms {
-        return Err(Error::new(
-            LdapResultCode::AdminLimitExceeded,
-            format!(
-                "matched values has {value_terms} terms, more than {} (limits.max_filter_terms)",
-                limits.max_filter_terms
-            ),
-        ));
-    }
-    for f in search.into_iter().chain(ctrls.assertion.as_ref()) {
-        if shards::filter::depth(f) > limits.max_filter_depth {
-            return Err(Error::new(LdapResultCode::AdminLimitExceeded, "filter nesting is too deep"));
-        }
-        let terms = shards::filter::terms(f);
+    let value_terms = values.iter().map(shards::filter::terms).sum();
+    for terms in singles.map(shards::filter::terms).chain([value_terms]) {
         if limits.max_filter_terms > 0 && terms > limits.max_filter_terms {
             return Err(Error::new(
                 LdapResultCode::AdminLimitExceeded,

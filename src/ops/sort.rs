@@ -68,9 +68,8 @@ impl Sorter {
         let mut keys = Vec::new();
         for r in requests {
             let fail = |code| ServerSortResult { result_code: code, attribute_type: Some(r.attribute_name.clone()) };
-            let named =
-                Names::new(&r.attribute_name).filter(|_| shards::schema::check::options_well_formed(&r.attribute_name));
-            let Some(attr) = named else { return Err(fail(LdapResultCode::NoSuchAttribute)) };
+            // None also for a malformed option (`sn;`).
+            let Some(attr) = Names::new(&r.attribute_name) else { return Err(fail(LdapResultCode::NoSuchAttribute)) };
             let at = matching::attr_type(&r.attribute_name).expect("Names resolved it");
             let rule = match &r.ordering_rule {
                 Some(name) => matching::rule_named(name).map(|i| i.rule),

@@ -197,17 +197,10 @@ fn backup_restore_and_reshard_keep_every_entry() {
 /// (RFC 2253) in its RFC 4514 form.
 #[test]
 fn an_imported_dn_is_stored_in_its_pretty_form() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
     let ldif = "dn: DC=example , DC=com\nobjectClass: domain\ndc: example\n\n\
                 dn: OU=People ,  DC=example,DC=com\nobjectClass: organizationalUnit\nou: People\n\n\
                 dn: CN=\"Smith, John\",OU=People,DC=example,DC=com\nobjectClass: device\ncn: Smith, John\n\n";
-    std::fs::write(p("in.ldif"), ldif).unwrap();
-    let (ok, err) = coredir(&["import", "--data", &p("d"), "--shards", "1", &p("in.ldif")]);
-    assert!(ok, "{err}");
-    let (ok, err) = coredir(&["export", "--data", &p("d"), "--no-operational", "--out", &p("out.ldif")]);
-    assert!(ok, "{err}");
-    let out = std::fs::read_to_string(p("out.ldif")).unwrap();
+    let out = import_then_export(ldif);
     let dns: Vec<&str> = out.lines().filter(|l| l.starts_with("dn: ")).collect();
     let want = [
         "dn: dc=example,dc=com",
@@ -221,17 +214,23 @@ fn an_imported_dn_is_stored_in_its_pretty_form() {
 /// (they were grouped by type, so `cn;lang-en` lost its tag next to `cn`).
 #[test]
 fn an_import_keeps_attribute_options() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
     let ldif = format!(
         "dn: {SUFFIX}\nobjectClass: domain\ndc: example\n\n\
          dn: cn=a,{SUFFIX}\nobjectClass: device\ncn: a\ndescription: plain\ndescription;lang-en: tagged\n\n"
     );
+    let out = import_then_export(&ldif);
+    assert!(out.contains("description: plain\n") && out.contains("description;lang-en: tagged\n"), "{out}");
+}
+
+/// `ldif` imported into a new one-shard database, and its export without
+/// operational attributes.
+fn import_then_export(ldif: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
     std::fs::write(p("in.ldif"), ldif).unwrap();
     let (ok, err) = coredir(&["import", "--data", &p("d"), "--shards", "1", &p("in.ldif")]);
     assert!(ok, "{err}");
     let (ok, err) = coredir(&["export", "--data", &p("d"), "--no-operational", "--out", &p("out.ldif")]);
     assert!(ok, "{err}");
-    let out = std::fs::read_to_string(p("out.ldif")).unwrap();
-    assert!(out.contains("description: plain\n") && out.contains("description;lang-en: tagged\n"), "{out}");
+    std::fs::read_to_string(p("out.ldif")).unwrap()
 }

@@ -88,20 +88,20 @@ impl Node {
         }
     }
 
-    /// The hasSubordinates items answered for an entry with or without
-    /// children, for `with_decided` (none: the filter names none).
-    pub fn subordinates_decided(&self, has_children: bool) -> Vec<(usize, bool)> {
+    /// The hasSubordinates items answered for `with_decided`, whether the
+    /// entry has children asked (a read of its count) only when the filter
+    /// names any.
+    pub fn subordinates_decided<E>(
+        &self,
+        has_children: impl FnOnce() -> Result<bool, E>,
+    ) -> Result<Vec<(usize, bool)>, E> {
         let mut items = Vec::new();
         self.subordinate_items(&mut items);
-        items.into_iter().map(|(item, matches)| (item, matches[usize::from(has_children)])).collect()
-    }
-
-    /// Whether the filter names hasSubordinates (its answer needs the
-    /// entry's child count).
-    pub fn names_subordinates(&self) -> bool {
-        let mut items = Vec::new();
-        self.subordinate_items(&mut items);
-        !items.is_empty()
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let has = usize::from(has_children()?);
+        Ok(items.into_iter().map(|(item, matches)| (item, matches[has])).collect())
     }
 
     /// The equality values of one equality item or an OR set of them.

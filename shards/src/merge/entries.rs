@@ -119,14 +119,10 @@ mod tests {
     use super::*;
     use crate::merge::{decode_state, encode_state};
 
-    fn entry(dn: &str, attrs: &[(&str, &[&str])]) -> Entry {
-        Entry::of(dn, attrs)
-    }
-
     #[test]
     fn deltas_say_what_changed_value_by_value() {
-        let before = entry("cn=g,dc=x", &[("cn", &["g"]), ("member", &["cn=a", "cn=b"]), ("description", &["d"])]);
-        let after = entry("cn=g,dc=x", &[("cn", &["g"]), ("member", &["cn=b", "cn=c"]), ("mail", &["m"])]);
+        let before = Entry::of("cn=g,dc=x", &[("cn", &["g"]), ("member", &["cn=a", "cn=b"]), ("description", &["d"])]);
+        let after = Entry::of("cn=g,dc=x", &[("cn", &["g"]), ("member", &["cn=b", "cn=c"]), ("mail", &["m"])]);
         let v = |s: &str| vec![s.as_bytes().to_vec()];
         assert_eq!(
             deltas(&before, &after),
@@ -138,8 +134,8 @@ mod tests {
             ]
         );
         // A replace of every value is a clear and an add.
-        let after = entry("cn=g,dc=x", &[("cn", &["h"])]);
-        let before = entry("cn=g,dc=x", &[("cn", &["g"])]);
+        let after = Entry::of("cn=g,dc=x", &[("cn", &["h"])]);
+        let before = Entry::of("cn=g,dc=x", &[("cn", &["g"])]);
         assert_eq!(
             deltas(&before, &after),
             vec![Delta::Clear { attr: "cn".into() }, Delta::Add { attr: "cn".into(), values: v("h") }]
@@ -148,7 +144,7 @@ mod tests {
 
     #[test]
     fn states_round_trip_and_materialize_what_was_written() {
-        let e = entry(
+        let e = Entry::of(
             "cn=g,dc=x",
             &[("objectClass", &["groupOfNames"]), ("cn", &["g"]), ("member", &["cn=a,dc=x", "cn=b,dc=x"])],
         );
