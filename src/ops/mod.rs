@@ -129,7 +129,7 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
             return Flow::Close;
         }
         LdapOp::SearchRequest(req) => match ctrls.sync.clone() {
-            Some((persist, cookie)) => syncrepl::start(conn, ctrls.acting.clone(), msgid, req, persist, cookie, rec),
+            Some((persist, cookie)) => syncrepl::start(conn, &ctrls, msgid, req, persist, cookie, rec),
             None => search::start(conn, msgid, req, ctrls, rec),
         },
         LdapOp::AddRequest(req) => {

@@ -1225,3 +1225,55 @@ fn a_sync_refresh_ends_at_its_time_limit() {
     };
     assert_eq!(done, ldap3_proto::LdapResultCode::TimeLimitExceeded);
 }
+
+/// A sync search sees what a search with the same controls sees, as
+/// slapd's syncprov (back-mdb runs the refresh): glue entries only with
+/// ManageDsaIT (slapd's consumers send it), subentries below the base
+/// only with the Subentries control, and what lies under glue always.
+#[test]
+fn a_sync_refresh_passes_over_glue_and_subentries_as_a_search_does() {
+    use ldap3_proto::control::LdapControl;
+    use ldap3_proto::proto::{LdapOp, SyncRequestMode};
+    let s = provider(1);
+    let mut c = s.admin();
+    let glue = format!("cn=g,{PEOPLE}");
+    let below = format!("cn=c,{glue}");
+    let subentry = format!("cn=s,{PEOPLE}");
+    let adds: [(&str, Vec<(&str, std::collections::HashSet<&str>)>); 3] = [
+        (&glue, vec![("objectClass", ["glue", "extensibleObject"].into()), ("cn", ["g"].into())]),
+        (&below, vec![("objectClass", ["device"].into()), ("cn", ["c"].into())]),
+        (
+            &subentry,
+            vec![("objectClass", ["subentry"].into()), ("cn", ["s"].into()), ("subtreeSpecification", ["{}"].into())],
+        ),
+    ];
+    for (dn, attrs) in adds {
+        assert_eq!(c.add(dn, attrs).unwrap().rc, 0, "{dn}");
+    }
+    let refresh = |extra: Option<LdapControl>| {
+        let mut msg = sync_search(1, SyncRequestMode::RefreshOnly, None);
+        msg.ctrl.extend(extra);
+        let mut r = Raw::connect(&s);
+        r.send(vec![msg]);
+        let mut dns = BTreeSet::new();
+        loop {
+            let m = r.recv_lenient().expect("the refresh never ended");
+            match m.op {
+                LdapOp::SearchResultEntry(e) => drop(dns.insert(e.dn.to_lowercase())),
+                LdapOp::SearchResultDone(res) => {
+                    assert_eq!(res.code as u32, 0, "{}", res.message);
+                    return dns;
+                }
+                _ => {}
+            }
+        }
+    };
+    let plain = refresh(None);
+    assert!(plain.contains(&below.to_lowercase()), "{plain:?}");
+    assert!(!plain.contains(&glue.to_lowercase()), "glue without ManageDsaIT: {plain:?}");
+    assert!(!plain.contains(&subentry.to_lowercase()), "a subentry without the control: {plain:?}");
+    let managing =
+        refresh(Some(LdapControl::Unknown { oid: "2.16.840.1.113730.3.4.2".into(), criticality: false, value: None }));
+    assert!(managing.contains(&glue.to_lowercase()), "{managing:?}");
+    assert!(!managing.contains(&subentry.to_lowercase()), "{managing:?}");
+}

@@ -140,13 +140,15 @@ pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest, ctrls: Control
 /// it FALSE too (not the subschema subentry, which is served apart).
 /// Added after the access rules restrict the filter (the requester's right
 /// to search `objectClass` has nothing to do with it), and without the
-/// control only once a store may hold a subentry: the usual search tests
-/// nothing more.
-fn subentry_visibility(
+/// control, when `lazily`, only once a store may hold a subentry: the
+/// usual search tests nothing more (a persistent search outlives that
+/// test, so it is not lazy).
+pub(crate) fn subentry_visibility(
     node: filter::Node,
     req: &LdapSearchRequest,
     base_key: &[u8],
     control: Option<bool>,
+    lazily: bool,
 ) -> filter::Node {
     let subentry =
         || filter::compile(&ldap3_proto::proto::LdapFilter::Equality("objectClass".into(), "subentry".into()));
@@ -155,7 +157,8 @@ fn subentry_visibility(
         Some(false) => true,
         None => req.scope != LdapSearchScope::Base,
     };
-    if !hidden || !shards::index::Marked::Subentry.may_exist() || subschema::is_subschema_key(base_key) {
+    let absent = lazily && !shards::index::Marked::Subentry.may_exist();
+    if !hidden || absent || subschema::is_subschema_key(base_key) {
         return node;
     }
     filter::Node::And(vec![node, filter::Node::Not(Box::new(subentry()))])
@@ -163,9 +166,9 @@ fn subentry_visibility(
 
 /// Glue entries as slapd's back-mdb treats them (`crate::glue`): without
 /// ManageDsaIT a search passes them over at any scope, not what is below
-/// them; tested only once a store may hold one.
-fn glue_visibility(node: filter::Node, manage_dsa_it: bool) -> filter::Node {
-    if manage_dsa_it || !shards::index::Marked::Glue.may_exist() {
+/// them; when `lazily`, tested only once a store may hold one.
+pub(crate) fn glue_visibility(node: filter::Node, manage_dsa_it: bool, lazily: bool) -> filter::Node {
+    if manage_dsa_it || (lazily && !shards::index::Marked::Glue.may_exist()) {
         return node;
     }
     let glue = filter::compile(&ldap3_proto::proto::LdapFilter::Equality("objectClass".into(), "glue".into()));
@@ -200,8 +203,8 @@ async fn run(
         // Assertions on attributes the requester may not search are Undefined.
         node = node.restrict(&|names| plan.searchable(names));
     }
-    node = subentry_visibility(node, req, &base_key, ctrls.subentries);
-    node = glue_visibility(node, ctrls.manage_dsa_it);
+    node = subentry_visibility(node, req, &base_key, ctrls.subentries, true);
+    node = glue_visibility(node, ctrls.manage_dsa_it, true);
     let computed_tests = if is_root { 0 } else { live.limits.max_filter_tests };
     // A one-RDN key is that RDN's normalized form.
     if subschema::is_subschema_key(&base_key) {

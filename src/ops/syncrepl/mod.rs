@@ -55,6 +55,7 @@
 
 use crate::acl::{Level, ReadPlan, Target};
 use crate::conn::{encode, Conn, Identity, Reservation};
+use crate::ops::controls::Controls;
 use crate::ops::record::{self, Record};
 use crate::ops::search::{visible_match, Scope, Selection};
 use crate::ops::{parse_dn, result, with_matched};
@@ -122,7 +123,7 @@ pub fn new_cookie_value(cookie: &[u8]) -> Vec<u8> {
 /// `identity`: who the search runs as (`Controls::requester`).
 pub fn start(
     conn: &Rc<Conn>,
-    identity: Identity,
+    ctrls: &Controls,
     msgid: i32,
     req: LdapSearchRequest,
     persist: bool,
@@ -131,10 +132,12 @@ pub fn start(
 ) {
     let (abandoned, in_flight) = crate::ops::search::running(conn, msgid);
     let conn = conn.clone();
+    let (identity, manage_dsa_it) = (ctrls.acting.clone(), ctrls.manage_dsa_it);
     glommio::spawn_local(async move {
         let _in_flight = in_flight;
         let mut sent = 0u64;
-        let res = run(&conn, &identity, msgid, &req, persist, cookie.as_deref(), &abandoned, &mut sent).await;
+        let from = (cookie.as_deref(), manage_dsa_it);
+        let res = run(&conn, &identity, msgid, &req, persist, from, &abandoned, &mut sent).await;
         crate::ops::search::finished(&conn, msgid, &abandoned);
         let canceled = conn.canceled.borrow_mut().remove(&msgid);
         if abandoned.get() && !canceled {
@@ -297,7 +300,7 @@ async fn run(
     msgid: i32,
     req: &LdapSearchRequest,
     persist: bool,
-    cookie: Option<&[u8]>,
+    (cookie, manage_dsa_it): (Option<&[u8]>, bool),
     abandoned: &crate::ops::abandon::Abandoned,
     sent: &mut u64,
 ) -> Result<Option<LdapControl>> {
@@ -319,6 +322,9 @@ async fn run(
         node = node.restrict(&|names| plan.searchable(names));
     }
     let base_key = base.key();
+    // What a search would pass over (slapd's refresh is back-mdb's search).
+    node = crate::ops::search::subentry_visibility(node, req, &base_key, None, !persist);
+    node = crate::ops::search::glue_visibility(node, manage_dsa_it, !persist);
     let size = crate::ops::search::size_limit(&live, plan.as_ref(), req) as u64;
     let deadline = crate::ops::search::deadline(&live, plan.as_ref(), req);
     let session = Session {
