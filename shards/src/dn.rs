@@ -146,6 +146,18 @@ impl Dn {
     /// not define, an empty value or one its syntax refuses, one type
     /// twice in an RDN.
     pub fn pretty(&self) -> Result<String> {
+        self.spelled(false)
+    }
+
+    /// slapd's normalized form (its `dnNormalize`), in which it names who
+    /// a SASL or proxied authorization made a connection act as (whoami,
+    /// `creatorsName`): the pretty form with each value in its equality
+    /// rule's normal form (`cn=smith\2C john,dc=example,dc=com`).
+    pub fn normalized(&self) -> Result<String> {
+        self.spelled(true)
+    }
+
+    fn spelled(&self, normal_values: bool) -> Result<String> {
         let mut out = String::new();
         for (i, rdn) in self.rdns.iter().enumerate() {
             if i > 0 {
@@ -166,7 +178,10 @@ impl Dn {
                 }
                 out.push_str(name);
                 out.push('=');
-                pretty_value(value, &mut out);
+                match normal_values {
+                    true => pretty_value(&matching::normalize(name, value), &mut out),
+                    false => pretty_value(value, &mut out),
+                }
             }
         }
         // What is stored must parse again: respelled types, escapes and a
@@ -566,6 +581,20 @@ mod tests {
         assert_eq!(key_parent(&k("cn=a,ou=b,dc=c")), Some(k("ou=b,dc=c").as_slice()));
         assert_eq!(key_parent(&k("dc=c")), Some(&[][..]));
         assert_eq!(key_parent(&k("")), None);
+    }
+
+    /// As slapd's `dnNormalize` spells what whoami says after a proxied
+    /// or SASL authorization: types by their schema name, values in
+    /// their equality rule's normal form, escapes as the pretty form's.
+    #[test]
+    fn normalized_spells_types_by_schema_and_values_by_their_rule() {
+        for (input, want) in [
+            ("CN=Foo2, OU=P-Q,DC=Example,DC=Com", "cn=foo2,ou=p-q,dc=example,dc=com"),
+            ("GIDNUMBER=0+uidNumber=1,cn=peercred", "gidNumber=0+uidNumber=1,cn=peercred"),
+            ("cn=Smith\\2C  John", "cn=smith\\2C john"),
+        ] {
+            assert_eq!(Dn::parse(input).unwrap().normalized().unwrap(), want, "{input}");
+        }
     }
 
     #[test]

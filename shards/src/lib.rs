@@ -38,6 +38,8 @@
 //!   `entry_by_id`, `dn_keys`, …), its LMDB and sled engines and `Engine`;
 //!   `store::copy`, whole-store copies routed by partition (backup,
 //!   restore, reshard).
+//! - `subtree`: the entries under a DN key in every store at once, merged
+//!   into one key order in chunks (a search's range, a sync refresh).
 //! - `write`: `WriteOp`s as applied by an owner inside one transaction.
 //! - `bulk`: `BulkLoad`, imports into a new database by appends.
 //! - `writes`: the write façade, `Shard::add`, `delete`, `modify`,
@@ -114,6 +116,7 @@ pub mod repair;
 pub mod schema;
 pub mod shard;
 pub mod store;
+pub mod subtree;
 pub mod write;
 pub mod writes;
 

@@ -125,7 +125,8 @@ fn unavailable(oid: &str, why: &str) -> Error {
 /// Parses the controls of a request for operation `op`. A control that
 /// applies given twice is a protocolError, as slapd's parsers say ("…
 /// control specified multiple times"): which of the two would hold?
-pub fn parse(ctrls: &[LdapControl], k: Op) -> Result<Controls> {
+/// `provider`: whether this server offers the Sync Request control.
+pub fn parse(ctrls: &[LdapControl], k: Op, provider: bool) -> Result<Controls> {
     let mut out = Controls::default();
     let (mut manage_dsa_it, mut dont_use_copy) = (None, None);
     for c in ctrls {
@@ -145,6 +146,9 @@ pub fn parse(ctrls: &[LdapControl], k: Op) -> Result<Controls> {
                 }
             }
             LdapControl::ManageDsaIT { .. } => once(&mut manage_dsa_it, (), MANAGE_DSA_IT)?,
+            // Not offered, and not critical: ignored (RFC 4511 §4.1.11), as
+            // slapd without syncprov does; a critical one is refused.
+            LdapControl::SyncRequest { criticality: false, .. } if !provider => {}
             LdapControl::SyncRequest { mode, cookie, .. } if k == Op::Search => {
                 let persist = matches!(mode, ldap3_proto::proto::SyncRequestMode::RefreshAndPersist);
                 once(&mut out.sync, (persist, cookie.clone()), oid_of(c))?;

@@ -29,7 +29,7 @@ pub mod sort;
 pub mod syncrepl;
 pub mod vlv;
 
-use crate::conn::{encode, Bound, Conn, Identity};
+use crate::conn::{encode, Conn, Identity};
 use crate::stats::Op;
 use bytes::BytesMut;
 use ldap3_proto::control::LdapControl;
@@ -61,7 +61,7 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
         encode(out, ldap3_proto::simple::DisconnectionNotice::gen_response(e.code, &e.message));
         return Flow::Close;
     };
-    let ctrls = match controls::parse(&msg.ctrl, rec.op)
+    let ctrls = match controls::parse(&msg.ctrl, rec.op, conn.ctx.shard.stamping.capture)
         .and_then(|c| check_pending(conn, rec.op).map(|_| c))
         .and_then(|c| check_filters(conn, &msg.op, &c).map(|_| c))
         .and_then(|mut c| {
@@ -480,15 +480,7 @@ fn proxied(conn: &Conn, authzid: &[u8]) -> Result<Identity> {
                 return Err(denied("only dn: authorization identities are supported"));
             };
             let dn = parse_dn(dn).map_err(|_| denied("invalid DN"))?;
-            let key = dn.key();
-            let pretty = dn.pretty().map_err(|_| denied("invalid DN"))?;
-            if key == conn.ctx.root_key {
-                Identity::Root(Rc::from(pretty.as_str()))
-            } else {
-                // Named as a bind would name it: as its entry is stored.
-                let stored = conn.ctx.shard.with_entry(&key, |e| e.dn().to_string())?;
-                Identity::User(Rc::new(Bound { dn: stored.unwrap_or(pretty), key }))
-            }
+            crate::ops::sasl::identity_of(conn, &dn).map_err(|_| denied("invalid DN"))?
         }
     };
     let allowed = match (&bound, &target) {

@@ -105,14 +105,16 @@ fn external(conn: &Conn, cred: PeerCred) -> Result<Identity> {
     identity_of(conn, &dn)
 }
 
-/// Who a connection bound as `dn` is: root for the root DN.
-fn identity_of(conn: &Conn, dn: &Dn) -> Result<Identity> {
+/// Who a SASL or proxied authorization makes a connection act as: root
+/// for the root DN; named, as slapd names it (whoami, `creatorsName`), by
+/// the DN's normalized form, not as sent nor as an entry stores it.
+pub(crate) fn identity_of(conn: &Conn, dn: &Dn) -> Result<Identity> {
     let key = dn.key();
-    let pretty = dn.pretty()?;
+    let named = dn.normalized()?;
     if key == conn.ctx.root_key {
-        return Ok(Identity::Root(Rc::from(pretty.as_str())));
+        return Ok(Identity::Root(Rc::from(named.as_str())));
     }
-    Ok(Identity::User(Rc::new(Bound { dn: pretty, key })))
+    Ok(Identity::User(Rc::new(Bound { dn: named, key })))
 }
 
 /// Who EXTERNAL authenticates, before `authz_regexp`.

@@ -1277,3 +1277,27 @@ fn a_sync_refresh_passes_over_glue_and_subentries_as_a_search_does() {
     assert!(managing.contains(&glue.to_lowercase()), "{managing:?}");
     assert!(!managing.contains(&subentry.to_lowercase()), "{managing:?}");
 }
+
+/// A refresh started right after a write ends with a cookie that names
+/// it, on two shards too (the other shard's commit floor lags the write
+/// by up to a tick): as slapd's refresh ends with the contextCSN, so
+/// that no `newcookie` has to follow while nothing changes.
+#[test]
+fn a_refresh_right_after_a_write_ends_with_a_cookie_that_names_it() {
+    let s = provider(2);
+    let mut c = s.admin();
+    for i in 0..5 {
+        let dn = format!("cn=fresh{i},{PEOPLE}");
+        let cn = format!("fresh{i}");
+        c.add(&dn, vec![("objectClass", ["device"].into()), ("cn", [cn.as_str()].into())]).unwrap().success().unwrap();
+        let (_, cookie) = refresh_only(&s, None);
+        let cookie = String::from_utf8(cookie.expect("a cookie")).unwrap();
+        let (found, _) =
+            c.search(&dn, ldap3::Scope::Base, "(objectClass=*)", vec!["entryCSN"]).unwrap().success().unwrap();
+        let csn = ldap3::SearchEntry::construct(found[0].clone()).attrs["entryCSN"][0].clone();
+        let sid = &csn[csn.len() - 10..csn.len() - 7];
+        let claimed =
+            cookie.split("csn=").nth(1).unwrap().split(';').find(|c| c.contains(&format!("#{sid}#"))).unwrap();
+        assert!(claimed >= csn.as_str(), "round {i}: the cookie {cookie} does not reach the write's CSN {csn}");
+    }
+}

@@ -4,6 +4,7 @@
 //! in chunks; then the continuation references.
 
 use super::*;
+use shards::subtree::{next_chunk, Row, Step};
 
 /// Whether the requester may see the entry and it matches the filter
 /// (`plan` is `None` for the root DN).
@@ -422,46 +423,17 @@ impl Emit<'_> {
     }
 }
 
-/// A key of a range walk: the key, its entry's id and the store it is in.
-type Keyed = (Vec<u8>, Vec<u8>, usize);
-
-/// The keys of `part` from `from` on in every store, in one key order:
-/// up to a chunk's worth of each store, cut at the least last key of a
-/// store that has more (past it, that store's next keys may come first),
-/// and that key, when so cut.
-fn merged_keys<T: ReadTxn>(txns: &[T], part: &Part, from: &[u8]) -> Result<(Vec<Keyed>, Option<Vec<u8>>)> {
+/// The keys of `part` from `from` on in every store, in one key order,
+/// a chunk's worth of each store (`shards::subtree::next_chunk`).
+fn merged_keys<T: ReadTxn>(txns: &[T], part: &Part, from: &[u8]) -> Result<(Vec<Row>, Option<Vec<u8>>)> {
     let prefix = part.start();
+    // A lone key's range is that key alone.
     let one = matches!(part, Part::Key(_));
     let each = (CHUNK_SCANNED / txns.len()).max(64);
-    let mut keys: Vec<Keyed> = Vec::new();
-    let mut horizon: Option<Vec<u8>> = None;
-    for (store, txn) in txns.iter().enumerate() {
-        let (mut taken, mut more) = (0, false);
-        txn.dn_keys(prefix, from, &mut |key, id| {
-            if one && key != prefix {
-                // A lone key's range is that key alone.
-                return false;
-            }
-            if taken == each {
-                more = true;
-                return false;
-            }
-            taken += 1;
-            keys.push((key.to_vec(), id.to_vec(), store));
-            true
-        })?;
-        if more {
-            let last = &keys.last().expect("taken").0;
-            if horizon.as_ref().is_none_or(|h| last < h) {
-                horizon = Some(last.clone());
-            }
-        }
-    }
-    keys.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    if let Some(h) = &horizon {
-        keys.retain(|k| k.0 <= *h);
-    }
-    Ok((keys, horizon))
+    next_chunk(txns, prefix, from, (each, each), &mut |key| match one && key != prefix {
+        true => Step::End,
+        false => Step::Take,
+    })
 }
 
 impl Emit<'_> {

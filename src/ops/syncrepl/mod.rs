@@ -356,7 +356,7 @@ async fn run(
     let rid = given.as_ref().and_then(|c| c.rid).or_else(|| cookie.and_then(rid_only));
     // Where the persist stage will start: before anything the refresh
     // reads; the floor before that, so that every change below it is in.
-    let floor_us = ctx.shard.floors.lowest();
+    let floor_us = floors_past_newest(ctx).await?;
     // The channel's lock: only on a server of a mirror pair.
     let settled = ctx.mirrored.then(|| ctx.shared.replication.peer_claim());
     let transit = in_transit(ctx)?;
@@ -408,6 +408,31 @@ async fn run(
     session.room.send(out).await;
     tail(&session, (marks, None), next, handed, abandoned, sent).await?;
     Ok(None)
+}
+
+/// The lowest commit floor, once it has passed this server's newest
+/// change, a few floor ticks at most. Right after a write the other
+/// shards' floors are up to a tick behind it, and a cookie may not claim
+/// past the lowest: the refresh would end with a cookie short of that
+/// write, and a `newcookie` would follow a moment later. slapd's refresh
+/// ends with the contextCSN and then says nothing while nothing changes,
+/// which clients rely on (python-ldap's own tests poll for that silence).
+async fn floors_past_newest(ctx: &crate::ctx::Ctx) -> Result<u64> {
+    const PATIENCE: Duration = Duration::from_secs(1);
+    let own = ctx.shard.stamping.sid;
+    let mut newest = 0;
+    for store in ctx.shard.stores.iter() {
+        let csns = changelog::newest(&store.read()?, None)?;
+        newest = csns.iter().filter(|c| c.sid == own).map(|c| c.phys_us).fold(newest, u64::max);
+    }
+    let give_up = std::time::Instant::now() + PATIENCE;
+    loop {
+        let floor = ctx.shard.floors.lowest();
+        if floor >= newest || std::time::Instant::now() >= give_up {
+            return Ok(floor);
+        }
+        glommio::timer::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// The rid of a cookie that carries nothing else usable (`rid=001`).

@@ -5,6 +5,7 @@
 
 use super::persist::Marks;
 use super::*;
+use shards::subtree::{next_chunk, Row, Step};
 
 /// How a refresh tells the consumer what is gone.
 #[derive(Clone, Copy, PartialEq)]
@@ -182,46 +183,19 @@ pub(super) fn state_of<T: ReadTxn>(
 }
 
 /// The next rows of the refresh in DN key order across stores: up to
-/// `CHUNK` in scope from each store after `from` (or from it, unless
-/// `resumed`), as (key, id, store), cut at the lowest last key of a store
-/// that had more; that key, the bound, is where the next chunk starts.
-#[allow(clippy::type_complexity)]
+/// `CHUNK` in scope (and `SCANNED` keys seen: a one-level scope walks the
+/// whole subtree's keys) from each store after `from` (or from it, unless
+/// `resumed`), and the bound where the next chunk starts.
 pub(super) fn next_rows<T: ReadTxn>(
     s: &Session<'_>,
     txns: &[T],
     from: &[u8],
     resumed: bool,
-) -> Result<(Vec<(Vec<u8>, Vec<u8>, usize)>, Option<Vec<u8>>)> {
-    let mut rows = Vec::new();
-    let mut bound: Option<Vec<u8>> = None;
-    for (store, txn) in txns.iter().enumerate() {
-        let (mut taken, mut scanned, mut last) = (0, 0, None);
-        // A one-level scope walks the whole subtree's keys: the keys seen,
-        // not only those taken, bound a chunk.
-        txn.dn_keys(&s.base_key, from, &mut |k, v| {
-            scanned += 1;
-            if resumed && k == from {
-                return true;
-            }
-            if s.in_scope(k) {
-                rows.push((k.to_vec(), v.to_vec(), store));
-                taken += 1;
-            }
-            last = Some(k.to_vec());
-            taken < CHUNK && scanned < SCANNED
-        })?;
-        if taken == CHUNK || scanned == SCANNED {
-            bound = match (bound, last) {
-                (Some(b), Some(l)) => Some(b.min(l)),
-                (b, l) => b.or(l),
-            };
-        }
-    }
-    rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    if let Some(b) = &bound {
-        rows.retain(|r| r.0 <= *b);
-    }
-    Ok((rows, bound))
+) -> Result<(Vec<Row>, Option<Vec<u8>>)> {
+    next_chunk(txns, &s.base_key, from, (CHUNK, SCANNED), &mut |k| match (resumed && k == from) || !s.in_scope(k) {
+        true => Step::Pass,
+        false => Step::Take,
+    })
 }
 
 /// The entries deleted since the cookie (their tombstones), and those a
