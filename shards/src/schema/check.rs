@@ -96,6 +96,11 @@ fn check_contents(schema: &Schema, entry: &Entry, dn: &Dn, classes: &[usize], va
         let why = "objectClass 'subschema' only allowed in the subschema subentry";
         return Err(Error::new(Code::ObjectClassViolation, why));
     }
+    if has(DYNAMIC_OBJECT) {
+        // As slapd without its dds overlay: nothing would expire it.
+        let why = "objectClass 'dynamicObject': no dynamic object support (RFC 2589)";
+        return Err(Error::new(Code::ObjectClassViolation, why));
+    }
     for (a, t) in entry.attrs.iter().zip(&types) {
         check_placement(&schema.attrs[*t], &a.name, &has)?;
     }
@@ -130,6 +135,7 @@ fn check_contents(schema: &Schema, entry: &Entry, dn: &Dn, classes: &[usize], va
 
 /// The `subschema` class: only the subschema subentry is of it.
 const SUBSCHEMA: &str = "2.5.20.1";
+const DYNAMIC_OBJECT: &str = "1.3.6.1.4.1.1466.101.119.2";
 
 /// Types slapd allows only in certain entries (its schema's checks per
 /// type), whatever the classes or extensibleObject allow: the root DSE's
@@ -182,11 +188,15 @@ pub fn check_options(name: &str) -> Result<()> {
     // `cn;` has one option, empty: refused (RFC 4512 §2.5: an option is
     // at least one character), as slapd refuses it.
     let Some((base, options)) = name.split_once(';') else { return Ok(()) };
-    let binary = get().attr(base).is_some_and(|at| at.syntax_ref.binary_transfer);
+    let at = get().attr(base);
+    let binary = at.is_some_and(|at| at.syntax_ref.binary_transfer);
+    // As slapd: language tags only on user attributes.
+    let tags = at.is_none_or(|at| !at.usage.is_operational());
     for o in options.split(';') {
-        // slapd's option characters: letters, digits, '-' and '.'.
+        // slapd's option characters: letters, digits, '-' and '.'; `lang-`
+        // alone is the range of every tag (RFC 3866 §2.2).
         let chars = o.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
-        let lang = chars && o.len() > 5 && o[..5].eq_ignore_ascii_case("lang-");
+        let lang = tags && chars && o.len() >= 5 && o[..5].eq_ignore_ascii_case("lang-");
         if !(lang || (binary && o.eq_ignore_ascii_case("binary"))) {
             return Err(Error::new(
                 Code::UndefinedAttributeType,
@@ -208,6 +218,13 @@ pub fn options_well_formed(name: &str) -> bool {
 pub fn check_transfer(name: &str) -> Result<()> {
     check_options(name)?;
     let (base, options) = name.split_once(';').unwrap_or((name, ""));
+    // A range (`lang-en-`) names values to find, never values to store.
+    if options.split(';').any(|o| o.ends_with('-')) {
+        return Err(Error::new(
+            Code::UndefinedAttributeType,
+            format!("{name}: inappropriate use of tag range in attribute description"),
+        ));
+    }
     let needs_binary = get().attr(base).is_some_and(|at| at.syntax_ref.binary_transfer);
     if needs_binary && !options.split(';').any(|o| o.eq_ignore_ascii_case("binary")) {
         return Err(Error::new(Code::UndefinedAttributeType, format!("{name}: requires ;binary transfer")));

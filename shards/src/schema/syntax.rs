@@ -6,7 +6,10 @@
 //! UTF-8, as the table says. Those slapd has no validator for (Guide, Fax,
 //! Presentation Address, …) take no values at all: slapd refuses every
 //! value of them with invalidAttributeSyntax, so a directory that works
-//! with slapd holds none, and coredir refuses them alike.
+//! with slapd holds none, and coredir refuses them alike. Among them are
+//! the schema descriptions (`attributeTypes`, `objectClasses`, …): their
+//! values exist only in the subschema subentry, which is built, not
+//! written.
 
 use crate::dn::Dn;
 use crate::matching;
@@ -45,7 +48,7 @@ const fn unvalidated(oid: &'static str, desc: &'static str, binary: bool) -> Syn
 }
 
 pub const SYNTAXES: &[Syntax] = &[
-    s("1.3.6.1.4.1.1466.115.121.1.3", "Attribute Type Description", utf8),
+    unvalidated("1.3.6.1.4.1.1466.115.121.1.3", "Attribute Type Description", false),
     bin("1.3.6.1.4.1.1466.115.121.1.4", "Audio"),
     bin("1.3.6.1.4.1.1466.115.121.1.5", "Binary"),
     s("1.3.6.1.4.1.1466.115.121.1.6", "Bit String", bit_string),
@@ -58,8 +61,8 @@ pub const SYNTAXES: &[Syntax] = &[
     unvalidated("1.3.6.1.4.1.1466.115.121.1.13", "Data Quality", false),
     s("1.3.6.1.4.1.1466.115.121.1.14", "Delivery Method", delivery_method),
     s("1.3.6.1.4.1.1466.115.121.1.15", "Directory String", directory_string),
-    s("1.3.6.1.4.1.1466.115.121.1.16", "DIT Content Rule Description", utf8),
-    s("1.3.6.1.4.1.1466.115.121.1.17", "DIT Structure Rule Description", utf8),
+    unvalidated("1.3.6.1.4.1.1466.115.121.1.16", "DIT Content Rule Description", false),
+    unvalidated("1.3.6.1.4.1.1466.115.121.1.17", "DIT Structure Rule Description", false),
     unvalidated("1.3.6.1.4.1.1466.115.121.1.19", "DSA Quality", false),
     unvalidated("1.3.6.1.4.1.1466.115.121.1.21", "Enhanced Guide", false),
     s("1.3.6.1.4.1.1466.115.121.1.22", "Facsimile Telephone Number", utf8),
@@ -69,12 +72,12 @@ pub const SYNTAXES: &[Syntax] = &[
     s("1.3.6.1.4.1.1466.115.121.1.26", "IA5 String", ia5),
     s("1.3.6.1.4.1.1466.115.121.1.27", "INTEGER", integer),
     bin("1.3.6.1.4.1.1466.115.121.1.28", "JPEG"),
-    s("1.3.6.1.4.1.1466.115.121.1.30", "Matching Rule Description", utf8),
-    s("1.3.6.1.4.1.1466.115.121.1.31", "Matching Rule Use Description", utf8),
+    unvalidated("1.3.6.1.4.1.1466.115.121.1.30", "Matching Rule Description", false),
+    unvalidated("1.3.6.1.4.1.1466.115.121.1.31", "Matching Rule Use Description", false),
     s("1.3.6.1.4.1.1466.115.121.1.34", "Name And Optional UID", name_and_uid),
-    s("1.3.6.1.4.1.1466.115.121.1.35", "Name Form Description", utf8),
+    unvalidated("1.3.6.1.4.1.1466.115.121.1.35", "Name Form Description", false),
     s("1.3.6.1.4.1.1466.115.121.1.36", "Numeric String", numeric_string),
-    s("1.3.6.1.4.1.1466.115.121.1.37", "Object Class Description", utf8),
+    unvalidated("1.3.6.1.4.1.1466.115.121.1.37", "Object Class Description", false),
     s("1.3.6.1.4.1.1466.115.121.1.38", "OID", oid),
     s("1.3.6.1.4.1.1466.115.121.1.39", "Other Mailbox", ia5),
     s("1.3.6.1.4.1.1466.115.121.1.40", "Octet String", any),
@@ -88,7 +91,7 @@ pub const SYNTAXES: &[Syntax] = &[
     unvalidated("1.3.6.1.4.1.1466.115.121.1.51", "Teletex Terminal Identifier", false),
     s("1.3.6.1.4.1.1466.115.121.1.52", "Telex Number", utf8),
     s("1.3.6.1.4.1.1466.115.121.1.53", "UTC Time", utf8),
-    s("1.3.6.1.4.1.1466.115.121.1.54", "LDAP Syntax Description", utf8),
+    unvalidated("1.3.6.1.4.1.1466.115.121.1.54", "LDAP Syntax Description", false),
     s("1.3.6.1.4.1.1466.115.121.1.58", "Substring Assertion", utf8),
     s("1.3.6.1.1.16.1", "UUID", uuid),
     s("1.3.6.1.1.15.1", "X.509 Certificate Exact Assertion", utf8),
