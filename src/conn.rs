@@ -26,7 +26,6 @@ use crate::ctx::Ctx;
 use crate::ops::{self, Flow};
 use crate::strict::Check;
 use bytes::BytesMut;
-use futures_lite::AsyncReadExt;
 use futures_lite::{AsyncRead, AsyncWrite};
 use futures_rustls::server::TlsStream;
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
@@ -52,7 +51,34 @@ const OUT_FRAMES: usize = 64;
 /// hold. A frame may be one entry: 64 frames of 1 MB entries were 64 MB
 /// per connection. One frame larger than this waits for an empty queue.
 pub(crate) const OUT_KIB: u64 = 4 << 10;
+/// Most bytes one read takes, into the shard's `SCRATCH`.
 const READ_CHUNK: usize = 64 << 10;
+/// A connection keeps a read buffer no larger than this while it waits
+/// with nothing unread: idle connections hold next to nothing.
+const IDLE_RBUF: usize = 4 << 10;
+
+thread_local! {
+    /// The shard's one read buffer: a read copies what arrived into its
+    /// connection's `rbuf` inside the same poll, so no connection holds
+    /// it across a wait (glommio's reads are readiness-based: the buffer
+    /// is only touched within `poll_read`).
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0u8; READ_CHUNK]);
+}
+
+/// Reads what the socket has into `rbuf`, through the shard's `SCRATCH`.
+async fn read_into<R: AsyncRead + Unpin>(stream: &mut R, rbuf: &mut BytesMut) -> std::io::Result<usize> {
+    std::future::poll_fn(|cx| {
+        SCRATCH.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            let read = std::pin::Pin::new(&mut *stream).poll_read(cx, &mut scratch);
+            if let std::task::Poll::Ready(Ok(n)) = read {
+                rbuf.extend_from_slice(&scratch[..n]);
+            }
+            read
+        })
+    })
+    .await
+}
 /// How deep ldap3_proto's parser may nest (its default; `strict` bounds
 /// the protocolOp again).
 const MAX_BER_DEPTH: usize = ldap3_lber::parse::DEFAULT_MAX_BER_DEPTH;
@@ -471,8 +497,7 @@ enum End {
 }
 
 async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End {
-    let mut rbuf = BytesMut::with_capacity(16 << 10);
-    let mut scratch = vec![0u8; READ_CHUNK];
+    let mut rbuf = BytesMut::new();
     // When the request now partly in `rbuf` began to arrive.
     let mut partial_since: Option<std::time::Instant> = None;
     loop {
@@ -577,19 +602,20 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
             _ if idle > 0 && conn.pending.get() == 0 => Some(Duration::from_secs(idle)),
             _ => None,
         };
+        if rbuf.is_empty() && rbuf.capacity() > IDLE_RBUF {
+            // What a burst of pipelined requests grew goes back.
+            rbuf = BytesMut::new();
+        }
         let read = match wait {
-            Some(wait) => match glommio::timer::timeout(wait, async { Ok(stream.read(&mut scratch).await) }).await {
+            Some(wait) => match glommio::timer::timeout(wait, async { Ok(read_into(stream, &mut rbuf).await) }).await {
                 Ok(r) => r,
                 Err(_) => return End::Closed,
             },
-            None => stream.read(&mut scratch).await,
+            None => read_into(stream, &mut rbuf).await,
         };
         match read {
             Ok(0) | Err(_) => return End::Closed,
-            Ok(n) => {
-                conn.ctx.metrics.bytes_in.increment(n as u64);
-                rbuf.extend_from_slice(&scratch[..n]);
-            }
+            Ok(n) => conn.ctx.metrics.bytes_in.increment(n as u64),
         }
     }
 }
