@@ -963,14 +963,14 @@ fn digest(transcript: &[String]) -> String {
 fn differences() -> BTreeMap<String, Difference> {
     let text = std::fs::read_to_string(corpus().join("differences.toml")).unwrap();
     let list: Differences = toml::from_str(&text).expect("differences.toml");
-    list.difference
-        .into_iter()
-        .map(|d| {
-            assert!(["deliberate", "open"].contains(&d.kind.as_str()), "{}: kind is deliberate or open", d.case);
-            assert!(!d.reason.trim().is_empty(), "{}: a difference needs its reason", d.case);
-            (d.case.clone(), d)
-        })
-        .collect()
+    let mut out = BTreeMap::new();
+    for d in list.difference {
+        assert!(["deliberate", "open"].contains(&d.kind.as_str()), "{}: kind is deliberate or open", d.case);
+        assert!(!d.reason.trim().is_empty(), "{}: a difference needs its reason", d.case);
+        let case = d.case.clone();
+        assert!(out.insert(case.clone(), d).is_none(), "differences.toml lists {case} twice");
+    }
+    out
 }
 
 /// Both transcripts side by side from the first line where they part.
