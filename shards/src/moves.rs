@@ -168,3 +168,63 @@ pub async fn count_children(shard: &Rc<Shard>, images: impl Iterator<Item = Imag
         u.await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::csn::Csn;
+    use crate::store::lmdb::LmdbStore;
+    use crate::store::SyncMode;
+
+    fn state(dn: &str, us: u64) -> EntryState {
+        let csn = Csn { phys_us: us, logical: 0, sid: 1, partition: 0 };
+        EntryState { created: csn, dn: Some((dn.into(), csn)), ..EntryState::default() }
+    }
+
+    /// A parcel goes once to each other partition named, none to its own;
+    /// each names its source and target and carries the state whole.
+    #[test]
+    fn a_state_is_posted_once_to_each_other_partition() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LmdbStore::open(dir.path(), SyncMode::Never, 1 << 20).unwrap();
+        let uuid = [7u8; 16];
+        let sent = state("cn=a,dc=x", 10);
+        let mut txn = store.write().unwrap();
+        post(&mut txn, 4, &[Some(3), Some(4), Some(3), None, Some(5)], &uuid, &sent).unwrap();
+        txn.commit().unwrap();
+        let parcels = pending(&store.read().unwrap()).unwrap();
+        let targets: Vec<u16> = parcels.iter().map(|p| p.target).collect();
+        assert_eq!(targets, [3, 5]);
+        for p in &parcels {
+            assert_eq!(parcel_partition(&p.key), Some(4));
+            assert_eq!(p.uuid, uuid);
+            assert_eq!(crate::merge::decode_state(&p.state), Some(sent.clone()));
+        }
+    }
+
+    /// A delivered parcel is removed, unless a newer state was posted in
+    /// its place meanwhile: that one is delivered in turn.
+    #[test]
+    fn unboxing_keeps_a_parcel_replaced_since() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LmdbStore::open(dir.path(), SyncMode::Never, 1 << 20).unwrap();
+        let uuid = [9u8; 16];
+        let post_one = |s: &EntryState| {
+            let mut txn = store.write().unwrap();
+            post(&mut txn, 1, &[Some(2)], &uuid, s).unwrap();
+            txn.commit().unwrap();
+            pending(&store.read().unwrap()).unwrap().remove(0)
+        };
+        let unbox_one = |p: &Parcel| {
+            let mut txn = store.write().unwrap();
+            unbox(&mut txn, &p.key, &p.state).unwrap();
+            txn.commit().unwrap();
+            pending(&store.read().unwrap()).unwrap().len()
+        };
+        let old = post_one(&state("cn=a,dc=x", 10));
+        let new = post_one(&state("cn=b,dc=x", 20));
+        assert_eq!(old.key, new.key);
+        assert_eq!(unbox_one(&old), 1, "a newer state took the old parcel's place");
+        assert_eq!(unbox_one(&new), 0);
+    }
+}
