@@ -181,6 +181,9 @@ impl Drop for Admitted {
 pub async fn run(fd: OwnedFd, ctx: Rc<Ctx>, kind: Kind) {
     // SAFETY: the descriptor is a bound, listening TCP socket handed over whole.
     let listener = unsafe { glommio::net::TcpListener::from_raw_fd(fd.into_raw_fd()) };
+    // Failed accepts (out of descriptors under a flood) are said at most
+    // once a minute, with how many failed since: not at every retry.
+    let mut failed: (u64, Option<std::time::Instant>) = (0, None);
     loop {
         match listener.accept().await {
             Ok(stream) => {
@@ -201,7 +204,14 @@ pub async fn run(fd: OwnedFd, ctx: Rc<Ctx>, kind: Kind) {
             }
             Err(_) if ctx.shared.draining.load(std::sync::atomic::Ordering::Relaxed) => return,
             Err(e) => {
-                eprintln!("coredir: shard {}: accept failed: {e}", ctx.shard.id);
+                failed.0 += 1;
+                if failed.1.is_none_or(|said| said.elapsed() >= std::time::Duration::from_secs(60)) {
+                    let (n, id) = (failed.0, ctx.shard.id);
+                    eprintln!(
+                        "coredir: shard {id}: accept failed: {e} ({n} since the last report; retrying every 10 ms)"
+                    );
+                    failed = (0, Some(std::time::Instant::now()));
+                }
                 glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
             }
         }

@@ -1150,3 +1150,24 @@ fn idle_connections_hold_little_memory() {
     let per = (proc_kib(&s, "RssAnon:").saturating_sub(before)) / clients.len() as u64;
     assert!(per < 16, "{per} KiB per idle connection");
 }
+
+/// Out of file descriptors, a shard says so once, not a hundred times a
+/// second while a flood holds them (its log is not a second victim), and
+/// serves again once they are free.
+#[test]
+fn out_of_descriptors_the_server_says_so_once_and_recovers() {
+    let s = Server::start(1);
+    let pid = s.pid().to_string();
+    let out = std::process::Command::new("prlimit").args(["--pid", &pid, "--nofile=64:64"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let flood: Vec<std::net::TcpStream> =
+        (0..120).filter_map(|_| std::net::TcpStream::connect(("127.0.0.1", s.port)).ok()).collect();
+    let failed = || std::fs::read_to_string(&s.stderr).unwrap().matches("accept failed").count();
+    wait_for("a failed accept", || failed() > 0);
+    // A flood that lasts: the shard keeps trying meanwhile.
+    std::thread::sleep(Duration::from_millis(500));
+    drop(flood);
+    let mut c = s.conn();
+    assert_eq!(search_dns(&mut c, SUFFIX, ldap3::Scope::Base, "(objectClass=*)").len(), 1);
+    assert_eq!(failed(), 1, "{}", std::fs::read_to_string(&s.stderr).unwrap());
+}
