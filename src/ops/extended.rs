@@ -174,8 +174,14 @@ async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest
     let shard = &conn.ctx.shard;
     // As slapd: a missing entry is noSuchObject (no matchedDN) before any
     // right is asked; one the requester may not know of is reported so too.
+    // With an old password to verify it is unwillingToPerform (the root
+    // DN's own, with no entry, included), whether or not it exists.
     let entry = shard.get_entry(&dn.key())?.filter(|_| crate::ops::disclosed(conn, identity, &dn.key()));
-    let entry = entry.ok_or_else(|| Error::no_such_object(&target))?;
+    let entry = match entry {
+        Some(entry) => entry,
+        None if req.old_password.is_some() => return Err(Error::unwilling("unwilling to verify old password")),
+        None => return Err(Error::no_such_object(&target)),
+    };
     if let Some(a) = conn.access(&live, &identity) {
         let attr = [(a.acl().class("userPassword"), "userPassword")];
         access::require(&a, shard, &dn.key(), &attr, Level::Write)?;

@@ -41,7 +41,8 @@ pub fn entry() -> Entry {
             attr("objectClass", vec!["top".into(), "subentry".into(), "subschema".into(), "extensibleObject".into()]),
             attr("cn", vec!["Subschema".into()]),
             attr("structuralObjectClass", vec!["subentry".into()]),
-            attr("subtreeSpecification", vec!["{}".into()]),
+            // No subtreeSpecification, though `subentry` requires it: slapd
+            // publishes none, and clients reading `+` see what they see there.
             attr("ldapSyntaxes", syntaxes),
             attr("matchingRules", rules),
             attr("matchingRuleUse", uses),
