@@ -436,13 +436,17 @@ fn apply<T: WriteTxn>(
             let csn = stamp_csn(&mut entry, partition, &mut clock.hlc);
             if clock.capture {
                 let mut deltas = crate::merge::deltas(&old, &entry);
-                let replaced: Vec<&str> = mods
+                let mut replaced: Vec<&str> = mods
                     .iter()
                     .filter_map(|m| match m {
                         Mod::Replace(a) => Some(a.name.as_str()),
                         _ => None,
                     })
                     .collect();
+                // The stamp replaces whatever stood: a modifier equal to the
+                // last under DN matching, in another spelling, is recorded
+                // as it bound (a difference would see no change).
+                replaced.extend(["modifiersName", "modifyTimestamp"].into_iter().filter(|n| !given(n)));
                 crate::merge::replace_whole(&mut deltas, &replaced, &entry);
                 let change = Change::Modify { deltas };
                 let rec = Record { csn, uuid: crate::merge::uuid_of(&old)?, dn: old.dn.clone(), change };

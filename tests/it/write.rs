@@ -239,3 +239,23 @@ fn entry_csn_is_stamped_on_every_change() {
     // The entries the server created at start carry one too.
     csn(&mut c, SUFFIX);
 }
+
+/// A modify names its modifier as bound, in the spelling it bound with,
+/// also where changes are captured for replication (a syncrepl provider,
+/// a mirror pair): there the new modifiersName, equal to the old under DN
+/// matching, was taken for no change and the old spelling stayed, as
+/// slapd without syncprov does not (p43-modifiersname-root-other-spelling).
+#[test]
+fn a_modifier_in_another_spelling_is_recorded_as_it_bound() {
+    for config in ["", "[syncrepl]\nprovider = true\n"] {
+        let s = Server::start_with_config(1, config);
+        let mut c = s.admin();
+        let dn = format!("cn=e,{PEOPLE}");
+        c.add(&dn, vec![("objectClass", ["device"].into()), ("cn", ["e"].into())]).unwrap().success().unwrap();
+        let spelled = "CN=Admin, DC=Example,DC=Com";
+        c.simple_bind(spelled, ROOT_PW).unwrap().success().unwrap();
+        c.modify(&dn, vec![ldap3::Mod::Replace("description", ["x"].into())]).unwrap().success().unwrap();
+        let e = get_entry(&mut c, &dn, vec!["modifiersName"]).unwrap();
+        assert_eq!(e.attrs["modifiersName"], ["cn=Admin,dc=Example,dc=Com"], "with {config:?}");
+    }
+}
