@@ -24,6 +24,16 @@ impl Consumer {
     /// A consumer of the naming context `suffix` only (slapd's root DN
     /// must lie within it to have a password: `cn=admin,` and the suffix).
     fn of(provider: &Server, kind: &str, suffix: &str) -> Consumer {
+        Consumer::with(provider, kind, (suffix, suffix))
+    }
+
+    /// A consumer of the subtree at `base` only, into a database of the
+    /// whole suffix (slapd glues the entries above it).
+    fn of_base(provider: &Server, kind: &str, base: &str) -> Consumer {
+        Consumer::with(provider, kind, (SUFFIX, base))
+    }
+
+    fn with(provider: &Server, kind: &str, (suffix, base): (&str, &str)) -> Consumer {
         let root_dn = if suffix == SUFFIX { ROOT_DN.to_string() } else { format!("cn=admin,{suffix}") };
         slapd_installed();
         let dir = tempfile::tempdir().unwrap();
@@ -34,7 +44,7 @@ impl Consumer {
             "{includes}pidfile {dir}/slapd.pid\nmodulepath /usr/lib/ldap\nmoduleload back_mdb\n\
              database mdb\nsuffix \"{suffix}\"\nrootdn \"{root_dn}\"\nrootpw {ROOT_PW}\ndirectory {dir}/db\n\
              index entryUUID eq\nindex entryCSN eq\n\
-             syncrepl rid=001 provider={url} type={kind}{interval} searchbase=\"{suffix}\" scope=sub \
+             syncrepl rid=001 provider={url} type={kind}{interval} searchbase=\"{base}\" scope=sub \
              attrs=\"*,+\" bindmethod=simple binddn=\"{ROOT_DN}\" credentials={ROOT_PW} retry=\"1 +\"\n",
             dir = dir.path().display(),
             url = provider.url(),
@@ -1300,4 +1310,63 @@ fn a_refresh_right_after_a_write_ends_with_a_cookie_that_names_it() {
             cookie.split("csn=").nth(1).unwrap().split(';').find(|c| c.contains(&format!("#{sid}#"))).unwrap();
         assert!(claimed >= csn.as_str(), "round {i}: the cookie {cookie} does not reach the write's CSN {csn}");
     }
+}
+
+/// A child moved out of its parent, the parent deleted, then the child
+/// deleted: the consumer, live or back from away, meets the child's leave
+/// before the parent's delete (the child's move said nothing once the
+/// child was gone, and slapd then failed the parent's delete with 66 and
+/// retried the same refresh for good, replicating nothing more).
+#[test]
+fn a_parent_deleted_after_its_child_moved_out_and_went_reaches_slapd() {
+    ldap_utils();
+    let s = provider(2);
+    let mut c = s.admin();
+    for (kind, away) in [("refreshAndPersist", false), ("refreshAndPersist", true), ("refreshOnly", true)] {
+        let ou = format!("ou=p{},{SUFFIX}", kind.len() + away as usize);
+        let child = format!("uid=kid{},{ou}", away as u8);
+        let mut consumer = Consumer::new(&s, kind);
+        let attrs = vec![("objectClass", ["organizationalUnit"].into()), ("ou", [&ou[3..ou.find(',').unwrap()]].into())];
+        c.add(&ou, attrs).unwrap().success().unwrap();
+        let uid = &child[4..child.find(',').unwrap()];
+        c.add(&child, vec![("objectClass", ["account"].into()), ("uid", [uid].into())]).unwrap().success().unwrap();
+        same_content(&s, &consumer);
+        if away {
+            consumer.stop();
+        }
+        c.modifydn(&child, &format!("uid={uid}"), true, Some(PEOPLE)).unwrap().success().unwrap();
+        c.delete(&ou).unwrap().success().unwrap();
+        c.delete(&format!("uid={uid},{PEOPLE}")).unwrap().success().unwrap();
+        // A change after them must reach the consumer too.
+        let after = format!("cn=after{},{PEOPLE}", kind.len() + away as usize);
+        c.add(&after, vec![("objectClass", ["device"].into()), ("cn", [&after[3..after.find(',').unwrap()]].into())])
+            .unwrap()
+            .success()
+            .unwrap();
+        if away {
+            consumer.start();
+        }
+        same_content(&s, &consumer);
+        consumer.stop();
+    }
+}
+
+/// A subtree moved out of a consumer's search base leaves it children
+/// first: slapd refuses to delete an entry that still has children (66),
+/// and a consumer told to drop the top first retried for good.
+#[test]
+fn a_subtree_moved_out_of_a_consumers_base_leaves_it_children_first() {
+    ldap_utils();
+    let s = provider(2);
+    let mut c = s.admin();
+    let consumer = Consumer::of_base(&s, "refreshAndPersist", PEOPLE);
+    let sub = format!("ou=sub,{PEOPLE}");
+    c.add(&sub, vec![("objectClass", ["organizationalUnit"].into()), ("ou", ["sub"].into())]).unwrap().success().unwrap();
+    let kid = format!("uid=k,{sub}");
+    c.add(&kid, vec![("objectClass", ["account"].into()), ("uid", ["k"].into())]).unwrap().success().unwrap();
+    same_content_of(&s, &consumer, PEOPLE);
+    c.modifydn(&sub, "ou=sub", true, Some(&format!("ou=groups,{SUFFIX}"))).unwrap().success().unwrap();
+    let after = format!("cn=later,{PEOPLE}");
+    c.add(&after, vec![("objectClass", ["device"].into()), ("cn", ["later"].into())]).unwrap().success().unwrap();
+    same_content_of(&s, &consumer, PEOPLE);
 }

@@ -392,6 +392,17 @@ pub(super) fn announce<T: ReadTxn>(
     let Some(shown) = state.shown_dn(&rec.uuid) else { return Ok(Announce::Nothing) };
     let (mut key, mut entry, mut decided) = match locate(shard, &rec.uuid, shown, Some(&s.filter))? {
         Located::Found(key, entry, decided) => (key, entry, decided),
+        // Moved, and deleted since: it leaves the consumer here, where it
+        // left its old place. Its delete's record comes later, maybe after
+        // that of the parent it left, which slapd refuses while it holds
+        // the entry below (66, and then the same refresh again for good).
+        Located::Gone if matches!(rec.change, Change::Rename { .. }) => {
+            if s.in_scope(&old_key) && s.may_learn(&old_key, None) {
+                s.delete(out, &rec.dn, rec.uuid);
+                return Ok(Announce::Sent);
+            }
+            return Ok(Announce::Nothing);
+        }
         // Deleted since: the delete's own record says so.
         Located::Gone => return Ok(Announce::Nothing),
         Located::Pending => return Ok(Announce::Later),
@@ -446,9 +457,39 @@ pub(super) fn announce<T: ReadTxn>(
         && s.in_scope(&old_key)
         && s.may_learn(&old_key, Some(&view))
     {
+        if matches!(rec.change, Change::Rename { .. }) {
+            drop_below(s, out, (&key, &old_key))?;
+        }
         // The DN it had: its new one may be hidden.
         s.delete(out, &rec.dn, rec.uuid);
         return Ok(Announce::Sent);
     }
     Ok(Announce::Nothing)
+}
+
+/// Most entries below a subtree that leaves the scope whose deletes go out
+/// before its top's (`drop_below`).
+const MOST_BELOW: usize = 100_000;
+
+/// A subtree moved out of the scope (from `old_key` to `key`): the
+/// consumer holds what was below it, and slapd deletes no entry that
+/// still has children (66). So what the requester could see below the
+/// old DN goes first, deepest first, before the top's delete (each
+/// entry's own record, later, says it again: harmless).
+fn drop_below(s: &Session<'_>, out: &mut BytesMut, (key, old_key): (&[u8], &[u8])) -> Result<()> {
+    let txns = s.conn.ctx.shard.stores.iter().map(|st| st.read()).collect::<Result<Vec<_>>>()?;
+    let mut prefix = key.to_vec();
+    prefix.push(shards::dn::KEY_SEPARATOR);
+    let (rows, _) = shards::subtree::next_chunk(&txns, &prefix, &prefix, (MOST_BELOW, MOST_BELOW), &mut |_| {
+        shards::subtree::Step::Take
+    })?;
+    // Reversed key order: every entry before the entries above it.
+    for (below, id, store) in rows.iter().rev() {
+        let Some(view) = txns[*store].entry_by_id(id)? else { continue };
+        let was = [old_key, &below[key.len()..]].concat();
+        if s.in_scope(&was) && s.may_learn(&was, Some(&view)) {
+            s.delete(out, view.dn(), *uuid_of_view(&view)?.as_bytes());
+        }
+    }
+    Ok(())
 }
