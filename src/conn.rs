@@ -498,6 +498,8 @@ enum End {
 
 async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End {
     let mut rbuf = BytesMut::new();
+    // The most `rbuf` was seen to hold since it was last given back.
+    let mut held = 0usize;
     // When the request now partly in `rbuf` began to arrive.
     let mut partial_since: Option<std::time::Instant> = None;
     loop {
@@ -602,9 +604,10 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
             _ if idle > 0 && conn.pending.get() == 0 => Some(Duration::from_secs(idle)),
             _ => None,
         };
-        if rbuf.is_empty() && rbuf.capacity() > IDLE_RBUF {
-            // What a burst of pipelined requests grew goes back.
-            rbuf = BytesMut::new();
+        if rbuf.is_empty() && held > IDLE_RBUF {
+            // What a burst of pipelined requests (or one big request) grew
+            // goes back.
+            (rbuf, held) = (BytesMut::new(), 0);
         }
         let read = match wait {
             Some(wait) => match glommio::timer::timeout(wait, async { Ok(read_into(stream, &mut rbuf).await) }).await {
@@ -615,7 +618,13 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
         };
         match read {
             Ok(0) | Err(_) => return End::Closed,
-            Ok(n) => conn.ctx.metrics.bytes_in.increment(n as u64),
+            Ok(n) => {
+                conn.ctx.metrics.bytes_in.increment(n as u64);
+                // What the buffer holds at least: `capacity` counts only
+                // from the read position, and a buffer read to its end
+                // has none left to show.
+                held = held.max(rbuf.len() + rbuf.capacity());
+            }
         }
     }
 }

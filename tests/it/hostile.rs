@@ -1149,6 +1149,23 @@ fn idle_connections_hold_little_memory() {
         .collect();
     let per = (proc_kib(&s, "RssAnon:").saturating_sub(before)) / clients.len() as u64;
     assert!(per < 16, "{per} KiB per idle connection");
+    // A big request read in one go gives its buffer back once answered:
+    // a search whose filter fills the read exactly (64 KiB) kept it all.
+    let before = proc_kib(&s, "RssAnon:");
+    let big: Vec<Raw> = (0..100)
+        .map(|_| {
+            let mut r = Raw::connect(&s);
+            let mut msg = LdapMsg::new(1, search("", LdapSearchScope::Base));
+            if let LdapOp::SearchRequest(req) = &mut msg.op {
+                req.filter = LdapFilter::Equality("description".into(), "x".repeat(60 << 10));
+            }
+            r.send(vec![msg]);
+            assert!(r.recv_lenient().is_some());
+            r
+        })
+        .collect();
+    let per = (proc_kib(&s, "RssAnon:").saturating_sub(before)) / big.len() as u64;
+    assert!(per < 16, "{per} KiB per idle connection after a 60 KiB request");
 }
 
 /// Out of file descriptors, a shard says so once, not a hundred times a

@@ -1326,7 +1326,8 @@ fn a_parent_deleted_after_its_child_moved_out_and_went_reaches_slapd() {
         let ou = format!("ou=p{},{SUFFIX}", kind.len() + away as usize);
         let child = format!("uid=kid{},{ou}", away as u8);
         let mut consumer = Consumer::new(&s, kind);
-        let attrs = vec![("objectClass", ["organizationalUnit"].into()), ("ou", [&ou[3..ou.find(',').unwrap()]].into())];
+        let attrs =
+            vec![("objectClass", ["organizationalUnit"].into()), ("ou", [&ou[3..ou.find(',').unwrap()]].into())];
         c.add(&ou, attrs).unwrap().success().unwrap();
         let uid = &child[4..child.find(',').unwrap()];
         c.add(&child, vec![("objectClass", ["account"].into()), ("uid", [uid].into())]).unwrap().success().unwrap();
@@ -1361,7 +1362,10 @@ fn a_subtree_moved_out_of_a_consumers_base_leaves_it_children_first() {
     let mut c = s.admin();
     let consumer = Consumer::of_base(&s, "refreshAndPersist", PEOPLE);
     let sub = format!("ou=sub,{PEOPLE}");
-    c.add(&sub, vec![("objectClass", ["organizationalUnit"].into()), ("ou", ["sub"].into())]).unwrap().success().unwrap();
+    c.add(&sub, vec![("objectClass", ["organizationalUnit"].into()), ("ou", ["sub"].into())])
+        .unwrap()
+        .success()
+        .unwrap();
     let kid = format!("uid=k,{sub}");
     c.add(&kid, vec![("objectClass", ["account"].into()), ("uid", ["k"].into())]).unwrap().success().unwrap();
     same_content_of(&s, &consumer, PEOPLE);
