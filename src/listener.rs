@@ -182,11 +182,18 @@ pub async fn run(fd: OwnedFd, ctx: Rc<Ctx>, kind: Kind) {
     // SAFETY: the descriptor is a bound, listening TCP socket handed over whole.
     let listener = unsafe { glommio::net::TcpListener::from_raw_fd(fd.into_raw_fd()) };
     // Failed accepts (out of descriptors under a flood) are said at most
-    // once a minute, with how many failed since: not at every retry.
+    // once a minute, with how many failed since: not at every retry; and
+    // once after each such report, that accepts succeed again.
     let mut failed: (u64, Option<std::time::Instant>) = (0, None);
+    let mut reported = false;
     loop {
         match listener.accept().await {
             Ok(stream) => {
+                if std::mem::take(&mut reported) {
+                    let (n, id) = (failed.0, ctx.shard.id);
+                    eprintln!("coredir: shard {id}: accepting again ({n} more failed accepts since the last report)");
+                    failed.0 = 0;
+                }
                 // One getpeername per connection: admission and the log share it.
                 let peer = stream.peer_addr().ok();
                 let ctx = ctx.clone();
@@ -211,6 +218,7 @@ pub async fn run(fd: OwnedFd, ctx: Rc<Ctx>, kind: Kind) {
                         "coredir: shard {id}: accept failed: {e} ({n} since the last report; retrying every 10 ms)"
                     );
                     failed = (0, Some(std::time::Instant::now()));
+                    reported = true;
                 }
                 glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
             }

@@ -171,7 +171,9 @@ impl Dn {
                 }
                 avas.push((at.name(), &ava.value));
             }
-            avas.sort_by_key(|(name, _)| name.to_ascii_lowercase());
+            // By the schema's spelling, octet by octet, as slapd orders
+            // them (`cNAMERecord=y+cn=x`).
+            avas.sort_by_key(|(name, _)| *name);
             for (j, (name, value)) in avas.into_iter().enumerate() {
                 if j > 0 {
                     out.push('+');
@@ -179,7 +181,12 @@ impl Dn {
                 out.push_str(name);
                 out.push('=');
                 match normal_values {
-                    true => pretty_value(&matching::normalize(name, value), &mut out),
+                    // A value of spaces alone normalizes to nothing; slapd
+                    // writes it as one escaped space (`cn=\20`).
+                    true => match matching::normalize(name, value) {
+                        v if v.is_empty() => pretty_value(b" ", &mut out),
+                        v => pretty_value(&v, &mut out),
+                    },
                     false => pretty_value(value, &mut out),
                 }
             }
@@ -592,6 +599,8 @@ mod tests {
             ("CN=Foo2, OU=P-Q,DC=Example,DC=Com", "cn=foo2,ou=p-q,dc=example,dc=com"),
             ("GIDNUMBER=0+uidNumber=1,cn=peercred", "gidNumber=0+uidNumber=1,cn=peercred"),
             ("cn=Smith\\2C  John", "cn=smith\\2C john"),
+            ("cn=\\20,dc=x", "cn=\\20,dc=x"),
+            ("CN=x+cNAMERecord=y", "cNAMERecord=y+cn=x"),
         ] {
             assert_eq!(Dn::parse(input).unwrap().normalized().unwrap(), want, "{input}");
         }

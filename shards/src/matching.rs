@@ -278,7 +278,13 @@ impl Rule {
             UniqueMember => unique_member(value).map(Cow::Owned),
             GeneralizedTime | GeneralizedTimeOrdering => generalized_time(value).map(|t| Cow::Owned(t.into_bytes())),
             ObjectIdentifier => std::str::from_utf8(value).ok().and_then(oid).map(Cow::Owned),
-            ObjectIdentifierFirstComponent => first_component(value).and_then(oid).map(Cow::Owned),
+            // The first component of a schema description: a matching
+            // rule's (`(matchingRules=caseIgnoreMatch)`) may be named too.
+            ObjectIdentifierFirstComponent => {
+                let first = first_component(value);
+                let rule = first.and_then(rule_named).filter(|_| first.is_some_and(is_descriptor));
+                rule.map(|r| r.oid.as_bytes().to_vec()).or_else(|| first.and_then(oid)).map(Cow::Owned)
+            }
             Uuid | UuidOrdering => uuid(value).map(Cow::Owned),
         }
     }

@@ -189,6 +189,9 @@ async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest
     // A glue entry is missing for a write (slapd's passwd is a modify),
     // named without a matchedDN, as a missing one is here.
     crate::glue::refuse_write(conn, identity, &dn, false).map_err(|e| match e.code {
+        LdapResultCode::NoSuchObject if req.old_password.is_some() => {
+            Error::unwilling("unwilling to verify old password")
+        }
         LdapResultCode::NoSuchObject => Error::no_such_object(&target),
         _ => e,
     })?;

@@ -55,7 +55,12 @@ impl Names {
             return None;
         }
         let i = schema.attr_index(attr)?;
-        let options = attr.split_once(';').map(|(_, o)| o.into());
+        let options: Option<std::sync::Arc<str>> = attr.split_once(';').map(|(_, o)| o.into());
+        // Nor is a language tag on an operational type (as adds refuse it).
+        let tagged = options.as_deref().is_some_and(|o| o.split(';').any(crate::schema::check::is_language_tag));
+        if tagged && schema.attrs[i].usage.is_operational() {
+            return None;
+        }
         Some(Names { schema, ty: i, types: &schema.subtypes[i], options })
     }
 

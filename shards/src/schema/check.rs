@@ -196,7 +196,7 @@ pub fn check_options(name: &str) -> Result<()> {
         // slapd's option characters: letters, digits, '-' and '.'; `lang-`
         // alone is the range of every tag (RFC 3866 §2.2).
         let chars = o.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
-        let lang = tags && chars && o.len() >= 5 && o[..5].eq_ignore_ascii_case("lang-");
+        let lang = tags && chars && is_language_tag(o);
         if !(lang || (binary && o.eq_ignore_ascii_case("binary"))) {
             return Err(Error::new(
                 Code::UndefinedAttributeType,
@@ -205,6 +205,11 @@ pub fn check_options(name: &str) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether an option is a language tag or range (`lang-en`, `lang-`).
+pub fn is_language_tag(option: &str) -> bool {
+    option.len() >= 5 && option.as_bytes()[..5].eq_ignore_ascii_case(b"lang-")
 }
 
 /// Whether every option of an attribute description has a character at

@@ -215,14 +215,8 @@ impl Schema {
     }
 
     /// The OID a descriptor names (object class first, then attribute type).
-    /// The OID a descriptor names: an object class, an attribute type or
-    /// a matching rule (`objectIdentifierFirstComponentMatch` takes any of
-    /// them: `(matchingRules=caseIgnoreMatch)` finds that rule).
     pub fn oid_of(&self, name: &str) -> Option<&str> {
-        self.class(name)
-            .map(|c| c.oid.as_str())
-            .or_else(|| self.attr(name).map(|a| a.oid.as_str()))
-            .or_else(|| crate::matching::rule_named(name).map(|r| r.oid))
+        self.class(name).map(|c| c.oid.as_str()).or_else(|| self.attr(name).map(|a| a.oid.as_str()))
     }
 
     /// Whether attribute type `sub` is `sup` or one of its subtypes.
