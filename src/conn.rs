@@ -65,6 +65,20 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0u8; READ_CHUNK]);
 }
 
+/// Notes after a read what `rbuf` holds at least: `capacity` counts only
+/// from the read position, and a buffer read to its end shows none.
+fn note_held(rbuf: &BytesMut, held: &mut usize) {
+    *held = (*held).max(rbuf.len() + rbuf.capacity());
+}
+
+/// Before a wait: a drained `rbuf` that grew past `IDLE_RBUF` (a burst of
+/// pipelined requests, one big request) is given back.
+fn give_back(rbuf: &mut BytesMut, held: &mut usize) {
+    if rbuf.is_empty() && *held > IDLE_RBUF {
+        (*rbuf, *held) = (BytesMut::new(), 0);
+    }
+}
+
 /// Reads what the socket has into `rbuf`, through the shard's `SCRATCH`.
 async fn read_into<R: AsyncRead + Unpin>(stream: &mut R, rbuf: &mut BytesMut) -> std::io::Result<usize> {
     std::future::poll_fn(|cx| {
@@ -390,7 +404,8 @@ fn writer_of(fd: RawFd) -> Option<TcpStream> {
     // SAFETY: dup returns a new descriptor for the same socket, owned by the writer.
     let write_fd = unsafe { libc::dup(fd) };
     if write_fd < 0 {
-        eprintln!("coredir: dup failed: {}", std::io::Error::last_os_error());
+        let why = format!("dup of a new connection failed: {}", std::io::Error::last_os_error());
+        crate::listener::OUT_OF_DESCRIPTORS.with(|o| o.failed(&why));
         return None;
     }
     Some(unsafe { TcpStream::from_raw_fd(write_fd) })
@@ -604,11 +619,7 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
             _ if idle > 0 && conn.pending.get() == 0 => Some(Duration::from_secs(idle)),
             _ => None,
         };
-        if rbuf.is_empty() && held > IDLE_RBUF {
-            // What a burst of pipelined requests (or one big request) grew
-            // goes back.
-            (rbuf, held) = (BytesMut::new(), 0);
-        }
+        give_back(&mut rbuf, &mut held);
         let read = match wait {
             Some(wait) => match glommio::timer::timeout(wait, async { Ok(read_into(stream, &mut rbuf).await) }).await {
                 Ok(r) => r,
@@ -620,10 +631,7 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
             Ok(0) | Err(_) => return End::Closed,
             Ok(n) => {
                 conn.ctx.metrics.bytes_in.increment(n as u64);
-                // What the buffer holds at least: `capacity` counts only
-                // from the read position, and a buffer read to its end
-                // has none left to show.
-                held = held.max(rbuf.len() + rbuf.capacity());
+                note_held(&rbuf, &mut held);
             }
         }
     }
@@ -633,4 +641,25 @@ async fn disconnect(conn: &Conn, mut out: BytesMut, why: &str) -> End {
     encode(&mut out, DisconnectionNotice::gen_response(LdapResultCode::ProtocolError, why));
     conn.send(out).await;
     End::Closed
+}
+
+#[cfg(test)]
+mod read_buffer_tests {
+    use super::*;
+
+    /// A buffer one big request filled to its end shows no capacity once
+    /// read, yet holds it all: it is given back all the same; a small one
+    /// is kept (no allocation per request).
+    #[test]
+    fn a_drained_buffer_that_grew_is_given_back() {
+        for (size, kept) in [(60 << 10, false), (300, true)] {
+            let (mut rbuf, mut held) = (BytesMut::new(), 0);
+            rbuf.extend_from_slice(&vec![1u8; size]);
+            note_held(&rbuf, &mut held);
+            bytes::Buf::advance(&mut rbuf, size);
+            give_back(&mut rbuf, &mut held);
+            rbuf.extend_from_slice(b"next");
+            assert_eq!(rbuf.capacity() >= size - 4, kept, "{size}: capacity {}", rbuf.capacity());
+        }
+    }
 }

@@ -13,6 +13,7 @@ use futures_lite::AsyncWriteExt;
 use ldap3_proto::simple::DisconnectionNotice;
 use ldap3_proto::LdapResultCode;
 use socket2::{Domain, Protocol, Socket, Type};
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
@@ -177,23 +178,51 @@ impl Drop for Admitted {
     }
 }
 
+thread_local! {
+    /// The shard's failures to take a connection (out of descriptors under
+    /// a flood: the accept, or a connection's own descriptors).
+    pub(crate) static OUT_OF_DESCRIPTORS: Failures =
+        const { Failures { said: Cell::new(None), since: Cell::new(0), unsaid_recovery: Cell::new(false) } };
+}
+
+/// Failures said at most once a minute, with how many there were since
+/// the last report, not at every retry (a flood would fill the log a
+/// hundred lines a second per shard); and once after each report, that
+/// connections are taken again.
+pub(crate) struct Failures {
+    said: Cell<Option<std::time::Instant>>,
+    since: Cell<u64>,
+    unsaid_recovery: Cell<bool>,
+}
+
+impl Failures {
+    /// `what`: the failure, named with its shard.
+    pub(crate) fn failed(&self, what: &str) {
+        self.since.set(self.since.get() + 1);
+        if self.said.get().is_none_or(|said| said.elapsed() >= std::time::Duration::from_secs(60)) {
+            let n = self.since.replace(0);
+            eprintln!("coredir: {what} ({n} failures since the last report; retrying every 10 ms)");
+            self.said.set(Some(std::time::Instant::now()));
+            self.unsaid_recovery.set(true);
+        }
+    }
+
+    fn recovered(&self, shard: usize) {
+        if self.unsaid_recovery.replace(false) {
+            let n = self.since.replace(0);
+            eprintln!("coredir: shard {shard}: taking connections again ({n} more failed meanwhile)");
+        }
+    }
+}
+
 /// Accepts connections until the process ends; each runs as its own task.
 pub async fn run(fd: OwnedFd, ctx: Rc<Ctx>, kind: Kind) {
     // SAFETY: the descriptor is a bound, listening TCP socket handed over whole.
     let listener = unsafe { glommio::net::TcpListener::from_raw_fd(fd.into_raw_fd()) };
-    // Failed accepts (out of descriptors under a flood) are said at most
-    // once a minute, with how many failed since: not at every retry; and
-    // once after each such report, that accepts succeed again.
-    let mut failed: (u64, Option<std::time::Instant>) = (0, None);
-    let mut reported = false;
     loop {
         match listener.accept().await {
             Ok(stream) => {
-                if std::mem::take(&mut reported) {
-                    let (n, id) = (failed.0, ctx.shard.id);
-                    eprintln!("coredir: shard {id}: accepting again ({n} more failed accepts since the last report)");
-                    failed.0 = 0;
-                }
+                OUT_OF_DESCRIPTORS.with(|o| o.recovered(ctx.shard.id));
                 // One getpeername per connection: admission and the log share it.
                 let peer = stream.peer_addr().ok();
                 let ctx = ctx.clone();
@@ -211,15 +240,7 @@ pub async fn run(fd: OwnedFd, ctx: Rc<Ctx>, kind: Kind) {
             }
             Err(_) if ctx.shared.draining.load(std::sync::atomic::Ordering::Relaxed) => return,
             Err(e) => {
-                failed.0 += 1;
-                if failed.1.is_none_or(|said| said.elapsed() >= std::time::Duration::from_secs(60)) {
-                    let (n, id) = (failed.0, ctx.shard.id);
-                    eprintln!(
-                        "coredir: shard {id}: accept failed: {e} ({n} since the last report; retrying every 10 ms)"
-                    );
-                    failed = (0, Some(std::time::Instant::now()));
-                    reported = true;
-                }
+                OUT_OF_DESCRIPTORS.with(|o| o.failed(&format!("shard {}: accept failed: {e}", ctx.shard.id)));
                 glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
             }
         }
