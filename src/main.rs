@@ -39,7 +39,8 @@
 //!   database's first entries.
 //! - `ctx`: `Ctx`, what one shard's connections share (the shard, the
 //!   live settings, `Shared` across shards).
-//! - `listener`: per-shard socket (socket2) and accept loop.
+//! - `listener`: per-shard socket (socket2) and accept loop; `Failures`,
+//!   out-of-descriptor failures said once a minute per shard.
 //! - `import`, `export`: offline LDIF load (parallel per shard) and dump.
 //! - `reindex`: offline index rebuild after `[indexes]` changed.
 //! - `schema_export`: `coredir schema export` (OpenLDAP .schema syntax).
@@ -54,7 +55,7 @@
 //!   here comes back as a glue entry, the same on both servers; entries
 //!   left below a DN the peer renamed away follow it to its new DN.
 //! - `conn`: framing with PDU limits and the partial-request timeout, read
-//!   loop, `Reservation` (a search's room in the writer's queue, taken
+//!   loop (through the shard's one read buffer, `SCRATCH`), `Reservation` (a search's room in the writer's queue, taken
 //!   before each entry is encoded), `Identity`; `conn/writer`: the writer
 //!   task (its queue bounded in frames and bytes, drained when the client
 //!   is gone, coalesced into one write); `conn/room`: that
