@@ -281,9 +281,11 @@ impl Rule {
             // The first component of a schema description: a matching
             // rule's (`(matchingRules=caseIgnoreMatch)`) may be named too.
             ObjectIdentifierFirstComponent => {
-                let first = first_component(value);
-                let rule = first.and_then(rule_named).filter(|_| first.is_some_and(is_descriptor));
-                rule.map(|r| r.oid.as_bytes().to_vec()).or_else(|| first.and_then(oid)).map(Cow::Owned)
+                let first = first_component(value)?;
+                match rule_named(first).filter(|_| is_descriptor(first)) {
+                    Some(rule) => Some(Cow::Owned(rule.oid.as_bytes().to_vec())),
+                    None => oid(first).map(Cow::Owned),
+                }
             }
             Uuid | UuidOrdering => uuid(value).map(Cow::Owned),
         }

@@ -142,6 +142,9 @@ pub async fn password_modify(conn: &Conn, identity: &Identity, req: &LdapExtende
     resp
 }
 
+/// slapd's refusal of an old password it cannot check (wrong, or no entry).
+const UNVERIFIABLE: &str = "unwilling to verify old password";
+
 async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest) -> Result<Option<String>> {
     crate::ops::check_confidential(conn)?;
     let live = conn.ctx.live();
@@ -176,12 +179,12 @@ async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest
     // right is asked; one the requester may not know of is reported so too.
     // With an old password to verify it is unwillingToPerform (the root
     // DN's own, with no entry, included), whether or not it exists.
-    let entry = shard.get_entry(&dn.key())?.filter(|_| crate::ops::disclosed(conn, identity, &dn.key()));
-    let entry = match entry {
-        Some(entry) => entry,
-        None if req.old_password.is_some() => return Err(Error::unwilling("unwilling to verify old password")),
-        None => return Err(Error::no_such_object(&target)),
+    let missing = || match req.old_password {
+        Some(_) => Error::unwilling(UNVERIFIABLE),
+        None => Error::no_such_object(&target),
     };
+    let entry = shard.get_entry(&dn.key())?.filter(|_| crate::ops::disclosed(conn, identity, &dn.key()));
+    let entry = entry.ok_or_else(missing)?;
     if let Some(a) = conn.access(&live, &identity) {
         let attr = [(a.acl().class("userPassword"), "userPassword")];
         access::require(&a, shard, &dn.key(), &attr, Level::Write)?;
@@ -189,10 +192,7 @@ async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest
     // A glue entry is missing for a write (slapd's passwd is a modify),
     // named without a matchedDN, as a missing one is here.
     crate::glue::refuse_write(conn, identity, &dn, false).map_err(|e| match e.code {
-        LdapResultCode::NoSuchObject if req.old_password.is_some() => {
-            Error::unwilling("unwilling to verify old password")
-        }
-        LdapResultCode::NoSuchObject => Error::no_such_object(&target),
+        LdapResultCode::NoSuchObject => missing(),
         _ => e,
     })?;
     let scheme = conn.ctx.passwords.default_scheme.clone();
@@ -215,7 +215,7 @@ async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest
         })
         .await;
     if !old_ok {
-        return Err(Error::unwilling("unwilling to verify old password"));
+        return Err(Error::unwilling(UNVERIFIABLE));
     }
     let hashed = hashed.map_err(Error::other)?;
     let mods = vec![Mod::Replace(Attr { name: "userPassword".into(), vals: vec![hashed.into_bytes()] })];
