@@ -141,6 +141,50 @@ impl ValueState {
     fn present(&self, cleared: Csn) -> bool {
         self.added > self.deleted && self.added >= cleared
     }
+
+    /// When the value stopped being held: its delete or the attribute's
+    /// clear, whichever came first after its add; `None` while held.
+    fn held_until(&self, cleared: Csn) -> Option<Csn> {
+        let deleted = Some(self.deleted).filter(|d| *d >= self.added);
+        let cleared = Some(cleared).filter(|c| *c > self.added);
+        deleted.into_iter().chain(cleared).min()
+    }
+}
+
+impl AttrState {
+    /// Since when the attribute has held a value without a break: the
+    /// change that last gave it a value when it had none. It places the
+    /// attribute in its entry as slapd does, which appends an attribute
+    /// that lost every value and got one again (a replace, a rename that
+    /// drops the old RDN value) at the end. slapd's syncrepl consumer
+    /// depends on it: it takes a renamed entry's old RDN attribute found
+    /// at another position than its own copy holds it as a sign that the
+    /// old RDN value was deleted, and deletes it. A value deleted in the
+    /// change that adds another leaves a break, as an old RDN value does.
+    fn held_since(&self) -> Csn {
+        let mut spans: Vec<(Csn, Option<Csn>)> = self
+            .values
+            .values()
+            .filter(|v| v.added != Csn::default())
+            .map(|v| (v.added, v.held_until(self.cleared)))
+            .filter(|(from, until)| until.is_none_or(|u| u > *from))
+            .collect();
+        spans.sort_unstable();
+        // The last run of overlapping spans; a held value's never ends, so
+        // the last run is the one that goes on now.
+        let (mut since, mut until) = (Csn::default(), Some(Csn::default()));
+        for (from, to) in spans {
+            if until.is_some_and(|u| from >= u) {
+                since = from;
+                until = to;
+            } else if let (Some(u), Some(t)) = (until, to) {
+                until = Some(u.max(t));
+            } else {
+                until = None;
+            }
+        }
+        since
+    }
 }
 
 impl EntryState {
@@ -293,14 +337,14 @@ impl EntryState {
     }
 
     /// What clients see: the DN and the present values, attributes in
-    /// their agreed order, values oldest first; `None` for a tombstone or
-    /// an entry whose add has not arrived yet.
+    /// their agreed order (see `held_since`), values oldest first; `None`
+    /// for a tombstone or an entry whose add has not arrived yet.
     pub fn visible(&self) -> Option<Visible> {
         if !self.is_live() {
             return None;
         }
         let (dn, _) = self.dn.as_ref()?;
-        let mut attrs: Vec<(&AttrState, Vec<&ValueState>)> = self
+        let mut attrs: Vec<(Csn, &AttrState, Vec<&ValueState>)> = self
             .attrs
             .values()
             .map(|a| {
@@ -310,14 +354,14 @@ impl EntryState {
                     // Last writer wins: concurrent adds leave the newest.
                     present.drain(..present.len().saturating_sub(1));
                 }
-                (a, present)
+                (a.held_since(), a, present)
             })
-            .filter(|(_, present)| !present.is_empty())
+            .filter(|(_, _, present)| !present.is_empty())
             .collect();
-        attrs.sort_by(|x, y| x.0.order.cmp(&y.0.order).then_with(|| x.0.name.cmp(&y.0.name)));
+        attrs.sort_by(|x, y| (x.0, x.1.order, &x.1.name).cmp(&(y.0, y.1.order, &y.1.name)));
         let attrs = attrs
             .into_iter()
-            .map(|(a, present)| (a.name.clone(), present.into_iter().map(|v| v.value.clone()).collect()))
+            .map(|(_, a, present)| (a.name.clone(), present.into_iter().map(|v| v.value.clone()).collect()))
             .collect();
         Some((dn.clone(), attrs))
     }
@@ -577,6 +621,40 @@ mod tests {
         let y = modify(40, 2, vec![Delta::Add { attr: "employeeNumber".into(), values: vals(&["2"]) }]);
         let s = state(&[add(10, 1, "uid=u,dc=x", &[("objectClass", &["inetOrgPerson"])]), x, y]);
         assert_eq!(s.visible().unwrap().1[1].1, vals(&["2"]));
+    }
+
+    /// As slapd orders an entry: an attribute that lost every value and got
+    /// one again goes last (a replace, a rename dropping its old RDN value,
+    /// a delete and an add apart); one that always held a value stays.
+    #[test]
+    fn an_attribute_emptied_and_filled_again_goes_last() {
+        let names = |s: &EntryState| s.visible().unwrap().1.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+        let person =
+            add(10, 1, "uid=a,dc=x", &[("objectClass", &["person"]), ("uid", &["a"]), ("cn", &["a"]), ("sn", &["s"])]);
+        let v = |attr: &str, v: &str| (attr.to_string(), vals(&[v]));
+        let (add_v, del_v) = (
+            |(attr, values): (String, Vec<Vec<u8>>)| Delta::Add { attr, values },
+            |(attr, values): (String, Vec<Vec<u8>>)| Delta::Delete { attr, values },
+        );
+        // Another value kept all along, or added before the last one went: in place.
+        let kept = [modify(20, 1, vec![add_v(v("uid", "b"))]), modify(30, 1, vec![del_v(v("uid", "a"))])];
+        let s = state(&[&[person.clone()][..], &kept].concat());
+        assert_eq!(names(&s), ["objectClass", "uid", "cn", "sn"]);
+        // The last value deleted by the change that adds another: last,
+        // whatever the order within the change (slapd's consumer replaces it).
+        let swapped = modify(20, 1, vec![add_v(v("cn", "c")), del_v(v("cn", "a"))]);
+        assert_eq!(names(&state(&[person.clone(), swapped])), ["objectClass", "uid", "sn", "cn"]);
+        // The old RDN value dropped as the new one came: last.
+        let renamed = modify(20, 1, vec![Delta::Clear { attr: "uid".into() }, add_v(v("uid", "b"))]);
+        assert_eq!(names(&state(&[person.clone(), renamed.clone()])), ["objectClass", "cn", "sn", "uid"]);
+        // Deleted, then added later: last; then kept by a rename that adds a value: still last.
+        let apart = [modify(20, 1, vec![del_v(v("cn", "a"))]), modify(30, 1, vec![add_v(v("cn", "b"))])];
+        let s = state(&[&[person.clone()][..], &apart, &[modify(40, 1, vec![add_v(v("cn", "c"))])]].concat());
+        assert_eq!(names(&s), ["objectClass", "uid", "sn", "cn"]);
+        // In any order of arrival.
+        let mut shuffled = vec![person, renamed];
+        shuffled.reverse();
+        assert_eq!(names(&state(&shuffled)), ["objectClass", "cn", "sn", "uid"]);
     }
 
     #[test]

@@ -1374,3 +1374,55 @@ fn a_subtree_moved_out_of_a_consumers_base_leaves_it_children_first() {
     c.add(&after, vec![("objectClass", ["device"].into()), ("cn", ["later"].into())]).unwrap().success().unwrap();
     same_content_of(&s, &consumer, PEOPLE);
 }
+
+/// Issue 19: a rename that keeps its old RDN value (deleteoldrdn 0) after
+/// one that dropped it: slapd's consumer ended with the new value only.
+/// It takes an RDN attribute found at another position than in its own
+/// copy for a dropped old RDN value, and coredir kept attributes where
+/// they were first added; slapd moves one that lost every value to the end.
+#[test]
+fn slapd_keeps_an_rdn_value_a_second_rename_kept() {
+    ldap_utils();
+    let s = provider(2);
+    let mut c = s.admin();
+    let base = format!("ou=keep,{SUFFIX}");
+    let ou = vec![("objectClass", ["organizationalUnit"].into()), ("ou", ["keep"].into())];
+    assert_eq!(c.add(&base, ou).unwrap().rc, 0);
+    let mut consumer = Consumer::new(&s, "refreshAndPersist");
+    same_content(&s, &consumer);
+    let rename = |c: &mut LdapConn, from: &str, to: &str, delete_old: bool| {
+        let rc = c.modifydn(&format!("uid={from},{base}"), &format!("uid={to}"), delete_old, None).unwrap().rc;
+        assert_eq!(rc, 0, "{from} -> {to}");
+    };
+    for (live, tag) in [(true, "p"), (false, "r")] {
+        let first = format!("{tag}0");
+        let mail = format!("{first}@example.com");
+        let person = vec![
+            ("objectClass", ["inetOrgPerson"].into()),
+            ("uid", [first.as_str()].into()),
+            ("cn", [first.as_str()].into()),
+            ("sn", [first.as_str()].into()),
+            ("mail", [mail.as_str()].into()),
+        ];
+        assert_eq!(c.add(&format!("uid={first},{base}"), person).unwrap().rc, 0);
+        same_content(&s, &consumer);
+        if !live {
+            consumer.stop();
+        }
+        rename(&mut c, &first, &format!("{tag}1"), true);
+        rename(&mut c, &format!("{tag}1"), &format!("{tag}2"), false);
+        // Replaced attributes move as well, the RDN's among them.
+        let dn = format!("uid={tag}2,{base}");
+        let uids = [format!("{tag}2"), format!("{tag}v")];
+        let mods = vec![
+            Mod::Replace("mail", ["x@example.com"].into()),
+            Mod::Replace("uid", uids.iter().map(String::as_str).collect()),
+        ];
+        assert_eq!(c.modify(&dn, mods).unwrap().rc, 0);
+        rename(&mut c, &format!("{tag}2"), &format!("{tag}3"), false);
+        if !live {
+            consumer.start();
+        }
+        same_content(&s, &consumer);
+    }
+}
