@@ -124,6 +124,7 @@ pub fn serve(config: Config) -> Result<()> {
         None => None,
     };
     let replication = Arc::new(crate::repl::Shared::default());
+    replication.load_settled(&config.server.data);
     if let (Some(pin), Some((cert, key))) = (&config.replication.peer_certificate_sha256, config.replication_identity())
     {
         let channel = crate::tls::channel(cert, key, crate::tls::parse_fingerprint(pin)?)?;

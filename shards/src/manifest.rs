@@ -127,13 +127,7 @@ impl Manifest {
     pub fn save(&self, dir: &Path) -> Result<()> {
         let io = |e: std::io::Error| Error::other(format!("writing {}: {e}", Manifest::path(dir).display()));
         let text = toml::to_string(self).map_err(|e| Error::other(e.to_string()))?;
-        let tmp = dir.join(format!("{FILE}.tmp"));
-        let mut f = fs::File::create(&tmp).map_err(io)?;
-        f.write_all(text.as_bytes()).map_err(io)?;
-        f.sync_all().map_err(io)?;
-        fs::rename(&tmp, Manifest::path(dir)).map_err(io)?;
-        fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
-        Ok(())
+        replace_file(&Manifest::path(dir), text.as_bytes()).map_err(io)
     }
 
     /// The partition of an entry, from its DN key (`Dn::key`).
@@ -160,6 +154,19 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     h
+}
+
+/// Replaces the file at `path` with `bytes`, durably and whole: a crash
+/// leaves the old content or the new, never part of either.
+pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let mut f = fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    fs::rename(&tmp, path)?;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    fs::File::open(dir).and_then(|d| d.sync_all())
 }
 
 #[cfg(test)]

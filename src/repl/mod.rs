@@ -134,7 +134,30 @@ pub struct Status {
     pub divergences: u64,
     #[serde(default)]
     pub last_divergence: String,
+    /// The CSN up to which every change of the peer is committed here, as
+    /// kept in the data directory: what syncrepl cookies may claim of the
+    /// peer, from the start, before it is back (empty: nothing yet).
+    #[serde(default)]
+    pub peer_settled: String,
 }
+
+/// The peer's settled CSN as last written to `SETTLED_FILE`.
+#[derive(Default)]
+struct Kept {
+    csn: Option<Csn>,
+    at: Option<Instant>,
+    writing: bool,
+    /// The last write failed (said once, until one succeeds).
+    failing: bool,
+}
+
+/// In the data directory: the peer's CSN up to which every one of its
+/// changes is committed here, written after the commits it speaks of.
+const SETTLED_FILE: &str = "replication-settled";
+
+/// How often at most the settled CSN is written (each write is synced);
+/// the file lags by as much, which only claims less.
+const KEEP_EVERY: Duration = Duration::from_millis(200);
 
 /// The status, shared with the admin thread.
 #[derive(Default)]
@@ -145,6 +168,8 @@ pub struct Shared {
     /// CSN up to which every change of the peer is committed here
     /// (`Frame::Records::settled`): what a syncrepl cookie may claim of it.
     settled: Mutex<(Option<(u16, u32)>, Option<Csn>)>,
+    /// What of `settled` is kept in the data directory (`keep_settled`).
+    kept: Mutex<Kept>,
     /// The channel's TLS, when certificates are pinned (set at start).
     pub tls: std::sync::OnceLock<crate::tls::Channel>,
 }
@@ -189,6 +214,60 @@ impl Shared {
         let mut settled = self.settled.lock().unwrap_or_else(|e| e.into_inner());
         if settled.0.is_some_and(|(sid, _)| sid == csn.sid) {
             settled.1 = Some(settled.1.map_or(csn, |c| c.max(csn)));
+        }
+    }
+
+    /// Takes what the peer had settled here when this server last ran
+    /// (`keep_settled`): a fact of this server's data, so syncrepl cookies
+    /// may claim it before the peer says hello again. Without it a refresh
+    /// after a restart named no CSN of the peer, and slapd deletes only
+    /// entries whose `entryCSN` the cookie covers at the end of a present
+    /// phase: what the peer had added and this server deleted stayed.
+    pub fn load_settled(&self, data: &std::path::Path) {
+        let Ok(text) = std::fs::read_to_string(data.join(SETTLED_FILE)) else { return };
+        let Some(csn) = Csn::parse(text.trim()) else {
+            eprintln!(
+                "coredir: replication: {SETTLED_FILE} is not a CSN; nothing of the peer is claimed until it says"
+            );
+            return;
+        };
+        *self.settled.lock().unwrap_or_else(|e| e.into_inner()) = (Some((csn.sid, PROTOCOL)), Some(csn));
+        self.kept.lock().unwrap_or_else(|e| e.into_inner()).csn = Some(csn);
+        self.update(|s| s.peer_settled = csn.to_string());
+    }
+
+    /// Writes the settled CSN to the data directory when it moved on (at
+    /// most every `KEEP_EVERY`, off the reactor), after the commits it
+    /// speaks of.
+    async fn keep_settled(&self, data: &std::path::Path) {
+        let Some(csn) = self.settled.lock().unwrap_or_else(|e| e.into_inner()).1 else { return };
+        {
+            let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+            if kept.writing || kept.csn >= Some(csn) || kept.at.is_some_and(|t| t.elapsed() < KEEP_EVERY) {
+                return;
+            }
+            kept.writing = true;
+        }
+        let (path, text) = (data.join(SETTLED_FILE), csn.to_string());
+        let written = {
+            let (path, text) = (path.clone(), text.clone());
+            glommio::executor().spawn_blocking(move || shards::manifest::replace_file(&path, text.as_bytes())).await
+        };
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        (kept.writing, kept.at) = (false, Some(Instant::now()));
+        match written {
+            Ok(()) => {
+                (kept.csn, kept.failing) = (Some(csn), false);
+                self.update(|s| s.peer_settled = text);
+            }
+            Err(e) if !kept.failing => {
+                kept.failing = true;
+                eprintln!(
+                    "coredir: replication: writing {}: {e} (a restart forgets what the peer settled)",
+                    path.display()
+                );
+            }
+            Err(_) => {}
         }
     }
 

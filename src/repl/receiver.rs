@@ -97,6 +97,7 @@ async fn receive(
         match frame {
             Frame::Heartbeat { settled, .. } => {
                 shared.settle(settled.as_deref());
+                shared.keep_settled(&config.server.data).await;
                 if !moved.is_empty() {
                     let asked = std::mem::take(&mut moved).into_values().collect();
                     let again = crate::glue::follow_parents(ctx, asked).await;
@@ -121,6 +122,7 @@ async fn receive(
                         }
                         // Committed: what the frame says is settled now holds.
                         shared.settle(settled.as_deref());
+                        shared.keep_settled(&config.server.data).await;
                         // Counted before the ack: they are applied whether or not it arrives.
                         applied_total.increment(n);
                         shared.update(|s| s.records_applied += n);

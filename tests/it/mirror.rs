@@ -18,7 +18,7 @@ fn short_changelog(conf: String) -> String {
 }
 
 /// Server A, and B restored from A's online backup: the same database.
-fn pair(shards: usize) -> (Server, Server) {
+pub(crate) fn pair(shards: usize) -> (Server, Server) {
     pair_with(shards, &[])
 }
 
@@ -123,7 +123,7 @@ fn group(c: &mut LdapConn, cn: &str) {
     assert_eq!(res.unwrap().rc, 0);
 }
 
-fn replication(s: &Server) -> serde_json::Value {
+pub(crate) fn replication(s: &Server) -> serde_json::Value {
     ctl_json(s, &["replication"])
 }
 

@@ -1426,3 +1426,59 @@ fn slapd_keeps_an_rdn_value_a_second_rename_kept() {
         same_content(&s, &consumer);
     }
 }
+
+/// Issue 19: a mirror node restarted while its peer was away answered a
+/// consumer's refresh with a present phase whose cookie named no CSN of
+/// the peer (what the peer settled here was known only from its word,
+/// lost with the restart), and slapd deletes only the entries absent from
+/// a present phase whose `entryCSN` the new cookie covers: entries the
+/// peer had added and this node deleted stayed on the consumer for good.
+#[test]
+fn a_mirror_node_restarted_without_its_peer_still_passes_deletes_to_slapd() {
+    ldap_utils();
+    let (mut a, mut b) = crate::mirror::pair(2);
+    let mut on_b = b.admin();
+    let gone: Vec<String> = (0..4).map(|i| format!("cn=gone{i},{SUFFIX}")).collect();
+    for (i, dn) in gone.iter().enumerate() {
+        assert_eq!(on_b.add(dn, person_attrs(&format!("gone{i}"))).unwrap().rc, 0);
+    }
+    wait_for("B's adds on A", || gone.iter().all(|dn| get_entry(&mut a.admin(), dn, vec!["cn"]).is_some()));
+    // A keeps what B settled there (written after a short delay).
+    let newest = gone
+        .iter()
+        .filter_map(|dn| get_entry(&mut a.admin(), dn, vec!["entryCSN"]))
+        .map(|e| e.attrs["entryCSN"][0].clone())
+        .max()
+        .unwrap();
+    wait_for("A to keep B's adds as settled", || {
+        crate::mirror::replication(&a)["peer_settled"].as_str().is_some_and(|kept| *kept >= *newest)
+    });
+    let mut consumer = Consumer::new(&a, "refreshAndPersist");
+    same_content(&a, &consumer);
+    consumer.stop();
+    let mut on_a = a.admin();
+    for dn in &gone {
+        assert_eq!(on_a.delete(dn).unwrap().rc, 0);
+    }
+    b.kill9();
+    a.restart();
+    consumer.start();
+    same_content(&a, &consumer);
+}
+
+/// Issue 19: a refresh whose cookie predates the changelog (a consumer
+/// that had seen only the entries the database started with) is a
+/// present phase, and its cookie named no delete made since: slapd then
+/// keeps what the present phase left out, as the cookie it got back was
+/// no newer than the one it sent.
+#[test]
+fn a_present_phase_after_a_delete_ends_with_a_cookie_that_names_it() {
+    ldap_utils();
+    let s = provider(1);
+    let mut consumer = Consumer::new(&s, "refreshAndPersist");
+    same_content(&s, &consumer);
+    consumer.stop();
+    assert_eq!(s.admin().delete(&format!("ou=groups,{SUFFIX}")).unwrap().rc, 0);
+    consumer.start();
+    same_content(&s, &consumer);
+}

@@ -142,6 +142,16 @@ pub(super) async fn refresh(
     }
     let before = before(next.rid, since);
     let Some(since) = since.filter(|_| phase == Phase::Delete) else {
+        // A present phase tells of a delete only by leaving the entry
+        // out, and slapd deletes what it left out only when the cookie it
+        // ends with is newer than the one it sent: the deletes since the
+        // cookie that the requester may know of count for it too.
+        if let Some(since) = since {
+            let Some(departed) = departed(s, since, abandoned).await? else {
+                return Ok((phase, before));
+            };
+            departed.into_iter().for_each(|(_, csn)| next.saw(csn));
+        }
         let handed = next.capped(own, claimable(own, floor_us, moving), &before, *peers);
         return Ok((phase, handed.claiming_peer(*peers, None)));
     };
