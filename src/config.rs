@@ -192,6 +192,17 @@ pub struct TlsConfig {
     /// Simple binds with a password, and writes, only over TLS or the
     /// local socket; `confidentialityRequired` otherwise.
     pub required: bool,
+    /// PEM certificates of the CAs whose client certificates are trusted
+    /// (slapd's TLSCACertificateFile); needed unless `verify_client` is
+    /// `never`.
+    pub ca_certificate_file: Option<PathBuf>,
+    /// Client certificates, as slapd's TLSVerifyClient: `never` (the
+    /// default: none asked for), `try` (asked for; a client may send none,
+    /// one that does not verify ends the handshake) or `demand` (required).
+    /// A verified certificate's subject is who SASL EXTERNAL authenticates.
+    /// slapd's `allow` (a certificate that does not verify accepted
+    /// without an identity) is refused: `try` is the nearest.
+    pub verify_client: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -494,6 +505,10 @@ impl Config {
         }
         if self.tls.certificate_file.is_none() && (self.tls.listen.is_some() || self.tls.required) {
             bail!("tls: listen and required need certificate_file and key_file");
+        }
+        let asks_clients = self.tls.verify_client.as_deref().is_some_and(|v| v != "never");
+        if self.tls.certificate_file.is_none() && (asks_clients || self.tls.ca_certificate_file.is_some()) {
+            bail!("tls: verify_client and ca_certificate_file need certificate_file and key_file");
         }
         self.log_level()?;
         if !matches!(self.log.format.as_str(), "stats" | "json") {

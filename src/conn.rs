@@ -155,6 +155,9 @@ pub struct Conn {
     pub sorting: Cell<usize>,
     /// Security strength of TLS on this connection (0 without).
     pub tls_ssf: Cell<u32>,
+    /// The subject of the client's verified TLS certificate, as an LDAP
+    /// DN: who SASL EXTERNAL authenticates over TLS (`ops::sasl`).
+    pub tls_subject: RefCell<Option<Rc<str>>>,
     /// Of the transport (71 for the local socket, as slapd; 0 for TCP).
     pub transport_ssf: u32,
     /// On the local socket, the client process's credentials: who SASL
@@ -297,6 +300,7 @@ impl Conn {
             pending: Cell::new(0),
             sorting: Cell::new(0),
             tls_ssf: Cell::new(0),
+            tls_subject: RefCell::new(None),
             transport_ssf,
             peer_cred,
             out,
@@ -477,6 +481,7 @@ async fn handshake(conn: &Conn, stream: TcpStream) -> Option<TlsStream<TcpStream
         _ => return None,
     };
     conn.tls_ssf.set(crate::tls::ssf(tls.get_ref().1));
+    *conn.tls_subject.borrow_mut() = crate::tls::client_subject(tls.get_ref().1).map(Rc::from);
     Some(tls)
 }
 

@@ -29,7 +29,8 @@
 //! - `admin`: the admin socket (`coredir ctl`), reload, drain, signals.
 //! - `stats`, `accesslog`: metrics handles per shard, the stats access log.
 //! - `deploy`: NUMA topology, `--numa-node`, `deploy plan`.
-//! - `tls`: rustls configuration and certificate reload.
+//! - `tls`: rustls configuration, certificate reload, client certificates
+//!   (their subject is who SASL EXTERNAL authenticates over TLS).
 //! - `uring` (this binary only): its `syscall()` gives glommio's io_uring
 //!   rings `COOP_TASKRUN` (`server.io_uring_coop_taskrun`).
 //! - `acl`: access rules (slapd's `access to ... by ...`), compiled at
@@ -419,8 +420,8 @@ fn run(cli: Cli) -> Result<()> {
             config.install_schema()?;
             config.validate()?;
             config.acl()?;
-            if let (Some(cert), Some(key)) = (&config.tls.certificate_file, &config.tls.key_file) {
-                coredir::tls::Tls::load(cert, key)?;
+            if let (Some(_), Some(_)) = (&config.tls.certificate_file, &config.tls.key_file) {
+                coredir::tls::Tls::load(&config.tls)?;
             }
             println!("{}: OK", file.display());
             Ok(())

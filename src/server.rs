@@ -88,7 +88,7 @@ pub fn serve(config: Config) -> Result<()> {
     }
 
     let tls = match (&config.tls.certificate_file, &config.tls.key_file) {
-        (Some(cert), Some(key)) => Some(Arc::new(crate::tls::Tls::load(cert, key)?)),
+        (Some(_), Some(_)) => Some(Arc::new(crate::tls::Tls::load(&config.tls)?)),
         _ => None,
     };
     let admission = Arc::new(listener::Admission::new(

@@ -20,17 +20,42 @@ pub struct Tls {
     config: ArcSwap<ServerConfig>,
     cert: PathBuf,
     key: PathBuf,
+    clients: Option<Clients>,
+}
+
+/// Client certificates asked for (`tls.verify_client` other than
+/// `never`): the CAs trusted, and whether one is required.
+#[derive(Clone)]
+struct Clients {
+    ca: PathBuf,
+    demand: bool,
 }
 
 impl Tls {
-    pub fn load(cert: &Path, key: &Path) -> Result<Tls> {
-        let config = server_config(cert, key)?;
-        Ok(Tls { config: ArcSwap::from(config), cert: cert.to_path_buf(), key: key.to_path_buf() })
+    /// From `tls`'s certificate_file and key_file, which must both be set.
+    pub fn load(tls: &crate::config::TlsConfig) -> Result<Tls> {
+        let (Some(cert), Some(key)) = (&tls.certificate_file, &tls.key_file) else {
+            anyhow::bail!("tls: certificate_file and key_file go together");
+        };
+        let clients = match (tls.verify_client.as_deref().unwrap_or("never"), &tls.ca_certificate_file) {
+            ("never", _) => None,
+            ("try" | "demand", None) => {
+                anyhow::bail!("tls.verify_client: client certificates need tls.ca_certificate_file")
+            }
+            (mode @ ("try" | "demand"), Some(ca)) => Some(Clients { ca: ca.clone(), demand: mode == "demand" }),
+            ("allow", _) => anyhow::bail!(
+                "tls.verify_client = \"allow\" (a certificate that does not verify accepted without an identity) is \
+                 not supported: use \"try\", which ends a handshake whose certificate does not verify"
+            ),
+            (other, _) => anyhow::bail!("tls.verify_client: {other:?} is not one of never, try, demand"),
+        };
+        let config = server_config(cert, key, clients.as_ref())?;
+        Ok(Tls { config: ArcSwap::from(config), cert: cert.clone(), key: key.clone(), clients })
     }
 
-    /// Re-reads the certificate and key files.
+    /// Re-reads the certificate, key and CA files.
     pub fn reload(&self) -> Result<()> {
-        self.config.store(server_config(&self.cert, &self.key)?);
+        self.config.store(server_config(&self.cert, &self.key, self.clients.as_ref())?);
         Ok(())
     }
 
@@ -52,15 +77,93 @@ fn identity(cert: &Path, key: &Path) -> Result<(Vec<CertificateDer<'static>>, Pr
     Ok((certs, key))
 }
 
-fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>> {
+fn server_config(cert: &Path, key: &Path, clients: Option<&Clients>) -> Result<Arc<ServerConfig>> {
     let (certs, key) = identity(cert, key)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
-        .with_no_client_auth()
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
+    let builder = match clients {
+        None => builder.with_no_client_auth(),
+        Some(clients) => builder.with_client_cert_verifier(client_verifier(clients, provider)?),
+    };
+    let config = builder
         .with_single_cert(certs, key)
         .map_err(|e| anyhow!("tls: the certificate and key do not make a usable pair: {e}"))?;
     Ok(Arc::new(config))
+}
+
+/// Verifies client certificates against the CAs of `tls.ca_certificate_file`.
+fn client_verifier(
+    clients: &Clients,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>> {
+    let ca = &clients.ca;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca)
+        .with_context(|| format!("tls.ca_certificate_file: reading {}", ca.display()))?
+    {
+        let cert = cert.map_err(|e| anyhow!("tls.ca_certificate_file: {}: {e}", ca.display()))?;
+        roots.add(cert).map_err(|e| anyhow!("tls.ca_certificate_file: {}: {e}", ca.display()))?;
+    }
+    if roots.is_empty() {
+        anyhow::bail!("tls.ca_certificate_file: {} holds no certificate", ca.display());
+    }
+    let builder = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+    let builder = if clients.demand { builder } else { builder.allow_unauthenticated() };
+    builder.build().map_err(|e| anyhow!("tls.ca_certificate_file: {}: {e}", ca.display()))
+}
+
+/// The subject of a verified client certificate as an LDAP DN (RFC 4514:
+/// the most specific RDN first, known types by name), as slapd gives it to
+/// SASL EXTERNAL; `None` without one, or when it cannot be read.
+pub fn client_subject(session: &ServerConnection) -> Option<String> {
+    use x509_parser::asn1_rs::ToDer;
+    let der = session.peer_certificates()?.first()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref()).ok()?;
+    let mut rdns = Vec::new();
+    for rdn in cert.subject().iter_rdn() {
+        let mut avas = Vec::new();
+        for ava in rdn.iter() {
+            let oid = ava.attr_type().to_id_string();
+            let mut text = match subject_type(&oid) {
+                Some(name) => format!("{name}="),
+                None => format!("{oid}="),
+            };
+            match ava.as_str() {
+                Ok(value) if subject_type(&oid).is_some() => shards::dn::escape_value(value.as_bytes(), &mut text),
+                // An unknown type, or a value that is no string: its BER, in hex.
+                _ => {
+                    text.push('#');
+                    ava.attr_value().to_der_vec().ok()?.iter().for_each(|b| text.push_str(&format!("{b:02x}")));
+                }
+            }
+            avas.push(text);
+        }
+        rdns.push(avas.join("+"));
+    }
+    rdns.reverse();
+    Some(rdns.join(","))
+}
+
+/// The LDAP names of the attribute types certificate subjects use, by OID.
+fn subject_type(oid: &str) -> Option<&'static str> {
+    Some(match oid {
+        "2.5.4.3" => "cn",
+        "2.5.4.4" => "sn",
+        "2.5.4.5" => "serialNumber",
+        "2.5.4.6" => "c",
+        "2.5.4.7" => "l",
+        "2.5.4.8" => "st",
+        "2.5.4.9" => "street",
+        "2.5.4.10" => "o",
+        "2.5.4.11" => "ou",
+        "2.5.4.12" => "title",
+        "2.5.4.42" => "givenName",
+        "0.9.2342.19200300.100.1.1" => "uid",
+        "0.9.2342.19200300.100.1.25" => "dc",
+        "1.2.840.113549.1.9.1" => "email",
+        _ => return None,
+    })
 }
 
 /// The security strength factor of an established session, as slapd

@@ -1,13 +1,16 @@
-//! SASL binds (RFC 4513 §5.2): the EXTERNAL mechanism on the local socket.
+//! SASL binds (RFC 4513 §5.2): the EXTERNAL mechanism, on the local
+//! socket and over TLS with a client certificate.
 //!
 //! As slapd on `ldapi://`, EXTERNAL authenticates the client process by
 //! its credentials (`SO_PEERCRED`) as
-//! `gidNumber=<gid>+uidNumber=<uid>,cn=peercred,cn=external,cn=auth`,
-//! which `server.authz_regexp` (slapd's `authz-regexp`) may map to a
-//! directory DN: the root DN makes the connection root. An authorization
-//! identity is taken as slapd without `authz-policy` takes it (`authorize`).
-//! No other mechanism is offered: they need a SASL password store this
-//! server does not keep.
+//! `gidNumber=<gid>+uidNumber=<uid>,cn=peercred,cn=external,cn=auth`;
+//! over TLS, as the subject of the client's certificate, verified against
+//! `tls.ca_certificate_file` (`tls.verify_client`, slapd's TLSVerifyClient),
+//! e.g. `cn=client,ou=people,o=example`. `server.authz_regexp` (slapd's
+//! `authz-regexp`) may map either to a directory DN: the root DN makes
+//! the connection root. An authorization identity is taken as slapd
+//! without `authz-policy` takes it (`authorize`). No other mechanism is
+//! offered: they need a SASL password store this server does not keep.
 //!
 //! One difference: EXTERNAL without credentials (absent, not empty) is
 //! decided at once; slapd (Cyrus SASL) first answers saslBindInProgress
@@ -74,19 +77,22 @@ impl AuthzRegexp {
 /// A SASL bind: who it authenticates, or why not (with slapd's texts,
 /// which come from Cyrus SASL).
 pub fn authenticate(conn: &Conn, sasl: &SaslCredentials) -> Result<Identity> {
-    let cred = match conn.peer_cred {
-        Some(cred) if sasl.mechanism.eq_ignore_ascii_case(EXTERNAL) => cred,
-        _ if sasl.mechanism.eq_ignore_ascii_case(EXTERNAL) => return Err(no_mechanism("")),
-        _ => return Err(no_mechanism(&format!("Couldn't find mech {}", sasl.mechanism))),
+    if !sasl.mechanism.eq_ignore_ascii_case(EXTERNAL) {
+        return Err(no_mechanism(&format!("Couldn't find mech {}", sasl.mechanism)));
+    }
+    let authcid = match (conn.peer_cred, conn.tls_subject.borrow().as_deref()) {
+        (Some(cred), _) => authcid(cred),
+        (None, Some(subject)) => subject.to_string(),
+        (None, None) => return Err(no_mechanism("")),
     };
-    authorize(conn, external(conn, cred)?, &sasl.credentials)
+    authorize(conn, external(conn, &authcid)?, &sasl.credentials)
 }
 
 /// The mechanisms a connection is offered (`supportedSASLMechanisms`).
 pub fn mechanisms(conn: &Conn) -> &'static [&'static str] {
-    match conn.peer_cred {
-        Some(_) => &[EXTERNAL],
-        None => &[],
+    match conn.peer_cred.is_some() || conn.tls_subject.borrow().is_some() {
+        true => &[EXTERNAL],
+        false => &[],
     }
 }
 
@@ -94,13 +100,12 @@ fn no_mechanism(detail: &str) -> Error {
     Error::new(LdapResultCode::AuthMethodNotSupported, format!("SASL(-4): no mechanism available: {detail}"))
 }
 
-/// The identity of a process by its credentials, mapped by
+/// The identity EXTERNAL authenticates (`authcid`), mapped by
 /// `server.authz_regexp`.
-fn external(conn: &Conn, cred: PeerCred) -> Result<Identity> {
-    let authcid = authcid(cred);
-    let dn = match mapped(conn, &authcid) {
+fn external(conn: &Conn, authcid: &str) -> Result<Identity> {
+    let dn = match mapped(conn, authcid) {
         Some(dn) => dn,
-        None => Dn::parse(&authcid)?,
+        None => Dn::parse(authcid)?,
     };
     identity_of(conn, &dn)
 }

@@ -10,11 +10,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A CA and a server certificate for 127.0.0.1 and localhost it signed.
+/// A CA, a server certificate for 127.0.0.1 and localhost it signed, and
+/// a client certificate it signed (`cn=Client One`, `ou=people`, `o=example`).
 struct Pki {
     ca: PathBuf,
     cert: PathBuf,
     key: PathBuf,
+    client_cert: PathBuf,
+    client_key: PathBuf,
 }
 
 fn make_pki(dir: &Path, name: &str) -> Pki {
@@ -27,14 +30,24 @@ fn make_pki(dir: &Path, name: &str) -> Pki {
     let mut leaf_params = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
     leaf_params.distinguished_name.push(DnType::CommonName, "127.0.0.1");
     let leaf = leaf_params.signed_by(&leaf_key, &ca, &ca_key).unwrap();
+    let client_key = KeyPair::generate().unwrap();
+    let mut client_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    client_params.distinguished_name.push(DnType::OrganizationName, "example");
+    client_params.distinguished_name.push(DnType::OrganizationalUnitName, "people");
+    client_params.distinguished_name.push(DnType::CommonName, "Client One");
+    let client = client_params.signed_by(&client_key, &ca, &ca_key).unwrap();
     let pki = Pki {
         ca: dir.join(format!("{name}-ca.pem")),
         cert: dir.join(format!("{name}-cert.pem")),
         key: dir.join(format!("{name}-key.pem")),
+        client_cert: dir.join(format!("{name}-client-cert.pem")),
+        client_key: dir.join(format!("{name}-client-key.pem")),
     };
     std::fs::write(&pki.ca, ca.pem()).unwrap();
     std::fs::write(&pki.cert, leaf.pem()).unwrap();
     std::fs::write(&pki.key, leaf_key.serialize_pem()).unwrap();
+    std::fs::write(&pki.client_cert, client.pem()).unwrap();
+    std::fs::write(&pki.client_key, client_key.serialize_pem()).unwrap();
     pki
 }
 
@@ -282,4 +295,99 @@ fn a_start_tls_reset_before_its_answer_leaves_nothing_behind() {
         drop(sock);
     }
     wait_for("every reset connection to be gone", || ctl_json(&s, &["status"])["connections"] == 0);
+}
+
+/// slapd on 127.0.0.1 with StartTLS: `tls` (its TLS directives) and an
+/// empty database. Killed on drop.
+struct TcpSlapd {
+    dir: tempfile::TempDir,
+    port: u16,
+    child: std::process::Child,
+}
+
+impl TcpSlapd {
+    fn start(tls: &str) -> TcpSlapd {
+        slapd_installed();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("db")).unwrap();
+        let includes = slapd_schema_includes(dir.path());
+        let conf = format!(
+            "{includes}pidfile {d}/slapd.pid\nmodulepath /usr/lib/ldap\nmoduleload back_mdb\n{tls}\
+             database mdb\nsuffix \"{SUFFIX}\"\nrootdn \"{ROOT_DN}\"\nrootpw {ROOT_PW}\ndirectory {d}/db\n",
+            d = dir.path().display(),
+        );
+        std::fs::write(dir.path().join("slapd.conf"), conf).unwrap();
+        let port = free_port();
+        let log = std::fs::File::create(dir.path().join("slapd.log")).unwrap();
+        let child = std::process::Command::new("slapd")
+            .arg("-f")
+            .arg(dir.path().join("slapd.conf"))
+            .args(["-h", &format!("ldap://127.0.0.1:{port}/"), "-d", "stats"])
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("slapd");
+        wait_for("slapd to listen", || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+        TcpSlapd { dir, port, child }
+    }
+
+    fn url(&self) -> String {
+        format!("ldap://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for TcpSlapd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = &self.dir;
+    }
+}
+
+/// `ldapwhoami -ZZ` with SASL EXTERNAL, presenting the client certificate
+/// or none: its exit code and what it printed.
+fn whoami_external(pki: &Pki, url: &str, with_cert: bool) -> (i32, String) {
+    ldap_utils();
+    let mut cmd = std::process::Command::new("ldapwhoami");
+    cmd.args(["-ZZ", "-Y", "EXTERNAL", "-H", url])
+        .env("LDAPTLS_CACERT", &pki.ca)
+        .env("LDAPTLS_REQCERT", "demand")
+        .env("LDAPCONF", "/dev/null");
+    if with_cert {
+        cmd.env("LDAPTLS_CERT", &pki.client_cert).env("LDAPTLS_KEY", &pki.client_key);
+    }
+    let out = cmd.output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into())
+}
+
+/// SASL EXTERNAL over TLS authenticates the client certificate's subject,
+/// as slapd does with TLSVerifyClient: `try` takes a client without a
+/// certificate (EXTERNAL then has nothing to offer), `demand` ends its
+/// handshake. The same from both, side by side.
+#[test]
+fn sasl_external_over_tls_is_the_client_certificates_subject() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path(), "ext");
+    let path = |p: &Path| p.display().to_string();
+    for mode in ["try", "demand"] {
+        let config = format!(
+            "[tls]\ncertificate_file = {:?}\nkey_file = {:?}\nca_certificate_file = {:?}\nverify_client = \"{mode}\"\n",
+            path(&pki.cert),
+            path(&pki.key),
+            path(&pki.ca)
+        );
+        let coredir = Server::start_with_config(1, &config);
+        let slapd = TcpSlapd::start(&format!(
+            "TLSCACertificateFile {}\nTLSCertificateFile {}\nTLSCertificateKeyFile {}\nTLSVerifyClient {mode}\n",
+            path(&pki.ca),
+            path(&pki.cert),
+            path(&pki.key)
+        ));
+        let answers = |url: &str| (whoami_external(&pki, url, true), whoami_external(&pki, url, false).0);
+        let (ours, theirs) = (answers(&coredir.url()), answers(&slapd.url()));
+        assert_eq!(ours, theirs, "{mode}: coredir, then slapd");
+        // In the certificate's order (rcgen's), normalized.
+        assert_eq!(ours.0, (0, "dn:ou=people,o=example,cn=client one\n".to_string()), "{mode}");
+        assert_ne!(ours.1, 0, "{mode}: EXTERNAL without a certificate");
+    }
 }
