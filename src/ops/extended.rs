@@ -28,20 +28,15 @@ pub const SUPPORTED: &[&str] = &[OID_WHOAMI, OID_PASSWORD_MODIFY, OID_START_TLS,
 
 /// StartTLS (RFC 4511 §4.14): accepted on a plain connection with TLS
 /// configured and no operation in progress; the handshake follows the
-/// response.
+/// response. As slapd's, the response has no responseName (§4.14.2 allows
+/// either).
 pub fn start_tls(conn: &Conn) -> LdapExtendedResponse {
-    let refuse = |code, why: &str| LdapExtendedResponse {
-        res: result(Err(Error::new(code, why))),
-        name: Some(OID_START_TLS.to_string()),
-        value: None,
-    };
+    let refuse =
+        |code, why: &str| LdapExtendedResponse { res: result(Err(Error::new(code, why))), name: None, value: None };
     if conn.ctx.tls.is_none() {
         // Not offered (absent from supportedExtension): answered as slapd
         // answers an extended operation it does not know.
-        return LdapExtendedResponse {
-            name: None,
-            ..refuse(LdapResultCode::ProtocolError, "TLS is not configured on this server")
-        };
+        return refuse(LdapResultCode::ProtocolError, "TLS is not configured on this server");
     }
     if conn.tls_ssf.get() > 0 {
         return refuse(LdapResultCode::OperationsError, "TLS is already established");
@@ -52,7 +47,7 @@ pub fn start_tls(conn: &Conn) -> LdapExtendedResponse {
     if conn.pending.get() > 0 {
         return refuse(LdapResultCode::OperationsError, "operations are in progress on this connection");
     }
-    LdapExtendedResponse { res: result(Ok(())), name: Some(OID_START_TLS.to_string()), value: None }
+    LdapExtendedResponse { res: result(Ok(())), name: None, value: None }
 }
 
 /// Answers at once, or `None` for Password Modify (see `password_modify`).
