@@ -124,7 +124,8 @@ pub fn serve(config: Config) -> Result<()> {
         None => None,
     };
     let replication = Arc::new(crate::repl::Shared::default());
-    replication.load_settled(&config.server.data);
+    let durable = config.sync_mode()? == shards::store::SyncMode::Always;
+    replication.load_settled(&config.server.data, config.sid(), durable);
     if let (Some(pin), Some((cert, key))) = (&config.replication.peer_certificate_sha256, config.replication_identity())
     {
         let channel = crate::tls::channel(cert, key, crate::tls::parse_fingerprint(pin)?)?;

@@ -161,27 +161,37 @@ impl AttrState {
     /// at another position than its own copy holds it as a sign that the
     /// old RDN value was deleted, and deletes it. A value deleted in the
     /// change that adds another leaves a break, as an old RDN value does.
+    /// The consumer also replaces (so moves) `objectClass` when a class is
+    /// added, and an attribute without an equality rule at any change: for
+    /// those, such a change is a break too.
     fn held_since(&self) -> Csn {
-        let mut spans: Vec<(Csn, Option<Csn>)> = self
-            .values
-            .values()
-            .filter(|v| v.added != Csn::default())
-            .map(|v| (v.added, v.held_until(self.cleared)))
-            .filter(|(from, until)| until.is_none_or(|u| u > *from))
-            .collect();
-        spans.sort_unstable();
-        // The last run of overlapping spans; a held value's never ends, so
-        // the last run is the one that goes on now.
-        let (mut since, mut until) = (Csn::default(), Some(Csn::default()));
-        for (from, to) in spans {
-            if until.is_some_and(|u| from >= u) {
-                since = from;
-                until = to;
-            } else if let (Some(u), Some(t)) = (until, to) {
-                until = Some(u.max(t));
-            } else {
-                until = None;
+        let none = Csn::default();
+        let (mut since, mut newest_add, mut newest) = (None::<Csn>, none, self.cleared);
+        // Spans of values held once and no more: (until, from).
+        let mut ended: Vec<(Csn, Csn)> = Vec::new();
+        for v in self.values.values().filter(|v| v.added != none) {
+            (newest_add, newest) = (newest_add.max(v.added), newest.max(v.added).max(v.deleted));
+            match v.held_until(self.cleared) {
+                None => since = Some(since.map_or(v.added, |s| s.min(v.added))),
+                Some(until) if until > v.added => ended.push((until, v.added)),
+                Some(_) => {}
             }
+        }
+        let Some(mut since) = since else { return none };
+        // Newest end first: a span ending after the run began joins it
+        // (and may reach back further); the first that ends before it, or
+        // as it began, is a break, and so is every older one.
+        ended.sort_unstable_by(|x, y| y.cmp(x));
+        for (until, from) in ended {
+            if until <= since {
+                break;
+            }
+            since = since.min(from);
+        }
+        if self.name.eq_ignore_ascii_case("objectClass") {
+            since = since.max(newest_add);
+        } else if crate::schema::get().attr(&self.name).is_some_and(|at| at.equality_or_dn().is_none()) {
+            since = since.max(newest);
         }
         since
     }
@@ -651,6 +661,15 @@ mod tests {
         let apart = [modify(20, 1, vec![del_v(v("cn", "a"))]), modify(30, 1, vec![add_v(v("cn", "b"))])];
         let s = state(&[&[person.clone()][..], &apart, &[modify(40, 1, vec![add_v(v("cn", "c"))])]].concat());
         assert_eq!(names(&s), ["objectClass", "uid", "sn", "cn"]);
+        // A class added moves objectClass (slapd's consumer replaces it); one deleted does not.
+        let class = |t, d: Delta| modify(t, 1, vec![d]);
+        let s = state(&[person.clone(), class(20, add_v(v("objectClass", "extensibleObject")))]);
+        assert_eq!(names(&s), ["uid", "cn", "sn", "objectClass"]);
+        let s = state(&[
+            add(10, 1, "uid=a,dc=x", &[("objectClass", &["person", "extensibleObject"]), ("uid", &["a"])]),
+            class(20, del_v(v("objectClass", "extensibleObject"))),
+        ]);
+        assert_eq!(names(&s), ["objectClass", "uid"]);
         // In any order of arrival.
         let mut shuffled = vec![person, renamed];
         shuffled.reverse();

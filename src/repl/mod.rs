@@ -141,12 +141,20 @@ pub struct Status {
     pub peer_settled: String,
 }
 
-/// The peer's settled CSN as last written to `SETTLED_FILE`.
+/// The peer's settled CSN as kept in `SETTLED_FILE`.
 #[derive(Default)]
 struct Kept {
+    /// Written, or read at start.
     csn: Option<Csn>,
-    at: Option<Instant>,
+    /// To write: the settled CSN once the last frame of records applied.
+    want: Option<Csn>,
+    /// Commits are durable when acknowledged (`storage.sync = "always"`):
+    /// only then may the file speak for them.
+    durable: bool,
     writing: bool,
+    /// Records were applied since the last heartbeat: the settled CSN the
+    /// next one carries covers them (a frame's own may not).
+    applied: bool,
     /// The last write failed (said once, until one succeeds).
     failing: bool,
 }
@@ -155,9 +163,8 @@ struct Kept {
 /// changes is committed here, written after the commits it speaks of.
 const SETTLED_FILE: &str = "replication-settled";
 
-/// How often at most the settled CSN is written (each write is synced);
-/// the file lags by as much, which only claims less.
-const KEEP_EVERY: Duration = Duration::from_millis(200);
+/// The most of `SETTLED_FILE` read: a CSN and a newline.
+const SETTLED_MOST: u64 = 64;
 
 /// The status, shared with the admin thread.
 #[derive(Default)]
@@ -203,6 +210,10 @@ impl Shared {
         let mut settled = self.settled.lock().unwrap_or_else(|e| e.into_inner());
         if settled.0.is_some_and(|(known, _)| known != sid) {
             settled.1 = None;
+            // Another peer: what was kept of the one before is not its.
+            let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+            (kept.csn, kept.want) = (None, None);
+            self.update(|s| s.peer_settled.clear());
         }
         settled.0 = Some((sid, protocol));
     }
@@ -223,51 +234,94 @@ impl Shared {
     /// after a restart named no CSN of the peer, and slapd deletes only
     /// entries whose `entryCSN` the cookie covers at the end of a present
     /// phase: what the peer had added and this server deleted stayed.
-    pub fn load_settled(&self, data: &std::path::Path) {
-        let Ok(text) = std::fs::read_to_string(data.join(SETTLED_FILE)) else { return };
-        let Some(csn) = Csn::parse(text.trim()) else {
-            eprintln!(
-                "coredir: replication: {SETTLED_FILE} is not a CSN; nothing of the peer is claimed until it says"
-            );
-            return;
+    /// `own`: this server's id (a file naming it came from elsewhere);
+    /// `durable`: whether commits are durable when acknowledged, without
+    /// which none is written (an old one still holds: it claims less).
+    pub fn load_settled(&self, data: &std::path::Path, own: u16, durable: bool) {
+        self.kept.lock().unwrap_or_else(|e| e.into_inner()).durable = durable;
+        let path = data.join(SETTLED_FILE);
+        let mut text = String::new();
+        let read = std::fs::File::open(&path)
+            .and_then(|f| std::io::Read::read_to_string(&mut std::io::Read::take(f, SETTLED_MOST), &mut text));
+        let csn = match read {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(e) => Err(e.to_string()),
+            Ok(_) => match Csn::parse(text.trim()) {
+                Some(csn) if csn.sid == own => Err(format!("it names this server's own id {own:03x}")),
+                Some(csn) => Ok(csn),
+                None => Err("it holds no CSN".into()),
+            },
         };
-        *self.settled.lock().unwrap_or_else(|e| e.into_inner()) = (Some((csn.sid, PROTOCOL)), Some(csn));
-        self.kept.lock().unwrap_or_else(|e| e.into_inner()).csn = Some(csn);
-        self.update(|s| s.peer_settled = csn.to_string());
+        match csn {
+            Ok(csn) => {
+                *self.settled.lock().unwrap_or_else(|e| e.into_inner()) = (Some((csn.sid, PROTOCOL)), Some(csn));
+                self.kept.lock().unwrap_or_else(|e| e.into_inner()).csn = Some(csn);
+                self.update(|s| s.peer_settled = csn.to_string());
+            }
+            Err(why) => eprintln!(
+                "coredir: replication: {} is not used ({why}); nothing of the peer is claimed until it says",
+                path.display()
+            ),
+        }
     }
 
-    /// Writes the settled CSN to the data directory when it moved on (at
-    /// most every `KEEP_EVERY`, off the reactor), after the commits it
-    /// speaks of.
-    async fn keep_settled(&self, data: &std::path::Path) {
+    /// After a frame of records is committed (`records`), and at the next
+    /// heartbeat after one: the settled CSN is written to the data
+    /// directory, off the reactor and without holding up the frame's
+    /// acknowledgement, one write at a time (the last value wins). An idle
+    /// peer's heartbeats move it on too, but claim no more records: no write.
+    fn keep_settled(self: &Arc<Self>, data: &std::path::Path, records: bool) {
         let Some(csn) = self.settled.lock().unwrap_or_else(|e| e.into_inner()).1 else { return };
-        {
-            let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-            if kept.writing || kept.csn >= Some(csn) || kept.at.is_some_and(|t| t.elapsed() < KEEP_EVERY) {
-                return;
-            }
-            kept.writing = true;
-        }
-        let (path, text) = (data.join(SETTLED_FILE), csn.to_string());
-        let written = {
-            let (path, text) = (path.clone(), text.clone());
-            glommio::executor().spawn_blocking(move || shards::manifest::replace_file(&path, text.as_bytes())).await
-        };
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        (kept.writing, kept.at) = (false, Some(Instant::now()));
-        match written {
-            Ok(()) => {
-                (kept.csn, kept.failing) = (Some(csn), false);
-                self.update(|s| s.peer_settled = text);
+        if !kept.durable || !std::mem::replace(&mut kept.applied, records) && !records {
+            return;
+        }
+        kept.want = Some(csn);
+        if kept.writing {
+            return;
+        }
+        kept.writing = true;
+        // glommio runs a task it spawns at once, up to its first wait.
+        drop(kept);
+        let (shared, path) = (self.clone(), data.join(SETTLED_FILE));
+        glommio::spawn_local(async move { shared.write_kept(path).await }).detach();
+    }
+
+    async fn write_kept(&self, path: std::path::PathBuf) {
+        loop {
+            let csn = {
+                let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+                match kept.want {
+                    Some(want) if kept.csn.is_none_or(|had| had.sid != want.sid || had < want) => want,
+                    _ => {
+                        kept.writing = false;
+                        return;
+                    }
+                }
+            };
+            let text = csn.to_string();
+            let written = {
+                let (path, text) = (path.clone(), text.clone());
+                glommio::executor().spawn_blocking(move || shards::manifest::replace_file(&path, text.as_bytes())).await
+            };
+            let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+            match written {
+                Ok(()) => {
+                    (kept.csn, kept.failing) = (Some(csn), false);
+                    self.update(|s| s.peer_settled = text);
+                }
+                Err(e) => {
+                    if !kept.failing {
+                        eprintln!(
+                            "coredir: replication: writing {}: {e} (a restart forgets what the peer settled)",
+                            path.display()
+                        );
+                    }
+                    kept.failing = true;
+                    kept.writing = false;
+                    return;
+                }
             }
-            Err(e) if !kept.failing => {
-                kept.failing = true;
-                eprintln!(
-                    "coredir: replication: writing {}: {e} (a restart forgets what the peer settled)",
-                    path.display()
-                );
-            }
-            Err(_) => {}
         }
     }
 

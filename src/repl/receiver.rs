@@ -49,7 +49,7 @@ async fn receive(
     tcp: TcpStream,
     ctx: &Ctx,
     config: &Config,
-    shared: &Shared,
+    shared: &Arc<Shared>,
     proven: &std::cell::Cell<bool>,
 ) -> Result<()> {
     let applied_total = crate::stats::counter("coredir_replication_records_applied_total", 0, &[]);
@@ -97,7 +97,7 @@ async fn receive(
         match frame {
             Frame::Heartbeat { settled, .. } => {
                 shared.settle(settled.as_deref());
-                shared.keep_settled(&config.server.data).await;
+                shared.keep_settled(&config.server.data, false);
                 if !moved.is_empty() {
                     let asked = std::mem::take(&mut moved).into_values().collect();
                     let again = crate::glue::follow_parents(ctx, asked).await;
@@ -122,7 +122,7 @@ async fn receive(
                         }
                         // Committed: what the frame says is settled now holds.
                         shared.settle(settled.as_deref());
-                        shared.keep_settled(&config.server.data).await;
+                        shared.keep_settled(&config.server.data, true);
                         // Counted before the ack: they are applied whether or not it arrives.
                         applied_total.increment(n);
                         shared.update(|s| s.records_applied += n);

@@ -1420,6 +1420,13 @@ fn slapd_keeps_an_rdn_value_a_second_rename_kept() {
         ];
         assert_eq!(c.modify(&dn, mods).unwrap().rc, 0);
         rename(&mut c, &format!("{tag}2"), &format!("{tag}3"), false);
+        // A class added: slapd's consumer replaces objectClass (ITS#5517).
+        let dn = format!("uid={tag}3,{base}");
+        assert_eq!(c.modify(&dn, vec![Mod::Add("objectClass", ["extensibleObject"].into())]).unwrap().rc, 0);
+        if live {
+            same_content(&s, &consumer);
+        }
+        rename(&mut c, &format!("{tag}3"), &format!("{tag}4"), false);
         if !live {
             consumer.start();
         }
