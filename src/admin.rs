@@ -333,6 +333,10 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<String> {
     check("server.authz_regexp", old.server.authz_regexp != new.server.authz_regexp);
     check("storage", format!("{:?}", old.storage) != format!("{:?}", new.storage));
     check("tls.listen", old.tls.listen != new.tls.listen);
+    // The CA file itself is re-read on reload; which file, and whether
+    // certificates are asked for, is fixed at start.
+    check("tls.verify_client", old.tls.verify_client != new.tls.verify_client);
+    check("tls.ca_certificate_file", old.tls.ca_certificate_file != new.tls.ca_certificate_file);
     check("passwords", format!("{:?}", old.passwords) != format!("{:?}", new.passwords));
     check("indexes", old.indexes != new.indexes);
     check("limits.max_queued_bytes", old.limits.max_queued_bytes != new.limits.max_queued_bytes);

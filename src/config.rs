@@ -205,6 +205,25 @@ pub struct TlsConfig {
     pub verify_client: Option<String>,
 }
 
+impl TlsConfig {
+    /// `verify_client` as slapd reads TLSVerifyClient (any case; `hard`
+    /// and `true` are `demand`): `None` for never, else whether a client
+    /// certificate is required.
+    pub fn client_demand(&self) -> Result<Option<bool>> {
+        let mode = self.verify_client.as_deref().unwrap_or("never").to_ascii_lowercase();
+        Ok(match mode.as_str() {
+            "never" => None,
+            "try" => Some(false),
+            "demand" | "hard" | "true" => Some(true),
+            "allow" => bail!(
+                "tls.verify_client = \"allow\" (a certificate that does not verify accepted without an identity) is \
+                 not supported: use \"try\", which ends a handshake whose certificate does not verify"
+            ),
+            other => bail!("tls.verify_client: {other:?} is not one of never, try, demand"),
+        })
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AccessRules {
@@ -506,9 +525,12 @@ impl Config {
         if self.tls.certificate_file.is_none() && (self.tls.listen.is_some() || self.tls.required) {
             bail!("tls: listen and required need certificate_file and key_file");
         }
-        let asks_clients = self.tls.verify_client.as_deref().is_some_and(|v| v != "never");
+        let asks_clients = self.tls.client_demand()?.is_some();
         if self.tls.certificate_file.is_none() && (asks_clients || self.tls.ca_certificate_file.is_some()) {
             bail!("tls: verify_client and ca_certificate_file need certificate_file and key_file");
+        }
+        if asks_clients && self.tls.ca_certificate_file.is_none() {
+            bail!("tls.verify_client: client certificates need tls.ca_certificate_file");
         }
         self.log_level()?;
         if !matches!(self.log.format.as_str(), "stats" | "json") {

@@ -37,17 +37,10 @@ impl Tls {
         let (Some(cert), Some(key)) = (&tls.certificate_file, &tls.key_file) else {
             anyhow::bail!("tls: certificate_file and key_file go together");
         };
-        let clients = match (tls.verify_client.as_deref().unwrap_or("never"), &tls.ca_certificate_file) {
-            ("never", _) => None,
-            ("try" | "demand", None) => {
-                anyhow::bail!("tls.verify_client: client certificates need tls.ca_certificate_file")
-            }
-            (mode @ ("try" | "demand"), Some(ca)) => Some(Clients { ca: ca.clone(), demand: mode == "demand" }),
-            ("allow", _) => anyhow::bail!(
-                "tls.verify_client = \"allow\" (a certificate that does not verify accepted without an identity) is \
-                 not supported: use \"try\", which ends a handshake whose certificate does not verify"
-            ),
-            (other, _) => anyhow::bail!("tls.verify_client: {other:?} is not one of never, try, demand"),
+        let clients = match (tls.client_demand()?, &tls.ca_certificate_file) {
+            (None, _) => None,
+            (Some(_), None) => anyhow::bail!("tls.verify_client: client certificates need tls.ca_certificate_file"),
+            (Some(demand), Some(ca)) => Some(Clients { ca: ca.clone(), demand }),
         };
         let config = server_config(cert, key, clients.as_ref())?;
         Ok(Tls { config: ArcSwap::from(config), cert: cert.clone(), key: key.clone(), clients })
@@ -113,57 +106,49 @@ fn client_verifier(
     builder.build().map_err(|e| anyhow!("tls.ca_certificate_file: {}: {e}", ca.display()))
 }
 
-/// The subject of a verified client certificate as an LDAP DN (RFC 4514:
-/// the most specific RDN first, known types by name), as slapd gives it to
-/// SASL EXTERNAL; `None` without one, or when it cannot be read.
+/// The subject of a verified client certificate as slapd names it to
+/// SASL EXTERNAL and matches `authz-regexp` against: the LDAP form (RFC
+/// 4514, the most specific RDN first, types by OID) normalized as its
+/// `dnNormalize` does (`cn=client one,ou=people,o=example`). `None`
+/// without a certificate, for an empty subject (slapd sets no identity),
+/// or for one the schema cannot name.
 pub fn client_subject(session: &ServerConnection) -> Option<String> {
-    use x509_parser::asn1_rs::ToDer;
     let der = session.peer_certificates()?.first()?;
     let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref()).ok()?;
     let mut rdns = Vec::new();
     for rdn in cert.subject().iter_rdn() {
         let mut avas = Vec::new();
         for ava in rdn.iter() {
-            let oid = ava.attr_type().to_id_string();
-            let mut text = match subject_type(&oid) {
-                Some(name) => format!("{name}="),
-                None => format!("{oid}="),
-            };
-            match ava.as_str() {
-                Ok(value) if subject_type(&oid).is_some() => shards::dn::escape_value(value.as_bytes(), &mut text),
-                // An unknown type, or a value that is no string: its BER, in hex.
-                _ => {
-                    text.push('#');
-                    ava.attr_value().to_der_vec().ok()?.iter().for_each(|b| text.push_str(&format!("{b:02x}")));
-                }
-            }
+            let mut text = format!("{}=", ava.attr_type().to_id_string());
+            shards::dn::escape_value(subject_value(ava.attr_value())?.as_bytes(), &mut text);
             avas.push(text);
         }
         rdns.push(avas.join("+"));
     }
+    if rdns.is_empty() {
+        return None;
+    }
     rdns.reverse();
-    Some(rdns.join(","))
+    shards::dn::Dn::parse(&rdns.join(",")).and_then(|dn| dn.normalized()).ok()
 }
 
-/// The LDAP names of the attribute types certificate subjects use, by OID.
-fn subject_type(oid: &str) -> Option<&'static str> {
-    Some(match oid {
-        "2.5.4.3" => "cn",
-        "2.5.4.4" => "sn",
-        "2.5.4.5" => "serialNumber",
-        "2.5.4.6" => "c",
-        "2.5.4.7" => "l",
-        "2.5.4.8" => "st",
-        "2.5.4.9" => "street",
-        "2.5.4.10" => "o",
-        "2.5.4.11" => "ou",
-        "2.5.4.12" => "title",
-        "2.5.4.42" => "givenName",
-        "0.9.2342.19200300.100.1.1" => "uid",
-        "0.9.2342.19200300.100.1.25" => "dc",
-        "1.2.840.113549.1.9.1" => "email",
-        _ => return None,
-    })
+/// A subject attribute's value as UTF-8, from the string types
+/// certificates use, as libldap decodes them: BMPString is UTF-16,
+/// UniversalString UCS-4, TeletexString taken as Latin-1.
+fn subject_value(value: &x509_parser::asn1_rs::Any<'_>) -> Option<String> {
+    use x509_parser::asn1_rs::Tag;
+    let data = value.data;
+    match value.tag() {
+        Tag::BmpString => char::decode_utf16(data.chunks_exact(2).map(|c| u16::from_be_bytes([c[0], c[1]])))
+            .collect::<Result<String, _>>()
+            .ok(),
+        Tag::UniversalString => data
+            .chunks_exact(4)
+            .map(|c| char::from_u32(u32::from_be_bytes([c[0], c[1], c[2], c[3]])))
+            .collect::<Option<String>>(),
+        Tag::TeletexString => Some(data.iter().map(|b| *b as char).collect()),
+        _ => std::str::from_utf8(data).ok().map(str::to_string),
+    }
 }
 
 /// The security strength factor of an established session, as slapd

@@ -39,8 +39,10 @@ pub fn proxied(conn: &Conn, rec: &Record, dn: &str) {
 /// authorization identity it asked for (slapd's `BIND authcid="…"
 /// authzid="…"`, the authcid again when none was given).
 pub fn sasl(conn: &Conn, rec: &Record, authzid: &[u8]) {
-    let Some(cred) = conn.peer_cred.filter(|_| accesslog::enabled(LogLevel::Stats)) else { return };
-    let authcid = crate::ops::sasl::authcid(cred);
+    if !accesslog::enabled(LogLevel::Stats) {
+        return;
+    }
+    let Some(authcid) = crate::ops::sasl::external_authcid(conn) else { return };
     let authzid = match authzid.is_empty() {
         true => std::borrow::Cow::Borrowed(authcid.as_str()),
         false => String::from_utf8_lossy(authzid),

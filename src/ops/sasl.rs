@@ -80,12 +80,18 @@ pub fn authenticate(conn: &Conn, sasl: &SaslCredentials) -> Result<Identity> {
     if !sasl.mechanism.eq_ignore_ascii_case(EXTERNAL) {
         return Err(no_mechanism(&format!("Couldn't find mech {}", sasl.mechanism)));
     }
-    let authcid = match (conn.peer_cred, conn.tls_subject.borrow().as_deref()) {
-        (Some(cred), _) => authcid(cred),
-        (None, Some(subject)) => subject.to_string(),
-        (None, None) => return Err(no_mechanism("")),
-    };
+    let authcid = external_authcid(conn).ok_or_else(|| no_mechanism(""))?;
     authorize(conn, external(conn, &authcid)?, &sasl.credentials)
+}
+
+/// Who EXTERNAL would authenticate on this connection, before
+/// `authz_regexp`: the client process on the local socket, the subject of
+/// a verified client certificate over TLS.
+pub fn external_authcid(conn: &Conn) -> Option<String> {
+    match (conn.peer_cred, conn.tls_subject.borrow().as_deref()) {
+        (Some(cred), _) => Some(authcid(cred)),
+        (None, subject) => subject.map(str::to_string),
+    }
 }
 
 /// The mechanisms a connection is offered (`supportedSASLMechanisms`).
@@ -107,6 +113,13 @@ fn external(conn: &Conn, authcid: &str) -> Result<Identity> {
         Some(dn) => dn,
         None => Dn::parse(authcid)?,
     };
+    // The empty DN names no one (a mapping to it, say): not a user.
+    if dn.is_root() {
+        return Err(Error::new(
+            LdapResultCode::InvalidCredentials,
+            "SASL(-13): authentication failure: empty identity",
+        ));
+    }
     identity_of(conn, &dn)
 }
 

@@ -36,6 +36,19 @@ fn make_pki(dir: &Path, name: &str) -> Pki {
     client_params.distinguished_name.push(DnType::OrganizationalUnitName, "people");
     client_params.distinguished_name.push(DnType::CommonName, "Client One");
     let client = client_params.signed_by(&client_key, &ca, &ca_key).unwrap();
+    // The same key, a subject in a BMPString (as Windows CAs write it)
+    // with a comma and a non-ASCII letter.
+    let mut odd_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    odd_params.distinguished_name.push(DnType::OrganizationName, "example");
+    let bmp = rcgen::BmpString::try_from("Zoë, Two").unwrap();
+    odd_params.distinguished_name.push(DnType::CommonName, rcgen::DnValue::BmpString(bmp));
+    let odd = odd_params.signed_by(&client_key, &ca, &ca_key).unwrap();
+    std::fs::write(dir.join(format!("{name}-odd-cert.pem")), odd.pem()).unwrap();
+    // No subject at all, a name in subjectAltName only (as SPIFFE's).
+    let mut empty_params = CertificateParams::new(vec!["client.example".to_string()]).unwrap();
+    empty_params.distinguished_name = rcgen::DistinguishedName::new();
+    let empty = empty_params.signed_by(&client_key, &ca, &ca_key).unwrap();
+    std::fs::write(dir.join(format!("{name}-empty-cert.pem")), empty.pem()).unwrap();
     let pki = Pki {
         ca: dir.join(format!("{name}-ca.pem")),
         cert: dir.join(format!("{name}-cert.pem")),
@@ -345,16 +358,16 @@ impl Drop for TcpSlapd {
 }
 
 /// `ldapwhoami -ZZ` with SASL EXTERNAL, presenting the client certificate
-/// or none: its exit code and what it printed.
-fn whoami_external(pki: &Pki, url: &str, with_cert: bool) -> (i32, String) {
+/// `cert` (its key `pki.client_key`) or none: its exit code and what it printed.
+fn whoami_external(pki: &Pki, url: &str, cert: Option<&Path>) -> (i32, String) {
     ldap_utils();
     let mut cmd = std::process::Command::new("ldapwhoami");
     cmd.args(["-ZZ", "-Y", "EXTERNAL", "-H", url])
         .env("LDAPTLS_CACERT", &pki.ca)
         .env("LDAPTLS_REQCERT", "demand")
         .env("LDAPCONF", "/dev/null");
-    if with_cert {
-        cmd.env("LDAPTLS_CERT", &pki.client_cert).env("LDAPTLS_KEY", &pki.client_key);
+    if let Some(cert) = cert {
+        cmd.env("LDAPTLS_CERT", cert).env("LDAPTLS_KEY", &pki.client_key);
     }
     let out = cmd.output().unwrap();
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into())
@@ -363,22 +376,30 @@ fn whoami_external(pki: &Pki, url: &str, with_cert: bool) -> (i32, String) {
 /// SASL EXTERNAL over TLS authenticates the client certificate's subject,
 /// as slapd does with TLSVerifyClient: `try` takes a client without a
 /// certificate (EXTERNAL then has nothing to offer), `demand` ends its
-/// handshake. The same from both, side by side.
+/// handshake. A BMPString subject with a comma is named as slapd names
+/// it, `authz-regexp` maps the normalized form, and an empty subject is
+/// no one. The same from both, side by side.
 #[test]
 fn sasl_external_over_tls_is_the_client_certificates_subject() {
     let dir = tempfile::tempdir().unwrap();
     let pki = make_pki(dir.path(), "ext");
+    let (odd, empty) = (dir.path().join("ext-odd-cert.pem"), dir.path().join("ext-empty-cert.pem"));
     let path = |p: &Path| p.display().to_string();
+    // Only the odd certificate's subject (`o=example,cn=…` in rcgen's
+    // order) matches.
+    let (pattern, replacement) = ("^o=example,cn=(.+)$", "uid=$1,ou=people,dc=example,dc=com");
     for mode in ["try", "demand"] {
         let config = format!(
-            "[tls]\ncertificate_file = {:?}\nkey_file = {:?}\nca_certificate_file = {:?}\nverify_client = \"{mode}\"\n",
+            "[server]\nauthz_regexp = [[{pattern:?}, {replacement:?}]]\n\
+             [tls]\ncertificate_file = {:?}\nkey_file = {:?}\nca_certificate_file = {:?}\nverify_client = \"{mode}\"\n",
             path(&pki.cert),
             path(&pki.key),
             path(&pki.ca)
         );
         let coredir = Server::start_with_config(1, &config);
         let slapd = TcpSlapd::start(&format!(
-            "TLSCACertificateFile {}\nTLSCertificateFile {}\nTLSCertificateKeyFile {}\nTLSVerifyClient {mode}\n",
+            "TLSCACertificateFile {}\nTLSCertificateFile {}\nTLSCertificateKeyFile {}\nTLSVerifyClient {mode}\n\
+             authz-regexp \"{pattern}\" \"{replacement}\"\n",
             path(&pki.ca),
             path(&pki.cert),
             path(&pki.key)
@@ -386,12 +407,18 @@ fn sasl_external_over_tls_is_the_client_certificates_subject() {
         // Without a certificate only the outcome is compared: which
         // client-side error libldap reports depends on when it reads the
         // server's alert (TLS 1.3 ends the client's handshake first).
-        let answers = |url: &str| (whoami_external(&pki, url, true), whoami_external(&pki, url, false).0 != 0);
+        let answers = |url: &str| {
+            let refused = |cert| whoami_external(&pki, url, cert).0 != 0;
+            let named = |cert| whoami_external(&pki, url, Some(cert));
+            (named(&pki.client_cert), named(&odd), refused(None), refused(Some(&empty)))
+        };
         let (ours, theirs) = (answers(&coredir.url()), answers(&slapd.url()));
         assert_eq!(ours, theirs, "{mode}: coredir, then slapd");
         // In the certificate's order (rcgen's), normalized.
         assert_eq!(ours.0, (0, "dn:ou=people,o=example,cn=client one\n".to_string()), "{mode}");
-        assert!(ours.1, "{mode}: EXTERNAL without a certificate");
+        assert_eq!(ours.1, (0, "dn:uid=zoë\\2C two,ou=people,dc=example,dc=com\n".to_string()), "{mode}");
+        assert!(ours.2, "{mode}: EXTERNAL without a certificate");
+        assert!(ours.3, "{mode}: EXTERNAL with an empty subject");
     }
 }
 
