@@ -49,7 +49,8 @@
 //! - `repl/`: mirror mode's channel on shard 0: `protocol` (frames,
 //!   handshake, framing), `receiver` (apply on the owners), `sender` (push
 //!   from the changelog, resync, trimming), `housekeeping`; the status for
-//!   `ctl replication` and the replica update vector in `mod.rs`.
+//!   `ctl replication`, the replica update vector and the peer's settled
+//!   CSN (`replication-settled` in the data directory) in `mod.rs`.
 //! - `verify`: mirror mode's anti-entropy check (partition digests
 //!   compared with the peer's, a difference resynced).
 //! - `glue`: a parent the peer deleted while children were added below it

@@ -32,7 +32,8 @@
 //! - `password`: `userPassword` schemes (verify, hash).
 //! - `octets`: octets that are not UTF-8 carried in ldap3_proto's strings
 //!   (filter values, passwords) and read back.
-//! - `manifest`: the data directory's identity and partition map.
+//! - `manifest`: the data directory's identity and partition map;
+//!   `replace_file`, a file replaced whole and durably.
 //! - `store`: the `Store` trait (trees `dn2id`, `id2entry`, `children`,
 //!   `index`, `meta`, `changelog`, `state`) with reads by name (`entry`,
 //!   `entry_by_id`, `dn_keys`, …), its LMDB and sled engines and `Engine`;

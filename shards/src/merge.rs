@@ -113,8 +113,9 @@ pub struct EntryState {
 pub struct AttrState {
     /// The attribute's name as the entry shows it.
     pub name: String,
-    /// Where the attribute sits in the entry: the first add's CSN and its
-    /// position in that change (the earliest wins, so both sides agree).
+    /// The first add's CSN and its position in that change (the earliest
+    /// wins, so both sides agree): where the attribute sits among those
+    /// held since the same change (`held_since` comes first).
     pub order: (Csn, u16),
     /// The last `Clear`.
     pub cleared: Csn,

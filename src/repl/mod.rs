@@ -35,7 +35,9 @@
 //! changes pushed, resyncs, anti-entropy checks, trimming what the peer
 //! holds), `housekeeping` (parcels, the size cap, trimming without a
 //! peer). The status, the replica update vector and what both directions
-//! share live here.
+//! share live here, with what the peer settled here (kept in the data
+//! directory as `replication-settled`, so that syncrepl cookies may claim
+//! it after a restart).
 
 mod housekeeping;
 mod protocol;

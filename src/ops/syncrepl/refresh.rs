@@ -229,6 +229,9 @@ pub(super) async fn departed(
             if abandoned.get() {
                 return Ok(None);
             }
+            if s.deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                return Err(Error::new(LdapResultCode::TimeLimitExceeded, ""));
+            }
         }
     }
     out.sort_unstable();
