@@ -155,8 +155,9 @@ pub struct Conn {
     pub sorting: Cell<usize>,
     /// Security strength of TLS on this connection (0 without).
     pub tls_ssf: Cell<u32>,
-    /// The subject of the client's verified TLS certificate, as an LDAP
-    /// DN: who SASL EXTERNAL authenticates over TLS (`ops::sasl`).
+    /// The subject of the client's verified TLS certificate, as slapd
+    /// names it (`tls::client_subject`, a normalized DN): who SASL
+    /// EXTERNAL authenticates over TLS (`ops::sasl`).
     pub tls_subject: RefCell<Option<Rc<str>>>,
     /// Of the transport (71 for the local socket, as slapd; 0 for TCP).
     pub transport_ssf: u32,
