@@ -1489,3 +1489,32 @@ fn a_present_phase_after_a_delete_ends_with_a_cookie_that_names_it() {
     consumer.start();
     same_content(&s, &consumer);
 }
+
+/// Issue 19: a consumer away longer than the changelog keeps deletes (its
+/// tombstones trimmed) got a present phase whose cookie named none of
+/// them, so slapd kept the deleted entries. To a requester no access rule
+/// restricts, the cookie now names the newest change of every server, as
+/// syncprov ends a present phase with the contextCSN.
+#[test]
+fn a_present_phase_after_the_changelog_trimmed_a_delete_still_ends_it() {
+    ldap_utils();
+    let s = Server::start_with_config(
+        2,
+        "[syncrepl]\nprovider = true\n[replication]\nchangelog_max_age_s = 1\ntrim_interval_s = 1\n",
+    );
+    let mut root = s.admin();
+    let dn = format!("cn=brief,{SUFFIX}");
+    assert_eq!(root.add(&dn, person_attrs("brief")).unwrap().rc, 0);
+    let mut consumer = Consumer::new(&s, "refreshAndPersist");
+    same_content(&s, &consumer);
+    consumer.stop();
+    let (_, _, _, cookie) = refresh_of(&s, SUFFIX, None);
+    let uuid: uuid::Uuid = get_entry(&mut root, &dn, vec!["entryUUID"]).unwrap().attrs["entryUUID"][0].parse().unwrap();
+    assert_eq!(root.delete(&dn).unwrap().rc, 0);
+    wait_for("the delete's tombstone to be trimmed", || {
+        let (code, _, deleted, _) = refresh_of(&s, SUFFIX, cookie.clone());
+        code == 0 && !deleted.contains(&uuid)
+    });
+    consumer.start();
+    same_content(&s, &consumer);
+}
