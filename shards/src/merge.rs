@@ -191,7 +191,9 @@ impl AttrState {
         }
         if self.name.eq_ignore_ascii_case("objectClass") {
             since = since.max(newest_add);
-        } else if crate::schema::get().attr(&self.name).is_some_and(|at| at.equality_or_dn().is_none()) {
+        } else if newest > since
+            && crate::schema::get().attr(&self.name).is_some_and(|at| at.equality_or_dn().is_none())
+        {
             since = since.max(newest);
         }
         since
@@ -358,16 +360,18 @@ impl EntryState {
         let mut attrs: Vec<(Csn, &AttrState, Vec<&ValueState>)> = self
             .attrs
             .values()
-            .map(|a| {
+            .filter_map(|a| {
                 let mut present: Vec<&ValueState> = a.values.values().filter(|v| v.present(a.cleared)).collect();
+                if present.is_empty() {
+                    return None;
+                }
                 present.sort_by(|x, y| (x.added, x.pos, &x.value).cmp(&(y.added, y.pos, &y.value)));
                 if matching::attr_type(&a.name).is_some_and(|t| t.single_value) {
                     // Last writer wins: concurrent adds leave the newest.
                     present.drain(..present.len().saturating_sub(1));
                 }
-                (a.held_since(), a, present)
+                Some((a.held_since(), a, present))
             })
-            .filter(|(_, _, present)| !present.is_empty())
             .collect();
         attrs.sort_by(|x, y| (x.0, x.1.order, &x.1.name).cmp(&(y.0, y.1.order, &y.1.name)));
         let attrs = attrs

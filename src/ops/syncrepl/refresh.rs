@@ -146,21 +146,24 @@ pub(super) async fn refresh(
         // out, and slapd deletes what it left out only when the cookie it
         // ends with is newer than the one it sent: the deletes since the
         // cookie that the requester may know of count for it too.
-        if let Some(since) = since {
-            let Some(departed) = departed(s, since, abandoned).await? else {
-                return Ok((phase, before));
-            };
-            departed.into_iter().for_each(|(_, csn)| next.saw(csn));
-            // The tombstones of deletes older than the changelog keeps are
-            // gone. A requester no access rule restricts (the root DN) may
-            // learn the newest change of every server, the contextCSN that
-            // syncprov ends a present phase with, which counts them too;
-            // others would learn from it when hidden entries change.
-            if s.plan.is_none() {
+        // A requester no access rule restricts (the root DN) may learn the
+        // newest change of every server, the contextCSN that syncprov ends
+        // a present phase with: it counts deletes whose tombstones the
+        // changelog no longer keeps too. Others would learn from it when
+        // hidden entries change: for them, the tombstones they may know of.
+        match since {
+            Some(_) if s.plan.is_none() => {
                 for store in shard.stores.iter() {
                     changelog::newest(&store.read()?, None)?.into_iter().for_each(|csn| next.saw(csn));
                 }
             }
+            Some(since) => {
+                let Some(departed) = departed(s, since, abandoned).await? else {
+                    return Ok((phase, before));
+                };
+                departed.into_iter().for_each(|(_, csn)| next.saw(csn));
+            }
+            None => {}
         }
         let handed = next.capped(own, claimable(own, floor_us, moving), &before, *peers);
         return Ok((phase, handed.claiming_peer(*peers, None)));
