@@ -18,8 +18,18 @@ use ldap3_lber::parse::Parser;
 use ldap3_lber::structure::{StructureTag, PL};
 use ldap3_proto::proto::{LdapFilter, LdapMsg};
 
-/// One whole LDAPMessage; None when ldap3_proto cannot read it.
+mod direct;
+
+/// One whole LDAPMessage; None when ldap3_proto cannot read it. The hot
+/// requests without controls are read straight from the octets
+/// (`direct`), the rest through ldap3_lber's tree.
 pub fn message(frame: &[u8], max_depth: usize) -> Option<LdapMsg> {
+    direct::message(frame).or_else(|| by_tree(frame, max_depth))
+}
+
+/// `message` through ldap3_lber's tree of tags and ldap3_proto's
+/// conversions.
+fn by_tree(frame: &[u8], max_depth: usize) -> Option<LdapMsg> {
     let (rest, mut msg) = Parser::new(max_depth).parse(frame).ok()?;
     if !rest.is_empty() {
         return None;
