@@ -252,7 +252,8 @@ impl Dn {
 /// binds and searches send; anything else takes the full parser, which
 /// also reports the errors.
 pub fn key_of(text: &str) -> Result<Vec<u8>> {
-    match plain_key(text).filter(|_| text.len() <= MAX_DN_BYTES) {
+    // Length first: nothing longer is kept among the parents' keys.
+    match (text.len() <= MAX_DN_BYTES).then(|| plain_key(text)).flatten() {
         Some(key) => Ok(key),
         None => Dn::parse(text).map(|dn| dn.key()),
     }
@@ -264,22 +265,79 @@ fn plain_key(text: &str) -> Option<Vec<u8>> {
     if text.bytes().any(|c| matches!(c, b'\\' | b'#' | b'+' | b'"' | b'<' | b'>' | b';' | 0)) {
         return None;
     }
-    let mut key = String::with_capacity(text.len());
+    // The parent's key from the last few asked (a search's candidates
+    // share theirs), then the first RDN after it: the same bytes as
+    // plain_rdns(text), as keys are written root first.
+    let Some((rdn, parent)) = text.split_once(',') else {
+        return plain_rdns(text).map(String::into_bytes);
+    };
+    let mut key = PARENT_KEYS.with_borrow_mut(|cache| cache.key(parent))?;
+    key.push(KEY_SEPARATOR as char);
+    push_rdn(rdn, &mut key)?;
+    Some(key.into_bytes())
+}
+
+/// `plain_key` for text already checked, RDN by RDN.
+fn plain_rdns(text: &str) -> Option<String> {
+    let mut key = String::with_capacity(text.len() + 16);
     for (i, rdn) in text.rsplit(',').enumerate() {
-        let (attr, value) = rdn.split_once('=')?;
-        let (attr, value) = (attr.trim_matches(' '), value.trim_matches(' '));
-        if !plain_attr(attr) || value.contains('=') {
-            return None;
-        }
         if i > 0 {
             key.push(KEY_SEPARATOR as char);
         }
-        let attr = matching::canonical(attr);
-        key.push_str(&attr);
-        key.push('=');
-        escape_value(&matching::normalize(&attr, value.as_bytes()), &mut key);
+        push_rdn(rdn, &mut key)?;
     }
-    Some(key.into_bytes())
+    Some(key)
+}
+
+/// One plain `type=value` RDN's part of a key.
+fn push_rdn(rdn: &str, key: &mut String) -> Option<()> {
+    let (attr, value) = rdn.split_once('=')?;
+    let (attr, value) = (attr.trim_matches(' '), value.trim_matches(' '));
+    if !plain_attr(attr) || value.contains('=') {
+        return None;
+    }
+    let attr = matching::canonical(attr);
+    key.push_str(&attr);
+    key.push('=');
+    escape_value(&matching::normalize(&attr, value.as_bytes()), key);
+    Some(())
+}
+
+/// How many parents' keys each thread keeps.
+const PARENT_KEYS_KEPT: usize = 8;
+
+thread_local! {
+    /// Per reactor, no lock: a key depends on the DN's text and the
+    /// schema alone, and the schema is fixed once the server runs.
+    static PARENT_KEYS: std::cell::RefCell<ParentKeys> = const { std::cell::RefCell::new(ParentKeys { kept: Vec::new(), next: 0 }) };
+}
+
+/// The keys of the last parents asked, replaced in turn.
+struct ParentKeys {
+    kept: Vec<(Box<str>, Box<str>)>,
+    next: usize,
+}
+
+impl ParentKeys {
+    /// The parent's key as text, with room for an RDN more.
+    fn key(&mut self, parent: &str) -> Option<String> {
+        let with_room = |key: &str| {
+            let mut out = String::with_capacity(key.len() + 48);
+            out.push_str(key);
+            out
+        };
+        if let Some((_, key)) = self.kept.iter().find(|(text, _)| &**text == parent) {
+            return Some(with_room(key));
+        }
+        let key = plain_rdns(parent)?;
+        let entry = (parent.into(), key.as_str().into());
+        match self.kept.len() < PARENT_KEYS_KEPT {
+            true => self.kept.push(entry),
+            false => self.kept[self.next] = entry,
+        }
+        self.next = (self.next + 1) % PARENT_KEYS_KEPT;
+        Some(key)
+    }
 }
 
 /// An attribute type as `parse_ava` accepts it: a name or a dotted OID.
@@ -701,10 +759,15 @@ mod tests {
             let n = rng.gen_range(1..10);
             texts.push((0..n).map(|_| pieces[rng.gen_range(0..pieces.len())]).collect());
         }
+        // Each also as a parent, twice: the second time its key comes
+        // from the thread's kept parents' keys.
         for text in &texts {
-            let fast = key_of(text).map_err(|e| e.code);
-            let full = Dn::parse(text).map(|d| d.key()).map_err(|e| e.code);
-            assert_eq!(fast, full, "{text:?}");
+            let child = format!("uid=u1,{text}");
+            for text in [text, &child, &child] {
+                let fast = key_of(text).map_err(|e| e.code);
+                let full = Dn::parse(text).map(|d| d.key()).map_err(|e| e.code);
+                assert_eq!(fast, full, "{text:?}");
+            }
         }
     }
 
