@@ -303,8 +303,9 @@ fn push_rdn(rdn: &str, key: &mut String) -> Option<()> {
     Some(())
 }
 
-/// How many parents' keys each thread keeps.
+/// How many parents' keys each thread keeps, of at most how many bytes.
 const PARENT_KEYS_KEPT: usize = 8;
+const PARENT_KEYS_LONGEST: usize = 1024;
 
 thread_local! {
     /// Per reactor, no lock: a key depends on the DN's text and the
@@ -330,6 +331,10 @@ impl ParentKeys {
             return Some(with_room(key));
         }
         let key = plain_rdns(parent)?;
+        // Long ones are rare and would keep up to ~100 KB each (NFKC).
+        if parent.len() > PARENT_KEYS_LONGEST || key.len() > PARENT_KEYS_LONGEST {
+            return Some(with_room(&key));
+        }
         let entry = (parent.into(), key.as_str().into());
         match self.kept.len() < PARENT_KEYS_KEPT {
             true => self.kept.push(entry),

@@ -34,6 +34,16 @@ impl Consumer {
     }
 
     fn with(provider: &Server, kind: &str, (suffix, base): (&str, &str)) -> Consumer {
+        Consumer::bound(provider, kind, (suffix, base), (ROOT_DN, ROOT_PW))
+    }
+
+    /// A consumer that binds to coredir as `bind_dn` with `password`.
+    fn bound(
+        provider: &Server,
+        kind: &str,
+        (suffix, base): (&str, &str),
+        (bind_dn, password): (&str, &str),
+    ) -> Consumer {
         let root_dn = if suffix == SUFFIX { ROOT_DN.to_string() } else { format!("cn=admin,{suffix}") };
         slapd_installed();
         let dir = tempfile::tempdir().unwrap();
@@ -45,7 +55,7 @@ impl Consumer {
              database mdb\nsuffix \"{suffix}\"\nrootdn \"{root_dn}\"\nrootpw {ROOT_PW}\ndirectory {dir}/db\n\
              index entryUUID eq\nindex entryCSN eq\n\
              syncrepl rid=001 provider={url} type={kind}{interval} searchbase=\"{base}\" scope=sub \
-             attrs=\"*,+\" bindmethod=simple binddn=\"{ROOT_DN}\" credentials={ROOT_PW} retry=\"1 +\"\n",
+             attrs=\"*,+\" bindmethod=simple binddn=\"{bind_dn}\" credentials={password} retry=\"1 +\"\n",
             dir = dir.path().display(),
             url = provider.url(),
         );
@@ -1497,15 +1507,35 @@ fn a_present_phase_after_a_delete_ends_with_a_cookie_that_names_it() {
 /// syncprov ends a present phase with the contextCSN.
 #[test]
 fn a_present_phase_after_the_changelog_trimmed_a_delete_still_ends_it() {
+    consumer_away_past_the_changelog(None);
+}
+
+/// The same for a consumer bound as a replicator that access rules
+/// restrict but let read the suffix's contextCSN: the cookie may name
+/// what that attribute tells it anyway.
+#[test]
+fn a_replicator_that_reads_the_context_csn_gets_deletes_past_the_changelog() {
+    let rules = "[access]\nrules = ['to * by * read']\n";
+    consumer_away_past_the_changelog(Some(rules));
+}
+
+/// A delete while the consumer is stopped and its tombstone trimmed
+/// before it comes back; with `rules`, it binds as `cn=repl`.
+fn consumer_away_past_the_changelog(rules: Option<&str>) {
     ldap_utils();
-    let s = Server::start_with_config(
-        2,
-        "[syncrepl]\nprovider = true\n[replication]\nchangelog_max_age_s = 1\ntrim_interval_s = 1\n",
-    );
+    let config = "[syncrepl]\nprovider = true\n[replication]\nchangelog_max_age_s = 1\ntrim_interval_s = 1\n";
+    let s = Server::start_with_config(2, &format!("{config}{}", rules.unwrap_or("")));
     let mut root = s.admin();
+    let repl = format!("cn=repl,{SUFFIX}");
+    let mut attrs = person_attrs("repl");
+    attrs.push(("userPassword", ["replpw"].into()));
+    assert_eq!(root.add(&repl, attrs).unwrap().rc, 0);
     let dn = format!("cn=brief,{SUFFIX}");
     assert_eq!(root.add(&dn, person_attrs("brief")).unwrap().rc, 0);
-    let mut consumer = Consumer::new(&s, "refreshAndPersist");
+    let mut consumer = match rules {
+        Some(_) => Consumer::bound(&s, "refreshAndPersist", (SUFFIX, SUFFIX), (&repl, "replpw")),
+        None => Consumer::new(&s, "refreshAndPersist"),
+    };
     same_content(&s, &consumer);
     consumer.stop();
     let (_, _, _, cookie) = refresh_of(&s, SUFFIX, None);

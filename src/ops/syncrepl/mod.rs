@@ -448,6 +448,12 @@ fn rid_only(bytes: &[u8]) -> Option<u16> {
 /// (`changelog::newest`).
 pub fn context_csn(ctx: &crate::ctx::Ctx, suffix_key: &[u8]) -> Result<Vec<Vec<u8>>> {
     let mut cookie = Cookie::default();
+    context_newest(ctx, suffix_key, &mut cookie)?;
+    Ok(cookie.csns.values().map(|c| c.to_string().into_bytes()).collect())
+}
+
+/// `context_csn`'s CSNs, seen by `cookie`.
+fn context_newest(ctx: &crate::ctx::Ctx, suffix_key: &[u8], cookie: &mut Cookie) -> Result<()> {
     for store in ctx.shard.stores.iter() {
         let txn = store.read()?;
         let newest = match ctx.suffixes.len() {
@@ -456,7 +462,7 @@ pub fn context_csn(ctx: &crate::ctx::Ctx, suffix_key: &[u8]) -> Result<Vec<Vec<u
         };
         newest.into_iter().for_each(|csn| cookie.saw(csn));
     }
-    Ok(cookie.csns.values().map(|c| c.to_string().into_bytes()).collect())
+    Ok(())
 }
 
 /// Per server id, the oldest stamp among the renames still on their way

@@ -149,13 +149,22 @@ pub(super) async fn refresh(
         // A requester no access rule restricts (the root DN) may learn the
         // newest change of every server, the contextCSN that syncprov ends
         // a present phase with: it counts deletes whose tombstones the
-        // changelog no longer keeps too. Others would learn from it when
-        // hidden entries change: for them, the tombstones they may know of.
+        // changelog no longer keeps too. So may one that can read the
+        // naming context's contextCSN, which tells it as much. Others
+        // would learn from it when hidden entries change: for them, the
+        // tombstones they may know of.
+        let context = match (&since, &s.plan) {
+            (Some(_), Some(_)) => context_csn_readable(s)?,
+            _ => None,
+        };
         match since {
             Some(_) if s.plan.is_none() => {
                 for store in shard.stores.iter() {
                     changelog::newest(&store.read()?, None)?.into_iter().for_each(|csn| next.saw(csn));
                 }
+            }
+            Some(_) if let Some(suffix_key) = &context => {
+                context_newest(&s.conn.ctx, suffix_key, next)?;
             }
             Some(since) => {
                 let Some(departed) = departed(s, since, abandoned).await? else {
@@ -191,6 +200,19 @@ pub(super) async fn refresh(
     }
     s.room.send(out).await;
     Ok((phase, handed))
+}
+
+/// The key of the naming context the session synchronizes, when the
+/// requester may read that suffix entry's contextCSN.
+fn context_csn_readable(s: &Session<'_>) -> Result<Option<Vec<u8>>> {
+    let ctx = &s.conn.ctx;
+    let Some(suffix) = ctx.naming_context(&s.base) else { return Ok(None) };
+    let key = suffix.key();
+    let readable = ctx.shard.with_entry(&key, |view| {
+        let target = Target { key: &key, entry: Some(view) };
+        s.plan.as_ref().is_none_or(|p| p.entry_readable(&target) && p.allows(&target, "contextCSN", Level::Read))
+    })?;
+    Ok(readable.unwrap_or(false).then_some(key))
 }
 
 /// The replicated state of the entry at `key` (its partition's, in the
