@@ -98,6 +98,9 @@ pub fn backup_from(config: &Config, manifest: &Manifest, from: &[Arc<Engine>], d
     Ok(())
 }
 
+/// How many restores `Manifest::lost_changes` remembers.
+const LOST_CHANGES_KEPT: usize = 8;
+
 pub fn restore(config: Config, backup: &Path) -> Result<()> {
     config.validate()?;
     let data = config.server.data.clone();
@@ -116,6 +119,19 @@ pub fn restore(config: Config, backup: &Path) -> Result<()> {
     for store in to.iter() {
         changelog::new_incarnation(&**store, manifest.partitions as u16, old).map_err(err)?;
     }
+    // What a syncrepl consumer may hold beyond the backup: this server's
+    // changes after its newest one there, up to now (`Manifest::lost_change`).
+    let now_us = shards::csn::wall_us();
+    let mut held = shards::csn::Csn::top_of(0, config.sid());
+    for store in to.iter() {
+        held = held.max(shards::write::restored(&**store, config.sid(), now_us).map_err(err)?);
+    }
+    let restored = shards::csn::Csn::top_of(now_us, config.sid());
+    manifest.lost_changes.push([held.to_string(), restored.to_string()]);
+    // The last few restores: a consumer older than those has been refreshed
+    // since, or its cookie names changes the changelog no longer holds.
+    let keep = manifest.lost_changes.len().saturating_sub(LOST_CHANGES_KEPT);
+    manifest.lost_changes.drain(..keep);
     manifest.save(&data).map_err(err)?;
     eprintln!(
         "coredir: restored {entries} entries from {} into {} in {:.2} s",

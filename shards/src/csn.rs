@@ -177,6 +177,11 @@ impl Hlc {
         Hlc { sid, phys_us, logical, moved: false, max_forward_skew_us: max_forward_skew.as_micros() as u64 }
     }
 
+    /// The newest CSN this clock has issued (or adopted).
+    pub fn issued(&self) -> Csn {
+        Csn { phys_us: self.phys_us, logical: self.logical, sid: self.sid, partition: u16::MAX }
+    }
+
     /// The server id in the CSNs this clock issues.
     pub fn sid(&self) -> u16 {
         self.sid

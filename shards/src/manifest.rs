@@ -5,6 +5,7 @@
 //! partition, and the root password hash chosen at creation. Written once
 //! atomically (temporary file, fsync, rename, fsync of the directory).
 
+use crate::csn::Csn;
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::fs;
@@ -42,6 +43,12 @@ pub struct Manifest {
     /// sequence number for one it has seen.
     #[serde(default)]
     pub incarnation: u32,
+    /// Set by `coredir restore`: for each restore, the newest change of
+    /// this server the backup held and the restore's time, as CSNs. A
+    /// syncrepl cookie naming a change of this server between the two
+    /// comes from the history the restore lost (`lost_change`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lost_changes: Vec<[String; 2]>,
     /// The index configuration the stores' indexes were built with
     /// (`index::Config::describe`); `coredir reindex` rewrites it.
     pub indexes: String,
@@ -63,8 +70,20 @@ impl Manifest {
             engine: "lmdb".into(),
             restored_from: None,
             incarnation: 0,
+            lost_changes: Vec::new(),
             indexes: crate::index::config().describe(),
         }
+    }
+
+    /// When `csn` names a change a restore lost (a change of the restored
+    /// server newer than any its backup held and older than the restore,
+    /// whose clock issues only later ones): the restore's time, as a CSN.
+    pub fn lost_change(&self, csn: Csn) -> Option<Csn> {
+        let at = |c: Csn| (c.phys_us, c.logical);
+        self.lost_changes.iter().find_map(|[held, restored]| {
+            let (held, restored) = (Csn::parse(held)?, Csn::parse(restored)?);
+            (csn.sid == held.sid && at(csn) > at(held) && at(csn) <= at(restored)).then_some(restored)
+        })
     }
 
     pub fn path(dir: &Path) -> PathBuf {
@@ -172,6 +191,23 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only this server's CSNs after the backup's newest and up to the
+    /// restore name lost changes.
+    #[test]
+    fn lost_changes_are_the_restored_servers_between_backup_and_restore() {
+        let mut m = Manifest::new(1, vec!["dc=x".into()], "cn=admin,dc=x".into(), String::new());
+        let csn = |us: u64, sid: u16| Csn { phys_us: us, logical: 0, sid, partition: 3 };
+        m.lost_changes.push([Csn::top_of(100, 1).to_string(), Csn::top_of(200, 1).to_string()]);
+        assert_eq!(m.lost_change(csn(150, 1)), Some(Csn::top_of(200, 1)));
+        assert_eq!(m.lost_change(csn(200, 1)), Some(Csn::top_of(200, 1)));
+        for (us, sid) in [(100, 1), (50, 1), (201, 1), (150, 2)] {
+            assert_eq!(m.lost_change(csn(us, sid)), None, "{us} {sid}");
+        }
+        // Through the manifest's file form.
+        let text = toml::to_string(&m).unwrap();
+        assert_eq!(toml::from_str::<Manifest>(&text).unwrap().lost_change(csn(150, 1)), Some(Csn::top_of(200, 1)));
+    }
 
     #[test]
     fn hash_is_stable() {

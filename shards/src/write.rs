@@ -213,6 +213,25 @@ pub fn clock<S: Store>(store: &S, how: Stamping, manifest: &Manifest) -> Result<
     Ok(Clock { hlc, capture: how.capture, incarnation, contexts, commit_delay: None })
 }
 
+/// After a restore (`coredir restore`): the newest change of server `sid`
+/// the restored store holds (its clock's state or its changelog's newest)
+/// is returned, and the clock is moved on to `now_us`, so that every
+/// change made from here on is newer than any the backup lacked: a CSN of
+/// `sid` between the two then names a change the restore lost.
+pub fn restored<S: Store>(store: &S, sid: u16, now_us: u64) -> Result<Csn> {
+    let mut hlc = Hlc::new(sid, store.read()?.get(Tree::Meta, HLC)?, std::time::Duration::ZERO);
+    let logged = crate::changelog::newest(&store.read()?, None)?.into_iter().filter(|c| c.sid == sid).max();
+    let newest = logged.map_or(hlc.issued(), |l| l.max(hlc.issued()));
+    hlc.adopt(Csn::top_of(now_us, sid));
+    let mut txn = store.write()?;
+    if let Some(state) = hlc.persist() {
+        txn.put(Tree::Meta, HLC, &state)?;
+    }
+    txn.commit()?;
+    store.sync()?;
+    Ok(newest)
+}
+
 /// Runs a batch in one write transaction and commits it; one result per op.
 /// Every change gets its CSN from `hlc` (`entryCSN`); the clock's state is
 /// stored in the same commit.

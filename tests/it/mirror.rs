@@ -42,7 +42,7 @@ fn seeded_from(a: &Server, conf: &str, env: &[(&str, &str)]) -> Server {
 }
 
 /// `coredir restore` of a backup into a stopped server's data directory.
-fn restore_into(s: &Server, backup: &std::path::Path) {
+pub(crate) fn restore_into(s: &Server, backup: &std::path::Path) {
     let restore = std::process::Command::new(env!("CARGO_BIN_EXE_coredir"))
         .args(["restore", "--config", s.config_path().to_str().unwrap(), "--data", s.data().to_str().unwrap()])
         .arg(backup)

@@ -354,6 +354,15 @@ async fn run(
     }
     let given = cookie.and_then(Cookie::parse);
     let rid = given.as_ref().and_then(|c| c.rid).or_else(|| cookie.and_then(rid_only));
+    // A consumer holding changes of this server that a restore lost gets
+    // everything as if it had no cookie, and a present phase that ends
+    // with a cookie past the restore: newer than its own, so slapd deletes
+    // what was not present. (e-syncRefreshRequired would not do: slapd's
+    // consumer retries with the same cookie for ever.) Not on a mirror
+    // pair, whose peer hands the lost changes back with their own CSNs.
+    let own = given.as_ref().and_then(|g| g.csns.get(&ctx.shard.stamping.sid));
+    let lost = own.and_then(|csn| ctx.shard.manifest.lost_change(*csn)).filter(|_| !ctx.mirrored);
+    let given = given.filter(|_| lost.is_none());
     // Where the persist stage will start: before anything the refresh
     // reads; the floor before that, so that every change below it is in.
     let floor_us = floors_past_newest(ctx).await?;
@@ -391,6 +400,9 @@ async fn run(
         return Ok(None);
     }
     let mut next = Cookie { rid, csns: since.as_ref().map(|s| s.csns.clone()).unwrap_or_default() };
+    if let Some(restored) = lost {
+        next.saw(restored);
+    }
     let cap = (floor_us, moving, &peers);
     let (phase, handed) = refresh(&session, since.as_ref(), &mut next, cap, abandoned, sent).await?;
     let (cookie, deletes) = (Some(handed.compose(sid)), phase != Phase::Present);
