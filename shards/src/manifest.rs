@@ -77,12 +77,15 @@ impl Manifest {
 
     /// When `csn` names a change a restore lost (a change of the restored
     /// server newer than any its backup held and older than the restore,
-    /// whose clock issues only later ones): the restore's time, as a CSN.
+    /// whose clock issues only later ones): the restore's CSN (the top one
+    /// of its microsecond).
     pub fn lost_change(&self, csn: Csn) -> Option<Csn> {
         let at = |c: Csn| (c.phys_us, c.logical);
         self.lost_changes.iter().find_map(|[held, restored]| {
             let (held, restored) = (Csn::parse(held)?, Csn::parse(restored)?);
-            (csn.sid == held.sid && at(csn) > at(held) && at(csn) <= at(restored)).then_some(restored)
+            // Below the restore's own CSN: a cookie ending such a refresh
+            // names that one, and must not count as lost again.
+            (csn.sid == held.sid && at(csn) > at(held) && at(csn) < at(restored)).then_some(restored)
         })
     }
 
@@ -192,8 +195,8 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
-    /// Only this server's CSNs after the backup's newest and up to the
-    /// restore name lost changes.
+    /// Only this server's CSNs after the backup's newest and before the
+    /// restore's own CSN name lost changes.
     #[test]
     fn lost_changes_are_the_restored_servers_between_backup_and_restore() {
         let mut m = Manifest::new(1, vec!["dc=x".into()], "cn=admin,dc=x".into(), String::new());
@@ -201,6 +204,7 @@ mod tests {
         m.lost_changes.push([Csn::top_of(100, 1).to_string(), Csn::top_of(200, 1).to_string()]);
         assert_eq!(m.lost_change(csn(150, 1)), Some(Csn::top_of(200, 1)));
         assert_eq!(m.lost_change(csn(200, 1)), Some(Csn::top_of(200, 1)));
+        assert_eq!(m.lost_change(Csn::top_of(200, 1)), None);
         for (us, sid) in [(100, 1), (50, 1), (201, 1), (150, 2)] {
             assert_eq!(m.lost_change(csn(us, sid)), None, "{us} {sid}");
         }
