@@ -223,14 +223,19 @@ fn log_request(conn: &Conn, opn: u64, req: &LdapOp) {
                 line("MOD", &[("attr", V::Word(&attrs.join(" ")))]);
             }
         }
-        LdapOp::ModifyDNRequest(m) => line(
-            "MODRDN",
-            &[
+        LdapOp::ModifyDNRequest(m) => {
+            let mut fields = vec![
                 ("dn", V::Quoted(&m.dn)),
                 ("newrdn", V::Quoted(&m.newrdn)),
                 ("deleteoldrdn", V::Num(m.deleteoldrdn as u64)),
-            ],
-        ),
+            ];
+            // Where a move takes the entry: without it the log names a DN
+            // the entry never had.
+            if let Some(superior) = &m.new_superior {
+                fields.push(("newSuperior", V::Quoted(superior)));
+            }
+            line("MODRDN", &fields);
+        }
         LdapOp::AbandonRequest(id) => line("ABANDON", &[("msg", V::Num(*id as u64))]),
         LdapOp::ExtendedRequest(e) => line("EXT", &[("oid", V::Word(&e.name))]),
         _ => {}

@@ -79,6 +79,8 @@ fn access_log_lines_match_the_operations() {
     let proxy =
         ldap3::controls::RawControl { ctype: "2.16.840.1.113730.3.4.18".into(), crit: true, val: Some(authzid) };
     c.with_controls(proxy).search(PEOPLE, Scope::Base, "(objectClass=*)", vec!["1.1"]).unwrap().success().unwrap();
+    // A rename names where it moves the entry to.
+    assert_eq!(c.modifydn(&format!("uid=logged,{PEOPLE}"), "uid=moved", true, Some(SUFFIX)).unwrap().rc, 0);
     // A DN with a line break cannot write a line of its own.
     let forged = "cn=x\nforged BIND dn=\"cn=admin\" mech=SIMPLE";
     assert_ne!(s.conn().simple_bind(forged, "pw").unwrap().rc, 0);
@@ -109,7 +111,9 @@ fn access_log_lines_match_the_operations() {
     );
     assert!(line(&format!("{conn} op=2 SEARCH RESULT tag=101 err=0")).contains("nentries=1 text="));
     assert!(line(&format!("{conn} op=3 PROXYAUTHZ dn=\"uid=logged,{PEOPLE}\"")).contains("PROXYAUTHZ"));
-    assert!(line(&format!("{conn} op=4 UNBIND")).contains("UNBIND"));
+    let modrdn = format!("{conn} op=4 MODRDN dn=\"uid=logged,{PEOPLE}\" newrdn=\"uid=moved\" deleteoldrdn=1");
+    assert!(line(&modrdn).contains(&format!(" newSuperior=\"{SUFFIX}\"")), "{text}");
+    assert!(line(&format!("{conn} op=5 UNBIND")).contains("UNBIND"));
     assert!(line(&format!("{conn} fd=")).contains("ACCEPT"));
     assert!(!text.contains("pw-logged"), "a password was logged");
     // Off at run time: nothing more is written; back on: lines again.
