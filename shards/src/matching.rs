@@ -69,6 +69,9 @@ pub enum Rule {
     CaseExactIA5Substrings,
     Uuid,
     UuidOrdering,
+    /// OpenLDAP's CSN rules: valid CSNs compare as their octets.
+    Csn,
+    CsnOrdering,
     /// Rules OpenLDAP's stock schema files name that no filter can
     /// evaluate here (slapd implements the first two as no-ops too; it
     /// parses the X.509 assertions of the certificate rules and the authz
@@ -143,6 +146,8 @@ pub const RULES: &[RuleInfo] = &[
     r(Rule::CaseExactIA5Substrings, "caseExactIA5SubstringsMatch", "1.3.6.1.4.1.4203.1.2.1", "58", SUB),
     r(Rule::Uuid, "UUIDMatch", "1.3.6.1.1.16.2", "1.3.6.1.1.16.1", EQ),
     r(Rule::UuidOrdering, "UUIDOrderingMatch", "1.3.6.1.1.16.3", "1.3.6.1.1.16.1", ORD),
+    r(Rule::Csn, "CSNMatch", "1.3.6.1.4.1.4203.666.11.2.2", "1.3.6.1.4.1.4203.666.11.2.1", EQ),
+    r(Rule::CsnOrdering, "CSNOrderingMatch", "1.3.6.1.4.1.4203.666.11.2.3", "1.3.6.1.4.1.4203.666.11.2.1", ORD),
     r(Rule::PresentationAddress, "presentationAddressMatch", "2.5.13.22", "43", EQ),
     r(Rule::ProtocolInformation, "protocolInformationMatch", "2.5.13.24", "42", EQ),
     r(Rule::CertificateExact, "certificateExactMatch", "2.5.13.34", "1.3.6.1.1.15.1", EQ),
@@ -288,6 +293,7 @@ impl Rule {
                 }
             }
             Uuid | UuidOrdering => uuid(value).map(Cow::Owned),
+            Csn | CsnOrdering => crate::schema::syntax::csn(value).then_some(Cow::Borrowed(value)),
         }
     }
 
@@ -334,6 +340,7 @@ impl Rule {
             TelephoneNumber => syntax::telephone_number(value),
             BitString => syntax::bit_string(value),
             CaseIgnoreList => syntax::postal_address(value),
+            Csn | CsnOrdering => syntax::csn(value),
             PresentationAddress | ProtocolInformation | CertificateExact | AttributeCertificateExact | Authz => false,
             // Directory, numeric and printable strings have at least one
             // character (RFC 4517 §3.3): `(cn=)` is Undefined, as in slapd.
