@@ -71,7 +71,8 @@
 //!   `strict/controls`: the controls field, and controls slapd would
 //!   ignore left out of it.
 //! - `decode`: the checked message into ldap3_proto's types, fields that
-//!   are not UTF-8 kept as `shards::octets` carries them.
+//!   are not UTF-8 kept as `shards::octets` carries them; `decode/direct`,
+//!   the hot requests without controls read straight from the octets.
 //! - `ops/`: one file per LDAP operation (`bind`, `search` (a folder:
 //!   the request, `limits`, `walk` (the stores' candidates, chunk by
 //!   chunk), `scope`, `emit`, `select`), `add`, `modify`, `delete`,

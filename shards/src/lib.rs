@@ -11,7 +11,8 @@
 //!
 //! ## Code map
 //!
-//! - `dn`: DN parsing, normalization and the root-first storage key.
+//! - `dn`: DN parsing, normalization and the root-first storage key (the
+//!   keys of each thread's last few parents kept).
 //! - `entry`: the owned `Entry`, Modify semantics, and `EntryView`, the
 //!   zero-copy view of an encoded `id2entry` record.
 //! - `filter/`: search filters compiled against the schema (`mod.rs`),
@@ -32,8 +33,9 @@
 //! - `password`: `userPassword` schemes (verify, hash).
 //! - `octets`: octets that are not UTF-8 carried in ldap3_proto's strings
 //!   (filter values, passwords) and read back.
-//! - `manifest`: the data directory's identity and partition map;
-//!   `replace_file`, a file replaced whole and durably.
+//! - `manifest`: the data directory's identity and partition map, and the
+//!   changes restores lost (`lost_change`); `replace_file`, a file
+//!   replaced whole and durably.
 //! - `store`: the `Store` trait (trees `dn2id`, `id2entry`, `children`,
 //!   `index`, `meta`, `changelog`, `state`) with reads by name (`entry`,
 //!   `entry_by_id`, `dn_keys`, …), its LMDB and sled engines and `Engine`;
