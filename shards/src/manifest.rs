@@ -81,12 +81,15 @@ impl Manifest {
     /// of its microsecond).
     pub fn lost_change(&self, csn: Csn) -> Option<Csn> {
         let at = |c: Csn| (c.phys_us, c.logical);
-        self.lost_changes.iter().find_map(|[held, restored]| {
-            let (held, restored) = (Csn::parse(held)?, Csn::parse(restored)?);
-            // Below the restore's own CSN: a cookie ending such a refresh
-            // names that one, and must not count as lost again.
-            (csn.sid == held.sid && at(csn) > at(held) && at(csn) < at(restored)).then_some(restored)
-        })
+        let windows =
+            self.lost_changes.iter().filter_map(|[held, restored]| Some((Csn::parse(held)?, Csn::parse(restored)?)));
+        // Below the restore's own CSN: a cookie ending such a refresh names
+        // that one, and must not count as lost again. The latest restore
+        // whose window holds it: a cookie ending an earlier one's refresh
+        // may lie in a later window (the same backup restored twice).
+        let lost =
+            |(held, restored): &(Csn, Csn)| csn.sid == held.sid && at(csn) > at(*held) && at(csn) < at(*restored);
+        windows.filter(lost).map(|(_, restored)| restored).max()
     }
 
     pub fn path(dir: &Path) -> PathBuf {

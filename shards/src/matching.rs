@@ -160,9 +160,10 @@ pub const RULES: &[RuleInfo] = &[
 ];
 
 impl RuleInfo {
-    /// Whether `cn=Subschema` lists the rule (slapd hides the DN relations).
+    /// Whether `cn=Subschema` lists the rule (slapd hides the DN relations
+    /// and the CSN rules).
     pub fn published(&self) -> bool {
-        !self.rule.is_dn_relation()
+        !self.rule.is_dn_relation() && !matches!(self.rule, Rule::Csn | Rule::CsnOrdering)
     }
 
     /// The full OID of the assertion syntax.
@@ -187,7 +188,7 @@ impl RuleInfo {
     pub fn usable_with(&self, at: &AttributeType) -> bool {
         use Rule::*;
         let extensible = self.usage != Usage::Substrings
-            && !matches!(self.rule, Uuid | UuidOrdering | Authz | DirectoryStringFirstComponent);
+            && !matches!(self.rule, Uuid | UuidOrdering | Authz | DirectoryStringFirstComponent | Csn);
         // Without allocating: a type-less extensible filter asks this of
         // every attribute of every entry it looks at.
         let short = at.syntax.strip_prefix(S);
@@ -293,7 +294,7 @@ impl Rule {
                 }
             }
             Uuid | UuidOrdering => uuid(value).map(Cow::Owned),
-            Csn | CsnOrdering => crate::schema::syntax::csn(value).then_some(Cow::Borrowed(value)),
+            Csn | CsnOrdering => csn(value),
         }
     }
 
@@ -340,7 +341,7 @@ impl Rule {
             TelephoneNumber => syntax::telephone_number(value),
             BitString => syntax::bit_string(value),
             CaseIgnoreList => syntax::postal_address(value),
-            Csn | CsnOrdering => syntax::csn(value),
+            Csn | CsnOrdering => csn(value).is_some(),
             PresentationAddress | ProtocolInformation | CertificateExact | AttributeCertificateExact | Authz => false,
             // Directory, numeric and printable strings have at least one
             // character (RFC 4517 §3.3): `(cn=)` is Undefined, as in slapd.
@@ -577,6 +578,34 @@ fn uuid(value: &[u8]) -> Option<Vec<u8>> {
 /// Generalized Time (RFC 4517 §3.3.13) in UTC as `YYYYMMDDHHMMSS` followed
 /// by the fraction's significant digits: one string per instant, and its
 /// bytewise order is time order.
+/// A CSN's normal form, as slapd's: the current layout
+/// (`YYYYmmddHHMMSS.uuuuuuZ#count#sid#mod`, parts of 22, 6, 3 and 6
+/// octets) with its sid and mod in lower case, or OpenLDAP 2.3's
+/// (`YYYYmmddHHMMSSZ#count#sid#mod`, 15, 6, 2 and 6) brought to it. slapd
+/// checks nothing more (probes45).
+pub fn csn(value: &[u8]) -> Option<Cow<'_, [u8]>> {
+    let parts: Vec<&[u8]> = value.split(|b| *b == b'#').take(5).collect();
+    let lengths: Vec<usize> = parts.iter().map(|p| p.len()).collect();
+    let (time, count, sid, modifier) = match lengths.as_slice() {
+        [22, 6, 3, 6] if !value[23..].iter().any(u8::is_ascii_uppercase) => return Some(Cow::Borrowed(value)),
+        [22, 6, 3, 6] => (parts[0].to_vec(), parts[1], parts[2].to_vec(), parts[3]),
+        [15, 6, 2, 6] => {
+            let mut time = parts[0][..14].to_vec();
+            time.extend_from_slice(b".000000Z");
+            let mut sid = b"0".to_vec();
+            sid.extend_from_slice(parts[2]);
+            (time, parts[1], sid, parts[3])
+        }
+        _ => return None,
+    };
+    let mut out = time;
+    for (part, lower) in [(count, false), (&sid[..], true), (modifier, true)] {
+        out.push(b'#');
+        out.extend(part.iter().map(|b| if lower { b.to_ascii_lowercase() } else { *b }));
+    }
+    Some(Cow::Owned(out))
+}
+
 pub fn generalized_time(value: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(value).ok()?;
     let (body, offset_secs) = if let Some(b) = text.strip_suffix('Z') {
@@ -681,6 +710,22 @@ pub fn values_equal(attr: &str, a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// CSNs normalize as slapd's: sid and mod in lower case, OpenLDAP
+    /// 2.3's layout brought to the current one, other layouts invalid.
+    #[test]
+    fn csns_normalize_as_slapds() {
+        let now = b"20261206012554.926574Z#000000#001#0000af";
+        assert_eq!(csn(now).as_deref(), Some(&now[..]));
+        let upper = b"20261206012554.926574Z#00000A#00F#0000AF";
+        assert_eq!(csn(upper).as_deref(), Some(&b"20261206012554.926574Z#00000A#00f#0000af"[..]));
+        let old = b"20070101120000Z#000001#0A#00000B";
+        assert_eq!(csn(old).as_deref(), Some(&b"20070101120000.000000Z#000001#00a#00000b"[..]));
+        for bad in [&b"garbage"[..], b"20000101000000Z#000000#000#000000", b"20000101000000.000000Z#000000#000#000000#"]
+        {
+            assert_eq!(csn(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+    }
 
     fn norm(rule: Rule, v: &str) -> Option<String> {
         rule.normalize(v.as_bytes()).map(|c| String::from_utf8_lossy(&c).into_owned())

@@ -232,7 +232,7 @@ fn log_request(conn: &Conn, opn: u64, req: &LdapOp) {
             // Where a move takes the entry: without it the log names a DN
             // the entry never had.
             if let Some(superior) = &m.new_superior {
-                fields.push(("newSuperior", V::Quoted(superior)));
+                fields.push(("newsuperior", V::Quoted(superior)));
             }
             line("MODRDN", &fields);
         }

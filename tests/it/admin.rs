@@ -112,7 +112,7 @@ fn access_log_lines_match_the_operations() {
     assert!(line(&format!("{conn} op=2 SEARCH RESULT tag=101 err=0")).contains("nentries=1 text="));
     assert!(line(&format!("{conn} op=3 PROXYAUTHZ dn=\"uid=logged,{PEOPLE}\"")).contains("PROXYAUTHZ"));
     let modrdn = format!("{conn} op=4 MODRDN dn=\"uid=logged,{PEOPLE}\" newrdn=\"uid=moved\" deleteoldrdn=1");
-    assert!(line(&modrdn).contains(&format!(" newSuperior=\"{SUFFIX}\"")), "{text}");
+    assert!(line(&modrdn).contains(&format!(" newsuperior=\"{SUFFIX}\"")), "{text}");
     assert!(line(&format!("{conn} op=5 UNBIND")).contains("UNBIND"));
     assert!(line(&format!("{conn} fd=")).contains("ACCEPT"));
     assert!(!text.contains("pw-logged"), "a password was logged");

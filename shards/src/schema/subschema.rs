@@ -23,6 +23,7 @@ pub fn entry() -> Entry {
     };
     let syntaxes = SYNTAXES
         .iter()
+        .filter(|s| !s.hidden())
         .map(|s| {
             let transfer = if s.binary_transfer { " X-BINARY-TRANSFER-REQUIRED 'TRUE'" } else { "" };
             let binary = if s.binary { " X-NOT-HUMAN-READABLE 'TRUE'" } else { "" };

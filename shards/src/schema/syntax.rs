@@ -95,7 +95,7 @@ pub const SYNTAXES: &[Syntax] = &[
     s("1.3.6.1.4.1.1466.115.121.1.58", "Substring Assertion", utf8),
     s("1.3.6.1.1.16.1", "UUID", uuid),
     // OpenLDAP's change sequence numbers (entryCSN, contextCSN).
-    s("1.3.6.1.4.1.4203.666.11.2.1", "CSN", csn),
+    s(CSN, "CSN", csn),
     s("1.3.6.1.1.15.1", "X.509 Certificate Exact Assertion", utf8),
     s("1.3.6.1.1.15.5", "X.509 Attribute Certificate Exact Assertion", utf8),
     s("1.3.6.1.4.1.4203.666.2.7", "OpenLDAP authz", utf8),
@@ -105,6 +105,17 @@ pub const SYNTAXES: &[Syntax] = &[
     s("1.3.6.1.1.1.0.0", "RFC2307 NIS Netgroup Triple", utf8),
     s("1.3.6.1.1.1.0.1", "RFC2307 Boot Parameter", utf8),
 ];
+
+/// OpenLDAP's CSN syntax, which slapd does not publish.
+const CSN: &str = "1.3.6.1.4.1.4203.666.11.2.1";
+
+impl Syntax {
+    /// Whether `cn=Subschema` leaves it out, as slapd does (its
+    /// `SLAP_SYNTAX_HIDE`).
+    pub fn hidden(&self) -> bool {
+        self.oid == CSN
+    }
+}
 
 pub fn find(oid: &str) -> Option<&'static Syntax> {
     SYNTAXES.iter().find(|s| s.oid == oid)
@@ -178,12 +189,10 @@ fn generalized_time(v: &[u8]) -> bool {
     matching::generalized_time(v).is_some()
 }
 
-/// A CSN as slapd takes one in a filter or Compare: the layout of
-/// `YYYYmmddHHMMSS.uuuuuuZ#count#sid#mod`, four parts of 22, 6, 3 and 6
-/// octets between three `#`, whatever they hold (probes45: slapd compares
-/// a month 13 or a `g` in the count, and refuses a short part with 21).
+/// A CSN as slapd takes one (`matching::csn`): the current layout or
+/// OpenLDAP 2.3's.
 pub(crate) fn csn(v: &[u8]) -> bool {
-    v.split(|b| *b == b'#').map(<[u8]>::len).take(5).eq([22, 6, 3, 6])
+    matching::csn(v).is_some()
 }
 
 fn oid(v: &[u8]) -> bool {
