@@ -575,9 +575,6 @@ fn uuid(value: &[u8]) -> Option<Vec<u8>> {
     ok.then(|| value.to_ascii_lowercase())
 }
 
-/// Generalized Time (RFC 4517 §3.3.13) in UTC as `YYYYMMDDHHMMSS` followed
-/// by the fraction's significant digits: one string per instant, and its
-/// bytewise order is time order.
 /// A CSN's normal form, as slapd's: the current layout
 /// (`YYYYmmddHHMMSS.uuuuuuZ#count#sid#mod`, parts of 22, 6, 3 and 6
 /// octets) with its sid and mod in lower case, or OpenLDAP 2.3's
@@ -606,6 +603,9 @@ pub fn csn(value: &[u8]) -> Option<Cow<'_, [u8]>> {
     Some(Cow::Owned(out))
 }
 
+/// Generalized Time (RFC 4517 §3.3.13) in UTC as `YYYYMMDDHHMMSS` followed
+/// by the fraction's significant digits: one string per instant, and its
+/// bytewise order is time order.
 pub fn generalized_time(value: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(value).ok()?;
     let (body, offset_secs) = if let Some(b) = text.strip_suffix('Z') {
