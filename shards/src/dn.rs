@@ -333,7 +333,7 @@ impl ParentKeys {
         let key = plain_rdns(parent)?;
         // Long ones are rare and would keep up to ~100 KB each (NFKC).
         if parent.len() > PARENT_KEYS_LONGEST || key.len() > PARENT_KEYS_LONGEST {
-            return Some(with_room(&key));
+            return Some(key);
         }
         let entry = (parent.into(), key.as_str().into());
         match self.kept.len() < PARENT_KEYS_KEPT {

@@ -581,9 +581,12 @@ fn uuid(value: &[u8]) -> Option<Vec<u8>> {
 /// (`YYYYmmddHHMMSSZ#count#sid#mod`, 15, 6, 2 and 6) brought to it. slapd
 /// checks nothing more (probes45).
 pub fn csn(value: &[u8]) -> Option<Cow<'_, [u8]>> {
-    let parts: Vec<&[u8]> = value.split(|b| *b == b'#').take(5).collect();
-    let lengths: Vec<usize> = parts.iter().map(|p| p.len()).collect();
-    let (time, count, sid, modifier) = match lengths.as_slice() {
+    let mut split = value.split(|b| *b == b'#');
+    let parts: [&[u8]; 4] = [split.next()?, split.next()?, split.next()?, split.next()?];
+    if split.next().is_some() {
+        return None;
+    }
+    let (time, count, sid, modifier) = match parts.map(<[u8]>::len) {
         [22, 6, 3, 6] if !value[23..].iter().any(u8::is_ascii_uppercase) => return Some(Cow::Borrowed(value)),
         [22, 6, 3, 6] => (parts[0].to_vec(), parts[1], parts[2].to_vec(), parts[3]),
         [15, 6, 2, 6] => {
