@@ -164,6 +164,10 @@ pub struct Conn {
     /// On the local socket, the client process's credentials: who SASL
     /// EXTERNAL authenticates (`ops::sasl`).
     pub peer_cred: Option<PeerCred>,
+    /// A SASL bind answered saslBindInProgress and waits for the client's
+    /// next step: anything but a Bind is refused meanwhile, as slapd does
+    /// (`ops::sasl`).
+    pub sasl_in_progress: Cell<bool>,
     out: LocalSender<Out>,
     /// KiB the queue may still take (`OUT_KIB`, and the shard's budget
     /// beyond `room::OWN_KIB`): each frame takes its size, and the writer
@@ -304,6 +308,7 @@ impl Conn {
             tls_subject: RefCell::new(None),
             transport_ssf,
             peer_cred,
+            sasl_in_progress: Cell::new(false),
             out,
             room: Room::new(ctx_queued, fd),
         });
@@ -558,9 +563,12 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
                         bytes::Buf::advance(&mut rbuf, n);
                         continue;
                     }
-                    Ok(Check::Refuse { msgid, tag, code, why }) => {
+                    Ok(Check::Refuse { msgid, tag, mut code, mut why }) => {
                         if tag == 0x61 {
                             ops::bind_begins(conn);
+                        } else if conn.sasl_in_progress.get() {
+                            // As slapd, before the request is read any further.
+                            (code, why) = (LdapResultCode::OperationsError, crate::ops::sasl::IN_PROGRESS);
                         }
                         ops::record::refused(conn, tag, &code, why);
                         let res = LdapResult { code, matcheddn: String::new(), message: why.into(), referral: vec![] };
@@ -571,10 +579,15 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
                     Err(why) => return disconnect(conn, inline, &format!("malformed LDAP message: {why}")).await,
                 },
             }
-            let decoded = crate::decode::message(instead.as_deref().unwrap_or(&rbuf[..size]), MAX_BER_DEPTH);
+            let frame = instead.as_deref().unwrap_or(&rbuf[..size]);
+            let decoded = crate::decode::message(frame, MAX_BER_DEPTH).map(|msg| {
+                let first_step =
+                    crate::ops::sasl::without_credentials(&msg) && crate::decode::sasl_credentials_absent(frame);
+                (msg, first_step)
+            });
             bytes::Buf::advance(&mut rbuf, size);
             match decoded {
-                Some(msg) => match ops::dispatch(conn, msg, &mut inline) {
+                Some((msg, first_step)) => match ops::dispatch(conn, msg, first_step, &mut inline) {
                     // Its answers wait in `inline`: sending them here could
                     // wait for room, and a client that reads nothing would
                     // then stop the reading of what it sent after them.

@@ -47,6 +47,21 @@ fn by_tree(frame: &[u8], max_depth: usize) -> Option<LdapMsg> {
     LdapMsg::try_from(msg).ok()
 }
 
+/// Whether a BindRequest's SaslCredentials lack the credentials field
+/// (ldap3_proto reads absent and empty alike): a SASL first step without
+/// an initial response. Asked only of a SASL bind whose credentials read
+/// as empty, so the second parse costs the hot path nothing.
+pub fn sasl_credentials_absent(frame: &[u8]) -> bool {
+    let Ok((_, msg)) = Parser::new(8).parse(frame) else { return false };
+    let PL::C(parts) = &msg.payload else { return false };
+    match parts.get(1).map(|op| (op.class, op.id, &op.payload)) {
+        Some((TagClass::Application, 0, PL::C(bind))) => {
+            matches!(bind.get(2), Some(StructureTag { class: TagClass::Context, id: 3, payload: PL::C(sasl) }) if sasl.len() == 1)
+        }
+        _ => false,
+    }
+}
+
 /// A filter in a control's value (Assertion, Matched Values), its
 /// fields as in a search.
 pub fn filter(mut tag: StructureTag) -> Option<LdapFilter> {
@@ -195,5 +210,19 @@ mod tests {
         let LdapFilter::Equality(_, v) = &req.filter else { panic!() };
         assert_eq!(&*shards::octets::unescape(v), b"Jos\xe9");
         assert_eq!(req.base, "o=\u{10FF41}");
+    }
+
+    #[test]
+    fn absent_sasl_credentials_are_told_from_empty_ones() {
+        let bind = |sasl: &[u8]| {
+            let op = [tlv(0x02, &[3]), tlv(0x04, b""), tlv(0xA3, sasl)].concat();
+            tlv(0x30, &[tlv(0x02, &[1]), tlv(0x60, &op)].concat())
+        };
+        let mechanism = tlv(0x04, b"EXTERNAL");
+        assert!(sasl_credentials_absent(&bind(&mechanism)));
+        assert!(!sasl_credentials_absent(&bind(&[mechanism.clone(), tlv(0x04, b"")].concat())));
+        assert!(!sasl_credentials_absent(&bind(&[mechanism, tlv(0x04, b"dn:")].concat())));
+        let simple = [tlv(0x02, &[3]), tlv(0x04, b""), tlv(0x80, b"")].concat();
+        assert!(!sasl_credentials_absent(&tlv(0x30, &[tlv(0x02, &[1]), tlv(0x60, &simple)].concat())));
     }
 }

@@ -9,6 +9,7 @@
 use crate::acl::{Access, Level, Subject, Target};
 use crate::conn::{Bound, Conn, Identity};
 use crate::ops::result;
+use crate::ops::sasl::Sasl;
 use ldap3_proto::proto::{LdapBindCred, LdapBindRequest, LdapResult};
 use ldap3_proto::LdapResultCode;
 use shards::dn::key_of;
@@ -66,13 +67,21 @@ impl Check {
     }
 }
 
-pub fn handle(conn: &Conn, req: &LdapBindRequest) -> Outcome {
-    // A bind starts by making the connection anonymous (RFC 4511 §4.2.1).
+/// `first_step`: a SASL bind whose credentials field is absent (`ops::sasl`).
+pub fn handle(conn: &Conn, req: &LdapBindRequest, first_step: bool) -> Outcome {
+    // A bind starts by making the connection anonymous (RFC 4511 §4.2.1),
+    // and ends any SASL exchange in progress.
     conn.set_identity(Identity::Anonymous);
-    match authenticate(conn, req) {
+    conn.sasl_in_progress.set(false);
+    match authenticate(conn, req, first_step) {
         Ok(Step::Done(id)) => {
             conn.set_identity(id);
             Outcome::Now(result(Ok(())))
+        }
+        Ok(Step::Challenge) => {
+            conn.sasl_in_progress.set(true);
+            let message = crate::ops::sasl::CHALLENGE.to_string();
+            Outcome::Now(LdapResult { code: LdapResultCode::SaslBindInProgress, message, ..result(Ok(())) })
         }
         Ok(Step::Slow(p)) => Outcome::Later(p),
         Err(e) => Outcome::Now(result(Err(e))),
@@ -101,10 +110,12 @@ pub fn mechanism(req: &LdapBindRequest) -> &'static str {
 
 enum Step {
     Done(Identity),
+    /// A SASL first step, answered with an empty challenge.
+    Challenge,
     Slow(Pending),
 }
 
-fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Step> {
+fn authenticate(conn: &Conn, req: &LdapBindRequest, first_step: bool) -> Result<Step> {
     // As slapd: version 2 only with `allow bind_v2`; the session then
     // goes on as version 3 would (DNs and results are the same here).
     if req.version != 3 && !(req.version == 2 && conn.ctx.allow_bind_v2) {
@@ -113,7 +124,12 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest) -> Result<Step> {
     // Any octets (RFC 4511 §4.2): a Latin-1 password binds as in slapd.
     let password = match &req.cred {
         LdapBindCred::Simple(p) => shards::octets::unescape(p),
-        LdapBindCred::SASL(s) => return crate::ops::sasl::authenticate(conn, s).map(Step::Done),
+        LdapBindCred::SASL(s) => {
+            return crate::ops::sasl::authenticate(conn, s, first_step).map(|step| match step {
+                Sasl::Done(id) => Step::Done(id),
+                Sasl::Challenge => Step::Challenge,
+            })
+        }
         _ => return Err(Error::new(LdapResultCode::AuthMethodNotSupported, "authentication method not supported")),
     };
     if req.dn.is_empty() {

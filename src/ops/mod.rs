@@ -54,14 +54,16 @@ pub enum Flow {
     Binding(Option<glommio::task::JoinHandle<()>>),
 }
 
-pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
+/// `first_step`: a SASL bind whose credentials field is absent (`ops::sasl`).
+pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, first_step: bool, out: &mut BytesMut) -> Flow {
     let msgid = msg.msgid;
     let Some(rec) = record::begin(conn, &msg.op) else {
         let e = Error::protocol(format!("{} is not a request", op_name(&msg.op)));
         encode(out, ldap3_proto::simple::DisconnectionNotice::gen_response(e.code, &e.message));
         return Flow::Close;
     };
-    let ctrls = match controls::parse(&msg.ctrl, rec.op, conn.ctx.shard.stamping.capture)
+    let ctrls = match check_sasl(conn, rec.op)
+        .and_then(|_| controls::parse(&msg.ctrl, rec.op, conn.ctx.shard.stamping.capture))
         .and_then(|c| check_pending(conn, rec.op).map(|_| c))
         .and_then(|c| check_filters(conn, &msg.op, &c).map(|_| c))
         .and_then(|mut c| {
@@ -92,7 +94,7 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
         abandon_searches(conn);
     }
     match msg.op {
-        LdapOp::BindRequest(req) => match bind::handle(conn, &req) {
+        LdapOp::BindRequest(req) => match bind::handle(conn, &req, first_step) {
             bind::Outcome::Now(res) => {
                 if res.code == LdapResultCode::Success {
                     if let ldap3_proto::proto::LdapBindCred::SASL(sasl) = &req.cred {
@@ -100,7 +102,9 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, out: &mut BytesMut) -> Flow {
                     }
                     record::bound(conn, &rec, bind::mechanism(&req));
                 }
-                let op = LdapOp::BindResponse(LdapBindResponse { res, saslcreds: None });
+                // A SASL first step's challenge is present and empty.
+                let saslcreds = (res.code == LdapResultCode::SaslBindInProgress).then(Vec::new);
+                let op = LdapOp::BindResponse(LdapBindResponse { res, saslcreds });
                 reply(conn, &rec, out, LdapMsg::new(msgid, op));
                 return Flow::Binding(None);
             }
@@ -213,6 +217,16 @@ async fn send_reply(conn: &Conn, rec: &record::Record, msg: LdapMsg) {
 /// Searches and writes run as tasks; a connection may have at most
 /// `limits.max_pending` of them running (`max_pending_auth` once bound),
 /// like slapd's `conn_max_pending`. Past it: `busy`.
+/// As slapd, before anything else of the request is looked at: between
+/// two steps of a SASL bind only a Bind is served (an Unbind still ends
+/// the connection, and an Abandon has no answer to refuse).
+fn check_sasl(conn: &Conn, op: Op) -> Result<()> {
+    match conn.sasl_in_progress.get() && !matches!(op, Op::Bind | Op::Unbind) {
+        true => Err(Error::new(LdapResultCode::OperationsError, sasl::IN_PROGRESS)),
+        false => Ok(()),
+    }
+}
+
 fn check_pending(conn: &Conn, op: Op) -> Result<()> {
     if conn.ctx.shared.draining.load(std::sync::atomic::Ordering::Relaxed) && !matches!(op, Op::Unbind | Op::Abandon) {
         return Err(Error::unavailable("the server is shutting down"));

@@ -12,19 +12,41 @@
 //! without `authz-policy` takes it (`authorize`). No other mechanism is
 //! offered: they need a SASL password store this server does not keep.
 //!
-//! One difference: EXTERNAL without credentials (absent, not empty) is
-//! decided at once; slapd (Cyrus SASL) first answers saslBindInProgress
-//! with an empty challenge and decides on the client's next, empty step.
-//! ldap3_proto decodes both forms alike, and libldap sends empty ones.
+//! EXTERNAL whose credentials field is absent (not empty: libldap sends
+//! an empty one) is a first step without the client's initial response,
+//! as in slapd (Cyrus SASL): it is answered saslBindInProgress with an
+//! empty challenge, and the client's next Bind carries its authorization
+//! identity. Meanwhile any other request is refused with operationsError
+//! "SASL bind in progress" (`Conn::sasl_in_progress`); an Unbind ends the
+//! connection, and any Bind ends the exchange.
 
 use crate::conn::{Bound, Conn, Identity, PeerCred};
-use ldap3_proto::proto::SaslCredentials;
+use ldap3_proto::proto::{LdapBindCred, LdapBindRequest, LdapMsg, LdapOp, SaslCredentials};
 use ldap3_proto::LdapResultCode;
 use shards::dn::Dn;
 use shards::{Error, Result};
 use std::rc::Rc;
 
 pub const EXTERNAL: &str = "EXTERNAL";
+
+/// slapd's text for a request that arrives between two steps of a SASL bind.
+pub const IN_PROGRESS: &str = "SASL bind in progress";
+
+/// Cyrus SASL's text with the empty challenge of a first step.
+pub const CHALLENGE: &str = "SASL(0): successful result: ";
+
+/// What a SASL bind step decided.
+pub enum Sasl {
+    Done(Identity),
+    /// A first step: answered with an empty challenge, the next Bind decides.
+    Challenge,
+}
+
+/// A SASL Bind whose credentials read as empty: they may be absent, which
+/// only the frame tells (`decode::sasl_credentials_absent`).
+pub fn without_credentials(msg: &LdapMsg) -> bool {
+    matches!(&msg.op, LdapOp::BindRequest(LdapBindRequest { cred: LdapBindCred::SASL(s), .. }) if s.credentials.is_empty())
+}
 
 /// `server.authz_regexp`: (pattern, replacement) pairs tried in order on
 /// the authenticated DN; the first that matches gives the identity.
@@ -76,12 +98,16 @@ impl AuthzRegexp {
 
 /// A SASL bind: who it authenticates, or why not (with slapd's texts,
 /// which come from Cyrus SASL).
-pub fn authenticate(conn: &Conn, sasl: &SaslCredentials) -> Result<Identity> {
+/// `first_step`: the credentials field is absent.
+pub fn authenticate(conn: &Conn, sasl: &SaslCredentials, first_step: bool) -> Result<Sasl> {
     if !sasl.mechanism.eq_ignore_ascii_case(EXTERNAL) {
         return Err(no_mechanism(&format!("Couldn't find mech {}", sasl.mechanism)));
     }
     let authcid = external_authcid(conn).ok_or_else(|| no_mechanism(""))?;
-    authorize(conn, external(conn, &authcid)?, &sasl.credentials)
+    if first_step {
+        return Ok(Sasl::Challenge);
+    }
+    authorize(conn, external(conn, &authcid)?, &sasl.credentials).map(Sasl::Done)
 }
 
 /// Who EXTERNAL would authenticate on this connection, before

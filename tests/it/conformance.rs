@@ -746,15 +746,6 @@ fn pipeline(url: &str, op: &Op, what: &str, out: &mut Vec<String>) {
 /// A simple BindRequest, written byte by byte: its password may be any
 /// octets (RFC 4511 §4.2), which ldap3_proto cannot send.
 fn bind_bytes(msgid: i32, dn: &str, password: &[u8]) -> Vec<u8> {
-    fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
-        let mut out = vec![tag];
-        match content.len() {
-            n if n < 0x80 => out.push(n as u8),
-            n => out.extend_from_slice(&[0x82, (n >> 8) as u8, n as u8]),
-        }
-        out.extend_from_slice(content);
-        out
-    }
     let op = [tlv(0x02, &[3]), tlv(0x04, dn.as_bytes()), tlv(0x80, password)].concat();
     tlv(0x30, &[tlv(0x02, &msgid.to_be_bytes()), tlv(0x60, &op)].concat())
 }

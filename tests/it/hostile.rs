@@ -10,25 +10,6 @@ use ldap3_proto::LdapResultCode;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-/// A BER length field.
-fn ber_len(n: usize, out: &mut Vec<u8>) {
-    if n < 0x80 {
-        out.push(n as u8);
-    } else {
-        let bytes = (n as u32).to_be_bytes();
-        let skip = bytes.iter().take_while(|b| **b == 0).count();
-        out.push(0x80 | (4 - skip) as u8);
-        out.extend_from_slice(&bytes[skip..]);
-    }
-}
-
-fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
-    let mut out = vec![tag];
-    ber_len(content.len(), &mut out);
-    out.extend_from_slice(content);
-    out
-}
-
 /// A SearchRequest PDU built by hand (so its bytes can be invalid),
 /// subtree unless `base_scope`, with an already encoded filter.
 fn raw_search(msgid: u8, base: &[u8], base_scope: bool, filter: Vec<u8>) -> Vec<u8> {

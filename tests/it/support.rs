@@ -504,6 +504,26 @@ pub fn whoami() -> LdapOp {
     LdapOp::ExtendedRequest(LdapExtendedRequest { name: OID_WHOAMI.into(), value: None })
 }
 
+/// A BER length field.
+pub fn ber_len(n: usize, out: &mut Vec<u8>) {
+    if n < 0x80 {
+        out.push(n as u8);
+    } else {
+        let bytes = (n as u32).to_be_bytes();
+        let skip = bytes.iter().take_while(|b| **b == 0).count();
+        out.push(0x80 | (4 - skip) as u8);
+        out.extend_from_slice(&bytes[skip..]);
+    }
+}
+
+/// A BER element: tag, length, content.
+pub fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag];
+    ber_len(content.len(), &mut out);
+    out.extend_from_slice(content);
+    out
+}
+
 /// Messages as the bytes a client sends.
 pub fn encode_msgs(msgs: Vec<LdapMsg>) -> Vec<u8> {
     let mut out = BytesMut::new();
