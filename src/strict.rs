@@ -179,7 +179,7 @@ pub fn check(frame: &[u8]) -> Result<Check, &'static str> {
         leave_out = (!ignored.is_empty()).then_some((controls.content, ignored));
     }
     if let Some(tag) = response_tag(op.tag).filter(|_| !dns_utf8(op.tag, op.content).unwrap_or(true)) {
-        let why = "a DN is not UTF-8";
+        let why = "invalid DN"; // slapd's text for any DN it cannot read
         return Ok(Check::Refuse { msgid, tag, code: LdapResultCode::InvalidDNSyntax, why });
     }
     Ok(match leave_out {

@@ -69,10 +69,8 @@ impl Check {
 
 /// `first_step`: a SASL bind whose credentials field is absent (`ops::sasl`).
 pub fn handle(conn: &Conn, req: &LdapBindRequest, first_step: bool) -> Outcome {
-    // A bind starts by making the connection anonymous (RFC 4511 §4.2.1),
-    // and ends any SASL exchange in progress.
-    conn.set_identity(Identity::Anonymous);
-    conn.sasl_in_progress.set(false);
+    // Anonymous first (RFC 4511 §4.2.1), the running searches ended.
+    crate::ops::bind_begins(conn);
     match authenticate(conn, req, first_step) {
         Ok(Step::Done(id)) => {
             conn.set_identity(id);

@@ -62,7 +62,7 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, first_step: bool, out: &mut Bytes
         encode(out, ldap3_proto::simple::DisconnectionNotice::gen_response(e.code, &e.message));
         return Flow::Close;
     };
-    let ctrls = match check_sasl(conn, rec.op)
+    let ctrls = match sasl::check(conn, rec.op)
         .and_then(|_| controls::parse(&msg.ctrl, rec.op, conn.ctx.shard.stamping.capture))
         .and_then(|c| check_pending(conn, rec.op).map(|_| c))
         .and_then(|c| check_filters(conn, &msg.op, &c).map(|_| c))
@@ -89,10 +89,6 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, first_step: bool, out: &mut Bytes
             return if bind { Flow::Binding(None) } else { Flow::Continue };
         }
     };
-    if matches!(msg.op, LdapOp::BindRequest(_)) {
-        // The running searches end; `bind::handle` sets the identity.
-        abandon_searches(conn);
-    }
     match msg.op {
         LdapOp::BindRequest(req) => match bind::handle(conn, &req, first_step) {
             bind::Outcome::Now(res) => {
@@ -217,16 +213,6 @@ async fn send_reply(conn: &Conn, rec: &record::Record, msg: LdapMsg) {
 /// Searches and writes run as tasks; a connection may have at most
 /// `limits.max_pending` of them running (`max_pending_auth` once bound),
 /// like slapd's `conn_max_pending`. Past it: `busy`.
-/// As slapd, before anything else of the request is looked at: between
-/// two steps of a SASL bind only a Bind is served (an Unbind still ends
-/// the connection, and an Abandon has no answer to refuse).
-fn check_sasl(conn: &Conn, op: Op) -> Result<()> {
-    match conn.sasl_in_progress.get() && !matches!(op, Op::Bind | Op::Unbind) {
-        true => Err(Error::new(LdapResultCode::OperationsError, sasl::IN_PROGRESS)),
-        false => Ok(()),
-    }
-}
-
 fn check_pending(conn: &Conn, op: Op) -> Result<()> {
     if conn.ctx.shared.draining.load(std::sync::atomic::Ordering::Relaxed) && !matches!(op, Op::Unbind | Op::Abandon) {
         return Err(Error::unavailable("the server is shutting down"));
@@ -408,6 +394,7 @@ fn check_filters(conn: &Conn, op: &LdapOp, ctrls: &controls::Controls) -> Result
 /// authentication ends, and the searches still running end unanswered.
 pub fn bind_begins(conn: &Conn) {
     conn.set_identity(Identity::Anonymous);
+    conn.sasl_in_progress.set(false);
     abandon_searches(conn);
 }
 

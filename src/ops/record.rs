@@ -21,7 +21,9 @@ pub fn begin(conn: &Conn, req: &LdapOp) -> Option<Record> {
     let op = Op::of(req)?;
     let opn = conn.next_op();
     conn.ctx.metrics.initiated(op);
-    if accesslog::enabled(LogLevel::Stats) {
+    // One refused between two steps of a SASL bind is not read, as in
+    // slapd: only its result is logged.
+    if accesslog::enabled(LogLevel::Stats) && !crate::ops::sasl::refuses(conn, op) {
         log_request(conn, opn, req);
     }
     Some(Record { op, opn, started: Instant::now() })

@@ -21,6 +21,7 @@
 //! connection, and any Bind ends the exchange.
 
 use crate::conn::{Bound, Conn, Identity, PeerCred};
+use crate::stats::Op;
 use ldap3_proto::proto::{LdapBindCred, LdapBindRequest, LdapMsg, LdapOp, SaslCredentials};
 use ldap3_proto::LdapResultCode;
 use shards::dn::Dn;
@@ -40,6 +41,21 @@ pub enum Sasl {
     Done(Identity),
     /// A first step: answered with an empty challenge, the next Bind decides.
     Challenge,
+}
+
+/// Whether a request of this kind is refused now: between two steps of a
+/// SASL bind only a Bind is served, and an Unbind still ends the
+/// connection. An Abandon is not carried out (it has no answer).
+pub fn refuses(conn: &Conn, op: Op) -> bool {
+    conn.sasl_in_progress.get() && !matches!(op, Op::Bind | Op::Unbind)
+}
+
+/// As slapd, before anything else of the request is looked at (`refuses`).
+pub fn check(conn: &Conn, op: Op) -> Result<()> {
+    match refuses(conn, op) {
+        true => Err(Error::new(LdapResultCode::OperationsError, IN_PROGRESS)),
+        false => Ok(()),
+    }
 }
 
 /// A SASL Bind whose credentials read as empty: they may be absent, which
