@@ -16,7 +16,8 @@ use crate::stats::{Op, Snapshot};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use shards::manifest::Manifest;
-use shards::store::{Engine, EngineRead, ReadTxn, Store};
+use shards::store::ReadTxn;
+use shards::Stores;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -108,7 +109,7 @@ pub struct Admin {
     pub config: Mutex<Config>,
     pub shared: Arc<Shared>,
     pub manifest: Arc<Manifest>,
-    pub stores: Arc<Vec<Arc<Engine>>>,
+    pub stores: Stores,
     pub cpus: Vec<usize>,
     pub started: Instant,
     /// The last operations-per-second sample (see `sample`).
@@ -198,7 +199,7 @@ impl Admin {
     fn shards(&self) -> Result<Vec<ShardStatus>> {
         let snap = Snapshot::take();
         let mut out = Vec::new();
-        for (i, store) in self.stores.iter().enumerate() {
+        for i in 0..self.stores.len() {
             let s = i.to_string();
             let shard = [("shard", s.as_str())];
             let operations = Op::ALL
@@ -221,7 +222,7 @@ impl Admin {
                 shard: i,
                 cpu: self.cpus[i % self.cpus.len()],
                 partitions: self.manifest.owners.iter().filter(|o| **o as usize == i).count(),
-                entries: read_outside(store, |txn| txn.count_entries())?,
+                entries: self.stores.read_outside(i, |txn| txn.count_entries()).map_err(|e| anyhow!(e.message))?,
                 connections: self.shared.connections.count(i),
                 operations,
                 mesh_sent: snap.sum("coredir_mesh_messages_sent_total", &shard) as u64,
@@ -307,10 +308,8 @@ impl Admin {
 
     /// Syncs every store and ends the process with status 0.
     pub fn exit(&self) -> ! {
-        for store in self.stores.iter() {
-            if let Err(e) = store.sync() {
-                eprintln!("coredir: shutdown: sync failed: {e}");
-            }
+        if let Err(e) = self.stores.sync() {
+            eprintln!("coredir: shutdown: sync failed: {e}");
         }
         // The shards hand their log buffers over every 100 ms.
         std::thread::sleep(accesslog::FLUSH_EVERY * 3);
@@ -359,47 +358,49 @@ pub struct Conflict {
 impl Admin {
     /// Records in the changelogs of every store.
     fn changelog_records(&self) -> Result<u64> {
-        self.stores.iter().map(|s| read_outside(s, |txn| shards::changelog::count_records(txn))).sum()
+        (0..self.stores.len())
+            .map(|i| self.stores.read_outside(i, |txn| shards::changelog::count_records(txn)))
+            .sum::<shards::Result<u64>>()
+            .map_err(|e| anyhow!(e.message))
     }
 
     /// Every entry marked as a DN conflict's loser, from the stores' states.
     fn conflicts(&self) -> Result<Vec<Conflict>> {
         let mut out = Vec::new();
-        for store in self.stores.iter() {
-            let _outside = store.outside();
-            let txn = store.read().map_err(|e| anyhow!(e.message))?;
-            shards::changelog::states(&txn, &[], &mut |partition, uuid, v| {
-                let partition = Some(partition as u32);
-                if let Some(state) = shards::merge::decode_state(v) {
-                    // Once, from the partition that shows it (a rename
-                    // leaves a copy of the state where it was).
-                    let here = |dn: &str| {
-                        shards::dn::Dn::parse(dn).ok().map(|d| self.manifest.partition_of(&d.key())) == partition
-                    };
-                    let dn = state.shown_dn(&uuid).filter(|dn| state.in_conflict() && here(dn));
-                    let entry_uuid = || uuid::Uuid::from_bytes(uuid).hyphenated().to_string();
-                    if let (Some((lost, _)), Some(dn), None) = (&state.conflict, dn, state.deleted) {
-                        out.push(Conflict { dn, lost: lost.clone(), entry_uuid: entry_uuid(), glue: false });
-                    } else if let Some(e) = shards::merge::materialize(&state, &uuid) {
-                        if e.has_value("objectClass", b"glue") && here(&e.dn) {
-                            out.push(Conflict { dn: e.dn, lost: String::new(), entry_uuid: entry_uuid(), glue: true });
+        for i in 0..self.stores.len() {
+            self.stores
+                .read_outside(i, |txn| {
+                    shards::changelog::states(txn, &[], &mut |partition, uuid, v| {
+                        let partition = Some(partition as u32);
+                        if let Some(state) = shards::merge::decode_state(v) {
+                            // Once, from the partition that shows it (a rename
+                            // leaves a copy of the state where it was).
+                            let here = |dn: &str| {
+                                shards::dn::Dn::parse(dn).ok().map(|d| self.manifest.partition_of(&d.key()))
+                                    == partition
+                            };
+                            let dn = state.shown_dn(&uuid).filter(|dn| state.in_conflict() && here(dn));
+                            let entry_uuid = || uuid::Uuid::from_bytes(uuid).hyphenated().to_string();
+                            if let (Some((lost, _)), Some(dn), None) = (&state.conflict, dn, state.deleted) {
+                                out.push(Conflict { dn, lost: lost.clone(), entry_uuid: entry_uuid(), glue: false });
+                            } else if let Some(e) = shards::merge::materialize(&state, &uuid) {
+                                if e.has_value("objectClass", b"glue") && here(&e.dn) {
+                                    out.push(Conflict {
+                                        dn: e.dn,
+                                        lost: String::new(),
+                                        entry_uuid: entry_uuid(),
+                                        glue: true,
+                                    });
+                                }
+                            }
                         }
-                    }
-                }
-                true
-            })
-            .map_err(|e| anyhow!(e.message))?;
+                        true
+                    })
+                })
+                .map_err(|e| anyhow!(e.message))?;
         }
         Ok(out)
     }
-}
-
-/// `read` through a snapshot of a store (the admin thread holds off map
-/// growth meanwhile).
-fn read_outside(store: &Engine, read: impl FnOnce(&EngineRead<'_>) -> shards::Result<u64>) -> Result<u64> {
-    let _outside = store.outside();
-    let txn = store.read().map_err(|e| anyhow!(e.message))?;
-    read(&txn).map_err(|e| anyhow!(e.message))
 }
 
 /// Binds the admin socket (refusing one a live server answers on) and

@@ -22,12 +22,10 @@
 
 use crate::config::Config;
 use anyhow::{anyhow, bail, Context, Result};
-use shards::changelog::{self, Origin};
+use shards::changelog::Origin;
 use shards::manifest::Manifest;
-use shards::store::copy::copy_stores;
-use shards::store::Engine;
+use shards::Stores;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Instant;
 
 fn err(e: shards::Error) -> anyhow::Error {
@@ -61,7 +59,7 @@ fn load_manifest(dir: &Path) -> Result<Manifest> {
 }
 
 /// New, unsynced stores for `manifest` under `dir` (synced once at the end).
-fn create_stores(config: &Config, dir: &Path, manifest: &Manifest) -> Result<Arc<Vec<Arc<Engine>>>> {
+fn create_stores(config: &Config, dir: &Path, manifest: &Manifest) -> Result<Stores> {
     let mut unsynced = config.clone();
     unsynced.storage.sync = "never".into();
     crate::database::open_stores(&unsynced, dir, manifest)
@@ -80,13 +78,13 @@ pub fn backup(config: Config, dest: &Path) -> Result<()> {
 }
 
 /// Copies open stores (a running server's, for `ctl backup`) into `dest`.
-pub fn backup_from(config: &Config, manifest: &Manifest, from: &[Arc<Engine>], dest: &Path) -> Result<()> {
+pub fn backup_from(config: &Config, manifest: &Manifest, from: &Stores, dest: &Path) -> Result<()> {
     empty_target(dest, true)?;
     let data = &config.server.data;
     let started = Instant::now();
     let to = create_stores(config, dest, manifest)?;
     // Every key goes back to its owner's store: the same shard as it came from.
-    let entries = copy_stores(from, &to, manifest).map_err(err)?;
+    let entries = from.copy_into(&to, manifest).map_err(err)?;
     manifest.save(dest).map_err(err)?;
     eprintln!(
         "coredir: backed up {entries} entries ({} shards) from {} into {} in {:.2} s",
@@ -110,22 +108,16 @@ pub fn restore(config: Config, backup: &Path) -> Result<()> {
     let started = Instant::now();
     let from = crate::database::open_stores(&config, backup, &manifest)?;
     let to = create_stores(&config, &data, &manifest)?;
-    let entries = copy_stores(&from, &to, &manifest).map_err(err)?;
+    let entries = from.copy_into(&to, &manifest).map_err(err)?;
     manifest.restored_from = Some(format!("{} {}", shards::now_generalized(), backup.display()));
     // A new incarnation: changes made from here on are numbered afresh, so
     // a peer that saw the old numbers after this backup skips none.
     let old = Origin { sid: config.sid(), incarnation: manifest.incarnation };
     manifest.incarnation += 1;
-    for store in to.iter() {
-        changelog::new_incarnation(&**store, manifest.partitions as u16, old).map_err(err)?;
-    }
     // What a syncrepl consumer may hold beyond the backup: this server's
     // changes after its newest one there, up to now (`Manifest::lost_change`).
     let now_us = shards::csn::wall_us();
-    let mut held = shards::csn::Csn::top_of(0, config.sid());
-    for store in to.iter() {
-        held = held.max(shards::write::restored(&**store, config.sid(), now_us).map_err(err)?);
-    }
+    let held = to.restored(manifest.partitions as u16, old, now_us).map_err(err)?;
     let restored = shards::csn::Csn::top_of(now_us, config.sid());
     manifest.lost_changes.push([held.to_string(), restored.to_string()]);
     // The last few restores: a consumer older than those has been refreshed
@@ -162,7 +154,7 @@ pub fn reshard(config: Config, shards: usize) -> Result<()> {
     let entries = {
         let from = crate::database::open_stores(&config, &data, &old)?;
         let to = create_stores(&config, &staging, &new)?;
-        copy_stores(&from, &to, &new).map_err(err)?
+        from.copy_into(&to, &new).map_err(err)?
     };
     new.save(&staging).map_err(err)?;
     // Swap: the old directory is kept beside, renamed.

@@ -7,24 +7,21 @@ use shards::dn::Dn;
 use shards::entry::{Attr, Entry};
 use shards::manifest::Manifest;
 use shards::password;
-use shards::store::{Engine, Store};
-use shards::write::{add_ops, clock, run_batch};
+use shards::write::add_ops;
+use shards::Stores;
 use std::path::Path;
 use std::sync::Arc;
 
 /// Opens every shard's store of a data directory, with the engine the
 /// manifest names and the configuration's sync and size settings.
-pub fn open_stores(config: &Config, data: &Path, manifest: &Manifest) -> Result<Arc<Vec<Arc<Engine>>>> {
+pub fn open_stores(config: &Config, data: &Path, manifest: &Manifest) -> Result<Stores> {
     let mut options = config.store_options()?;
     options.kind = match manifest.engine.as_str() {
         "sled" => shards::store::EngineKind::Sled,
         _ => shards::store::EngineKind::Lmdb,
     };
-    let stores: Vec<Arc<Engine>> = (0..manifest.shards as usize)
-        .map(|i| Engine::open(&data.join(format!("shard-{i}")), options).map(Arc::new))
-        .collect::<shards::Result<_>>()
-        .map_err(|e| anyhow!("opening the stores in {}: {}", data.display(), e.message))?;
-    Ok(Arc::new(stores))
+    Stores::open(data, manifest.shards as usize, options)
+        .map_err(|e| anyhow!("opening the stores in {}: {}", data.display(), e.message))
 }
 
 /// Makes a data directory readable by its owner only (0700, files 0600):
@@ -65,7 +62,7 @@ pub fn lock_data_dir(data: &Path) -> Result<std::fs::File> {
 pub struct Database {
     pub lock: std::fs::File,
     pub manifest: Arc<Manifest>,
-    pub stores: Arc<Vec<Arc<Engine>>>,
+    pub stores: Stores,
 }
 
 /// Locks, opens (creating it when empty) and checks the data directory.
@@ -89,9 +86,7 @@ pub fn open_database(config: &Config, n_shards: usize) -> Result<Database> {
     }
     // Referral, alias and subentry checks cost nothing until some store
     // holds an entry of the class.
-    for store in stores.iter() {
-        shards::index::note_marks(store).map_err(|e| anyhow!("referral, alias and subentry keys: {}", e.message))?;
-    }
+    stores.note_marks().map_err(|e| anyhow!("referral, alias and subentry keys: {}", e.message))?;
     Ok(Database { lock, manifest, stores })
 }
 
@@ -155,7 +150,7 @@ fn generate_password() -> String {
 
 /// Creates the suffix entries in a new database, with `ou=people` and
 /// `ou=groups` below the first (never again: an operator may delete them).
-fn bootstrap(config: &Config, manifest: &Manifest, stores: &[Arc<Engine>]) -> Result<()> {
+fn bootstrap(config: &Config, manifest: &Manifest, stores: &Stores) -> Result<()> {
     let suffixes = config.naming_contexts()?;
     let mut entries = Vec::new();
     for suffix in &suffixes {
@@ -175,7 +170,7 @@ fn bootstrap(config: &Config, manifest: &Manifest, stores: &[Arc<Engine>]) -> Re
 /// its entry (unless one is there); one no longer configured is forgotten
 /// if it holds no entry, and refused otherwise (its entries would be kept
 /// but never served). Returns the manifest to save, if it changed.
-fn naming_contexts_changed(config: &Config, manifest: &Manifest, stores: &[Arc<Engine>]) -> Result<Option<Manifest>> {
+fn naming_contexts_changed(config: &Config, manifest: &Manifest, stores: &Stores) -> Result<Option<Manifest>> {
     let configured = config.naming_contexts()?;
     let recorded: Vec<Dn> = manifest.suffixes.iter().filter_map(|s| Dn::parse(s).ok()).collect();
     if configured == recorded {
@@ -183,7 +178,7 @@ fn naming_contexts_changed(config: &Config, manifest: &Manifest, stores: &[Arc<E
     }
     let exists = |dn: &Dn| -> Result<bool> {
         use shards::store::ReadTxn;
-        let txn = stores[manifest.owner_of(&dn.key())].read().map_err(|e| anyhow!(e.message))?;
+        let txn = stores.read(manifest.owner_of(&dn.key())).map_err(|e| anyhow!(e.message))?;
         txn.has_dn(&dn.key()).map_err(|e| anyhow!(e.message))
     };
     for gone in recorded.iter().filter(|r| !configured.contains(r)) {
@@ -246,7 +241,7 @@ fn suffix_entry(suffix: &Dn) -> Result<Vec<(&'static str, Vec<String>)>> {
 fn create_entries(
     config: &Config,
     manifest: &Manifest,
-    stores: &[Arc<Engine>],
+    stores: &Stores,
     suffixes: &[Dn],
     entries: Vec<(Dn, Vec<(&'static str, Vec<String>)>)>,
 ) -> Result<()> {
@@ -263,9 +258,8 @@ fn create_entries(
         crate::ops::add::stamp_new(&mut entry, &config.directory.root_dn);
         let is_suffix = suffixes.contains(&dn);
         for (owner, op) in add_ops(manifest, &dn, entry, is_suffix) {
-            let store = &*stores[owner];
-            let mut hlc = clock(store, config.stamping(), &manifest).map_err(|e| anyhow!(e.message))?;
-            for r in run_batch(store, |k| manifest.partition_of(k), &mut [op], &mut hlc) {
+            let mut hlc = stores.clock(owner, config.stamping(), manifest).map_err(|e| anyhow!(e.message))?;
+            for r in stores.run_batch(owner, |k| manifest.partition_of(k), &mut [op], &mut hlc) {
                 r.map_err(|e| anyhow!("creating {}: {}", dn.to_string_form(), e.message))?;
             }
         }

@@ -26,7 +26,7 @@ use crate::ops::syncrepl::Located;
 use sha2::{Digest, Sha256};
 use shards::dn::Dn;
 use shards::entry::Entry;
-use shards::store::{ReadTxn, Store};
+use shards::store::ReadTxn;
 use shards::write::Images;
 use shards::{now_generalized, Result};
 use std::collections::BTreeSet;
@@ -83,7 +83,7 @@ pub async fn keep_parents(ctx: &Ctx, removed: Vec<(Vec<u8>, [u8; 16])>) -> Resul
     let shard = &ctx.shard;
     let mut missing: Vec<(Dn, [u8; 16])> = Vec::new();
     for (key, uuid) in removed {
-        if shard.get_entry(&key)?.is_some() || shards::write::children(&shard.store_for(&key).read()?, &key)? == 0 {
+        if shard.get_entry(&key)?.is_some() || shards::write::children(&shard.read_for(&key)?, &key)? == 0 {
             continue;
         }
         // The DN itself, from an entry below it (keys do not spell it).
@@ -172,9 +172,8 @@ pub async fn follow_parents(ctx: &Ctx, moved: Vec<(Dn, [u8; 16])>) -> Vec<(Dn, [
 /// Whether entries are below `dn` here while no entry is at it.
 pub fn left_below(ctx: &Ctx, dn: &Dn) -> bool {
     let (shard, key) = (&ctx.shard, dn.key());
-    let left = || -> Result<bool> {
-        Ok(!shard.exists(&key)? && shards::write::children(&shard.store_for(&key).read()?, &key)? > 0)
-    };
+    let left =
+        || -> Result<bool> { Ok(!shard.exists(&key)? && shards::write::children(&shard.read_for(&key)?, &key)? > 0) };
     left().unwrap_or(false)
 }
 

@@ -22,9 +22,9 @@ use shards::dn::Dn;
 use shards::entry::Entry;
 use shards::ldif;
 use shards::manifest::Manifest;
-use shards::store::{Engine, Store};
-use shards::write::{add_ops, clock, run_batch_owned, WriteOp};
+use shards::write::{add_ops, WriteOp};
 use shards::Error;
+use shards::Stores;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::mpsc::{sync_channel, SyncSender};
@@ -77,15 +77,15 @@ pub fn run(config: Config, file: &Path) -> Result<()> {
 
     let mut senders = Vec::new();
     let mut writers = Vec::new();
-    for store in stores.iter() {
+    for i in 0..stores.len() {
         let (tx, rx) = sync_channel::<Batch>(2);
-        let (store, manifest) = (store.clone(), manifest.clone());
+        let (stores, manifest) = (stores.clone(), manifest.clone());
         let stamping = config.stamping();
         writers.push(std::thread::spawn(move || -> Result<(), String> {
-            let mut hlc = clock(&*store, stamping, &manifest).map_err(|e| e.message)?;
+            let mut hlc = stores.clock(i, stamping, &manifest).map_err(|e| e.message)?;
             for batch in rx {
                 let (lines, mut ops): (Vec<usize>, Vec<WriteOp>) = batch.into_iter().unzip();
-                let results = run_batch_owned(&*store, |k| manifest.partition_of(k), &mut ops, &mut hlc);
+                let results = stores.run_batch_owned(i, |k| manifest.partition_of(k), &mut ops, &mut hlc);
                 for (line, res) in lines.into_iter().zip(results) {
                     res.map_err(|e| format!("line {line}: {}", e.message))?;
                 }
@@ -125,9 +125,7 @@ pub fn run(config: Config, file: &Path) -> Result<()> {
     }
     let n = parsed.map_err(|e| anyhow!("{}: {e}", file.display()))?;
     shards::repair::children_counts(&manifest, &stores).map_err(|e| anyhow!("recounting children: {}", e.message))?;
-    for store in stores.iter() {
-        store.sync().map_err(|e| anyhow!("syncing the stores: {}", e.message))?;
-    }
+    stores.sync().map_err(|e| anyhow!("syncing the stores: {}", e.message))?;
     done(n, started, &data)
 }
 
@@ -148,18 +146,12 @@ enum Bulk {
 }
 
 /// The bulk load into a new database (see the module doc).
-fn bulk(
-    manifest: &Arc<Manifest>,
-    stores: &Arc<Vec<Arc<Engine>>>,
-    input: std::fs::File,
-    suffixes: &[Dn],
-    sid: u16,
-) -> Result<usize> {
+fn bulk(manifest: &Arc<Manifest>, stores: &Stores, input: std::fs::File, suffixes: &[Dn], sid: u16) -> Result<usize> {
     let mut senders = Vec::new();
     let mut writers = Vec::new();
-    for store in stores.iter() {
+    for i in 0..stores.len() {
         let (tx, rx) = sync_channel::<Bulk>(4);
-        let store = store.clone();
+        let stores = stores.clone();
         writers.push(std::thread::spawn(move || -> Result<(), String> {
             let mut load = BulkLoad::new();
             for msg in rx {
@@ -172,7 +164,7 @@ fn bulk(
                     Bulk::Children(counts) => counts.into_iter().for_each(|(k, n)| load.children(k, n)),
                 }
             }
-            load.write(&*store).map_err(|e| e.message)
+            stores.bulk(i, load).map_err(|e| e.message)
         }));
         senders.push(tx);
     }
@@ -236,9 +228,7 @@ fn bulk(
     for w in writers {
         w.join().map_err(|_| anyhow!("a writer thread panicked"))?.map_err(|e| anyhow!("{e}"))?;
     }
-    for store in stores.iter() {
-        store.sync().map_err(|e| anyhow!("syncing the stores: {}", e.message))?;
-    }
+    stores.sync().map_err(|e| anyhow!("syncing the stores: {}", e.message))?;
     Ok(n)
 }
 

@@ -89,7 +89,11 @@
 //!   the renames across owners (intent, carry, resumption at start);
 //!   `carries` keeps the writes and searches they must not cross.
 //! - `shards` (crate): everything a shard owns: DNs, entries, filters,
-//!   stores, write ops, routing, the mesh and group commit.
+//!   stores, write ops, routing, the mesh and group commit. This crate
+//!   reaches the stores only through `shards::Stores` (snapshots to read;
+//!   offline tools' batches by store index) and writes through the
+//!   owner's group commit (`shards::writes`); it never names an engine
+//!   (LMDB or sled) nor opens a write transaction.
 //!
 //! ## Architecture invariants
 //!

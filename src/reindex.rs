@@ -18,8 +18,8 @@ pub fn run(config: Config) -> Result<()> {
     let stores = crate::database::open_stores(&config, &data, &manifest)?;
     let started = Instant::now();
     let mut total = 0;
-    for (i, store) in stores.iter().enumerate() {
-        total += index::rebuild(&**store).map_err(|e| anyhow!("shard {i}: {}", e.message))?;
+    for i in 0..stores.len() {
+        total += stores.reindex(i).map_err(|e| anyhow!("shard {i}: {}", e.message))?;
     }
     manifest.indexes = index::config().describe();
     manifest.save(&data).map_err(|e| anyhow!(e.message))?;

@@ -13,7 +13,6 @@ use crate::listener;
 use anyhow::{anyhow, bail, Context, Result};
 use glommio::channels::channel_mesh::MeshBuilder;
 use glommio::{LocalExecutorBuilder, Placement};
-use shards::store::Store;
 use shards::Shard;
 use std::rc::Rc;
 use std::sync::{mpsc, Arc};
@@ -74,17 +73,13 @@ pub fn serve(config: Config) -> Result<()> {
     let data = config.server.data.clone();
     let Database { lock: _lock, manifest, stores } = open_database(&config, n_shards)?;
     let sync = config.sync_mode()?;
-    for (i, store) in stores.iter().enumerate() {
-        let mib = store.size() as f64 / (1 << 20) as f64;
+    let contexts = shards::contexts::Contexts::of_suffixes(&manifest.suffixes);
+    for i in 0..stores.len() {
+        let mib = stores.size(i) as f64 / (1 << 20) as f64;
         eprintln!("coredir: shard {i}: {mib:.1} MiB of data ({} engine)", manifest.engine);
-        // Whether deletes have left tombstones without a break (syncrepl's delete phase).
-        shards::changelog::note_capture(&**store, config.stamping().capture, shards::csn::wall_us())
-            .map_err(|e| anyhow!(e.message))?;
-        // contextCSN per naming context, for what was written before.
-        if config.stamping().capture {
-            let contexts = shards::contexts::Contexts::of_suffixes(&manifest.suffixes);
-            shards::contexts::note_states(&**store, &contexts).map_err(|e| anyhow!(e.message))?;
-        }
+        // Whether deletes have left tombstones without a break (syncrepl's
+        // delete phase), and contextCSN per naming context.
+        stores.note_start(i, config.stamping().capture, &contexts).map_err(|e| anyhow!(e.message))?;
     }
 
     let tls = match (&config.tls.certificate_file, &config.tls.key_file) {

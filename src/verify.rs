@@ -36,7 +36,6 @@ use shards::changelog::Origin;
 use shards::digest::{self, Digest};
 use shards::dn::Dn;
 use shards::entry::Entry;
-use shards::store::Store;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -73,7 +72,7 @@ pub async fn summarize(ctx: &Ctx, partition: u16) -> Result<Option<Summary>> {
 /// Visits every entry of a partition with its hash, a chunk per snapshot.
 async fn walk(ctx: &Ctx, partition: u16, f: &mut dyn FnMut(&Entry, &[u8; 32])) -> Result<()> {
     let m = &ctx.shard.manifest;
-    let store = &ctx.shard.stores[m.owner_of_partition(partition as u32)];
+    let store = ctx.shard.stores.get(m.owner_of_partition(partition as u32));
     let mut from = None;
     loop {
         let next = {

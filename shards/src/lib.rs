@@ -41,6 +41,11 @@
 //!   `entry_by_id`, `dn_keys`, …), its LMDB and sled engines and `Engine`;
 //!   `store::copy`, whole-store copies routed by partition (backup,
 //!   restore, reshard).
+//! - `stores`: `Stores`, every shard's store of one database: the one
+//!   door the server has to them. It reads (`read`, `snapshot`,
+//!   `StoreRef`) and does whole-store chores (sync, copies, start-up
+//!   notes, offline tools' batches); it hands out no engine and no write
+//!   transaction.
 //! - `subtree`: the entries under a DN key in every store at once, merged
 //!   into one key order in chunks (a search's range, a sync refresh).
 //! - `write`: `WriteOp`s as applied by an owner inside one transaction.
@@ -119,12 +124,14 @@ pub mod repair;
 pub mod schema;
 pub mod shard;
 pub mod store;
+pub mod stores;
 pub mod subtree;
 pub mod write;
 pub mod writes;
 
 pub use error::{Error, Result};
 pub use shard::Shard;
+pub use stores::Stores;
 
 /// The current time as LDAP Generalized Time (`20261129214500Z`).
 pub fn now_generalized() -> String {

@@ -28,7 +28,7 @@ use crate::dn::Dn;
 use crate::error::{Error, Result};
 use crate::merge::EntryState;
 use crate::shard::Shard;
-use crate::store::{ReadTxn, Store, Tree, WriteTxn};
+use crate::store::{ReadTxn, Tree, WriteTxn};
 use crate::write::{Images, Parent, WriteOp};
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -113,8 +113,8 @@ pub fn unbox<T: WriteTxn>(txn: &mut T, key: &[u8], state: &[u8]) -> Result<()> {
 pub async fn deliver(shard: &Rc<Shard>, is_top: &dyn Fn(&Dn) -> bool) -> Result<()> {
     for _round in 0..4 {
         let mut any = false;
-        for (owner, store) in shard.stores.iter().enumerate() {
-            let parcels = pending(&store.read()?)?;
+        for owner in 0..shard.stores.len() {
+            let parcels = pending(&shard.stores.read(owner)?)?;
             for p in parcels {
                 any = true;
                 let state = crate::merge::decode_state(&p.state)
@@ -174,7 +174,7 @@ mod tests {
     use super::*;
     use crate::csn::Csn;
     use crate::store::lmdb::LmdbStore;
-    use crate::store::SyncMode;
+    use crate::store::{Store, SyncMode};
 
     fn state(dn: &str, us: u64) -> EntryState {
         let csn = Csn { phys_us: us, logical: 0, sid: 1, partition: 0 };

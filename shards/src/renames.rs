@@ -18,8 +18,8 @@
 use crate::dn::{Dn, KEY_SEPARATOR};
 use crate::entry::Entry;
 use crate::error::{Error, Result};
-use crate::store::{Engine, ReadTxn, Store, Tree, WriteTxn};
-use std::sync::Arc;
+use crate::store::{ReadTxn, Store, Tree, WriteTxn};
+use crate::stores::Stores;
 
 const INTENT: u8 = b'N';
 
@@ -68,10 +68,10 @@ pub fn write<T: WriteTxn>(txn: &mut T, uuid: &[u8; 16], intent: Option<&Intent>)
 }
 
 /// Every intent a store holds.
-pub fn pending(store: &Engine) -> Result<Vec<Intent>> {
+pub fn pending<T: ReadTxn>(txn: &T) -> Result<Vec<Intent>> {
     let mut out = Vec::new();
     let mut corrupt = false;
-    store.read()?.scan(Tree::Meta, &[INTENT], &[INTENT], &mut |k, v| {
+    txn.scan(Tree::Meta, &[INTENT], &[INTENT], &mut |k, v| {
         match Intent::decode(k, v) {
             Some(i) if k.len() == 17 => out.push(i),
             _ => corrupt = true,
@@ -92,12 +92,12 @@ pub struct Member {
 
 /// The entries strictly below `base` in every store, parents before their
 /// children; past `limit` entries (0: none), `adminLimitExceeded`.
-pub fn below(stores: &[Arc<Engine>], base: &[u8], limit: usize) -> Result<Vec<Member>> {
+pub fn below(stores: &Stores, base: &[u8], limit: usize) -> Result<Vec<Member>> {
     let mut prefix = base.to_vec();
     prefix.push(KEY_SEPARATOR);
     let mut out = Vec::new();
     let mut failed = None;
-    for store in stores {
+    for store in stores.engines() {
         // Each entry read in the snapshot that found its DN.
         let txn = store.read()?;
         txn.scan(Tree::Dn2id, &prefix, &prefix, &mut |k, id| {

@@ -11,12 +11,14 @@
 use crate::dn::KEY_SEPARATOR;
 use crate::error::Result;
 use crate::manifest::Manifest;
-use crate::store::{Engine, ReadTxn, Store, Tree, WriteTxn};
+use crate::store::{ReadTxn, Store, Tree, WriteTxn};
+use crate::stores::Stores;
 use crate::write::be_u64;
 use std::collections::HashMap;
 
 /// Recounts children; returns how many counts were corrected.
-pub fn children_counts(manifest: &Manifest, stores: &[std::sync::Arc<Engine>]) -> Result<usize> {
+pub fn children_counts(manifest: &Manifest, stores: &Stores) -> Result<usize> {
+    let stores = stores.engines();
     let mut counted: HashMap<Vec<u8>, u64> = HashMap::new();
     for store in stores {
         let txn = store.read()?;
@@ -72,7 +74,6 @@ mod tests {
     use crate::entry::{Attr, Entry};
     use crate::store::{EngineKind, Options, SyncMode};
     use crate::write::{children, run_batch, Parent, WriteOp};
-    use std::sync::Arc;
 
     fn entry(dn: &str) -> Entry {
         Entry { dn: dn.into(), attrs: vec![Attr { name: "objectClass".into(), vals: vec![b"top".to_vec()] }] }
@@ -82,14 +83,8 @@ mod tests {
     fn counts_left_by_a_crash_are_corrected() {
         let dir = tempfile::tempdir().unwrap();
         let manifest = Manifest::new(2, vec!["dc=x".into()], "cn=admin,dc=x".into(), String::new());
-        let stores: Vec<Arc<Engine>> = (0..2)
-            .map(|i| {
-                Arc::new(
-                    Engine::open(&dir.path().join(i.to_string()), Options::new(EngineKind::Lmdb, SyncMode::Never))
-                        .unwrap(),
-                )
-            })
-            .collect();
+        let all = Stores::open(dir.path(), 2, Options::new(EngineKind::Lmdb, SyncMode::Never)).unwrap();
+        let stores = all.engines();
         let hlc = || crate::write::Clock {
             hlc: crate::csn::Hlc::new(1, None, crate::csn::DEFAULT_MAX_FORWARD_SKEW),
             capture: false,
@@ -121,13 +116,13 @@ mod tests {
             &mut [WriteOp::Child { parent: b.clone(), delta: 1 }],
             &mut hlc(),
         );
-        let fixed = children_counts(&manifest, &stores).unwrap();
+        let fixed = children_counts(&manifest, &all).unwrap();
         assert!(fixed >= 2, "{fixed}");
         let count = |dn: &str| {
             let key = Dn::parse(dn).unwrap().key();
             children(&stores[manifest.owner_of(&key)].read().unwrap(), &key).unwrap()
         };
         assert_eq!((count("dc=x"), count("ou=a,dc=x"), count("ou=b,dc=x")), (2, 4, 0));
-        assert_eq!(children_counts(&manifest, &stores).unwrap(), 0, "nothing left to fix");
+        assert_eq!(children_counts(&manifest, &all).unwrap(), 0, "nothing left to fix");
     }
 }

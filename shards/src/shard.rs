@@ -12,6 +12,7 @@ use crate::entry::{Entry, EntryView};
 use crate::error::{Error, Result};
 use crate::manifest::Manifest;
 use crate::store::{Engine, ReadTxn, Store, SyncMode};
+use crate::stores::{Read, Stores};
 use crate::write::{self, run_batch, Outcome, WriteOp};
 use futures_channel::oneshot;
 use glommio::channels::channel_mesh::{MeshBuilder, Senders};
@@ -99,7 +100,7 @@ pub struct Shard {
     pub stamping: write::Stamping,
     pub manifest: Arc<Manifest>,
     /// Every shard's store, indexed by shard id; only `stores[id]` is written here.
-    pub stores: Arc<Vec<Arc<Engine>>>,
+    pub stores: Stores,
     /// Every store's commit floor (shared by all shards).
     pub floors: Arc<Floors>,
     queue: LocalSender<Pending>,
@@ -242,7 +243,7 @@ impl Shard {
         id: usize,
         stamping: write::Stamping,
         manifest: Arc<Manifest>,
-        stores: Arc<Vec<Arc<Engine>>>,
+        stores: Stores,
         floors: Arc<Floors>,
         mesh: Option<Mesh>,
         sync: SyncMode,
@@ -283,7 +284,7 @@ impl Shard {
             }
         }
         if sync == SyncMode::Interval {
-            glommio::spawn_local(sync_loop(shard.stores[id].clone(), sync_interval)).detach();
+            glommio::spawn_local(sync_loop(shard.stores.engine(id).clone(), sync_interval)).detach();
         }
         Ok(shard)
     }
@@ -296,9 +297,9 @@ impl Shard {
         self.manifest.owner_of(key)
     }
 
-    /// The store holding the entry with this DN key (read it through a snapshot).
-    pub fn store_for(&self, key: &[u8]) -> &Engine {
-        &self.stores[self.owner_of(key)]
+    /// A snapshot of the store holding the entry with this DN key.
+    pub fn read_for(&self, key: &[u8]) -> Result<Read<'_>> {
+        self.stores.read(self.owner_of(key))
     }
 
     /// Reads an entry through a snapshot of its owner's store.
@@ -309,18 +310,18 @@ impl Shard {
     /// Runs `f` on an entry in place, inside a snapshot of its owner's
     /// store (no copy of the entry); `None` when there is no such entry.
     pub fn with_entry<R>(&self, key: &[u8], f: impl FnOnce(&EntryView<'_>) -> R) -> Result<Option<R>> {
-        Ok(self.store_for(key).read()?.entry(key)?.map(|(_, view)| f(&view)))
+        Ok(self.read_for(key)?.entry(key)?.map(|(_, view)| f(&view)))
     }
 
     /// Whether an entry has this DN key, through a snapshot of its owner's store.
     pub fn exists(&self, key: &[u8]) -> Result<bool> {
-        self.store_for(key).read()?.has_dn(key)
+        self.read_for(key)?.has_dn(key)
     }
 
     /// How many children the entry with this DN key has (0 when there is
     /// no such entry), through a snapshot of its owner's store.
     pub fn children(&self, key: &[u8]) -> Result<u64> {
-        crate::write::children(&self.store_for(key).read()?, key)
+        crate::write::children(&self.read_for(key)?, key)
     }
 
     /// Waits until some store committed after `seen` (`Floors::commits`),
@@ -448,7 +449,7 @@ impl Shard {
         if GROWING.swap(true, Ordering::Acquire) {
             return false;
         }
-        let store = &self.stores[self.id];
+        let store = self.stores.engine(self.id);
         let gate = Arc::new(Gate::default());
         // Wait only for the reactors that got the message: one that has
         // stopped (shutdown) reads nothing any more.
@@ -496,7 +497,7 @@ impl Shard {
 }
 
 async fn commit_loop(shard: Rc<Shard>, rx: LocalReceiver<Pending>) {
-    let store = &shard.stores[shard.id];
+    let store = shard.stores.engine(shard.id);
     let mut clock = match write::clock(&**store, shard.stamping, &shard.manifest) {
         Ok(h) => h,
         Err(e) => {

@@ -13,8 +13,8 @@ use anyhow::{anyhow, bail, Result};
 use shards::dn::Dn;
 use shards::entry::EntryView;
 use shards::manifest::Manifest;
-use shards::store::{Engine, ReadTxn, Store};
-use std::sync::Arc;
+use shards::store::ReadTxn;
+use shards::Stores;
 
 pub struct Request {
     pub as_dn: String,
@@ -27,12 +27,12 @@ pub struct Request {
 /// The stores of a data directory, read offline.
 struct Offline {
     manifest: Manifest,
-    stores: Arc<Vec<Arc<Engine>>>,
+    stores: Stores,
 }
 
 impl Offline {
     fn with_entry<R>(&self, key: &[u8], f: impl FnOnce(&EntryView<'_>) -> R) -> shards::Result<Option<R>> {
-        Ok(self.stores[self.manifest.owner_of(key)].read()?.entry(key)?.map(|(_, view)| f(&view)))
+        Ok(self.stores.read(self.manifest.owner_of(key))?.entry(key)?.map(|(_, view)| f(&view)))
     }
 }
 

@@ -202,7 +202,7 @@ impl Drop for UuidClaim {
 fn uuid_indexed(shard: &Shard, uuid: &str) -> Result<bool> {
     let node = shards::filter::compile(&LdapFilter::Equality("entryUUID".into(), uuid.into()));
     for store in shard.stores.iter() {
-        if shards::index::candidates(&shards::store::Store::read(&**store)?, &node)?.is_some_and(|c| !c.is_empty()) {
+        if shards::index::candidates(&store.read()?, &node)?.is_some_and(|c| !c.is_empty()) {
             return Ok(true);
         }
     }

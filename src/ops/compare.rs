@@ -10,7 +10,7 @@ use crate::ops::controls::{self, Controls};
 use crate::ops::{parse_dn, with_matched};
 use ldap3_proto::proto::LdapCompareRequest;
 use ldap3_proto::LdapResultCode;
-use shards::store::{ReadTxn, Store};
+use shards::store::ReadTxn;
 use shards::{matching, password, Error, Result};
 
 /// The class a Compare of `objectClass` asks about, if it names one. A
@@ -106,7 +106,7 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
     let (entry, access, snapshot) = match computed {
         Some(entry) => (entry, None, None),
         None => {
-            let txn = conn.ctx.shard.store_for(&key).read()?;
+            let txn = conn.ctx.shard.read_for(&key)?;
             let entry = txn.entry(&key)?.map(|(_, view)| shards::entry::Entry::decode_view(&view)).transpose()?;
             let missing = || with_matched(conn, &identity, &dn, Error::no_such_object(&req.dn));
             (entry.ok_or_else(missing)?, conn.access(&live, &identity), Some(txn))

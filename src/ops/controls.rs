@@ -40,7 +40,7 @@ use ldap3_proto::proto::LdapFilter;
 use ldap3_proto::LdapResultCode;
 use shards::entry::{encode_vals, Entry, EntryView, Vals};
 use shards::index;
-use shards::store::{ReadTxn, Store};
+use shards::store::ReadTxn;
 use shards::write::Images;
 use shards::{Error, Result};
 
@@ -398,7 +398,7 @@ pub fn check_assertion_at(conn: &Conn, identity: &Identity, assertion: Option<&L
     if assertion.is_none() {
         return Ok(());
     }
-    let txn = conn.ctx.shard.store_for(key).read()?;
+    let txn = conn.ctx.shard.read_for(key)?;
     match txn.entry(key)? {
         Some((id, view)) => check_assertion_read(conn, identity, assertion, key, (&txn, id), &view),
         None => Ok(()),
@@ -409,7 +409,7 @@ pub fn check_assertion_at(conn: &Conn, identity: &Identity, assertion: Option<&L
 /// count (kept on its own owner), as a search answers them: computed, the
 /// filter cannot read them from the entry.
 fn subordinates_decided(conn: &Conn, node: &shards::filter::Node, key: &[u8]) -> Result<Vec<(usize, bool)>> {
-    node.subordinates_decided(|| Ok(shards::write::children(&conn.ctx.shard.store_for(key).read()?, key)? > 0))
+    node.subordinates_decided(|| Ok(shards::write::children(&conn.ctx.shard.read_for(key)?, key)? > 0))
 }
 
 /// Whether the assertion holds on `view` under the requester's rights;

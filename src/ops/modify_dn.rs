@@ -35,7 +35,6 @@ use shards::dn::{Dn, Rdn};
 use shards::entry::Entry;
 use shards::moves;
 use shards::renames::{self, Intent, Member};
-use shards::store::Store;
 use shards::write::{children, Extras, Images, Moving, Parent};
 use shards::{now_generalized, Error, Result, Shard};
 use std::rc::Rc;
@@ -270,7 +269,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
 fn read_subtree(conn: &Conn, dn: &Dn, dn_text: &str, in_place: bool) -> Result<(Entry, Vec<Member>)> {
     let (shard, key) = (&conn.ctx.shard, dn.key());
     let entry = shard.get_entry(&key)?.ok_or_else(|| Error::no_such_object(dn_text))?;
-    if children(&shard.store_for(&key).read()?, &key)? == 0 || (in_place && shard.stamping.capture) {
+    if children(&shard.read_for(&key)?, &key)? == 0 || (in_place && shard.stamping.capture) {
         return Ok((entry, Vec::new()));
     }
     let limit = conn.ctx.live().limits.max_rename_entries;
@@ -469,7 +468,7 @@ pub async fn resume(ctx: &crate::ctx::Ctx) -> Result<usize> {
     }
     let mut finished = 0;
     for (home, store) in shard.stores.iter().enumerate() {
-        for intent in renames::pending(store)? {
+        for intent in renames::pending(&store.read()?)? {
             let (old, new) = (Dn::parse(&intent.old)?, Dn::parse(&intent.new)?);
             if uuid_at(shard, &new)? == Some(intent.uuid) {
                 match shard.stamping.capture {

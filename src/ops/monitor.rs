@@ -121,7 +121,6 @@ pub fn entries(ctx: &Ctx) -> Vec<Entry> {
     // Shards.
     out.push(entry(m("cn=Shards"), "monitorContainer", vec![]));
     for (i, store) in ctx.shard.stores.iter().enumerate() {
-        use shards::store::Store;
         let s = i.to_string();
         let shard = [("shard", s.as_str())];
         let info = format!(

@@ -63,7 +63,7 @@ use shards::csn::{wall_us, Csn};
 use shards::dn::Dn;
 use shards::merge::Record;
 use shards::moves;
-use shards::store::{EngineRead, Store};
+use shards::stores::Read;
 use shards::writes::Trim;
 use std::collections::BTreeSet;
 use std::rc::Rc;
@@ -371,12 +371,12 @@ impl Said {
 
 /// One read snapshot per store (indexed by shard), taken together for a
 /// whole pass over the partitions; never held across an `.await`.
-fn snapshots(ctx: &Ctx) -> Result<Vec<EngineRead<'_>>> {
+fn snapshots(ctx: &Ctx) -> Result<Vec<Read<'_>>> {
     ctx.shard.stores.iter().map(|s| s.read().map_err(|e| anyhow!(e.message))).collect()
 }
 
 /// Every origin the stores hold records of.
-fn origins(txns: &[EngineRead<'_>]) -> Result<Vec<Origin>> {
+fn origins(txns: &[Read<'_>]) -> Result<Vec<Origin>> {
     let mut out = Vec::new();
     for txn in txns {
         for o in changelog::origins(txn).map_err(|e| anyhow!(e.message))? {
@@ -390,7 +390,7 @@ fn origins(txns: &[EngineRead<'_>]) -> Result<Vec<Origin>> {
 
 /// Per partition, the last sequence number of `origin` held here (from the
 /// partition owner's `meta`).
-fn held(ctx: &Ctx, txns: &[EngineRead<'_>], origin: Origin) -> Result<Vec<u64>> {
+fn held(ctx: &Ctx, txns: &[Read<'_>], origin: Origin) -> Result<Vec<u64>> {
     let m = &ctx.shard.manifest;
     (0..m.partitions as u16)
         .map(|p| {

@@ -359,7 +359,7 @@ async fn resync(
 ) -> Result<()> {
     shared.update(|s| s.outbound = "resyncing".into());
     let (states, positions, newest) = {
-        let txn = ctx.shard.stores[owner(ctx, partition)].read().map_err(|e| anyhow!(e.message))?;
+        let txn = ctx.shard.stores.read(owner(ctx, partition)).map_err(|e| anyhow!(e.message))?;
         let states = changelog::partition_states(&txn, partition).map_err(|e| anyhow!(e.message))?;
         let positions = changelog::positions(&txn, partition).map_err(|e| anyhow!(e.message))?;
         let newest = changelog::newest(&txn, Some(partition)).map_err(|e| anyhow!(e.message))?;
@@ -435,7 +435,7 @@ struct Pending {
 
 fn pending(
     ctx: &Ctx,
-    txns: &[EngineRead<'_>],
+    txns: &[Read<'_>],
     acked: &std::collections::BTreeMap<Origin, Vec<u64>>,
     ages: &mut Ages,
     (own, floor_us): (Origin, u64),

@@ -245,7 +245,7 @@ impl Emit<'_> {
     /// Walks the candidates an index lookup gave, in chunks.
     pub(super) async fn walk_index(
         &mut self,
-        store: &Engine,
+        store: StoreRef<'_>,
         scope: &Scope,
         candidates: &[index::Candidate],
         abandoned: &crate::ops::abandon::Abandoned,
@@ -306,7 +306,7 @@ impl Emit<'_> {
     /// `ldapsearch ... | ldapadd` relies on it).
     pub(super) async fn walk_range(
         &mut self,
-        stores: &[Arc<Engine>],
+        stores: &Stores,
         scope: &Scope,
         after: Option<Vec<u8>>,
         abandoned: &crate::ops::abandon::Abandoned,
@@ -339,7 +339,7 @@ impl Emit<'_> {
     /// Walks one range of the scope in every store, merged, in chunks.
     pub(super) async fn walk_part(
         &mut self,
-        stores: &[Arc<Engine>],
+        stores: &Stores,
         part: &Part,
         except: Option<&[u8]>,
         after: Option<Vec<u8>>,
@@ -352,7 +352,7 @@ impl Emit<'_> {
             let mut need = None;
             let mut outcome = Ok(Visit::Next);
             {
-                let txns = stores.iter().map(|s| s.read()).collect::<Result<Vec<_>>>()?;
+                let txns = stores.snapshot()?;
                 let (keys, horizon) = merged_keys(&txns, part, &from)?;
                 let slice_end = Instant::now() + SLICE;
                 for (scanned, (key, id, store)) in keys.iter().enumerate() {

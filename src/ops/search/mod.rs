@@ -34,11 +34,11 @@ use shards::dn::key_of;
 use shards::dn::Dn;
 use shards::entry::{encode_vals, Entry, EntryView, Vals};
 use shards::schema::subschema;
-use shards::store::{Engine, ReadTxn, Store};
+use shards::store::ReadTxn;
+use shards::stores::{StoreRef, Stores};
 use shards::write::children;
 use shards::{filter, index, matching, Error, Result};
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod emit;

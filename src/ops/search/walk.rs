@@ -14,7 +14,7 @@ use crate::ops::{alias, parse_dn, referral, with_matched_in};
 use ldap3_proto::proto::{LdapSearchRequest, LdapSearchScope};
 use shards::entry::EntryView;
 use shards::index;
-use shards::store::{ReadTxn, Store};
+use shards::store::ReadTxn;
 use shards::{Error, Result};
 
 /// Visits the base entry and the stores in order from `position`; returns
@@ -54,7 +54,7 @@ pub(super) async fn walk(
                 return Ok(None);
             }
         }
-        let txn = shard.store_for(base_key).read()?;
+        let txn = shard.read_for(base_key)?;
         // The entry is read once for the access plan, the Assertion and
         // the visit; without either, the visit may decide the filter from
         // the index without reading it (`index::decides`).

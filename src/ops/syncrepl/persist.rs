@@ -74,7 +74,7 @@ pub(super) async fn tail(
         // Before the changelog: every change below it is in what is read.
         let floor_us = ctx.shard.floors.lowest();
         let settled = ctx.mirrored.then(|| ctx.shared.replication.peer_claim());
-        let txns = ctx.shard.stores.iter().map(|st| st.read()).collect::<Result<Vec<_>>>()?;
+        let txns = ctx.shard.stores.snapshot()?;
         let mut held: Option<Csn> = None;
         // A replay at the size limit with another change to send.
         let mut full = false;
@@ -282,7 +282,7 @@ pub(crate) fn locate(
     let mut led_by: Option<Csn> = None;
     for _hop in 0..16 {
         let key = Dn::parse(&shown)?.key();
-        let txn = shard.store_for(&key).read()?;
+        let txn = shard.read_for(&key)?;
         if let Some((id, view)) = txn.entry(&key)? {
             let entry = Entry::decode_view(&view)?;
             if shards::merge::uuid_of(&entry).ok() == Some(*uuid) {
@@ -477,7 +477,7 @@ const MOST_BELOW: usize = 100_000;
 /// old DN goes first, deepest first, before the top's delete (each
 /// entry's own record, later, says it again: harmless).
 fn drop_below(s: &Session<'_>, out: &mut BytesMut, (key, old_key): (&[u8], &[u8])) -> Result<()> {
-    let txns = s.conn.ctx.shard.stores.iter().map(|st| st.read()).collect::<Result<Vec<_>>>()?;
+    let txns = s.conn.ctx.shard.stores.snapshot()?;
     let mut prefix = key.to_vec();
     prefix.push(shards::dn::KEY_SEPARATOR);
     let (rows, _) = shards::subtree::next_chunk(&txns, &prefix, &prefix, (MOST_BELOW, MOST_BELOW), &mut |_| {

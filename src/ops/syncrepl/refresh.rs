@@ -63,7 +63,7 @@ pub(super) async fn refresh(
         // The size limit reached with another entry to send.
         let mut full = false;
         {
-            let txns = shard.stores.iter().map(|st| st.read()).collect::<Result<Vec<_>>>()?;
+            let txns = shard.stores.snapshot()?;
             let (rows, bound) = next_rows(s, &txns, &from, resumed)?;
             // However costly the filter, a chunk takes about one slice
             // of reactor time: the walk resumes after the last row seen.
@@ -279,7 +279,7 @@ pub(super) async fn departed(
 fn departed_chunk(
     s: &Session<'_>,
     since: &Since,
-    store: &shards::store::Engine,
+    store: shards::stores::StoreRef<'_>,
     from: Option<[u8; 18]>,
     out: &mut Vec<(uuid::Uuid, Csn)>,
 ) -> Result<(usize, Option<[u8; 18]>)> {
