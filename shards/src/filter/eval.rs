@@ -245,6 +245,10 @@ impl Node {
                 attr.covers(name).then(|| norm(rule).is_some_and(|n| rule_matches(*rule, *less, &n, value)))
             }
             Node::Approx { attr, any } => attr.covers(name).then(|| approx::matches(any, v)),
+            // A value of the computed entryDN: a DN, related as in a filter.
+            Node::EntryDn { attr, key, rule } => attr.covers(name).then(|| {
+                std::str::from_utf8(v).ok().and_then(|s| dn::key_of(s).ok()).is_some_and(|k| rule.dn_relates(&k, key))
+            }),
             // `(objectClass=person)` compiles to one equality per subclass.
             Node::Or(items) => items.iter().filter_map(|i| i.value_matches(name, v)).reduce(|a, b| a || b),
             _ => None,

@@ -115,7 +115,8 @@ pub(crate) fn write_entry(
     let matched;
     // RFC 3876 §2: no effect on a typesOnly search (the types are listed).
     if !sel.values.is_empty() && !sel.types_only {
-        matched = matched_values(&sel.values, &attrs, sel.value_tests)?;
+        let is_computed = |name: &str| computed.iter().any(|(c, _)| *c == name);
+        matched = matched_values(&sel.values, &attrs, sel.value_tests, is_computed)?;
         attrs = matched.iter().map(|(name, buf, n)| OutAttr { name, vals: Vals::from_encoded(buf, *n) }).collect();
     }
     ber::search_entry(out, msgid, view.dn(), &attrs, sel.types_only);
@@ -123,14 +124,18 @@ pub(crate) fn write_entry(
 }
 
 /// What Matched Values (RFC 3876) leaves of the attributes: the values
-/// some item matches, encoded; as slapd, an attribute no item names (or
-/// whose items are Undefined) is left out. At most `most` value tests
+/// some item matches, encoded; as slapd, a stored attribute no value of
+/// which an item matched is left out, and one computed as the entry is
+/// sent (`is_computed`: hasSubordinates, entryDN, ...) is sent as its
+/// type with no values (slapd filters those in a loop of their own that
+/// never drops an attribute). At most `most` value tests
 /// (0: no limit): items times values on cn=Subschema, or on a group of a
 /// million members, is reactor time an anonymous client could spend.
 pub(super) fn matched_values<'v>(
     items: &[filter::Node],
     attrs: &[OutAttr<'v, Vals<'v>>],
     most: u64,
+    is_computed: impl Fn(&str) -> bool,
 ) -> Result<Vec<(&'v str, Vec<u8>, u32)>> {
     let tests: u64 = attrs.iter().map(|a| a.vals.clone().count() as u64).sum::<u64>() * items.len() as u64;
     if most > 0 && tests > most {
@@ -143,7 +148,7 @@ pub(super) fn matched_values<'v>(
     for a in attrs {
         let kept: Vec<&[u8]> =
             a.vals.clone().filter(|v| items.iter().any(|i| i.value_matches(a.name, v) == Some(true))).collect();
-        if !kept.is_empty() {
+        if !kept.is_empty() || is_computed(a.name) {
             let mut buf = Vec::new();
             encode_vals(&kept, &mut buf);
             out.push((a.name, buf, kept.len() as u32));
@@ -198,7 +203,7 @@ pub(super) fn write_computed(
     // client picks one schema definition out so).
     let matched;
     if !sel.values.is_empty() && !sel.types_only {
-        matched = matched_values(&sel.values, &attrs, sel.value_tests)?;
+        matched = matched_values(&sel.values, &attrs, sel.value_tests, |_| false)?;
         attrs = matched.iter().map(|(name, buf, n)| OutAttr { name, vals: Vals::from_encoded(buf, *n) }).collect();
     }
     ber::search_entry(out, msgid, entry.dn.as_str(), &attrs, sel.types_only);
