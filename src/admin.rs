@@ -370,7 +370,7 @@ impl Admin {
         for i in 0..self.stores.len() {
             self.stores
                 .read_outside(i, |txn| {
-                    shards::changelog::states(txn, &[], &mut |partition, uuid, v| {
+                    shards::changelog::states(txn, None, &mut |partition, uuid, v| {
                         let partition = Some(partition as u32);
                         if let Some(state) = shards::merge::decode_state(v) {
                             // Once, from the partition that shows it (a rename

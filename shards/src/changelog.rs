@@ -67,7 +67,7 @@ pub fn log_key(partition: u16, origin: Origin, seq: u64) -> [u8; 16] {
 
 pub const LOG_PREFIX: usize = 8;
 
-pub fn state_key(partition: u16, uuid: &[u8; 16]) -> [u8; 18] {
+pub(crate) fn state_key(partition: u16, uuid: &[u8; 16]) -> [u8; 18] {
     let mut k = [0u8; 18];
     k[..2].copy_from_slice(&partition.to_be_bytes());
     k[2..].copy_from_slice(uuid);
@@ -392,14 +392,22 @@ pub fn record_at<T: ReadTxn + ?Sized>(txn: &T, partition: u16, origin: Origin, s
 /// What `states` visits: partition, entryUUID, encoded state; false stops.
 pub type StateVisit<'a> = dyn FnMut(u16, [u8; 16], &[u8]) -> bool + 'a;
 
+/// Where a walk of `states` stands: the partition and entryUUID of the
+/// last state it visited.
+pub type StatePosition = (u16, [u8; 16]);
+
 /// Visits the entry states a store keeps (every partition's, tombstones
-/// and the states renames left included) from `from` (a `state_key`; empty
-/// for the first), in key order, until `visit` returns false.
-pub fn states<T: ReadTxn + ?Sized>(txn: &T, from: &[u8], visit: &mut StateVisit<'_>) -> Result<()> {
+/// and the states renames left included) after `after` (from the first
+/// when `None`), in order of partition then entryUUID, until `visit`
+/// returns false.
+pub fn states<T: ReadTxn + ?Sized>(txn: &T, after: Option<StatePosition>, visit: &mut StateVisit<'_>) -> Result<()> {
+    let from = after.map(|(p, uuid)| state_key(p, &uuid));
+    let from = from.as_ref().map_or(&[][..], |k| &k[..]);
     txn.scan(Tree::State, &[], from, &mut |k, v| match (
         k.get(..2).and_then(|p| <[u8; 2]>::try_from(p).ok()),
         k.get(2..).and_then(|u| u.try_into().ok()),
     ) {
+        _ if k == from => true,
         (Some(p), Some(uuid)) => visit(u16::from_be_bytes(p), uuid, v),
         _ => true,
     })

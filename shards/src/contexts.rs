@@ -156,7 +156,7 @@ pub fn note_states<S: Store>(store: &S, contexts: &Contexts) -> Result<()> {
         return Ok(());
     }
     let mut notes = BTreeMap::new();
-    crate::changelog::states(&store.read()?, &[], &mut |partition, _, bytes| {
+    crate::changelog::states(&store.read()?, None, &mut |partition, _, bytes| {
         if let Some(state) = crate::merge::decode_state(bytes) {
             gather(&mut notes, contexts, partition, &state);
         }

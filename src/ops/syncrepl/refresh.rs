@@ -253,7 +253,7 @@ pub(super) async fn departed(
 ) -> Result<Option<Vec<(uuid::Uuid, Csn)>>> {
     let mut out = Vec::new();
     for store in s.conn.ctx.shard.stores.iter() {
-        let mut from: Option<[u8; 18]> = None;
+        let mut from = None;
         loop {
             let (walked, last) = departed_chunk(s, since, store, from, &mut out)?;
             if walked < CHUNK {
@@ -275,26 +275,22 @@ pub(super) async fn departed(
 }
 
 /// One chunk of `departed` in one store: up to `CHUNK` states after
-/// `from`; returns how many it walked and the last one's key.
+/// `from`; returns how many it walked and where it stopped.
 fn departed_chunk(
     s: &Session<'_>,
     since: &Since,
     store: shards::stores::StoreRef<'_>,
-    from: Option<[u8; 18]>,
+    from: Option<changelog::StatePosition>,
     out: &mut Vec<(uuid::Uuid, Csn)>,
-) -> Result<(usize, Option<[u8; 18]>)> {
+) -> Result<(usize, Option<changelog::StatePosition>)> {
     let shard = &s.conn.ctx.shard;
     let (mut walked, mut last) = (0, None);
     // Only what changed since the cookie is kept from the walk.
     let mut renamed = Vec::new();
     {
         let txn = store.read()?;
-        changelog::states(&txn, from.as_ref().map_or(&[][..], |k| &k[..]), &mut |p, uuid, bytes| {
-            let key = changelog::state_key(p, &uuid);
-            if from == Some(key) {
-                return true;
-            }
-            (walked, last) = (walked + 1, Some(key));
+        changelog::states(&txn, from, &mut |p, uuid, bytes| {
+            (walked, last) = (walked + 1, Some((p, uuid)));
             let Some(state) = shards::merge::decode_state(bytes) else { return walked < CHUNK };
             if let Some(deleted) = state.deleted {
                 if since.newer(deleted) && s.showed_before_delete(&state, &uuid) {
