@@ -152,7 +152,7 @@ pub fn result_message(out: &mut BytesMut, msgid: i32, tag: u8, res: &LdapResult)
 
 /// What the BER header at the front of `buf` says about the next PDU.
 #[derive(Debug, PartialEq)]
-pub enum Frame {
+pub enum Peeked {
     /// Not enough bytes yet to know; or this many bytes in total.
     Incomplete,
     Size(usize),
@@ -160,28 +160,28 @@ pub enum Frame {
     Malformed,
 }
 
-pub fn peek_frame(buf: &[u8]) -> Frame {
+pub fn peek_frame(buf: &[u8]) -> Peeked {
     if buf.is_empty() {
-        return Frame::Incomplete;
+        return Peeked::Incomplete;
     }
     if buf[0] != 0x30 {
-        return Frame::Malformed;
+        return Peeked::Malformed;
     }
     let Some(&first) = buf.get(1) else {
-        return Frame::Incomplete;
+        return Peeked::Incomplete;
     };
     if first < 0x80 {
-        return Frame::Size(2 + first as usize);
+        return Peeked::Size(2 + first as usize);
     }
     let n = (first & 0x7f) as usize;
     if n == 0 || n > 8 {
-        return Frame::Malformed; // indefinite length is not allowed in LDAP
+        return Peeked::Malformed; // indefinite length is not allowed in LDAP
     }
     if buf.len() < 2 + n {
-        return Frame::Incomplete;
+        return Peeked::Incomplete;
     }
     let len = buf[2..2 + n].iter().fold(0u64, |acc, b| acc << 8 | *b as u64);
-    Frame::Size((2 + n as u64).saturating_add(len).min(usize::MAX as u64) as usize)
+    Peeked::Size((2 + n as u64).saturating_add(len).min(usize::MAX as u64) as usize)
 }
 
 #[cfg(test)]
@@ -267,12 +267,12 @@ mod tests {
 
     #[test]
     fn frames() {
-        assert_eq!(peek_frame(b""), Frame::Incomplete);
-        assert_eq!(peek_frame(b"\x30"), Frame::Incomplete);
-        assert_eq!(peek_frame(b"\x30\x05"), Frame::Size(7));
-        assert_eq!(peek_frame(b"\x30\x84\x7f\xff"), Frame::Incomplete);
-        assert_eq!(peek_frame(b"\x30\x84\x7f\xff\xff\xff"), Frame::Size(6 + 0x7fff_ffff));
-        assert_eq!(peek_frame(b"\x30\x80"), Frame::Malformed);
-        assert_eq!(peek_frame(b"\x02\x01"), Frame::Malformed);
+        assert_eq!(peek_frame(b""), Peeked::Incomplete);
+        assert_eq!(peek_frame(b"\x30"), Peeked::Incomplete);
+        assert_eq!(peek_frame(b"\x30\x05"), Peeked::Size(7));
+        assert_eq!(peek_frame(b"\x30\x84\x7f\xff"), Peeked::Incomplete);
+        assert_eq!(peek_frame(b"\x30\x84\x7f\xff\xff\xff"), Peeked::Size(6 + 0x7fff_ffff));
+        assert_eq!(peek_frame(b"\x30\x80"), Peeked::Malformed);
+        assert_eq!(peek_frame(b"\x02\x01"), Peeked::Malformed);
     }
 }

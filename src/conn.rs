@@ -21,7 +21,7 @@ use room::Room;
 use writer::{spawn_writer, Half, Out};
 
 use crate::accesslog::{self, LogLevel};
-use crate::ber::{self, Frame};
+use crate::ber::{self, Peeked};
 use crate::ctx::Ctx;
 use crate::ops::{self, Flow};
 use crate::strict::Check;
@@ -546,14 +546,14 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
                 _ => limits.max_pdu_bytes,
             };
             match ber::peek_frame(&rbuf) {
-                Frame::Incomplete => break,
-                Frame::Malformed => return disconnect(conn, inline, "malformed LDAP message").await,
-                Frame::Size(n) if n > limit => {
+                Peeked::Incomplete => break,
+                Peeked::Malformed => return disconnect(conn, inline, "malformed LDAP message").await,
+                Peeked::Size(n) if n > limit => {
                     let why = format!("message of {n} bytes exceeds the limit of {limit} bytes");
                     return disconnect(conn, inline, &why).await;
                 }
-                Frame::Size(n) if n > rbuf.len() => break,
-                Frame::Size(n) => match crate::strict::check(&rbuf[..n]) {
+                Peeked::Size(n) if n > rbuf.len() => break,
+                Peeked::Size(n) => match crate::strict::check(&rbuf[..n]) {
                     Ok(Check::Ok) => size = n,
                     Ok(Check::Without(msg)) => {
                         bytes::Buf::advance(&mut rbuf, n);

@@ -89,7 +89,7 @@ pub struct Shared {
     /// Every listening socket, for `drain`.
     pub listeners: std::sync::Mutex<Vec<std::os::fd::RawFd>>,
     /// Mirror mode's state, for `ctl replication`.
-    pub replication: Arc<crate::repl::Shared>,
+    pub replication: Arc<crate::repl::Link>,
     /// Subtrees being renamed across owners (`ops::carries`).
     pub carries: crate::ops::carries::Carries,
     /// Set once shard 0 has finished the renames a crash interrupted; no

@@ -113,7 +113,7 @@
 //!      subtree search, two stores to the shard's own lane and one load,
 //!      per entry a search sends one load of it; locked only while a
 //!      rename runs or by a search it overtook), a mirror pair's settled
-//!      CSN of the peer (`repl::Shared`, read by syncrepl rounds on a
+//!      CSN of the peer (`repl::Link`, read by syncrepl rounds on a
 //!      server of a pair, written per replication frame), relaxed entryUUID claims
 //!      (`claimed_uuids`, root's Relax writes only), the park `Gate` while
 //!      an LMDB map grows;
@@ -124,7 +124,7 @@
 //!      pooled ones) begin a transaction under it.
 //!    Between a shard and the admin thread (never another shard): the
 //!    connection registry's per-shard maps (locked by the shard only at
-//!    open and close), mirror mode's status (`repl::Shared`), the LMDB
+//!    open and close), mirror mode's status (`repl::Link`), the LMDB
 //!    `outside` lock (backups), the listening sockets (`drain`).
 //!    A connection's identity for `ctl connections` is an `ArcSwap`,
 //!    stored only by a bind that changes it.

@@ -30,8 +30,9 @@ use crate::store::{Tree, WriteTxn};
 use crate::write::{be_u64, insert, Clock, Images, Outcome};
 use ldap3_proto::LdapResultCode;
 
-/// Where a receiver stands in an origin's stream of a partition.
-pub enum Position {
+/// Where a record arrives in its origin's stream of a partition, against
+/// what this store applied of it.
+pub enum Arrival {
     /// Applied already.
     Duplicate,
     /// The next one.
@@ -40,12 +41,12 @@ pub enum Position {
     Gap { applied: u64 },
 }
 
-pub fn position<T: WriteTxn>(txn: &T, partition: u16, origin: Origin, seq: u64) -> Result<Position> {
+fn arrival<T: WriteTxn>(txn: &T, partition: u16, origin: Origin, seq: u64) -> Result<Arrival> {
     let applied = txn.get(Tree::Meta, &changelog::ruv_key(partition, origin))?.map_or(0, be_u64);
     Ok(match seq {
-        s if s <= applied => Position::Duplicate,
-        s if s == applied + 1 => Position::Next,
-        _ => Position::Gap { applied },
+        s if s <= applied => Arrival::Duplicate,
+        s if s == applied + 1 => Arrival::Next,
+        _ => Arrival::Gap { applied },
     })
 }
 
@@ -61,10 +62,10 @@ pub fn replicate<T: WriteTxn>(
 ) -> Outcome {
     let key = Dn::parse(&rec.dn)?.key();
     let partition = partition_of(&key) as u16;
-    match position(txn, partition, origin, seq)? {
-        Position::Duplicate => return Ok(None),
-        Position::Next => {}
-        Position::Gap { applied } => {
+    match arrival(txn, partition, origin, seq)? {
+        Arrival::Duplicate => return Ok(None),
+        Arrival::Next => {}
+        Arrival::Gap { applied } => {
             return Err(Error::new(
                 LdapResultCode::Busy,
                 format!("replication gap: record {seq} of origin {origin} after {applied}"),

@@ -268,7 +268,8 @@ pub fn load_state<T: ReadTxn + ?Sized>(txn: &T, partition: u16, uuid: &[u8; 16])
 /// Whether any partition keeps a state (live or tombstone) for this
 /// entryUUID: one read transaction per store.
 pub fn uuid_in_use(manifest: &crate::manifest::Manifest, stores: &crate::Stores, uuid: &[u8; 16]) -> Result<bool> {
-    for (store, txn) in stores.snapshot()?.iter().enumerate() {
+    for store in 0..stores.len() {
+        let txn = stores.read(store)?;
         let mine = manifest.owners.iter().enumerate().filter(|(_, o)| **o as usize == store);
         for (partition, _) in mine {
             if txn.get(Tree::State, &state_key(partition as u16, uuid))?.is_some() {

@@ -3,8 +3,8 @@
 //! chosen when they open and named nowhere outside this crate; what this
 //! door offers is reading (`read`, `snapshot`) and the whole-store chores
 //! of tools (`sync`, sizes, copies). Writes go through the owner's group
-//! commit (`writes`, `Shard`), or for offline tools through `write` and
-//! `bulk` on one store by its index.
+//! commit (`writes`, `Shard`), or for offline tools and start-up through
+//! `run_batch`, `bulk` and the notes on one store by its index.
 
 use crate::bulk::BulkLoad;
 use crate::changelog::Origin;
@@ -74,7 +74,9 @@ impl Stores {
     /// reactor (the admin socket's): an LMDB map's growth waits for it.
     pub fn read_outside<R>(&self, i: usize, read: impl FnOnce(&Read<'_>) -> Result<R>) -> Result<R> {
         let _outside = self.0[i].outside();
-        read(&self.0[i].read()?)
+        // Named, so that the transaction ends before the guard does.
+        let txn = self.0[i].read()?;
+        read(&txn)
     }
 
     /// Bytes store `i` takes on disk.

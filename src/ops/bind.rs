@@ -20,13 +20,13 @@ use std::rc::Rc;
 /// What a bind decided: now, or after a slow hash is verified off the reactor.
 pub enum Outcome {
     Now(LdapResult),
-    Later(Pending),
+    Later(SlowBind),
 }
 
 /// A bind waiting for a key-stretching verification (PBKDF2, Argon2,
 /// crypt): milliseconds of CPU that must not stall the reactor's other
 /// connections.
-pub struct Pending {
+pub struct SlowBind {
     identity: Identity,
     check: Check,
 }
@@ -88,7 +88,7 @@ pub fn handle(conn: &Conn, req: &LdapBindRequest, first_step: bool) -> Outcome {
 
 /// Verifies a pending bind on a blocking thread, then sets the identity;
 /// `None` when the client went before its turn (nothing is answered).
-pub async fn finish(conn: &Conn, pending: Pending) -> Option<LdapResult> {
+pub async fn finish(conn: &Conn, pending: SlowBind) -> Option<LdapResult> {
     if pending.check.run(conn).await? {
         conn.set_identity(pending.identity);
         Some(result(Ok(())))
@@ -110,7 +110,7 @@ enum Step {
     Done(Identity),
     /// A SASL first step, answered with an empty challenge.
     Challenge,
-    Slow(Pending),
+    Slow(SlowBind),
 }
 
 fn authenticate(conn: &Conn, req: &LdapBindRequest, first_step: bool) -> Result<Step> {
@@ -148,7 +148,7 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest, first_step: bool) -> Result<
         let hash = ctx.root_password_hash.as_bytes();
         if password::is_slow(hash) {
             let check = Check::new(vec![hash.to_vec()], &password, policy);
-            return Ok(Step::Slow(Pending { identity, check }));
+            return Ok(Step::Slow(SlowBind { identity, check }));
         }
         return if policy.verify(hash, &password) { Ok(Step::Done(identity)) } else { Err(invalid()) };
     }
@@ -168,7 +168,7 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest, first_step: bool) -> Result<
         let values = || e.attrs().filter(|a| is_user_password(a.name)).flat_map(|a| a.vals());
         if values().any(password::is_slow) {
             let check = Check::new(values().map(<[u8]>::to_vec).collect(), &password, policy);
-            return Some(Step::Slow(Pending { identity: bound(e), check }));
+            return Some(Step::Slow(SlowBind { identity: bound(e), check }));
         }
         values().any(|v| policy.verify(v, &password)).then(|| Step::Done(bound(e)))
     })?;

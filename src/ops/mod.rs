@@ -198,13 +198,13 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, first_step: bool, out: &mut Bytes
 }
 
 /// Records a response's result and adds it to the connection's batch.
-fn reply(conn: &Conn, rec: &record::Record, out: &mut BytesMut, msg: LdapMsg) {
+fn reply(conn: &Conn, rec: &record::Operation, out: &mut BytesMut, msg: LdapMsg) {
     record::end_with(conn, rec, &msg.op, None);
     encode(out, msg);
 }
 
 /// Records a response's result and sends it on its own.
-async fn send_reply(conn: &Conn, rec: &record::Record, msg: LdapMsg) {
+async fn send_reply(conn: &Conn, rec: &record::Operation, msg: LdapMsg) {
     let mut out = BytesMut::new();
     reply(conn, rec, &mut out, msg);
     conn.send(out).await;
@@ -239,7 +239,7 @@ fn check_pending(conn: &Conn, op: Op) -> Result<()> {
 fn spawn_write(
     conn: &Rc<Conn>,
     msgid: i32,
-    rec: record::Record,
+    rec: record::Operation,
     response: fn(LdapResult) -> LdapOp,
     fut: impl Future<Output = Result<Vec<LdapControl>>> + 'static,
 ) {

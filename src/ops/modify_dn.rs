@@ -468,7 +468,9 @@ pub async fn resume(ctx: &crate::ctx::Ctx) -> Result<usize> {
     }
     let mut finished = 0;
     for (home, store) in shard.stores.iter().enumerate() {
-        for intent in renames::pending(&store.read()?)? {
+        // Read, and the snapshot dropped, before the awaits below.
+        let intents = renames::pending(&store.read()?)?;
+        for intent in intents {
             let (old, new) = (Dn::parse(&intent.old)?, Dn::parse(&intent.new)?);
             if uuid_at(shard, &new)? == Some(intent.uuid) {
                 match shard.stamping.capture {

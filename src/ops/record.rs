@@ -9,7 +9,8 @@ use ldap3_proto::proto::{LdapBindResponse, LdapExtendedResponse, LdapOp, LdapRes
 use ldap3_proto::LdapResultCode;
 use std::time::Instant;
 
-pub struct Record {
+/// An operation as its log lines and metrics follow it.
+pub struct Operation {
     pub op: Op,
     /// The connection's operation number (slapd's `op=`).
     opn: u64,
@@ -17,7 +18,7 @@ pub struct Record {
 }
 
 /// Starts recording a request; `None` when the message is not a request.
-pub fn begin(conn: &Conn, req: &LdapOp) -> Option<Record> {
+pub fn begin(conn: &Conn, req: &LdapOp) -> Option<Operation> {
     let op = Op::of(req)?;
     let opn = conn.next_op();
     conn.ctx.metrics.initiated(op);
@@ -26,12 +27,12 @@ pub fn begin(conn: &Conn, req: &LdapOp) -> Option<Record> {
     if accesslog::enabled(LogLevel::Stats) && !crate::ops::sasl::refuses(conn, op) {
         log_request(conn, opn, req);
     }
-    Some(Record { op, opn, started: Instant::now() })
+    Some(Operation { op, opn, started: Instant::now() })
 }
 
 /// Logs who a Proxied Authorization control made the operation run as
 /// (slapd's `PROXYAUTHZ dn="…"` line).
-pub fn proxied(conn: &Conn, rec: &Record, dn: &str) {
+pub fn proxied(conn: &Conn, rec: &Operation, dn: &str) {
     if accesslog::enabled(LogLevel::Stats) {
         conn.ctx.log.line(conn.id, Some(rec.opn), "PROXYAUTHZ", &[("dn", V::Quoted(dn))]);
     }
@@ -40,7 +41,7 @@ pub fn proxied(conn: &Conn, rec: &Record, dn: &str) {
 /// Logs who a successful SASL EXTERNAL bind authenticated and the
 /// authorization identity it asked for (slapd's `BIND authcid="…"
 /// authzid="…"`, the authcid again when none was given).
-pub fn sasl(conn: &Conn, rec: &Record, authzid: &[u8]) {
+pub fn sasl(conn: &Conn, rec: &Operation, authzid: &[u8]) {
     if !accesslog::enabled(LogLevel::Stats) {
         return;
     }
@@ -56,7 +57,7 @@ pub fn sasl(conn: &Conn, rec: &Record, authzid: &[u8]) {
 /// Logs who a successful bind made the connection (slapd's second `BIND`
 /// line: `BIND dn="…" mech=SIMPLE bind_ssf=0 ssf=…`); nothing for an
 /// anonymous bind, as slapd.
-pub fn bound(conn: &Conn, rec: &Record, mech: &str) {
+pub fn bound(conn: &Conn, rec: &Operation, mech: &str) {
     if !accesslog::enabled(LogLevel::Stats) {
         return;
     }
@@ -71,7 +72,7 @@ pub fn bound(conn: &Conn, rec: &Record, mech: &str) {
 }
 
 /// Records the result carried by a response message.
-pub fn end_with(conn: &Conn, rec: &Record, resp: &LdapOp, nentries: Option<u64>) {
+pub fn end_with(conn: &Conn, rec: &Operation, resp: &LdapOp, nentries: Option<u64>) {
     let res = match resp {
         LdapOp::BindResponse(b) => &b.res,
         LdapOp::ExtendedResponse(e) => &e.res,
@@ -87,7 +88,7 @@ pub fn end_with(conn: &Conn, rec: &Record, resp: &LdapOp, nentries: Option<u64>)
 }
 
 /// Records an operation's end.
-pub fn end(conn: &Conn, rec: &Record, code: &LdapResultCode, text: &str, nentries: Option<u64>) {
+pub fn end(conn: &Conn, rec: &Operation, code: &LdapResultCode, text: &str, nentries: Option<u64>) {
     let elapsed = rec.started.elapsed();
     conn.ctx.metrics.completed(rec.op, code, elapsed);
     if let Some(n) = nentries {
@@ -137,7 +138,7 @@ pub fn refused(conn: &Conn, response_tag: u8, code: &LdapResultCode, text: &str)
         _ => Op::Extended,
     };
     conn.ctx.metrics.initiated(op);
-    end(conn, &Record { op, opn: conn.next_op(), started: Instant::now() }, code, text, None);
+    end(conn, &Operation { op, opn: conn.next_op(), started: Instant::now() }, code, text, None);
 }
 
 impl Op {

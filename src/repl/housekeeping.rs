@@ -7,7 +7,7 @@ use super::*;
 /// (after a crash, or a failed delivery), holding the changelog to its
 /// size cap, and, without a peer (a syncrepl provider alone), trimming it
 /// by age (with a peer, the sender trims what the peer holds).
-pub async fn housekeeping(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>) {
+pub async fn housekeeping(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Link>) {
     let is_top = |d: &Dn| ctx.is_suffix(d);
     let r = &config.replication;
     let (cap, every) = (r.changelog_max_records.unwrap_or(0), Duration::from_secs(r.trim_interval_s.unwrap_or(60)));
@@ -57,7 +57,7 @@ fn all_streams(ctx: &Ctx) -> Result<Vec<changelog::Stream>> {
 /// changelog holds more than `cap`: past what the peer may hold, so the
 /// peer is marked lagging (and resynced when it next connects) and the
 /// log says so. Deletes keep their tombstones for that resync.
-async fn enforce_cap(ctx: &Ctx, cap: u64, shared: &Shared) -> Result<()> {
+async fn enforce_cap(ctx: &Ctx, cap: u64, shared: &Link) -> Result<()> {
     let streams = all_streams(ctx)?;
     let count = |&(_, _, first, last): &changelog::Stream| (last + 1).saturating_sub(first);
     let total: u64 = streams.iter().map(count).sum();

@@ -168,9 +168,11 @@ const SETTLED_FILE: &str = "replication-settled";
 /// The most of `SETTLED_FILE` read: a CSN and a newline.
 const SETTLED_MOST: u64 = 64;
 
-/// The status, shared with the admin thread.
+/// What this server knows of its link to the peer: the status (shared
+/// with the admin thread), when it last heard from it, what of its
+/// changes is settled here, and the channel's TLS.
 #[derive(Default)]
-pub struct Shared {
+pub struct Link {
     pub status: Mutex<Status>,
     heard: Mutex<Option<Instant>>,
     /// The peer's server id and protocol, once it has said hello, and the
@@ -193,7 +195,7 @@ impl Status {
     }
 }
 
-impl Shared {
+impl Link {
     pub fn snapshot(&self) -> Status {
         let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner()).clone();
         s.peer_silent_s =

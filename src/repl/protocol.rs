@@ -151,7 +151,7 @@ pub(super) type Stream = Box<dyn Io>;
 
 /// A new connection's stream: with `replication.peer_certificate_sha256`,
 /// TLS 1.3 with both certificates pinned, before any frame.
-pub(super) async fn secure(tcp: TcpStream, shared: &Shared, inbound: bool) -> Result<Stream> {
+pub(super) async fn secure(tcp: TcpStream, shared: &Link, inbound: bool) -> Result<Stream> {
     tcp.set_nodelay(true).map_err(|e| anyhow!("{e}"))?;
     let Some(tls) = shared.tls.get() else { return Ok(Box::new(tcp)) };
     Ok(if inbound {

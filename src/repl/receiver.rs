@@ -5,7 +5,7 @@ use super::protocol::*;
 use super::*;
 
 /// Accepts the peer's connections on `replication.listen` (shard 0).
-pub async fn serve(listener: TcpListener, ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>) {
+pub async fn serve(listener: TcpListener, ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Link>) {
     shared.update(|s| s.inbound = "waiting".into());
     let said = Rc::new(std::cell::RefCell::new(Said::default()));
     loop {
@@ -49,7 +49,7 @@ async fn receive(
     tcp: TcpStream,
     ctx: &Ctx,
     config: &Config,
-    shared: &Arc<Shared>,
+    shared: &Arc<Link>,
     proven: &std::cell::Cell<bool>,
 ) -> Result<()> {
     let applied_total = crate::stats::counter("coredir_replication_records_applied_total", 0, &[]);

@@ -6,7 +6,7 @@ use super::protocol::*;
 use super::*;
 
 /// Connects to the peer and streams to it, forever (shard 0).
-pub async fn push(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Shared>) {
+pub async fn push(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Link>) {
     let peer = config.replication.peer.clone().unwrap_or_default();
     shared.update(|s| s.peer = peer.clone());
     let waiting = |s: &Status| if s.lagging { "lagging" } else { "connecting" }.to_string();
@@ -105,7 +105,7 @@ impl Ages {
 }
 
 /// The backlog and lag of what the peer lacks, in the status and metrics.
-fn show(shared: &Shared, p: &Pending) {
+fn show(shared: &Link, p: &Pending) {
     let by_csn = p.oldest.map_or(0.0, |c| wall_us().saturating_sub(c.phys_us) as f64 / 1e6);
     let lag_s = by_csn.max(p.seen.map_or(0.0, |t| t.elapsed().as_secs_f64()));
     crate::stats::gauge("coredir_replication_lag_seconds", 0).set(lag_s);
@@ -121,7 +121,7 @@ async fn push_once(
     peer: &str,
     ctx: &Ctx,
     config: &Config,
-    shared: &Shared,
+    shared: &Link,
     (held, ages): (&mut Option<Vector>, &mut Ages),
     checker: &mut verify::Checker,
 ) -> Result<()> {
@@ -256,7 +256,7 @@ async fn check(
     partition: u16,
     checker: &mut verify::Checker,
     acked: &mut std::collections::BTreeMap<Origin, Vec<u64>>,
-    shared: &Shared,
+    shared: &Link,
 ) -> Result<()> {
     let checked = |verdict: Verdict| {
         let result = match verdict {
@@ -327,7 +327,7 @@ fn downgrade(batch: &mut [(u16, Origin, u64, String)]) {
 }
 
 /// The peer's acknowledgement of the last frame: what it applied.
-async fn await_ack(stream: &mut Stream, shared: &Shared) -> Result<Vec<(u16, Origin, u64)>> {
+async fn await_ack(stream: &mut Stream, shared: &Link) -> Result<Vec<(u16, Origin, u64)>> {
     match recv(stream, MAX_FRAME).await? {
         Frame::Ack { applied } => {
             shared.heard();
@@ -355,7 +355,7 @@ async fn resync(
     ctx: &Ctx,
     partition: u16,
     acked: &mut std::collections::BTreeMap<Origin, Vec<u64>>,
-    shared: &Shared,
+    shared: &Link,
 ) -> Result<()> {
     shared.update(|s| s.outbound = "resyncing".into());
     let (states, positions, newest) = {

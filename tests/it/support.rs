@@ -582,7 +582,7 @@ impl Raw {
     /// The next whole message's bytes, undecoded; None once closed.
     pub fn recv_frame(&mut self) -> Option<BytesMut> {
         loop {
-            if let coredir::ber::Frame::Size(n) = coredir::ber::peek_frame(&self.buf) {
+            if let coredir::ber::Peeked::Size(n) = coredir::ber::peek_frame(&self.buf) {
                 if self.buf.len() >= n {
                     return Some(self.buf.split_to(n));
                 }
@@ -600,7 +600,7 @@ impl Raw {
     pub fn recv_lenient(&mut self) -> Option<LdapMsg> {
         let mut codec = LdapCodec::new(Some(64 << 20), None);
         loop {
-            if let coredir::ber::Frame::Size(n) = coredir::ber::peek_frame(&self.buf) {
+            if let coredir::ber::Peeked::Size(n) = coredir::ber::peek_frame(&self.buf) {
                 if self.buf.len() >= n {
                     let mut one = self.buf.split_to(n);
                     match codec.decode(&mut one) {

@@ -172,6 +172,16 @@ pub enum Searchable {
     Depends,
 }
 
+/// A Matched Values item (RFC 3876): as `compile`, but a presence item
+/// names its attribute even where a search filter knows it is always
+/// true (`(entryDN=*)` keeps entryDN's values, and only those).
+pub fn compile_value_item(f: &LdapFilter) -> Node {
+    match f {
+        LdapFilter::Present(a) => Names::of(schema::get(), a).map_or(Node::Undefined, Node::Present),
+        _ => compile(f),
+    }
+}
+
 pub fn compile(f: &LdapFilter) -> Node {
     let schema = schema::get();
     match f {

@@ -23,7 +23,7 @@ use crate::conn::{encode, Conn, Reservation};
 use crate::ops::carries::Reading;
 use crate::ops::controls::Controls;
 use crate::ops::paging::{self, Position};
-use crate::ops::record::{self, Record};
+use crate::ops::record::{self, Operation};
 use crate::ops::sort::Sorter;
 use crate::ops::{alias, monitor, parse_dn, referral, result, rootdse};
 use bytes::BytesMut;
@@ -96,7 +96,7 @@ pub fn finished(conn: &Conn, msgid: i32, abandoned: &Rc<crate::ops::abandon::Aba
     }
 }
 
-pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest, ctrls: Controls, rec: Record) {
+pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest, ctrls: Controls, rec: Operation) {
     let (abandoned, in_flight) = running(conn, msgid);
     let conn = conn.clone();
     glommio::spawn_local(async move {
@@ -195,7 +195,7 @@ async fn run(
     let plan = conn.access(&live, &identity).map(ReadPlan::new);
     let mut sel = Selection::new(&req.attrs, req.typesonly);
     if let Some(items) = &ctrls.matched_values {
-        sel.values = items.iter().map(filter::compile).collect();
+        sel.values = items.iter().map(filter::compile_value_item).collect();
         sel.value_tests = if is_root { 0 } else { live.limits.max_filter_tests };
     }
     let mut node = filter::compile(&req.filter);

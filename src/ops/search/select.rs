@@ -203,7 +203,10 @@ pub(super) fn write_computed(
     // client picks one schema definition out so).
     let matched;
     if !sel.values.is_empty() && !sel.types_only {
-        matched = matched_values(&sel.values, &attrs, sel.value_tests, |_| false)?;
+        // entryDN and subschemaSubentry are computed there too (slapd's
+        // `backend_operational`).
+        let is_computed = |name: &str| matches!(name, "entryDN" | "subschemaSubentry");
+        matched = matched_values(&sel.values, &attrs, sel.value_tests, is_computed)?;
         attrs = matched.iter().map(|(name, buf, n)| OutAttr { name, vals: Vals::from_encoded(buf, *n) }).collect();
     }
     ber::search_entry(out, msgid, entry.dn.as_str(), &attrs, sel.types_only);

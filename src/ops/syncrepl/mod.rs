@@ -56,7 +56,7 @@
 use crate::acl::{Level, ReadPlan, Target};
 use crate::conn::{encode, Conn, Identity, Reservation};
 use crate::ops::controls::Controls;
-use crate::ops::record::{self, Record};
+use crate::ops::record::{self, Operation};
 use crate::ops::search::{visible_match, Scope, Selection};
 use crate::ops::{parse_dn, result, with_matched};
 use crate::repl::PeerClaim;
@@ -71,7 +71,7 @@ use shards::changelog::{self, Origin};
 use shards::csn::Csn;
 use shards::dn::Dn;
 use shards::entry::{Attr, Entry, EntryView, Mod};
-use shards::merge::{Change, EntryState, Record as ChangeRecord};
+use shards::merge::{Change, EntryState, Record};
 use shards::store::ReadTxn;
 use shards::{filter, Error, Result};
 use std::collections::BTreeMap;
@@ -128,7 +128,7 @@ pub fn start(
     req: LdapSearchRequest,
     persist: bool,
     cookie: Option<Vec<u8>>,
-    rec: Record,
+    rec: Operation,
 ) {
     let (abandoned, in_flight) = crate::ops::search::running(conn, msgid);
     let conn = conn.clone();
@@ -495,7 +495,7 @@ fn in_transit(ctx: &crate::ctx::Ctx) -> Result<BTreeMap<u16, Csn>> {
 }
 
 /// On a server of a mirror pair, what a cookie may claim of the peer:
-/// what it settled here (`repl::Shared::peer_claim`, read before the
+/// what it settled here (`repl::Link::peer_claim`, read before the
 /// changelog or entries the cookie covers), below its renames in transit.
 fn peer_claims(claim: Option<PeerClaim>, transit: &BTreeMap<u16, Csn>) -> Peers {
     claim.map(|claim| match claim {

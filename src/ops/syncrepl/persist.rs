@@ -101,7 +101,7 @@ pub(super) async fn tail(
                 (cut, more) = (Some(csn), true);
                 break;
             }
-            if let Some(rec) = ChangeRecord::decode(&bytes) {
+            if let Some(rec) = Record::decode(&bytes) {
                 let built = out.len();
                 match announce(s, &txns[store], (p, until.is_some()), &rec, &mut out)? {
                     // A replay at the size limit with another change to
@@ -366,7 +366,7 @@ pub(super) fn announce<T: ReadTxn>(
     s: &Session<'_>,
     txn: &T,
     (partition, refreshing): (u16, bool),
-    rec: &ChangeRecord,
+    rec: &Record,
     out: &mut BytesMut,
 ) -> Result<Announce> {
     let shard = &s.conn.ctx.shard;
