@@ -336,6 +336,7 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<String> {
     // certificates are asked for, is fixed at start.
     check("tls.verify_client", old.tls.verify_client != new.tls.verify_client);
     check("tls.ca_certificate_file", old.tls.ca_certificate_file != new.tls.ca_certificate_file);
+    check("tls.crl_file", old.tls.crl_file != new.tls.crl_file);
     check("passwords", format!("{:?}", old.passwords) != format!("{:?}", new.passwords));
     check("indexes", old.indexes != new.indexes);
     check("limits.max_queued_bytes", old.limits.max_queued_bytes != new.limits.max_queued_bytes);

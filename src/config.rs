@@ -203,6 +203,11 @@ pub struct TlsConfig {
     /// slapd's `allow` (a certificate that does not verify accepted
     /// without an identity) is refused: `try` is the nearest.
     pub verify_client: Option<String>,
+    /// PEM certificate revocation lists (slapd's TLSCRLFile): a client
+    /// certificate one of them names ends the handshake. Read again on
+    /// SIGHUP, with the certificates. A certificate whose issuer has no
+    /// list here is not checked, as GnuTLS's slapd does not.
+    pub crl_file: Option<PathBuf>,
 }
 
 impl TlsConfig {
@@ -531,6 +536,9 @@ impl Config {
         }
         if asks_clients && self.tls.ca_certificate_file.is_none() {
             bail!("tls.verify_client: client certificates need tls.ca_certificate_file");
+        }
+        if self.tls.crl_file.is_some() && !asks_clients {
+            bail!("tls.crl_file: revocation lists are for client certificates; set tls.verify_client to try or demand");
         }
         self.log_level()?;
         if !matches!(self.log.format.as_str(), "stats" | "json") {

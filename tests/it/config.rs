@@ -27,6 +27,8 @@ fn bad_configuration_is_refused_naming_the_key() {
         ("[server]\nlisten_address = \"x\"\n", "listen_address"),
         ("[strage]\nsync = \"always\"\n", "strage"),
         ("[server]\nshards = \"two\"\n", "shards"),
+        // A revocation list with no client certificates to check.
+        ("[tls]\ncertificate_file = \"/c\"\nkey_file = \"/k\"\ncrl_file = \"/l\"\n", "tls.crl_file"),
     ] {
         let err = serve_fails(&[], Some(config));
         assert!(err.contains(key), "{config:?}: message does not name {key}: {err}");

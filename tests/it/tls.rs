@@ -448,3 +448,94 @@ fn the_starttls_response_is_slapds() {
     assert_eq!(ours, answer(slapd.port));
     assert_eq!(ours.0, LdapResultCode::Success);
 }
+
+/// A client certificate the CA revoked is refused once `tls.crl_file`
+/// (slapd's TLSCRLFile) holds the CA's revocation list, as slapd refuses
+/// it; one the list does not name still authenticates, and the CRL is
+/// read again on SIGHUP. Side by side with slapd, `try` and `demand`.
+#[test]
+fn a_revoked_client_certificate_is_refused_as_slapd_refuses_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |p: &Path| p.display().to_string();
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(DnType::CommonName, "coredir test CA crl");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let mut leaf_params = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+    leaf_params.distinguished_name.push(DnType::CommonName, "127.0.0.1");
+    let leaf = leaf_params.signed_by(&key, &ca, &ca_key).unwrap();
+    let client = |cn: &str, serial: u8| {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params.serial_number = Some(rcgen::SerialNumber::from(vec![serial]));
+        let file = dir.path().join(format!("{cn}.pem"));
+        std::fs::write(&file, params.signed_by(&key, &ca, &ca_key).unwrap().pem()).unwrap();
+        file
+    };
+    let (kept, revoked) = (client("kept", 7), client("revoked", 9));
+    let crl = |serials: &[u8]| {
+        let params = rcgen::CertificateRevocationListParams {
+            this_update: rcgen::date_time_ymd(2024, 1, 1),
+            next_update: rcgen::date_time_ymd(2099, 1, 1),
+            crl_number: rcgen::SerialNumber::from(vec![1]),
+            issuing_distribution_point: None,
+            revoked_certs: serials
+                .iter()
+                .map(|s| rcgen::RevokedCertParams {
+                    serial_number: rcgen::SerialNumber::from(vec![*s]),
+                    revocation_time: rcgen::date_time_ymd(2025, 1, 1),
+                    reason_code: Some(rcgen::RevocationReason::KeyCompromise),
+                    invalidity_date: None,
+                })
+                .collect(),
+            key_identifier_method: rcgen::KeyIdMethod::Sha256,
+        };
+        params.signed_by(&ca, &ca_key).unwrap().pem().unwrap()
+    };
+    let pki = Pki {
+        ca: dir.path().join("ca.pem"),
+        cert: dir.path().join("cert.pem"),
+        key: dir.path().join("key.pem"),
+        client_cert: kept.clone(),
+        client_key: dir.path().join("key.pem"),
+    };
+    std::fs::write(&pki.ca, ca.pem()).unwrap();
+    std::fs::write(&pki.cert, leaf.pem()).unwrap();
+    std::fs::write(&pki.key, key.serialize_pem()).unwrap();
+    let crl_file = dir.path().join("crl.pem");
+    std::fs::write(&crl_file, crl(&[9])).unwrap();
+    for mode in ["try", "demand"] {
+        let config = format!(
+            "[tls]\ncertificate_file = {:?}\nkey_file = {:?}\nca_certificate_file = {:?}\nverify_client = \"{mode}\"\n\
+             crl_file = {:?}\n",
+            path(&pki.cert),
+            path(&pki.key),
+            path(&pki.ca),
+            path(&crl_file)
+        );
+        let coredir = Server::start_with_config(1, &config);
+        let slapd = TcpSlapd::start(&format!(
+            "TLSCACertificateFile {}\nTLSCertificateFile {}\nTLSCertificateKeyFile {}\nTLSVerifyClient {mode}\n\
+             TLSCRLFile {}\n",
+            path(&pki.ca),
+            path(&pki.cert),
+            path(&pki.key),
+            path(&crl_file)
+        ));
+        let answers =
+            |url: &str| (whoami_external(&pki, url, Some(&kept)), whoami_external(&pki, url, Some(&revoked)).0 != 0);
+        let (ours, theirs) = (answers(&coredir.url()), answers(&slapd.url()));
+        assert_eq!(ours, theirs, "{mode}: coredir, then slapd");
+        assert_eq!(ours.0, (0, "dn:cn=kept\n".to_string()), "{mode}");
+        assert!(ours.1, "{mode}: the revoked certificate was accepted");
+        // A new list, read on SIGHUP: now the other one is revoked.
+        std::fs::write(&crl_file, crl(&[7])).unwrap();
+        // SAFETY: a signal to the server this test started.
+        unsafe { libc::kill(coredir.pid() as i32, libc::SIGHUP) };
+        wait_for("the new CRL", || whoami_external(&pki, &coredir.url(), Some(&kept)).0 != 0);
+        assert_eq!(whoami_external(&pki, &coredir.url(), Some(&revoked)).0, 0, "{mode}: revoked no longer");
+        std::fs::write(&crl_file, crl(&[9])).unwrap();
+    }
+}
