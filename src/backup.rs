@@ -24,7 +24,7 @@ use crate::config::Config;
 use anyhow::{anyhow, bail, Context, Result};
 use shards::changelog::Origin;
 use shards::manifest::Manifest;
-use shards::Stores;
+use shards::{Offline, Stores};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -59,7 +59,7 @@ fn load_manifest(dir: &Path) -> Result<Manifest> {
 }
 
 /// New, unsynced stores for `manifest` under `dir` (synced once at the end).
-fn create_stores(config: &Config, dir: &Path, manifest: &Manifest) -> Result<Stores> {
+fn create_stores(config: &Config, dir: &Path, manifest: &Manifest) -> Result<Offline> {
     let mut unsynced = config.clone();
     unsynced.storage.sync = "never".into();
     crate::database::open_stores(&unsynced, dir, manifest)

@@ -8,19 +8,19 @@ use shards::entry::{Attr, Entry};
 use shards::manifest::Manifest;
 use shards::password;
 use shards::write::add_ops;
-use shards::Stores;
+use shards::Offline;
 use std::path::Path;
 use std::sync::Arc;
 
 /// Opens every shard's store of a data directory, with the engine the
 /// manifest names and the configuration's sync and size settings.
-pub fn open_stores(config: &Config, data: &Path, manifest: &Manifest) -> Result<Stores> {
+pub fn open_stores(config: &Config, data: &Path, manifest: &Manifest) -> Result<Offline> {
     let mut options = config.store_options()?;
     options.kind = match manifest.engine.as_str() {
         "sled" => shards::store::EngineKind::Sled,
         _ => shards::store::EngineKind::Lmdb,
     };
-    Stores::open(data, manifest.shards as usize, options)
+    Offline::open(data, manifest.shards as usize, options)
         .map_err(|e| anyhow!("opening the stores in {}: {}", data.display(), e.message))
 }
 
@@ -58,11 +58,12 @@ pub fn lock_data_dir(data: &Path) -> Result<std::fs::File> {
     Ok(f)
 }
 
-/// An open data directory: its lock, manifest and stores.
+/// An open data directory: its lock, manifest and stores (to serve once
+/// the start-up notes are written: `Offline::serve`).
 pub struct Database {
     pub lock: std::fs::File,
     pub manifest: Arc<Manifest>,
-    pub stores: Stores,
+    pub stores: Offline,
 }
 
 /// Locks, opens (creating it when empty) and checks the data directory.
@@ -150,7 +151,7 @@ fn generate_password() -> String {
 
 /// Creates the suffix entries in a new database, with `ou=people` and
 /// `ou=groups` below the first (never again: an operator may delete them).
-fn bootstrap(config: &Config, manifest: &Manifest, stores: &Stores) -> Result<()> {
+fn bootstrap(config: &Config, manifest: &Manifest, stores: &Offline) -> Result<()> {
     let suffixes = config.naming_contexts()?;
     let mut entries = Vec::new();
     for suffix in &suffixes {
@@ -170,7 +171,7 @@ fn bootstrap(config: &Config, manifest: &Manifest, stores: &Stores) -> Result<()
 /// its entry (unless one is there); one no longer configured is forgotten
 /// if it holds no entry, and refused otherwise (its entries would be kept
 /// but never served). Returns the manifest to save, if it changed.
-fn naming_contexts_changed(config: &Config, manifest: &Manifest, stores: &Stores) -> Result<Option<Manifest>> {
+fn naming_contexts_changed(config: &Config, manifest: &Manifest, stores: &Offline) -> Result<Option<Manifest>> {
     let configured = config.naming_contexts()?;
     let recorded: Vec<Dn> = manifest.suffixes.iter().filter_map(|s| Dn::parse(s).ok()).collect();
     if configured == recorded {
@@ -241,7 +242,7 @@ fn suffix_entry(suffix: &Dn) -> Result<Vec<(&'static str, Vec<String>)>> {
 fn create_entries(
     config: &Config,
     manifest: &Manifest,
-    stores: &Stores,
+    stores: &Offline,
     suffixes: &[Dn],
     entries: Vec<(Dn, Vec<(&'static str, Vec<String>)>)>,
 ) -> Result<()> {

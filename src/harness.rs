@@ -50,7 +50,7 @@ impl Harness {
             .io_memory(512 << 10)
             .make()
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let (manifest, stores, sync) = (db.manifest.clone(), db.stores.clone(), config.sync_mode()?);
+        let (manifest, stores, sync) = (db.manifest.clone(), db.stores.clone().serve(), config.sync_mode()?);
         let interval = std::time::Duration::from_millis(config.storage.sync_interval_ms);
         let shard = ex
             .run(shards::Shard::start(

@@ -24,7 +24,7 @@ use shards::ldif;
 use shards::manifest::Manifest;
 use shards::write::{add_ops, WriteOp};
 use shards::Error;
-use shards::Stores;
+use shards::Offline;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::mpsc::{sync_channel, SyncSender};
@@ -146,7 +146,7 @@ enum Bulk {
 }
 
 /// The bulk load into a new database (see the module doc).
-fn bulk(manifest: &Arc<Manifest>, stores: &Stores, input: std::fs::File, suffixes: &[Dn], sid: u16) -> Result<usize> {
+fn bulk(manifest: &Arc<Manifest>, stores: &Offline, input: std::fs::File, suffixes: &[Dn], sid: u16) -> Result<usize> {
     let mut senders = Vec::new();
     let mut writers = Vec::new();
     for i in 0..stores.len() {

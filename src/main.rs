@@ -90,10 +90,12 @@
 //!   `carries` keeps the writes and searches they must not cross.
 //! - `shards` (crate): everything a shard owns: DNs, entries, filters,
 //!   stores, write ops, routing, the mesh and group commit. This crate
-//!   reaches the stores only through `shards::Stores` (snapshots to read;
-//!   offline tools' batches by store index) and writes through the
-//!   owner's group commit (`shards::writes`); it never names an engine
-//!   (LMDB or sled) nor opens a write transaction.
+//!   reaches the stores only through `shards::Stores` (snapshots to read)
+//!   and writes through the owner's group commit (`shards::writes`); it
+//!   never names an engine (LMDB or sled) nor opens a write transaction.
+//!   Writes around group commit (offline tools' batches, bulk loads, the
+//!   start-up notes) take `shards::Offline`, which a server has only
+//!   until it serves (`Offline::serve`).
 //!
 //! ## Architecture invariants
 //!

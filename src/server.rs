@@ -81,6 +81,7 @@ pub fn serve(config: Config) -> Result<()> {
         // delete phase), and contextCSN per naming context.
         stores.note_start(i, config.stamping().capture, &contexts).map_err(|e| anyhow!(e.message))?;
     }
+    let stores = stores.serve();
 
     let tls = match (&config.tls.certificate_file, &config.tls.key_file) {
         (Some(_), Some(_)) => Some(Arc::new(crate::tls::Tls::load(&config.tls)?)),

@@ -43,9 +43,10 @@
 //!   restore, reshard).
 //! - `stores`: `Stores`, every shard's store of one database: the one
 //!   door the server has to them. It reads (`read`, `snapshot`,
-//!   `StoreRef`) and does whole-store chores (sync, copies, start-up
-//!   notes, offline tools' batches); it hands out no engine and no write
-//!   transaction.
+//!   `StoreRef`) and syncs; it hands out no engine and no write
+//!   transaction. `Offline`, the same stores before a server serves or in
+//!   an offline tool, adds the writes around group commit (batches, bulk
+//!   loads, start-up notes, a restore's marks, copies into new stores).
 //! - `subtree`: the entries under a DN key in every store at once, merged
 //!   into one key order in chunks (a search's range, a sync refresh).
 //! - `write`: `WriteOp`s as applied by an owner inside one transaction.
@@ -131,7 +132,7 @@ pub mod writes;
 
 pub use error::{Error, Result};
 pub use shard::Shard;
-pub use stores::Stores;
+pub use stores::{Offline, Stores};
 
 /// The current time as LDAP Generalized Time (`20261129214500Z`).
 pub fn now_generalized() -> String {

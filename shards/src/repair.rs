@@ -12,12 +12,12 @@ use crate::dn::KEY_SEPARATOR;
 use crate::error::Result;
 use crate::manifest::Manifest;
 use crate::store::{ReadTxn, Store, Tree, WriteTxn};
-use crate::stores::Stores;
+use crate::stores::Offline;
 use crate::write::be_u64;
 use std::collections::HashMap;
 
 /// Recounts children; returns how many counts were corrected.
-pub fn children_counts(manifest: &Manifest, stores: &Stores) -> Result<usize> {
+pub fn children_counts(manifest: &Manifest, stores: &Offline) -> Result<usize> {
     let stores = stores.engines();
     let mut counted: HashMap<Vec<u8>, u64> = HashMap::new();
     for store in stores {
@@ -83,7 +83,7 @@ mod tests {
     fn counts_left_by_a_crash_are_corrected() {
         let dir = tempfile::tempdir().unwrap();
         let manifest = Manifest::new(2, vec!["dc=x".into()], "cn=admin,dc=x".into(), String::new());
-        let all = Stores::open(dir.path(), 2, Options::new(EngineKind::Lmdb, SyncMode::Never)).unwrap();
+        let all = Offline::open(dir.path(), 2, Options::new(EngineKind::Lmdb, SyncMode::Never)).unwrap();
         let stores = all.engines();
         let hlc = || crate::write::Clock {
             hlc: crate::csn::Hlc::new(1, None, crate::csn::DEFAULT_MAX_FORWARD_SKEW),

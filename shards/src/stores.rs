@@ -24,15 +24,6 @@ pub type Read<'a> = EngineRead<'a>;
 pub struct Stores(Arc<Vec<Arc<Engine>>>);
 
 impl Stores {
-    /// Opens (creating them when missing) the stores `shard-0` ..
-    /// `shard-{count-1}` under `data`.
-    pub fn open(data: &Path, count: usize, options: Options) -> Result<Stores> {
-        let engines = (0..count)
-            .map(|i| Engine::open(&data.join(format!("shard-{i}")), options).map(Arc::new))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Stores(Arc::new(engines)))
-    }
-
     pub(crate) fn engines(&self) -> &[Arc<Engine>] {
         &self.0
     }
@@ -84,20 +75,52 @@ impl Stores {
         self.0[i].size()
     }
 
+    /// Copies every key into the new stores `to`, each into its owner's store under
+    /// `manifest` (`store::copy`); returns the number of entries.
+    pub fn copy_into(&self, to: &Offline, manifest: &Manifest) -> Result<u64> {
+        crate::store::copy::copy_stores(self.engines(), to.engines(), manifest)
+    }
+
     /// Flushes every store to disk.
     pub fn sync(&self) -> Result<()> {
         self.0.iter().try_for_each(|s| s.sync())
     }
+}
 
-    /// Copies every key into `to`, each into its owner's store under
-    /// `manifest` (`store::copy`); returns the number of entries.
-    pub fn copy_into(&self, to: &Stores, manifest: &Manifest) -> Result<u64> {
-        crate::store::copy::copy_stores(&self.0, &to.0, manifest)
+/// Stores opened by an offline tool, or by a server before it serves:
+/// the only ones writes outside the owners' group commits may go to
+/// (offline tools' batches, bulk loads, the start-up notes, a restore's
+/// marks, copies into new stores). A server turns them into `Stores`
+/// once it is ready to serve (`serve`), and nothing turns them back.
+#[derive(Clone)]
+pub struct Offline(Stores);
+
+impl std::ops::Deref for Offline {
+    type Target = Stores;
+
+    fn deref(&self) -> &Stores {
+        &self.0
+    }
+}
+
+impl Offline {
+    /// Opens (creating them when missing) the stores `shard-0` ..
+    /// `shard-{count-1}` under `data`.
+    pub fn open(data: &Path, count: usize, options: Options) -> Result<Offline> {
+        let engines = (0..count)
+            .map(|i| Engine::open(&data.join(format!("shard-{i}")), options).map(Arc::new))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Offline(Stores(Arc::new(engines))))
+    }
+
+    /// The same stores, to serve: reads only from here on.
+    pub fn serve(self) -> Stores {
+        self.0
     }
 
     /// The write clock of store `i` (`write::clock`), for offline writers.
     pub fn clock(&self, i: usize, how: Stamping, manifest: &Manifest) -> Result<Clock> {
-        crate::write::clock(&*self.0[i], how, manifest)
+        crate::write::clock(&**self.engine(i), how, manifest)
     }
 
     /// Runs ops on store `i` in one transaction (`write::run_batch`): for
@@ -109,7 +132,7 @@ impl Stores {
         ops: &mut [WriteOp],
         clock: &mut Clock,
     ) -> Vec<Outcome> {
-        crate::write::run_batch(&*self.0[i], partition_of, ops, clock)
+        crate::write::run_batch(&**self.engine(i), partition_of, ops, clock)
     }
 
     /// `run_batch`, taking the ops' entries (`write::run_batch_owned`).
@@ -120,13 +143,13 @@ impl Stores {
         ops: &mut [WriteOp],
         clock: &mut Clock,
     ) -> Vec<Outcome> {
-        crate::write::run_batch_owned(&*self.0[i], partition_of, ops, clock)
+        crate::write::run_batch_owned(&**self.engine(i), partition_of, ops, clock)
     }
 
     /// Gives every store the keys its referrals, aliases and subentries
     /// lack (`index::note_marks`), at start.
     pub fn note_marks(&self) -> Result<()> {
-        self.0.iter().try_for_each(|s| crate::index::note_marks(s))
+        self.engines().iter().try_for_each(|s| crate::index::note_marks(s))
     }
 
     /// At start, store `i` notes whether change capture is on
@@ -134,9 +157,9 @@ impl Stores {
     /// each naming context from what was written before
     /// (`contexts::note_states`).
     pub fn note_start(&self, i: usize, capture: bool, contexts: &crate::contexts::Contexts) -> Result<()> {
-        crate::changelog::note_capture(&*self.0[i], capture, crate::csn::wall_us())?;
+        crate::changelog::note_capture(&**self.engine(i), capture, crate::csn::wall_us())?;
         if capture {
-            crate::contexts::note_states(&*self.0[i], contexts)?;
+            crate::contexts::note_states(&**self.engine(i), contexts)?;
         }
         Ok(())
     }
@@ -144,7 +167,7 @@ impl Stores {
     /// Rebuilds store `i`'s indexes from its entries (`index::rebuild`);
     /// returns how many entries it indexed.
     pub fn reindex(&self, i: usize) -> Result<usize> {
-        crate::index::rebuild(&*self.0[i])
+        crate::index::rebuild(&**self.engine(i))
     }
 
     /// After a restore: every store numbers its changes as a new
@@ -153,7 +176,7 @@ impl Stores {
     /// stores held (`write::restored`).
     pub fn restored(&self, partitions: u16, old: Origin, now_us: u64) -> Result<Csn> {
         let mut held = Csn::top_of(0, old.sid);
-        for s in self.0.iter() {
+        for s in self.engines().iter() {
             crate::changelog::new_incarnation(&**s, partitions, old)?;
             held = held.max(crate::write::restored(&**s, old.sid, now_us)?);
         }
@@ -162,7 +185,7 @@ impl Stores {
 
     /// Writes a bulk load into store `i`, new and empty (`bulk`).
     pub fn bulk(&self, i: usize, load: BulkLoad) -> Result<()> {
-        load.write(&*self.0[i])
+        load.write(&**self.engine(i))
     }
 }
 

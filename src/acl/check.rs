@@ -25,18 +25,18 @@ pub struct Request {
 }
 
 /// The stores of a data directory, read offline.
-struct Offline {
+struct DataDir {
     manifest: Manifest,
     stores: Stores,
 }
 
-impl Offline {
+impl DataDir {
     fn with_entry<R>(&self, key: &[u8], f: impl FnOnce(&EntryView<'_>) -> R) -> shards::Result<Option<R>> {
         Ok(self.stores.read(self.manifest.owner_of(key))?.entry(key)?.map(|(_, view)| f(&view)))
     }
 }
 
-impl Groups for Offline {
+impl Groups for DataDir {
     fn is_member(&self, group: &[u8], class: &str, attr: &str, member: &[u8]) -> bool {
         is_member_in(group, class, attr, member, |key, f| self.with_entry(key, f))
     }
@@ -112,7 +112,7 @@ pub fn run(config: &Config, req: &Request) -> Result<bool> {
 }
 
 /// The data directory's stores, when it holds a database.
-fn open(config: &Config) -> Result<Option<Offline>> {
+fn open(config: &Config) -> Result<Option<DataDir>> {
     let data = &config.server.data;
     let Some(manifest) = Manifest::load(data).map_err(|e| anyhow!(e.message))? else { return Ok(None) };
     let stores = crate::database::open_stores(config, data, &manifest).map_err(|e| {
@@ -120,5 +120,5 @@ fn open(config: &Config) -> Result<Option<Offline>> {
             if manifest.engine == "sled" { " (a sled database cannot be read while the server runs)" } else { "" };
         anyhow!("{e:#}{hint}")
     })?;
-    Ok(Some(Offline { manifest, stores }))
+    Ok(Some(DataDir { manifest, stores: stores.serve() }))
 }
