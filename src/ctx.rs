@@ -24,8 +24,8 @@ pub struct Ctx {
     /// `passwords`' verification rules and cost limits.
     pub password_policy: shards::password::Policy,
     /// One key-stretching job at a time on this shard's blocking pool
-    /// (`password_work`).
-    password_jobs: glommio::sync::Semaphore,
+    /// (`password_work`), in turns by connection.
+    password_jobs: crate::turns::Turns,
     /// KiB of answers this shard's connections may hold queued beyond
     /// their own shares (`limits.max_queued_bytes`, `conn::Room`).
     pub queued: Rc<crate::conn::Budget>,
@@ -120,7 +120,7 @@ impl Ctx {
             mirrored: config.replication.enabled(),
             passwords: config.passwords.clone(),
             password_policy: config.passwords.policy(),
-            password_jobs: glommio::sync::Semaphore::new(1),
+            password_jobs: crate::turns::Turns::default(),
             queued: Rc::new(crate::conn::Budget::new(
                 config.limits.max_queued_bytes as u64 >> 10,
                 std::time::Duration::from_secs(config.limits.write_timeout_s),
@@ -146,8 +146,13 @@ impl Ctx {
     /// reactor, on the shard's blocking pool, one job at a time: the pool
     /// has two threads (`server::BLOCKING_THREADS`), so the shard's group
     /// commits always find one free however many binds are waiting.
-    pub async fn password_work<R: Send + 'static>(&self, job: impl FnOnce() -> R + Send + 'static) -> R {
-        self.password_check(|| false, job).await.expect("run unless gone")
+    /// Connections take turns (`turns`): `owner` is the connection's id.
+    pub async fn password_work<R: Send + 'static>(
+        &self,
+        owner: crate::turns::Owner,
+        job: impl FnOnce() -> R + Send + 'static,
+    ) -> R {
+        self.password_check(owner, || false, job).await.expect("run unless gone")
     }
 
     /// `password_work` for a check whose client may have gone (`gone`) by
@@ -157,10 +162,11 @@ impl Ctx {
     /// nothing.
     pub async fn password_check<R: Send + 'static>(
         &self,
+        owner: crate::turns::Owner,
         gone: impl FnOnce() -> bool,
         job: impl FnOnce() -> R + Send + 'static,
     ) -> Option<R> {
-        let _one = self.password_jobs.acquire_permit(1).await.expect("never closed");
+        let _turn = self.password_jobs.take(owner).await;
         if gone() {
             return None;
         }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 pub struct Harness {
     ex: LocalExecutor,
     ctx: Rc<Ctx>,
-    _db: crate::database::Database,
+    _lock: std::fs::File,
     _dir: tempfile::TempDir,
 }
 
@@ -50,7 +50,8 @@ impl Harness {
             .io_memory(512 << 10)
             .make()
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let (manifest, stores, sync) = (db.manifest.clone(), db.stores.clone().serve(), config.sync_mode()?);
+        let crate::database::Database { lock, manifest, stores } = db;
+        let (manifest, stores, sync) = (manifest.clone(), stores.serve(), config.sync_mode()?);
         let interval = std::time::Duration::from_millis(config.storage.sync_interval_ms);
         let shard = ex
             .run(shards::Shard::start(
@@ -65,7 +66,7 @@ impl Harness {
             ))
             .map_err(|e| anyhow::anyhow!(e.message))?;
         let ctx = Rc::new(Ctx::new(&config, shard, &shared));
-        Ok(Harness { ex, ctx, _db: db, _dir: dir })
+        Ok(Harness { ex, ctx, _lock: lock, _dir: dir })
     }
 
     /// Runs one connection that sends `data`, until all it started is done.

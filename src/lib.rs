@@ -26,4 +26,5 @@ pub mod server;
 pub mod stats;
 pub mod strict;
 pub mod tls;
+pub mod turns;
 pub mod verify;

@@ -121,7 +121,27 @@ fn revocation_lists(file: &Path) -> Result<Vec<CertificateRevocationListDer<'sta
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| anyhow!("tls.crl_file: {}: {e}", file.display()))?;
     if crls.is_empty() {
-        anyhow::bail!("tls.crl_file: {} holds no certificate revocation list", file.display());
+        anyhow::bail!(
+            "tls.crl_file: {} holds no certificate revocation list (PEM; convert DER with `openssl crl -inform DER`)",
+            file.display()
+        );
+    }
+    // Only the first list of each CA would be checked (GnuTLS checks them
+    // all): a CA's older list before its newer one would let what only
+    // the newer revokes through.
+    let mut issuers: Vec<Vec<u8>> = Vec::with_capacity(crls.len());
+    for (i, der) in crls.iter().enumerate() {
+        let list = webpki::BorrowedCertRevocationList::from_der(der)
+            .map_err(|e| anyhow!("tls.crl_file: {}: list {}: {e:?}", file.display(), i + 1))?;
+        let issuer = webpki::CertRevocationList::from(list).issuer().to_vec();
+        if issuers.contains(&issuer) {
+            anyhow::bail!(
+                "tls.crl_file: {} holds two lists of one CA (list {}); keep only its newest",
+                file.display(),
+                i + 1
+            );
+        }
+        issuers.push(issuer);
     }
     Ok(crls)
 }

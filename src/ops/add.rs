@@ -288,7 +288,7 @@ pub async fn hash_passwords(conn: &Conn, attrs: &mut [Attr]) -> Result<()> {
         let (vals, scheme) = (std::mem::take(&mut a.vals), scheme.clone());
         let hashed: std::result::Result<Vec<Vec<u8>>, String> = conn
             .ctx
-            .password_work(move || {
+            .password_work(conn.id, move || {
                 vals.into_iter()
                     .map(|v| {
                         if password::is_hashed(&v) {

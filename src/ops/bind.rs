@@ -63,7 +63,7 @@ impl Check {
     /// Verifies on the shard's blocking pool (`Ctx::password_work`);
     /// `None` when the client has gone before its turn.
     pub async fn run(self, conn: &Conn) -> Option<bool> {
-        conn.ctx.password_check(|| conn.info.hung_up(), move || self.verify()).await
+        conn.ctx.password_check(conn.id, || conn.info.hung_up(), move || self.verify()).await
     }
 }
 

@@ -203,7 +203,7 @@ async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest
     // off the reactor, against at most as many stored values as a modify.
     let (old_ok, hashed) = conn
         .ctx
-        .password_work(move || {
+        .password_work(conn.id, move || {
             let mut tried = stored.iter().take(crate::ops::modify::MOST_VERIFIED);
             let old_ok = old.is_none_or(|o| tried.any(|h| policy.verify(h, &shards::octets::unescape(&o))));
             (old_ok, password::hash(&scheme, &shards::octets::unescape(&new)))

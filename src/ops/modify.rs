@@ -134,7 +134,7 @@ async fn stored_passwords(conn: &Conn, key: &[u8], attr: &mut Attr, left: &mut u
     let budget = *left;
     let (vals, spent) = conn
         .ctx
-        .password_work(move || {
+        .password_work(conn.id, move || {
             let mut left = budget;
             let mut out = Vec::with_capacity(given.len());
             for v in given {

@@ -1157,3 +1157,43 @@ fn out_of_descriptors_the_server_says_so_once_and_recovers() {
     });
     assert_eq!(failed(), 1, "{}", std::fs::read_to_string(&s.stderr).unwrap());
 }
+
+/// Key stretching takes turns by connection: one client that pipelines a
+/// hundred Compares of a `userPassword` kept with a costly hash (each a
+/// PBKDF2 run on the shard's one password lane) does not make another
+/// client's Bind wait behind all hundred. The access log's order tells:
+/// in one queue the Bind came after all of them; taking turns, after the
+/// one running and the next (a few more while the second client
+/// connects). Half is the bound, far from both.
+#[test]
+fn costly_password_checks_take_turns_by_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let s =
+        Server::start_with_config(1, &format!("[log]\nlevel = \"stats\"\nfile = {:?}\n", log.display().to_string()));
+    assert_eq!(add_user(&mut s.admin(), "slow").rc, 0);
+    let dn = format!("uid=slow,{PEOPLE}");
+    let mut greedy = bound_raw(&s);
+    let compares: Vec<LdapMsg> = (2..102)
+        .map(|id| {
+            let req = LdapCompareRequest { dn: dn.clone(), atype: "userPassword".into(), val: b"wrong".to_vec() };
+            LdapMsg::new(id, LdapOp::CompareRequest(req))
+        })
+        .collect();
+    greedy.send(compares);
+    // All hundred were read (and wait for the lane) once one is answered.
+    assert!(matches!(greedy.recv().unwrap().op, LdapOp::CompareResult(r) if r.code == LdapResultCode::CompareFalse));
+    let mut other = Raw::connect(&s);
+    other.send(vec![LdapMsg::new(1, bind(&dn, "pw-slow"))]);
+    assert!(matches!(other.recv().unwrap().op, LdapOp::BindResponse(b) if b.res.code == LdapResultCode::Success));
+    for _ in 3..102 {
+        assert!(greedy.recv().is_some());
+    }
+    let bound = format!("BIND dn=\"{dn}\" mech=SIMPLE");
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_for("the compares' results", || read().matches("RESULT tag=111").count() == 100 && read().contains(&bound));
+    let text = read();
+    let at = text.lines().position(|l| l.contains(&bound)).unwrap();
+    let before = text.lines().take(at).filter(|l| l.contains("RESULT tag=111")).count();
+    assert!(before <= 50, "{before} of the other client's compares ran before the bind\n{text}");
+}

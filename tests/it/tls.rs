@@ -536,6 +536,18 @@ fn a_revoked_client_certificate_is_refused_as_slapd_refuses_it() {
         unsafe { libc::kill(coredir.pid() as i32, libc::SIGHUP) };
         wait_for("the new CRL", || whoami_external(&pki, &coredir.url(), Some(&kept)).0 != 0);
         assert_eq!(whoami_external(&pki, &coredir.url(), Some(&revoked)).0, 0, "{mode}: revoked no longer");
+        // A file that does not read, or holds two lists of the CA: the
+        // lists in force stay.
+        for bad in ["not a list".to_string(), crl(&[9]) + &crl(&[7])] {
+            let refused = std::fs::read_to_string(&coredir.stderr).unwrap().matches("reload refused").count();
+            std::fs::write(&crl_file, bad).unwrap();
+            // SAFETY: as above.
+            unsafe { libc::kill(coredir.pid() as i32, libc::SIGHUP) };
+            wait_for("the reload refused", || {
+                std::fs::read_to_string(&coredir.stderr).unwrap().matches("reload refused").count() > refused
+            });
+            assert_ne!(whoami_external(&pki, &coredir.url(), Some(&kept)).0, 0, "{mode}: the old list dropped");
+        }
         std::fs::write(&crl_file, crl(&[9])).unwrap();
     }
 }
