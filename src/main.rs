@@ -28,6 +28,7 @@
 //!   the `[limits]` table.
 //! - `admin`: the admin socket (`coredir ctl`), reload, drain, signals.
 //! - `stats`, `accesslog`: metrics handles per shard, the stats access log.
+//! - `turns`: the shard's key-stretching lane, taken in turns by connection.
 //! - `deploy`: NUMA topology, `--numa-node`, `deploy plan`.
 //! - `tls`: rustls configuration, certificate reload, client certificates
 //!   (their subject is who SASL EXTERNAL authenticates over TLS).
