@@ -163,11 +163,16 @@ impl Ctx {
     pub async fn password_check<R: Send + 'static>(
         &self,
         owner: crate::turns::Owner,
-        gone: impl FnOnce() -> bool,
+        gone: impl Fn() -> bool,
         job: impl FnOnce() -> R + Send + 'static,
     ) -> Option<R> {
-        let _turn = self.password_jobs.take(owner).await;
         if gone() {
+            return None;
+        }
+        let turn = self.password_jobs.take(owner).await;
+        if gone() {
+            // Its connection's next job, at once: it has likely gone too.
+            turn.again(owner);
             return None;
         }
         self.metrics.password_jobs.increment(1);
