@@ -1362,6 +1362,41 @@ fn a_parent_deleted_after_its_child_moved_out_and_went_reaches_slapd() {
     }
 }
 
+/// A replay from a cookie older than entries the consumer holds (a cookie
+/// may lag what was sent: it claims only what every shard has settled,
+/// and slapd may stop before it keeps a refresh's last one): an entry
+/// deleted since is said gone at its delete, never at an earlier record
+/// of it, so a parent's delete never comes before the move of a child it
+/// had. Told first, slapd failed to delete the parent (66) and retried
+/// the same cookie for good; seen once in the sled run under load.
+#[test]
+fn a_replay_from_a_lagging_cookie_deletes_a_parent_after_its_child_left() {
+    let s = provider(2);
+    let mut c = s.admin();
+    // A cookie that names a change: the next refresh replays from it.
+    let first = vec![("objectClass", ["device"].into()), ("cn", ["first"].into())];
+    c.add(&format!("cn=first,{PEOPLE}"), first).unwrap().success().unwrap();
+    let (_, cookie) = refresh_only(&s, None);
+    let (ou, kid) = (format!("ou=lag,{SUFFIX}"), format!("uid=kid,ou=lag,{SUFFIX}"));
+    c.add(&ou, vec![("objectClass", ["organizationalUnit"].into()), ("ou", ["lag"].into())])
+        .unwrap()
+        .success()
+        .unwrap();
+    c.add(&kid, vec![("objectClass", ["account"].into()), ("uid", ["kid"].into())]).unwrap().success().unwrap();
+    let uuid_of = |c: &mut ldap3::LdapConn, dn: &str| {
+        let e = get_entry(c, dn, vec!["entryUUID"]).unwrap();
+        uuid::Uuid::parse_str(&e.attrs["entryUUID"][0]).unwrap()
+    };
+    let (ou_uuid, kid_uuid) = (uuid_of(&mut c, &ou), uuid_of(&mut c, &kid));
+    c.modifydn(&kid, "uid=kid", true, Some(PEOPLE)).unwrap().success().unwrap();
+    c.delete(&ou).unwrap().success().unwrap();
+    c.delete(&format!("uid=kid,{PEOPLE}")).unwrap().success().unwrap();
+    let (msgs, _) = refresh_only(&s, cookie);
+    let gone: Vec<uuid::Uuid> = msgs.iter().flat_map(deleted_uuids).collect();
+    let at = |u: uuid::Uuid| gone.iter().position(|g| *g == u).unwrap_or_else(|| panic!("{u} not said gone: {gone:?}"));
+    assert!(at(kid_uuid) < at(ou_uuid), "the parent was said gone before its child: {gone:?}");
+}
+
 /// A subtree moved out of a consumer's search base leaves it children
 /// first: slapd refuses to delete an entry that still has children (66),
 /// and a consumer told to drop the top first retried for good.

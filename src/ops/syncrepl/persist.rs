@@ -375,8 +375,17 @@ pub(super) fn announce<T: ReadTxn>(
         Some(st) if st.is_live() => st,
         tomb => {
             if tomb.as_ref().is_some_and(|tomb| s.showed_before_delete(tomb, &rec.uuid)) {
-                s.delete(out, &rec.dn, rec.uuid);
-                return Ok(Announce::Sent);
+                // At the delete's own record (or past it), never at an
+                // earlier one: a replay from a lagging cookie would say a
+                // parent gone before the renames and deletes that emptied
+                // it below on the consumer (slapd: 66, and the same
+                // refresh again for good). The delete's record comes.
+                let deleted = tomb.as_ref().and_then(|t| t.deleted);
+                if matches!(rec.change, Change::Delete) || deleted.is_some_and(|d| rec.csn >= d) {
+                    s.delete(out, &rec.dn, rec.uuid);
+                    return Ok(Announce::Sent);
+                }
+                return Ok(Announce::Nothing);
             }
             // Deleted after this change took it out of the search (its
             // last state no longer shows it): the consumer may hold it from
