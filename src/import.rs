@@ -85,7 +85,7 @@ pub fn run(config: Config, file: &Path) -> Result<()> {
             let mut hlc = stores.clock(i, stamping, &manifest).map_err(|e| e.message)?;
             for batch in rx {
                 let (lines, mut ops): (Vec<usize>, Vec<WriteOp>) = batch.into_iter().unzip();
-                let results = stores.run_batch_owned(i, |k| manifest.partition_of(k), &mut ops, &mut hlc);
+                let results = stores.run_batch(i, |k| manifest.partition_of(k), &mut ops, &mut hlc);
                 for (line, res) in lines.into_iter().zip(results) {
                     res.map_err(|e| format!("line {line}: {}", e.message))?;
                 }

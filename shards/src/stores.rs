@@ -123,20 +123,10 @@ impl Offline {
         crate::write::clock(&**self.engine(i), how, manifest)
     }
 
-    /// Runs ops on store `i` in one transaction (`write::run_batch`): for
-    /// offline writers, which own the whole database.
+    /// Runs ops on store `i` in one transaction, the map grown and the
+    /// batch run again when it runs out of room (`write::run_batch_owned`):
+    /// whoever holds `Offline` owns the stores outright, no reactor reads.
     pub fn run_batch(
-        &self,
-        i: usize,
-        partition_of: impl Fn(&[u8]) -> u32,
-        ops: &mut [WriteOp],
-        clock: &mut Clock,
-    ) -> Vec<Outcome> {
-        crate::write::run_batch(&**self.engine(i), partition_of, ops, clock)
-    }
-
-    /// `run_batch`, taking the ops' entries (`write::run_batch_owned`).
-    pub fn run_batch_owned(
         &self,
         i: usize,
         partition_of: impl Fn(&[u8]) -> u32,
