@@ -7,7 +7,6 @@ use shards::dn::Dn;
 use shards::entry::{Attr, Entry};
 use shards::manifest::Manifest;
 use shards::password;
-use shards::write::add_ops;
 use shards::Offline;
 use std::path::Path;
 use std::sync::Arc;
@@ -258,9 +257,9 @@ fn create_entries(
             .map_err(|e| anyhow!("creating {}: {}", dn.to_string_form(), e.message))?;
         crate::ops::add::stamp_new(&mut entry, &config.directory.root_dn);
         let is_suffix = suffixes.contains(&dn);
-        for (owner, op) in add_ops(manifest, &dn, entry, is_suffix) {
+        for (owner, insert) in shards::Insert::route(manifest, &dn, entry, is_suffix) {
             let mut hlc = stores.clock(owner, config.stamping(), manifest).map_err(|e| anyhow!(e.message))?;
-            for r in stores.run_batch(owner, |k| manifest.partition_of(k), &mut [op], &mut hlc) {
+            for r in stores.insert(owner, manifest, vec![insert], &mut hlc) {
                 r.map_err(|e| anyhow!("creating {}: {}", dn.to_string_form(), e.message))?;
             }
         }

@@ -22,9 +22,8 @@ use shards::dn::Dn;
 use shards::entry::Entry;
 use shards::ldif;
 use shards::manifest::Manifest;
-use shards::write::{add_ops, WriteOp};
 use shards::Error;
-use shards::Offline;
+use shards::{Insert, Offline};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::mpsc::{sync_channel, SyncSender};
@@ -34,7 +33,7 @@ use std::time::Instant;
 /// Operations per write transaction.
 const BATCH: usize = 10_000;
 
-type Batch = Vec<(usize, WriteOp)>;
+type Batch = Vec<(usize, Insert)>;
 
 pub fn run(config: Config, file: &Path) -> Result<()> {
     config.validate()?;
@@ -84,8 +83,8 @@ pub fn run(config: Config, file: &Path) -> Result<()> {
         writers.push(std::thread::spawn(move || -> Result<(), String> {
             let mut hlc = stores.clock(i, stamping, &manifest).map_err(|e| e.message)?;
             for batch in rx {
-                let (lines, mut ops): (Vec<usize>, Vec<WriteOp>) = batch.into_iter().unzip();
-                let results = stores.run_batch(i, |k| manifest.partition_of(k), &mut ops, &mut hlc);
+                let (lines, inserts): (Vec<usize>, Vec<Insert>) = batch.into_iter().unzip();
+                let results = stores.insert(i, &manifest, inserts, &mut hlc);
                 for (line, res) in lines.into_iter().zip(results) {
                     res.map_err(|e| format!("line {line}: {}", e.message))?;
                 }
@@ -95,8 +94,12 @@ pub fn run(config: Config, file: &Path) -> Result<()> {
         senders.push(tx);
     }
     let progress = progress_bar();
-    let mut router =
-        Router { manifest: &manifest, senders: &senders, pending: vec![Vec::new(); n_shards], sent_ok: true };
+    let mut router = Router {
+        manifest: &manifest,
+        senders: &senders,
+        pending: (0..n_shards).map(|_| Vec::new()).collect(),
+        sent_ok: true,
+    };
     let parsed = ldif::read(std::io::BufReader::new(input), |rec| {
         let line = rec.line;
         let (dn, entry) = entry_of(rec, &suffixes).map_err(|e| format!("line {line}: {e}"))?;
@@ -284,12 +287,12 @@ struct Router<'a> {
 
 impl Router<'_> {
     fn route(&mut self, line: usize, dn: &Dn, entry: Entry, is_suffix: bool) {
-        for (shard, op) in add_ops(self.manifest, dn, entry, is_suffix) {
+        for (shard, op) in Insert::route(self.manifest, dn, entry, is_suffix) {
             self.push(shard, line, op);
         }
     }
 
-    fn push(&mut self, shard: usize, line: usize, op: WriteOp) {
+    fn push(&mut self, shard: usize, line: usize, op: Insert) {
         self.pending[shard].push((line, op));
         if self.pending[shard].len() >= BATCH {
             self.flush(shard);

@@ -518,6 +518,9 @@ pub fn rebuild<S: Store>(store: &S) -> Result<usize> {
 }
 
 #[cfg(test)]
+mod property;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -45,11 +45,13 @@
 //!   door the server has to them. It reads (`read`, `snapshot`,
 //!   `StoreRef`) and syncs; it hands out no engine and no write
 //!   transaction. `Offline`, the same stores before a server serves or in
-//!   an offline tool, adds the writes around group commit (batches, bulk
-//!   loads, start-up notes, a restore's marks, copies into new stores).
+//!   an offline tool, adds the writes around group commit (inserts routed
+//!   by `Insert::route`, bulk loads, start-up notes, a restore's marks,
+//!   copies into new stores).
 //! - `subtree`: the entries under a DN key in every store at once, merged
 //!   into one key order in chunks (a search's range, a sync refresh).
-//! - `write`: `WriteOp`s as applied by an owner inside one transaction.
+//! - `write`: `WriteOp`s as applied by an owner inside one transaction
+//!   (crate-private: the server reaches them only through `writes`).
 //! - `bulk`: `BulkLoad`, imports into a new database by appends.
 //! - `writes`: the write façade, `Shard::add`, `delete`, `modify`,
 //!   `move_entry`, `count_child`, `note_intent` and replication's
@@ -132,7 +134,7 @@ pub mod writes;
 
 pub use error::{Error, Result};
 pub use shard::Shard;
-pub use stores::{Offline, Stores};
+pub use stores::{Insert, Offline, Stores};
 
 /// The current time as LDAP Generalized Time (`20261129214500Z`).
 pub fn now_generalized() -> String {

@@ -27,9 +27,13 @@ use std::time::Duration;
 /// Most operations one commit takes from the queue.
 pub const MAX_BATCH: usize = 1024;
 
-/// What crosses cores: write requests to an owner and their results, and
-/// the owner's request to stop reading while its store grows.
-pub enum MeshMsg {
+/// What crosses cores (`Message`), opaque outside this crate: the server
+/// builds the mesh but never reads or writes what travels on it.
+pub struct MeshMsg(Message);
+
+/// Write requests to an owner and their results, the owner's request to
+/// stop reading while its store grows, and a commit's wake-up.
+pub(crate) enum Message {
     Request {
         from: usize,
         id: u64,
@@ -384,7 +388,9 @@ impl Shard {
                     let told = &self.floors.0[shard].told;
                     // One at a time; a full channel (a busy shard) drops it,
                     // and its readers look again within their `most`.
-                    if !told.swap(true, Ordering::SeqCst) && mesh.try_send_to(shard, MeshMsg::Committed).is_err() {
+                    if !told.swap(true, Ordering::SeqCst)
+                        && mesh.try_send_to(shard, MeshMsg(Message::Committed)).is_err()
+                    {
                         told.store(false, Ordering::SeqCst);
                     }
                 }
@@ -394,17 +400,17 @@ impl Shard {
     }
 
     /// Sends a write to the owner of `key` and waits for its durable result.
-    pub async fn submit(&self, key: &[u8], op: WriteOp) -> Result<()> {
+    pub(crate) async fn submit(&self, key: &[u8], op: WriteOp) -> Result<()> {
         self.submit_to(self.owner_of(key), op).await
     }
 
     /// Sends a write to shard `owner` and waits for its durable result.
-    pub async fn submit_to(&self, owner: usize, op: WriteOp) -> Result<()> {
+    pub(crate) async fn submit_to(&self, owner: usize, op: WriteOp) -> Result<()> {
         self.submit_for(owner, op).await.map(|_| ())
     }
 
     /// Submits an op to its owner and returns the images it was asked for.
-    pub async fn submit_for(&self, owner: usize, op: WriteOp) -> Outcome {
+    pub(crate) async fn submit_for(&self, owner: usize, op: WriteOp) -> Outcome {
         let (tx, rx) = oneshot::channel();
         if owner == self.id {
             self.metrics.queue_depth.increment(1.0);
@@ -415,7 +421,7 @@ impl Shard {
             let id = self.next_request.get();
             self.next_request.set(id + 1);
             self.waiting.borrow_mut().insert(id, tx);
-            if mesh.send_to(owner, MeshMsg::Request { from: self.id, id, op }).await.is_err() {
+            if mesh.send_to(owner, MeshMsg(Message::Request { from: self.id, id, op })).await.is_err() {
                 self.waiting.borrow_mut().remove(&id);
                 return Err(Error::unavailable("the owning shard is not reachable"));
             }
@@ -426,18 +432,18 @@ impl Shard {
     /// Handles one message from another shard; never waits, so the mesh drains.
     fn on_mesh(&self, msg: MeshMsg) {
         self.metrics.mesh_received.increment(1);
-        match msg {
-            MeshMsg::Request { from, id, op } => {
+        match msg.0 {
+            Message::Request { from, id, op } => {
                 self.metrics.queue_depth.increment(1.0);
                 let _ = self.queue.try_send(Pending { op, reply: Reply::Remote { to: from, id } });
             }
-            MeshMsg::Response { id, result } => {
+            Message::Response { id, result } => {
                 if let Some(tx) = self.waiting.borrow_mut().remove(&id) {
                     let _ = tx.send(result);
                 }
             }
-            MeshMsg::Park(gate) => gate.park(),
-            MeshMsg::Committed => self.wake_committed(),
+            Message::Park(gate) => gate.park(),
+            Message::Committed => self.wake_committed(),
         }
     }
 
@@ -456,7 +462,7 @@ impl Shard {
         let mut parking = 0;
         if let Some(mesh) = &self.mesh {
             for p in (0..self.n_shards()).filter(|&p| p != self.id) {
-                parking += mesh.send_to(p, MeshMsg::Park(gate.clone())).await.is_ok() as usize;
+                parking += mesh.send_to(p, MeshMsg(Message::Park(gate.clone()))).await.is_ok() as usize;
             }
         }
         gate.wait_parked(parking);
@@ -489,7 +495,7 @@ impl Shard {
             Reply::Remote { to, id } => {
                 if let Some(mesh) = &self.mesh {
                     self.metrics.mesh_sent.increment(1);
-                    let _ = mesh.send_to(to, MeshMsg::Response { id, result }).await;
+                    let _ = mesh.send_to(to, MeshMsg(Message::Response { id, result })).await;
                 }
             }
         }

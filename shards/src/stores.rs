@@ -4,11 +4,14 @@
 //! door offers is reading (`read`, `snapshot`) and the whole-store chores
 //! of tools (`sync`, sizes, copies). Writes go through the owner's group
 //! commit (`writes`, `Shard`), or for offline tools and start-up through
-//! `run_batch`, `bulk` and the notes on one store by its index.
+//! `Offline`: `insert` (adds only), `bulk` and the notes on one store by
+//! its index.
 
 use crate::bulk::BulkLoad;
 use crate::changelog::Origin;
 use crate::csn::Csn;
+use crate::dn::Dn;
+use crate::entry::Entry;
 use crate::manifest::Manifest;
 use crate::store::{Engine, EngineRead, Options, Store};
 use crate::write::{Clock, Outcome, Stamping, WriteOp};
@@ -95,6 +98,24 @@ impl Stores {
 #[derive(Clone)]
 pub struct Offline(Stores);
 
+/// One owner's step of adding an entry offline, as an add online splits
+/// it (`Insert::route`): the entry on its owner, and when the parent lives
+/// on another owner, the parent's child count there. Offline tools only
+/// ever add; they never build the owners' other writes.
+pub struct Insert(WriteOp);
+
+impl Insert {
+    /// The steps of adding `entry` at `dn`, each with the store it runs
+    /// on (`Offline::insert`). A naming context's root (`is_suffix`) has
+    /// no parent to count on.
+    pub fn route(manifest: &Manifest, dn: &Dn, entry: Entry, is_suffix: bool) -> Vec<(usize, Insert)> {
+        crate::write::add_ops(manifest, dn, entry, is_suffix)
+            .into_iter()
+            .map(|(owner, op)| (owner, Insert(op)))
+            .collect()
+    }
+}
+
 impl std::ops::Deref for Offline {
     type Target = Stores;
 
@@ -123,17 +144,13 @@ impl Offline {
         crate::write::clock(&**self.engine(i), how, manifest)
     }
 
-    /// Runs ops on store `i` in one transaction, the map grown and the
-    /// batch run again when it runs out of room (`write::run_batch_owned`):
-    /// whoever holds `Offline` owns the stores outright, no reactor reads.
-    pub fn run_batch(
-        &self,
-        i: usize,
-        partition_of: impl Fn(&[u8]) -> u32,
-        ops: &mut [WriteOp],
-        clock: &mut Clock,
-    ) -> Vec<Outcome> {
-        crate::write::run_batch_owned(&**self.engine(i), partition_of, ops, clock)
+    /// Runs inserts on store `i` in one transaction, the map grown and
+    /// the batch run again when it runs out of room
+    /// (`write::run_batch_owned`): whoever holds `Offline` owns the stores
+    /// outright, no reactor reads. One outcome per insert, in order.
+    pub fn insert(&self, i: usize, manifest: &Manifest, inserts: Vec<Insert>, clock: &mut Clock) -> Vec<Outcome> {
+        let mut ops: Vec<WriteOp> = inserts.into_iter().map(|Insert(op)| op).collect();
+        crate::write::run_batch_owned(&**self.engine(i), |k| manifest.partition_of(k), &mut ops, clock)
     }
 
     /// Gives every store the keys its referrals, aliases and subentries

@@ -25,7 +25,7 @@ use ldap3_proto::LdapResultCode;
 pub const MAX_KEY: usize = 500;
 
 #[derive(Debug, Clone)]
-pub enum WriteOp {
+pub(crate) enum WriteOp {
     /// Inserts a new entry. With `parent`, the parent is owned here: it is
     /// checked and its child count raised in the same transaction.
     Add { key: Vec<u8>, parent: Option<Parent>, entry: Entry },
@@ -140,7 +140,7 @@ impl Parent {
 /// that also counts the child when entry and parent share an owner,
 /// otherwise the parent's count first, then the `Add` (as `ops::add` does
 /// online, without its undo; used by import and database creation).
-pub fn add_ops(manifest: &Manifest, dn: &Dn, entry: Entry, is_suffix: bool) -> Vec<(usize, WriteOp)> {
+pub(crate) fn add_ops(manifest: &Manifest, dn: &Dn, entry: Entry, is_suffix: bool) -> Vec<(usize, WriteOp)> {
     let key = dn.key();
     let owner = manifest.owner_of(&key);
     match (!is_suffix).then(|| Parent::of(dn)) {
@@ -235,7 +235,7 @@ pub fn restored<S: Store>(store: &S, sid: u16, now_us: u64) -> Result<Csn> {
 /// Runs a batch in one write transaction and commits it; one result per op.
 /// Every change gets its CSN from `hlc` (`entryCSN`); the clock's state is
 /// stored in the same commit.
-pub fn run_batch<S: Store>(
+pub(crate) fn run_batch<S: Store>(
     store: &S,
     partition_of: impl Fn(&[u8]) -> u32,
     ops: &mut [WriteOp],
@@ -277,7 +277,7 @@ pub fn run_batch<S: Store>(
 
 /// `run_batch` for a thread that owns its store outright (offline tools):
 /// when the batch runs out of room, the map grows and the batch runs again.
-pub fn run_batch_owned<S: Store>(
+pub(crate) fn run_batch_owned<S: Store>(
     store: &S,
     partition_of: impl Fn(&[u8]) -> u32,
     ops: &mut [WriteOp],

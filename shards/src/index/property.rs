@@ -3,14 +3,14 @@
 //! scan with the same filter finds; also after random modifies and deletes.
 //! Seeds are fixed, so a failure reproduces.
 
+use crate::dn::Dn;
+use crate::entry::{Attr, Entry, EntryView, Mod};
+use crate::store::{Engine, EngineKind, Options, ReadTxn, Store, SyncMode, Tree};
+use crate::write::{run_batch, Stamp, WriteOp};
+use crate::{filter, index};
 use ldap3_proto::proto::{LdapFilter, LdapSubstringFilter};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use shards::dn::Dn;
-use shards::entry::{Attr, Entry, EntryView, Mod};
-use shards::store::{Engine, EngineKind, Options, ReadTxn, Store, SyncMode, Tree};
-use shards::write::{run_batch, Stamp, WriteOp};
-use shards::{filter, index};
 use std::collections::BTreeSet;
 
 const FIRST: &[&str] = &["Alice", "alice", "Bob", "Carol", "Dave", "Ève", "Zoë"];
@@ -198,7 +198,7 @@ fn property<S: Store>(store: &S) {
     compare(store, &mut rng, 600);
 }
 
-fn clock() -> shards::write::Clock {
-    let hlc = shards::csn::Hlc::new(1, None, shards::csn::DEFAULT_MAX_FORWARD_SKEW);
-    shards::write::Clock { hlc, capture: false, incarnation: 0, contexts: Default::default(), commit_delay: None }
+fn clock() -> crate::write::Clock {
+    let hlc = crate::csn::Hlc::new(1, None, crate::csn::DEFAULT_MAX_FORWARD_SKEW);
+    crate::write::Clock { hlc, capture: false, incarnation: 0, contexts: Default::default(), commit_delay: None }
 }
