@@ -166,8 +166,9 @@ impl Entry {
     /// `apply`, and with `permissive` (the Permissive Modify control, as
     /// slapd obeys it): values added that the attribute holds, or that an
     /// earlier add of the request gave it, are left out; a delete of an
-    /// attribute the entry lacks does nothing. A delete of a value that a
-    /// present attribute lacks still fails, as in slapd.
+    /// attribute the entry lacks does nothing, and an increment of one
+    /// gives it the increment's value. A delete of a value that a present
+    /// attribute lacks still fails, as in slapd.
     pub fn apply_with(&mut self, mods: &[Mod], permissive: bool) -> Result<()> {
         let mut at = Positions::new(self, mods.len());
         let mut i = 0;
@@ -217,6 +218,12 @@ impl Entry {
                         self.extend_at(p, &a.name, a.vals.clone())?;
                     }
                 },
+                // As slapd: permissive, an increment of an absent attribute
+                // gives it the increment's value.
+                Mod::Increment(a) if permissive && at.find(self, &a.name).is_none() => {
+                    let p = at.find_or_push(self, &a.name);
+                    self.extend_at(p, &a.name, a.vals.clone())?;
+                }
                 Mod::Increment(a) => self.increment(&at, a)?,
             }
             i += 1;
@@ -716,6 +723,11 @@ mod tests {
         // As slapd: a value a present attribute lacks is still an error.
         assert_eq!(permissive(&mut e, &[Mod::Delete(attr("cn", &["zzz"]))]), Err(LdapResultCode::NoSuchAttribute));
         assert_eq!(e.attrs.len(), 2, "nothing empty left behind");
+        // An increment of an absent attribute gives it the increment's value.
+        assert_eq!(permissive(&mut e, &[Mod::Increment(attr("uidNumber", &["3"]))]), Ok(()));
+        assert_eq!(e.get("uidNumber").unwrap().vals, vec![b"3".to_vec()]);
+        assert_eq!(permissive(&mut e, &[Mod::Increment(attr("uidNumber", &["2"]))]), Ok(()));
+        assert_eq!(e.get("uidNumber").unwrap().vals, vec![b"5".to_vec()]);
         // Without the control, nothing changes.
         assert_eq!(
             e.apply(&[Mod::Add(attr("cn", &["a"]))]).map_err(|e| e.code),

@@ -71,6 +71,13 @@ pub const SESSION_TRACKING: &str = "1.3.6.1.4.1.21008.108.63.1";
 /// read-only replicas or caches), so on a search or compare it is always
 /// met, as slapd meets it on a back-mdb database.
 pub const DONT_USE_COPY: &str = "1.3.6.1.1.22";
+/// Active Directory's Domain Scope (no value) and Search Options
+/// (`SEQUENCE { flags INTEGER }`, flag 1 being domain scope), which
+/// AD-minded clients send. slapd parses both on a search without listing
+/// them; domain scope asks a server not to chase referrals, which coredir
+/// (as back-mdb) never does, so it changes nothing but the checks.
+pub const DOMAIN_SCOPE: &str = "1.2.840.113556.1.4.1339";
+pub const SEARCH_OPTIONS: &str = "1.2.840.113556.1.4.1340";
 
 /// What `supportedControl` lists: exactly what works.
 pub const SUPPORTED: &[&str] = &[
@@ -128,7 +135,7 @@ fn unavailable(oid: &str, why: &str) -> Error {
 /// `provider`: whether this server offers the Sync Request control.
 pub fn parse(ctrls: &[LdapControl], k: Op, provider: bool) -> Result<Controls> {
     let mut out = Controls::default();
-    let (mut manage_dsa_it, mut dont_use_copy) = (None, None);
+    let (mut manage_dsa_it, mut dont_use_copy, mut domain_scope) = (None, None, None);
     for c in ctrls {
         match c {
             LdapControl::SimplePagedResults { size, cookie } if k == Op::Search => {
@@ -166,6 +173,7 @@ pub fn parse(ctrls: &[LdapControl], k: Op, provider: bool) -> Result<Controls> {
                     PERMISSIVE_MODIFY => k == Op::Modify,
                     SESSION_TRACKING => true,
                     DONT_USE_COPY => matches!(k, Op::Search | Op::Compare),
+                    DOMAIN_SCOPE | SEARCH_OPTIONS => k == Op::Search,
                     _ => false,
                 };
                 if !applies {
@@ -195,6 +203,33 @@ pub fn parse(ctrls: &[LdapControl], k: Op, provider: bool) -> Result<Controls> {
                         return Err(protocol("don't use copy"));
                     }
                     once(&mut dont_use_copy, (), DONT_USE_COPY)?;
+                    continue;
+                }
+                if oid == DOMAIN_SCOPE {
+                    // slapd: "domainScope control value not absent" (an
+                    // empty one passes, for AD clients that send one).
+                    if value.as_deref().is_some_and(|v| !v.is_empty()) {
+                        return Err(protocol("domain scope"));
+                    }
+                    once(&mut domain_scope, (), DOMAIN_SCOPE)?;
+                    continue;
+                }
+                if oid == SEARCH_OPTIONS {
+                    let flags = parse_search_flags(value.as_deref())?;
+                    // As slapd: a flag it does not know (2, phantom root)
+                    // makes the whole control unwilling when critical,
+                    // ignored when not.
+                    if flags & !SEARCH_FLAG_DOMAIN_SCOPE != 0 {
+                        if *criticality {
+                            return Err(Error::new(
+                                LdapResultCode::UnwillingToPerform,
+                                "searchOptions contained unrecognized flag",
+                            ));
+                        }
+                    } else if flags & SEARCH_FLAG_DOMAIN_SCOPE != 0 {
+                        // Domain scope once, by either control.
+                        once(&mut domain_scope, (), SEARCH_OPTIONS)?;
+                    }
                     continue;
                 }
                 let value = value.as_deref().unwrap_or_default();
@@ -326,6 +361,29 @@ fn check_session_tracking(value: Option<&[u8]>) -> Result<()> {
         .ok_or_else(bad)?;
     match strings.as_slice() {
         [ip, _name, _format, _id] if ip.len() <= 128 => Ok(()),
+        _ => Err(bad()),
+    }
+}
+
+/// Search Options' flag asking for domain scope.
+const SEARCH_FLAG_DOMAIN_SCOPE: i64 = 1;
+
+/// The Search Options value: `SEQUENCE { flags INTEGER }`, present and
+/// whole (slapd reads the first element and ignores any after it;
+/// coredir leaves no part of a control unread).
+fn parse_search_flags(value: Option<&[u8]>) -> Result<i64> {
+    let bad = || protocol("search options");
+    let (rest, tag) = ldap3_lber::parse::Parser::default().parse(value.ok_or_else(bad)?).map_err(|_| bad())?;
+    let fields = tag.expect_constructed().filter(|_| rest.is_empty()).ok_or_else(bad)?;
+    let [flags] = fields.as_slice() else { return Err(bad()) };
+    if flags.class != ldap3_lber::common::TagClass::Universal || flags.id != 2 {
+        return Err(bad());
+    }
+    match flags.clone().expect_primitive().as_deref() {
+        // Two's complement, big-endian, at most 64 bits.
+        Some(b @ [first, ..]) if b.len() <= 8 => {
+            Ok(b[1..].iter().fold(*first as i8 as i64, |n, byte| (n << 8) | *byte as i64))
+        }
         _ => Err(bad()),
     }
 }

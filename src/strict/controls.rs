@@ -70,7 +70,9 @@ pub(super) fn check_controls(op: u8, all: &[u8]) -> Result<Controls, &'static st
             return Err("a control is a SEQUENCE");
         }
         let oid = tlv(control.content)?;
-        if oid.tag != OCTET_STRING || oid.content.is_empty() {
+        // An empty type is no control coredir knows: unavailable when
+        // critical, else ignored, as slapd treats it.
+        if oid.tag != OCTET_STRING {
             return Err("a control starts with its type");
         }
         let mut rest = oid.rest;

@@ -17,6 +17,12 @@ pub(super) fn class_attrs(class: &str) -> Vec<matching::AttrName<'static>> {
     types.into_iter().map(|t| matching::AttrName::with_subtypes(schema.attrs[t].name())).collect()
 }
 
+/// Whether `class` names extensibleObject (by a name or its OID).
+fn is_extensible_object(class: &str) -> bool {
+    let schema = shards::schema::get();
+    schema.class_index(class).is_some_and(|c| Some(c) == schema.class_index("extensibleObject"))
+}
+
 /// Which attributes a search returns, with the requested names resolved
 /// once per request.
 pub struct Selection<'a> {
@@ -47,6 +53,11 @@ impl<'a> Selection<'a> {
                 "*" => sel.user = true,
                 "+" => sel.operational = true,
                 "1.1" => {}
+                // As slapd: extensibleObject allows every attribute, so
+                // `@extensibleObject` selects all, operational ones too.
+                name if name.starts_with('@') && is_extensible_object(&name[1..]) => {
+                    (sel.user, sel.operational) = (true, true)
+                }
                 // RFC 4529: every attribute the class (and its superclasses) allows.
                 name if name.starts_with('@') => sel.names.extend(class_attrs(&name[1..])),
                 // `cn;`: no attribute description, so it selects nothing
