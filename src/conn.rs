@@ -397,6 +397,9 @@ pub async fn serve_tcp(stream: TcpStream, peer: Option<std::net::SocketAddr>, ct
     let Some(Some((plain_writer, frames))) = writer_task.await else { return };
     drop(plain_writer);
     let Some(tls) = handshake(&conn, stream).await else { return };
+    // As slapd: a Bind made in the clear does not carry over into TLS;
+    // the connection goes on as anonymous until the client binds again.
+    conn.set_identity(Identity::Anonymous);
     serve_split(tls, conn, frames, fd).await;
 }
 

@@ -186,6 +186,28 @@ fn start_tls() -> LdapOp {
     LdapOp::ExtendedRequest(LdapExtendedRequest { name: "1.3.6.1.4.1.1466.20037".into(), value: None })
 }
 
+/// `plain` after a StartTLS (message `id`), trusting `ca`.
+fn starttls_over(mut plain: Raw, id: i32, ca: &Path) -> Raw {
+    plain.send(vec![LdapMsg::new(id, start_tls())]);
+    let reply = plain.recv().unwrap();
+    assert!(matches!(&reply.op, LdapOp::ExtendedResponse(r) if r.res.code == LdapResultCode::Success), "{reply:?}");
+    let Raw { sock, .. } = plain;
+    let mut roots = rustls::RootCertStore::empty();
+    use rustls::pki_types::pem::PemObject;
+    for c in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    Raw::over(rustls::StreamOwned::new(conn, sock))
+}
+
 fn bind_raw(c: &mut Raw, id: i32, dn: &str, pw: &str) {
     c.send(vec![LdapMsg::new(id, bind(dn, pw))]);
     let reply = c.recv().unwrap();
@@ -226,25 +248,7 @@ impl Raw {
 impl Server {
     /// A raw client after StartTLS, trusting `ca`.
     fn raw_tls(&self, ca: &Path) -> Raw {
-        let mut plain = Raw::connect(self);
-        plain.send(vec![LdapMsg::new(1, start_tls())]);
-        let reply = plain.recv().unwrap();
-        assert!(matches!(&reply.op, LdapOp::ExtendedResponse(r) if r.res.code == LdapResultCode::Success), "{reply:?}");
-        let Raw { sock, .. } = plain;
-        let mut roots = rustls::RootCertStore::empty();
-        use rustls::pki_types::pem::PemObject;
-        for c in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
-            roots.add(c.unwrap()).unwrap();
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-        let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
-        Raw::over(rustls::StreamOwned::new(conn, sock))
+        starttls_over(Raw::connect(self), 1, ca)
     }
 
     /// The root DN over StartTLS.
@@ -447,6 +451,35 @@ fn the_starttls_response_is_slapds() {
     let ours = answer(coredir.port);
     assert_eq!(ours, answer(slapd.port));
     assert_eq!(ours.0, LdapResultCode::Success);
+}
+
+/// A Bind made in the clear does not carry over into TLS: after StartTLS
+/// the connection is anonymous until the client binds again, as in slapd
+/// (clients that bind first and then start TLS, such as ldap3 for Python
+/// used that way, see the same on both).
+#[test]
+fn starttls_after_a_bind_leaves_the_connection_anonymous_as_in_slapd() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path(), "rebind");
+    let path = |p: &Path| p.display().to_string();
+    let config = format!("[tls]\ncertificate_file = {:?}\nkey_file = {:?}\n", path(&pki.cert), path(&pki.key));
+    let coredir = Server::start_with_config(1, &config);
+    let slapd =
+        TcpSlapd::start(&format!("TLSCertificateFile {}\nTLSCertificateKeyFile {}\n", path(&pki.cert), path(&pki.key)));
+    let identities = |port: u16| {
+        let sock = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut plain = Raw::over(sock);
+        bind_raw(&mut plain, 1, ROOT_DN, ROOT_PW);
+        let before = plain.whoami(2);
+        let mut tls = starttls_over(plain, 3, &pki.ca);
+        let after = tls.whoami(4);
+        bind_raw(&mut tls, 5, ROOT_DN, ROOT_PW);
+        (before, after, tls.whoami(6))
+    };
+    let ours = identities(coredir.port);
+    assert_eq!(ours, identities(slapd.port));
+    assert_eq!(ours, (format!("dn:{ROOT_DN}"), String::new(), format!("dn:{ROOT_DN}")));
 }
 
 /// A client certificate the CA revoked is refused once `tls.crl_file`
