@@ -25,11 +25,21 @@ use crate::schema::{self, AttributeType};
 use std::borrow::Cow;
 use std::cmp::Ordering;
 
+/// Where a piece stands in a substrings assertion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Piece {
+    Initial,
+    Any,
+    Final,
+}
+
 /// The matching rules this server implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Rule {
     ObjectIdentifier,
     DistinguishedName,
+    /// RFC 4517's RDN syntax as OpenLDAP defines it (`rdnMatch`).
+    Rdn,
     /// OpenLDAP's DN relations for extensible matching (slapd hides them
     /// from `cn=Subschema`): the value is the assertion or below it; one
     /// level below it; strictly below it; strictly above it.
@@ -116,6 +126,7 @@ use Usage::{Equality as EQ, Ordering as ORD, Substrings as SUB};
 pub const RULES: &[RuleInfo] = &[
     r(Rule::ObjectIdentifier, "objectIdentifierMatch", "2.5.13.0", "38", EQ),
     r(Rule::DistinguishedName, "distinguishedNameMatch", "2.5.13.1", "12", EQ),
+    r(Rule::Rdn, "rdnMatch", "1.2.36.79672281.1.13.3", "1.2.36.79672281.1.5.0", EQ),
     r(Rule::CaseIgnore, "caseIgnoreMatch", "2.5.13.2", "15", EQ),
     r(Rule::CaseIgnoreOrdering, "caseIgnoreOrderingMatch", "2.5.13.3", "15", ORD),
     r(Rule::CaseIgnoreSubstrings, "caseIgnoreSubstringsMatch", "2.5.13.4", "58", SUB),
@@ -163,10 +174,21 @@ pub const RULES: &[RuleInfo] = &[
 ];
 
 impl RuleInfo {
-    /// Whether `cn=Subschema` lists the rule (slapd hides the DN relations
-    /// and the CSN rules).
+    /// Whether `cn=Subschema` lists the rule, as slapd's does: it hides
+    /// the DN relations, the CSN and authz rules and
+    /// attributeCertificateExactMatch, and lists no
+    /// presentationAddressMatch or directoryStringFirstComponentMatch.
     pub fn published(&self) -> bool {
-        !self.rule.is_dn_relation() && !matches!(self.rule, Rule::Csn | Rule::CsnOrdering)
+        use Rule::*;
+        !self.rule.is_dn_relation()
+            && !matches!(
+                self.rule,
+                Csn | CsnOrdering
+                    | Authz
+                    | AttributeCertificateExact
+                    | PresentationAddress
+                    | DirectoryStringFirstComponent
+            )
     }
 
     /// The full OID of the assertion syntax.
@@ -267,10 +289,10 @@ impl Rule {
                 })
             }
             CaseIgnoreList | CaseIgnoreListSubstrings => Some(list(value)),
+            // RFC 4517 §3.3.3, as slapd's booleanValidate: exactly TRUE or
+            // FALSE; `true` is no Boolean (an item with it is Undefined).
             Boolean => match value {
                 b"TRUE" | b"FALSE" => Some(Cow::Borrowed(value)),
-                v if v.eq_ignore_ascii_case(b"true") => Some(Cow::Borrowed(b"TRUE")),
-                v if v.eq_ignore_ascii_case(b"false") => Some(Cow::Borrowed(b"FALSE")),
                 _ => None,
             },
             Integer | IntegerOrdering | IntegerBitAnd | IntegerBitOr => integer(value).map(Cow::Owned),
@@ -280,6 +302,7 @@ impl Rule {
                 Some(Cow::Borrowed(value))
             }
             DistinguishedName => dn(value).map(|d| Cow::Owned(d.into_bytes())),
+            Rdn => rdn(value).map(|d| Cow::Owned(d.into_bytes())),
             // As storage keys: the relations are prefix tests on them.
             DnSubtree | DnOneLevel | DnSubordinate | DnSuperior => {
                 crate::dn::key_of(std::str::from_utf8(value).ok()?).ok().map(Cow::Owned)
@@ -303,6 +326,26 @@ impl Rule {
 
     /// The normal form of one piece of a substring assertion: prepared like
     /// a value but not trimmed (spaces at a piece's edge are significant).
+    /// `normalize_piece` for a piece at `at` in its assertion, with the
+    /// edge spaces slapd drops there: IA5 pieces are trimmed at both ends
+    /// wherever they stand; for the directory-string rules, the leading
+    /// spaces of an initial piece and the trailing ones of a final piece
+    /// (a value has none there), while the others stay significant.
+    pub fn normalize_piece_at(self, piece: &[u8], at: Piece) -> Cow<'_, [u8]> {
+        use Rule::*;
+        let start = || piece.iter().position(|b| *b != b' ').unwrap_or(piece.len());
+        let end = || piece.iter().rposition(|b| *b != b' ').map_or(0, |e| e + 1);
+        let piece = match (self, at) {
+            (CaseIgnoreIA5 | CaseIgnoreIA5Substrings | CaseExactIA5 | CaseExactIA5Substrings, _) => trim_spaces(piece),
+            (CaseIgnore | CaseIgnoreSubstrings | CaseExact | CaseExactSubstrings, Piece::Initial)
+            | (CaseIgnoreList | CaseIgnoreListSubstrings, Piece::Initial) => &piece[start()..],
+            (CaseIgnore | CaseIgnoreSubstrings | CaseExact | CaseExactSubstrings, Piece::Final)
+            | (CaseIgnoreList | CaseIgnoreListSubstrings, Piece::Final) => &piece[..end()],
+            _ => piece,
+        };
+        self.normalize_piece(piece)
+    }
+
     pub fn normalize_piece(self, piece: &[u8]) -> Cow<'_, [u8]> {
         use Rule::*;
         match self {
@@ -430,16 +473,17 @@ mod tests {
         rule.normalize(v.as_bytes()).map(|c| String::from_utf8_lossy(&c).into_owned())
     }
 
-    /// Times that a leap second or a zone carry past year 9999 (or before
-    /// year 0) are no times: `time`'s `+` panicked on them, from one filter,
-    /// compare or DN of any client.
+    /// Times that a zone carries past year 9999 (or before year 0) are no
+    /// times: `time`'s `+` panicked on them, from one filter, compare or
+    /// DN of any client. A leap second stays in its own minute.
     #[test]
     fn generalized_times_past_the_last_year_are_invalid() {
-        for v in ["99991231235960Z", "99991231235959-0001", "9999123123-2359", "00000101000000+0001"] {
+        for v in ["99991231235959-0001", "9999123123-2359", "00000101000000+0001"] {
             assert_eq!(generalized_time(v.as_bytes()), None, "{v}");
         }
         assert_eq!(generalized_time(b"99991231235959Z").as_deref(), Some("99991231235959"));
-        assert_eq!(generalized_time(b"20261205235960Z").as_deref(), Some("20261206000000"));
+        assert_eq!(generalized_time(b"99991231235960Z").as_deref(), Some("99991231235960"));
+        assert_eq!(generalized_time(b"20261205235960Z").as_deref(), Some("20261205235960"));
     }
 
     /// DN-valued RDN values nest at most `MAX_DN_NESTING` deep: each level
@@ -477,7 +521,7 @@ mod tests {
             (TelephoneNumber, "+1 555-0100 X", Some("+15550100x")),
             (CaseIgnoreList, "1 Main St $ Springfield", Some("1 main st$springfield")),
             (Boolean, "TRUE", Some("TRUE")),
-            (Boolean, "false", Some("FALSE")),
+            (Boolean, "false", None),
             (Boolean, "yes", None),
             (Integer, "0042", Some("42")),
             (Integer, "-0", Some("0")),
@@ -490,6 +534,9 @@ mod tests {
             (GeneralizedTime, "2026112921Z", Some("20261129210000")),
             (GeneralizedTime, "20261129234500+0200", Some("20261129214500")),
             (GeneralizedTime, "20261129214500.500Z", Some("202611292145005")),
+            (GeneralizedTime, "20161231235960Z", Some("20161231235960")),
+            (GeneralizedTime, "20170101005960+0100", Some("20161231235960")),
+            (GeneralizedTime, "20200101120000.0000000001Z", Some("202001011200000000000001")),
             (GeneralizedTime, "2026112921.5Z", Some("20261129213000")),
             (GeneralizedTime, "20261329214500Z", None),
             (GeneralizedTime, "20261129214500", None),

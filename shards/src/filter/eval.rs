@@ -241,9 +241,9 @@ impl Node {
                     }
                 })
             }),
-            Node::Extensible { attr: Some(attr), rule, value, less, .. } => {
-                attr.covers(name).then(|| norm(rule).is_some_and(|n| rule_matches(*rule, *less, &n, value)))
-            }
+            Node::Extensible { attr: Some(attr), rule, value, less, .. } => attr
+                .covers(name)
+                .then(|| norm(rule).is_some_and(|n| rule_matches(*rule, *less, &n, value) == Some(true))),
             Node::Approx { attr, any } => attr.covers(name).then(|| approx::matches(any, v)),
             // A value of the computed entryDN: a DN, related as in a filter.
             Node::EntryDn { attr, key, rule } => attr.covers(name).then(|| {
@@ -425,8 +425,19 @@ fn extensible_eval(
         Some(a) => a.covers(name),
         None => schema::get().attr(name).is_some_and(|at| rule.info().usable_with(at)),
     };
-    let hit = |v: &[u8]| spend_on(v) && rule.normalize(v).is_some_and(|n| rule_matches(rule, less, &n, want));
-    if e.attrs().filter(|a| spend() && ours(a.name)).any(|a| a.vals().any(hit)) {
+    // A value the rule cannot compare makes the item Undefined unless
+    // another value matches.
+    let undefined = std::cell::Cell::new(false);
+    let hit = |v: &[u8]| {
+        spend_on(v)
+            && rule.normalize(v).is_some_and(|n| {
+                rule_matches(rule, less, &n, want).unwrap_or_else(|| {
+                    undefined.set(true);
+                    false
+                })
+            })
+    };
+    if e.attrs().filter(|a| spend() && ours(a.name)).any(|a| a.vals().any(&hit)) {
         return Some(true);
     }
     if dn_attrs {
@@ -436,24 +447,31 @@ fn extensible_eval(
             .iter()
             .flat_map(|r| r.avas.iter())
             .any(|ava| ours(&matching::stored_name(&ava.attr)) && hit(&ava.value));
-        return Some(in_dn);
+        if in_dn {
+            return Some(true);
+        }
     }
-    Some(false)
+    (!undefined.get()).then_some(false)
 }
 
-/// One normalized value against an extensible match's assertion.
-fn rule_matches(rule: Rule, less: bool, have: &[u8], want: &[u8]) -> bool {
+/// One normalized value against an extensible match's assertion; `None`
+/// when the rule cannot compare them: as slapd's (strtoll), the bit rules
+/// take only 64-bit integers, and any other is an error, not a mismatch.
+fn rule_matches(rule: Rule, less: bool, have: &[u8], want: &[u8]) -> Option<bool> {
     let bits = |v: &[u8]| std::str::from_utf8(v).ok().and_then(|s| s.parse::<i64>().ok());
-    match rule {
-        Rule::IntegerBitAnd | Rule::IntegerBitOr => match (bits(have), bits(want)) {
-            (Some(h), Some(w)) if rule == Rule::IntegerBitAnd => h & w == w,
-            (Some(h), Some(w)) => h & w != 0,
-            _ => false,
-        },
+    Some(match rule {
+        Rule::IntegerBitAnd | Rule::IntegerBitOr => {
+            let (h, w) = (bits(have)?, bits(want)?);
+            if rule == Rule::IntegerBitAnd {
+                h & w == w
+            } else {
+                h & w != 0
+            }
+        }
         _ if less => rule.order_key(have) < rule.order_key(want),
         Rule::DnSubtree | Rule::DnOneLevel | Rule::DnSubordinate | Rule::DnSuperior => rule.dn_relates(have, want),
         _ => have == want,
-    }
+    })
 }
 
 /// The Assertion control (RFC 4528): `assertionFailed` unless the entry

@@ -16,7 +16,7 @@
 use crate::approx;
 use crate::dn::{self, Dn};
 use crate::entry::EntryView;
-use crate::matching::{self, Rule};
+use crate::matching::{self, Piece, Rule};
 use crate::octets;
 use crate::schema::{self, Schema};
 use ldap3_proto::proto::{LdapFilter, LdapMatchingRuleAssertion};
@@ -217,7 +217,7 @@ pub fn compile(f: &LdapFilter) -> Node {
             a,
             |at| at.substr,
             |attr, rule| {
-                let piece = |p: &String| rule.normalize_piece(&octets::unescape(p)).into_owned();
+                let piece = |p: &String, at| rule.normalize_piece_at(&octets::unescape(p), at).into_owned();
                 let pieces = sub.initial.iter().chain(&sub.any).chain(&sub.final_);
                 if !pieces.into_iter().all(|p| rule.valid_piece(&octets::unescape(p))) {
                     return None;
@@ -225,9 +225,9 @@ pub fn compile(f: &LdapFilter) -> Node {
                 Some(Node::Substrings {
                     attr,
                     rule,
-                    initial: sub.initial.as_ref().map(piece),
-                    any: sub.any.iter().map(piece).collect(),
-                    last: sub.final_.as_ref().map(piece),
+                    initial: sub.initial.as_ref().map(|p| piece(p, Piece::Initial)),
+                    any: sub.any.iter().map(|p| piece(p, Piece::Any)).collect(),
+                    last: sub.final_.as_ref().map(|p| piece(p, Piece::Final)),
                 })
             },
         ),
@@ -420,10 +420,10 @@ fn substrings_assertion(attr: Names, rule: Rule, text: &str) -> Option<Node> {
     if !pieces.iter().all(|p| rule.valid_piece(&octets::unescape(p))) {
         return None;
     }
-    let piece = |p: &str| (!p.is_empty()).then(|| rule.normalize_piece(&octets::unescape(p)).into_owned());
+    let piece = |p: &str, at| (!p.is_empty()).then(|| rule.normalize_piece_at(&octets::unescape(p), at).into_owned());
     let (first, last) = (pieces[0], pieces[pieces.len() - 1]);
-    let any = pieces[1..pieces.len() - 1].iter().filter_map(|p| piece(p)).collect();
-    Some(Node::Substrings { attr, rule, initial: piece(first), any, last: piece(last) })
+    let any = pieces[1..pieces.len() - 1].iter().filter_map(|p| piece(p, Piece::Any)).collect();
+    Some(Node::Substrings { attr, rule, initial: piece(first, Piece::Initial), any, last: piece(last, Piece::Final) })
 }
 
 /// Nesting depth of a filter, for the configured maximum.

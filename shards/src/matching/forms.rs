@@ -143,6 +143,12 @@ pub(super) fn dn(value: &[u8]) -> Option<String> {
     norm
 }
 
+/// One RDN (`cn=a+sn=b`), normalized as in a DN.
+pub(super) fn rdn(value: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(value).ok()?;
+    Dn::parse(text).ok().filter(|d| d.rdns().len() == 1).map(|d| d.norm())
+}
+
 /// Name and Optional UID: `DN` or `DN#'0101'B`.
 pub(super) fn unique_member(value: &[u8]) -> Option<Vec<u8>> {
     let text = std::str::from_utf8(value).ok()?;
@@ -284,15 +290,17 @@ pub fn generalized_time(value: &[u8]) -> Option<String> {
     });
     let month = time::Month::try_from(month as u8).ok()?;
     let date = time::Date::from_calendar_date(year, month, day as u8).ok()?;
-    // Leap second 60 is allowed by the syntax; fold it into the next minute.
+    // A leap second (60) is a second of its own, after 59 and before the
+    // next minute, as slapd keeps it: computed as 59, written as 60 (a
+    // zone's offset moves whole minutes, so it stays second 59).
     let (second, leap) = if second == 60 { (59, 1) } else { (second, 0) };
     let t = time::Time::from_hms(hour as u8, minute as u8, second as u8).ok()?;
-    // Checked: a leap second or a zone west of UTC can carry 9999-12-31
-    // past the last year `time` holds (its `+` panics there), and a zone
-    // east of it carry year 0 before the first one the syntax allows.
+    // Checked: a zone west of UTC can carry 9999-12-31 past the last year
+    // `time` holds (its `+` panics there), and a zone east of it carry
+    // year 0 before the first one the syntax allows.
     let at = time::PrimitiveDateTime::new(date, t)
         .assume_utc()
-        .checked_add(time::Duration::seconds(leap - offset_secs))?
+        .checked_add(time::Duration::seconds(-offset_secs))?
         .checked_add(time::Duration::nanoseconds(frac_nanos as i64))
         .filter(|at| (0..=9999).contains(&at.year()))?;
     let mut out = format!(
@@ -302,11 +310,14 @@ pub fn generalized_time(value: &[u8]) -> Option<String> {
         at.day(),
         at.hour(),
         at.minute(),
-        at.second()
+        at.second() + leap
     );
-    if at.nanosecond() > 0 {
-        let nanos = format!("{:09}", at.nanosecond());
-        out.push_str(nanos.trim_end_matches('0'));
+    match frac {
+        // A fraction of a second keeps every digit, as slapd's does
+        // (12:00:00.0000000001 is later than 12:00:00).
+        Some(f) if whole.len() == 14 => out.push_str(f.trim_end_matches('0')),
+        _ if at.nanosecond() > 0 => out.push_str(format!("{:09}", at.nanosecond()).trim_end_matches('0')),
+        _ => {}
     }
     Some(out)
 }

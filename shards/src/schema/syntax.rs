@@ -65,7 +65,7 @@ pub const SYNTAXES: &[Syntax] = &[
     unvalidated("1.3.6.1.4.1.1466.115.121.1.17", "DIT Structure Rule Description", false),
     unvalidated("1.3.6.1.4.1.1466.115.121.1.19", "DSA Quality", false),
     unvalidated("1.3.6.1.4.1.1466.115.121.1.21", "Enhanced Guide", false),
-    s("1.3.6.1.4.1.1466.115.121.1.22", "Facsimile Telephone Number", utf8),
+    s("1.3.6.1.4.1.1466.115.121.1.22", "Facsimile Telephone Number", printables),
     unvalidated("1.3.6.1.4.1.1466.115.121.1.23", "Fax", true),
     s("1.3.6.1.4.1.1466.115.121.1.24", "Generalized Time", generalized_time),
     unvalidated("1.3.6.1.4.1.1466.115.121.1.25", "Guide", false),
@@ -89,11 +89,13 @@ pub const SYNTAXES: &[Syntax] = &[
     transfer("1.3.6.1.4.1.1466.115.121.1.49", "Supported Algorithm", crate::der::element),
     s("1.3.6.1.4.1.1466.115.121.1.50", "Telephone Number", telephone_number),
     unvalidated("1.3.6.1.4.1.1466.115.121.1.51", "Teletex Terminal Identifier", false),
-    s("1.3.6.1.4.1.1466.115.121.1.52", "Telex Number", utf8),
+    s("1.3.6.1.4.1.1466.115.121.1.52", "Telex Number", printables),
     s("1.3.6.1.4.1.1466.115.121.1.53", "UTC Time", utf8),
     unvalidated("1.3.6.1.4.1.1466.115.121.1.54", "LDAP Syntax Description", false),
     s("1.3.6.1.4.1.1466.115.121.1.58", "Substring Assertion", utf8),
     s("1.3.6.1.1.16.1", "UUID", uuid),
+    // OpenLDAP's RDN syntax (rdnMatch).
+    s("1.2.36.79672281.1.5.0", "RDN", rdn),
     // OpenLDAP's change sequence numbers (entryCSN, contextCSN).
     s(CSN, "CSN", csn),
     s("1.3.6.1.1.15.1", "X.509 Certificate Exact Assertion", utf8),
@@ -102,8 +104,8 @@ pub const SYNTAXES: &[Syntax] = &[
     // slapd's built-in X.509 attribute certificate syntax (pmi.schema).
     transfer("1.3.6.1.4.1.4203.666.11.10.2.1", "X.509 AttributeCertificate", crate::der::element),
     // RFC 2307bis syntaxes OpenLDAP's nis.schema uses (slapd's nis module).
-    s("1.3.6.1.1.1.0.0", "RFC2307 NIS Netgroup Triple", utf8),
-    s("1.3.6.1.1.1.0.1", "RFC2307 Boot Parameter", utf8),
+    s("1.3.6.1.1.1.0.0", "RFC2307 NIS Netgroup Triple", nis_netgroup_triple),
+    s("1.3.6.1.1.1.0.1", "RFC2307 Boot Parameter", boot_parameter),
 ];
 
 /// OpenLDAP's CSN syntax, which slapd does not publish.
@@ -113,7 +115,10 @@ impl Syntax {
     /// Whether `cn=Subschema` leaves it out, as slapd does (its
     /// `SLAP_SYNTAX_HIDE`).
     pub fn hidden(&self) -> bool {
-        self.oid == CSN
+        // slapd hides its assertion syntaxes and authz, and is built
+        // without the obsolete UTC Time.
+        [CSN, "1.3.6.1.1.15.1", "1.3.6.1.1.15.5", "1.3.6.1.4.1.4203.666.2.7", "1.3.6.1.4.1.1466.115.121.1.53"]
+            .contains(&self.oid)
     }
 }
 
@@ -153,6 +158,37 @@ fn printable_string(v: &[u8]) -> bool {
 
 fn country(v: &[u8]) -> bool {
     v.len() == 2 && v.iter().all(|b| printable(*b))
+}
+
+/// Fax and telex numbers, as slapd's `printablesStringValidate` checks
+/// them: PrintableString parts joined by `$`, none empty.
+fn printables(v: &[u8]) -> bool {
+    v.split(|b| *b == b'$').all(printable_string)
+}
+
+/// A character of an attribute description (slapd's `AD_CHAR`): the
+/// fields of NIS netgroup triples and boot parameters are made of them.
+fn ad_char(b: &u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b';')
+}
+
+/// RFC 2307 `"(" host "," user "," domain ")"`, each field possibly
+/// empty, as slapd's `nisNetgroupTripleValidate`.
+fn nis_netgroup_triple(v: &[u8]) -> bool {
+    let Some(inner) = v.strip_prefix(b"(").and_then(|v| v.strip_suffix(b")")) else { return false };
+    let fields: Vec<&[u8]> = inner.split(|b| *b == b',').collect();
+    fields.len() == 3 && fields.iter().all(|f| f.iter().all(ad_char))
+}
+
+/// RFC 2307 `key "=" server ":" path`, key and server of `ad_char`s (either
+/// may be empty, as slapd's `bootParameterValidate` lets them be), the
+/// path PrintableString characters.
+fn boot_parameter(v: &[u8]) -> bool {
+    let Some(eq) = v.iter().position(|b| *b == b'=') else { return false };
+    let (key, rest) = (&v[..eq], &v[eq + 1..]);
+    let Some(colon) = rest.iter().position(|b| *b == b':') else { return false };
+    let (server, path) = (&rest[..colon], &rest[colon + 1..]);
+    key.iter().all(ad_char) && server.iter().all(ad_char) && path.iter().all(|b| printable(*b))
 }
 
 pub(crate) fn numeric_string(v: &[u8]) -> bool {
@@ -230,6 +266,10 @@ fn delivery_method(v: &[u8]) -> bool {
     !v.starts_with(' ') && v.split('$').all(|pdm| PDM.iter().any(|k| pdm.trim_matches(' ').eq_ignore_ascii_case(k)))
 }
 
+fn rdn(v: &[u8]) -> bool {
+    matching::Rule::Rdn.normalize(v).is_some()
+}
+
 fn uuid(v: &[u8]) -> bool {
     matching::Rule::Uuid.normalize(v).is_some()
 }
@@ -293,6 +333,30 @@ mod tests {
         ];
         for (n, value, ok) in table {
             assert_eq!((syn(n).valid)(value.as_bytes()), *ok, "syntax {n} value {value:?}");
+        }
+        // As slapd's validators (seen side by side: probes48.cases).
+        let nis: &[(&str, &str, bool)] = &[
+            ("1.3.6.1.4.1.1466.115.121.1.22", "+1 555 0101 $ twoDimensional", true),
+            ("1.3.6.1.4.1.1466.115.121.1.22", "+1 555 0102$", false),
+            ("1.3.6.1.4.1.1466.115.121.1.22", "fax@example.com", false),
+            ("1.3.6.1.4.1.1466.115.121.1.52", "12345$DE$ACME", true),
+            ("1.3.6.1.4.1.1466.115.121.1.52", "12345$$ACME", false),
+            ("1.3.6.1.4.1.1466.115.121.1.52", "", false),
+            ("1.3.6.1.1.1.0.0", "(host.example.com,alice,example.com)", true),
+            ("1.3.6.1.1.1.0.0", "(,,)", true),
+            ("1.3.6.1.1.1.0.0", "(host, carol, example.com)", false),
+            ("1.3.6.1.1.1.0.0", "(host,svc_backup,example.com)", false),
+            ("1.3.6.1.1.1.0.0", "(host,erin)", false),
+            ("1.3.6.1.1.1.0.0", "(a,b,c)x", false),
+            ("1.3.6.1.1.1.0.1", "root=server:/export/root", true),
+            ("1.3.6.1.1.1.0.1", "=server:/a b", true),
+            ("1.3.6.1.1.1.0.1", "dump=server:", true),
+            ("1.3.6.1.1.1.0.1", "root=server", false),
+            ("1.3.6.1.1.1.0.1", "root=boot_srv:/x", false),
+            ("1.3.6.1.1.1.0.1", "root=server:/export/root_fs", false),
+        ];
+        for (oid, value, ok) in nis {
+            assert_eq!((find(oid).unwrap().valid)(value.as_bytes()), *ok, "syntax {oid} value {value:?}");
         }
         let uuid = find("1.3.6.1.1.16.1").unwrap();
         assert!((uuid.valid)(b"6ba7b810-9dad-11d1-80b4-00c04fd430c8"));
