@@ -396,10 +396,11 @@ pub async fn serve_tcp(stream: TcpStream, peer: Option<std::net::SocketAddr>, ct
     // The writer wrote the StartTLS response and handed back the queue.
     let Some(Some((plain_writer, frames))) = writer_task.await else { return };
     drop(plain_writer);
-    let Some(tls) = handshake(&conn, stream).await else { return };
     // As slapd: a Bind made in the clear does not carry over into TLS;
-    // the connection goes on as anonymous until the client binds again.
+    // the connection goes on as anonymous until the client binds again
+    // (and shows so while the handshake runs).
     conn.set_identity(Identity::Anonymous);
+    let Some(tls) = handshake(&conn, stream).await else { return };
     serve_split(tls, conn, frames, fd).await;
 }
 

@@ -324,8 +324,6 @@ impl Rule {
         }
     }
 
-    /// The normal form of one piece of a substring assertion: prepared like
-    /// a value but not trimmed (spaces at a piece's edge are significant).
     /// `normalize_piece` for a piece at `at` in its assertion, with the
     /// edge spaces slapd drops there: IA5 pieces are trimmed at both ends
     /// wherever they stand; for the directory-string rules, the leading
@@ -346,6 +344,8 @@ impl Rule {
         self.normalize_piece(piece)
     }
 
+    /// The normal form of one piece of a substring assertion: prepared like
+    /// a value but not trimmed (spaces at a piece's edge are significant).
     pub fn normalize_piece(self, piece: &[u8]) -> Cow<'_, [u8]> {
         use Rule::*;
         match self {
@@ -473,17 +473,16 @@ mod tests {
         rule.normalize(v.as_bytes()).map(|c| String::from_utf8_lossy(&c).into_owned())
     }
 
-    /// Times that a zone carries past year 9999 (or before year 0) are no
-    /// times: `time`'s `+` panicked on them, from one filter, compare or
-    /// DN of any client. A leap second stays in its own minute.
+    /// Times that a leap second or a zone carry past year 9999 (or before
+    /// year 0) are no times: `time`'s `+` panicked on them, from one filter,
+    /// compare or DN of any client.
     #[test]
     fn generalized_times_past_the_last_year_are_invalid() {
-        for v in ["99991231235959-0001", "9999123123-2359", "00000101000000+0001"] {
+        for v in ["99991231235960Z", "99991231235959-0001", "9999123123-2359", "00000101000000+0001"] {
             assert_eq!(generalized_time(v.as_bytes()), None, "{v}");
         }
         assert_eq!(generalized_time(b"99991231235959Z").as_deref(), Some("99991231235959"));
-        assert_eq!(generalized_time(b"99991231235960Z").as_deref(), Some("99991231235960"));
-        assert_eq!(generalized_time(b"20261205235960Z").as_deref(), Some("20261205235960"));
+        assert_eq!(generalized_time(b"20261205235960Z").as_deref(), Some("20261206000000"));
     }
 
     /// DN-valued RDN values nest at most `MAX_DN_NESTING` deep: each level
@@ -534,9 +533,6 @@ mod tests {
             (GeneralizedTime, "2026112921Z", Some("20261129210000")),
             (GeneralizedTime, "20261129234500+0200", Some("20261129214500")),
             (GeneralizedTime, "20261129214500.500Z", Some("202611292145005")),
-            (GeneralizedTime, "20161231235960Z", Some("20161231235960")),
-            (GeneralizedTime, "20170101005960+0100", Some("20161231235960")),
-            (GeneralizedTime, "20200101120000.0000000001Z", Some("202001011200000000000001")),
             (GeneralizedTime, "2026112921.5Z", Some("20261129213000")),
             (GeneralizedTime, "20261329214500Z", None),
             (GeneralizedTime, "20261129214500", None),

@@ -124,7 +124,17 @@ fn what_part(acl: &mut Acl, what: &mut What, t: &str) -> Result<(), String> {
         "dn" => set_once(&mut what.dn, dn_pattern(style, value, "regex")?, "dn"),
         "filter" => {
             let f = filter::parse(value).map_err(|e| format!("filter {value:?}: {e}"))?;
-            set_once(&mut what.filter, filter::compile(&f), "filter")
+            let compiled = filter::compile(&f);
+            if compiled.has_undefined() {
+                // Accepted, as slapd accepts it, but such an item matches
+                // nothing (`(locked=true)`: a Boolean is TRUE or FALSE),
+                // so the rule may never apply: said where it is read.
+                eprintln!(
+                    "coredir: warning: access rule filter {value:?} has an item that is Undefined for every \
+                     entry (an unknown attribute, or a value its matching rule refuses)"
+                );
+            }
+            set_once(&mut what.filter, compiled, "filter")
         }
         "attrs" | "attr" if style.is_empty() => set_once(&mut what.attrs, attr_list(acl, value)?, "attrs"),
         "val" => Err("val= (value-level rules) is not supported".into()),

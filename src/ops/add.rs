@@ -120,9 +120,12 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
         true => Some(check_uuid_free(ctx, &entry)?),
         false => None,
     };
+    stamp_new(&mut entry, identity.dn());
+    // As slapd: on the entry as it will be stored, with the attributes
+    // the server generates (entryUUID, creatorsName, …), before a
+    // password in clear is hashed.
     controls::check_assertion(&conn, &identity, ctrls.assertion.as_ref(), &dn.key(), &entry)?;
     hash_passwords(&conn, &mut entry.attrs).await?;
-    stamp_new(&mut entry, identity.dn());
     entry.check_layout()?;
     let most = live.limits.max_entry_bytes;
     if most > 0 && entry.stored_len() > most {

@@ -126,6 +126,7 @@ pub struct Controls {
 }
 
 fn unavailable(oid: &str, why: &str) -> Error {
+    let oid = if oid.is_empty() { "(an empty type)" } else { oid };
     Error::new(LdapResultCode::UnavailableCriticalExtension, format!("critical control {oid} {why}"))
 }
 
@@ -307,7 +308,8 @@ fn oid_of(c: &LdapControl) -> &'static str {
     match c {
         LdapControl::SyncRequest { .. } => "1.3.6.1.4.1.4203.1.9.1.1",
         LdapControl::PasswordPolicyRequest { .. } => "1.3.6.1.4.1.42.2.27.8.5.1",
-        LdapControl::SearchOptions { .. } => "1.2.840.113556.1.4.1340",
+        // ldap3_proto's SearchOptions is AD's Verify Name OID.
+        LdapControl::SearchOptions { .. } => "1.2.840.113556.1.4.1338",
         LdapControl::ShowDeleted { .. } => "1.2.840.113556.1.4.417",
         LdapControl::SdFlags { .. } => "1.2.840.113556.1.4.801",
         LdapControl::ExtendedDn { .. } => "1.2.840.113556.1.4.529",
@@ -380,8 +382,9 @@ fn parse_search_flags(value: Option<&[u8]>) -> Result<i64> {
         return Err(bad());
     }
     match flags.clone().expect_primitive().as_deref() {
-        // Two's complement, big-endian, at most 64 bits.
-        Some(b @ [first, ..]) if b.len() <= 8 => {
+        // Two's complement, big-endian, in 32 bits as slapd's ber_int_t
+        // (a longer one is its decoding error).
+        Some(b @ [first, ..]) if b.len() <= 4 => {
             Ok(b[1..].iter().fold(*first as i8 as i64, |n, byte| (n << 8) | *byte as i64))
         }
         _ => Err(bad()),

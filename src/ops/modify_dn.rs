@@ -175,6 +175,11 @@ pub fn parse_names(req: &LdapModifyDNRequest) -> Result<(Dn, Dn, Dn)> {
 
 pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -> Result<Vec<LdapControl>> {
     let (old, new, superior) = parse_names(&req)?;
+    // As slapd's frontend, before anything is looked up: a new DN above
+    // the entry (its parent, an ancestor, the naming context's root).
+    if old.key() != new.key() && old.is_within(&new) {
+        return Err(Error::unwilling("cannot place an entry above itself"));
+    }
     let ctx = &conn.ctx;
     // As slapd: a rename that leaves its naming context (the suffix itself
     // included), into another or none, would span two DSAs.
@@ -236,10 +241,19 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
     claim.settle_writes().await?;
     let in_place = old.key() == new.key();
     let (mut entry, below) =
-        read_subtree(&conn, &old, &req.dn, in_place).map_err(|e| with_matched(&conn, &identity, &old, e))?;
+        read_subtree(&conn, &old, &req.dn, in_place).map_err(|e| match parent_missing(&conn, &old) {
+            // As slapd's back-mdb, which looks the parent up first: no matchedDN.
+            true => e,
+            false => with_matched(&conn, &identity, &old, e),
+        })?;
     // Checked on the entry as read: a rename is not one owner transaction.
     controls::check_assertion(&conn, &identity, ctrls.assertion.as_ref(), &old.key(), &entry)?;
     let before = ctrls.pre_read.as_ref().map(|_| entry.clone());
+    // As slapd's back-mdb: a taken new DN (68) before what the renamed
+    // entry would break (65). The owner checks again as it writes.
+    if !in_place && shard.get_entry(&new.key())?.is_some() {
+        return Err(Error::already_exists(&new.to_string_form()));
+    }
     rename_entry(&mut entry, &old, &new, new_text, req.deleteoldrdn, identity.dn());
     // The new RDN's values were checked with its DN (`validate`, 34);
     // those the entry held are not checked again (`check_modified`).
@@ -262,6 +276,12 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
     let images = Some(Box::new(Images { before, after }));
     let moved_to = new.to_string_form();
     Ok(controls::read_entry_controls(&conn, &identity, images, &ctrls.pre_read, &ctrls.post_read, Some(&moved_to)))
+}
+
+/// Whether the renamed entry's parent is missing too (a naming context's
+/// root has none to miss).
+fn parent_missing(conn: &Conn, dn: &Dn) -> bool {
+    !conn.ctx.is_suffix(dn) && matches!(conn.ctx.shard.get_entry(&dn.parent().key()), Ok(None))
 }
 
 /// The entry to rename and, when it has children that move with it (not

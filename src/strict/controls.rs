@@ -35,12 +35,27 @@ pub(super) const VALUE_REQUIRED: &[&[u8]] =
     &[b"1.2.840.113556.1.4.319", b"1.2.840.113556.1.4.473", b"1.3.6.1.4.1.4203.1.9.1.1"];
 
 /// Controls ldap3_proto decodes without their criticality, with the
-/// operation each applies to in coredir (none: not implemented).
-pub(super) const CRITICALITY_DROPPED: &[(&[u8], Option<u8>)] = &[
-    (b"1.2.840.113556.1.4.319", Some(SEARCH)),
-    (b"1.2.840.113556.1.4.473", Some(SEARCH)),
-    // Active Directory's DirSync.
-    (b"1.2.840.113556.1.4.841", None),
+/// operation each applies to in coredir.
+pub(super) const CRITICALITY_DROPPED: &[(&[u8], Option<u8>)] =
+    &[(b"1.2.840.113556.1.4.319", Some(SEARCH)), (b"1.2.840.113556.1.4.473", Some(SEARCH))];
+
+/// Controls ldap3_proto decodes into types of its own that coredir does
+/// not act on (response controls sent in a request, AD's Verify Name, Show
+/// Deleted, SD Flags, Extended DN and DirSync, the password policy
+/// request): left out before ldap3_proto reads them, so a value it cannot
+/// decode is not a malformed message, and answered as slapd answers a
+/// control it does not know: ignored, or unavailableCriticalExtension
+/// when critical.
+const NOT_ACTED_ON: &[&[u8]] = &[
+    b"1.3.6.1.4.1.4203.1.9.1.2",
+    b"1.3.6.1.4.1.4203.1.9.1.3",
+    b"1.2.840.113556.1.4.474",
+    b"1.3.6.1.4.1.42.2.27.8.5.1",
+    b"1.2.840.113556.1.4.1338",
+    b"1.2.840.113556.1.4.417",
+    b"1.2.840.113556.1.4.801",
+    b"1.2.840.113556.1.4.529",
+    b"1.2.840.113556.1.4.841",
 ];
 
 /// Checks the controls field of an operation with tag `op`; the result to
@@ -99,6 +114,12 @@ pub(super) fn check_controls(op: u8, all: &[u8]) -> Result<Controls, &'static st
                 _ => return Err("a control is type, criticality, value"),
             }
             rest = field.rest;
+        }
+        if NOT_ACTED_ON.contains(&oid.content) {
+            unavailable |= critical;
+            ignored.push(at..all.len() - control.rest.len());
+            list = control.rest;
+            continue;
         }
         if !seen_value && VALUE_REQUIRED.contains(&oid.content) {
             // Each of them applies to a search only.

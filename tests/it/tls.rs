@@ -480,6 +480,22 @@ fn starttls_after_a_bind_leaves_the_connection_anonymous_as_in_slapd() {
     let ours = identities(coredir.port);
     assert_eq!(ours, identities(slapd.port));
     assert_eq!(ours, (format!("dn:{ROOT_DN}"), String::new(), format!("dn:{ROOT_DN}")));
+    // A StartTLS refused (no TLS on either server) leaves the bind as
+    // slapd leaves it.
+    let (coredir, slapd) = (Server::start(1), TcpSlapd::start(""));
+    let refused = |port: u16| {
+        let sock = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut plain = Raw::over(sock);
+        bind_raw(&mut plain, 1, ROOT_DN, ROOT_PW);
+        plain.send(vec![LdapMsg::new(2, start_tls())]);
+        let code = match plain.recv().map(|m| m.op) {
+            Some(LdapOp::ExtendedResponse(r)) => r.res.code,
+            other => panic!("{other:?}"),
+        };
+        (code, plain.whoami(3))
+    };
+    assert_eq!(refused(coredir.port), refused(slapd.port));
 }
 
 /// A client certificate the CA revoked is refused once `tls.crl_file`

@@ -95,6 +95,19 @@ impl Names {
     }
 }
 
+impl Node {
+    /// Whether an item of the filter is Undefined for every entry (an
+    /// unknown attribute, a value its matching rule refuses).
+    pub fn has_undefined(&self) -> bool {
+        match self {
+            Node::Undefined => true,
+            Node::And(items) | Node::Or(items) => items.iter().any(Node::has_undefined),
+            Node::Not(item) => item.has_undefined(),
+            _ => false,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub enum Node {
     And(Vec<Node>),

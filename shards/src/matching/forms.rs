@@ -132,21 +132,32 @@ pub(super) fn integer_key(norm: &[u8]) -> Vec<u8> {
 pub(super) const MAX_DN_NESTING: u32 = 16;
 
 pub(super) fn dn(value: &[u8]) -> Option<String> {
+    nested(|| std::str::from_utf8(value).ok().and_then(|t| Dn::parse(t).ok()).map(|d| d.norm()))
+}
+
+/// Runs a DN or RDN normalization one level deeper, none past
+/// `MAX_DN_NESTING`: parsing normalizes each RDN value by its type's
+/// rule, which for a DN- or RDN-valued type parses again.
+fn nested(normalize: impl FnOnce() -> Option<String>) -> Option<String> {
     thread_local!(static DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) });
     let depth = DEPTH.get();
     if depth >= MAX_DN_NESTING {
         return None;
     }
     DEPTH.set(depth + 1);
-    let norm = std::str::from_utf8(value).ok().and_then(|t| Dn::parse(t).ok()).map(|d| d.norm());
+    let norm = normalize();
     DEPTH.set(depth);
     norm
 }
 
-/// One RDN (`cn=a+sn=b`), normalized as in a DN.
+/// One RDN (`cn=a+sn=b`) of known types, normalized as in a DN; empty as
+/// slapd's `rdnValidate` allows.
 pub(super) fn rdn(value: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(value).ok()?;
-    Dn::parse(text).ok().filter(|d| d.rdns().len() == 1).map(|d| d.norm())
+    if text.is_empty() {
+        return Some(String::new());
+    }
+    nested(|| Dn::parse(text).ok().filter(|d| d.rdns().len() == 1 && d.validate().is_ok()).map(|d| d.norm()))
 }
 
 /// Name and Optional UID: `DN` or `DN#'0101'B`.
@@ -290,17 +301,17 @@ pub fn generalized_time(value: &[u8]) -> Option<String> {
     });
     let month = time::Month::try_from(month as u8).ok()?;
     let date = time::Date::from_calendar_date(year, month, day as u8).ok()?;
-    // A leap second (60) is a second of its own, after 59 and before the
-    // next minute, as slapd keeps it: computed as 59, written as 60 (a
-    // zone's offset moves whole minutes, so it stays second 59).
+    // Leap second 60 is allowed by the syntax; fold it into the next minute.
+    // (slapd keeps it, and every digit of a fraction; changing this normal
+    // form would strand the index and DN keys already written with it.)
     let (second, leap) = if second == 60 { (59, 1) } else { (second, 0) };
     let t = time::Time::from_hms(hour as u8, minute as u8, second as u8).ok()?;
-    // Checked: a zone west of UTC can carry 9999-12-31 past the last year
-    // `time` holds (its `+` panics there), and a zone east of it carry
-    // year 0 before the first one the syntax allows.
+    // Checked: a leap second or a zone west of UTC can carry 9999-12-31
+    // past the last year `time` holds (its `+` panics there), and a zone
+    // east of it carry year 0 before the first one the syntax allows.
     let at = time::PrimitiveDateTime::new(date, t)
         .assume_utc()
-        .checked_add(time::Duration::seconds(-offset_secs))?
+        .checked_add(time::Duration::seconds(leap - offset_secs))?
         .checked_add(time::Duration::nanoseconds(frac_nanos as i64))
         .filter(|at| (0..=9999).contains(&at.year()))?;
     let mut out = format!(
@@ -310,14 +321,31 @@ pub fn generalized_time(value: &[u8]) -> Option<String> {
         at.day(),
         at.hour(),
         at.minute(),
-        at.second() + leap
+        at.second()
     );
-    match frac {
-        // A fraction of a second keeps every digit, as slapd's does
-        // (12:00:00.0000000001 is later than 12:00:00).
-        Some(f) if whole.len() == 14 => out.push_str(f.trim_end_matches('0')),
-        _ if at.nanosecond() > 0 => out.push_str(format!("{:09}", at.nanosecond()).trim_end_matches('0')),
-        _ => {}
+    if at.nanosecond() > 0 {
+        let nanos = format!("{:09}", at.nanosecond());
+        out.push_str(nanos.trim_end_matches('0'));
     }
     Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An RDN value nests under the same bound as a DN value: a type
+    /// whose equality is rdnMatch (a schema file may define one) would
+    /// otherwise parse `r=r=r=…` one level per two bytes, past the stack.
+    #[test]
+    fn rdn_values_nest_under_the_dn_bound() {
+        fn down(n: u32) -> Option<String> {
+            match n {
+                0 => rdn(b"cn=a"),
+                _ => nested(|| down(n - 1)),
+            }
+        }
+        assert_eq!(down(MAX_DN_NESTING - 1).as_deref(), Some("cn=a"));
+        assert_eq!(down(MAX_DN_NESTING), None);
+    }
 }
