@@ -86,6 +86,21 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     let is_suffix = ctx.is_suffix(&dn);
     let identity = ctrls.acting.clone();
     let live = conn.ctx.live();
+    let key = dn.key();
+    // As slapd's back-mdb: the Assertion control next, on the entry as it
+    // will be stored, with the attributes the server generates (entryUUID,
+    // creatorsName, …) and before a password in clear is hashed.
+    if let Some(assertion) = ctrls.assertion.as_ref() {
+        let mut stored = entry.clone();
+        stamp_new(&mut stored, identity.dn());
+        controls::check_assertion(&conn, &identity, Some(assertion), &key, &stored)?;
+    }
+    // Then a taken DN (68), before the parent and the access checks, when
+    // the requester may know of the entry (a hidden one goes on as a
+    // missing one would).
+    if ctx.shard.get_entry(&key)?.is_some() && crate::ops::disclosed(&conn, &identity, &key) {
+        return Err(Error::already_exists(&entry.dn));
+    }
     if !is_suffix {
         crate::ops::require_entry(&conn, &identity, &dn.parent(), &dn)?;
     }
@@ -120,12 +135,8 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
         true => Some(check_uuid_free(ctx, &entry)?),
         false => None,
     };
-    stamp_new(&mut entry, identity.dn());
-    // As slapd: on the entry as it will be stored, with the attributes
-    // the server generates (entryUUID, creatorsName, …), before a
-    // password in clear is hashed.
-    controls::check_assertion(&conn, &identity, ctrls.assertion.as_ref(), &dn.key(), &entry)?;
     hash_passwords(&conn, &mut entry.attrs).await?;
+    stamp_new(&mut entry, identity.dn());
     entry.check_layout()?;
     let most = live.limits.max_entry_bytes;
     if most > 0 && entry.stored_len() > most {

@@ -85,6 +85,9 @@ fn cancel(conn: &Conn, req: &LdapExtendedRequest) -> Result<()> {
         .and_then(|t| t.expect_primitive())
         .filter(|b| !b.is_empty() && b.len() <= 4)
         .map(|b| b.iter().fold(if b[0] & 0x80 != 0 { -1i32 } else { 0 }, |n, x| (n << 8) | *x as i32))
+        // As slapd: a negative message ID names no operation (RFC 4511
+        // §4.1.1: 0 .. maxInt) and is malformed.
+        .filter(|id| *id >= 0)
         .ok_or_else(|| Error::protocol("malformed Cancel request value"))?;
     let running = conn.running.borrow();
     let (flag, _) = running
@@ -178,9 +181,35 @@ async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest
         Some(_) => Error::unwilling(UNVERIFIABLE),
         None => Error::no_such_object(&target),
     };
-    let entry = shard.get_entry(&dn.key())?.filter(|_| crate::ops::disclosed(conn, identity, &dn.key()));
+    // One's own entry is known to its user (bound as it), whatever hides
+    // it from others: slapd lets it change its password there.
+    let known = |key: &[u8]| self_change || crate::ops::disclosed(conn, identity, key);
+    let entry = shard.get_entry(&dn.key())?.filter(|_| known(&dn.key()));
     let entry = entry.ok_or_else(missing)?;
-    if let Some(a) = conn.access(&live, &identity) {
+    let policy = conn.ctx.password_policy;
+    let stored: Vec<Vec<u8>> = entry.get("userPassword").map(|a| a.vals.clone()).unwrap_or_default();
+    // As slapd: an old password is verified first, as the requester may
+    // (auth access to userPassword), before any write right is asked.
+    if let Some(old) = req.old_password.clone() {
+        if let Some(a) = conn.access(&live, identity) {
+            let attr = [(a.acl().class("userPassword"), "userPassword")];
+            access::require(&a, shard, &dn.key(), &attr, Level::Auth).map_err(|_| Error::unwilling(UNVERIFIABLE))?;
+        }
+        // Milliseconds of key stretching: off the reactor, against at most
+        // as many stored values as a modify verifies.
+        let stored = stored.clone();
+        let old_ok = conn
+            .ctx
+            .password_work(conn.id, move || {
+                let old = shards::octets::unescape(&old);
+                stored.iter().take(crate::ops::modify::MOST_VERIFIED).any(|h| policy.verify(h, &old))
+            })
+            .await;
+        if !old_ok {
+            return Err(Error::unwilling(UNVERIFIABLE));
+        }
+    }
+    if let Some(a) = conn.access(&live, identity) {
         let attr = [(a.acl().class("userPassword"), "userPassword")];
         access::require(&a, shard, &dn.key(), &attr, Level::Write)?;
     }
@@ -191,27 +220,14 @@ async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest
         _ => e,
     })?;
     let scheme = conn.ctx.passwords.default_scheme.clone();
-    let policy = conn.ctx.password_policy;
-    let stored: Vec<Vec<u8>> = entry.get("userPassword").map(|a| a.vals.clone()).unwrap_or_default();
     if self_change && !is_root && req.old_password.is_none() && conn.ctx.passwords.self_change_requires_old {
         return Err(Error::unwilling("the old password is required to change one's own password"));
     }
     let generated = req.new_password.is_none().then(generate);
     let new = req.new_password.clone().or_else(|| generated.clone()).expect("one of them");
-    let old = req.old_password.clone();
-    // Verifying the old password and hashing the new one take milliseconds:
-    // off the reactor, against at most as many stored values as a modify.
-    let (old_ok, hashed) = conn
-        .ctx
-        .password_work(conn.id, move || {
-            let mut tried = stored.iter().take(crate::ops::modify::MOST_VERIFIED);
-            let old_ok = old.is_none_or(|o| tried.any(|h| policy.verify(h, &shards::octets::unescape(&o))));
-            (old_ok, password::hash(&scheme, &shards::octets::unescape(&new)))
-        })
-        .await;
-    if !old_ok {
-        return Err(Error::unwilling(UNVERIFIABLE));
-    }
+    // Hashing the new one takes milliseconds too: off the reactor.
+    let hashed =
+        conn.ctx.password_work(conn.id, move || password::hash(&scheme, &shards::octets::unescape(&new))).await;
     let hashed = hashed.map_err(Error::other)?;
     let mods = vec![Mod::Replace(Attr { name: "userPassword".into(), vals: vec![hashed.into_bytes()] })];
     let stamp = Stamp { modifier: own, time: now_generalized() };

@@ -204,10 +204,22 @@ pub(super) fn write_computed(
     if entry.encode(&mut bytes).is_err() {
         return Ok(false);
     }
-    let view = EntryView::new(&bytes).expect("encoded just now");
-    if filter.eval_bounded(&view, &|_| true, tests)? != Some(true) {
-        return Ok(false);
+    // As slapd, which adds subschemaSubentry only as it sends these
+    // entries: the filter is tested on the entry without it (a copy,
+    // unless the filter takes every entry, as a client's reading does).
+    if !matches!(filter, filter::Node::True) {
+        let added = |a: &&shards::entry::Attr| a.name.eq_ignore_ascii_case("subschemaSubentry");
+        let attrs = entry.attrs.iter().filter(|a| !added(a)).cloned().collect();
+        let mut tested = Vec::new();
+        if (Entry { dn: entry.dn.clone(), attrs }).encode(&mut tested).is_err() {
+            return Ok(false);
+        }
+        let view = EntryView::new(&tested).expect("encoded just now");
+        if filter.eval_bounded(&view, &|_| true, tests)? != Some(true) {
+            return Ok(false);
+        }
     }
+    let view = EntryView::new(&bytes).expect("encoded just now");
     let mut attrs: Vec<_> =
         view.attrs().filter(|a| sel.wants(a.name)).map(|a| OutAttr { name: a.name, vals: a.vals() }).collect();
     // Matched Values on the root DSE and cn=Subschema too (as slapd: a
