@@ -90,15 +90,16 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     // As slapd's back-mdb: the Assertion control next, on the entry as it
     // will be stored, with the attributes the server generates (entryUUID,
     // creatorsName, …) and before a password in clear is hashed.
+    let stamps = Stamps::new(identity.dn());
     if let Some(assertion) = ctrls.assertion.as_ref() {
         let mut stored = entry.clone();
-        stamp_new(&mut stored, identity.dn());
-        controls::check_assertion(&conn, &identity, Some(assertion), &key, &stored)?;
+        stamps.apply(&mut stored);
+        controls::check_assertion_new(&conn, &identity, Some(assertion), &key, &stored)?;
     }
     // Then a taken DN (68), before the parent and the access checks, when
     // the requester may know of the entry (a hidden one goes on as a
     // missing one would).
-    if ctx.shard.get_entry(&key)?.is_some() && crate::ops::disclosed(&conn, &identity, &key) {
+    if ctx.shard.exists(&key)? && crate::ops::disclosed(&conn, &identity, &key) {
         return Err(Error::already_exists(&entry.dn));
     }
     if !is_suffix {
@@ -136,7 +137,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
         false => None,
     };
     hash_passwords(&conn, &mut entry.attrs).await?;
-    stamp_new(&mut entry, identity.dn());
+    stamps.apply(&mut entry);
     entry.check_layout()?;
     let most = live.limits.max_entry_bytes;
     if most > 0 && entry.stored_len() > most {
@@ -322,15 +323,33 @@ pub async fn hash_passwords(conn: &Conn, attrs: &mut [Attr]) -> Result<()> {
 /// Sets the operational attributes of a new entry that it does not carry
 /// yet (an import keeps those of the LDIF; a client cannot send them).
 pub fn stamp_new(entry: &mut Entry, creator: &str) {
-    let now = now_generalized();
-    let mut missing = |name: &str, value: &dyn Fn() -> String| {
-        if entry.get(name).is_none() {
-            entry.set(name, vec![value().into_bytes()]);
-        }
-    };
-    missing("entryUUID", &|| uuid::Uuid::new_v4().to_string());
-    missing("creatorsName", &|| creator.to_string());
-    missing("createTimestamp", &|| now.clone());
-    missing("modifiersName", &|| creator.to_string());
-    missing("modifyTimestamp", &|| now.clone());
+    Stamps::new(creator).apply(entry);
+}
+
+/// The operational attributes a new entry gets, generated once: an add
+/// tests its Assertion on them before it stores them.
+pub struct Stamps {
+    uuid: String,
+    creator: String,
+    now: String,
+}
+
+impl Stamps {
+    pub fn new(creator: &str) -> Stamps {
+        Stamps { uuid: uuid::Uuid::new_v4().to_string(), creator: creator.to_string(), now: now_generalized() }
+    }
+
+    /// Sets those the entry does not carry already.
+    pub fn apply(&self, entry: &mut Entry) {
+        let mut missing = |name: &str, value: &str| {
+            if entry.get(name).is_none() {
+                entry.set(name, vec![value.as_bytes().to_vec()]);
+            }
+        };
+        missing("entryUUID", &self.uuid);
+        missing("creatorsName", &self.creator);
+        missing("createTimestamp", &self.now);
+        missing("modifiersName", &self.creator);
+        missing("modifyTimestamp", &self.now);
+    }
 }

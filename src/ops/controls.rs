@@ -437,7 +437,23 @@ pub fn check_assertion_view(
     key: &[u8],
     view: &EntryView<'_>,
 ) -> Result<()> {
-    assertion_holds(conn, identity, assertion, key, view, |_| Ok(Vec::new()))
+    assertion_holds(conn, identity, assertion, (key, None), view, |_| Ok(Vec::new()))
+}
+
+/// `check_assertion` on an entry about to be added: it has no children,
+/// whatever the store holds at its DN (an entry the requester may not
+/// know of, whose children would otherwise answer `hasSubordinates`).
+pub fn check_assertion_new(
+    conn: &Conn,
+    identity: &Identity,
+    assertion: Option<&LdapFilter>,
+    key: &[u8],
+    entry: &Entry,
+) -> Result<()> {
+    let Some(f) = assertion else { return Ok(()) };
+    let mut bytes = Vec::new();
+    entry.encode(&mut bytes)?;
+    assertion_holds(conn, identity, Some(f), (key, Some(false)), &EntryView::new(&bytes)?, |_| Ok(Vec::new()))
 }
 
 /// `check_assertion` on the entry `view` with id `id` as read in `txn`:
@@ -451,7 +467,8 @@ pub fn check_assertion_read<T: ReadTxn>(
     (txn, id): (&T, &[u8]),
     view: &EntryView<'_>,
 ) -> Result<()> {
-    assertion_holds(conn, identity, assertion, key, view, |node| index::decided_items(txn, node, id, view.size()))
+    let decide = |node: &_| index::decided_items(txn, node, id, view.size());
+    assertion_holds(conn, identity, assertion, (key, None), view, decide)
 }
 
 /// `check_assertion_read` on the entry stored at `key` (none: nothing to check).
@@ -469,8 +486,17 @@ pub fn check_assertion_at(conn: &Conn, identity: &Identity, assertion: Option<&L
 /// The assertion's hasSubordinates items answered from the entry's child
 /// count (kept on its own owner), as a search answers them: computed, the
 /// filter cannot read them from the entry.
-fn subordinates_decided(conn: &Conn, node: &shards::filter::Node, key: &[u8]) -> Result<Vec<(usize, bool)>> {
-    node.subordinates_decided(|| Ok(shards::write::children(&conn.ctx.shard.read_for(key)?, key)? > 0))
+/// `children`: whether the entry has children, when known without the
+/// store (an entry being added has none).
+fn subordinates_decided(
+    conn: &Conn,
+    node: &shards::filter::Node,
+    (key, children): (&[u8], Option<bool>),
+) -> Result<Vec<(usize, bool)>> {
+    node.subordinates_decided(|| match children {
+        Some(known) => Ok(known),
+        None => Ok(shards::write::children(&conn.ctx.shard.read_for(key)?, key)? > 0),
+    })
 }
 
 /// Whether the assertion holds on `view` under the requester's rights;
@@ -479,7 +505,7 @@ fn assertion_holds(
     conn: &Conn,
     identity: &Identity,
     assertion: Option<&LdapFilter>,
-    key: &[u8],
+    (key, children): (&[u8], Option<bool>),
     view: &EntryView<'_>,
     decide: impl FnOnce(&shards::filter::Node) -> Result<Vec<(usize, bool)>>,
 ) -> Result<()> {
@@ -489,13 +515,13 @@ fn assertion_holds(
     let holds = match conn.access(&live, identity).map(ReadPlan::new) {
         None => {
             let mut decided = decide(&node)?;
-            decided.extend(subordinates_decided(conn, &node, key)?);
+            decided.extend(subordinates_decided(conn, &node, (key, children))?);
             shards::filter::with_decided(decided, || node.matches(view))
         }
         Some(plan) => {
             let node = node.restrict(&|names| plan.searchable(names));
             let mut decided = decide(&node)?;
-            decided.extend(subordinates_decided(conn, &node, key)?);
+            decided.extend(subordinates_decided(conn, &node, (key, children))?);
             let (target, tests) = (Target { key, entry: Some(view) }, live.limits.max_filter_tests);
             shards::filter::with_decided(decided, || visible_match(Some(&plan), &node, &target, view, tests))?
         }

@@ -40,12 +40,12 @@ pub async fn handle(conn: Rc<Conn>, dn_text: String, ctrls: Controls) -> Result<
             )?;
         }
     }
-    // As slapd's back-mdb: the Assertion control is tested first, then a
-    // referral object's delete is refused, after the access checks (a
-    // modify's before them).
+    // As slapd's back-mdb: a glue placeholder is missing, then the
+    // Assertion control is tested, then a referral object's delete is
+    // refused, after the access checks (a modify's before them).
+    crate::glue::refuse_write(&conn, &identity, &dn, ctrls.manage_dsa_it)?;
     let assertion = controls::check_assertion_before_write(&conn, &identity, ctrls.assertion, &dn.key())?;
     crate::ops::referral::check_target(&conn, &identity, &dn, ctrls.manage_dsa_it)?;
-    crate::glue::refuse_write(&conn, &identity, &dn, ctrls.manage_dsa_it)?;
     let extras = Extras { assertion, before: ctrls.pre_read.is_some(), ..Extras::default() };
     let images = conn
         .ctx

@@ -190,24 +190,31 @@ async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest
     let stored: Vec<Vec<u8>> = entry.get("userPassword").map(|a| a.vals.clone()).unwrap_or_default();
     // As slapd: an old password is verified first, as the requester may
     // (auth access to userPassword), before any write right is asked.
+    let mut verified = None;
     if let Some(old) = req.old_password.clone() {
         if let Some(a) = conn.access(&live, identity) {
             let attr = [(a.acl().class("userPassword"), "userPassword")];
             access::require(&a, shard, &dn.key(), &attr, Level::Auth).map_err(|_| Error::unwilling(UNVERIFIABLE))?;
         }
-        // Milliseconds of key stretching: off the reactor, against at most
-        // as many stored values as a modify verifies.
-        let stored = stored.clone();
-        let old_ok = conn
+        // Milliseconds of key stretching: off the reactor (nothing when the
+        // client has gone), against at most as many stored values as a
+        // modify verifies.
+        let tried = stored.clone();
+        let matched = conn
             .ctx
-            .password_work(conn.id, move || {
-                let old = shards::octets::unescape(&old);
-                stored.iter().take(crate::ops::modify::MOST_VERIFIED).any(|h| policy.verify(h, &old))
-            })
-            .await;
-        if !old_ok {
-            return Err(Error::unwilling(UNVERIFIABLE));
-        }
+            .password_check(
+                conn.id,
+                || conn.info.hung_up(),
+                move || {
+                    let old = shards::octets::unescape(&old);
+                    tried.iter().take(crate::ops::modify::MOST_VERIFIED).position(|h| policy.verify(h, &old))
+                },
+            )
+            .await
+            .flatten();
+        // The value verified, removed by the write itself: a change made
+        // meanwhile (the owner's own, say) makes the write fail, not lose.
+        verified = Some(matched.map(|i| stored[i].clone()).ok_or_else(|| Error::unwilling(UNVERIFIABLE))?);
     }
     if let Some(a) = conn.access(&live, identity) {
         let attr = [(a.acl().class("userPassword"), "userPassword")];
@@ -229,11 +236,19 @@ async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest
     let hashed =
         conn.ctx.password_work(conn.id, move || password::hash(&scheme, &shards::octets::unescape(&new))).await;
     let hashed = hashed.map_err(Error::other)?;
-    let mods = vec![Mod::Replace(Attr { name: "userPassword".into(), vals: vec![hashed.into_bytes()] })];
+    let mut mods = Vec::with_capacity(2);
+    if let Some(old) = verified {
+        mods.push(Mod::Delete(Attr { name: "userPassword".into(), vals: vec![old] }));
+    }
+    mods.push(Mod::Replace(Attr { name: "userPassword".into(), vals: vec![hashed.into_bytes()] }));
     let stamp = Stamp { modifier: own, time: now_generalized() };
     let key = dn.key();
     let _admitted = conn.ctx.admit_write(&dn)?;
-    shard.modify(key, target, mods, Vec::new(), stamp, Default::default()).await?;
+    shard.modify(key, target, mods, Vec::new(), stamp, Default::default()).await.map_err(|e| match e.code {
+        // The verified value went meanwhile.
+        LdapResultCode::NoSuchAttribute => Error::unwilling(UNVERIFIABLE),
+        _ => e,
+    })?;
     Ok(generated)
 }
 

@@ -240,18 +240,21 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
     let claim = ctx.shared.carries.claim(old.key(), new.key())?;
     claim.settle_writes().await?;
     let in_place = old.key() == new.key();
-    let (mut entry, below) =
-        read_subtree(&conn, &old, &req.dn, in_place).map_err(|e| match parent_missing(&conn, &old) {
-            // As slapd's back-mdb, which looks the parent up first: no matchedDN.
-            true => e,
-            false => with_matched(&conn, &identity, &old, e),
-        })?;
+    let (mut entry, below) = read_subtree(&conn, &old, &req.dn, in_place).map_err(|e| {
+        let mut e = with_matched(&conn, &identity, &old, e);
+        // As slapd's back-mdb, which looks the parent up first: a missing
+        // parent is named by no matchedDN (a referral above still refers).
+        if e.code == LdapResultCode::NoSuchObject && parent_missing(&conn, &old) {
+            e.matched.clear();
+        }
+        e
+    })?;
     // Checked on the entry as read: a rename is not one owner transaction.
     controls::check_assertion(&conn, &identity, ctrls.assertion.as_ref(), &old.key(), &entry)?;
     let before = ctrls.pre_read.as_ref().map(|_| entry.clone());
     // As slapd's back-mdb: a taken new DN (68) before what the renamed
     // entry would break (65). The owner checks again as it writes.
-    if !in_place && shard.get_entry(&new.key())?.is_some() {
+    if !in_place && shard.exists(&new.key())? && crate::ops::disclosed(&conn, &identity, &new.key()) {
         return Err(Error::already_exists(&new.to_string_form()));
     }
     rename_entry(&mut entry, &old, &new, new_text, req.deleteoldrdn, identity.dn());
@@ -281,7 +284,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
 /// Whether the renamed entry's parent is missing too (a naming context's
 /// root has none to miss).
 fn parent_missing(conn: &Conn, dn: &Dn) -> bool {
-    !conn.ctx.is_suffix(dn) && matches!(conn.ctx.shard.get_entry(&dn.parent().key()), Ok(None))
+    !conn.ctx.is_suffix(dn) && matches!(conn.ctx.shard.exists(&dn.parent().key()), Ok(false))
 }
 
 /// The entry to rename and, when it has children that move with it (not

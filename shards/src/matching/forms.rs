@@ -157,7 +157,12 @@ pub(super) fn rdn(value: &[u8]) -> Option<String> {
     if text.is_empty() {
         return Some(String::new());
     }
-    nested(|| Dn::parse(text).ok().filter(|d| d.rdns().len() == 1 && d.validate().is_ok()).map(|d| d.norm()))
+    // Types known and values present; not `Dn::validate`, whose syntax
+    // check of an RDN-valued value would normalize it a second time at
+    // every level (twice the work per level of `r=r=…`).
+    let known =
+        |d: &Dn| d.rdns().iter().flat_map(|r| &r.avas).all(|a| attr_type(&a.attr).is_some() && !a.value.is_empty());
+    nested(|| Dn::parse(text).ok().filter(|d| d.rdns().len() == 1 && known(d)).map(|d| d.norm()))
 }
 
 /// Name and Optional UID: `DN` or `DN#'0101'B`.

@@ -205,9 +205,11 @@ pub(super) fn write_computed(
         return Ok(false);
     }
     // As slapd, which adds subschemaSubentry only as it sends these
-    // entries: the filter is tested on the entry without it (a copy,
-    // unless the filter takes every entry, as a client's reading does).
-    if !matches!(filter, filter::Node::True) {
+    // entries: the filter is tested on the entry without it (a copy, made
+    // only when the filter names it; a type-less extensible item may).
+    let mut names_it = false;
+    filter.for_each_attr(&mut |n| names_it |= n.is_none_or(|n| n.name() == "subschemaSubentry"));
+    if names_it {
         let added = |a: &&shards::entry::Attr| a.name.eq_ignore_ascii_case("subschemaSubentry");
         let attrs = entry.attrs.iter().filter(|a| !added(a)).cloned().collect();
         let mut tested = Vec::new();
@@ -220,6 +222,9 @@ pub(super) fn write_computed(
         }
     }
     let view = EntryView::new(&bytes).expect("encoded just now");
+    if !names_it && filter.eval_bounded(&view, &|_| true, tests)? != Some(true) {
+        return Ok(false);
+    }
     let mut attrs: Vec<_> =
         view.attrs().filter(|a| sel.wants(a.name)).map(|a| OutAttr { name: a.name, vals: a.vals() }).collect();
     // Matched Values on the root DSE and cn=Subschema too (as slapd: a
