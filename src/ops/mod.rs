@@ -305,10 +305,8 @@ fn decoded_write(conn: &Conn, op: &LdapOp) -> Result<()> {
         }
         DelRequest(dn) => (dn, Vec::new()),
         ModifyDNRequest(r) => {
-            let (dn, ..) = modify_dn::parse_names(r)?;
-            if dn.is_root() {
-                return Err(Error::unwilling("the root DSE cannot be renamed"));
-            }
+            let (dn, new, superior) = modify_dn::parse_names(r)?;
+            modify_dn::check_placement(&dn, &new, &superior)?;
             return within_contexts(conn, &dn);
         }
         _ => return Ok(()),

@@ -175,11 +175,7 @@ pub fn parse_names(req: &LdapModifyDNRequest) -> Result<(Dn, Dn, Dn)> {
 
 pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -> Result<Vec<LdapControl>> {
     let (old, new, superior) = parse_names(&req)?;
-    // As slapd's frontend, before anything is looked up: a new DN above
-    // the entry (its parent, an ancestor, the naming context's root).
-    if old.key() != new.key() && old.is_within(&new) {
-        return Err(Error::unwilling("cannot place an entry above itself"));
-    }
+    check_placement(&old, &new, &superior)?;
     let ctx = &conn.ctx;
     // As slapd: a rename that leaves its naming context (the suffix itself
     // included), into another or none, would span two DSAs.
@@ -205,9 +201,6 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
             ));
         }
         crate::ops::add::check_naming_type(&ava.attr)?;
-    }
-    if superior.is_within(&old) {
-        return Err(Error::unwilling("newSuperior is the entry itself or below it"));
     }
     let shard = &ctx.shard;
     let identity = ctrls.acting.clone();
@@ -279,6 +272,23 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
     let images = Some(Box::new(Images { before, after }));
     let moved_to = new.to_string_form();
     Ok(controls::read_entry_controls(&conn, &identity, images, &ctrls.pre_read, &ctrls.post_read, Some(&moved_to)))
+}
+
+/// As slapd's frontend, before a backend is chosen, anything is looked up
+/// or the requester asked about: the root DSE is not renamed, and an
+/// entry goes neither above itself (to its parent, an ancestor, its naming
+/// context's root) nor at or below itself.
+pub fn check_placement(old: &Dn, new: &Dn, superior: &Dn) -> Result<()> {
+    if old.is_root() {
+        return Err(Error::unwilling("the root DSE cannot be renamed"));
+    }
+    if old.key() != new.key() && old.is_within(new) {
+        return Err(Error::unwilling("cannot place an entry above itself"));
+    }
+    if superior.is_within(old) {
+        return Err(Error::unwilling("newSuperior is the entry itself or below it"));
+    }
+    Ok(())
 }
 
 /// Whether the renamed entry's parent is missing too (a naming context's
