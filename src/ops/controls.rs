@@ -423,10 +423,7 @@ pub fn check_assertion(
     key: &[u8],
     entry: &Entry,
 ) -> Result<()> {
-    let Some(f) = assertion else { return Ok(()) };
-    let mut bytes = Vec::new();
-    entry.encode(&mut bytes)?;
-    check_assertion_view(conn, identity, Some(f), key, &EntryView::new(&bytes)?)
+    assertion_on_entry(conn, identity, assertion, (key, None), entry)
 }
 
 /// `check_assertion` on an encoded entry.
@@ -450,10 +447,22 @@ pub fn check_assertion_new(
     key: &[u8],
     entry: &Entry,
 ) -> Result<()> {
+    assertion_on_entry(conn, identity, assertion, (key, Some(false)), entry)
+}
+
+/// The assertion on an entry not yet encoded; `children` as for
+/// `subordinates_decided`.
+fn assertion_on_entry(
+    conn: &Conn,
+    identity: &Identity,
+    assertion: Option<&LdapFilter>,
+    at: (&[u8], Option<bool>),
+    entry: &Entry,
+) -> Result<()> {
     let Some(f) = assertion else { return Ok(()) };
     let mut bytes = Vec::new();
     entry.encode(&mut bytes)?;
-    assertion_holds(conn, identity, Some(f), (key, Some(false)), &EntryView::new(&bytes)?, |_| Ok(Vec::new()))
+    assertion_holds(conn, identity, Some(f), at, &EntryView::new(&bytes)?, |_| Ok(Vec::new()))
 }
 
 /// `check_assertion` on the entry `view` with id `id` as read in `txn`:

@@ -186,8 +186,6 @@ async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest
     let known = |key: &[u8]| self_change || crate::ops::disclosed(conn, identity, key);
     let entry = shard.get_entry(&dn.key())?.filter(|_| known(&dn.key()));
     let entry = entry.ok_or_else(missing)?;
-    let policy = conn.ctx.password_policy;
-    let stored: Vec<Vec<u8>> = entry.get("userPassword").map(|a| a.vals.clone()).unwrap_or_default();
     // As slapd: an old password is verified first, as the requester may
     // (auth access to userPassword), before any write right is asked.
     let mut verified = None;
@@ -199,7 +197,8 @@ async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest
         // Milliseconds of key stretching: off the reactor (nothing when the
         // client has gone), against at most as many stored values as a
         // modify verifies.
-        let tried = stored.clone();
+        let policy = conn.ctx.password_policy;
+        let stored: Vec<Vec<u8>> = entry.get("userPassword").map(|a| a.vals.clone()).unwrap_or_default();
         let matched = conn
             .ctx
             .password_check(
@@ -207,14 +206,14 @@ async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest
                 || conn.info.hung_up(),
                 move || {
                     let old = shards::octets::unescape(&old);
-                    tried.iter().take(crate::ops::modify::MOST_VERIFIED).position(|h| policy.verify(h, &old))
+                    stored.into_iter().take(crate::ops::modify::MOST_VERIFIED).find(|h| policy.verify(h, &old))
                 },
             )
             .await
             .flatten();
         // The value verified, removed by the write itself: a change made
         // meanwhile (the owner's own, say) makes the write fail, not lose.
-        verified = Some(matched.map(|i| stored[i].clone()).ok_or_else(|| Error::unwilling(UNVERIFIABLE))?);
+        verified = Some(matched.ok_or_else(|| Error::unwilling(UNVERIFIABLE))?);
     }
     if let Some(a) = conn.access(&live, identity) {
         let attr = [(a.acl().class("userPassword"), "userPassword")];

@@ -186,26 +186,29 @@ fn start_tls() -> LdapOp {
     LdapOp::ExtendedRequest(LdapExtendedRequest { name: "1.3.6.1.4.1.1466.20037".into(), value: None })
 }
 
-/// `plain` after a StartTLS (message `id`, then `id + 1`, … while the
+/// The answer to a StartTLS (message `id`, then `id + 1`, … while the
 /// server still counts an answered request as outstanding: slapd may, for
-/// a moment after its answer), trusting `ca`.
-fn starttls_over(mut plain: Raw, id: i32, ca: &Path) -> Raw {
+/// a moment after its answer).
+fn starttls_answer(plain: &mut Raw, id: i32) -> LdapResultCode {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     for id in id.. {
         plain.send(vec![LdapMsg::new(id, start_tls())]);
-        let reply = plain.recv().unwrap();
-        match &reply.op {
-            LdapOp::ExtendedResponse(r) if r.res.code == LdapResultCode::Success => break,
-            LdapOp::ExtendedResponse(r)
-                if r.res.code == LdapResultCode::OperationsError
-                    && r.res.message.contains("outstanding")
-                    && std::time::Instant::now() < deadline =>
+        match plain.recv().map(|m| m.op) {
+            Some(LdapOp::ExtendedResponse(r))
+                if r.res.message.contains("outstanding") && std::time::Instant::now() < deadline =>
             {
                 std::thread::sleep(Duration::from_millis(10))
             }
-            _ => panic!("{reply:?}"),
+            Some(LdapOp::ExtendedResponse(r)) => return r.res.code,
+            other => panic!("{other:?}"),
         }
     }
+    unreachable!("message IDs ran out")
+}
+
+/// `plain` after a StartTLS (from message `id`), trusting `ca`.
+fn starttls_over(mut plain: Raw, id: i32, ca: &Path) -> Raw {
+    assert_eq!(starttls_answer(&mut plain, id), LdapResultCode::Success);
     let Raw { sock, .. } = plain;
     let mut roots = rustls::RootCertStore::empty();
     use rustls::pki_types::pem::PemObject;
@@ -503,23 +506,7 @@ fn starttls_after_a_bind_leaves_the_connection_anonymous_as_in_slapd() {
         sock.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         let mut plain = Raw::over(sock);
         bind_raw(&mut plain, 1, ROOT_DN, ROOT_PW);
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        let code = (2..)
-            .find_map(|id| {
-                plain.send(vec![LdapMsg::new(id, start_tls())]);
-                match plain.recv().map(|m| m.op) {
-                    // slapd may count the answered Bind a moment longer.
-                    Some(LdapOp::ExtendedResponse(r))
-                        if r.res.message.contains("outstanding") && std::time::Instant::now() < deadline =>
-                    {
-                        std::thread::sleep(Duration::from_millis(10));
-                        None
-                    }
-                    Some(LdapOp::ExtendedResponse(r)) => Some(r.res.code),
-                    other => panic!("{other:?}"),
-                }
-            })
-            .unwrap();
+        let code = starttls_answer(&mut plain, 2);
         (code, plain.whoami(1000))
     };
     assert_eq!(refused(coredir.port), refused(slapd.port));
