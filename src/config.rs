@@ -57,6 +57,8 @@ pub struct Passwords {
     pub max_argon2_iterations: u32,
     pub max_bcrypt_cost: u32,
     pub max_sha_crypt_rounds: u32,
+    pub max_scrypt_memory_kib: u32,
+    pub max_scrypt_passes: u32,
 }
 
 impl Default for Passwords {
@@ -71,6 +73,8 @@ impl Default for Passwords {
             max_argon2_iterations: limits.max_argon2_iterations,
             max_bcrypt_cost: limits.max_bcrypt_cost,
             max_sha_crypt_rounds: limits.max_sha_crypt_rounds,
+            max_scrypt_memory_kib: limits.max_scrypt_memory_kib,
+            max_scrypt_passes: limits.max_scrypt_passes,
         }
     }
 }
@@ -84,6 +88,8 @@ impl Passwords {
             max_argon2_iterations: self.max_argon2_iterations,
             max_bcrypt_cost: self.max_bcrypt_cost,
             max_sha_crypt_rounds: self.max_sha_crypt_rounds,
+            max_scrypt_memory_kib: self.max_scrypt_memory_kib,
+            max_scrypt_passes: self.max_scrypt_passes,
         }
     }
 }

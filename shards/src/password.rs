@@ -9,8 +9,9 @@
 //! of slapd's pw-pbkdf2 and 389-ds's pwdchan (adapted base64: `.` for `+`,
 //! no padding); 389-ds's older `{PBKDF2_SHA256}` (base64 of a 4-byte
 //! iteration count, 64 bytes of salt, 256 bytes of hash); `{ARGON2}` with a
-//! PHC string; `{CRYPT}` with `$1$`, `$5$`, `$6$`, `$2b$`/`$2y$` (and
-//! traditional DES). A value without a scheme is cleartext and matches
+//! PHC string; `{CRYPT}` with `$1$`, `$5$`, `$6$`, `$2b$`/`$2y$`, yescrypt
+//! (`$y$`, the default of current Debian and Fedora `/etc/shadow`) and
+//! scrypt (`$7$`), and traditional DES. A value without a scheme is cleartext and matches
 //! only where the configuration allows cleartext. A value with an unknown
 //! scheme never matches: unsupported hashes fail closed.
 //!
@@ -70,12 +71,17 @@ pub struct Policy {
     /// `{CRYPT}`: bcrypt's cost (log2 of its rounds) and sha-crypt's rounds.
     pub max_bcrypt_cost: u32,
     pub max_sha_crypt_rounds: u32,
+    /// `{CRYPT}` scrypt and yescrypt: memory (KiB, 128·N·r bytes) and how
+    /// often it is filled (p, times t + 1 for yescrypt).
+    pub max_scrypt_memory_kib: u32,
+    pub max_scrypt_passes: u32,
 }
 
 impl Default for Policy {
     /// Well above what slapd, 389-ds and the OWASP recommendations write
     /// (PBKDF2-SHA512 210,000; Argon2 19–64 MiB, 2–3 passes; bcrypt 10–12;
-    /// sha-crypt 5,000), and below a second of CPU per verification.
+    /// sha-crypt 5,000; yescrypt 16 MiB, one pass, libxcrypt's largest
+    /// 1 GiB), and below a second of CPU per verification.
     fn default() -> Policy {
         Policy {
             allow_cleartext: false,
@@ -84,6 +90,8 @@ impl Default for Policy {
             max_argon2_iterations: 10,
             max_bcrypt_cost: 14,
             max_sha_crypt_rounds: 1_000_000,
+            max_scrypt_memory_kib: 256 << 10,
+            max_scrypt_passes: 10,
         }
     }
 }
@@ -159,9 +167,82 @@ impl Policy {
                 param.strip_prefix("rounds=").map_or(Some(5_000), |r| r.parse().ok()).is_some_and(rounds_within)
             }
             "sha1" => param.parse().is_ok_and(rounds_within),
+            "7" => scrypt_cost(param).is_some_and(|c| self.scrypt_within(c)),
+            "y" => yescrypt_cost(param).is_some_and(|c| self.scrypt_within(c)),
             _ => false,
         }
     }
+
+    fn scrypt_within(&self, c: ScryptCost) -> bool {
+        let bytes = (128u128 << c.n_log2) * u128::from(c.r);
+        bytes <= u128::from(self.max_scrypt_memory_kib) << 10
+            && u128::from(c.p) * (u128::from(c.t) + 1) <= u128::from(self.max_scrypt_passes)
+    }
+}
+
+/// What verifying an scrypt or yescrypt hash costs: N = 2^n_log2 blocks of
+/// 128·r bytes, filled p times (t + 1 times each for yescrypt).
+#[derive(Debug, PartialEq)]
+struct ScryptCost {
+    n_log2: u32,
+    r: u32,
+    p: u32,
+    t: u32,
+}
+
+/// scrypt's `$7$` parameters, as libxcrypt writes them before the salt:
+/// one character for log2(N), then r and p in five characters each (30
+/// bits, least significant first). Read as the `scrypt` crate reads them.
+fn scrypt_cost(param: &str) -> Option<ScryptCost> {
+    let b = param.as_bytes();
+    let fixed = |at: usize| -> Option<u32> {
+        b.get(at..at + 5)?.iter().rev().try_fold(0u32, |n, &c| Some(n << 6 | crypt_digit(c)? as u32))
+    };
+    let n_log2 = crypt_digit(*b.first()?)? as u32;
+    let cost = ScryptCost { n_log2, r: fixed(1)?, p: fixed(6)?, t: 0 };
+    let same = scrypt::Params::new(n_log2 as u8, cost.r, cost.p).is_ok_and(|p| p.log_n() as u32 == n_log2);
+    same.then_some(cost)
+}
+
+/// yescrypt's `$y$` parameters: flavor, log2(N), r, then optionally a set
+/// of flags and p, t, g and NROM, each in yescrypt's variable-length
+/// encoding. A value the `yescrypt` crate would read otherwise is refused.
+fn yescrypt_cost(param: &str) -> Option<ScryptCost> {
+    let mut digits = param.bytes();
+    let mut next = |min: u32| yescrypt_number(&mut digits, min);
+    let (_flavor, n_log2, r) = (next(0)?, next(1)?, next(1)?);
+    let (mut p, mut t) = (1, 0);
+    if let Some(have) = next(1) {
+        if have & 1 != 0 {
+            p = next(2)?;
+        }
+        if have & 2 != 0 {
+            t = next(1)?;
+        }
+    }
+    let theirs: yescrypt::Params = param.parse().ok()?;
+    let cost = ScryptCost { n_log2, r, p, t };
+    (n_log2 < 64 && theirs.n() == 1u64 << n_log2 && theirs.r() == r && theirs.p() == p).then_some(cost)
+}
+
+/// One number in yescrypt's encoding: the first character's value says
+/// how many characters follow (0–47: none, 48–55: one, 56–59: two, …),
+/// each adding six bits below the previous ones.
+fn yescrypt_number(digits: &mut std::str::Bytes<'_>, min: u32) -> Option<u32> {
+    let first = crypt_digit(digits.next()?)? as u32;
+    let (mut start, mut end, mut extra) = (0u32, 47u32, 0u32);
+    let mut value = u64::from(min);
+    while first > end {
+        value += u64::from(end + 1 - start) << (6 * extra);
+        start = end + 1;
+        end = start + (62 - end) / 2;
+        extra += 1;
+    }
+    value += u64::from(first - start) << (6 * extra);
+    for shift in (0..extra).rev() {
+        value += crypt_digit(digits.next()?)? << (6 * shift);
+    }
+    u32::try_from(value).ok()
 }
 
 /// Verifies `given` against a stored value, whatever its parameters cost
@@ -189,8 +270,21 @@ pub fn verify_with(stored: &[u8], given: &[u8], cleartext: bool) -> bool {
         "PBKDF2-SHA512" => pbkdf2_openldap(Prf::Sha512, rest, given),
         "PBKDF2_SHA256" => pbkdf2_389(rest, given),
         "ARGON2" => argon2_verify(rest, given),
-        "CRYPT" => std::str::from_utf8(rest).is_ok_and(|h| pwhash::unix::verify(given, h)),
+        "CRYPT" => std::str::from_utf8(rest).is_ok_and(|h| crypt_verify(h, given)),
         _ => false,
+    }
+}
+
+/// crypt(3) as libxcrypt does it: yescrypt and scrypt, then what
+/// `pwhash` knows.
+fn crypt_verify(hash: &str, given: &[u8]) -> bool {
+    use yescrypt::PasswordVerifier;
+    if hash.starts_with("$y$") {
+        yescrypt::Yescrypt::default().verify_password(given, hash).is_ok()
+    } else if hash.starts_with("$7$") {
+        scrypt::mcf::PasswordHashRef::new(hash).is_ok_and(|h| scrypt::Scrypt::new().verify_password(given, h).is_ok())
+    } else {
+        pwhash::unix::verify(given, hash)
     }
 }
 
@@ -423,6 +517,7 @@ mod tests {
             // BSDi with 16.7 million rounds, and a form no bound knows.
             "{CRYPT}_zzzzsalt0123456789a",
             "{CRYPT}$7$whatever$x",
+            "{CRYPT}$y$whatever$x",
         ];
         // 389-ds's form with whitespace its verifier skips: 4 billion iterations.
         let mut raw = u32::MAX.to_be_bytes().to_vec();
@@ -453,6 +548,71 @@ mod tests {
             assert_eq!(p.verify(h.as_bytes(), &pw), verifies, "{n} bytes");
         }
         assert!(p.verify(DS389.as_bytes(), b"Password123"));
+    }
+
+    /// Hashes from libxcrypt's crypt(3) (Perl's `crypt` on Debian 12), as
+    /// `/etc/shadow` holds them: yescrypt with Debian's default parameters,
+    /// and scrypt. (An empty yescrypt salt, which crypt_gensalt never
+    /// writes, is not read.)
+    const SHADOW: [(&str, &str); 2] = [
+        ("$y$j9T$F5Jx5fExrKuPp53xLKQ..1$GmcwIgvdUC9qLWcKCi6gklUa1dM3ziD43YxYNURLKy0", "secret"),
+        ("$7$CU..../....abcdefgh$XWs9HxtpA2.6U5CDBBbcW.h3o9pYlC.MIIb8JqMgZx6", "secret"),
+    ];
+
+    #[test]
+    fn yescrypt_and_scrypt_verify_within_bounds() {
+        let p = Policy::default();
+        for (h, pw) in SHADOW {
+            let stored = format!("{{CRYPT}}{h}");
+            assert!(p.within(stored.as_bytes()), "{h}");
+            assert!(p.verify(stored.as_bytes(), pw.as_bytes()), "{h}");
+            assert!(!p.verify(stored.as_bytes(), b"wrong"), "{h}");
+        }
+        // Debian's default: N = 4096 blocks of 128·32 bytes (16 MiB), once.
+        let debian = ScryptCost { n_log2: 12, r: 32, p: 1, t: 0 };
+        assert_eq!(yescrypt_cost("j9T"), Some(debian));
+        // p = 11 in the optional fields (yescrypt's own test vectors).
+        assert_eq!(yescrypt_cost("jD5.7"), Some(ScryptCost { n_log2: 16, r: 8, p: 11, t: 0 }));
+        assert_eq!(scrypt_cost("CU..../....abcdefgh"), Some(ScryptCost { n_log2: 14, r: 32, p: 1, t: 0 }));
+        // What a stored hash may ask for beyond the bounds is refused: 2^32
+        // blocks, 2^63 blocks, eleven passes, t = 17, an scrypt of 2^63.
+        for h in [
+            "$y$jUT$salt$hash",
+            "$y$jzT$salt$hash",
+            "$y$jD5.7$LdJMENpBABJJ3hIHjB1Bi.$TyDI3HanZm6CbVPjw7EQz9N2DwYqytHiwJv7wd5p510",
+            "$y$j9T/E$salt$hash",
+            "$7$zU..../....salt$hash",
+        ] {
+            let stored = format!("{{CRYPT}}{h}");
+            assert!(!p.within(stored.as_bytes()), "{h}");
+            assert!(!p.verify(stored.as_bytes(), b"pw"), "{h}");
+        }
+        let roomy = Policy { max_scrypt_passes: 11, ..Policy::default() };
+        assert!(roomy.within(b"{CRYPT}$y$jD5.7$LdJMENpBABJJ3hIHjB1Bi.$TyDI3HanZm6CbVPjw7EQz9N2DwYqytHiwJv7wd5p510"));
+    }
+
+    /// Odd parameters (every flavor, zero and tiny N and r, flags with and
+    /// without their fields, truncated) are refused or verified, never a
+    /// panic; a form neither crate reads is not within (fails closed).
+    #[test]
+    fn odd_scrypt_parameters_never_panic() {
+        let p = Policy::default();
+        let digits = [".", "/", "0", "1", "9", "j", "z"];
+        for a in digits {
+            for b in digits {
+                for c in ["", ".", "/", "0", "z"] {
+                    for d in ["", ".", "/", "0.", "1", "3..", "z", "./"] {
+                        let y = format!("{{CRYPT}}$y${a}{b}{c}{d}$abcd$GmcwIgvdUC9qLWcKCi6gklUa1dM3ziD43YxYNURLKy0");
+                        p.verify(y.as_bytes(), b"pw");
+                        let s = format!("{{CRYPT}}$7${a}{b}{c}{d}..../....$abcd");
+                        p.verify(s.as_bytes(), b"pw");
+                    }
+                }
+            }
+        }
+        for h in ["$y$", "$y$$", "$y$j$s$h", "$7$", "$7$C$s", "$7$CU..../...."] {
+            assert!(!p.verify(format!("{{CRYPT}}{h}").as_bytes(), b"pw"), "{h}");
+        }
     }
 
     #[test]
