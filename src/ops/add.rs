@@ -229,9 +229,19 @@ fn uuid_indexed(shard: &Shard, uuid: &str) -> Result<bool> {
 fn add_rdn_values(entry: &mut Entry, dn: &Dn) -> Result<()> {
     for ava in dn.rdn().map(|r| r.avas.as_slice()).unwrap_or_default() {
         check_naming_type(&ava.attr)?;
-        if !entry.has_value(&ava.attr, &ava.value) {
-            entry.add_values(&ava.attr, std::slice::from_ref(&ava.value))?;
+        if entry.has_value(&ava.attr, &ava.value) {
+            continue;
         }
+        // As slapd's naming check: a single-valued type holding another
+        // value cannot take the RDN's (64, not the single-value rule's 19).
+        let single = shards::schema::get().attr(&ava.attr).is_some_and(|at| at.single_value);
+        if single && entry.get(&ava.attr).is_some_and(|a| !a.vals.is_empty()) {
+            return Err(Error::new(
+                LdapResultCode::NamingViolation,
+                format!("value of single-valued naming attribute '{}' conflicts with value present in entry", ava.attr),
+            ));
+        }
+        entry.add_values(&ava.attr, std::slice::from_ref(&ava.value))?;
     }
     Ok(())
 }

@@ -101,8 +101,11 @@ fn check_contents(schema: &Schema, entry: &Entry, dn: &Dn, classes: &[usize], va
         let why = "objectClass 'dynamicObject': no dynamic object support (RFC 2589)";
         return Err(Error::new(Code::ObjectClassViolation, why));
     }
+    // As slapd's entry_schema_check: each type's own rule and a second
+    // value of a single-valued type (19) before the classes' MUSTs (65).
     for (a, t) in entry.attrs.iter().zip(&types) {
         check_placement(&schema.attrs[*t], &a.name, &has)?;
+        check_single_value(&schema.attrs[*t], &a.name, &a.vals)?;
     }
     let extensible = has("1.3.6.1.4.1.1466.101.120.111");
     let mut allowed = vec![false; schema.attrs.len()];
@@ -125,7 +128,6 @@ fn check_contents(schema: &Schema, entry: &Entry, dn: &Dn, classes: &[usize], va
         if !extensible && !at.usage.is_operational() && !allowed_or_supertype(schema, &allowed, *t) {
             return Err(Error::new(Code::ObjectClassViolation, format!("attribute '{}' not allowed", a.name)));
         }
-        check_single_value(at, &a.name, &a.vals)?;
         if values == Values::All {
             check_syntaxes(at, &a.name, &a.vals)?;
         }
@@ -141,8 +143,14 @@ const DYNAMIC_OBJECT: &str = "1.3.6.1.4.1.1466.101.119.2";
 /// type), whatever the classes or extensibleObject allow: the root DSE's
 /// own, `ref` outside a referral object, `aliasedObjectName` outside an
 /// alias, `subtreeSpecification` outside a subentry: objectClassViolation.
+/// RFC 3672's administrativeRole is in no entry: slapd defines it and
+/// refuses it anywhere, as coredir has no administrative areas.
 fn check_placement(at: &AttributeType, name: &str, has: &dyn Fn(&str) -> bool) -> Result<()> {
     let only_in = match at.oid.as_str() {
+        "2.5.18.5" => {
+            let why = format!("attribute \"{name}\" not supported in context");
+            return Err(Error::new(Code::ObjectClassViolation, why));
+        }
         // namingContexts, altServer, supportedExtension, supportedControl,
         // supportedSASLMechanisms, supportedLDAPVersion, supportedFeatures,
         // vendorName, vendorVersion.

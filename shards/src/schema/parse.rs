@@ -639,7 +639,7 @@ olcObjectClasses: {0}( siteOID:2 NAME 'badged' AUXILIARY MUST badgeNumber )\n";
         let other = "attributetype ( 2.5.4.3 NAME ( 'cn' 'commonName' ) SUP name SINGLE-VALUE )";
         assert!(build("core.schema", other)
             .unwrap_err()
-            .contains("conflicts with the definition at builtin.schema:99"));
+            .contains("conflicts with the definition at builtin.schema:101"));
     }
 
     #[test]

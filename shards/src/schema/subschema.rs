@@ -13,6 +13,18 @@ pub fn is_subschema_key(key: &[u8]) -> bool {
     key == b"cn=subschema"
 }
 
+/// Elements slapd knows but leaves out of its subschema subentry
+/// (`SLAP_AT_HIDE`, `SLAP_OC_HIDE`): RFC 3672's administrativeRole and
+/// subtreeSpecification, the DIT structure and content rule types and
+/// governingStructureRule, and the glue class. Clients list what a
+/// server publishes; these they could not use here either.
+const HIDDEN: [&str; 7] =
+    ["2.5.18.5", "2.5.18.6", "2.5.21.1", "2.5.21.2", "2.5.21.7", "2.5.21.10", "1.3.6.1.4.1.4203.666.3.4"];
+
+fn published<'a>(elements: impl Iterator<Item = (&'a String, &'a String)>) -> Vec<String> {
+    elements.filter(|(oid, _)| !HIDDEN.contains(&oid.as_str())).map(|(_, d)| d.clone()).collect()
+}
+
 /// The subschema entry; its schema attributes are operational
 /// (`directoryOperation`), so clients ask for them by name or with `+`.
 pub fn entry() -> Entry {
@@ -47,8 +59,8 @@ pub fn entry() -> Entry {
             attr("ldapSyntaxes", syntaxes),
             attr("matchingRules", rules),
             attr("matchingRuleUse", uses),
-            attr("attributeTypes", schema.attrs.iter().map(|a| a.definition.clone()).collect()),
-            attr("objectClasses", schema.classes.iter().map(|c| c.definition.clone()).collect()),
+            attr("attributeTypes", published(schema.attrs.iter().map(|a| (&a.oid, &a.definition)))),
+            attr("objectClasses", published(schema.classes.iter().map(|c| (&c.oid, &c.definition)))),
             attr("createTimestamp", vec![loaded_at().into()]),
             attr("modifyTimestamp", vec![loaded_at().into()]),
             attr("entryDN", vec![DN.into()]),

@@ -241,9 +241,10 @@ pub(crate) fn bit_string(v: &[u8]) -> bool {
 
 /// RFC 4517 §3.3.28: lines of UTF-8 joined by `$`, where a backslash
 /// only escapes a `$` (`\24`) or itself (`\5C`), as slapd's
-/// `postalAddressValidate` checks (an empty line included, as there).
+/// `postalAddressValidate` checks (an empty line included, as there, and
+/// so an empty value, which slapd stores).
 pub(crate) fn postal_address(v: &[u8]) -> bool {
-    !v.is_empty() && postal_escapes(v)
+    postal_escapes(v)
 }
 
 /// UTF-8 whose backslashes each escape `$` (`\24`) or a backslash
