@@ -8,7 +8,7 @@
 //! algorithm to the server).
 
 use std::borrow::Cow;
-use unicode_normalization::{char::is_combining_mark, UnicodeNormalization};
+use unicode_normalization::UnicodeNormalization;
 
 /// Longest code kept per word, as slapd's `MAXPHONEMELEN`.
 const CODE_LEN: usize = 4;
@@ -35,11 +35,13 @@ pub fn matches(any: &[Vec<String>], value: &[u8]) -> bool {
     })
 }
 
-/// Words of a value, accents removed (`Ünïcode` → `Unicode`).
+/// Words of a value, accents removed (`Ünïcode` → `Unicode`) and, as
+/// slapd's approximate normalization, every other character outside
+/// ASCII too (`Ørsted` sounds as `rsted`; `日本語` is no word at all).
 fn words(value: &[u8]) -> impl Iterator<Item = String> + '_ {
     let text = String::from_utf8_lossy(value);
     let plain: Cow<'_, str> =
-        if text.is_ascii() { text } else { Cow::Owned(text.nfkd().filter(|c| !is_combining_mark(*c)).collect()) };
+        if text.is_ascii() { text } else { Cow::Owned(text.nfkd().filter(char::is_ascii).collect()) };
     // slapd's normalization collapses runs of spaces first: no empty words.
     plain.split(' ').filter(|w| !w.is_empty()).map(str::to_string).collect::<Vec<_>>().into_iter()
 }
@@ -179,6 +181,18 @@ mod tests {
         ] {
             assert_eq!(metaphone(word.as_bytes()), code, "{word}");
         }
+    }
+
+    /// Letters outside ASCII that do not decompose to ASCII are dropped:
+    /// a word of them alone sounds as nothing and matches nothing (it
+    /// matched every such word), and `Ørsted` is found by `rsted`.
+    #[test]
+    fn letters_outside_ascii_are_dropped() {
+        for v in ["日本語".as_bytes(), "Ørsted".as_bytes(), b"Smith"] {
+            assert!(!matches(&[assertion("中文".as_bytes())], v));
+        }
+        assert!(matches(&[assertion(b"rsted")], "Ørsted".as_bytes()));
+        assert!(matches(&[assertion("Müller".as_bytes())], b"Muller"));
     }
 
     #[test]

@@ -878,6 +878,13 @@ fn search(
             ents = vec![format!("  {} entries before the size limit", ents.len())];
         }
         out.push(format!("{what}: {} entries in {} pages", ents.len(), pages));
+        // Pages are split as the server likes, but whether it paged at all
+        // (slapd ignores paging when the size limit is within one page) shows.
+        let bare = results.iter().filter(|r| r.contains(" page ")).count()
+            - results.iter().filter(|r| r.starts_with("  control paged")).count();
+        if bare > 0 {
+            out.push(format!("  {bare} pages without a paged results control"));
+        }
         entries = ents.into_iter().chain(results.into_iter().filter(|r| !r.starts_with("  control paged"))).collect();
     }
     out.extend(entries.iter().flat_map(|e| e.lines().map(String::from)));

@@ -49,9 +49,12 @@ impl Names {
     }
 
     fn of(schema: &'static Schema, attr: &str) -> Option<Names> {
-        // `cn;` is no attribute description: its items are Undefined, as
-        // slapd's ("zero length option is invalid").
-        if !crate::schema::check::options_well_formed(attr) {
+        // `cn;` is no attribute description, nor is `description;x-foo`
+        // (an option slapd does not know) or `cn;binary`: its items are
+        // Undefined, as slapd's.
+        let options_ok =
+            || crate::schema::check::options_well_formed(attr) && crate::schema::check::check_options(attr).is_ok();
+        if attr.contains(';') && !options_ok() {
             return None;
         }
         let i = schema.attr_index(attr)?;
@@ -213,8 +216,10 @@ pub fn compile(f: &LdapFilter) -> Node {
             Node::True
         }
         LdapFilter::Present(a) => Names::of(schema, a).map_or(Node::Undefined, Node::Present),
+        // A class the schema does not know, by name or OID, is Undefined
+        // (as slapd's objectClass rules have it).
         LdapFilter::Equality(a, v) | LdapFilter::Approx(a, v) if matching::same_attr(a, "objectClass") => {
-            object_class(schema, a, v).unwrap_or_else(|| equality(schema, a, v))
+            object_class(schema, a, v).unwrap_or(Node::Undefined)
         }
         // Without an approximate rule, `~=` is equality (as slapd falls back).
         LdapFilter::Equality(a, v) | LdapFilter::Approx(a, v) if matching::same_attr(a, "entryDN") => {
@@ -393,6 +398,13 @@ fn extensible(schema: &'static Schema, m: &LdapMatchingRuleAssertion) -> Option<
         Some(t) => Some(Names::of(schema, t)?),
         None => None,
     };
+    // Without a rule, objectClass's equality, which takes subclasses in
+    // (`(objectClass:=person)` is `(objectClass=person)`).
+    if let (Some(t), None) = (&m.type_, &m.matching_rule) {
+        if matching::same_attr(t, "objectClass") {
+            return object_class(schema, t, &m.match_value);
+        }
+    }
     let (rule, usage) = match &m.matching_rule {
         Some(name) => matching::rule_named(name).map(|i| (i.rule, i.usage))?,
         None => (schema.attr(m.type_.as_deref()?)?.equality?, matching::Usage::Equality),
@@ -405,6 +417,14 @@ fn extensible(schema: &'static Schema, m: &LdapMatchingRuleAssertion) -> Option<
         }
     }
     if let Some(names) = &attr {
+        // objectClass's values are classes: one the schema does not know
+        // is Undefined under its rule too, as in slapd.
+        if names.name() == "objectClass"
+            && rule == Rule::ObjectIdentifier
+            && schema.class_index(&m.match_value).is_none()
+        {
+            return None;
+        }
         if names.name() == "entryDN" {
             // entryDN is no stored attribute: the entry's own DN (the
             // dnAttributes flag adds nothing to it, as in slapd). Only DN
@@ -481,6 +501,33 @@ mod tests {
             assert!(!compile(&LdapFilter::Not(Box::new(f))).matches(&view));
         }
         assert!(compile(&LdapFilter::Equality("cn".into(), "Johnny".into())).matches(&view));
+    }
+
+    /// An option slapd does not know (`x-foo`, `binary` on a string type)
+    /// and a class the schema does not know make an item Undefined, so
+    /// `!` matches nothing (it matched every entry); without a rule,
+    /// objectClass's extensible match takes subclasses in.
+    #[test]
+    fn unknown_options_and_classes_are_undefined() {
+        let buf = view_of(&sample());
+        let view = EntryView::new(&buf).unwrap();
+        let parse = |s: &str| super::parse(s).unwrap();
+        for f in [
+            "(cn;x-foo=*)",
+            "(cn;binary=Johnny)",
+            "(objectClass=noSuchClass)",
+            "(objectClass=1.2.3.4.5.6)",
+            "(objectClass~=noSuchClass)",
+            "(objectClass:=noSuchClass)",
+            "(objectClass:objectIdentifierMatch:=noSuchClass)",
+        ] {
+            assert!(matches!(compile(&parse(f)), Node::Undefined), "{f}");
+            assert!(!compile(&parse(&format!("(!{f})"))).matches(&view), "{f}");
+        }
+        for f in ["(objectClass:=person)", "(2.5.4.0:=2.5.6.6)", "(objectClass:dn:=top)", "(cn;lang-en=*)"] {
+            let matched = compile(&parse(f)).matches(&view);
+            assert_eq!(matched, !f.contains("lang-en"), "{f}");
+        }
     }
 
     fn view_of(e: &Entry) -> Vec<u8> {

@@ -4,11 +4,14 @@
 
 use super::*;
 
-/// String preparation (RFC 4518 §2, as slapd's `UTF8bvnormalize`):
-/// optionally fold case, normalize to NFKC (so a decomposed `é`, a
-/// ligature `ﬁ` or a full-width `Ａ` match their plain forms), collapse
-/// runs of spaces and (for whole values) trim them. Borrows when nothing
-/// changes: ASCII without upper case or double spaces.
+/// String preparation (RFC 4518 §2): optionally fold case, normalize to
+/// NFKC (so a decomposed `é`, a ligature `ﬁ` or a full-width `Ａ` match
+/// their plain forms), collapse runs of spaces and (for whole values) trim
+/// them. Borrows when nothing changes: ASCII without upper case or double
+/// spaces. Unlike slapd's `UTF8bvnormalize`, case is folded after the
+/// compatibility mapping too and from current Unicode (`ℌotel` is `hotel`
+/// here, not there); and, as a known gap, edge spaces are trimmed before
+/// other spaces (NBSP) are mapped to SPACE (differences.toml, p53-*).
 pub(super) fn prep(value: &[u8], fold_case: bool, trim: bool) -> Cow<'_, [u8]> {
     let trimmed = if trim { trim_spaces(value) } else { value };
     let ascii = trimmed.is_ascii();

@@ -258,7 +258,10 @@ async fn run(
         lookthrough_code: live.unindexed_result.clone(),
         tests: live.limits.max_filter_tests,
     };
-    let (page_size, position, sent_before) = match &ctrls.paged {
+    // As slapd's frontend: a page that holds the whole size limit the
+    // client asked for pages nothing, and the control is ignored.
+    let paged = ctrls.paged.as_ref().filter(|(size, _)| !(req.sizelimit > 0 && i64::from(req.sizelimit) <= *size));
+    let (page_size, position, sent_before) = match paged {
         Some((size, cookie)) => {
             let (position, sent) = paging::decode(req, identity.dn(), cookie)?;
             (Some((*size).max(0) as usize), position, sent)
@@ -271,7 +274,7 @@ async fn run(
             done_ctrls.push(crate::ops::vlv::response(0, 0, LdapResultCode::VirtualListViewError as u8));
             return Err(Error::new(LdapResultCode::VirtualListViewError, "Sort control is required with VLV"));
         }
-        if ctrls.paged.is_some() {
+        if paged.is_some() {
             return Err(Error::unwilling("VLV incompatible with PagedResults"));
         }
     }
@@ -314,11 +317,13 @@ async fn run(
         }
     }
     if page_size == Some(0) {
-        // RFC 2696: a page size of 0 abandons the paged search; on a new
-        // one, as slapd, it returns no entries and a cookie to go on with.
-        let fresh = ctrls.paged.as_ref().is_some_and(|(_, c)| c.is_empty());
-        let cookie = if fresh { paging::encode(req, identity.dn(), &Position::Start, 0) } else { Vec::new() };
-        done_ctrls.push(LdapControl::SimplePagedResults { size: 0, cookie });
+        // RFC 2696: a page size of 0 abandons the paged search, and slapd
+        // answers with no control; on a new one, as slapd, no entries and
+        // a cookie to go on with.
+        if paged.is_some_and(|(_, c)| c.is_empty()) {
+            let cookie = paging::encode(req, identity.dn(), &Position::Start, 0);
+            done_ctrls.push(LdapControl::SimplePagedResults { size: 0, cookie });
+        }
         return Ok(());
     }
     if sorter.is_none() {

@@ -23,6 +23,17 @@ fn is_extensible_object(class: &str) -> bool {
     schema.class_index(class).is_some_and(|c| Some(c) == schema.class_index("extensibleObject"))
 }
 
+/// The class a selection names: `@person` (RFC 4529), or `person`, a name
+/// that is no attribute type but a class (slapd still reads this older
+/// form of `@person`, and so select clients written against it).
+fn as_class(name: &str) -> Option<&str> {
+    let schema = shards::schema::get();
+    match name.strip_prefix('@') {
+        Some(class) => Some(class),
+        None => (schema.attr(name).is_none() && schema.class_index(name).is_some()).then_some(name),
+    }
+}
+
 /// Which attributes a search returns, with the requested names resolved
 /// once per request.
 pub struct Selection<'a> {
@@ -49,21 +60,19 @@ impl<'a> Selection<'a> {
             value_tests: 0,
         };
         for a in attrs {
-            match a.as_str() {
-                "*" => sel.user = true,
-                "+" => sel.operational = true,
-                "1.1" => {}
+            match (a.as_str(), as_class(a)) {
+                ("*", _) => sel.user = true,
+                ("+", _) => sel.operational = true,
+                ("1.1", _) => {}
                 // As slapd: extensibleObject allows every attribute, so
                 // `@extensibleObject` selects all, operational ones too.
-                name if name.starts_with('@') && is_extensible_object(&name[1..]) => {
-                    (sel.user, sel.operational) = (true, true)
-                }
+                (_, Some(class)) if is_extensible_object(class) => (sel.user, sel.operational) = (true, true),
                 // RFC 4529: every attribute the class (and its superclasses) allows.
-                name if name.starts_with('@') => sel.names.extend(class_attrs(&name[1..])),
+                (_, Some(class)) => sel.names.extend(class_attrs(class)),
                 // `cn;`: no attribute description, so it selects nothing
                 // (as slapd, which drops it from the list).
-                name if !shards::schema::check::options_well_formed(name) => {}
-                name => sel.names.push(matching::AttrName::with_subtypes(name)),
+                (name, None) if !shards::schema::check::options_well_formed(name) => {}
+                (name, None) => sel.names.push(matching::AttrName::with_subtypes(name)),
             }
         }
         sel
