@@ -365,7 +365,7 @@ async fn run(
     let given = given.filter(|_| lost.is_none());
     // Where the persist stage will start: before anything the refresh
     // reads; the floor before that, so that every change below it is in.
-    let floor_us = floors_past_newest(ctx).await?;
+    let floor_us = floors_past_newest(ctx, abandoned).await?;
     // The channel's lock: only on a server of a mirror pair.
     let settled = ctx.mirrored.then(|| ctx.shared.replication.peer_claim());
     let transit = in_transit(ctx)?;
@@ -429,7 +429,7 @@ async fn run(
 /// write, and a `newcookie` would follow a moment later. slapd's refresh
 /// ends with the contextCSN and then says nothing while nothing changes,
 /// which clients rely on (python-ldap's own tests poll for that silence).
-async fn floors_past_newest(ctx: &crate::ctx::Ctx) -> Result<u64> {
+async fn floors_past_newest(ctx: &crate::ctx::Ctx, abandoned: &crate::ops::abandon::Abandoned) -> Result<u64> {
     const PATIENCE: Duration = Duration::from_secs(1);
     let own = ctx.shard.stamping.sid;
     let mut newest = 0;
@@ -440,7 +440,9 @@ async fn floors_past_newest(ctx: &crate::ctx::Ctx) -> Result<u64> {
     let give_up = std::time::Instant::now() + PATIENCE;
     loop {
         let floor = ctx.shard.floors.lowest();
-        if floor >= newest || std::time::Instant::now() >= give_up {
+        // An abandoned search stops waiting (the stages after it see the
+        // flag and end at once).
+        if floor >= newest || abandoned.get() || std::time::Instant::now() >= give_up {
             return Ok(floor);
         }
         glommio::timer::sleep(Duration::from_millis(10)).await;
