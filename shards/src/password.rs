@@ -80,8 +80,9 @@ pub struct Policy {
 impl Default for Policy {
     /// Well above what slapd, 389-ds and the OWASP recommendations write
     /// (PBKDF2-SHA512 210,000; Argon2 19–64 MiB, 2–3 passes; bcrypt 10–12;
-    /// sha-crypt 5,000; yescrypt 16 MiB, one pass, libxcrypt's largest
-    /// 1 GiB), and below a second of CPU per verification.
+    /// sha-crypt 5,000; yescrypt 16 MiB and scrypt 64 MiB, one pass, as
+    /// libxcrypt writes them by default), and below a second of CPU per
+    /// verification.
     fn default() -> Policy {
         Policy {
             allow_cleartext: false,
@@ -90,8 +91,8 @@ impl Default for Policy {
             max_argon2_iterations: 10,
             max_bcrypt_cost: 14,
             max_sha_crypt_rounds: 1_000_000,
-            max_scrypt_memory_kib: 256 << 10,
-            max_scrypt_passes: 10,
+            max_scrypt_memory_kib: 128 << 10,
+            max_scrypt_passes: 2,
         }
     }
 }
@@ -167,16 +168,40 @@ impl Policy {
                 param.strip_prefix("rounds=").map_or(Some(5_000), |r| r.parse().ok()).is_some_and(rounds_within)
             }
             "sha1" => param.parse().is_ok_and(rounds_within),
-            "7" => scrypt_cost(param).is_some_and(|c| self.scrypt_within(c)),
-            "y" => yescrypt_cost(param).is_some_and(|c| self.scrypt_within(c)),
+            "7" | "y" => scrypt_shaped(rest).is_some_and(|c| self.scrypt_within(c)),
             _ => false,
         }
     }
 
+    /// Memory: the N blocks, the p blocks of B and two of scratch, 128·r
+    /// bytes each, and yescrypt's S-boxes (12 KiB per thread); passes:
+    /// p times t + 1.
     fn scrypt_within(&self, c: ScryptCost) -> bool {
-        let bytes = (128u128 << c.n_log2) * u128::from(c.r);
+        let blocks = (1u128 << c.n_log2) + u128::from(c.p) + 2;
+        let bytes = 128 * u128::from(c.r) * blocks + u128::from(c.p) * (12 << 10);
         bytes <= u128::from(self.max_scrypt_memory_kib) << 10
             && u128::from(c.p) * (u128::from(c.t) + 1) <= u128::from(self.max_scrypt_passes)
+    }
+}
+
+/// An scrypt (`$7$`) or yescrypt (`$y$`) hash in the shape libxcrypt
+/// writes, with its cost: a 32-byte hash (43 characters), a salt of at
+/// most 64 bytes (86 characters), 384 bytes in all (`CRYPT_OUTPUT_SIZE`).
+/// The crates run PBKDF2 over the whole of B once per 32 bytes of the
+/// expected hash and hash the salt once per 32 bytes of B, so a longer
+/// salt or hash would cost what the bounds do not count.
+fn scrypt_shaped(rest: &str) -> Option<ScryptCost> {
+    const HASH: usize = 43;
+    const SALT: usize = 86;
+    if rest.len() > 384 {
+        return None;
+    }
+    let fields: Vec<&str> = rest.strip_prefix('$')?.split('$').collect();
+    match fields[..] {
+        // Parameters (11 characters) and salt in one field.
+        ["7", params_salt, hash] if hash.len() == HASH && params_salt.len() <= 11 + SALT => scrypt_cost(params_salt),
+        ["y", params, salt, hash] if hash.len() == HASH && salt.len() <= SALT => yescrypt_cost(params),
+        _ => None,
     }
 }
 
@@ -200,6 +225,11 @@ fn scrypt_cost(param: &str) -> Option<ScryptCost> {
     };
     let n_log2 = crypt_digit(*b.first()?)? as u32;
     let cost = ScryptCost { n_log2, r: fixed(1)?, p: fixed(6)?, t: 0 };
+    // scrypt's own limit, checked here in 64 bits (the crate multiplies
+    // in 32, which overflows in a debug build).
+    if u64::from(cost.r) * u64::from(cost.p) >= 1 << 30 {
+        return None;
+    }
     let same = scrypt::Params::new(n_log2 as u8, cost.r, cost.p).is_ok_and(|p| p.log_n() as u32 == n_log2);
     same.then_some(cost)
 }
@@ -575,19 +605,30 @@ mod tests {
         assert_eq!(yescrypt_cost("jD5.7"), Some(ScryptCost { n_log2: 16, r: 8, p: 11, t: 0 }));
         assert_eq!(scrypt_cost("CU..../....abcdefgh"), Some(ScryptCost { n_log2: 14, r: 32, p: 1, t: 0 }));
         // What a stored hash may ask for beyond the bounds is refused: 2^32
-        // blocks, 2^63 blocks, eleven passes, t = 17, an scrypt of 2^63.
-        for h in [
-            "$y$jUT$salt$hash",
-            "$y$jzT$salt$hash",
-            "$y$jD5.7$LdJMENpBABJJ3hIHjB1Bi.$TyDI3HanZm6CbVPjw7EQz9N2DwYqytHiwJv7wd5p510",
-            "$y$j9T/E$salt$hash",
-            "$7$zU..../....salt$hash",
-        ] {
+        // blocks, 2^63 blocks, eleven passes, t = 17, an scrypt of 2^63;
+        // a tiny N with a huge r·p (the p blocks of B: 2.5 GiB), in both;
+        // a hash or a salt longer than libxcrypt writes (the crates hash
+        // all of B once per 32 bytes of it); r·p past scrypt's limit.
+        let h43 = "GmcwIgvdUC9qLWcKCi6gklUa1dM3ziD43YxYNURLKy0";
+        let costly = [
+            format!("$y$jUT$salt${h43}"),
+            format!("$y$jzT$salt${h43}"),
+            "$y$jD5.7$LdJMENpBABJJ3hIHjB1Bi.$TyDI3HanZm6CbVPjw7EQz9N2DwYqytHiwJv7wd5p510".to_string(),
+            format!("$y$j9T/E$salt${h43}"),
+            format!("$7$zU..../....salt${h43}"),
+            format!("$7$....6.8....abcdefgh${h43}"),
+            format!("$y$..y/vrD.6$abcdefgh${h43}"),
+            format!("$y$j9T$F5Jx5fExrKuPp53xLKQ..1${}", ".".repeat(4096)),
+            format!("$y$j9T${}${h43}", "a".repeat(87)),
+            format!("$7$CU..../....{}${h43}", "a".repeat(87)),
+            format!("$7$...E....E..salt${h43}"),
+        ];
+        for h in &costly {
             let stored = format!("{{CRYPT}}{h}");
             assert!(!p.within(stored.as_bytes()), "{h}");
             assert!(!p.verify(stored.as_bytes(), b"pw"), "{h}");
         }
-        let roomy = Policy { max_scrypt_passes: 11, ..Policy::default() };
+        let roomy = Policy { max_scrypt_passes: 11, max_scrypt_memory_kib: 256 << 10, ..Policy::default() };
         assert!(roomy.within(b"{CRYPT}$y$jD5.7$LdJMENpBABJJ3hIHjB1Bi.$TyDI3HanZm6CbVPjw7EQz9N2DwYqytHiwJv7wd5p510"));
     }
 

@@ -18,7 +18,8 @@ use shards::{matching, password, Error, Result};
 /// objectIdentifierMatch finds no OID for it; an unknown numeric OID is
 /// merely no class of the entry.
 fn object_class(atype: &str, value: &[u8]) -> Result<Option<usize>> {
-    if !matching::same_attr(atype, "objectClass") {
+    // structuralObjectClass too, as slapd compares it with objectClass's rule.
+    if !matching::same_attr(atype, "objectClass") && !matching::same_attr(atype, "structuralObjectClass") {
         return Ok(None);
     }
     let name = std::str::from_utf8(value).unwrap_or("");
@@ -122,17 +123,27 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
             return Err(access::denied(Level::Compare, &req.atype));
         }
     }
+    // As slapd: on an entry the requester may not know of, any answer
+    // but TRUE or FALSE (a failed assertion, no such attribute) is that
+    // of a missing entry.
+    let undisclosed = |e: Error| match &access {
+        Some(a) if access::require(a, shard, &key, &[(Attr::Entry, "entry")], Level::Disclose).is_err() => {
+            with_matched(conn, &identity, &dn, Error::no_such_object(&req.dn))
+        }
+        _ => e,
+    };
     let assertion = ctrls.assertion.as_ref();
-    match (assertion, &snapshot) {
-        (None, _) => {}
-        (Some(_), None) => controls::check_assertion(conn, &identity, assertion, &key, &entry)?,
+    let asserted = match (assertion, &snapshot) {
+        (None, _) => Ok(()),
+        (Some(_), None) => controls::check_assertion(conn, &identity, assertion, &key, &entry),
         // On a big group, index lookups in that snapshot.
         (Some(_), Some(txn)) => match txn.entry(&key)? {
-            Some((id, view)) => controls::check_assertion_read(conn, &identity, assertion, &key, (txn, id), &view)?,
+            Some((id, view)) => controls::check_assertion_read(conn, &identity, assertion, &key, (txn, id), &view),
             // Read in the same snapshot above: cannot be missing.
             None => return Err(Error::no_such_object(&req.dn)),
         },
-    }
+    };
+    asserted.map_err(undisclosed)?;
     drop(snapshot);
     if matching::same_attr(&req.atype, "entryDN") {
         return compare_entry_dn(&req.val).map(Answer::Now);
@@ -158,7 +169,10 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
     let vals: Vec<&Vec<u8>> =
         entry.attrs.iter().filter(|a| names.covers(&a.name) && may_compare(&a.name)).flat_map(|a| &a.vals).collect();
     if vals.is_empty() {
-        return Err(Error::new(LdapResultCode::NoSuchAttribute, format!("{}: no such attribute", req.atype)));
+        return Err(undisclosed(Error::new(
+            LdapResultCode::NoSuchAttribute,
+            format!("{}: no such attribute", req.atype),
+        )));
     }
     let policy = conn.ctx.password_policy;
     let found = if is_password {

@@ -32,7 +32,7 @@ use crate::acl::{ReadPlan, Target};
 use crate::ber::{self, OutAttr};
 use crate::conn::{Conn, Identity};
 use crate::ops::access::readable;
-use crate::ops::search::{visible_match, Selection};
+use crate::ops::search::{searchable_match, Selection};
 use crate::stats::Op;
 use bytes::BytesMut;
 use ldap3_proto::control::{LdapControl, ServerSortRequet};
@@ -532,7 +532,7 @@ fn assertion_holds(
             let mut decided = decide(&node)?;
             decided.extend(subordinates_decided(conn, &node, (key, children))?);
             let (target, tests) = (Target { key, entry: Some(view) }, live.limits.max_filter_tests);
-            shards::filter::with_decided(decided, || visible_match(Some(&plan), &node, &target, view, tests))?
+            shards::filter::with_decided(decided, || searchable_match(&plan, &node, &target, view, tests))?
         }
     };
     if holds {

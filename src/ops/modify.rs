@@ -56,7 +56,11 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
     let mut relaxed = Vec::new();
     let mut verifications = MOST_VERIFIED;
     for change in req.changes {
-        let mut attr = Attr { name: change.modification.atype, vals: change.modification.vals };
+        // Spelled as stored (`2.5.4.35` is `userPassword`): what is decided
+        // by the type (password hashing and its cost limits) must not
+        // depend on the client's spelling.
+        let name = shards::matching::stored_name(&change.modification.atype).into_owned();
+        let mut attr = Attr { name, vals: change.modification.vals };
         shards::schema::get().spell_values(&attr.name, &mut attr.vals);
         if !user_modifiable(&attr.name) {
             if ctrls.relax.is_none() || !is_relaxable(&attr.name) {

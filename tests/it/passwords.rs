@@ -243,6 +243,21 @@ fn a_hash_beyond_the_cost_limits_is_refused_and_never_verified() {
     let replace = vec![ldap3::Mod::Replace("userPassword", HashSet::from([costly.as_str()]))];
     let res = c.modify(&format!("uid=cost-ok,{PEOPLE}"), replace).unwrap();
     assert_eq!(res.rc, 19, "{res:?}");
+    // Named by its OID or in another case, userPassword is still checked
+    // (and a cleartext still hashed): the limit is on the type, not on a
+    // spelling of it.
+    for name in ["2.5.4.35", "USERPASSWORD"] {
+        let replace = vec![ldap3::Mod::Replace(name, HashSet::from([costly.as_str()]))];
+        let res = c.modify(&format!("uid=cost-ok,{PEOPLE}"), replace).unwrap();
+        assert_eq!(res.rc, 19, "{name}: {res:?}");
+    }
+    let replace = vec![ldap3::Mod::Replace("2.5.4.35", HashSet::from(["in clear"]))];
+    c.modify(&format!("uid=cost-ok,{PEOPLE}"), replace).unwrap().success().unwrap();
+    let stored = get_entry(&mut c, &format!("uid=cost-ok,{PEOPLE}"), vec!["userPassword"]).unwrap();
+    assert!(stored.attrs["userPassword"][0].starts_with("{PBKDF2-SHA512}"), "{stored:?}");
+    let secret = pbkdf2_with(10_000);
+    let replace = vec![ldap3::Mod::Replace("userPassword", HashSet::from([secret.as_str()]))];
+    c.modify(&format!("uid=cost-ok,{PEOPLE}"), replace).unwrap().success().unwrap();
     // "secret" is what pbkdf2_with(10_000) hashes: it binds, until the
     // limit falls below what its hash costs.
     assert_eq!(bind(&s, "cost-ok", "secret"), 0);

@@ -202,7 +202,10 @@ impl Node {
             Node::And(ns) => Node::And(ns.into_iter().map(|n| n.restrict(searchable)).collect()),
             Node::Or(ns) => Node::Or(ns.into_iter().map(|n| n.restrict(searchable)).collect()),
             Node::Not(n) => Node::Not(Box::new(n.restrict(searchable))),
-            Node::True | Node::Undefined | Node::Guarded(..) => self,
+            // `(objectClass=*)` and its kin hold on every entry, for one who
+            // may search objectClass there (slapd checks that access too).
+            Node::True => wrap(Names::new("objectClass"), self),
+            Node::Undefined | Node::Guarded(..) => self,
             Node::Present(ref a) => wrap(Some(a.clone()), self),
             Node::Equal { ref attr, .. }
             | Node::AnyOf { ref attr, .. }

@@ -218,7 +218,7 @@ pub fn compile(f: &LdapFilter) -> Node {
         LdapFilter::Present(a) => Names::of(schema, a).map_or(Node::Undefined, Node::Present),
         // A class the schema does not know, by name or OID, is Undefined
         // (as slapd's objectClass rules have it).
-        LdapFilter::Equality(a, v) | LdapFilter::Approx(a, v) if matching::same_attr(a, "objectClass") => {
+        LdapFilter::Equality(a, v) | LdapFilter::Approx(a, v) if names_classes(a) => {
             object_class(schema, a, v).unwrap_or(Node::Undefined)
         }
         // Without an approximate rule, `~=` is equality (as slapd falls back).
@@ -288,6 +288,12 @@ fn equality(schema: &'static Schema, a: &str, v: &str) -> Node {
         let value = rule.valid_assertion(&v).then(|| rule.normalize(&v))??.into_owned();
         Some(Node::Equal { attr, rule, value })
     })
+}
+
+/// objectClass, and structuralObjectClass, which slapd matches with the
+/// same rule (an inetOrgPerson's structural class is also a person).
+fn names_classes(attr: &str) -> bool {
+    matching::same_attr(attr, "objectClass") || matching::same_attr(attr, "structuralObjectClass")
 }
 
 /// `(objectClass=person)` matches entries of every class below `person`

@@ -27,28 +27,11 @@ pub fn stored_name(name: &str) -> Cow<'_, str> {
         Some(at) => name.split_at(at),
         None => (name, ""),
     };
-    // Options are stored in lower case, sorted, each once, as slapd
-    // stores them (`cn;lang-en;lang-de;lang-en` is `cn;lang-de;lang-en`).
-    let options = canonical_options(options);
+    // Options are stored in lower case, as slapd stores them.
+    let lower = options.bytes().any(|b| b.is_ascii_uppercase());
     match attr_type(base) {
-        Some(at) if at.name() != base || options != name[base.len()..] => Cow::Owned(format!("{}{options}", at.name())),
+        Some(at) if at.name() != base || lower => Cow::Owned(format!("{}{}", at.name(), options.to_ascii_lowercase())),
         _ => Cow::Borrowed(name),
-    }
-}
-
-/// `;B;a;b` as `;a;b`: lower case, sorted, each once ("" stays "").
-fn canonical_options(options: &str) -> Cow<'_, str> {
-    if options.is_empty() {
-        return Cow::Borrowed(options);
-    }
-    let mut each: Vec<String> = options.split(';').skip(1).map(str::to_ascii_lowercase).collect();
-    each.sort_unstable();
-    each.dedup();
-    let joined: String = each.iter().flat_map(|o| [";", o.as_str()]).collect();
-    if joined == options {
-        Cow::Borrowed(options)
-    } else {
-        Cow::Owned(joined)
     }
 }
 

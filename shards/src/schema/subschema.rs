@@ -84,7 +84,13 @@ fn matching_rule_uses(schema: &super::Schema) -> Vec<String> {
         .iter()
         .filter(|r| r.published())
         .filter_map(|r| {
-            let applies: Vec<&str> = schema.attrs.iter().filter(|a| r.usable_with(a)).map(|a| a.name()).collect();
+            // As slapd's: the hidden types are in no rule's use either.
+            let applies: Vec<&str> = schema
+                .attrs
+                .iter()
+                .filter(|a| r.usable_with(a) && !HIDDEN.contains(&a.oid.as_str()))
+                .map(|a| a.name())
+                .collect();
             let list = match applies.as_slice() {
                 [] => return None,
                 [one] => one.to_string(),

@@ -19,6 +19,31 @@ pub fn visible_match(
     view: &EntryView<'_>,
     tests: u64,
 ) -> Result<bool> {
+    matches_under(plan, filter, target, view, tests, true)
+}
+
+/// Whether `filter` matches under the requester's `search` rights on each
+/// attribute it names, whatever the rights on the entry: the Assertion
+/// control, which slapd tests attribute by attribute (an operation on an
+/// entry the requester may not know of then answers as for a missing one).
+pub fn searchable_match(
+    plan: &ReadPlan<'_>,
+    filter: &filter::Node,
+    target: &Target,
+    view: &EntryView<'_>,
+    tests: u64,
+) -> Result<bool> {
+    matches_under(Some(plan), filter, target, view, tests, false)
+}
+
+fn matches_under(
+    plan: Option<&ReadPlan<'_>>,
+    filter: &filter::Node,
+    target: &Target,
+    view: &EntryView<'_>,
+    tests: u64,
+    entry_gate: bool,
+) -> Result<bool> {
     // Many terms: locate the attributes once, not once per term.
     let table;
     let view = if filter.more_terms_than(4) {
@@ -28,7 +53,7 @@ pub fn visible_match(
         view
     };
     let Some(plan) = plan else { return Ok(filter.matches(view)) };
-    if !plan.entry_readable(target) {
+    if entry_gate && !plan.entry_readable(target) {
         return Ok(false);
     }
     Ok(filter.eval_bounded(view, &|names| plan.can_search(target, names), tests)? == Some(true))

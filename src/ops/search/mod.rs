@@ -51,8 +51,8 @@ use limits::{configured_limits, effective, Limits};
 pub use limits::{deadline, size_limit};
 use walk::walk;
 
-pub use emit::visible_match;
 use emit::Emit;
+pub use emit::{searchable_match, visible_match};
 use scope::Part;
 pub use scope::Scope;
 use select::write_computed;
