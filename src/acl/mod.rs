@@ -301,6 +301,13 @@ impl Acl {
         Attr::Type(self.type_bits(stored))
     }
 
+    /// The class of an attribute description as a client spelled it
+    /// (`2.5.4.35`, `commonName`): the rules name types, and a spelling
+    /// must not step around them.
+    pub fn class_of_request(&self, name: &str) -> Attr {
+        self.class(&shards::matching::stored_name(name))
+    }
+
     /// Which of `named` cover a stored attribute description.
     fn type_bits(&self, stored: &str) -> u64 {
         let mut bits = 0u64;

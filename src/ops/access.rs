@@ -100,7 +100,7 @@ pub fn require_new_attrs(access: &Access, key: &[u8], entry: &Entry, names: &[St
     entry.encode(&mut bytes)?;
     let view = EntryView::new(&bytes)?;
     let target = Target { key, entry: Some(&view) };
-    match names.iter().find(|n| !access.allows(&target, access.acl().class(n), level)) {
+    match names.iter().find(|n| !access.allows(&target, access.acl().class_of_request(n), level)) {
         Some(name) => Err(denied(level, name)),
         None => Ok(()),
     }

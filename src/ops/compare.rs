@@ -115,7 +115,7 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
     };
     let shard = &conn.ctx.shard;
     if let Some(access) = &access {
-        let attr = [(access.acl().class(&req.atype), req.atype.as_str())];
+        let attr = [(access.acl().class_of_request(&req.atype), req.atype.as_str())];
         if access::require(access, shard, &key, &attr, Level::Compare).is_err() {
             if access::require(access, shard, &key, &[(Attr::Entry, "entry")], Level::Disclose).is_err() {
                 return Err(with_matched(conn, &identity, &dn, Error::no_such_object(&req.dn)));
@@ -146,11 +146,11 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
     asserted.map_err(undisclosed)?;
     drop(snapshot);
     if matching::same_attr(&req.atype, "entryDN") {
-        return compare_entry_dn(&req.val).map(Answer::Now);
+        return compare_entry_dn(&req.val).map(Answer::Now).map_err(undisclosed);
     }
     if matching::same_attr(&req.atype, "subschemaSubentry") && !is_computed {
         // Computed, not stored: slapd refuses to compare it.
-        return Err(Error::unwilling("subschemaSubentry: Compare not supported; read it instead"));
+        return Err(undisclosed(Error::unwilling("subschemaSubentry: Compare not supported; read it instead")));
     }
     if matching::same_attr(&req.atype, "hasSubordinates") && !is_computed {
         return compare_has_subordinates(conn, &key, &req.val).map(Answer::Now);

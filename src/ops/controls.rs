@@ -528,7 +528,7 @@ fn assertion_holds(
             shards::filter::with_decided(decided, || node.matches(view))
         }
         Some(plan) => {
-            let node = node.restrict(&|names| plan.searchable(names));
+            let node = node.restrict_assertion(&|names| plan.searchable(names));
             let mut decided = decide(&node)?;
             decided.extend(subordinates_decided(conn, &node, (key, children))?);
             let (target, tests) = (Target { key, entry: Some(view) }, live.limits.max_filter_tests);

@@ -45,9 +45,19 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
     if let Some(a) = conn.access(&live, &identity) {
         // Checked on the entry as read before the write: rules that look at
         // the entry's content see it as it was (see the module doc).
-        let attrs: Vec<_> =
-            req.changes.iter().map(|c| (a.acl().class(&c.modification.atype), c.modification.atype.as_str())).collect();
+        let attrs: Vec<_> = req
+            .changes
+            .iter()
+            .map(|c| (a.acl().class_of_request(&c.modification.atype), c.modification.atype.as_str()))
+            .collect();
         access::require(&a, &conn.ctx.shard, &key, &attrs, Level::Write)?;
+    }
+    // On an entry the requester may not know of, only the writes the rules
+    // grant go on: an empty modify, or an Assertion that fails, is refused
+    // as a write to a missing entry would be (50), not applied or 122.
+    let hidden = !crate::ops::disclosed(&conn, &identity, &key);
+    if hidden && req.changes.is_empty() {
+        return Err(access::denied(Level::Write, "entry"));
     }
     // After the rights, as delete and modify-DN: a requester without them
     // learns no more of a glue entry than of any entry it may not change.
@@ -94,7 +104,13 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
     };
     let rdn = dn.rdn().map(|r| r.avas.iter().map(|a| (a.attr.clone(), a.value.clone())).collect()).unwrap_or_default();
     let stamp = Stamp { modifier: identity.dn().to_string(), time: now_generalized() };
-    let assertion = controls::check_assertion_before_write(&conn, &identity, ctrls.assertion, &key)?;
+    let assertion = controls::check_assertion_before_write(&conn, &identity, ctrls.assertion, &key).map_err(|e| {
+        if hidden {
+            access::denied(Level::Write, "entry")
+        } else {
+            e
+        }
+    })?;
     let extras = Extras {
         assertion,
         before: ctrls.pre_read.is_some(),
@@ -185,7 +201,7 @@ fn relax_checks(
 ) -> Result<Vec<UuidClaim>> {
     let live = conn.ctx.live();
     if let Some(a) = conn.access(&live, identity) {
-        let attrs: Vec<_> = relaxed.iter().map(|n| (a.acl().class(n), n.as_str())).collect();
+        let attrs: Vec<_> = relaxed.iter().map(|n| (a.acl().class_of_request(n), n.as_str())).collect();
         access::require(&a, &conn.ctx.shard, key, &attrs, Level::Manage)?;
     }
     if !relaxed.iter().any(|n| n.eq_ignore_ascii_case("entryUUID")) {

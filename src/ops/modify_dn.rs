@@ -200,7 +200,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
         // the new RDN's attributes.
         let mut attrs = vec![(Attr::Entry, "entry")];
         let rdn = new.rdn().expect("a renamed entry has an RDN");
-        attrs.extend(rdn.avas.iter().map(|ava| (a.acl().class(&ava.attr), ava.attr.as_str())));
+        attrs.extend(rdn.avas.iter().map(|ava| (a.acl().class_of_request(&ava.attr), ava.attr.as_str())));
         access::require(&a, shard, &old.key(), &attrs, Level::Write)?;
         let children = [(Attr::Children, "children of the parent")];
         access::require(&a, shard, &old.parent().key(), &children, Level::Write)?;
@@ -273,7 +273,10 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
 /// operational type (64). After the access checks, as there.
 fn check_operational_rdn(entry: &Entry, new: &Dn) -> Result<()> {
     for ava in new.rdn().map(|r| r.avas.as_slice()).unwrap_or_default() {
+        // A type any client may write can still be operational (`ref`,
+        // the schema's own types): no name for an entry either (64).
         if shards::write::user_modifiable(&ava.attr) {
+            crate::ops::add::check_naming_type(&ava.attr)?;
             continue;
         }
         let single = shards::schema::get().attr(&ava.attr).is_some_and(|at| at.single_value);

@@ -84,6 +84,14 @@ fn default_rules_hide_password_hashes() {
     assert_eq!(cmp.0.rc, 6, "compareTrue: {cmp:?}");
     let cmp = alice.compare(&dn("bob"), "userPassword", "pw-bob").unwrap();
     assert_eq!(cmp.0.rc, 50, "{cmp:?}");
+    // The rules name a type, whatever the client calls it: by its OID or
+    // in other case, userPassword is no oracle and no one else's to write.
+    for name in ["2.5.4.35", "USERPASSWORD"] {
+        let cmp = anon.compare(&dn("alice"), name, "pw-alice").unwrap();
+        assert_eq!(cmp.0.rc, 50, "{name}: {cmp:?}");
+        let res = alice.modify(&dn("bob"), vec![Mod::Replace(name, HashSet::from(["stolen"]))]).unwrap();
+        assert_eq!(res.rc, 50, "{name}: {res:?}");
+    }
 }
 
 #[test]

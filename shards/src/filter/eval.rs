@@ -190,6 +190,19 @@ impl Node {
     /// are `Guarded`. An extensible match over all attributes (no type) is
     /// Undefined unless everything is searchable.
     pub fn restrict(self, searchable: &impl Fn(Option<&Names>) -> Searchable) -> Node {
+        self.restrict_with(searchable, false)
+    }
+
+    /// `restrict` for the Assertion control, which slapd tests attribute
+    /// by attribute: `(objectClass=*)` and its kin, true on every entry,
+    /// hold there only for one who may search objectClass. (A search keeps
+    /// them true: it shows only entries the requester may read, and the
+    /// root DSE and cn=Subschema must answer everyone.)
+    pub fn restrict_assertion(self, searchable: &impl Fn(Option<&Names>) -> Searchable) -> Node {
+        self.restrict_with(searchable, true)
+    }
+
+    fn restrict_with(self, searchable: &impl Fn(Option<&Names>) -> Searchable, true_needs_class: bool) -> Node {
         let wrap = |attr: Option<Names>, node: Node| match searchable(attr.as_ref()) {
             Searchable::Yes => node,
             Searchable::No => Node::Undefined,
@@ -199,13 +212,11 @@ impl Node {
             },
         };
         match self {
-            Node::And(ns) => Node::And(ns.into_iter().map(|n| n.restrict(searchable)).collect()),
-            Node::Or(ns) => Node::Or(ns.into_iter().map(|n| n.restrict(searchable)).collect()),
-            Node::Not(n) => Node::Not(Box::new(n.restrict(searchable))),
-            // `(objectClass=*)` and its kin hold on every entry, for one who
-            // may search objectClass there (slapd checks that access too).
-            Node::True => wrap(Names::new("objectClass"), self),
-            Node::Undefined | Node::Guarded(..) => self,
+            Node::And(ns) => Node::And(ns.into_iter().map(|n| n.restrict_with(searchable, true_needs_class)).collect()),
+            Node::Or(ns) => Node::Or(ns.into_iter().map(|n| n.restrict_with(searchable, true_needs_class)).collect()),
+            Node::Not(n) => Node::Not(Box::new(n.restrict_with(searchable, true_needs_class))),
+            Node::True if true_needs_class => wrap(Names::new("objectClass"), self),
+            Node::True | Node::Undefined | Node::Guarded(..) => self,
             Node::Present(ref a) => wrap(Some(a.clone()), self),
             Node::Equal { ref attr, .. }
             | Node::AnyOf { ref attr, .. }
