@@ -188,6 +188,25 @@ pub(super) fn value_shape(oid: &[u8], value: &[u8]) -> bool {
         && (oid != b"1.3.6.1.1.12" || filter_shape(&v).is_ok())
         && (oid != b"1.2.826.0.1.3344810.2.3" || items_shape(&v).is_ok())
         && (oid != b"1.3.6.1.4.1.4203.1.9.1.1" || sync_shape(&v))
+        && (oid != b"1.2.840.113556.1.4.473" || sort_shape(&v))
+}
+
+/// `SortKeyList ::= SEQUENCE OF SEQUENCE { attributeType
+/// AttributeDescription, orderingRule [0] OPTIONAL, reverseOrder [1]
+/// OPTIONAL }` (RFC 2891 §1.1) with a key at least, each naming its type:
+/// slapd answers protocolError to an empty list or a key without a type,
+/// where ldap3_proto would refuse the whole message.
+pub(super) fn sort_shape(v: &Tlv<'_>) -> bool {
+    let (mut keys, mut any) = (v.content, false);
+    while !keys.is_empty() {
+        let Ok(key) = tlv(keys) else { return false };
+        let Ok(attr) = tlv(key.content) else { return false };
+        if key.tag != SEQUENCE || attr.tag != OCTET_STRING {
+            return false;
+        }
+        (keys, any) = (key.rest, true);
+    }
+    v.tag == SEQUENCE && any
 }
 
 /// `syncRequestValue ::= SEQUENCE { mode ENUMERATED { refreshOnly (1),

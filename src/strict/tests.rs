@@ -152,6 +152,26 @@ fn matched_values_items_have_their_shapes() {
     }
 }
 
+/// A sort control needs a key, and each key its type: slapd answers an
+/// empty list, or a key with none, with protocolError and goes on.
+#[test]
+fn sort_keys_have_their_shapes() {
+    let search = |value: Vec<u8>| {
+        let fields = [t(OCTET_STRING, b""), t(0x0A, &[0]), t(0x0A, &[0]), t(INTEGER, &[0]), t(INTEGER, &[0])];
+        let body = [fields.concat(), t(BOOLEAN, &[0]), t(0x87, b"cn"), t(SEQUENCE, &[])].concat();
+        let control = t(SEQUENCE, &[t(OCTET_STRING, b"1.2.840.113556.1.4.473"), t(OCTET_STRING, &value)].concat());
+        check(&msg(&[1], &t(0x63, &body), &t(CONTROLS, &control)))
+    };
+    let key = t(SEQUENCE, &t(OCTET_STRING, b"cn"));
+    assert_eq!(search(t(SEQUENCE, &key)), Ok(Check::Ok));
+    let reverse = t(SEQUENCE, &[t(OCTET_STRING, b"sn"), t(0x81, &[0xFF])].concat());
+    assert_eq!(search(t(SEQUENCE, &[key.clone(), reverse].concat())), Ok(Check::Ok));
+    let untyped = t(SEQUENCE, &t(0x81, &[0xFF]));
+    for bad in [t(SEQUENCE, &[]), t(SEQUENCE, &untyped), t(SEQUENCE, &t(OCTET_STRING, b"cn")), key] {
+        assert!(matches!(search(bad), Ok(Check::Refuse { code: LdapResultCode::ProtocolError, .. })));
+    }
+}
+
 #[test]
 fn filters_have_their_shapes() {
     let search = |filter: Vec<u8>| {
