@@ -11,11 +11,12 @@
 //! iteration count, 64 bytes of salt, 256 bytes of hash); `{ARGON2}` with a
 //! PHC string; `{CRYPT}` with `$1$`, `$5$`, `$6$`, `$2b$`/`$2y$`, yescrypt
 //! (`$y$`, the default of current Debian and Fedora `/etc/shadow`) and
-//! scrypt (`$7$`), and traditional DES. A value without a scheme is cleartext and matches
-//! only where the configuration allows cleartext. A value with an unknown
-//! scheme never matches: unsupported hashes fail closed.
+//! scrypt (`$7$`), and traditional DES. A value without a scheme is
+//! cleartext and matches only where the configuration allows cleartext. A
+//! value with an unknown scheme never matches: unsupported hashes fail
+//! closed.
 //!
-//! Slow schemes (PBKDF2, Argon2, bcrypt, sha-crypt) are `is_slow`: the
+//! Slow schemes (PBKDF2, Argon2, crypt's) are `is_slow`: the
 //! server verifies and hashes them off the reactor.
 
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD};
@@ -71,8 +72,9 @@ pub struct Policy {
     /// `{CRYPT}`: bcrypt's cost (log2 of its rounds) and sha-crypt's rounds.
     pub max_bcrypt_cost: u32,
     pub max_sha_crypt_rounds: u32,
-    /// `{CRYPT}` scrypt and yescrypt: memory (KiB, 128·N·r bytes) and how
-    /// often it is filled (p, times t + 1 for yescrypt).
+    /// `{CRYPT}` scrypt and yescrypt: memory (KiB: 128·r·(N + p + 2)
+    /// bytes, `scrypt_within`) and how often it is filled (p, times t + 1
+    /// for yescrypt).
     pub max_scrypt_memory_kib: u32,
     pub max_scrypt_passes: u32,
 }

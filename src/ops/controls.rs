@@ -410,9 +410,13 @@ fn parse_attr_list(value: &[u8]) -> Result<Vec<String>> {
 }
 
 /// Fails with `assertionFailed` unless the entry (with storage `key`)
-/// matches the assertion as the requester may see it: evaluated exactly
-/// like a search filter under their access rights, so an assertion on an
-/// attribute they may not search is Undefined and fails. Without that,
+/// matches the assertion as the requester may see it: evaluated like a
+/// search filter under their access rights, attribute by attribute (as
+/// slapd: without asking for read access to the entry itself; an
+/// operation on an entry the requester may not know of answers as for a
+/// missing one), so an assertion on an attribute they may not search, and
+/// `(objectClass=*)` without search on objectClass, is Undefined and
+/// fails. Without that,
 /// `!assert=(userPassword=<hash>)` told anonymous whether a guess was
 /// right (issue 17). Writes check it here on the entry as read; see
 /// `check_assertion_before_write` for the owner's second check.
