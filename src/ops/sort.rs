@@ -62,8 +62,11 @@ impl Sorter {
         keep: usize,
         max_bytes: usize,
     ) -> std::result::Result<Sorter, ServerSortResult> {
-        if requests.len() > MAX_KEYS {
-            return Err(ServerSortResult { result_code: LdapResultCode::UnwillingToPerform, attribute_type: None });
+        let too_many = ServerSortResult { result_code: LdapResultCode::UnwillingToPerform, attribute_type: None };
+        // As slapd: each key is checked (an unknown one is 16) before
+        // their number is (53); past a few dozen, at once.
+        if requests.len() > 8 * MAX_KEYS {
+            return Err(too_many);
         }
         let mut keys = Vec::new();
         for r in requests {
@@ -77,6 +80,9 @@ impl Sorter {
             };
             let Some(rule) = rule else { return Err(fail(LdapResultCode::InappropriateMatching)) };
             keys.push(Key { attr, rule, reverse: r.reverse_order });
+        }
+        if keys.len() > MAX_KEYS {
+            return Err(too_many);
         }
         let max_bytes = if max_bytes == 0 { usize::MAX } else { max_bytes };
         Ok(Sorter { keys, rows: Vec::new(), keep: keep.clamp(1, MAX_SORTED), dropped: 0, bytes: 0, max_bytes })
