@@ -520,6 +520,12 @@ impl<'a> ReadPlan<'a> {
         l
     }
 
+    /// Whether every entry may be returned to the requester, whatever it
+    /// holds or wherever it is (no rule hides any).
+    pub fn every_entry_readable(&self) -> bool {
+        self.entry.is_some_and(|p| p.has(Level::Read))
+    }
+
     /// Whether the requester may learn that the entry exists.
     pub fn entry_disclosed(&self, target: &Target) -> bool {
         match self.entry {

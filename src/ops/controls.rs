@@ -609,7 +609,9 @@ pub fn read_entry_control(
     access: Option<&crate::acl::Access>,
     now: Option<&str>,
 ) -> LdapControl {
-    let sel = Selection::new(attrs, false);
+    let mut sel = Selection::new(attrs, false);
+    sel.hide_counts =
+        access.is_some_and(|a| a.fixed(crate::acl::Attr::Entry).is_none_or(|p| !p.has(crate::acl::Level::Read)));
     let key = || shards::dn::key_of(now.unwrap_or(&entry.dn));
     let children = match sel.counts_children() {
         true => key().and_then(|k| conn.ctx.shard.children(&k)).unwrap_or(0),

@@ -47,6 +47,10 @@ pub struct Selection<'a> {
     /// The most value tests Matched Values may make per entry
     /// (`limits.max_filter_tests`; 0: no limit, the root DN's).
     pub value_tests: u64,
+    /// Whether numSubordinates is left out: for a requester some rule may
+    /// hide entries from, a count of children would include those it may
+    /// not see (hasSubordinates tells no more than slapd's does).
+    pub hide_counts: bool,
 }
 
 impl<'a> Selection<'a> {
@@ -58,6 +62,7 @@ impl<'a> Selection<'a> {
             types_only,
             values: Vec::new(),
             value_tests: 0,
+            hide_counts: false,
         };
         for a in attrs {
             match (a.as_str(), as_class(a)) {
@@ -76,6 +81,12 @@ impl<'a> Selection<'a> {
             }
         }
         sel
+    }
+
+    /// This selection with numSubordinates left out or not (`hide_counts`).
+    pub fn hiding_counts(mut self, hide: bool) -> Selection<'a> {
+        self.hide_counts = hide;
+        self
     }
 
     /// Whether a stored attribute is returned.
@@ -188,7 +199,7 @@ pub(crate) fn computed_attrs(dn: &str, n_children: u64, sel: &Selection) -> Vec<
         }
     };
     add("hasSubordinates", if n_children > 0 { b"TRUE" } else { b"FALSE" });
-    if sel.wants_computed("numSubordinates") {
+    if sel.wants_computed("numSubordinates") && !sel.hide_counts {
         add("numSubordinates", n_children.to_string().as_bytes());
     }
     add("entryDN", dn.as_bytes());

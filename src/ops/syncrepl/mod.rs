@@ -335,7 +335,7 @@ async fn run(
         base_key,
         scope: req.scope.clone(),
         filter: node,
-        sel: Selection::new(&req.attrs, false),
+        sel: Selection::new(&req.attrs, false).hiding_counts(plan.as_ref().is_some_and(|p| !p.every_entry_readable())),
         plan,
         tests: live.limits.max_filter_tests,
         size,
