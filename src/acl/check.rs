@@ -59,7 +59,7 @@ pub fn run(config: &Config, req: &Request) -> Result<bool> {
     let attr = match req.attr.as_str() {
         "entry" => Attr::Entry,
         "children" => Attr::Children,
-        name if shards::matching::attr_type(name).is_some() => acl.class(name),
+        name if shards::matching::attr_type(name).is_some() => acl.class_of_request(name),
         name => bail!("--attr: {name:?} is not an attribute type of the schema, 'entry' or 'children'"),
     };
     let as_dn = if req.as_dn.eq_ignore_ascii_case("anonymous") { "" } else { req.as_dn.as_str() };

@@ -308,6 +308,19 @@ impl Acl {
         self.class(&shards::matching::stored_name(name))
     }
 
+    /// Calls `each` with the class of every stored attribute an item on
+    /// `names` can match: its type and each subtype (`name`: `cn`, `sn`),
+    /// and each with the options a rule names (`description;lang-en`).
+    /// A class may come more than once.
+    pub fn matched(&self, names: &Names, each: &mut dyn FnMut(u64)) {
+        for t in names.type_names() {
+            each(self.type_bits(t));
+        }
+        for n in self.named.iter().filter(|n| n.within(names)) {
+            each(self.type_bits(&n.stored_description()));
+        }
+    }
+
     /// Which of `named` cover a stored attribute description.
     fn type_bits(&self, stored: &str) -> u64 {
         let mut bits = 0u64;
@@ -555,10 +568,12 @@ impl<'a> ReadPlan<'a> {
         }
     }
 
-    /// Whether a `Guarded` filter assertion may be evaluated in the target.
+    /// Whether a `Guarded` filter assertion may be evaluated in the target:
+    /// on every class of stored attribute it can match (`Acl::matched`).
     pub fn can_search(&self, target: &Target, names: &Names) -> bool {
-        let bits = self.access.acl.type_bits(names.name());
-        self.allows_class(target, bits, Level::Search)
+        let mut ok = true;
+        self.access.acl.matched(names, &mut |bits| ok = ok && self.allows_class(target, bits, Level::Search));
+        ok
     }
 
     /// How a filter assertion on `names` may be searched.
@@ -575,12 +590,16 @@ impl<'a> ReadPlan<'a> {
                 Searchable::No
             };
         };
-        let bits = self.access.acl.type_bits(names.name());
-        match self.fixed_type(bits) {
-            Some(p) if p.has(Level::Search) => Searchable::Yes,
-            Some(_) => Searchable::No,
-            None => Searchable::Depends,
-        }
+        // Every class of stored attribute the item can match: all must be
+        // searchable (slapd checks search on each stored description).
+        let mut all = Searchable::Yes;
+        self.access.acl.matched(names, &mut |bits| match self.fixed_type(bits) {
+            Some(p) if p.has(Level::Search) => {}
+            Some(_) => all = Searchable::No,
+            None if all == Searchable::Yes => all = Searchable::Depends,
+            None => {}
+        });
+        all
     }
 }
 

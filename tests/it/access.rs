@@ -207,6 +207,10 @@ fn acl_check_prints_the_deciding_rule() {
     assert!(out.contains("clause 1: by anonymous auth"), "{out}");
     let (code, out, _) = run(&dn("bob"), &dn("alice"), "userPassword", "read");
     assert_eq!(code, Some(1), "{out}");
+    // By its OID, as the server decides it: the same rule.
+    let (code, out, _) = run(&dn("bob"), &dn("alice"), "2.5.4.35", "read");
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("by rule 0: to attrs=userPassword"), "{out}");
     assert!(out.contains("DENIED (granted: none)") && out.contains("clause 2: by * none"), "{out}");
     let (code, out, _) = run(&dn("alice"), &dn("alice"), "userPassword", "write");
     assert_eq!(code, Some(0), "{out}");
@@ -332,4 +336,38 @@ rules = [
         new_pass: Some("x"),
     });
     assert_eq!(res.unwrap().1.rc, 53);
+}
+
+/// A filter, a sort key or an Assertion on a supertype (`name`) or on a
+/// type without options (`description`) matches the stored subtypes and
+/// tagged values too; each of those needs the search right its own rules
+/// give, as in slapd. Before, the rules of the name asked decided alone,
+/// and `(name=Smith)` found the entry by an sn the rules hide.
+#[test]
+fn an_item_on_a_supertype_or_untagged_type_needs_search_on_what_it_matches() {
+    let rules = r#"
+[access]
+rules = [
+  'to attrs=sn by users read by * none',
+  'to attrs=description;lang-en by users read by * none',
+  'to * by * read',
+]
+"#;
+    let s = Server::start_with_config(1, rules);
+    populate(&s);
+    let mut root = s.admin();
+    let tagged = vec![Mod::Add("description;lang-en", HashSet::from(["hidden-tag"]))];
+    root.modify(&dn("alice"), tagged).unwrap().success().unwrap();
+    // Every user's sn is "User", their cn "User <uid>".
+    let mut anon = s.conn();
+    for filter in ["(name=User)", "(name=*ser)", "(description=hidden-tag)", "(description=hidden*)"] {
+        let found = search_dns(&mut anon, PEOPLE, Scope::Subtree, &filter);
+        assert!(found.is_empty(), "{filter}: {found:?}");
+    }
+    // What the rules let everyone search still matches.
+    assert_eq!(search_dns(&mut anon, PEOPLE, Scope::Subtree, "(cn=*)").len(), 3);
+    // A user may search sn and the tagged description: both match.
+    let mut bob = as_user(&s, "bob");
+    assert_eq!(search_dns(&mut bob, PEOPLE, Scope::Subtree, "(name=User)").len(), 3);
+    assert_eq!(search_dns(&mut bob, PEOPLE, Scope::Subtree, "(description=hidden-tag)"), vec![dn("alice")]);
 }

@@ -72,6 +72,26 @@ impl Names {
         self.schema.attrs[self.ty].name()
     }
 
+    /// The schema names of the type and its subtypes: the stored types an
+    /// item on it matches.
+    pub fn type_names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.types.iter().map(|t| self.schema.attrs[*t].name())
+    }
+
+    /// Whether this names the type of `other` or one of its subtypes
+    /// (with whatever options): values an item on `other` can match.
+    pub fn within(&self, other: &Names) -> bool {
+        other.types.contains(&self.ty)
+    }
+
+    /// The description as an entry stores it: the type's name and options.
+    pub fn stored_description(&self) -> String {
+        match &self.options {
+            Some(o) => format!("{};{o}", self.name()),
+            None => self.name().to_string(),
+        }
+    }
+
     /// The type's own substrings rule.
     pub fn substr(&self) -> Option<Rule> {
         self.schema.attrs[self.ty].substr
