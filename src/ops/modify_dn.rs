@@ -196,11 +196,16 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
     let identity = ctrls.acting.clone();
     let live = conn.ctx.live();
     if let Some(a) = conn.access(&live, &identity) {
-        // As slapd: write on the entry, on both parents' children and on
-        // the new RDN's attributes.
+        // As slapd: write on the entry, on both parents' children, on the
+        // new RDN's attributes and, when the old RDN's values go, on
+        // theirs (the modifications a rename makes; `rename_entry` keeps
+        // the types no user writes).
         let mut attrs = vec![(Attr::Entry, "entry")];
         let rdn = new.rdn().expect("a renamed entry has an RDN");
         attrs.extend(rdn.avas.iter().map(|ava| (a.acl().class_of_request(&ava.attr), ava.attr.as_str())));
+        let old_rdn = old.rdn().map(|r| r.avas.as_slice()).unwrap_or_default();
+        let deleted = old_rdn.iter().filter(|ava| req.deleteoldrdn && shards::write::user_modifiable(&ava.attr));
+        attrs.extend(deleted.map(|ava| (a.acl().class_of_request(&ava.attr), ava.attr.as_str())));
         access::require(&a, shard, &old.key(), &attrs, Level::Write)?;
         let children = [(Attr::Children, "children of the parent")];
         access::require(&a, shard, &old.parent().key(), &children, Level::Write)?;

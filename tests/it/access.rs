@@ -371,3 +371,33 @@ rules = [
     assert_eq!(search_dns(&mut bob, PEOPLE, Scope::Subtree, "(name=User)").len(), 3);
     assert_eq!(search_dns(&mut bob, PEOPLE, Scope::Subtree, "(description=hidden-tag)"), vec![dn("alice")]);
 }
+
+/// A rename that deletes the old RDN's values deletes them as a modify
+/// would: it needs write on that attribute too, as slapd checks the
+/// modifications a rename makes. Before, a user who may rename their
+/// entry but not write `uid` deleted `uid` that way.
+#[test]
+fn a_rename_deleting_the_old_rdn_needs_write_on_it() {
+    let rules = format!(
+        r#"
+[access]
+rules = [
+  'to dn.base="{PEOPLE}" attrs=children by users write by * read',
+  'to attrs=uid by * read',
+  'to * by self write by * read',
+]
+"#
+    );
+    let s = Server::start_with_config(1, &rules);
+    populate(&s);
+    let mut alice = as_user(&s, "alice");
+    let res = alice.modifydn(&dn("alice"), "cn=alice", true, None).unwrap();
+    assert_eq!(res.rc, 50, "{res:?}");
+    let mut root = s.admin();
+    assert!(get_entry(&mut root, &dn("alice"), vec!["uid"]).is_some(), "not renamed");
+    // Keeping the old RDN's value writes nothing the rules refuse.
+    let res = alice.modifydn(&dn("alice"), "cn=alice", false, None).unwrap();
+    assert_eq!(res.rc, 0, "{res:?}");
+    let moved = get_entry(&mut root, &format!("cn=alice,{PEOPLE}"), vec!["uid"]).unwrap();
+    assert_eq!(moved.attrs["uid"], vec!["alice"]);
+}
