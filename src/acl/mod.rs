@@ -500,6 +500,12 @@ impl<'a> Access<'a> {
         Some(Privs::NONE)
     }
 
+    /// Whether every entry may be returned to the requester, whatever it
+    /// holds or wherever it is (no rule hides any).
+    pub fn every_entry_readable(&self) -> bool {
+        self.fixed(Attr::Entry).is_some_and(|p| p.has(Level::Read))
+    }
+
     /// Whether `attr` of the target is granted at least `level`.
     pub fn allows(&self, target: &Target, attr: Attr, level: Level) -> bool {
         match self.fixed(attr) {

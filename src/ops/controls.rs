@@ -416,9 +416,8 @@ fn parse_attr_list(value: &[u8]) -> Result<Vec<String>> {
 /// operation on an entry the requester may not know of answers as for a
 /// missing one), so an assertion on an attribute they may not search, and
 /// `(objectClass=*)` without search on objectClass, is Undefined and
-/// fails. Without that,
-/// `!assert=(userPassword=<hash>)` told anonymous whether a guess was
-/// right (issue 17). Writes check it here on the entry as read; see
+/// fails. Without that, `!assert=(userPassword=<hash>)` told anonymous
+/// whether a guess was right (issue 17). Writes check it here on the entry as read; see
 /// `check_assertion_before_write` for the owner's second check.
 pub fn check_assertion(
     conn: &Conn,
@@ -609,9 +608,7 @@ pub fn read_entry_control(
     access: Option<&crate::acl::Access>,
     now: Option<&str>,
 ) -> LdapControl {
-    let mut sel = Selection::new(attrs, false);
-    sel.hide_counts =
-        access.is_some_and(|a| a.fixed(crate::acl::Attr::Entry).is_none_or(|p| !p.has(crate::acl::Level::Read)));
+    let sel = Selection::new(attrs, false).hiding_counts(access.is_some_and(|a| !a.every_entry_readable()));
     let key = || shards::dn::key_of(now.unwrap_or(&entry.dn));
     let children = match sel.counts_children() {
         true => key().and_then(|k| conn.ctx.shard.children(&k)).unwrap_or(0),

@@ -55,8 +55,9 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
     // On an entry the requester may not know of, only the writes the rules
     // grant go on: an empty modify, or an Assertion that fails, is refused
     // as a write to a missing entry would be (50), not applied or 122.
-    let hidden = !crate::ops::disclosed(&conn, &identity, &key);
-    if hidden && req.changes.is_empty() {
+    // Decided only when needed: most modifies carry changes and no Assertion.
+    let hidden = || !crate::ops::disclosed(&conn, &identity, &key);
+    if req.changes.is_empty() && hidden() {
         return Err(access::denied(Level::Write, "entry"));
     }
     // After the rights, as delete and modify-DN: a requester without them
@@ -69,7 +70,11 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
         // Spelled as stored (`2.5.4.35` is `userPassword`): what is decided
         // by the type (password hashing and its cost limits) must not
         // depend on the client's spelling.
-        let name = shards::matching::stored_name(&change.modification.atype).into_owned();
+        let atype = change.modification.atype;
+        let name = match shards::matching::stored_name(&atype) {
+            std::borrow::Cow::Borrowed(_) => atype,
+            std::borrow::Cow::Owned(stored) => stored,
+        };
         let mut attr = Attr { name, vals: change.modification.vals };
         shards::schema::get().spell_values(&attr.name, &mut attr.vals);
         if !user_modifiable(&attr.name) {
@@ -105,7 +110,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
     let rdn = dn.rdn().map(|r| r.avas.iter().map(|a| (a.attr.clone(), a.value.clone())).collect()).unwrap_or_default();
     let stamp = Stamp { modifier: identity.dn().to_string(), time: now_generalized() };
     let assertion = controls::check_assertion_before_write(&conn, &identity, ctrls.assertion, &key).map_err(|e| {
-        if hidden {
+        if hidden() {
             access::denied(Level::Write, "entry")
         } else {
             e

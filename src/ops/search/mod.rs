@@ -193,8 +193,8 @@ async fn run(
     let identity = ctrls.acting.clone();
     let is_root = identity.is_root();
     let plan = conn.access(&live, &identity).map(ReadPlan::new);
-    let mut sel = Selection::new(&req.attrs, req.typesonly);
-    sel.hide_counts = plan.as_ref().is_some_and(|p| !p.every_entry_readable());
+    let mut sel = Selection::new(&req.attrs, req.typesonly)
+        .hiding_counts(plan.as_ref().is_some_and(|p| !p.every_entry_readable()));
     if let Some(items) = &ctrls.matched_values {
         sel.values = items.iter().map(filter::compile_value_item).collect();
         sel.value_tests = if is_root { 0 } else { live.limits.max_filter_tests };

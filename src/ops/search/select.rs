@@ -50,7 +50,7 @@ pub struct Selection<'a> {
     /// Whether numSubordinates is left out: for a requester some rule may
     /// hide entries from, a count of children would include those it may
     /// not see (hasSubordinates tells no more than slapd's does).
-    pub hide_counts: bool,
+    hide_counts: bool,
 }
 
 impl<'a> Selection<'a> {
@@ -65,19 +65,21 @@ impl<'a> Selection<'a> {
             hide_counts: false,
         };
         for a in attrs {
-            match (a.as_str(), as_class(a)) {
-                ("*", _) => sel.user = true,
-                ("+", _) => sel.operational = true,
-                ("1.1", _) => {}
-                // As slapd: extensibleObject allows every attribute, so
-                // `@extensibleObject` selects all, operational ones too.
-                (_, Some(class)) if is_extensible_object(class) => (sel.user, sel.operational) = (true, true),
-                // RFC 4529: every attribute the class (and its superclasses) allows.
-                (_, Some(class)) => sel.names.extend(class_attrs(class)),
-                // `cn;`: no attribute description, so it selects nothing
-                // (as slapd, which drops it from the list).
-                (name, None) if !shards::schema::check::options_well_formed(name) => {}
-                (name, None) => sel.names.push(matching::AttrName::with_subtypes(name)),
+            match a.as_str() {
+                "*" => sel.user = true,
+                "+" => sel.operational = true,
+                "1.1" => {}
+                name => match as_class(name) {
+                    // As slapd: extensibleObject allows every attribute, so
+                    // `@extensibleObject` selects all, operational ones too.
+                    Some(class) if is_extensible_object(class) => (sel.user, sel.operational) = (true, true),
+                    // RFC 4529: every attribute the class (and its superclasses) allows.
+                    Some(class) => sel.names.extend(class_attrs(class)),
+                    // `cn;`: no attribute description, so it selects nothing
+                    // (as slapd, which drops it from the list).
+                    None if !shards::schema::check::options_well_formed(name) => {}
+                    None => sel.names.push(matching::AttrName::with_subtypes(name)),
+                },
             }
         }
         sel
