@@ -169,7 +169,7 @@ fn attr_list(acl: &mut Acl, value: &str) -> Result<AttrList, String> {
 }
 
 fn named_index(acl: &mut Acl, names: Names) -> Result<usize, String> {
-    if let Some(i) = acl.named.iter().position(|n| n.name() == names.name()) {
+    if let Some(i) = acl.named.iter().position(|n| n.same(&names)) {
         return Ok(i);
     }
     if acl.named.len() == 64 {

@@ -50,7 +50,15 @@ fn decision_table() {
         "to dn.regex=\"uid=[^,]+,ou=people,dc=example,dc=com\" attrs=entry,cn by users read by anonymous disclose",
         "to * by ssf=128 read by * search",
     ];
+    // A tagged subtype and its untagged type are two rule targets: the
+    // rule on `description` must not be read as one on `;lang-en` only.
+    let tagged = ["to attrs=description;lang-en by * none", "to attrs=description by * read", "to * by * write"];
     let table: &[(&[&str], &str, u32, &str, &[&str], &str, Level, bool)] = &[
+        (&tagged, "", 0, ALICE, &["person"], "description", Level::Read, true),
+        (&tagged, "", 0, ALICE, &["person"], "description", Level::Write, false),
+        (&tagged, "", 0, ALICE, &["person"], "description;lang-en", Level::Read, false),
+        (&tagged, "", 0, ALICE, &["person"], "description;lang-de", Level::Write, false),
+        (&tagged, "", 0, ALICE, &["person"], "cn", Level::Write, true),
         // The default rules.
         (&default, "", 0, ALICE, &["person"], "userPassword", Level::Auth, true),
         (&default, "", 0, ALICE, &["person"], "userPassword", Level::Compare, false),

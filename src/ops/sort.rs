@@ -54,6 +54,19 @@ pub struct Sorter {
 /// slapd's `sssvlv-maxkeys` default.
 pub const MAX_KEYS: usize = 5;
 
+/// A sort key's type and ordering rule, or what slapd refuses the key
+/// with: noSuchAttribute for a type the schema lacks (or a malformed
+/// option, `sn;`), inappropriateMatching when the named rule is unknown,
+/// or none is named and the type has no ORDERING rule.
+pub fn resolve(attr: &str, rule: Option<&str>) -> std::result::Result<(Names, Rule), LdapResultCode> {
+    let names = Names::new(attr).ok_or(LdapResultCode::NoSuchAttribute)?;
+    let rule = match rule {
+        Some(name) => matching::rule_named(name).map(|i| i.rule),
+        None => matching::attr_type(attr).expect("Names resolved it").ordering,
+    };
+    Ok((names, rule.ok_or(LdapResultCode::InappropriateMatching)?))
+}
+
 impl Sorter {
     /// A sorter for the request's keys that keeps the first `keep` rows,
     /// or the sortResult explaining why the results cannot be sorted.
@@ -70,15 +83,9 @@ impl Sorter {
         }
         let mut keys = Vec::new();
         for r in requests {
-            let fail = |code| ServerSortResult { result_code: code, attribute_type: Some(r.attribute_name.clone()) };
-            // None also for a malformed option (`sn;`).
-            let Some(attr) = Names::new(&r.attribute_name) else { return Err(fail(LdapResultCode::NoSuchAttribute)) };
-            let at = matching::attr_type(&r.attribute_name).expect("Names resolved it");
-            let rule = match &r.ordering_rule {
-                Some(name) => matching::rule_named(name).map(|i| i.rule),
-                None => at.ordering,
-            };
-            let Some(rule) = rule else { return Err(fail(LdapResultCode::InappropriateMatching)) };
+            let (attr, rule) = resolve(&r.attribute_name, r.ordering_rule.as_deref()).map_err(|code| {
+                ServerSortResult { result_code: code, attribute_type: Some(r.attribute_name.clone()) }
+            })?;
             keys.push(Key { attr, rule, reverse: r.reverse_order });
         }
         if keys.len() > MAX_KEYS {

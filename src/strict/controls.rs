@@ -74,6 +74,7 @@ pub(super) type Controls = (Option<(LdapResultCode, &'static str)>, Vec<std::ops
 
 pub(super) fn check_controls(op: u8, all: &[u8]) -> Result<Controls, &'static str> {
     let mut trailing = false;
+    let mut refusal = None;
     let mut absent = false;
     let mut unavailable = false;
     let mut ignored = Vec::new();
@@ -105,8 +106,8 @@ pub(super) fn check_controls(op: u8, all: &[u8]) -> Result<Controls, &'static st
                 }
                 OCTET_STRING if !seen_value => {
                     seen_value = true;
-                    if DECODED.contains(&oid.content) {
-                        trailing |= !value_shape(oid.content, field.content);
+                    if DECODED.contains(&oid.content) && refusal.is_none() {
+                        refusal = value_refusal(oid.content, field.content);
                     }
                     // slapd: "manageDSAit control value not absent".
                     trailing |= oid.content == b"2.16.840.1.113730.3.4.2" && !field.content.is_empty();
@@ -133,6 +134,12 @@ pub(super) fn check_controls(op: u8, all: &[u8]) -> Result<Controls, &'static st
     }
     let refused = match (trailing, unavailable) {
         _ if absent => Some((LdapResultCode::ProtocolError, "control value is absent")),
+        _ if refusal == Some(LdapResultCode::ProtocolError) => {
+            Some((LdapResultCode::ProtocolError, "malformed control value, or bytes after it"))
+        }
+        _ if refusal.is_some() => {
+            Some((refusal.expect("some"), "a sort key names no type or ordering rule to sort by"))
+        }
         (true, _) => Some((LdapResultCode::ProtocolError, "bytes after the value of a control")),
         (_, true) => {
             Some((LdapResultCode::UnavailableCriticalExtension, "critical control not supported with this operation"))
@@ -177,36 +184,67 @@ pub(super) fn push_len(out: &mut Vec<u8>, n: usize) {
     }
 }
 
-/// Whether a control value coredir decodes is one well-formed element and
-/// nothing after it (an Assertion's, a well-formed filter; Matched
-/// Values', well-formed filter items).
-pub(super) fn value_shape(oid: &[u8], value: &[u8]) -> bool {
-    let Ok(v) = tlv(value) else { return false };
-    v.rest.is_empty()
+/// What to refuse a control value coredir decodes with, if anything: a
+/// value must be one well-formed element and nothing after it (an
+/// Assertion's, a well-formed filter; Matched Values', well-formed filter
+/// items), and a sort key list as slapd reads it (`sort_refusal`).
+pub(super) fn value_refusal(oid: &[u8], value: &[u8]) -> Option<LdapResultCode> {
+    let malformed = Some(LdapResultCode::ProtocolError);
+    let Ok(v) = tlv(value) else { return malformed };
+    let shaped = v.rest.is_empty()
         && well_formed(v.tag, v.content, 0).is_ok()
         && (oid != b"1.2.840.113556.1.4.319" || paged_shape(&v))
         && (oid != b"1.3.6.1.1.12" || filter_shape(&v).is_ok())
         && (oid != b"1.2.826.0.1.3344810.2.3" || items_shape(&v).is_ok())
-        && (oid != b"1.3.6.1.4.1.4203.1.9.1.1" || sync_shape(&v))
-        && (oid != b"1.2.840.113556.1.4.473" || sort_shape(&v))
+        && (oid != b"1.3.6.1.4.1.4203.1.9.1.1" || sync_shape(&v));
+    if !shaped {
+        return malformed;
+    }
+    (oid == b"1.2.840.113556.1.4.473").then(|| sort_refusal(&v)).flatten()
 }
 
 /// `SortKeyList ::= SEQUENCE OF SEQUENCE { attributeType
 /// AttributeDescription, orderingRule [0] OPTIONAL, reverseOrder [1]
-/// OPTIONAL }` (RFC 2891 §1.1) with a key at least, each naming its type:
-/// slapd answers protocolError to an empty list or a key without a type,
-/// where ldap3_proto would refuse the whole message.
-pub(super) fn sort_shape(v: &Tlv<'_>) -> bool {
-    let (mut keys, mut any) = (v.content, false);
-    while !keys.is_empty() {
-        let Ok(key) = tlv(keys) else { return false };
-        let Ok(attr) = tlv(key.content) else { return false };
-        if key.tag != SEQUENCE || attr.tag != OCTET_STRING {
-            return false;
-        }
-        (keys, any) = (key.rest, true);
+/// OPTIONAL }` (RFC 2891 §1.1), read key by key as slapd reads it: the
+/// type, then the rule, then the order, then nothing else
+/// (protocolError). slapd stops at the first key it cannot order by
+/// (16 or 18) and reads nothing after it, so a malformed key behind
+/// such a one is refused with its code. A list without keys is a
+/// protocolError. `None`: well-formed, for `ops::sort` to judge
+/// (which also refuses too many keys first; ldap3_proto would read what
+/// is left over in a key as more keys).
+fn sort_refusal(v: &Tlv<'_>) -> Option<LdapResultCode> {
+    let malformed = Some(LdapResultCode::ProtocolError);
+    if v.tag != SEQUENCE || v.content.is_empty() {
+        return malformed;
     }
-    v.tag == SEQUENCE && any
+    let (mut keys, mut refused) = (v.content, None);
+    while !keys.is_empty() {
+        let Ok(key) = tlv(keys) else { return malformed };
+        let Ok(attr) = tlv(key.content) else { return malformed };
+        if key.tag != SEQUENCE {
+            return malformed;
+        }
+        let mut rest = attr.rest;
+        let mut rule = None;
+        if let Some(field) = tlv(rest).ok().filter(|f| f.tag == 0x80) {
+            (rule, rest) = (Some(field.content), field.rest);
+        }
+        fn text(b: &[u8]) -> &str {
+            std::str::from_utf8(b).unwrap_or("")
+        }
+        if refused.is_none() {
+            refused = crate::ops::sort::resolve(text(attr.content), rule.map(text)).err();
+        }
+        if let Some(field) = tlv(rest).ok().filter(|f| f.tag == 0x81) {
+            rest = field.rest;
+        }
+        if attr.tag != OCTET_STRING || !rest.is_empty() {
+            return refused.or(malformed);
+        }
+        keys = key.rest;
+    }
+    None
 }
 
 /// `syncRequestValue ::= SEQUENCE { mode ENUMERATED { refreshOnly (1),

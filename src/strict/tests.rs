@@ -152,8 +152,10 @@ fn matched_values_items_have_their_shapes() {
     }
 }
 
-/// A sort control needs a key, and each key its type: slapd answers an
-/// empty list, or a key with none, with protocolError and goes on.
+/// A sort control needs a key, and each key is read as slapd reads it:
+/// protocolError for an empty list or anything after a key's order, but
+/// first noSuchAttribute or inappropriateMatching for a key slapd cannot
+/// order by (it reads the first element as the type whatever its tag).
 #[test]
 fn sort_keys_have_their_shapes() {
     let search = |value: Vec<u8>| {
@@ -166,10 +168,27 @@ fn sort_keys_have_their_shapes() {
     assert_eq!(search(t(SEQUENCE, &key)), Ok(Check::Ok));
     let reverse = t(SEQUENCE, &[t(OCTET_STRING, b"sn"), t(0x81, &[0xFF])].concat());
     assert_eq!(search(t(SEQUENCE, &[key.clone(), reverse].concat())), Ok(Check::Ok));
+    let rule = t(0x80, b"caseIgnoreOrderingMatch");
+    let int = t(INTEGER, &[1]);
+    let after_rule = t(SEQUENCE, &[t(OCTET_STRING, b"cn"), rule.clone(), int.clone()].concat());
+    let after_reverse = t(SEQUENCE, &[t(OCTET_STRING, b"cn"), rule, t(0x81, &[0xFF]), int.clone()].concat());
+    let unordered = t(SEQUENCE, &[t(OCTET_STRING, b"cn"), int].concat());
     let untyped = t(SEQUENCE, &t(0x81, &[0xFF]));
-    for bad in [t(SEQUENCE, &[]), t(SEQUENCE, &untyped), t(SEQUENCE, &t(OCTET_STRING, b"cn")), key] {
-        assert!(matches!(search(bad), Ok(Check::Refuse { code: LdapResultCode::ProtocolError, .. })));
+    let refused = |value: Vec<u8>| match search(value) {
+        Ok(Check::Refuse { code, .. }) => Some(code),
+        _ => None,
+    };
+    for bad in [
+        t(SEQUENCE, &[]),
+        t(SEQUENCE, &t(OCTET_STRING, b"cn")),
+        key.clone(),
+        t(SEQUENCE, &after_rule),
+        t(SEQUENCE, &[t(SEQUENCE, &t(OCTET_STRING, b"createTimestamp")), after_reverse].concat()),
+    ] {
+        assert_eq!(refused(bad), Some(LdapResultCode::ProtocolError));
     }
+    assert_eq!(refused(t(SEQUENCE, &untyped)), Some(LdapResultCode::NoSuchAttribute));
+    assert_eq!(refused(t(SEQUENCE, &[unordered, after_rule].concat())), Some(LdapResultCode::InappropriateMatching));
 }
 
 #[test]

@@ -84,6 +84,19 @@ impl Names {
         other.types.contains(&self.ty)
     }
 
+    /// Whether both name the same description: one type with the same
+    /// options, in any order or case (`description;lang-en` is not
+    /// `description`, nor `description;lang-de`).
+    pub fn same(&self, other: &Names) -> bool {
+        let set = |o: &Option<std::sync::Arc<str>>| {
+            let mut v: Vec<String> = o.as_deref().unwrap_or("").split(';').map(str::to_ascii_lowercase).collect();
+            v.sort();
+            v.dedup();
+            v
+        };
+        self.ty == other.ty && set(&self.options) == set(&other.options)
+    }
+
     /// The description as an entry stores it: the type's name and options.
     pub fn stored_description(&self) -> String {
         match &self.options {
