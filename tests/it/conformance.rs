@@ -670,22 +670,36 @@ fn run_op(
 /// `pipeline:` on a new connection, every `send:` request written at
 /// once before any answer is read (as clients that pipeline do); the
 /// answers in the order they arrive, each with its message ID.
-/// `send: bind DN PASSWORD` | `whoami` | `search BASE` (base scope,
-/// `(objectClass=*)`) | `modify DN ATTR VALUE` (a replace).
+/// `send: bind DN PASSWORD` | `bindhex DN HEX` | `whoami` | `search BASE`
+/// (base scope, `(objectClass=*)`) | `modify DN ATTR VALUE` (a replace) |
+/// `increment DN ATTR VALUE...` | `hex BYTES` (any bytes: a whole
+/// LDAPMessage, malformed or not, or part of one) to which one answer is
+/// awaited | `hex0 BYTES`, to which none is. Answers are read until each
+/// request has had one or the server closes the connection (and after a
+/// Notice of Disconnection, until it closes). slapd runs the requests of
+/// one connection side by side, so a request sent after one that ends
+/// the connection may or may not be answered: cases do not send one.
 fn pipeline(url: &str, op: &Op, what: &str, out: &mut Vec<String>) {
-    use ldap3_proto::proto::{LdapModifyType, LdapMsg, LdapOp};
+    use ldap3_proto::proto::{LdapModifyType, LdapMsg};
     let addr = url.trim_start_matches("ldap://").trim_end_matches('/');
     let sock = std::net::TcpStream::connect(addr).unwrap();
     sock.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
     let mut raw = Raw::over(sock);
-    let mut msgs = Vec::new();
+    let mut bytes = Vec::new();
+    let mut count = 0;
     for (n, line) in op.all("send").iter().enumerate() {
         let w: Vec<&str> = line.split(' ').collect();
         let request = match w.as_slice() {
             ["bind", dn, pw] => bind(dn, pw),
             // A password of any bytes, in hex (ldap3_proto sends only UTF-8).
             ["bindhex", dn, hex] => {
-                msgs.push(Err(bind_bytes(n as i32 + 1, dn, &unhex(hex))));
+                bytes.extend_from_slice(&bind_bytes(n as i32 + 1, dn, &unhex(hex)));
+                count += 1;
+                continue;
+            }
+            [kind @ ("hex" | "hex0"), hex] => {
+                bytes.extend_from_slice(&unhex(hex));
+                count += usize::from(*kind == "hex");
                 continue;
             }
             ["whoami"] => whoami(),
@@ -694,53 +708,98 @@ fn pipeline(url: &str, op: &Op, what: &str, out: &mut Vec<String>) {
             ["increment", dn, attr, values @ ..] => modify_request(dn, LdapModifyType::Increment, attr, values),
             _ => panic!("line {}: send: {line}?", op.line),
         };
-        msgs.push(Ok(LdapMsg::new(n as i32 + 1, request)));
+        bytes.extend_from_slice(&crate::support::encode_msgs(vec![LdapMsg::new(n as i32 + 1, request)]));
+        count += 1;
     }
-    let count = msgs.len();
-    let mut bytes = Vec::new();
-    for m in msgs {
-        match m {
-            Ok(msg) => bytes.extend_from_slice(&crate::support::encode_msgs(vec![msg])),
-            Err(raw) => bytes.extend_from_slice(&raw),
-        }
-    }
-    raw.send_bytes(&bytes);
+    // The server may close before it has read it all.
+    let _ = std::io::Write::write_all(&mut raw.sock, &bytes);
     out.push(what.to_string());
     // Answers by message ID (requests after a Bind may run side by side,
     // so their order among themselves is not compared), and whether each
     // Bind was answered before anything sent after it.
-    let mut answers: BTreeMap<i32, Vec<String>> = BTreeMap::new();
-    let (mut arrival, mut done) = (Vec::new(), 0);
-    while done < count {
-        let Some(m) = raw.recv() else {
-            out.push("  (connection closed)".into());
+    let mut answers: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+    let (mut arrival, mut done, mut closing, mut closed) = (Vec::new(), 0, false, false);
+    while closing || done < count {
+        let Some(frame) = raw.recv_frame() else {
+            closed = true;
             break;
         };
-        let line = match &m.op {
-            LdapOp::SearchResultEntry(e) => format!("entry {}", e.dn),
-            LdapOp::BindResponse(b) => format!("bind rc={}", b.res.code.clone() as u32),
-            LdapOp::ExtendedResponse(e) => {
-                let value = e.value.as_deref().map(|v| String::from_utf8_lossy(v).into_owned());
-                format!("extended rc={} value={value:?}", e.res.code.clone() as u32)
-            }
-            LdapOp::SearchResultDone(r) | LdapOp::ModifyResponse(r) => {
-                format!("{} rc={}", op_kind(&m.op), r.code.clone() as u32)
-            }
-            other => format!("{other:?}"),
-        };
-        if !matches!(m.op, LdapOp::SearchResultEntry(_)) {
+        let (msgid, tag, line) = answer_line(&frame);
+        closing |= line.contains("name=1.3.6.1.4.1.1466.20036");
+        if tag != 0x64 {
             done += 1;
         }
-        arrival.push((m.msgid, matches!(m.op, LdapOp::BindResponse(_))));
-        answers.entry(m.msgid).or_default().push(line);
+        arrival.push((msgid, tag == 0x61));
+        answers.entry(msgid).or_default().push(line);
     }
     for (id, lines) in answers {
         out.extend(lines.into_iter().map(|l| format!("  #{id} {l}")));
+    }
+    if closed {
+        out.push("  (connection closed)".into());
     }
     for (at, (id, _)) in arrival.iter().enumerate().filter(|(_, (_, is_bind))| *is_bind) {
         let first = arrival[..at].iter().all(|(before, _)| before < id);
         out.push(format!("  bind #{id} answered before anything sent after it: {first}"));
     }
+}
+
+/// One element of BER: tag, content, what follows.
+fn read_tlv(buf: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = buf.split_first()?;
+    let (&first, mut rest) = rest.split_first()?;
+    let len = if first < 0x80 {
+        first as usize
+    } else {
+        let n = (first & 0x7f) as usize;
+        let (bytes, after) = (rest.get(..n)?, rest.get(n..)?);
+        rest = after;
+        bytes.iter().fold(0usize, |a, b| a << 8 | *b as usize)
+    };
+    Some((tag, rest.get(..len)?, rest.get(len..)?))
+}
+
+/// An answer as the transcript shows it, read from its bytes (so any
+/// answer a server sends can be shown): its message ID, protocolOp tag,
+/// and a line naming it with its result code (or an entry's DN).
+fn answer_line(frame: &[u8]) -> (i64, u8, String) {
+    let parse = || {
+        let (_, msg, _) = read_tlv(frame)?;
+        let (_, id, rest) = read_tlv(msg)?;
+        let msgid = id.iter().fold(if id.first()? & 0x80 != 0 { -1i64 } else { 0 }, |a, b| a << 8 | *b as i64);
+        let (tag, op, _) = read_tlv(rest)?;
+        let first = read_tlv(op);
+        let rc = || first.filter(|f| f.0 == 0x0a).map(|(_, c, _)| c.iter().fold(0u32, |a, b| a << 8 | *b as u32));
+        let line = match tag {
+            0x64 => format!("entry {}", String::from_utf8_lossy(first?.1)),
+            0x61 => format!("bind rc={}", rc()?),
+            0x65 => format!("search rc={}", rc()?),
+            0x67 => format!("modify rc={}", rc()?),
+            0x69 => format!("add rc={}", rc()?),
+            0x6b => format!("delete rc={}", rc()?),
+            0x6d => format!("modrdn rc={}", rc()?),
+            0x6f => format!("compare rc={}", rc()?),
+            0x78 => {
+                // After the result's three fields: responseName [10], responseValue [11].
+                let (_, _, after) = read_tlv(read_tlv(first?.2)?.2)?;
+                let (mut name, mut value) = (None, None);
+                let mut fields = after;
+                while let Some((t, c, next)) = read_tlv(fields) {
+                    match t {
+                        0x8a => name = Some(String::from_utf8_lossy(c).into_owned()),
+                        0x8b => value = Some(String::from_utf8_lossy(c).into_owned()),
+                        _ => {}
+                    }
+                    fields = next;
+                }
+                let name = name.map(|n| format!(" name={n}")).unwrap_or_default();
+                format!("extended rc={}{name} value={value:?}", rc()?)
+            }
+            other => format!("protocolOp 0x{other:02x}"),
+        };
+        Some((msgid, tag, line))
+    };
+    parse().unwrap_or_else(|| (-1, 0, format!("undecodable answer {}", hex(frame))))
 }
 
 /// A simple BindRequest, written byte by byte: its password may be any
@@ -765,13 +824,6 @@ fn modify_request(
         dn: dn.to_string(),
         changes: vec![LdapModify { operation, modification }],
     })
-}
-
-fn op_kind(op: &ldap3_proto::proto::LdapOp) -> &'static str {
-    match op {
-        ldap3_proto::proto::LdapOp::SearchResultDone(_) => "search",
-        _ => "modify",
-    }
 }
 
 fn mods(op: &Op) -> Vec<Mod<Vec<u8>>> {
