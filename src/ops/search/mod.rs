@@ -283,39 +283,27 @@ async fn run(
     let mut _sorting = None;
     if let Some(keys) = &ctrls.sort {
         // Sorting by an attribute one may not search would disclose its
-        // order: refused when no entry allows it; decided per entry (the
-        // key counts as absent where it may not be searched) when the
-        // rules depend on the entry, as slapd decides per entry.
-        let hidden = plan.as_ref().and_then(|p| {
-            keys.iter().find(|k| {
-                shards::filter::Names::new(&k.attribute_name)
-                    .is_some_and(|n| p.searchable(Some(&n)) == shards::filter::Searchable::No)
-            })
-        });
-        match hidden {
-            // Sent unsorted, the sortResult saying why.
-            Some(k) => done_ctrls
-                .push(crate::ops::sort::response(LdapResultCode::InsufficentAccessRights, Some(&k.attribute_name))),
-            // As slapd: a key without an ordering rule (18) or an unknown
-            // attribute (16) fails the search, critical or not.
-            None => {
-                // Only the rows that can be sent are kept: the size limit,
-                // or up to the end of the page asked for.
-                let skip = match position {
-                    Position::Offset(n) => n as usize,
-                    _ => 0,
-                };
-                // A view may start anywhere: every row is kept.
-                let keep = match ctrls.vlv {
-                    Some(_) => crate::ops::sort::MAX_SORTED,
-                    None => limits.size.min(skip.saturating_add(page_size.unwrap_or(usize::MAX))),
-                };
-                let s = Sorter::new(keys, keep, live.limits.max_sort_bytes)
-                    .map_err(|r| Error::new(r.result_code, "cannot sort by those keys"))?;
-                _sorting = Some(Sorting::start(conn, live.limits.max_sorts_per_connection)?);
-                sorter = Some(s);
-            }
-        }
+        // order: the key counts as absent in each entry where it may not
+        // be searched (`Sorter::push`), even in all of them, so the search
+        // succeeds, sorted by what may be searched. slapd sorts by the
+        // hidden values (a leak not followed).
+        // As slapd: a key without an ordering rule (18) or an unknown
+        // attribute (16) fails the search, critical or not.
+        // Only the rows that can be sent are kept: the size limit, or up
+        // to the end of the page asked for.
+        let skip = match position {
+            Position::Offset(n) => n as usize,
+            _ => 0,
+        };
+        // A view may start anywhere: every row is kept.
+        let keep = match ctrls.vlv {
+            Some(_) => crate::ops::sort::MAX_SORTED,
+            None => limits.size.min(skip.saturating_add(page_size.unwrap_or(usize::MAX))),
+        };
+        let s = Sorter::new(keys, keep, live.limits.max_sort_bytes)
+            .map_err(|r| Error::new(r.result_code, "cannot sort by those keys"))?;
+        _sorting = Some(Sorting::start(conn, live.limits.max_sorts_per_connection)?);
+        sorter = Some(s);
     }
     if page_size == Some(0) {
         // RFC 2696: a page size of 0 abandons the paged search, and slapd
