@@ -34,10 +34,17 @@ pub(super) fn response_tag(op: u8) -> Option<u8> {
 pub(super) const VALUE_REQUIRED: &[&[u8]] =
     &[b"1.2.840.113556.1.4.319", b"1.2.840.113556.1.4.473", b"1.3.6.1.4.1.4203.1.9.1.1"];
 
-/// Controls ldap3_proto decodes without their criticality, with the
-/// operation each applies to in coredir.
-pub(super) const CRITICALITY_DROPPED: &[(&[u8], Option<u8>)] =
-    &[(b"1.2.840.113556.1.4.319", Some(SEARCH)), (b"1.2.840.113556.1.4.473", Some(SEARCH))];
+/// Controls that apply to a search only (paged results, sort, sync
+/// request, matched values, subentries, VLV): left out of any other
+/// operation unread, or unavailableCriticalExtension when critical.
+const SEARCH_ONLY: &[&[u8]] = &[
+    b"1.2.840.113556.1.4.319",
+    b"1.2.840.113556.1.4.473",
+    b"1.3.6.1.4.1.4203.1.9.1.1",
+    b"1.2.826.0.1.3344810.2.3",
+    b"1.3.6.1.4.1.4203.1.10.1",
+    b"2.16.840.1.113730.3.4.9",
+];
 
 /// Controls ldap3_proto decodes into types of its own that coredir does
 /// not act on (response controls sent in a request, AD's Verify Name, Show
@@ -60,16 +67,16 @@ const NOT_ACTED_ON: &[&[u8]] = &[
 
 /// Checks the controls field of an operation with tag `op`; the result to
 /// refuse it with, if any:
-/// - protocolError when a control coredir decodes has bytes after the one
-///   element of its value. slapd ignores such bytes; coredir refuses
-///   them, so no part of a control goes unread (listed in
-///   tests/conformance/differences.toml);
+/// - protocolError when a control coredir decodes is malformed or has
+///   bytes after the one element of its value. slapd ignores such bytes;
+///   coredir refuses them, so no part of a control goes unread (listed in
+///   tests/conformance/differences.toml); a sort key slapd cannot order
+///   by comes first (`sort_refusal`);
 /// - protocolError when one of `VALUE_REQUIRED` comes without a value;
-/// - unavailableCriticalExtension for a critical control of those whose
-///   criticality ldap3_proto drops, on an operation it does not apply to.
-/// - and the controls to leave out: one of `VALUE_REQUIRED` without a value,
-///   not critical, on an operation it does not apply to (as slapd ignores
-///   any such control), by their offsets in `list`.
+/// - unavailableCriticalExtension for a critical control of
+///   `NOT_ACTED_ON`, or of `SEARCH_ONLY` on another operation;
+/// - and the controls to leave out, unread, by their offsets in `list`:
+///   the others of those two lists (as slapd ignores any such control).
 pub(super) type Controls = (Option<(LdapResultCode, &'static str)>, Vec<std::ops::Range<usize>>);
 
 pub(super) fn check_controls(op: u8, all: &[u8]) -> Result<Controls, &'static str> {
@@ -95,18 +102,19 @@ pub(super) fn check_controls(op: u8, all: &[u8]) -> Result<Controls, &'static st
         let mut seen_value = false;
         let mut seen_criticality = false;
         let mut critical = false;
+        // slapd does not read the value of a control on an operation it
+        // does not apply to (it is ignored, or 12 when critical).
+        let elsewhere = SEARCH_ONLY.contains(&oid.content) && op != SEARCH;
         while !rest.is_empty() {
             let field = tlv(rest)?;
             match field.tag {
                 BOOLEAN if !seen_criticality && !seen_value && field.content.len() == 1 => {
                     seen_criticality = true;
                     critical = field.content[0] != 0;
-                    let applies = CRITICALITY_DROPPED.iter().find(|(o, _)| *o == oid.content).map(|(_, to)| *to);
-                    unavailable |= field.content[0] != 0 && applies.is_some_and(|to| to != Some(op));
                 }
                 OCTET_STRING if !seen_value => {
                     seen_value = true;
-                    if DECODED.contains(&oid.content) && refusal.is_none() {
+                    if DECODED.contains(&oid.content) && !elsewhere && refusal.is_none() {
                         refusal = value_refusal(oid.content, field.content);
                     }
                     // slapd: "manageDSAit control value not absent".
@@ -116,20 +124,13 @@ pub(super) fn check_controls(op: u8, all: &[u8]) -> Result<Controls, &'static st
             }
             rest = field.rest;
         }
-        if NOT_ACTED_ON.contains(&oid.content) {
+        if NOT_ACTED_ON.contains(&oid.content) || elsewhere {
             unavailable |= critical;
             ignored.push(at..all.len() - control.rest.len());
             list = control.rest;
             continue;
         }
-        if !seen_value && VALUE_REQUIRED.contains(&oid.content) {
-            // Each of them applies to a search only.
-            match (op == SEARCH, critical) {
-                (true, _) => absent = true,
-                (false, true) => unavailable = true,
-                (false, false) => ignored.push(at..all.len() - control.rest.len()),
-            }
-        }
+        absent |= !seen_value && VALUE_REQUIRED.contains(&oid.content);
         list = control.rest;
     }
     let refused = match (trailing, unavailable) {
