@@ -202,6 +202,18 @@ fn monitor_counts_the_traffic_and_hides_from_anonymous() {
     assert_eq!(entries.len(), 1, "at least our connection is current");
     let res = s.conn().search("cn=Monitor", Scope::Base, "(objectClass=*)", vec!["+"]).unwrap();
     assert_eq!(res.1.rc, 32, "anonymous does not see cn=Monitor");
+    // A critical Assertion is tested on the base entry, as on stored ones.
+    for (assertion, want) in [("(objectClass=nothing)", 122), ("(cn=Monitor)", 0)] {
+        let (code, _, err) = tool(
+            "ldapsearch",
+            &["-x", "-H", &s.url(), "-D", ROOT_DN, "-w", ROOT_PW, "-b", "cn=Monitor", "-s", "base", "-e"]
+                .into_iter()
+                .chain([format!("!assert={assertion}").as_str(), "1.1"])
+                .collect::<Vec<_>>(),
+            None,
+        );
+        assert_eq!(code, want, "{assertion}: {err}");
+    }
 }
 
 #[test]

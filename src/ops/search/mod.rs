@@ -214,7 +214,9 @@ async fn run(
         if req.scope != LdapSearchScope::Base {
             return Err(Error::no_such_object(&req.base));
         }
-        *sent = write_computed(out, msgid, &subschema::entry(), &node, &sel, computed_tests)? as u64;
+        let entry = subschema::entry();
+        crate::ops::controls::check_assertion(conn, &identity, ctrls.assertion.as_ref(), &base_key, &entry)?;
+        *sent = write_computed(out, msgid, &entry, &node, &sel, computed_tests)? as u64;
         return Ok(());
     }
     if monitor::is_monitor_key(&base_key) {
@@ -222,20 +224,17 @@ async fn run(
         if !allowed {
             return Err(Error::no_such_object(&req.base));
         }
-        return search_monitor(ctx, msgid, req, &parse_dn(&req.base)?, &node, &sel, out, sent);
+        // The Assertion control holds on the base entry, as elsewhere.
+        let holds = |e: &Entry| crate::ops::controls::check_assertion(conn, &identity, ctrls.assertion.as_ref(), &base_key, e);
+        return search_monitor(ctx, msgid, req, (&parse_dn(&req.base)?, &holds), &node, &sel, out, sent);
     }
     if base_key.is_empty() {
         if req.scope != LdapSearchScope::Base {
             return Err(Error::new(LdapResultCode::NoSuchObject, "only a base search can read the root DSE"));
         }
-        *sent = write_computed(
-            out,
-            msgid,
-            &rootdse::entry(ctx, crate::ops::sasl::mechanisms(conn)),
-            &node,
-            &sel,
-            computed_tests,
-        )? as u64;
+        let entry = rootdse::entry(ctx, crate::ops::sasl::mechanisms(conn));
+        crate::ops::controls::check_assertion(conn, &identity, ctrls.assertion.as_ref(), &base_key, &entry)?;
+        *sent = write_computed(out, msgid, &entry, &node, &sel, computed_tests)? as u64;
         return Ok(());
     }
     // Dereferencing when finding: the search starts at the alias's target.
@@ -488,7 +487,7 @@ fn search_monitor(
     ctx: &crate::ctx::Ctx,
     msgid: i32,
     req: &LdapSearchRequest,
-    base: &Dn,
+    (base, holds): (&Dn, &dyn Fn(&Entry) -> Result<()>),
     node: &filter::Node,
     sel: &Selection,
     out: &mut BytesMut,
@@ -496,9 +495,10 @@ fn search_monitor(
 ) -> Result<()> {
     let entries = monitor::entries(ctx);
     let dns: Vec<Dn> = entries.iter().map(|e| Dn::parse(&e.dn)).collect::<Result<_>>()?;
-    if !dns.iter().any(|d| d == base) {
+    let Some(at) = dns.iter().position(|d| d == base) else {
         return Err(Error::no_such_object(&req.base));
-    }
+    };
+    holds(&entries[at])?;
     for (e, dn) in entries.iter().zip(&dns) {
         let in_scope = match req.scope {
             LdapSearchScope::Base => dn == base,
