@@ -269,8 +269,11 @@ pub fn compile(f: &LdapFilter) -> Node {
             |at| at.substr,
             |attr, rule| {
                 let piece = |p: &String, at| rule.normalize_piece_at(&octets::unescape(p), at).into_owned();
+                // An empty piece (`(sn=**)` sent as BER) is no assertion
+                // value of the rule: Undefined, as slapd makes it, not a
+                // piece every value contains.
                 let pieces = sub.initial.iter().chain(&sub.any).chain(&sub.final_);
-                if !pieces.into_iter().all(|p| rule.valid_piece(&octets::unescape(p))) {
+                if !pieces.into_iter().all(|p| !p.is_empty() && rule.valid_piece(&octets::unescape(p))) {
                     return None;
                 }
                 Some(Node::Substrings {
@@ -521,6 +524,32 @@ mod tests {
     use super::*;
     use crate::entry::{Attr, Entry};
     use ldap3_proto::parse_ldap_filter_str;
+
+    /// An empty substrings piece is no assertion value: the item is
+    /// Undefined, as slapd makes it (a critical Assertion `(sn=**)` held,
+    /// and a write went through that slapd refuses with 122).
+    #[test]
+    fn an_empty_substrings_piece_makes_an_item_undefined() {
+        let buf = view_of(&sample());
+        let view = EntryView::new(&buf).unwrap();
+        let sub = |initial: Option<&str>, any: &[&str], last: Option<&str>| {
+            LdapFilter::Substring(
+                "cn".into(),
+                ldap3_proto::proto::LdapSubstringFilter {
+                    initial: initial.map(Into::into),
+                    any: any.iter().map(|a| a.to_string()).collect(),
+                    final_: last.map(Into::into),
+                },
+            )
+        };
+        for f in
+            [sub(None, &[""], None), sub(Some(""), &[], None), sub(None, &[], Some("")), sub(Some("J"), &[""], None)]
+        {
+            assert!(matches!(compile(&f), Node::Undefined), "{f:?}");
+            assert!(!compile(&LdapFilter::Not(Box::new(f))).matches(&view));
+        }
+        assert!(compile(&sub(Some("J"), &["hn"], None)).matches(&view));
+    }
 
     /// `cn;` names no attribute (an option has a character at least): an
     /// item on it is Undefined, and so is its NOT; it matched like `cn`.
