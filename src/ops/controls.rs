@@ -236,7 +236,7 @@ pub fn parse(ctrls: &[LdapControl], k: Op, provider: bool) -> Result<Controls> {
                 let value = value.as_deref().unwrap_or_default();
                 match oid.as_str() {
                     ASSERTION => once(&mut out.assertion, parse_filter(value)?, ASSERTION)?,
-                    PRE_READ => once(&mut out.pre_read, parse_attr_list(value)?, PRE_READ)?,
+                    PRE_READ => once(&mut out.pre_read, parse_attr_list(value, *criticality)?, PRE_READ)?,
                     MATCHED_VALUES => once(&mut out.matched_values, parse_values_filter(value)?, MATCHED_VALUES)?,
                     SUBENTRIES => once(&mut out.subentries, parse_boolean(value)?, SUBENTRIES)?,
                     // Its value is absent (slapd: "relax control value not empty").
@@ -248,7 +248,7 @@ pub fn parse(ctrls: &[LdapControl], k: Op, provider: bool) -> Result<Controls> {
                     crate::ops::vlv::REQUEST => {
                         once(&mut out.vlv, crate::ops::vlv::parse(value)?, crate::ops::vlv::REQUEST)?
                     }
-                    _ => once(&mut out.post_read, parse_attr_list(value)?, POST_READ)?,
+                    _ => once(&mut out.post_read, parse_attr_list(value, *criticality)?, POST_READ)?,
                 }
             }
             other => {
@@ -400,13 +400,37 @@ fn parse_boolean(value: &[u8]) -> Result<bool> {
 }
 
 /// The Pre-/Post-Read value: `SEQUENCE OF LDAPString` (attribute selection).
-fn parse_attr_list(value: &[u8]) -> Result<Vec<String>> {
+/// A Pre-/Post-Read control's attribute list (RFC 4527 §3.1): attribute
+/// descriptions, `*`, `+` and `1.1`, as slapd reads it: anything else (an
+/// unknown type or option, an object class, `@class`, an element that is
+/// no string) fails the operation with undefinedAttributeType when the
+/// control is critical, and is left out when it is not.
+fn parse_attr_list(value: &[u8], critical: bool) -> Result<Vec<String>> {
     let (rest, tag) = ldap3_lber::parse::Parser::default().parse(value).map_err(|_| protocol("read entry"))?;
     let items = tag.expect_constructed().filter(|_| rest.is_empty()).ok_or_else(|| protocol("read entry"))?;
-    items
-        .into_iter()
-        .map(|t| t.expect_primitive().and_then(|b| String::from_utf8(b).ok()).ok_or_else(|| protocol("read entry")))
-        .collect()
+    let (mut names, listed_none) = (Vec::new(), items.is_empty());
+    for item in items {
+        let name = item
+            .match_class(ldap3_lber::common::TagClass::Universal)
+            .and_then(|t| t.match_id(4))
+            .and_then(|t| t.expect_primitive())
+            .and_then(|b| String::from_utf8(b).ok());
+        match name {
+            Some(n) if matches!(n.as_str(), "*" | "+" | "1.1") || shards::filter::Names::new(&n).is_some() => {
+                names.push(n)
+            }
+            _ if critical => {
+                return Err(Error::new(LdapResultCode::UndefinedAttributeType, "read control: unknown attributeType"))
+            }
+            _ => {}
+        }
+    }
+    // What was left out still asked for something: not for all
+    // attributes, as an empty list does.
+    if names.is_empty() && !listed_none {
+        names.push("1.1".into());
+    }
+    Ok(names)
 }
 
 /// Fails with `assertionFailed` unless the entry (with storage `key`)

@@ -225,7 +225,8 @@ async fn run(
             return Err(Error::no_such_object(&req.base));
         }
         // The Assertion control holds on the base entry, as elsewhere.
-        let holds = |e: &Entry| crate::ops::controls::check_assertion(conn, &identity, ctrls.assertion.as_ref(), &base_key, e);
+        let holds =
+            |e: &Entry| crate::ops::controls::check_assertion(conn, &identity, ctrls.assertion.as_ref(), &base_key, e);
         return search_monitor(ctx, msgid, req, (&parse_dn(&req.base)?, &holds), &node, &sel, out, sent);
     }
     if base_key.is_empty() {
