@@ -13,8 +13,15 @@
 //!   `MAX_DEPTH` deep.
 //! - A control coredir decodes has nothing after the one element of its
 //!   value: protocolError, with an answer (slapd ignores such bytes).
-//! - Bind, search, modify, add, compare and extended requests have their
-//!   number of fields, and a modify-DN exactly its four, in order.
+//! - Only requests: any other protocolOp ends the connection. Bind,
+//!   search, modify, add, compare and extended requests have their
+//!   number of fields, and a modify-DN exactly its four, in order; every
+//!   INTEGER and ENUMERATED one to four bytes, as liblber reads them.
+//! - What slapd answers with a result and goes on from is answered so
+//!   (`fields::refused_fields`): a scope, alias dereferencing, size or time
+//!   limit or bind version out of range, a modify's operation out of range
+//!   or a change of other fields, an add without attributes, an extended
+//!   request of other fields than its name and value.
 //! - A modify-DN's names are UTF-8 (ldap3_proto dropped a newSuperior that
 //!   was not, renaming in place): `invalidDNSyntax`, as slapd answers.
 //!
@@ -29,7 +36,9 @@
 use ldap3_proto::LdapResultCode;
 
 mod controls;
+mod fields;
 use controls::*;
+use fields::*;
 
 /// How deep a protocolOp may nest (filters are bounded again, by depth
 /// and terms, when they are compiled).
@@ -135,32 +144,22 @@ pub fn check(frame: &[u8]) -> Result<Check, &'static str> {
     let id = tlv(msg.content)?;
     let msgid = message_id(&id)?;
     let op = tlv(id.rest)?;
-    well_formed(op.tag, op.content, 0)?;
-    op_fields(op.tag, op.content)?;
-    // ldap3_proto reads an INTEGER without its sign and cuts it to 32
-    // bits (`ff` is 255, not -1): every INTEGER it would act on is
-    // checked to be in 0..maxInt here.
-    if op.tag == ABANDON && (op.content.is_empty() || !in_range(op.content)) {
-        return Ok(Check::Ignore);
+    if !REQUESTS.contains(&op.tag) {
+        return Err("not a request");
     }
+    well_formed(op.tag, op.content, 0)?;
+    // What slapd answers with a result and goes on from (a scope of 4, a
+    // modify's operation 4, a change without its values), in its order.
+    if let Some((code, why)) = refused_fields(op.tag, op.content)? {
+        let tag = response_tag(op.tag).expect("requests refused have a response");
+        return Ok(Check::Refuse { msgid, tag, code, why });
+    }
+    op_fields(op.tag, op.content)?;
     if op.tag == UNBIND && !op.content.is_empty() {
         return Err("an UnbindRequest is NULL");
     }
-    // A bind's version, `2^32 + 3` read as 3, would pass for LDAPv3.
-    if op.tag == BIND && tlv(op.content).is_ok_and(|v| v.tag != INTEGER || !in_range(v.content)) {
-        return Err("a bind's version is INTEGER (1 .. 127)");
-    }
     if op.tag == SEARCH {
-        let mut rest = op.content;
-        for i in 0..6 {
-            let field = tlv(rest)?;
-            if (i == 3 || i == 4) && (field.tag != INTEGER || !in_range(field.content)) {
-                let why = "sizeLimit and timeLimit are INTEGER (0 .. maxInt)";
-                return Ok(Check::Refuse { msgid, tag: 0x65, code: LdapResultCode::ProtocolError, why });
-            }
-            rest = field.rest;
-        }
-        filter_shape(&tlv(rest)?)?;
+        filter_shape(&tlv(fields_from(op.content, 6)?)?)?;
     }
     // Controls to leave out, once every other check has passed: the
     // message decoded instead is checked only by what is done here.
@@ -178,6 +177,11 @@ pub fn check(frame: &[u8]) -> Result<Check, &'static str> {
         }
         leave_out = (!ignored.is_empty()).then_some((controls.content, ignored));
     }
+    // An Abandon of no message a request can have (0 or negative): as
+    // slapd, nothing is done, once its controls have been read.
+    if op.tag == ABANDON && !in_range(op.content) {
+        return Ok(Check::Ignore);
+    }
     if let Some(tag) = response_tag(op.tag).filter(|_| !dns_utf8(op.tag, op.content).unwrap_or(true)) {
         let why = "invalid DN"; // slapd's text for any DN it cannot read
         return Ok(Check::Refuse { msgid, tag, code: LdapResultCode::InvalidDNSyntax, why });
@@ -193,14 +197,30 @@ pub fn check(frame: &[u8]) -> Result<Check, &'static str> {
 /// Whether an INTEGER's content is a value in 0..maxInt (2^31 - 1), in
 /// the fewest bytes a value may take and one more for a leading zero.
 fn in_range(c: &[u8]) -> bool {
-    !c.is_empty() && c[0] & 0x80 == 0 && (c.len() < 5 || (c.len() == 5 && c[0] == 0 && c[1] & 0x80 == 0))
+    int_sized(c) && c[0] & 0x80 == 0
+}
+
+/// Whether an INTEGER or ENUMERATED has 1 to 4 content bytes: slapd's
+/// liblber reads no more (and no fewer) into its `ber_int_t`, and
+/// disconnects.
+fn int_sized(c: &[u8]) -> bool {
+    (1..=4).contains(&c.len())
+}
+
+/// The field after the first `n` of a constructed element's content.
+fn fields_from(content: &[u8], n: usize) -> Result<&[u8], &'static str> {
+    let mut rest = content;
+    for _ in 0..n {
+        rest = tlv(rest)?.rest;
+    }
+    Ok(rest)
 }
 
 /// `MessageID ::= INTEGER (0 .. maxInt)`; 0 is reserved for unsolicited
 /// notifications, so a request must carry 1 or more.
 fn message_id(id: &Tlv<'_>) -> Result<i32, &'static str> {
     let c = id.content;
-    if id.tag != INTEGER || c.is_empty() || c.len() > 5 || (c.len() == 5 && c[0] != 0) {
+    if id.tag != INTEGER || !int_sized(c) {
         return Err("bad message ID");
     }
     if c[0] & 0x80 != 0 {
@@ -347,90 +367,6 @@ fn child_tags<const N: usize>(mut rest: &[u8]) -> Result<Option<([u8; N], usize)
     Ok(Some((tags, n)))
 }
 
-/// The number of fields each request has (RFC 4511 §4.2-§4.12): ldap3_proto
-/// ignores extra ones and some unknown tags, so they are refused here.
-/// ModifyDN's fields are checked one by one (a newSuperior under another
-/// tag than `[0]` was dropped, renaming in place).
-fn op_fields(tag: u8, content: &[u8]) -> Result<(), &'static str> {
-    let (min, max) = match tag {
-        0x60 => (3, 3),        // BindRequest
-        0x63 => (8, 8),        // SearchRequest
-        0x66 | 0x68 => (2, 2), // ModifyRequest, AddRequest
-        0x6E => (2, 2),        // CompareRequest
-        0x77 => (1, 2),        // ExtendedRequest
-        MODIFY_DN => return modify_dn_fields(content),
-        _ => return Ok(()),
-    };
-    let mut n = 0;
-    let mut rest = content;
-    while !rest.is_empty() {
-        rest = tlv(rest)?.rest;
-        n += 1;
-    }
-    if n < min || n > max {
-        return Err("wrong number of fields in the operation");
-    }
-    inner_fields(tag, content)
-}
-
-/// The parts inside a request ldap3_proto reads by position and would
-/// read past: a compare's assertion `{ type, value }`, an add's attributes
-/// `{ type, SET OF value }`, a modify's changes `{ operation, { type, SET
-/// OF value } }`, a SASL bind's `{ mechanism, credentials OPTIONAL }`,
-/// each exactly.
-fn inner_fields(tag: u8, content: &[u8]) -> Result<(), &'static str> {
-    let exactly = |t: &Tlv<'_>, want: &[u8]| -> Result<(), &'static str> {
-        match child_tags::<2>(t.content)? {
-            Some((tags, n)) if t.tag == SEQUENCE && &tags[..n] == want => Ok(()),
-            _ => Err("a part of the request has other fields than its type says"),
-        }
-    };
-    let each = |list: &Tlv<'_>, check: &dyn Fn(&Tlv<'_>) -> Result<(), &'static str>| {
-        let mut rest = list.content;
-        while !rest.is_empty() {
-            let item = tlv(rest)?;
-            check(&item)?;
-            rest = item.rest;
-        }
-        Ok(())
-    };
-    let second = || tlv(tlv(content)?.rest);
-    match tag {
-        0x6E => exactly(&second()?, &[OCTET_STRING, OCTET_STRING]),
-        0x68 => each(&second()?, &|attr| exactly(attr, &[OCTET_STRING, SET])),
-        0x66 => each(&second()?, &|change| {
-            exactly(change, &[ENUMERATED, SEQUENCE])?;
-            exactly(&tlv(tlv(change.content)?.rest)?, &[OCTET_STRING, SET])
-        }),
-        0x60 => match tlv(second()?.rest)? {
-            sasl if sasl.tag == 0xA3 => match child_tags::<2>(sasl.content)? {
-                Some(([OCTET_STRING, OCTET_STRING], 2) | ([OCTET_STRING, _], 1)) => Ok(()),
-                _ => Err("SASL credentials are a mechanism and optional credentials"),
-            },
-            _ => Ok(()),
-        },
-        _ => Ok(()),
-    }
-}
-
-/// `entry LDAPDN, newrdn RelativeLDAPDN, deleteoldrdn BOOLEAN,
-/// newSuperior [0] LDAPDN OPTIONAL`, exactly.
-fn modify_dn_fields(content: &[u8]) -> Result<(), &'static str> {
-    let entry = tlv(content)?;
-    let newrdn = tlv(entry.rest)?;
-    let delete_old = tlv(newrdn.rest)?;
-    if entry.tag != OCTET_STRING || newrdn.tag != OCTET_STRING || delete_old.tag != BOOLEAN {
-        return Err("a modify-DN is entry, newrdn, deleteoldrdn, newSuperior");
-    }
-    if !delete_old.rest.is_empty() {
-        let sup = tlv(delete_old.rest)?;
-        if sup.tag != 0x80 || !sup.rest.is_empty() {
-            return Err("a modify-DN's newSuperior is [0], and last");
-        }
-    }
-    Ok(())
-}
-
 /// Whether a request's DNs are UTF-8 (an LDAPDN is a UTF-8 string, RFC
 /// 4514): the bind name, the entry or base of a delete, search, modify,
 /// add or compare, and a modify-DN's three names. One that is not is
@@ -442,7 +378,7 @@ fn dns_utf8(op: u8, content: &[u8]) -> Result<bool, &'static str> {
         0x4A => utf8(content),
         MODIFY_DN => modify_dn_utf8(content)?,
         BIND => utf8(tlv(tlv(content)?.rest)?.content),
-        SEARCH | 0x66 | 0x68 | 0x6E => utf8(tlv(content)?.content),
+        0x66 | 0x68 | 0x6E => utf8(tlv(content)?.content),
         _ => true,
     })
 }

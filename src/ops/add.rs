@@ -233,9 +233,11 @@ fn add_rdn_values(entry: &mut Entry, dn: &Dn) -> Result<()> {
             continue;
         }
         // As slapd's naming check: a single-valued type holding another
-        // value cannot take the RDN's (64, not the single-value rule's 19).
+        // value cannot take the RDN's (64, not the single-value rule's 19),
+        // once the entry's object classes are known good (65 first).
         let single = shards::schema::get().attr(&ava.attr).is_some_and(|at| at.single_value);
         if single && entry.get(&ava.attr).is_some_and(|a| !a.vals.is_empty()) {
+            shards::schema::check::structural_class(entry)?;
             return Err(Error::new(
                 LdapResultCode::NamingViolation,
                 format!("value of single-valued naming attribute '{}' conflicts with value present in entry", ava.attr),

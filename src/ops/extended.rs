@@ -51,8 +51,13 @@ pub fn start_tls(conn: &Conn) -> LdapExtendedResponse {
 }
 
 /// Answers at once, or `None` for Password Modify (see `password_modify`).
-/// `identity`: who the request runs as (`Controls::requester`).
-pub fn handle(conn: &Conn, identity: &Identity, req: &LdapExtendedRequest) -> Option<LdapExtendedResponse> {
+/// `identity`: who the request runs as (`Controls::requester`); `msgid`:
+/// the request's own message ID.
+pub fn handle(
+    conn: &Conn,
+    (msgid, identity): (i32, &Identity),
+    req: &LdapExtendedRequest,
+) -> Option<LdapExtendedResponse> {
     Some(match req.name.as_str() {
         // As slapd: "no request data expected".
         OID_WHOAMI if req.value.is_some() => LdapExtendedResponse {
@@ -66,7 +71,7 @@ pub fn handle(conn: &Conn, identity: &Identity, req: &LdapExtendedRequest) -> Op
             LdapExtendedResponse { res: result(Ok(())), name: None, value: Some(authz.into_bytes()) }
         }
         OID_PASSWORD_MODIFY => return None,
-        OID_CANCEL => LdapExtendedResponse { res: result(cancel(conn, req)), name: None, value: None },
+        OID_CANCEL => LdapExtendedResponse { res: result(cancel(conn, msgid, req)), name: None, value: None },
         other => LdapExtendedResponse {
             res: result(Err(Error::protocol(format!("extended operation {other} is not supported")))),
             name: None,
@@ -75,8 +80,10 @@ pub fn handle(conn: &Conn, identity: &Identity, req: &LdapExtendedRequest) -> Op
     })
 }
 
-/// Cancel: `cancelRequestValue ::= SEQUENCE { cancelID MessageID }`.
-fn cancel(conn: &Conn, req: &LdapExtendedRequest) -> Result<()> {
+/// Cancel: `cancelRequestValue ::= SEQUENCE { cancelID MessageID }`. A
+/// Cancel of itself (`msgid`) succeeds at once, as slapd's: it is the
+/// operation in progress, and is done.
+fn cancel(conn: &Conn, msgid: i32, req: &LdapExtendedRequest) -> Result<()> {
     let value = req.value.as_deref().unwrap_or_default();
     let parsed = ldap3_lber::parse::Parser::default().parse(value).ok().filter(|(rest, _)| rest.is_empty());
     let id = parsed
@@ -89,6 +96,9 @@ fn cancel(conn: &Conn, req: &LdapExtendedRequest) -> Result<()> {
         // §4.1.1: 0 .. maxInt) and is malformed.
         .filter(|id| *id >= 0)
         .ok_or_else(|| Error::protocol("malformed Cancel request value"))?;
+    if id == msgid {
+        return Ok(());
+    }
     let running = conn.running.borrow();
     let (flag, _) = running
         .get(&id)

@@ -178,7 +178,7 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, first_step: bool, out: &mut Bytes
                 return Flow::StartTls;
             }
         }
-        LdapOp::ExtendedRequest(req) => match extended::handle(conn, &ctrls.acting, &req) {
+        LdapOp::ExtendedRequest(req) => match extended::handle(conn, (msgid, &ctrls.acting), &req) {
             Some(res) => reply(conn, &rec, out, LdapMsg::new(msgid, LdapOp::ExtendedResponse(res))),
             None => {
                 let in_flight = crate::conn::InFlight::new(conn);

@@ -36,7 +36,8 @@ pub(super) const VALUE_REQUIRED: &[&[u8]] =
 
 /// Controls that apply to a search only (paged results, sort, sync
 /// request, matched values, subentries, VLV): left out of any other
-/// operation unread, or unavailableCriticalExtension when critical.
+/// operation unread, or unavailableCriticalExtension when critical
+/// (`applies`).
 const SEARCH_ONLY: &[&[u8]] = &[
     b"1.2.840.113556.1.4.319",
     b"1.2.840.113556.1.4.473",
@@ -45,6 +46,16 @@ const SEARCH_ONLY: &[&[u8]] = &[
     b"1.3.6.1.4.1.4203.1.10.1",
     b"2.16.840.1.113730.3.4.9",
 ];
+
+/// Whether slapd reads control `oid` on operation `op`: those of
+/// `SEARCH_ONLY` on a search, ManageDsaIT on searches, compares and
+/// updates (RFC 3296), any other everywhere (the operation decides).
+fn applies(oid: &[u8], op: u8) -> bool {
+    match oid {
+        b"2.16.840.1.113730.3.4.2" => matches!(op, SEARCH | 0x6E | 0x68 | 0x4A | 0x66 | 0x6C),
+        _ => op == SEARCH || !SEARCH_ONLY.contains(&oid),
+    }
+}
 
 /// Controls ldap3_proto decodes into types of its own that coredir does
 /// not act on (response controls sent in a request, AD's Verify Name, Show
@@ -104,7 +115,7 @@ pub(super) fn check_controls(op: u8, all: &[u8]) -> Result<Controls, &'static st
         let mut critical = false;
         // slapd does not read the value of a control on an operation it
         // does not apply to (it is ignored, or 12 when critical).
-        let elsewhere = SEARCH_ONLY.contains(&oid.content) && op != SEARCH;
+        let elsewhere = !applies(oid.content, op);
         while !rest.is_empty() {
             let field = tlv(rest)?;
             match field.tag {
@@ -118,7 +129,7 @@ pub(super) fn check_controls(op: u8, all: &[u8]) -> Result<Controls, &'static st
                         refusal = value_refusal(oid.content, field.content);
                     }
                     // slapd: "manageDSAit control value not absent".
-                    trailing |= oid.content == b"2.16.840.1.113730.3.4.2" && !field.content.is_empty();
+                    trailing |= oid.content == b"2.16.840.1.113730.3.4.2" && !elsewhere && !field.content.is_empty();
                 }
                 _ => return Err("a control is type, criticality, value"),
             }

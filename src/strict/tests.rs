@@ -17,7 +17,11 @@ fn envelopes() {
     assert_eq!(check(&msg(&[1], UNBIND, &[])), Ok(Check::Ok));
     assert_eq!(check(&msg(&[0], UNBIND, &[])), Err("message ID out of range"));
     assert_eq!(check(&msg(&[0xFF], UNBIND, &[])), Err("negative message ID"));
-    assert_eq!(check(&msg(&[0x00, 0x80, 0, 0, 0], UNBIND, &[])), Err("message ID out of range"));
+    // Five bytes, even 2^31 - 1 with a leading zero: liblber reads four.
+    assert_eq!(check(&msg(&[0x00, 0x80, 0, 0, 0], UNBIND, &[])), Err("bad message ID"));
+    assert_eq!(check(&msg(&[0x00, 0x7F, 0xFF, 0xFF, 0xFF], UNBIND, &[])), Err("bad message ID"));
+    // Constructed: no Unbind (slapd: unknown request).
+    assert_eq!(check(&msg(&[1], &[0x62, 0x00], &[])), Err("not a request"));
     assert_eq!(check(&msg(&[0x7F, 0xFF, 0xFF, 0xFF], UNBIND, &[])), Ok(Check::Ok));
     // A control with type, criticality and value; then malformed ones.
     let good = [CONTROLS, 12, SEQUENCE, 10, OCTET_STRING, 3, b'1', b'.', b'2', BOOLEAN, 1, 0xFF, OCTET_STRING, 0];
@@ -61,9 +65,11 @@ fn integers_ldap3_proto_would_misread_are_refused() {
         |c: Result<Check, &'static str>| matches!(c, Ok(Check::Refuse { code: LdapResultCode::ProtocolError, .. }));
     assert_eq!(search(&[0x7F], Vec::new()), Ok(Check::Ok));
     assert_eq!(search(&[0, 0x80, 0, 0, 0][..4], Vec::new()), Ok(Check::Ok));
-    // -1 (read as 255), 2^32 + 1 (read as 1), 2^31.
-    for bad in [&[0xFF][..], &[1, 0, 0, 0, 1], &[0, 0x80, 0, 0, 0]] {
-        assert!(refused(search(bad, Vec::new())), "{bad:?}");
+    // -1 (read as 255) is answered, as slapd ("invalid size limit"); 2^32
+    // + 1 (read as 1) and 2^31 take five bytes, which slapd disconnects on.
+    assert!(refused(search(&[0xFF], Vec::new())));
+    for bad in [&[1, 0, 0, 0, 1][..], &[0, 0x80, 0, 0, 0], &[]] {
+        assert!(search(bad, Vec::new()).is_err(), "{bad:?}");
     }
     let paged = |value: Vec<u8>| {
         let one = t(SEQUENCE, &[t(OCTET_STRING, b"1.2.840.113556.1.4.319"), t(OCTET_STRING, &value)].concat());
@@ -72,10 +78,11 @@ fn integers_ldap3_proto_would_misread_are_refused() {
     assert_eq!(paged(t(SEQUENCE, &[t(INTEGER, &[5]), t(OCTET_STRING, b"")].concat())), Ok(Check::Ok));
     assert!(refused(paged(t(SEQUENCE, &[t(INTEGER, &[0xFF]), t(OCTET_STRING, b"")].concat()))));
     assert!(refused(paged(t(SEQUENCE, &[t(INTEGER, &[5]), t(OCTET_STRING, b""), t(INTEGER, &[1])].concat()))));
-    // An Abandon of -1 (read as 255) or of 2^32 + 7 (read as 7) is ignored, as slapd does.
+    // An Abandon of -1 (read as 255) is ignored, as slapd does; of 2^32 + 7
+    // (read as 7) ends the connection, as there.
     assert_eq!(check(&msg(&[6], &t(ABANDON, &[7]), &[])), Ok(Check::Ok));
     assert_eq!(check(&msg(&[6], &t(ABANDON, &[0xFF]), &[])), Ok(Check::Ignore));
-    assert_eq!(check(&msg(&[6], &t(ABANDON, &[1, 0, 0, 0, 7]), &[])), Ok(Check::Ignore));
+    assert!(check(&msg(&[6], &t(ABANDON, &[1, 0, 0, 0, 7]), &[])).is_err());
     assert!(check(&msg(&[6], &t(0x42, b"xx"), &[])).is_err());
     let bind = |version: &[u8]| t(0x60, &[t(INTEGER, version), t(OCTET_STRING, b""), t(0x80, b"")].concat());
     assert_eq!(check(&msg(&[6], &bind(&[3]), &[])), Ok(Check::Ok));
@@ -318,11 +325,16 @@ fn inner_parts_have_their_fields() {
     assert!(check(&msg(&[1], &compare(seq(&[os(b"cn"), os(b"a"), os(b"x")])), &[])).is_err());
     let add = |attr: Vec<u8>| t(0x68, &[os(b"c=a"), seq(&[attr])].concat());
     assert_eq!(check(&msg(&[1], &add(seq(&[os(b"cn"), t(SET, &os(b"a"))])), &[])), Ok(Check::Ok));
-    assert!(check(&msg(&[1], &add(seq(&[os(b"cn"), t(SET, &os(b"a")), os(b"x")])), &[])).is_err());
+    // An add's or a modify's parts are answered with protocolError, as slapd.
+    let refused = |c| matches!(c, Ok(Check::Refuse { code: LdapResultCode::ProtocolError, .. }));
+    assert!(refused(check(&msg(&[1], &add(seq(&[os(b"cn"), t(SET, &os(b"a")), os(b"x")])), &[]))));
+    assert!(refused(check(&msg(&[1], &t(0x68, &os(b"c=a")), &[]))));
     let modify = |change: Vec<u8>| t(0x66, &[os(b"c=a"), seq(&[change])].concat());
     let replace = |m: Vec<u8>| seq(&[t(ENUMERATED, &[2]), m]);
     assert_eq!(check(&msg(&[1], &modify(replace(seq(&[os(b"cn"), t(SET, b"")]))), &[])), Ok(Check::Ok));
-    assert!(check(&msg(&[1], &modify(replace(seq(&[os(b"cn"), t(SET, b""), os(b"x")]))), &[])).is_err());
+    assert!(refused(check(&msg(&[1], &modify(replace(seq(&[os(b"cn"), t(SET, b""), os(b"x")]))), &[]))));
+    let op4 = seq(&[t(ENUMERATED, &[4]), seq(&[os(b"cn"), t(SET, b"")])]);
+    assert!(refused(check(&msg(&[1], &modify(op4), &[]))));
     let bind = |auth: Vec<u8>| t(0x60, &[t(INTEGER, &[3]), os(b""), auth].concat());
     assert_eq!(check(&msg(&[1], &bind(t(0xA3, &os(b"EXTERNAL"))), &[])), Ok(Check::Ok));
     assert_eq!(check(&msg(&[1], &bind(t(0xA3, &[os(b"EXTERNAL"), os(b"")].concat())), &[])), Ok(Check::Ok));
@@ -346,5 +358,33 @@ fn sync_request_values_have_their_shape() {
         t(SEQUENCE, &[mode(1), t(BOOLEAN, &[0]), t(OCTET_STRING, b"")].concat()),
     ] {
         assert!(!shaped(bad.clone()), "{bad:?}");
+    }
+}
+
+/// What slapd answers with protocolError and goes on from: a scope or
+/// alias dereferencing out of range (before the filter is read), an
+/// extended request of other fields than `[0]` name and `[1]` value (a
+/// Password Modify whose value was tagged `[2]` ran without it, and
+/// replaced the password with a generated one).
+#[test]
+fn out_of_range_fields_are_answered() {
+    let os = |v: &[u8]| t(OCTET_STRING, v);
+    let search = |scope: u8, deref: u8, filter: Vec<u8>| {
+        let fields = [os(b""), t(ENUMERATED, &[scope]), t(ENUMERATED, &[deref]), t(INTEGER, &[0]), t(INTEGER, &[0])];
+        check(&msg(&[2], &t(SEARCH, &[fields.concat(), t(BOOLEAN, &[0]), filter, t(SEQUENCE, &[])].concat()), &[]))
+    };
+    let answered =
+        |c, want| matches!(c, Ok(Check::Refuse { tag, code: LdapResultCode::ProtocolError, .. }) if tag == want);
+    assert_eq!(search(3, 3, t(0x87, b"cn")), Ok(Check::Ok));
+    assert!(answered(search(4, 0, t(0x87, b"cn")), 0x65));
+    assert!(answered(search(0, 4, t(0x87, b"cn")), 0x65));
+    assert!(answered(search(4, 0, t(0xA2, &[])), 0x65), "before the filter");
+    assert!(search(0, 0, t(0xA2, &[])).is_err());
+    let exop = |fields: Vec<u8>| check(&msg(&[3], &t(0x77, &fields), &[]));
+    let name = t(0x80, b"1.3.6.1.4.1.4203.1.11.1");
+    assert_eq!(exop(name.clone()), Ok(Check::Ok));
+    assert_eq!(exop([name.clone(), t(0x81, &t(SEQUENCE, &[]))].concat()), Ok(Check::Ok));
+    for bad in [[name.clone(), t(0x82, b"x")].concat(), [name.clone(), name.clone()].concat(), os(b"1.2")] {
+        assert!(answered(exop(bad), 0x78));
     }
 }
