@@ -34,6 +34,10 @@ struct Key {
     attr: Names,
     rule: Rule,
     reverse: bool,
+    /// An equality rule named as the ordering rule (`sn:caseIgnoreMatch`):
+    /// slapd orders by its matching function, which for string rules
+    /// compares normalized values' lengths first, then their bytes.
+    by_length: bool,
 }
 
 /// Sorted output in the making. Only the first `keep` rows of the order
@@ -86,7 +90,12 @@ impl Sorter {
             let (attr, rule) = resolve(&r.attribute_name, r.ordering_rule.as_deref()).map_err(|code| {
                 ServerSortResult { result_code: code, attribute_type: Some(r.attribute_name.clone()) }
             })?;
-            keys.push(Key { attr, rule, reverse: r.reverse_order });
+            let by_length = r
+                .ordering_rule
+                .as_deref()
+                .and_then(matching::rule_named)
+                .is_some_and(|i| i.usage == matching::Usage::Equality && i.rule != Rule::Integer);
+            keys.push(Key { attr, rule, reverse: r.reverse_order, by_length });
         }
         if keys.len() > MAX_KEYS {
             return Err(too_many);
@@ -145,7 +154,7 @@ impl Sorter {
         let first = match &req.target {
             vlv::Target::Value(v) => {
                 let k = &self.keys[0];
-                let Some(key) = k.rule.normalize(v).map(|x| k.rule.order_key(&x).into_owned()) else {
+                let Some(key) = k.rule.normalize(v).map(|x| order_key(k, &x)) else {
                     let code = LdapResultCode::InappropriateMatching as u8;
                     return Err(vlv::failure(0, n, code, "the value does not fit the first sort key"));
                 };
@@ -203,6 +212,15 @@ fn sort_key(view: &EntryView<'_>, k: &Key) -> Option<Vec<u8>> {
     view.attrs()
         .filter(|a| k.attr.covers(a.name))
         .flat_map(|a| a.vals())
-        .filter_map(|v| k.rule.normalize(v).map(|n| k.rule.order_key(&n).into_owned()))
+        .filter_map(|v| k.rule.normalize(v).map(|n| order_key(k, &n)))
         .min()
+}
+
+/// A normalized value's key for `k`'s order: the rule's order key, or for
+/// an equality rule its length (four bytes, big-endian) and bytes.
+fn order_key(k: &Key, normalized: &[u8]) -> Vec<u8> {
+    match k.by_length {
+        true => [&(normalized.len() as u32).to_be_bytes()[..], normalized].concat(),
+        false => k.rule.order_key(normalized).into_owned(),
+    }
 }
