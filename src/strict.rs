@@ -136,7 +136,9 @@ pub fn password_modify(value: &[u8]) -> Result<[Option<&[u8]>; 3], &'static str>
 }
 
 /// Checks a whole frame (one LDAPMessage, as `ber::peek_frame` sized it).
-pub fn check(frame: &[u8]) -> Result<Check, &'static str> {
+/// `sync_offered`: whether this server offers the Sync Request control
+/// (without it, the control is left out unread, or 12 when critical).
+pub fn check(frame: &[u8], sync_offered: bool) -> Result<Check, &'static str> {
     let msg = tlv(frame)?;
     if msg.tag != SEQUENCE || !msg.rest.is_empty() {
         return Err("not an LDAPMessage");
@@ -164,12 +166,14 @@ pub fn check(frame: &[u8]) -> Result<Check, &'static str> {
     // Controls to leave out, once every other check has passed: the
     // message decoded instead is checked only by what is done here.
     let mut leave_out = None;
+    let mut abandon_refused = false;
     if !op.rest.is_empty() {
         let controls = tlv(op.rest)?;
         if controls.tag != CONTROLS || !controls.rest.is_empty() {
             return Err("trailing data after the operation");
         }
-        let (refused, ignored) = check_controls(op.tag, controls.content)?;
+        let (refused, ignored) = check_controls(op.tag, controls.content, sync_offered)?;
+        abandon_refused = refused.is_some();
         if let Some((code, why)) = refused {
             if let Some(tag) = response_tag(op.tag) {
                 return Ok(Check::Refuse { msgid, tag, code, why });
@@ -177,9 +181,10 @@ pub fn check(frame: &[u8]) -> Result<Check, &'static str> {
         }
         leave_out = (!ignored.is_empty()).then_some((controls.content, ignored));
     }
-    // An Abandon of no message a request can have (0 or negative): as
-    // slapd, nothing is done, once its controls have been read.
-    if op.tag == ABANDON && !in_range(op.content) {
+    // An Abandon of no message a request can have (0 or negative), or
+    // with a critical control it cannot take: as slapd, nothing is done,
+    // once its controls have been read.
+    if op.tag == ABANDON && (!in_range(op.content) || abandon_refused) {
         return Ok(Check::Ignore);
     }
     if let Some(tag) = response_tag(op.tag).filter(|_| !dns_utf8(op.tag, op.content).unwrap_or(true)) {
@@ -201,8 +206,8 @@ fn in_range(c: &[u8]) -> bool {
 }
 
 /// Whether an INTEGER or ENUMERATED has 1 to 4 content bytes: slapd's
-/// liblber reads no more (and no fewer) into its `ber_int_t`, and
-/// disconnects.
+/// liblber reads no more into its `ber_int_t`, and disconnects (it reads
+/// none as 0; X.690 §8.3.1 wants one, and coredir refuses none).
 fn int_sized(c: &[u8]) -> bool {
     (1..=4).contains(&c.len())
 }

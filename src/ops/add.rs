@@ -94,6 +94,12 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     if let Some(assertion) = ctrls.assertion.as_ref() {
         let mut stored = entry.clone();
         stamps.apply(&mut stored);
+        // Its entryCSN is stamped by the owner as it commits; the
+        // assertion sees one of now (a value no client can predict).
+        if stored.get("entryCSN").is_none() {
+            let csn = shards::csn::Csn::top_of(shards::csn::wall_us(), 0);
+            stored.set("entryCSN", vec![csn.to_string().into_bytes()]);
+        }
         controls::check_assertion_new(&conn, &identity, Some(assertion), &key, &stored)?;
     }
     // Then a taken DN (68), before the parent and the access checks, when

@@ -135,7 +135,7 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
     let assertion = ctrls.assertion.as_ref();
     let asserted = match (assertion, &snapshot) {
         (None, _) => Ok(()),
-        (Some(_), None) => controls::check_assertion(conn, &identity, assertion, &key, &entry),
+        (Some(_), None) => controls::check_assertion_computed(conn, &identity, assertion, &key, &entry),
         // On a big group, index lookups in that snapshot.
         (Some(_), Some(txn)) => match txn.entry(&key)? {
             Some((id, view)) => controls::check_assertion_read(conn, &identity, assertion, &key, (txn, id), &view),

@@ -134,7 +134,9 @@ fn unavailable(oid: &str, why: &str) -> Error {
 /// applies given twice is a protocolError, as slapd's parsers say ("…
 /// control specified multiple times"): which of the two would hold?
 /// `provider`: whether this server offers the Sync Request control.
-pub fn parse(ctrls: &[LdapControl], k: Op, provider: bool) -> Result<Controls> {
+/// `exop`: an extended request's name (Proxied Authorization applies to
+/// Who am I? and Password Modify only, as slapd's).
+pub fn parse(ctrls: &[LdapControl], (k, exop): (Op, Option<&str>), provider: bool) -> Result<Controls> {
     let mut out = Controls::default();
     let (mut manage_dsa_it, mut dont_use_copy, mut domain_scope) = (None, None, None);
     for c in ctrls {
@@ -165,7 +167,12 @@ pub fn parse(ctrls: &[LdapControl], k: Op, provider: bool) -> Result<Controls> {
                 let applies = match oid.as_str() {
                     ASSERTION => !matches!(k, Op::Bind | Op::Unbind | Op::Abandon | Op::Extended),
                     // As slapd: not on a bind (nor abandon, unbind).
-                    PROXY_AUTHZ => !matches!(k, Op::Bind | Op::Unbind | Op::Abandon),
+                    PROXY_AUTHZ => {
+                        !matches!(k, Op::Bind | Op::Unbind | Op::Abandon)
+                            && exop.is_none_or(|o| {
+                                o == ldap3_proto::proto::OID_WHOAMI || o == ldap3_proto::proto::OID_PASSWORD_MODIFY
+                            })
+                    }
                     PRE_READ => matches!(k, Op::Modify | Op::Delete | Op::Modrdn),
                     POST_READ => matches!(k, Op::Modify | Op::Add | Op::Modrdn),
                     MATCHED_VALUES | SUBENTRIES | crate::ops::vlv::REQUEST => k == Op::Search,
@@ -402,19 +409,16 @@ fn parse_boolean(value: &[u8]) -> Result<bool> {
 /// The Pre-/Post-Read value: `SEQUENCE OF LDAPString` (attribute selection).
 /// A Pre-/Post-Read control's attribute list (RFC 4527 §3.1): attribute
 /// descriptions, `*`, `+` and `1.1`, as slapd reads it: anything else (an
-/// unknown type or option, an object class, `@class`, an element that is
-/// no string) fails the operation with undefinedAttributeType when the
+/// unknown type or option, an object class, `@class`, a constructed
+/// element) fails the operation with undefinedAttributeType when the
 /// control is critical, and is left out when it is not.
 fn parse_attr_list(value: &[u8], critical: bool) -> Result<Vec<String>> {
     let (rest, tag) = ldap3_lber::parse::Parser::default().parse(value).map_err(|_| protocol("read entry"))?;
     let items = tag.expect_constructed().filter(|_| rest.is_empty()).ok_or_else(|| protocol("read entry"))?;
     let (mut names, listed_none) = (Vec::new(), items.is_empty());
     for item in items {
-        let name = item
-            .match_class(ldap3_lber::common::TagClass::Universal)
-            .and_then(|t| t.match_id(4))
-            .and_then(|t| t.expect_primitive())
-            .and_then(|b| String::from_utf8(b).ok());
+        // Any string, whatever its tag, as slapd's decoder reads it.
+        let name = item.expect_primitive().and_then(|b| String::from_utf8(b).ok());
         match name {
             Some(n) if matches!(n.as_str(), "*" | "+" | "1.1") || shards::filter::Names::new(&n).is_some() => {
                 names.push(n)
@@ -450,7 +454,21 @@ pub fn check_assertion(
     key: &[u8],
     entry: &Entry,
 ) -> Result<()> {
-    assertion_on_entry(conn, identity, assertion, (key, None), entry)
+    assertion_on_entry(conn, identity, assertion, (key, Subordinates::Stored), entry)
+}
+
+/// `check_assertion` on an entry the server computes (the root DSE,
+/// cn=Subschema, cn=Monitor's): hasSubordinates is absent from it, as
+/// slapd answers (an item on it is FALSE, its NOT TRUE); nothing stored
+/// is read.
+pub fn check_assertion_computed(
+    conn: &Conn,
+    identity: &Identity,
+    assertion: Option<&LdapFilter>,
+    key: &[u8],
+    entry: &Entry,
+) -> Result<()> {
+    assertion_on_entry(conn, identity, assertion, (key, Subordinates::Absent), entry)
 }
 
 /// `check_assertion` on an encoded entry.
@@ -461,7 +479,7 @@ pub fn check_assertion_view(
     key: &[u8],
     view: &EntryView<'_>,
 ) -> Result<()> {
-    assertion_holds(conn, identity, assertion, (key, None), view, |_| Ok(Vec::new()))
+    assertion_holds(conn, identity, assertion, (key, Subordinates::Stored), view, |_| Ok(Vec::new()))
 }
 
 /// `check_assertion` on an entry about to be added: it has no children,
@@ -474,7 +492,7 @@ pub fn check_assertion_new(
     key: &[u8],
     entry: &Entry,
 ) -> Result<()> {
-    assertion_on_entry(conn, identity, assertion, (key, Some(false)), entry)
+    assertion_on_entry(conn, identity, assertion, (key, Subordinates::Known(false)), entry)
 }
 
 /// The assertion on an entry not yet encoded; `children` as for
@@ -483,7 +501,7 @@ fn assertion_on_entry(
     conn: &Conn,
     identity: &Identity,
     assertion: Option<&LdapFilter>,
-    at: (&[u8], Option<bool>),
+    at: (&[u8], Subordinates),
     entry: &Entry,
 ) -> Result<()> {
     let Some(f) = assertion else { return Ok(()) };
@@ -504,7 +522,7 @@ pub fn check_assertion_read<T: ReadTxn>(
     view: &EntryView<'_>,
 ) -> Result<()> {
     let decide = |node: &_| index::decided_items(txn, node, id, view.size());
-    assertion_holds(conn, identity, assertion, (key, None), view, decide)
+    assertion_holds(conn, identity, assertion, (key, Subordinates::Stored), view, decide)
 }
 
 /// `check_assertion_read` on the entry stored at `key` (none: nothing to check).
@@ -522,17 +540,33 @@ pub fn check_assertion_at(conn: &Conn, identity: &Identity, assertion: Option<&L
 /// The assertion's hasSubordinates items answered from the entry's child
 /// count (kept on its own owner), as a search answers them: computed, the
 /// filter cannot read them from the entry.
-/// `children`: whether the entry has children, when known without the
-/// store (an entry being added has none).
 fn subordinates_decided(
     conn: &Conn,
     node: &shards::filter::Node,
-    (key, children): (&[u8], Option<bool>),
+    (key, children): (&[u8], Subordinates),
 ) -> Result<Vec<(usize, bool)>> {
-    node.subordinates_decided(|| match children {
-        Some(known) => Ok(known),
-        None => Ok(shards::write::children(&conn.ctx.shard.read_for(key)?, key)? > 0),
-    })
+    match children {
+        // No entry is stored at the empty DN (the root DSE).
+        Subordinates::Absent => {
+            Ok(node.subordinates_decided(|| Ok(false))?.into_iter().map(|(i, _)| (i, false)).collect())
+        }
+        _ if key.is_empty() => subordinates_decided(conn, node, (key, Subordinates::Absent)),
+        Subordinates::Known(known) => node.subordinates_decided(|| Ok(known)),
+        Subordinates::Stored => {
+            node.subordinates_decided(|| Ok(shards::write::children(&conn.ctx.shard.read_for(key)?, key)? > 0))
+        }
+    }
+}
+
+/// What an entry's hasSubordinates is to an assertion on it.
+#[derive(Clone, Copy)]
+enum Subordinates {
+    /// Whether it has children, counted in the store.
+    Stored,
+    /// Known without the store (an entry being added has none).
+    Known(bool),
+    /// Not an attribute of it: a computed entry (see `check_assertion_computed`).
+    Absent,
 }
 
 /// Whether the assertion holds on `view` under the requester's rights;
@@ -541,7 +575,7 @@ fn assertion_holds(
     conn: &Conn,
     identity: &Identity,
     assertion: Option<&LdapFilter>,
-    (key, children): (&[u8], Option<bool>),
+    (key, children): (&[u8], Subordinates),
     view: &EntryView<'_>,
     decide: impl FnOnce(&shards::filter::Node) -> Result<Vec<(usize, bool)>>,
 ) -> Result<()> {

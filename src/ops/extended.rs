@@ -114,6 +114,10 @@ pub async fn password_modify(conn: &Conn, identity: &Identity, req: &LdapExtende
     let parsed = match &req.value {
         None => Ok(LdapPasswordModifyRequest { user_identity: None, old_password: None, new_password: None }),
         Some(value) => match crate::strict::password_modify(value) {
+            // As slapd: anonymous is refused before the value is read.
+            Err(_) if matches!(identity, Identity::Anonymous) => {
+                Err(Error::new(LdapResultCode::StrongerAuthRequired, "only authenticated users may change passwords"))
+            }
             Err(_) => Err(Error::protocol("malformed Password Modify request value")),
             // The user identity is a DN (slapd: "Invalid DN", 21); the
             // passwords any octets (RFC 3062 §2), carried as `decode` does.
@@ -177,6 +181,10 @@ async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest
         Some(id) => id.to_string(),
     };
     let dn = parse_dn(&target).map_err(|e| Error::new(LdapResultCode::InvalidAttributeSyntax, e.message))?;
+    // Spaces only: the empty DN, no entry's (slapd: "Invalid DN").
+    if dn.is_root() {
+        return Err(Error::new(LdapResultCode::InvalidAttributeSyntax, "Invalid DN"));
+    }
     if crate::ops::referral::at_or_below(conn, identity, &dn) {
         return Err(Error::unwilling("the entry is a referral object or lies below one"));
     }

@@ -63,7 +63,13 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, first_step: bool, out: &mut Bytes
         return Flow::Close;
     };
     let ctrls = match sasl::check(conn, rec.op)
-        .and_then(|_| controls::parse(&msg.ctrl, rec.op, conn.ctx.shard.stamping.capture))
+        .and_then(|_| {
+            let exop = match &msg.op {
+                LdapOp::ExtendedRequest(r) => Some(r.name.as_str()),
+                _ => None,
+            };
+            controls::parse(&msg.ctrl, (rec.op, exop), conn.ctx.shard.stamping.capture)
+        })
         .and_then(|c| check_pending(conn, rec.op).map(|_| c))
         .and_then(|c| check_filters(conn, &msg.op, &c).map(|_| c))
         .and_then(|mut c| {
@@ -483,7 +489,11 @@ fn proxied(conn: &Conn, authzid: &[u8]) -> Result<Identity> {
         }
     };
     let allowed = match (&bound, &target) {
-        (Identity::Root(_), _) | (_, Identity::Anonymous) => true,
+        (_, Identity::Anonymous) => true,
+        // As slapd: the root DN acts as any DN of its own databases, and
+        // as nothing outside them (cn=Monitor, cn=Subschema, elsewhere).
+        (Identity::Root(_), Identity::User(t)) => parse_dn(&t.dn).is_ok_and(|dn| conn.ctx.within_suffix(&dn)),
+        (Identity::Root(_), _) => true,
         (Identity::User(b), Identity::User(t)) => b.key == t.key,
         _ => false,
     };

@@ -42,6 +42,19 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
     let identity = ctrls.acting.clone();
     crate::ops::require_entry(&conn, &identity, &dn, &dn)?;
     let live = conn.ctx.live();
+    // On an entry the requester may not know of, only the writes the rules
+    // grant go on: an empty modify, or an Assertion that fails, is refused
+    // as a write to a missing entry would be (50), not applied or 122.
+    // Decided only when needed: most modifies carry changes and no Assertion.
+    let hidden = || !crate::ops::disclosed(&conn, &identity, &key);
+    // As slapd's back-mdb: the Assertion before the rights to write.
+    let assertion = controls::check_assertion_before_write(&conn, &identity, ctrls.assertion, &key).map_err(|e| {
+        if hidden() {
+            access::denied(Level::Write, "entry")
+        } else {
+            e
+        }
+    })?;
     if let Some(a) = conn.access(&live, &identity) {
         // Checked on the entry as read before the write: rules that look at
         // the entry's content see it as it was (see the module doc).
@@ -52,11 +65,6 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
             .collect();
         access::require(&a, &conn.ctx.shard, &key, &attrs, Level::Write)?;
     }
-    // On an entry the requester may not know of, only the writes the rules
-    // grant go on: an empty modify, or an Assertion that fails, is refused
-    // as a write to a missing entry would be (50), not applied or 122.
-    // Decided only when needed: most modifies carry changes and no Assertion.
-    let hidden = || !crate::ops::disclosed(&conn, &identity, &key);
     if req.changes.is_empty() && hidden() {
         return Err(access::denied(Level::Write, "entry"));
     }
@@ -109,13 +117,6 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
     };
     let rdn = dn.rdn().map(|r| r.avas.iter().map(|a| (a.attr.clone(), a.value.clone())).collect()).unwrap_or_default();
     let stamp = Stamp { modifier: identity.dn().to_string(), time: now_generalized() };
-    let assertion = controls::check_assertion_before_write(&conn, &identity, ctrls.assertion, &key).map_err(|e| {
-        if hidden() {
-            access::denied(Level::Write, "entry")
-        } else {
-            e
-        }
-    })?;
     let extras = Extras {
         assertion,
         before: ctrls.pre_read.is_some(),

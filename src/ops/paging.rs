@@ -94,23 +94,21 @@ pub fn decode(req: &LdapSearchRequest, who: &str, cookie: &[u8]) -> Result<(Posi
     if cookie.is_empty() {
         return Ok((Position::Start, 0));
     }
-    // As slapd: a cookie that is not one of ours is a protocolError; one
-    // of ours for another search (or an older one, which slapd tells by
-    // its connection's state) is unwillingToPerform.
+    // As slapd: a cookie that is not one of ours (forged, made for
+    // another requester, or before a restart: slapd's are the
+    // connection's) is a protocolError; one of ours for another search is
+    // unwillingToPerform.
     let bad = || Error::new(LdapResultCode::ProtocolError, "paged results cookie is invalid");
     if cookie.len() < 18 + MAC || cookie[0] != VERSION {
         return Err(bad());
     }
-    if cookie[1..9] != fingerprint(req).to_be_bytes() {
-        let why = "paged results cookie is invalid or old (it belongs to another search)";
-        return Err(Error::new(LdapResultCode::UnwillingToPerform, why));
-    }
-    // Well formed and of this search, but not made here for this
-    // requester (or made before a restart): as an old cookie.
     let (cookie, tag) = cookie.split_at(cookie.len() - MAC);
     let differs = tag.iter().zip(mac(who, cookie)).fold(0u8, |acc, (a, b)| acc | (a ^ b));
     if differs != 0 {
-        let why = "paged results cookie is invalid or old (not made by this server for this requester)";
+        return Err(bad());
+    }
+    if cookie[1..9] != fingerprint(req).to_be_bytes() {
+        let why = "paged results cookie is invalid or old (it belongs to another search)";
         return Err(Error::new(LdapResultCode::UnwillingToPerform, why));
     }
     let sent = u64::from_be_bytes(cookie[9..17].try_into().expect("8 bytes"));
@@ -164,14 +162,15 @@ mod tests {
         assert_eq!(code(&cookie, &req("sn")), LdapResultCode::UnwillingToPerform);
         assert_eq!(code(&cookie[..12], &r), LdapResultCode::ProtocolError);
         assert_eq!(code(b"garbage", &r), LdapResultCode::ProtocolError);
-        // Forged: fewer entries sent, or another position; another requester.
+        // Forged (fewer entries sent, or another position), or another
+        // requester's: not one of ours, as slapd's of another connection.
         let mut forged = cookie.clone();
         forged[16] = 0;
-        assert_eq!(code(&forged, &r), LdapResultCode::UnwillingToPerform);
+        assert_eq!(code(&forged, &r), LdapResultCode::ProtocolError);
         let mut moved = cookie.clone();
         moved[20] ^= 1;
-        assert_eq!(code(&moved, &r), LdapResultCode::UnwillingToPerform);
-        assert_eq!(decode(&r, "", &cookie).unwrap_err().code, LdapResultCode::UnwillingToPerform);
+        assert_eq!(code(&moved, &r), LdapResultCode::ProtocolError);
+        assert_eq!(decode(&r, "", &cookie).unwrap_err().code, LdapResultCode::ProtocolError);
         // The same requester in another spelling.
         assert_eq!(decode(&r, "CN=U", &cookie).unwrap().1, 5);
     }

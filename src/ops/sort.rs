@@ -58,6 +58,10 @@ pub struct Sorter {
 /// slapd's `sssvlv-maxkeys` default.
 pub const MAX_KEYS: usize = 5;
 
+/// Past this many keys the request is refused (53) before any key is
+/// read; up to it, each key is checked (16, 18) before their number.
+pub const MAX_KEYS_AT_ONCE: usize = 8 * MAX_KEYS;
+
 /// A sort key's type and ordering rule, or what slapd refuses the key
 /// with: noSuchAttribute for a type the schema lacks (or a malformed
 /// option, `sn;`), inappropriateMatching when the named rule is unknown,
@@ -82,7 +86,7 @@ impl Sorter {
         let too_many = ServerSortResult { result_code: LdapResultCode::UnwillingToPerform, attribute_type: None };
         // As slapd: each key is checked (an unknown one is 16) before
         // their number is (53); past a few dozen, at once.
-        if requests.len() > 8 * MAX_KEYS {
+        if requests.len() > MAX_KEYS_AT_ONCE {
             return Err(too_many);
         }
         let mut keys = Vec::new();

@@ -34,6 +34,8 @@ pub(super) fn response_tag(op: u8) -> Option<u8> {
 pub(super) const VALUE_REQUIRED: &[&[u8]] =
     &[b"1.2.840.113556.1.4.319", b"1.2.840.113556.1.4.473", b"1.3.6.1.4.1.4203.1.9.1.1"];
 
+const SYNC_REQUEST: &[u8] = b"1.3.6.1.4.1.4203.1.9.1.1";
+
 /// Controls that apply to a search only (paged results, sort, sync
 /// request, matched values, subentries, VLV): left out of any other
 /// operation unread, or unavailableCriticalExtension when critical
@@ -47,12 +49,23 @@ const SEARCH_ONLY: &[&[u8]] = &[
     b"2.16.840.1.113730.3.4.9",
 ];
 
-/// Whether slapd reads control `oid` on operation `op`: those of
-/// `SEARCH_ONLY` on a search, ManageDsaIT on searches, compares and
-/// updates (RFC 3296), any other everywhere (the operation decides).
+/// Whether slapd reads control `oid` on operation `op` (as
+/// `ops::controls::parse` applies them): those of `SEARCH_ONLY` on a
+/// search; ManageDsaIT (RFC 3296) and the Assertion on searches,
+/// compares and updates; Pre-Read on modify, delete and modify-DN,
+/// Post-Read on add, modify and modify-DN; any other everywhere (the
+/// operation decides).
 fn applies(oid: &[u8], op: u8) -> bool {
+    const MODIFY: u8 = 0x66;
+    const ADD: u8 = 0x68;
+    const DELETE: u8 = 0x4A;
+    const COMPARE: u8 = 0x6E;
     match oid {
-        b"2.16.840.1.113730.3.4.2" => matches!(op, SEARCH | 0x6E | 0x68 | 0x4A | 0x66 | 0x6C),
+        b"2.16.840.1.113730.3.4.2" | b"1.3.6.1.1.12" => {
+            matches!(op, SEARCH | COMPARE | ADD | DELETE | MODIFY | MODIFY_DN)
+        }
+        b"1.3.6.1.1.13.1" => matches!(op, MODIFY | DELETE | MODIFY_DN),
+        b"1.3.6.1.1.13.2" => matches!(op, MODIFY | ADD | MODIFY_DN),
         _ => op == SEARCH || !SEARCH_ONLY.contains(&oid),
     }
 }
@@ -77,12 +90,13 @@ const NOT_ACTED_ON: &[&[u8]] = &[
 ];
 
 /// Checks the controls field of an operation with tag `op`; the result to
-/// refuse it with, if any:
+/// refuse it with, if any, for the first control in the list that has
+/// one (as slapd parses them in order and stops at the first it refuses):
 /// - protocolError when a control coredir decodes is malformed or has
 ///   bytes after the one element of its value. slapd ignores such bytes;
 ///   coredir refuses them, so no part of a control goes unread (listed in
 ///   tests/conformance/differences.toml); a sort key slapd cannot order
-///   by comes first (`sort_refusal`);
+///   by is answered with its own code (`sort_refusal`);
 /// - protocolError when one of `VALUE_REQUIRED` comes without a value;
 /// - unavailableCriticalExtension for a critical control of
 ///   `NOT_ACTED_ON`, or of `SEARCH_ONLY` on another operation;
@@ -90,12 +104,13 @@ const NOT_ACTED_ON: &[&[u8]] = &[
 ///   the others of those two lists (as slapd ignores any such control).
 pub(super) type Controls = (Option<(LdapResultCode, &'static str)>, Vec<std::ops::Range<usize>>);
 
-pub(super) fn check_controls(op: u8, all: &[u8]) -> Result<Controls, &'static str> {
-    let mut trailing = false;
-    let mut refusal = None;
-    let mut absent = false;
-    let mut unavailable = false;
+pub(super) fn check_controls(op: u8, all: &[u8], sync_offered: bool) -> Result<Controls, &'static str> {
+    let mut first = None;
+    let mut refuse = |code, why| {
+        first.get_or_insert((code, why));
+    };
     let mut ignored = Vec::new();
+    let mut decoded_seen = 0u16;
     let mut list = all;
     while !list.is_empty() {
         let at = all.len() - list.len();
@@ -114,8 +129,9 @@ pub(super) fn check_controls(op: u8, all: &[u8]) -> Result<Controls, &'static st
         let mut seen_criticality = false;
         let mut critical = false;
         // slapd does not read the value of a control on an operation it
-        // does not apply to (it is ignored, or 12 when critical).
-        let elsewhere = !applies(oid.content, op);
+        // does not apply to, nor of one it does not offer (it is ignored,
+        // or 12 when critical).
+        let elsewhere = !applies(oid.content, op) || (oid.content == SYNC_REQUEST && !sync_offered);
         while !rest.is_empty() {
             let field = tlv(rest)?;
             match field.tag {
@@ -125,40 +141,53 @@ pub(super) fn check_controls(op: u8, all: &[u8]) -> Result<Controls, &'static st
                 }
                 OCTET_STRING if !seen_value => {
                     seen_value = true;
-                    if DECODED.contains(&oid.content) && !elsewhere && refusal.is_none() {
-                        refusal = value_refusal(oid.content, field.content);
+                    // A control given twice is refused as it is met, before
+                    // its value is read (slapd: "specified multiple times").
+                    if let Some(i) = DECODED.iter().position(|d| *d == oid.content).filter(|_| !elsewhere) {
+                        if decoded_seen & (1 << i) != 0 {
+                            refuse(LdapResultCode::ProtocolError, "control specified multiple times");
+                        }
+                        decoded_seen |= 1 << i;
                     }
-                    // slapd: "manageDSAit control value not absent".
-                    trailing |= oid.content == b"2.16.840.1.113730.3.4.2" && !elsewhere && !field.content.is_empty();
+                    match value_refusal(oid.content, field.content) {
+                        _ if elsewhere || !DECODED.contains(&oid.content) => {}
+                        Some(LdapResultCode::ProtocolError) => {
+                            refuse(LdapResultCode::ProtocolError, "malformed control value, or bytes after it")
+                        }
+                        Some(code) => refuse(code, "a sort key names no type or ordering rule to sort by"),
+                        None => {}
+                    }
+                    if oid.content == b"2.16.840.1.113730.3.4.2" && !elsewhere && !field.content.is_empty() {
+                        refuse(LdapResultCode::ProtocolError, "manageDSAit control value not absent");
+                    }
                 }
                 _ => return Err("a control is type, criticality, value"),
             }
             rest = field.rest;
         }
         if NOT_ACTED_ON.contains(&oid.content) || elsewhere {
-            unavailable |= critical;
+            if critical && oid.content == SYNC_REQUEST && op == SEARCH {
+                refuse(
+                    LdapResultCode::UnavailableCriticalExtension,
+                    "this server is not a syncrepl provider: set [syncrepl] provider = true (it keeps a changelog)",
+                );
+            }
+            if critical {
+                refuse(
+                    LdapResultCode::UnavailableCriticalExtension,
+                    "critical control not supported with this operation",
+                );
+            }
             ignored.push(at..all.len() - control.rest.len());
             list = control.rest;
             continue;
         }
-        absent |= !seen_value && VALUE_REQUIRED.contains(&oid.content);
+        if !seen_value && VALUE_REQUIRED.contains(&oid.content) {
+            refuse(LdapResultCode::ProtocolError, "control value is absent");
+        }
         list = control.rest;
     }
-    let refused = match (trailing, unavailable) {
-        _ if absent => Some((LdapResultCode::ProtocolError, "control value is absent")),
-        _ if refusal == Some(LdapResultCode::ProtocolError) => {
-            Some((LdapResultCode::ProtocolError, "malformed control value, or bytes after it"))
-        }
-        _ if refusal.is_some() => {
-            Some((refusal.expect("some"), "a sort key names no type or ordering rule to sort by"))
-        }
-        (true, _) => Some((LdapResultCode::ProtocolError, "bytes after the value of a control")),
-        (_, true) => {
-            Some((LdapResultCode::UnavailableCriticalExtension, "critical control not supported with this operation"))
-        }
-        _ => None,
-    };
-    Ok((refused, ignored))
+    Ok((first, ignored))
 }
 
 /// The LDAPMessage of `head` (its messageID and operation) with the
@@ -222,15 +251,15 @@ pub(super) fn value_refusal(oid: &[u8], value: &[u8]) -> Option<LdapResultCode> 
 /// (protocolError). slapd stops at the first key it cannot order by
 /// (16 or 18) and reads nothing after it, so a malformed key behind
 /// such a one is refused with its code. A list without keys is a
-/// protocolError. `None`: well-formed, for `ops::sort` to judge
-/// (which also refuses too many keys first; ldap3_proto would read what
-/// is left over in a key as more keys).
+/// protocolError. `None`: well-formed and orderable, for `ops::sort`
+/// to judge (which also refuses too many keys first; ldap3_proto would
+/// read what is left over in a key as more keys).
 fn sort_refusal(v: &Tlv<'_>) -> Option<LdapResultCode> {
     let malformed = Some(LdapResultCode::ProtocolError);
     if v.tag != SEQUENCE || v.content.is_empty() {
         return malformed;
     }
-    let (mut keys, mut refused) = (v.content, None);
+    let (mut keys, mut refused, mut count) = (v.content, None, 0);
     while !keys.is_empty() {
         let Ok(key) = tlv(keys) else { return malformed };
         let Ok(attr) = tlv(key.content) else { return malformed };
@@ -248,15 +277,20 @@ fn sort_refusal(v: &Tlv<'_>) -> Option<LdapResultCode> {
         if refused.is_none() {
             refused = crate::ops::sort::resolve(text(attr.content), rule.map(text)).err();
         }
-        if let Some(field) = tlv(rest).ok().filter(|f| f.tag == 0x81) {
+        // reverseOrder, a BOOLEAN: one byte (ldap3_proto reads the first
+        // only, slapd all of them as a number).
+        if let Some(field) = tlv(rest).ok().filter(|f| f.tag == 0x81 && f.content.len() == 1) {
             rest = field.rest;
         }
         if attr.tag != OCTET_STRING || !rest.is_empty() {
             return refused.or(malformed);
         }
-        keys = key.rest;
+        (keys, count) = (key.rest, count + 1);
     }
-    None
+    // A key slapd cannot order by is answered now, in the order of the
+    // controls, unless there are so many keys that the number is
+    // answered first (`ops::sort::Sorter::new`).
+    refused.filter(|_| count <= crate::ops::sort::MAX_KEYS_AT_ONCE)
 }
 
 /// `syncRequestValue ::= SEQUENCE { mode ENUMERATED { refreshOnly (1),

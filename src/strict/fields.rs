@@ -23,11 +23,13 @@ pub(super) fn refused_fields(tag: u8, content: &[u8]) -> Result<Refusal, &'stati
     match tag {
         BIND => {
             let version = tlv(content)?;
-            if version.tag != INTEGER || !int_sized(version.content) {
+            if version.tag != INTEGER || version.content.len() > 4 {
                 return Err("a bind's version is INTEGER (1 .. 127)");
             }
-            if version.content[0] & 0x80 != 0 {
-                return protocol("a bind's version is INTEGER (1 .. 127)");
+            // slapd reads no bytes as 0, and answers it, after the name.
+            if !in_range(version.content) {
+                return Ok(bad_dn(tlv(version.rest)?.content)
+                    .or(Some((LdapResultCode::ProtocolError, "a bind's version is INTEGER (1 .. 127)"))));
             }
         }
         SEARCH => return search_fields(content),
@@ -38,7 +40,10 @@ pub(super) fn refused_fields(tag: u8, content: &[u8]) -> Result<Refusal, &'stati
             }
         }
         0x68 => {
-            let Ok(attrs) = tlv(tlv(content)?.rest) else { return protocol("no attributes provided") };
+            let dn = tlv(content)?;
+            let Ok(attrs) = tlv(dn.rest) else {
+                return Ok(bad_dn(dn.content).or(Some((LdapResultCode::ProtocolError, "no attributes provided"))));
+            };
             if attrs.tag != SEQUENCE || !each(attrs.content, |a| exactly(a, &[OCTET_STRING, SET]))? {
                 return protocol("decoding attribute list error");
             }
@@ -57,6 +62,13 @@ pub(super) fn refused_fields(tag: u8, content: &[u8]) -> Result<Refusal, &'stati
         _ => {}
     }
     Ok(None)
+}
+
+/// invalidDNSyntax for a name slapd cannot read as a DN, which it
+/// answers before what it finds wrong after the name.
+fn bad_dn(name: &[u8]) -> Refusal {
+    let valid = std::str::from_utf8(name).is_ok_and(|t| shards::dn::Dn::parse(t).is_ok());
+    (!valid).then_some((LdapResultCode::InvalidDNSyntax, "invalid DN"))
 }
 
 /// A search's first six fields (slapd's `{miiiib`): each INTEGER and

@@ -12,6 +12,11 @@ fn msg(id: &[u8], op: &[u8], controls: &[u8]) -> Vec<u8> {
 
 const UNBIND: &[u8] = &[0x42, 0x00];
 
+/// As a server that offers the Sync Request control checks a frame.
+fn check(frame: &[u8]) -> Result<Check, &'static str> {
+    super::check(frame, true)
+}
+
 #[test]
 fn envelopes() {
     assert_eq!(check(&msg(&[1], UNBIND, &[])), Ok(Check::Ok));
@@ -171,11 +176,23 @@ fn sort_keys_have_their_shapes() {
         let control = t(SEQUENCE, &[t(OCTET_STRING, b"1.2.840.113556.1.4.473"), t(OCTET_STRING, &value)].concat());
         check(&msg(&[1], &t(0x63, &body), &t(CONTROLS, &control)))
     };
-    let key = t(SEQUENCE, &t(OCTET_STRING, b"cn"));
+    let key = t(SEQUENCE, &t(OCTET_STRING, b"createTimestamp"));
     assert_eq!(search(t(SEQUENCE, &key)), Ok(Check::Ok));
-    let reverse = t(SEQUENCE, &[t(OCTET_STRING, b"sn"), t(0x81, &[0xFF])].concat());
-    assert_eq!(search(t(SEQUENCE, &[key.clone(), reverse].concat())), Ok(Check::Ok));
     let rule = t(0x80, b"caseIgnoreOrderingMatch");
+    let reverse = t(SEQUENCE, &[t(OCTET_STRING, b"sn"), rule.clone(), t(0x81, &[0xFF])].concat());
+    assert_eq!(search(t(SEQUENCE, &[key.clone(), reverse].concat())), Ok(Check::Ok));
+    // cn has no ORDERING rule: answered at once, in the controls' order.
+    let unordered_key = t(SEQUENCE, &t(OCTET_STRING, b"cn"));
+    assert!(matches!(
+        search(t(SEQUENCE, &unordered_key)),
+        Ok(Check::Refuse { code: LdapResultCode::InappropriateMatching, .. })
+    ));
+    // reverseOrder is a BOOLEAN: one byte.
+    let long_reverse = t(SEQUENCE, &[t(OCTET_STRING, b"createTimestamp"), t(0x81, &[0, 1])].concat());
+    assert!(matches!(
+        search(t(SEQUENCE, &long_reverse)),
+        Ok(Check::Refuse { code: LdapResultCode::ProtocolError, .. })
+    ));
     let int = t(INTEGER, &[1]);
     let after_rule = t(SEQUENCE, &[t(OCTET_STRING, b"cn"), rule.clone(), int.clone()].concat());
     let after_reverse = t(SEQUENCE, &[t(OCTET_STRING, b"cn"), rule, t(0x81, &[0xFF]), int.clone()].concat());

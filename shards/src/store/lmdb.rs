@@ -419,6 +419,12 @@ impl Store for LmdbStore {
 /// # Safety
 /// `txn` is an active transaction that outlives `'t`.
 unsafe fn get<'t>(txn: NonNull<ffi::MDB_txn>, dbi: ffi::MDB_dbi, key: &[u8]) -> Result<Option<&'t [u8]>> {
+    // LMDB stores no key of 0 or more than 511 bytes (its default
+    // maximum), so none is there; `mdb_get` would call the request a
+    // storage failure (MDB_BAD_VALSIZE): the root DSE's empty key.
+    if key.is_empty() || key.len() > 511 {
+        return Ok(None);
+    }
     let mut k = val(key);
     let mut v = ffi::MDB_val { mv_size: 0, mv_data: ptr::null_mut() };
     // SAFETY: the caller's promise; LMDB only reads `k`.

@@ -215,7 +215,7 @@ async fn run(
             return Err(Error::no_such_object(&req.base));
         }
         let entry = subschema::entry();
-        crate::ops::controls::check_assertion(conn, &identity, ctrls.assertion.as_ref(), &base_key, &entry)?;
+        crate::ops::controls::check_assertion_computed(conn, &identity, ctrls.assertion.as_ref(), &base_key, &entry)?;
         *sent = write_computed(out, msgid, &entry, &node, &sel, computed_tests)? as u64;
         return Ok(());
     }
@@ -225,8 +225,9 @@ async fn run(
             return Err(Error::no_such_object(&req.base));
         }
         // The Assertion control holds on the base entry, as elsewhere.
-        let holds =
-            |e: &Entry| crate::ops::controls::check_assertion(conn, &identity, ctrls.assertion.as_ref(), &base_key, e);
+        let holds = |e: &Entry| {
+            crate::ops::controls::check_assertion_computed(conn, &identity, ctrls.assertion.as_ref(), &base_key, e)
+        };
         return search_monitor(ctx, msgid, req, (&parse_dn(&req.base)?, &holds), &node, &sel, out, sent);
     }
     if base_key.is_empty() {
@@ -234,7 +235,7 @@ async fn run(
             return Err(Error::new(LdapResultCode::NoSuchObject, "only a base search can read the root DSE"));
         }
         let entry = rootdse::entry(ctx, crate::ops::sasl::mechanisms(conn));
-        crate::ops::controls::check_assertion(conn, &identity, ctrls.assertion.as_ref(), &base_key, &entry)?;
+        crate::ops::controls::check_assertion_computed(conn, &identity, ctrls.assertion.as_ref(), &base_key, &entry)?;
         *sent = write_computed(out, msgid, &entry, &node, &sel, computed_tests)? as u64;
         return Ok(());
     }
@@ -264,7 +265,21 @@ async fn run(
     let paged = ctrls.paged.as_ref().filter(|(size, _)| !(req.sizelimit > 0 && i64::from(req.sizelimit) <= *size));
     let (page_size, position, sent_before) = match paged {
         Some((size, cookie)) => {
-            let (position, sent) = paging::decode(req, identity.dn(), cookie)?;
+            let (position, sent) = paging::decode(req, identity.dn(), cookie).map_err(|e| {
+                // As slapd: a missing base (or one the requester may not
+                // know of) is answered before the cookie is read.
+                let computed = subschema::is_subschema_key(&base_key) || monitor::is_monitor_key(&base_key);
+                let base = parse_dn(&req.base).ok().filter(|b| !b.is_root() && !computed);
+                match base {
+                    Some(b)
+                        if !conn.ctx.shard.exists(&base_key).unwrap_or(true)
+                            || !crate::ops::disclosed(conn, &identity, &base_key) =>
+                    {
+                        crate::ops::with_matched(conn, &identity, &b, Error::no_such_object(&req.base))
+                    }
+                    _ => e,
+                }
+            })?;
             (Some((*size).max(0) as usize), position, sent)
         }
         None => (None, Position::Start, 0),
