@@ -114,9 +114,21 @@ enum Step {
 }
 
 fn authenticate(conn: &Conn, req: &LdapBindRequest, first_step: bool) -> Result<Step> {
+    // The name first, as slapd parses it before anything else (its
+    // version too): an invalid one is invalidDNSyntax even without a
+    // password.
+    let key = match req.dn.is_empty() {
+        true => None,
+        false => Some(key_of(&req.dn)?),
+    };
     // As slapd: version 2 only with `allow bind_v2`; the session then
     // goes on as version 3 would (DNs and results are the same here).
     if req.version != 3 && !(req.version == 2 && conn.ctx.allow_bind_v2) {
+        // The name checked whole (types too) first, as slapd's
+        // dnPrettyNormal: only here, off the bind's hot path.
+        if !req.dn.is_empty() {
+            crate::ops::parse_dn(&req.dn)?;
+        }
         return Err(Error::protocol("requested protocol version not allowed"));
     }
     // Any octets (RFC 4511 §4.2): a Latin-1 password binds as in slapd.
@@ -130,12 +142,9 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest, first_step: bool) -> Result<
         }
         _ => return Err(Error::new(LdapResultCode::AuthMethodNotSupported, "authentication method not supported")),
     };
-    if req.dn.is_empty() {
+    let Some(key) = key else {
         return if password.is_empty() { Ok(Step::Done(Identity::Anonymous)) } else { Err(invalid()) };
-    }
-    // The name first, as slapd parses it before anything else: an invalid
-    // one is invalidDNSyntax even without a password.
-    let key = key_of(&req.dn)?;
+    };
     if password.is_empty() {
         return Err(Error::unwilling("unauthenticated bind (DN with no password) disallowed"));
     }

@@ -179,7 +179,15 @@ pub fn parse(ctrls: &[LdapControl], (k, exop): (Op, Option<&str>), provider: boo
                     // As slapd: any update (it relaxes add and modify).
                     RELAX => matches!(k, Op::Add | Op::Modify | Op::Delete | Op::Modrdn),
                     PERMISSIVE_MODIFY => k == Op::Modify,
-                    SESSION_TRACKING => true,
+                    // As slapd: binds, searches, compares, updates, and
+                    // among extended operations those Proxied
+                    // Authorization applies to.
+                    SESSION_TRACKING => {
+                        !matches!(k, Op::Unbind | Op::Abandon)
+                            && exop.is_none_or(|o| {
+                                o == ldap3_proto::proto::OID_WHOAMI || o == ldap3_proto::proto::OID_PASSWORD_MODIFY
+                            })
+                    }
                     DONT_USE_COPY => matches!(k, Op::Search | Op::Compare),
                     DOMAIN_SCOPE | SEARCH_OPTIONS => k == Op::Search,
                     _ => false,

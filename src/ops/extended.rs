@@ -112,12 +112,12 @@ pub async fn password_modify(conn: &Conn, identity: &Identity, req: &LdapExtende
     // RFC 3062 §2: the request value is optional; without it, the bound
     // user asks for a generated password (`ldappasswd` without `-s`).
     let parsed = match &req.value {
+        // As slapd: anonymous is refused before the value is read.
+        _ if matches!(identity, Identity::Anonymous) => {
+            Err(Error::new(LdapResultCode::StrongerAuthRequired, "only authenticated users may change passwords"))
+        }
         None => Ok(LdapPasswordModifyRequest { user_identity: None, old_password: None, new_password: None }),
         Some(value) => match crate::strict::password_modify(value) {
-            // As slapd: anonymous is refused before the value is read.
-            Err(_) if matches!(identity, Identity::Anonymous) => {
-                Err(Error::new(LdapResultCode::StrongerAuthRequired, "only authenticated users may change passwords"))
-            }
             Err(_) => Err(Error::protocol("malformed Password Modify request value")),
             // The user identity is a DN (slapd: "Invalid DN", 21); the
             // passwords any octets (RFC 3062 §2), carried as `decode` does.

@@ -466,8 +466,8 @@ pub fn disclosed(conn: &Conn, identity: &Identity, key: &[u8]) -> bool {
 
 /// The identity a Proxied Authorization control (RFC 4370) names, when
 /// the requester may act as it. As slapd under its default `authz-policy
-/// none`: anonymous may not use it; the root DN may act for anyone; a
-/// user may name itself or anonymous. The authzId is `dn:DN` (`dn:` or
+/// none`: anonymous may not use it; the root DN may act as any DN of its
+/// own naming contexts; a user may name itself or anonymous. The authzId is `dn:DN` (`dn:` or
 /// empty: anonymous); the
 /// `u:NAME` form needs an authz mapping coredir does not have. Every
 /// refusal is authorizationDenied (123), as slapd's.

@@ -48,13 +48,10 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
     // Decided only when needed: most modifies carry changes and no Assertion.
     let hidden = || !crate::ops::disclosed(&conn, &identity, &key);
     // As slapd's back-mdb: the Assertion before the rights to write.
-    let assertion = controls::check_assertion_before_write(&conn, &identity, ctrls.assertion, &key).map_err(|e| {
-        if hidden() {
-            access::denied(Level::Write, "entry")
-        } else {
-            e
-        }
-    })?;
+    let as_hidden = |e| if hidden() { access::denied(Level::Write, "entry") } else { e };
+    let asserted = ctrls.assertion.clone();
+    let assertion =
+        controls::check_assertion_before_write(&conn, &identity, ctrls.assertion, &key).map_err(as_hidden)?;
     if let Some(a) = conn.access(&live, &identity) {
         // Checked on the entry as read before the write: rules that look at
         // the entry's content see it as it was (see the module doc).
@@ -117,6 +114,13 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
     };
     let rdn = dn.rdn().map(|r| r.avas.iter().map(|a| (a.attr.clone(), a.value.clone())).collect()).unwrap_or_default();
     let stamp = Stamp { modifier: identity.dn().to_string(), time: now_generalized() };
+    // An Assertion the owner will not check again (it names what the
+    // requester may search in some entries only) is checked once more
+    // here, as close to the write as it can be: hashing and verifying
+    // passwords above may take a while.
+    if assertion.is_none() && asserted.is_some() {
+        controls::check_assertion_at(&conn, &identity, asserted.as_ref(), &key).map_err(as_hidden)?;
+    }
     let extras = Extras {
         assertion,
         before: ctrls.pre_read.is_some(),

@@ -222,8 +222,9 @@ fn authorize(conn: &Conn, identity: Identity, authzid: &[u8]) -> Result<Identity
         return refuse("Invalid syntax");
     }
     match &identity {
-        // The root DN may act as anyone, as with Proxied Authorization.
-        Identity::Root(_) => identity_of(conn, &dn),
+        // The root DN may act as any DN of its own naming contexts, as
+        // with Proxied Authorization (slapd's one rule for both).
+        Identity::Root(_) if conn.ctx.within_suffix(&dn) => identity_of(conn, &dn),
         Identity::User(bound) if dn.key() == bound.key => Ok(identity),
         _ => refuse("not authorized"),
     }

@@ -149,8 +149,8 @@ pub(super) fn check_controls(op: u8, all: &[u8], sync_offered: bool) -> Result<C
                         }
                         decoded_seen |= 1 << i;
                     }
-                    match value_refusal(oid.content, field.content) {
-                        _ if elsewhere || !DECODED.contains(&oid.content) => {}
+                    let read = !elsewhere && DECODED.contains(&oid.content);
+                    match read.then(|| value_refusal(oid.content, field.content)).flatten() {
                         Some(LdapResultCode::ProtocolError) => {
                             refuse(LdapResultCode::ProtocolError, "malformed control value, or bytes after it")
                         }

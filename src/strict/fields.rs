@@ -67,7 +67,7 @@ pub(super) fn refused_fields(tag: u8, content: &[u8]) -> Result<Refusal, &'stati
 /// invalidDNSyntax for a name slapd cannot read as a DN, which it
 /// answers before what it finds wrong after the name.
 fn bad_dn(name: &[u8]) -> Refusal {
-    let valid = std::str::from_utf8(name).is_ok_and(|t| shards::dn::Dn::parse(t).is_ok());
+    let valid = std::str::from_utf8(name).is_ok_and(|t| crate::ops::parse_dn(t).is_ok());
     (!valid).then_some((LdapResultCode::InvalidDNSyntax, "invalid DN"))
 }
 

@@ -271,12 +271,11 @@ async fn run(
                 let computed = subschema::is_subschema_key(&base_key) || monitor::is_monitor_key(&base_key);
                 let base = parse_dn(&req.base).ok().filter(|b| !b.is_root() && !computed);
                 match base {
-                    Some(b)
-                        if !conn.ctx.shard.exists(&base_key).unwrap_or(true)
-                            || !crate::ops::disclosed(conn, &identity, &base_key) =>
-                    {
+                    Some(b) if !conn.ctx.shard.exists(&base_key).unwrap_or(true) => {
                         crate::ops::with_matched(conn, &identity, &b, Error::no_such_object(&req.base))
                     }
+                    // Hidden: as a search of it answers, naming nothing.
+                    Some(_) if !crate::ops::disclosed(conn, &identity, &base_key) => Error::no_such_object(&req.base),
                     _ => e,
                 }
             })?;
