@@ -345,7 +345,7 @@ fn inner_parts_have_their_fields() {
     // An add's or a modify's parts are answered with protocolError, as slapd.
     let refused = |c| matches!(c, Ok(Check::Refuse { code: LdapResultCode::ProtocolError, .. }));
     assert!(refused(check(&msg(&[1], &add(seq(&[os(b"cn"), t(SET, &os(b"a")), os(b"x")])), &[]))));
-    assert!(refused(check(&msg(&[1], &t(0x68, &os(b"c=a")), &[]))));
+    assert!(refused(check(&msg(&[1], &t(0x68, &os(b"cn=a")), &[]))));
     let modify = |change: Vec<u8>| t(0x66, &[os(b"c=a"), seq(&[change])].concat());
     let replace = |m: Vec<u8>| seq(&[t(ENUMERATED, &[2]), m]);
     assert_eq!(check(&msg(&[1], &modify(replace(seq(&[os(b"cn"), t(SET, b"")]))), &[])), Ok(Check::Ok));
