@@ -25,10 +25,13 @@
 //! - A modify-DN's names are UTF-8 (ldap3_proto dropped a newSuperior that
 //!   was not, renaming in place): `invalidDNSyntax`, as slapd answers.
 //!
-//! - A paged results, sort or sync control without a value, not critical,
-//!   on an operation it does not apply to is left out (`Check::Without`,
-//!   the one case that allocates: a copy of the message without it), as
-//!   slapd ignores it; ldap3_proto could not decode the message with it.
+//! - A control on an operation it does not apply to (paged results on a
+//!   modify, the Assertion on an extended operation), or one this server
+//!   does not offer (Sync Request without a changelog), is left out unread
+//!   when not critical (`Check::Without`, the one case that allocates: a
+//!   copy of the message without it), as slapd ignores it; 12 when
+//!   critical. Controls are answered in list order, the first refusal
+//!   winning, as slapd parses them.
 //!
 //! A malformed frame is a protocolError and a disconnect (RFC 4511 §4.1.1);
 //! the work is linear in the frame.

@@ -97,7 +97,8 @@ const NOT_ACTED_ON: &[&[u8]] = &[
 ///   coredir refuses them, so no part of a control goes unread (listed in
 ///   tests/conformance/differences.toml); a sort key slapd cannot order
 ///   by is answered with its own code (`sort_refusal`);
-/// - protocolError when one of `VALUE_REQUIRED` comes without a value;
+/// - protocolError when one of `VALUE_REQUIRED` comes without a value, or
+///   one of `DECODED` is given twice;
 /// - unavailableCriticalExtension for a critical control of
 ///   `NOT_ACTED_ON`, or of `SEARCH_ONLY` on another operation;
 /// - and the controls to leave out, unread, by their offsets in `list`:
