@@ -144,14 +144,14 @@ pub(super) fn check_controls(op: u8, all: &[u8], sync_offered: bool) -> Result<C
                     seen_value = true;
                     // A control given twice is refused as it is met, before
                     // its value is read (slapd: "specified multiple times").
-                    if let Some(i) = DECODED.iter().position(|d| *d == oid.content).filter(|_| !elsewhere) {
+                    let decoded = DECODED.iter().position(|d| *d == oid.content).filter(|_| !elsewhere);
+                    if let Some(i) = decoded {
                         if decoded_seen & (1 << i) != 0 {
                             refuse(LdapResultCode::ProtocolError, "control specified multiple times");
                         }
                         decoded_seen |= 1 << i;
                     }
-                    let read = !elsewhere && DECODED.contains(&oid.content);
-                    match read.then(|| value_refusal(oid.content, field.content)).flatten() {
+                    match decoded.and_then(|_| value_refusal(oid.content, field.content)) {
                         Some(LdapResultCode::ProtocolError) => {
                             refuse(LdapResultCode::ProtocolError, "malformed control value, or bytes after it")
                         }
