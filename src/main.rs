@@ -139,6 +139,12 @@
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod uring;
 
+/// Whether `uring` gives glommio's rings `COOP_TASKRUN`.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+fn coop_taskrun() -> bool {
+    server::URING_COOP_TASKRUN.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 use coredir::{acl, backup, config, export, import, reindex, server};
 
 use anyhow::Result;

@@ -12,14 +12,20 @@
 //!
 //! glommio 0.9 creates its rings itself and offers no setup flags, and both
 //! its bundled liburing and its Rust bindings call `io_uring_setup` through
-//! libc's `syscall()`. This binary defines `syscall` (the executable's
-//! definition takes precedence over libc's): it adds `COOP_TASKRUN` to
-//! rings set up without polling flags when `server.io_uring_coop_taskrun`
-//! is on (the default), falls back to the plain setup on a kernel that
-//! refuses the flag (before 5.19), and passes every other call through
-//! unchanged, with libc's return and `errno` convention.
-
-use std::sync::atomic::Ordering;
+//! libc's `syscall()`. A binary that includes this file defines `syscall`
+//! (the executable's definition takes precedence over libc's): it adds
+//! `COOP_TASKRUN` to rings set up without polling flags when the binary's
+//! `crate::coop_taskrun()` says so, falls back to the plain setup on a
+//! kernel that refuses the flag (before 5.19), and passes every other call
+//! through unchanged, with libc's return and `errno` convention.
+//!
+//! Two binaries include it: `coredir` (`server.io_uring_coop_taskrun`, on
+//! by default) and `coredir-perf`. The load generator needs it as much:
+//! a response delivered over the loopback is posted to the client's ring
+//! in the *server's* context, and without the flag the kernel then kicks
+//! the client's CPU with an interrupt, which the server's CPU pays for
+//! (perf/README.md, "Stop 50"). A client on another machine costs a
+//! server nothing of the kind.
 
 const SYS_IO_URING_SETUP: libc::c_long = 425;
 const IORING_SETUP_IOPOLL: u32 = 1 << 0;
@@ -43,7 +49,7 @@ pub unsafe extern "C" fn syscall(
     e: libc::c_long,
     f: libc::c_long,
 ) -> libc::c_long {
-    if n == SYS_IO_URING_SETUP && coredir::server::URING_COOP_TASKRUN.load(Ordering::Relaxed) && b != 0 {
+    if n == SYS_IO_URING_SETUP && b != 0 && crate::coop_taskrun() {
         let flags = (b as usize + PARAMS_FLAGS_OFFSET) as *mut u32;
         // SAFETY: the caller passes a valid `io_uring_params`.
         let asked = unsafe { flags.read() };

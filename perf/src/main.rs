@@ -15,7 +15,9 @@
 //!
 //! Code map: `ber` (hand-written requests, allocation-free response
 //! parsing), `load` (the engine), `ldif` (data set), `compare`
-//! (orchestration of servers, runs and the table), `probe`, `sink`.
+//! (orchestration of servers, runs and the table), `probe`, `sink`;
+//! `uring` is coredir's (`src/uring.rs`): rings that do not make the
+//! server's CPU interrupt the load generator's.
 
 mod ber;
 mod compare;
@@ -23,6 +25,17 @@ mod ldif;
 mod load;
 mod probe;
 mod sink;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#[path = "../../src/uring.rs"]
+mod uring;
+
+/// Whether `uring` gives glommio's rings `COOP_TASKRUN`: yes, unless
+/// `COREDIR_PERF_PLAIN_RINGS` is set (to measure as before stop 50, when
+/// the load generator's rings made the server's CPU kick the client's).
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+fn coop_taskrun() -> bool {
+    std::env::var_os("COREDIR_PERF_PLAIN_RINGS").is_none()
+}
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
