@@ -59,6 +59,7 @@ const SEARCH: u8 = 0x63;
 const ABANDON: u8 = 0x50;
 const UNBIND: u8 = 0x42;
 const BIND: u8 = 0x60;
+const EXTENDED: u8 = 0x77;
 /// A filter's `extensibleMatch [9]` and its `dnAttributes [4]` (the only
 /// `[9]` in a protocolOp is the filter's).
 const EXTENSIBLE_MATCH: u8 = 0xA9;
@@ -175,7 +176,9 @@ pub fn check(frame: &[u8], sync_offered: bool) -> Result<Check, &'static str> {
         if controls.tag != CONTROLS || !controls.rest.is_empty() {
             return Err("trailing data after the operation");
         }
-        let (refused, ignored) = check_controls(op.tag, controls.content, sync_offered)?;
+        let exop = (op.tag == EXTENDED).then(|| tlv(op.content).ok()).flatten();
+        let exop = exop.and_then(|name| std::str::from_utf8(name.content).ok());
+        let (refused, ignored) = check_controls(op.tag, exop, controls.content, sync_offered)?;
         abandon_refused = refused.is_some();
         if let Some((code, why)) = refused {
             if let Some(tag) = response_tag(op.tag) {

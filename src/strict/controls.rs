@@ -3,6 +3,8 @@
 //! controls slapd would ignore and ldap3_proto could not decode.
 
 use super::*;
+use crate::ops;
+use crate::stats::Op;
 
 /// The controls whose values coredir decodes (paged results, sort, sync
 /// request, assertion, pre-/post-read, matched values, subentries).
@@ -36,58 +38,21 @@ pub(super) const VALUE_REQUIRED: &[&[u8]] =
 
 const SYNC_REQUEST: &[u8] = b"1.3.6.1.4.1.4203.1.9.1.1";
 
-/// Controls that apply to a search only (paged results, sort, sync
-/// request, matched values, subentries, VLV): left out of any other
-/// operation unread, or unavailableCriticalExtension when critical
-/// (`applies`).
-const SEARCH_ONLY: &[&[u8]] = &[
-    b"1.2.840.113556.1.4.319",
-    b"1.2.840.113556.1.4.473",
-    b"1.3.6.1.4.1.4203.1.9.1.1",
-    b"1.2.826.0.1.3344810.2.3",
-    b"1.3.6.1.4.1.4203.1.10.1",
-    b"2.16.840.1.113730.3.4.9",
-];
-
-/// Whether slapd reads control `oid` on operation `op` (as
-/// `ops::controls::parse` applies them): those of `SEARCH_ONLY` on a
-/// search; ManageDsaIT (RFC 3296) and the Assertion on searches,
-/// compares and updates; Pre-Read on modify, delete and modify-DN,
-/// Post-Read on add, modify and modify-DN; any other everywhere (the
-/// operation decides).
-fn applies(oid: &[u8], op: u8) -> bool {
-    const MODIFY: u8 = 0x66;
-    const ADD: u8 = 0x68;
-    const DELETE: u8 = 0x4A;
-    const COMPARE: u8 = 0x6E;
-    match oid {
-        b"2.16.840.1.113730.3.4.2" | b"1.3.6.1.1.12" => {
-            matches!(op, SEARCH | COMPARE | ADD | DELETE | MODIFY | MODIFY_DN)
-        }
-        b"1.3.6.1.1.13.1" => matches!(op, MODIFY | DELETE | MODIFY_DN),
-        b"1.3.6.1.1.13.2" => matches!(op, MODIFY | ADD | MODIFY_DN),
-        _ => op == SEARCH || !SEARCH_ONLY.contains(&oid),
+/// The operation of request tag `tag`, for `ops::controls::applies`.
+fn op_of(tag: u8) -> Op {
+    match tag {
+        BIND => Op::Bind,
+        UNBIND => Op::Unbind,
+        SEARCH => Op::Search,
+        0x66 => Op::Modify,
+        0x68 => Op::Add,
+        0x4A => Op::Delete,
+        MODIFY_DN => Op::Modrdn,
+        0x6E => Op::Compare,
+        ABANDON => Op::Abandon,
+        _ => Op::Extended,
     }
 }
-
-/// Controls ldap3_proto decodes into types of its own that coredir does
-/// not act on (response controls sent in a request, AD's Verify Name, Show
-/// Deleted, SD Flags, Extended DN and DirSync, the password policy
-/// request): left out before ldap3_proto reads them, so a value it cannot
-/// decode is not a malformed message, and answered as slapd answers a
-/// control it does not know: ignored, or unavailableCriticalExtension
-/// when critical.
-const NOT_ACTED_ON: &[&[u8]] = &[
-    b"1.3.6.1.4.1.4203.1.9.1.2",
-    b"1.3.6.1.4.1.4203.1.9.1.3",
-    b"1.2.840.113556.1.4.474",
-    b"1.3.6.1.4.1.42.2.27.8.5.1",
-    b"1.2.840.113556.1.4.1338",
-    b"1.2.840.113556.1.4.417",
-    b"1.2.840.113556.1.4.801",
-    b"1.2.840.113556.1.4.529",
-    b"1.2.840.113556.1.4.841",
-];
 
 /// Checks the controls field of an operation with tag `op`; the result to
 /// refuse it with, if any, for the first control in the list that has
@@ -99,13 +64,26 @@ const NOT_ACTED_ON: &[&[u8]] = &[
 ///   by is answered with its own code (`sort_refusal`);
 /// - protocolError when one of `VALUE_REQUIRED` comes without a value, or
 ///   one of `DECODED` is given twice;
-/// - unavailableCriticalExtension for a critical control of
-///   `NOT_ACTED_ON`, or of `SEARCH_ONLY` on another operation;
+/// - unavailableCriticalExtension for a critical control coredir does
+///   not know, or one that does not apply to the operation
+///   (`ops::controls::applies`, the one table of them), in its place in
+///   the list: slapd refuses an unknown critical control as it meets it;
 /// - and the controls to leave out, unread, by their offsets in `list`:
-///   the others of those two lists (as slapd ignores any such control).
+///   the others of those (as slapd ignores any such control). This also
+///   keeps from ldap3_proto the controls it decodes into types of its own
+///   that coredir does not act on (response controls sent in a request,
+///   AD's Show Deleted or DirSync, the password policy request), so that
+///   a value it cannot decode is not a malformed message.
+///
+/// `exop`: an extended request's name.
 pub(super) type Controls = (Option<(LdapResultCode, &'static str)>, Vec<std::ops::Range<usize>>);
 
-pub(super) fn check_controls(op: u8, all: &[u8], sync_offered: bool) -> Result<Controls, &'static str> {
+pub(super) fn check_controls(
+    op: u8,
+    exop: Option<&str>,
+    all: &[u8],
+    sync_offered: bool,
+) -> Result<Controls, &'static str> {
     let mut first = None;
     let mut refuse = |code, why| {
         first.get_or_insert((code, why));
@@ -132,7 +110,8 @@ pub(super) fn check_controls(op: u8, all: &[u8], sync_offered: bool) -> Result<C
         // slapd does not read the value of a control on an operation it
         // does not apply to, nor of one it does not offer (it is ignored,
         // or 12 when critical).
-        let elsewhere = !applies(oid.content, op) || (oid.content == SYNC_REQUEST && !sync_offered);
+        let applies = std::str::from_utf8(oid.content).ok().and_then(|o| ops::controls::applies(o, op_of(op), exop));
+        let elsewhere = applies != Some(true) || (oid.content == SYNC_REQUEST && !sync_offered);
         while !rest.is_empty() {
             let field = tlv(rest)?;
             match field.tag {
@@ -166,7 +145,7 @@ pub(super) fn check_controls(op: u8, all: &[u8], sync_offered: bool) -> Result<C
             }
             rest = field.rest;
         }
-        if NOT_ACTED_ON.contains(&oid.content) || elsewhere {
+        if elsewhere {
             if critical && oid.content == SYNC_REQUEST && op == SEARCH {
                 refuse(
                     LdapResultCode::UnavailableCriticalExtension,

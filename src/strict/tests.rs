@@ -30,7 +30,8 @@ fn envelopes() {
     assert_eq!(check(&msg(&[0x7F, 0xFF, 0xFF, 0xFF], UNBIND, &[])), Ok(Check::Ok));
     // A control with type, criticality and value; then malformed ones.
     let good = [CONTROLS, 12, SEQUENCE, 10, OCTET_STRING, 3, b'1', b'.', b'2', BOOLEAN, 1, 0xFF, OCTET_STRING, 0];
-    assert_eq!(check(&msg(&[1], UNBIND, &good)), Ok(Check::Ok));
+    // An unknown control is left out unread (it does not apply).
+    assert!(matches!(check(&msg(&[1], UNBIND, &good)), Ok(Check::Without(_))));
     let two_byte_bool = [CONTROLS, 9, SEQUENCE, 7, OCTET_STRING, 1, b'1', BOOLEAN, 2, 0, 0xFF];
     assert!(check(&msg(&[1], UNBIND, &two_byte_bool)).is_err());
     let wrong_tag = [0xA1, 2, SEQUENCE, 0];
@@ -54,9 +55,10 @@ fn control_values_with_trailing_bytes() {
     let trailing = [filter.as_slice(), &[0, 0]].concat();
     let refused = check(&msg(&[3], &delete, &control(&trailing)));
     assert!(matches!(refused, Ok(Check::Refuse { msgid: 3, tag: 0x6B, code: LdapResultCode::ProtocolError, .. })));
-    // Not a control coredir decodes: its value is its own business.
+    // Not a control coredir knows: left out, its value unread.
     let other = t(SEQUENCE, &[t(OCTET_STRING, b"1.2.3"), t(OCTET_STRING, &trailing)].concat());
-    assert_eq!(check(&msg(&[3], &delete, &t(CONTROLS, &other))), Ok(Check::Ok));
+    let without = check(&msg(&[3], &delete, &t(CONTROLS, &other)));
+    assert_eq!(without, Ok(Check::Without(msg(&[3], &delete, &[]))));
 }
 
 #[test]
@@ -145,7 +147,10 @@ fn a_paged_sort_or_sync_control_without_a_value_is_answered_not_dropped() {
         assert!(matches!(search(critical), Ok(Check::Refuse { code: LdapResultCode::ProtocolError, .. })));
     }
     // Others that need no value pass on to their own parsers.
-    assert_eq!(search(t(SEQUENCE, &t(OCTET_STRING, b"1.3.6.1.4.1.4203.666.5.12"))), Ok(Check::Ok));
+    assert_eq!(search(t(SEQUENCE, &t(OCTET_STRING, b"2.16.840.1.113730.3.4.2"))), Ok(Check::Ok));
+    // Relax applies to updates only: left out of a search.
+    let relax = search(t(SEQUENCE, &t(OCTET_STRING, b"1.3.6.1.4.1.4203.666.5.12")));
+    assert!(matches!(relax, Ok(Check::Without(_))));
 }
 
 #[test]
