@@ -121,6 +121,30 @@ pub fn sequence(v: &[u8]) -> bool {
     v.len() >= 2 && v[0] == SEQUENCE
 }
 
+/// A PKCS#8 PrivateKeyInfo (RFC 5208 §5), as slapd checks one: SEQUENCE
+/// { version INTEGER, privateKeyAlgorithm SEQUENCE, privateKey OCTET
+/// STRING, attributes [0] SET OPTIONAL } (slapd reads the optional
+/// attributes as a universal SET) and nothing after it.
+pub fn private_key_info(v: &[u8]) -> bool {
+    private_key_info_parts(v).is_some()
+}
+
+fn private_key_info_parts(v: &[u8]) -> Option<()> {
+    const INTEGER: u8 = 0x02;
+    const OCTET_STRING: u8 = 0x04;
+    const SET: u8 = 0x31;
+    let (tag, body, after) = next(v)?;
+    (tag == SEQUENCE && after.is_empty()).then_some(())?;
+    let (version, _, rest) = next(body)?;
+    let (algorithm, _, rest) = next(rest)?;
+    let (key, _, mut rest) = next(rest)?;
+    (version == INTEGER && algorithm == SEQUENCE && key == OCTET_STRING).then_some(())?;
+    if let Some((SET, _, after)) = next(rest) {
+        rest = after;
+    }
+    rest.is_empty().then_some(())
+}
+
 /// An X.509 CRL: SEQUENCE { tbsCertList, signatureAlgorithm,
 /// signatureValue }, its version v2 if given, its extensions only in v2.
 /// Bytes after the whole are tolerated, as slapd tolerates them (OpenSSL
@@ -210,6 +234,33 @@ mod tests {
         v1[at + 4] = 0;
         assert!(!certificate(&v1));
         assert!(!certificate(b"x") && !certificate(&[0, 1, 2, 3, 4]) && !certificate(&[]));
+    }
+
+    /// A P-256 key as PKCS#8 (openssl pkcs8 -topk8 -nocrypt).
+    const KEY: &str = "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg7kqfWaQRiTAbBU+ffybiJJdSP0nED6Fph+7srBWQeiOhRANCAAQKF8a+t34Xekv6WYeKMDY64ZXtWxA6iA9Hp2J9U+TtPhIxFc8XaSbQilupNE7/MVeFx0/syvmJgdevSJxwCu+4";
+
+    #[test]
+    fn a_private_key_info_passes_and_damaged_forms_fail() {
+        use base64::Engine as _;
+        let der = base64::engine::general_purpose::STANDARD.decode(KEY).unwrap();
+        assert!(private_key_info(&der));
+        for n in 0..der.len() {
+            assert!(!private_key_info(&der[..n]), "truncated at {n}");
+        }
+        let mut longer = der.clone();
+        longer.push(0);
+        assert!(!private_key_info(&longer));
+        // With the optional attributes (a SET) after the key, and then
+        // anything more.
+        let mut with_set = der.clone();
+        with_set.extend_from_slice(&[0x31, 0x00]);
+        with_set[2] += 2;
+        assert!(private_key_info(&with_set));
+        with_set.extend_from_slice(&[0x05, 0x00]);
+        with_set[2] += 2;
+        assert!(!private_key_info(&with_set));
+        // A certificate is no private key.
+        assert!(!private_key_info(&cert()));
     }
 
     /// A v2 CRL with one revoked certificate (openssl ca -gencrl).

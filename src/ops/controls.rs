@@ -17,6 +17,8 @@
 //! - Sync Request (RFC 4533): search (`ops::syncrepl`).
 //! - Don't Use Copy (RFC 6171): search and compare; always met (no
 //!   server here holds a shadow copy).
+//! - AD's Lazy Commit: searches, compares and updates; writes stay as
+//!   durable as `storage.sync` makes them, which it allows.
 //! - Proxied Authorization (RFC 4370): every operation but bind, abandon
 //!   and unbind runs as the identity it names (`ops::proxied`): the
 //!   handlers take who they act for from `Controls::acting`, never from
@@ -78,6 +80,13 @@ pub const DONT_USE_COPY: &str = "1.3.6.1.1.22";
 /// (as back-mdb) never does, so it changes nothing but the checks.
 pub const DOMAIN_SCOPE: &str = "1.2.840.113556.1.4.1339";
 pub const SEARCH_OPTIONS: &str = "1.2.840.113556.1.4.1340";
+/// Active Directory's Lazy Commit (no value): the client allows the
+/// server to acknowledge a write before it is durable. slapd takes it on
+/// searches, compares and updates without listing it, and so does
+/// coredir; its writes stay as durable as `storage.sync` makes them,
+/// which the control allows (it permits laziness, it does not ask for
+/// it).
+pub const LAZY_COMMIT: &str = "1.2.840.113556.1.4.619";
 
 /// What `supportedControl` lists: exactly what works.
 pub const SUPPORTED: &[&str] = &[
@@ -162,6 +171,7 @@ pub fn applies(oid: &str, k: Op, exop: Option<&str>) -> Option<bool> {
         // operations Proxied Authorization applies to.
         SESSION_TRACKING => !matches!(k, Op::Unbind | Op::Abandon) && proxied_exop,
         DONT_USE_COPY => matches!(k, Op::Search | Op::Compare),
+        LAZY_COMMIT => updates || matches!(k, Op::Search | Op::Compare),
         _ => return None,
     })
 }
@@ -179,7 +189,7 @@ fn unavailable(oid: &str, why: &str) -> Error {
 /// Who am I? and Password Modify only, as slapd's).
 pub fn parse(ctrls: &[LdapControl], (k, exop): (Op, Option<&str>), provider: bool) -> Result<Controls> {
     let mut out = Controls::default();
-    let (mut manage_dsa_it, mut dont_use_copy, mut domain_scope) = (None, None, None);
+    let (mut manage_dsa_it, mut dont_use_copy, mut domain_scope, mut lazy_commit) = (None, None, None, None);
     for c in ctrls {
         match c {
             LdapControl::SimplePagedResults { size, cookie } if k == Op::Search => {
@@ -233,6 +243,14 @@ pub fn parse(ctrls: &[LdapControl], (k, exop): (Op, Option<&str>), provider: boo
                         return Err(protocol("don't use copy"));
                     }
                     once(&mut dont_use_copy, (), DONT_USE_COPY)?;
+                    continue;
+                }
+                if oid == LAZY_COMMIT {
+                    // slapd: "lazyCommit control value not absent".
+                    if value.is_some() {
+                        return Err(protocol("lazy commit"));
+                    }
+                    once(&mut lazy_commit, (), LAZY_COMMIT)?;
                     continue;
                 }
                 if oid == DOMAIN_SCOPE {

@@ -258,6 +258,12 @@ impl Node {
             Node::Extensible { attr: Some(attr), rule, value, less, .. } => attr
                 .covers(name)
                 .then(|| norm(rule).is_some_and(|n| rule_matches(*rule, *less, &n, value) == Some(true))),
+            // Without a type: every attribute whose syntax the rule takes
+            // (RFC 4511 §4.5.1.7.7), as `extensible_eval` tests an entry.
+            Node::Extensible { attr: None, rule, value, less, .. } => {
+                let usable = schema::get().attr(name).is_some_and(|at| rule.info().usable_with(at));
+                usable.then(|| norm(rule).is_some_and(|n| rule_matches(*rule, *less, &n, value) == Some(true)))
+            }
             Node::Approx { attr, any } => attr.covers(name).then(|| approx::matches(any, v)),
             // A value of the computed entryDN: a DN, related as in a filter.
             Node::EntryDn { attr, key, rule } => attr.covers(name).then(|| {

@@ -57,7 +57,7 @@ pub const SYNTAXES: &[Syntax] = &[
     transfer("1.3.6.1.4.1.1466.115.121.1.9", "Certificate List", crate::der::certificate_list),
     transfer("1.3.6.1.4.1.1466.115.121.1.10", "Certificate Pair", crate::der::sequence),
     s("1.3.6.1.4.1.1466.115.121.1.11", "Country String", country),
-    s("1.3.6.1.4.1.1466.115.121.1.12", "DN", dn),
+    s("1.3.6.1.4.1.1466.115.121.1.12", "Distinguished Name", dn),
     unvalidated("1.3.6.1.4.1.1466.115.121.1.13", "Data Quality", false),
     s("1.3.6.1.4.1.1466.115.121.1.14", "Delivery Method", delivery_method),
     s("1.3.6.1.4.1.1466.115.121.1.15", "Directory String", directory_string),
@@ -70,7 +70,7 @@ pub const SYNTAXES: &[Syntax] = &[
     s("1.3.6.1.4.1.1466.115.121.1.24", "Generalized Time", generalized_time),
     unvalidated("1.3.6.1.4.1.1466.115.121.1.25", "Guide", false),
     s("1.3.6.1.4.1.1466.115.121.1.26", "IA5 String", ia5),
-    s("1.3.6.1.4.1.1466.115.121.1.27", "INTEGER", integer),
+    s("1.3.6.1.4.1.1466.115.121.1.27", "Integer", integer),
     bin("1.3.6.1.4.1.1466.115.121.1.28", "JPEG"),
     unvalidated("1.3.6.1.4.1.1466.115.121.1.30", "Matching Rule Description", false),
     unvalidated("1.3.6.1.4.1.1466.115.121.1.31", "Matching Rule Use Description", false),
@@ -85,7 +85,7 @@ pub const SYNTAXES: &[Syntax] = &[
     unvalidated("1.3.6.1.4.1.1466.115.121.1.42", "Protocol Information", false),
     unvalidated("1.3.6.1.4.1.1466.115.121.1.43", "Presentation Address", false),
     s("1.3.6.1.4.1.1466.115.121.1.44", "Printable String", printable_string),
-    s("1.3.6.1.4.1.1466.115.121.1.45", "Subtree Specification", utf8),
+    s("1.3.6.1.4.1.1466.115.121.1.45", "SubtreeSpecification", utf8),
     transfer("1.3.6.1.4.1.1466.115.121.1.49", "Supported Algorithm", crate::der::element),
     s("1.3.6.1.4.1.1466.115.121.1.50", "Telephone Number", telephone_number),
     unvalidated("1.3.6.1.4.1.1466.115.121.1.51", "Teletex Terminal Identifier", false),
@@ -103,6 +103,16 @@ pub const SYNTAXES: &[Syntax] = &[
     s("1.3.6.1.4.1.4203.666.2.7", "OpenLDAP authz", utf8),
     // slapd's built-in X.509 attribute certificate syntax (pmi.schema).
     transfer("1.3.6.1.4.1.4203.666.11.10.2.1", "X.509 AttributeCertificate", crate::der::element),
+    // RFC 5208's private keys (slapd's pKCS8PrivateKey syntax).
+    Syntax {
+        oid: "1.2.840.113549.1.8.1.1",
+        desc: "PKCS#8 PrivateKeyInfo",
+        // slapd does not mark it X-NOT-HUMAN-READABLE.
+        binary: false,
+        binary_transfer: false,
+        valid: crate::der::private_key_info,
+        validated: true,
+    },
     // RFC 2307bis syntaxes OpenLDAP's nis.schema uses (slapd's nis module).
     s("1.3.6.1.1.1.0.0", "RFC2307 NIS Netgroup Triple", nis_netgroup_triple),
     s("1.3.6.1.1.1.0.1", "RFC2307 Boot Parameter", boot_parameter),
@@ -112,13 +122,24 @@ pub const SYNTAXES: &[Syntax] = &[
 const CSN: &str = "1.3.6.1.4.1.4203.666.11.2.1";
 
 impl Syntax {
-    /// Whether `cn=Subschema` leaves it out, as slapd does (its
-    /// `SLAP_SYNTAX_HIDE`).
+    /// Whether `cn=Subschema` leaves it out, as slapd does: its
+    /// `SLAP_SYNTAX_HIDE`, and every syntax it has no validator for (no
+    /// value of one can be stored, so slapd does not publish it).
     pub fn hidden(&self) -> bool {
-        // slapd hides its assertion syntaxes and authz, and is built
-        // without the obsolete UTC Time.
-        [CSN, "1.3.6.1.1.15.1", "1.3.6.1.1.15.5", "1.3.6.1.4.1.4203.666.2.7", "1.3.6.1.4.1.1466.115.121.1.53"]
-            .contains(&self.oid)
+        if !self.validated {
+            return true;
+        }
+        // slapd hides its assertion syntaxes (Substring Assertion too)
+        // and authz, and is built without the obsolete UTC Time.
+        [
+            CSN,
+            "1.3.6.1.1.15.1",
+            "1.3.6.1.1.15.5",
+            "1.3.6.1.4.1.4203.666.2.7",
+            "1.3.6.1.4.1.1466.115.121.1.53",
+            "1.3.6.1.4.1.1466.115.121.1.58",
+        ]
+        .contains(&self.oid)
     }
 }
 
