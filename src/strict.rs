@@ -177,7 +177,8 @@ pub fn check(frame: &[u8], sync_offered: bool) -> Result<Check, &'static str> {
             return Err("trailing data after the operation");
         }
         let exop = (op.tag == EXTENDED).then(|| tlv(op.content).ok()).flatten();
-        let exop = exop.and_then(|name| std::str::from_utf8(name.content).ok());
+        // A name that is not UTF-8 is no operation coredir knows.
+        let exop = exop.map(|name| std::str::from_utf8(name.content).unwrap_or_default());
         let (refused, ignored) = check_controls(op.tag, exop, controls.content, sync_offered)?;
         abandon_refused = refused.is_some();
         if let Some((code, why)) = refused {

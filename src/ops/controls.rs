@@ -134,6 +134,9 @@ pub struct Controls {
     pub acting: Identity,
 }
 
+/// Dynamic Directory Services' Refresh (RFC 2589), for `applies`.
+const DDS_REFRESH: &str = "1.3.6.1.4.1.1466.101.119.1";
+
 /// The Sync Request control (RFC 4533), for `applies`.
 const SYNC_REQUEST: &str = "1.3.6.1.4.1.4203.1.9.1.1";
 
@@ -146,9 +149,12 @@ const SYNC_REQUEST: &str = "1.3.6.1.4.1.4203.1.9.1.1";
 pub fn applies(oid: &str, k: Op, exop: Option<&str>) -> Option<bool> {
     let updates = matches!(k, Op::Add | Op::Delete | Op::Modify | Op::Modrdn);
     // Among extended operations, Proxied Authorization and Session
-    // Tracking apply to Who am I? and Password Modify, as in slapd.
-    let proxied_exop =
-        exop.is_none_or(|o| o == ldap3_proto::proto::OID_WHOAMI || o == ldap3_proto::proto::OID_PASSWORD_MODIFY);
+    // Tracking apply to Who am I?, Password Modify and (RFC 2589) Refresh,
+    // as in slapd (which then answers Refresh as an operation it does not
+    // have).
+    let proxied_exop = exop.is_none_or(|o| {
+        o == ldap3_proto::proto::OID_WHOAMI || o == ldap3_proto::proto::OID_PASSWORD_MODIFY || o == DDS_REFRESH
+    });
     Some(match oid {
         PAGED_RESULTS
         | SORT_REQUEST
@@ -222,80 +228,21 @@ pub fn parse(ctrls: &[LdapControl], (k, exop): (Op, Option<&str>), provider: boo
                     }
                     continue;
                 }
-                if oid == PROXY_AUTHZ {
-                    // RFC 4370 §3: the value is the authzId itself, and
-                    // present (empty is anonymous).
-                    let authzid = value.clone().ok_or_else(|| protocol("proxied authorization"))?;
-                    once(&mut out.proxied, authzid, PROXY_AUTHZ)?;
-                    continue;
-                }
-                if oid == SESSION_TRACKING {
-                    // slapd: "Session Tracking Control must not be critical".
-                    if *criticality {
-                        return Err(protocol("session tracking (critical)"));
-                    }
-                    check_session_tracking(value.as_deref())?;
-                    continue;
-                }
-                if oid == DONT_USE_COPY {
-                    // slapd: "dontUseCopy control value not absent".
-                    if value.is_some() {
-                        return Err(protocol("don't use copy"));
-                    }
-                    once(&mut dont_use_copy, (), DONT_USE_COPY)?;
-                    continue;
-                }
-                if oid == LAZY_COMMIT {
-                    // slapd: "lazyCommit control value not absent".
-                    if value.is_some() {
-                        return Err(protocol("lazy commit"));
-                    }
-                    once(&mut lazy_commit, (), LAZY_COMMIT)?;
-                    continue;
-                }
-                if oid == DOMAIN_SCOPE {
-                    // slapd: "domainScope control value not absent" (an
-                    // empty one passes, for AD clients that send one).
-                    if value.as_deref().is_some_and(|v| !v.is_empty()) {
-                        return Err(protocol("domain scope"));
-                    }
-                    once(&mut domain_scope, (), DOMAIN_SCOPE)?;
-                    continue;
-                }
-                if oid == SEARCH_OPTIONS {
-                    let flags = parse_search_flags(value.as_deref())?;
-                    // As slapd: a flag it does not know (2, phantom root)
-                    // makes the whole control unwilling when critical,
-                    // ignored when not.
-                    if flags & !SEARCH_FLAG_DOMAIN_SCOPE != 0 {
-                        if *criticality {
-                            return Err(Error::new(
-                                LdapResultCode::UnwillingToPerform,
-                                "searchOptions contained unrecognized flag",
-                            ));
-                        }
-                    } else if flags & SEARCH_FLAG_DOMAIN_SCOPE != 0 {
-                        // Domain scope once, by either control.
-                        once(&mut domain_scope, (), SEARCH_OPTIONS)?;
-                    }
-                    continue;
-                }
-                let value = value.as_deref().unwrap_or_default();
-                match oid.as_str() {
-                    ASSERTION => once(&mut out.assertion, parse_filter(value)?, ASSERTION)?,
-                    PRE_READ => once(&mut out.pre_read, parse_attr_list(value, *criticality)?, PRE_READ)?,
-                    MATCHED_VALUES => once(&mut out.matched_values, parse_values_filter(value)?, MATCHED_VALUES)?,
-                    SUBENTRIES => once(&mut out.subentries, parse_boolean(value)?, SUBENTRIES)?,
-                    // Its value is absent (slapd: "relax control value not empty").
-                    RELAX if value.is_empty() => once(&mut out.relax, (), RELAX)?,
-                    RELAX => return Err(protocol("relax")),
-                    // slapd: "permissiveModify control value not absent".
-                    PERMISSIVE_MODIFY if value.is_empty() => once(&mut out.permissive, (), PERMISSIVE_MODIFY)?,
-                    PERMISSIVE_MODIFY => return Err(protocol("permissive modify")),
-                    crate::ops::vlv::REQUEST => {
-                        once(&mut out.vlv, crate::ops::vlv::parse(value)?, crate::ops::vlv::REQUEST)?
-                    }
-                    _ => once(&mut out.post_read, parse_attr_list(value, *criticality)?, POST_READ)?,
+                match read_value(oid, *criticality, value.as_deref())? {
+                    Read::Proxied(authzid) => once(&mut out.proxied, authzid, PROXY_AUTHZ)?,
+                    Read::Assertion(f) => once(&mut out.assertion, f, ASSERTION)?,
+                    Read::PreRead(attrs) => once(&mut out.pre_read, attrs, PRE_READ)?,
+                    Read::PostRead(attrs) => once(&mut out.post_read, attrs, POST_READ)?,
+                    Read::MatchedValues(items) => once(&mut out.matched_values, items, MATCHED_VALUES)?,
+                    Read::Subentries(only) => once(&mut out.subentries, only, SUBENTRIES)?,
+                    Read::Vlv(view) => once(&mut out.vlv, view, crate::ops::vlv::REQUEST)?,
+                    Read::Relax => once(&mut out.relax, (), RELAX)?,
+                    Read::Permissive => once(&mut out.permissive, (), PERMISSIVE_MODIFY)?,
+                    Read::DontUseCopy => once(&mut dont_use_copy, (), DONT_USE_COPY)?,
+                    Read::LazyCommit => once(&mut lazy_commit, (), LAZY_COMMIT)?,
+                    // Domain scope once, by either control.
+                    Read::DomainScope => once(&mut domain_scope, (), oid)?,
+                    Read::Nothing => {}
                 }
             }
             other => {
@@ -310,6 +257,85 @@ pub fn parse(ctrls: &[LdapControl], (k, exop): (Op, Option<&str>), provider: boo
         beside_sync(&out)?;
     }
     Ok(out)
+}
+
+/// A control ldap3_proto leaves undecoded, that applies, its value read.
+pub enum Read {
+    Proxied(Vec<u8>),
+    Assertion(LdapFilter),
+    PreRead(Vec<String>),
+    PostRead(Vec<String>),
+    MatchedValues(Vec<LdapFilter>),
+    Subentries(bool),
+    Vlv(crate::ops::vlv::Request),
+    Relax,
+    Permissive,
+    DontUseCopy,
+    LazyCommit,
+    DomainScope,
+    /// Checked, and nothing to keep (Session Tracking, Search Options
+    /// without domain scope).
+    Nothing,
+}
+
+/// Reads the value of control `oid`, one that applies and that
+/// ldap3_proto leaves undecoded, as slapd's parser of that control reads
+/// it: what it asks for, or the error the operation is refused with.
+/// `parse` keeps what it returns; `strict` asks it whether a control will
+/// be refused, so that a refusal of a later control does not overtake it
+/// (slapd answers the first control it refuses, in list order).
+pub fn read_value(oid: &str, critical: bool, value: Option<&[u8]>) -> Result<Read> {
+    // slapd tests "value absent" (`BER_BVISNULL`): an empty value is a
+    // value, and refused where none may be given.
+    let absent = |read: Read, what: &str| if value.is_some() { Err(protocol(what)) } else { Ok(read) };
+    let given = value.unwrap_or_default();
+    Ok(match oid {
+        // RFC 4370 §3: the value is the authzId itself, and present
+        // (empty is anonymous).
+        PROXY_AUTHZ => Read::Proxied(value.ok_or_else(|| protocol("proxied authorization"))?.to_vec()),
+        SESSION_TRACKING => {
+            // slapd: "Session Tracking Control must not be critical".
+            if critical {
+                return Err(protocol("session tracking (critical)"));
+            }
+            check_session_tracking(value)?;
+            Read::Nothing
+        }
+        // slapd: "… control value not absent".
+        DONT_USE_COPY => absent(Read::DontUseCopy, "don't use copy")?,
+        LAZY_COMMIT => absent(Read::LazyCommit, "lazy commit")?,
+        RELAX => absent(Read::Relax, "relax")?,
+        PERMISSIVE_MODIFY => absent(Read::Permissive, "permissive modify")?,
+        // slapd: "domainScope control value not absent" (an empty one
+        // passes, for AD clients that send one).
+        DOMAIN_SCOPE if !given.is_empty() => return Err(protocol("domain scope")),
+        DOMAIN_SCOPE => Read::DomainScope,
+        SEARCH_OPTIONS => {
+            let flags = parse_search_flags(value)?;
+            // As slapd: a flag it does not know (2, phantom root) makes
+            // the whole control unwilling when critical, ignored when not.
+            if flags & !SEARCH_FLAG_DOMAIN_SCOPE != 0 {
+                if critical {
+                    return Err(Error::new(
+                        LdapResultCode::UnwillingToPerform,
+                        "searchOptions contained unrecognized flag",
+                    ));
+                }
+                Read::Nothing
+            } else if flags & SEARCH_FLAG_DOMAIN_SCOPE != 0 {
+                Read::DomainScope
+            } else {
+                Read::Nothing
+            }
+        }
+        ASSERTION => Read::Assertion(parse_filter(given)?),
+        PRE_READ => Read::PreRead(parse_attr_list(given, critical)?),
+        POST_READ => Read::PostRead(parse_attr_list(given, critical)?),
+        MATCHED_VALUES => Read::MatchedValues(parse_values_filter(given)?),
+        SUBENTRIES => Read::Subentries(parse_boolean(given)?),
+        crate::ops::vlv::REQUEST => Read::Vlv(crate::ops::vlv::parse(given)?),
+        _ => Read::Nothing,
+    })
 }
 
 /// A sync search sends every entry in scope as the filter takes it and

@@ -68,6 +68,10 @@ fn op_of(tag: u8) -> Op {
 ///   not know, or one that does not apply to the operation
 ///   (`ops::controls::applies`, the one table of them), in its place in
 ///   the list: slapd refuses an unknown critical control as it meets it;
+/// - no refusal at all when a control `ops::controls::parse` will refuse
+///   (a value `ops::controls::read_value` does not take, or one given
+///   twice) comes before any refused here: parse answers it, and every
+///   control after it is left out unread;
 /// - and the controls to leave out, unread, by their offsets in `list`:
 ///   the others of those (as slapd ignores any such control). This also
 ///   keeps from ldap3_proto the controls it decodes into types of its own
@@ -84,14 +88,20 @@ pub(super) fn check_controls(
     all: &[u8],
     sync_offered: bool,
 ) -> Result<Controls, &'static str> {
-    let mut first = None;
-    let mut refuse = |code, why| {
-        first.get_or_insert((code, why));
-    };
+    // The first refusal, by the control's place in the list.
+    let mut first: Option<(usize, (LdapResultCode, &'static str))> = None;
+    // The first control `ops::controls::parse` will refuse, and where it ends.
+    let mut deferred: Option<(usize, usize)> = None;
     let mut ignored = Vec::new();
     let mut decoded_seen = 0u16;
+    let mut read_seen: Vec<&[u8]> = Vec::new();
     let mut list = all;
+    let mut n = 0;
     while !list.is_empty() {
+        n += 1;
+        let mut refuse = |code, why| {
+            first.get_or_insert((n, (code, why)));
+        };
         let at = all.len() - list.len();
         let control = tlv(list)?;
         if control.tag != SEQUENCE {
@@ -104,7 +114,7 @@ pub(super) fn check_controls(
             return Err("a control starts with its type");
         }
         let mut rest = oid.rest;
-        let mut seen_value = false;
+        let mut seen_value = None;
         let mut seen_criticality = false;
         let mut critical = false;
         // slapd does not read the value of a control on an operation it
@@ -115,12 +125,12 @@ pub(super) fn check_controls(
         while !rest.is_empty() {
             let field = tlv(rest)?;
             match field.tag {
-                BOOLEAN if !seen_criticality && !seen_value && field.content.len() == 1 => {
+                BOOLEAN if !seen_criticality && seen_value.is_none() && field.content.len() == 1 => {
                     seen_criticality = true;
                     critical = field.content[0] != 0;
                 }
-                OCTET_STRING if !seen_value => {
-                    seen_value = true;
+                OCTET_STRING if seen_value.is_none() => {
+                    seen_value = Some(field.content);
                     // A control given twice is refused as it is met, before
                     // its value is read (slapd: "specified multiple times").
                     let decoded = DECODED.iter().position(|d| *d == oid.content).filter(|_| !elsewhere);
@@ -137,7 +147,8 @@ pub(super) fn check_controls(
                         Some(code) => refuse(code, "a sort key names no type or ordering rule to sort by"),
                         None => {}
                     }
-                    if oid.content == b"2.16.840.1.113730.3.4.2" && !elsewhere && !field.content.is_empty() {
+                    // slapd tests "absent" (`BER_BVISNULL`): empty is a value.
+                    if oid.content == b"2.16.840.1.113730.3.4.2" && !elsewhere {
                         refuse(LdapResultCode::ProtocolError, "manageDSAit control value not absent");
                     }
                 }
@@ -162,13 +173,48 @@ pub(super) fn check_controls(
             list = control.rest;
             continue;
         }
-        if !seen_value && VALUE_REQUIRED.contains(&oid.content) {
+        if seen_value.is_none() && VALUE_REQUIRED.contains(&oid.content) {
             refuse(LdapResultCode::ProtocolError, "control value is absent");
+        }
+        // The controls ldap3_proto leaves undecoded are read by
+        // `ops::controls::parse`: one it will refuse (its value, or given
+        // twice) is answered there, so no later control's refusal here may
+        // overtake it.
+        if deferred.is_none() && !LDAP3_TYPES.contains(&oid.content) {
+            let name = std::str::from_utf8(oid.content).unwrap_or_default();
+            let read = ops::controls::read_value(name, critical, seen_value);
+            let repeated = read_seen.contains(&oid.content);
+            if !repeated {
+                read_seen.push(oid.content);
+            }
+            if read.is_err() || (repeated && !matches!(read, Ok(ops::controls::Read::Nothing))) {
+                deferred = Some((n, all.len() - control.rest.len()));
+            }
         }
         list = control.rest;
     }
-    Ok((first, ignored))
+    Ok(match (first, deferred) {
+        // Nothing after the control parse refuses is read: left out.
+        (None, Some((_, end))) => (None, up_to(ignored, end, all.len())),
+        (Some((i, _)), Some((d, end))) if d < i => (None, up_to(ignored, end, all.len())),
+        (first, _) => (first.map(|(_, refusal)| refusal), ignored),
+    })
 }
+
+/// The controls to leave out when only those up to `end` are read: the
+/// ones ignored before it, and everything after it.
+fn up_to(mut ignored: Vec<std::ops::Range<usize>>, end: usize, len: usize) -> Vec<std::ops::Range<usize>> {
+    ignored.retain(|r| r.start < end);
+    if end < len {
+        ignored.push(end..len);
+    }
+    ignored
+}
+
+/// The controls ldap3_proto decodes into types of its own (paged results,
+/// sort, sync request, ManageDsaIT), checked here alone.
+const LDAP3_TYPES: &[&[u8]] =
+    &[b"1.2.840.113556.1.4.319", b"1.2.840.113556.1.4.473", b"1.3.6.1.4.1.4203.1.9.1.1", b"2.16.840.1.113730.3.4.2"];
 
 /// The LDAPMessage of `head` (its messageID and operation) with the
 /// controls of `list` but those in `ignored`.

@@ -100,6 +100,27 @@ fn integers_ldap3_proto_would_misread_are_refused() {
 /// On an operation it does not apply to, such a control is left out
 /// when not critical (slapd ignores it) and refused when critical; the
 /// message without it keeps the other controls.
+/// A control the operation's own parser will refuse (Relax with a value)
+/// is left for it to answer: a later unknown critical control is not
+/// refused here first, and nothing after the refused one is read.
+#[test]
+fn a_control_parse_refuses_is_answered_before_later_ones() {
+    let delete = t(0x4A, b"cn=x");
+    let relax = t(SEQUENCE, &[t(OCTET_STRING, b"1.3.6.1.4.1.4203.666.5.12"), t(OCTET_STRING, b"")].concat());
+    let unknown = t(SEQUENCE, &[t(OCTET_STRING, b"1.2.3.4"), t(BOOLEAN, &[0xFF])].concat());
+    let both = [relax.clone(), unknown.clone()].concat();
+    assert_eq!(
+        check(&msg(&[9], &delete, &t(CONTROLS, &both))),
+        Ok(Check::Without(msg(&[9], &delete, &t(CONTROLS, &relax))))
+    );
+    // The other way round, the unknown one is refused where it stands.
+    let both = [unknown, relax].concat();
+    assert!(matches!(
+        check(&msg(&[9], &delete, &t(CONTROLS, &both))),
+        Ok(Check::Refuse { code: LdapResultCode::UnavailableCriticalExtension, .. })
+    ));
+}
+
 #[test]
 fn a_valueless_control_that_does_not_apply_is_left_out() {
     let delete = t(0x4A, b"cn=x");

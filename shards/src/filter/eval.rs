@@ -255,14 +255,18 @@ impl Node {
                     }
                 })
             }),
-            Node::Extensible { attr: Some(attr), rule, value, less, .. } => attr
+            // slapd keeps a value when the rule compares it equal (its
+            // `value_match` returning 0), an ordering rule too: Matched
+            // Values keeps `uidNumber:integerOrderingMatch:=5`'s 5, where a
+            // filter takes the smaller values.
+            Node::Extensible { attr: Some(attr), rule, value, .. } => attr
                 .covers(name)
-                .then(|| norm(rule).is_some_and(|n| rule_matches(*rule, *less, &n, value) == Some(true))),
+                .then(|| norm(rule).is_some_and(|n| rule_matches(*rule, false, &n, value) == Some(true))),
             // Without a type: every attribute whose syntax the rule takes
             // (RFC 4511 §4.5.1.7.7), as `extensible_eval` tests an entry.
-            Node::Extensible { attr: None, rule, value, less, .. } => {
+            Node::Extensible { attr: None, rule, value, .. } => {
                 let usable = schema::get().attr(name).is_some_and(|at| rule.info().usable_with(at));
-                usable.then(|| norm(rule).is_some_and(|n| rule_matches(*rule, *less, &n, value) == Some(true)))
+                usable.then(|| norm(rule).is_some_and(|n| rule_matches(*rule, false, &n, value) == Some(true)))
             }
             Node::Approx { attr, any } => attr.covers(name).then(|| approx::matches(any, v)),
             // A value of the computed entryDN: a DN, related as in a filter.
