@@ -155,6 +155,9 @@ pub struct Conn {
     pub sorting: Cell<usize>,
     /// Security strength of TLS on this connection (0 without).
     pub tls_ssf: Cell<u32>,
+    /// The request being dispatched is `strict::Check::Refusing`: its
+    /// controls must be refused by `ops::controls::parse`.
+    pub controls_refused: Cell<bool>,
     /// The subject of the client's verified TLS certificate, as slapd
     /// names it (`tls::client_subject`, a normalized DN): who SASL
     /// EXTERNAL authenticates over TLS (`ops::sasl`).
@@ -305,6 +308,7 @@ impl Conn {
             pending: Cell::new(0),
             sorting: Cell::new(0),
             tls_ssf: Cell::new(0),
+            controls_refused: Cell::new(false),
             tls_subject: RefCell::new(None),
             transport_ssf,
             peer_cred,
@@ -562,6 +566,11 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
                     Ok(Check::Without(msg)) => {
                         bytes::Buf::advance(&mut rbuf, n);
                         instead = Some(msg);
+                    }
+                    Ok(Check::Refusing(msg)) => {
+                        bytes::Buf::advance(&mut rbuf, n);
+                        instead = Some(msg);
+                        conn.controls_refused.set(true);
                     }
                     Ok(Check::Ignore) => {
                         bytes::Buf::advance(&mut rbuf, n);

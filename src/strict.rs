@@ -80,6 +80,11 @@ pub enum Check {
     /// not decode (a non-critical paged results control without a value
     /// on a modify): the message without them, to decode instead.
     Without(Vec<u8>),
+    /// As `Without`, where a control `ops::controls::parse` must refuse
+    /// comes before any refused here: everything after it is left out,
+    /// so parse has to refuse the request (`ops::dispatch` fails it
+    /// closed if it does not).
+    Refusing(Vec<u8>),
 }
 
 /// One TLV: its tag, its content, and what follows it.
@@ -179,14 +184,14 @@ pub fn check(frame: &[u8], sync_offered: bool) -> Result<Check, &'static str> {
         let exop = (op.tag == EXTENDED).then(|| tlv(op.content).ok()).flatten();
         // A name that is not UTF-8 is no operation coredir knows.
         let exop = exop.map(|name| std::str::from_utf8(name.content).unwrap_or_default());
-        let (refused, ignored) = check_controls(op.tag, exop, controls.content, sync_offered)?;
+        let (refused, ignored, refusing) = check_controls(op.tag, exop, controls.content, sync_offered)?;
         abandon_refused = refused.is_some();
         if let Some((code, why)) = refused {
             if let Some(tag) = response_tag(op.tag) {
                 return Ok(Check::Refuse { msgid, tag, code, why });
             }
         }
-        leave_out = (!ignored.is_empty()).then_some((controls.content, ignored));
+        leave_out = (!ignored.is_empty() || refusing).then_some((controls.content, ignored, refusing));
     }
     // An Abandon of no message a request can have (0 or negative), or
     // with a critical control it cannot take: as slapd, nothing is done,
@@ -199,8 +204,13 @@ pub fn check(frame: &[u8], sync_offered: bool) -> Result<Check, &'static str> {
         return Ok(Check::Refuse { msgid, tag, code: LdapResultCode::InvalidDNSyntax, why });
     }
     Ok(match leave_out {
-        Some((list, ignored)) => {
-            Check::Without(without(&msg.content[..msg.content.len() - op.rest.len()], list, &ignored))
+        Some((list, ignored, refusing)) => {
+            let msg = without(&msg.content[..msg.content.len() - op.rest.len()], list, &ignored);
+            if refusing {
+                Check::Refusing(msg)
+            } else {
+                Check::Without(msg)
+            }
         }
         None => Check::Ok,
     })

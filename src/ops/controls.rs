@@ -278,6 +278,30 @@ pub enum Read {
     Nothing,
 }
 
+impl Read {
+    /// The one place in a request this control fills, as `parse` keeps
+    /// it: a second control filling it is refused ("specified multiple
+    /// times"). Domain Scope and Search Options' domain-scope flag fill
+    /// one place; what fills none may come any number of times.
+    pub fn slot(&self) -> Option<&'static str> {
+        Some(match self {
+            Read::Proxied(_) => PROXY_AUTHZ,
+            Read::Assertion(_) => ASSERTION,
+            Read::PreRead(_) => PRE_READ,
+            Read::PostRead(_) => POST_READ,
+            Read::MatchedValues(_) => MATCHED_VALUES,
+            Read::Subentries(_) => SUBENTRIES,
+            Read::Vlv(_) => crate::ops::vlv::REQUEST,
+            Read::Relax => RELAX,
+            Read::Permissive => PERMISSIVE_MODIFY,
+            Read::DontUseCopy => DONT_USE_COPY,
+            Read::LazyCommit => LAZY_COMMIT,
+            Read::DomainScope => DOMAIN_SCOPE,
+            Read::Nothing => return None,
+        })
+    }
+}
+
 /// Reads the value of control `oid`, one that applies and that
 /// ldap3_proto leaves undecoded, as slapd's parser of that control reads
 /// it: what it asks for, or the error the operation is refused with.

@@ -57,6 +57,7 @@ pub enum Flow {
 /// `first_step`: a SASL bind whose credentials field is absent (`ops::sasl`).
 pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, first_step: bool, out: &mut BytesMut) -> Flow {
     let msgid = msg.msgid;
+    let controls_refused = conn.controls_refused.replace(false);
     let Some(rec) = record::begin(conn, &msg.op) else {
         let e = Error::protocol(format!("{} is not a request", op_name(&msg.op)));
         encode(out, ldap3_proto::simple::DisconnectionNotice::gen_response(e.code, &e.message));
@@ -68,7 +69,13 @@ pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, first_step: bool, out: &mut Bytes
                 LdapOp::ExtendedRequest(r) => Some(r.name.as_str()),
                 _ => None,
             };
-            controls::parse(&msg.ctrl, (rec.op, exop), conn.ctx.shard.stamping.capture)
+            let parsed = controls::parse(&msg.ctrl, (rec.op, exop), conn.ctx.shard.stamping.capture);
+            // Fail closed: the strict check left controls out because
+            // parse would refuse one before them; run without them, never.
+            match parsed {
+                Ok(_) if controls_refused => Err(Error::protocol("controls that could not be read in order")),
+                parsed => parsed,
+            }
         })
         .and_then(|c| check_pending(conn, rec.op).map(|_| c))
         .and_then(|c| check_filters(conn, &msg.op, &c).map(|_| c))

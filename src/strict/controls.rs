@@ -80,7 +80,9 @@ fn op_of(tag: u8) -> Op {
 ///   a value it cannot decode is not a malformed message.
 ///
 /// `exop`: an extended request's name.
-pub(super) type Controls = (Option<(LdapResultCode, &'static str)>, Vec<std::ops::Range<usize>>);
+/// The third element: whether `ops::controls::parse` must refuse what is
+/// left (`Check::Refusing`).
+pub(super) type Controls = (Option<(LdapResultCode, &'static str)>, Vec<std::ops::Range<usize>>, bool);
 
 pub(super) fn check_controls(
     op: u8,
@@ -94,7 +96,10 @@ pub(super) fn check_controls(
     let mut deferred: Option<(usize, usize)> = None;
     let mut ignored = Vec::new();
     let mut decoded_seen = 0u16;
-    let mut read_seen: Vec<&[u8]> = Vec::new();
+    // The places parse fills (`Read::slot`), and whether ManageDsaIT
+    // (which ldap3_proto decodes) came already.
+    let mut slots: Vec<&'static str> = Vec::new();
+    let mut manage_dsa_it = false;
     let mut list = all;
     let mut n = 0;
     while !list.is_empty() {
@@ -182,22 +187,34 @@ pub(super) fn check_controls(
         // overtake it.
         if deferred.is_none() && !LDAP3_TYPES.contains(&oid.content) {
             let name = std::str::from_utf8(oid.content).unwrap_or_default();
-            let read = ops::controls::read_value(name, critical, seen_value);
-            let repeated = read_seen.contains(&oid.content);
-            if !repeated {
-                read_seen.push(oid.content);
-            }
-            if read.is_err() || (repeated && !matches!(read, Ok(ops::controls::Read::Nothing))) {
+            let refused = match ops::controls::read_value(name, critical, seen_value) {
+                Err(_) => true,
+                Ok(read) => match read.slot() {
+                    Some(slot) if slots.contains(&slot) => true,
+                    Some(slot) => {
+                        slots.push(slot);
+                        false
+                    }
+                    None => false,
+                },
+            };
+            if refused {
                 deferred = Some((n, all.len() - control.rest.len()));
             }
+        }
+        if oid.content == b"2.16.840.1.113730.3.4.2" {
+            if manage_dsa_it {
+                refuse(LdapResultCode::ProtocolError, "manageDSAit control specified multiple times");
+            }
+            manage_dsa_it = true;
         }
         list = control.rest;
     }
     Ok(match (first, deferred) {
         // Nothing after the control parse refuses is read: left out.
-        (None, Some((_, end))) => (None, up_to(ignored, end, all.len())),
-        (Some((i, _)), Some((d, end))) if d < i => (None, up_to(ignored, end, all.len())),
-        (first, _) => (first.map(|(_, refusal)| refusal), ignored),
+        (None, Some((_, end))) => (None, up_to(ignored, end, all.len()), true),
+        (Some((i, _)), Some((d, end))) if d < i => (None, up_to(ignored, end, all.len()), true),
+        (first, _) => (first.map(|(_, refusal)| refusal), ignored, false),
     })
 }
 

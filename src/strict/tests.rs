@@ -111,12 +111,26 @@ fn a_control_parse_refuses_is_answered_before_later_ones() {
     let both = [relax.clone(), unknown.clone()].concat();
     assert_eq!(
         check(&msg(&[9], &delete, &t(CONTROLS, &both))),
-        Ok(Check::Without(msg(&[9], &delete, &t(CONTROLS, &relax))))
+        Ok(Check::Refusing(msg(&[9], &delete, &t(CONTROLS, &relax))))
     );
     // The other way round, the unknown one is refused where it stands.
-    let both = [unknown, relax].concat();
+    let both = [unknown.clone(), relax].concat();
     assert!(matches!(
         check(&msg(&[9], &delete, &t(CONTROLS, &both))),
+        Ok(Check::Refuse { code: LdapResultCode::UnavailableCriticalExtension, .. })
+    ));
+    // Search Options without flags, then with domain scope: parse takes
+    // both (they fill one place once), so nothing is left to it and the
+    // unknown critical control after them is refused.
+    let options = |flags: u8| {
+        let value = t(SEQUENCE, &t(INTEGER, &[flags]));
+        t(SEQUENCE, &[t(OCTET_STRING, b"1.2.840.113556.1.4.1340"), t(OCTET_STRING, &value)].concat())
+    };
+    let fields = [t(OCTET_STRING, b""), t(0x0A, &[0]), t(0x0A, &[0]), t(INTEGER, &[0]), t(INTEGER, &[0])];
+    let search = t(0x63, &[fields.concat(), t(BOOLEAN, &[0]), t(0x87, b"cn"), t(SEQUENCE, &[])].concat());
+    let three = [options(0), options(1), unknown].concat();
+    assert!(matches!(
+        check(&msg(&[9], &search, &t(CONTROLS, &three))),
         Ok(Check::Refuse { code: LdapResultCode::UnavailableCriticalExtension, .. })
     ));
 }
