@@ -81,7 +81,8 @@
 //!   plus `syncrepl` (the RFC 4533 provider on the changelog: `cookie`,
 //!   `refresh`, `persist`),
 //!   `rootdse` (root DSE), `sasl` (SASL EXTERNAL binds on ldapi),
-//!   `controls` (request/response controls),
+//!   `controls` (request/response controls; `controls/read`: where each
+//!   applies and how each value is read, shared with the strict check),
 //!   `paging`, `sort` and `vlv` (search controls), `referral` (referral
 //!   objects) and `alias` (alias dereferencing), and `mod.rs` (dispatch
 //!   and the one place errors become responses); `record`: the one match
