@@ -79,9 +79,8 @@ fn op_of(tag: u8) -> Op {
 ///   AD's Show Deleted or DirSync, the password policy request), so that
 ///   a value it cannot decode is not a malformed message.
 ///
-/// `exop`: an extended request's name.
 /// The third element: whether `ops::controls::parse` must refuse what is
-/// left (`Check::Refusing`).
+/// left (`Check::Refusing`). `exop`: an extended request's name.
 pub(super) type Controls = (Option<(LdapResultCode, &'static str)>, Vec<std::ops::Range<usize>>, bool);
 
 pub(super) fn check_controls(
