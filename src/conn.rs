@@ -155,9 +155,6 @@ pub struct Conn {
     pub sorting: Cell<usize>,
     /// Security strength of TLS on this connection (0 without).
     pub tls_ssf: Cell<u32>,
-    /// The request being dispatched is `strict::Check::Refusing`: its
-    /// controls must be refused by `ops::controls::parse`.
-    pub controls_refused: Cell<bool>,
     /// The subject of the client's verified TLS certificate, as slapd
     /// names it (`tls::client_subject`, a normalized DN): who SASL
     /// EXTERNAL authenticates over TLS (`ops::sasl`).
@@ -308,7 +305,6 @@ impl Conn {
             pending: Cell::new(0),
             sorting: Cell::new(0),
             tls_ssf: Cell::new(0),
-            controls_refused: Cell::new(false),
             tls_subject: RefCell::new(None),
             transport_ssf,
             peer_cred,
@@ -546,8 +542,11 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
         // shard are let in.
         let mut turn = std::time::Instant::now();
         loop {
-            // The message to decode instead of the next in `rbuf` (`Check::Without`).
+            // The message to decode instead of the next in `rbuf`
+            // (`Check::Without`), and whether parse must refuse its
+            // controls (`Check::Refusing`).
             let mut instead = None;
+            let mut refusing = false;
             let mut size = 0;
             let limit = match &*conn.identity.borrow() {
                 Identity::Anonymous => limits.max_pdu_bytes_anonymous,
@@ -569,8 +568,7 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
                     }
                     Ok(Check::Refusing(msg)) => {
                         bytes::Buf::advance(&mut rbuf, n);
-                        instead = Some(msg);
-                        conn.controls_refused.set(true);
+                        (instead, refusing) = (Some(msg), true);
                     }
                     Ok(Check::Ignore) => {
                         bytes::Buf::advance(&mut rbuf, n);
@@ -600,7 +598,7 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
             });
             bytes::Buf::advance(&mut rbuf, size);
             match decoded {
-                Some((msg, first_step)) => match ops::dispatch(conn, msg, first_step, &mut inline) {
+                Some((msg, first_step)) => match ops::dispatch(conn, msg, (first_step, refusing), &mut inline) {
                     // Its answers wait in `inline`: sending them here could
                     // wait for room, and a client that reads nothing would
                     // then stop the reading of what it sent after them.

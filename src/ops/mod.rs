@@ -55,9 +55,15 @@ pub enum Flow {
 }
 
 /// `first_step`: a SASL bind whose credentials field is absent (`ops::sasl`).
-pub fn dispatch(conn: &Rc<Conn>, msg: LdapMsg, first_step: bool, out: &mut BytesMut) -> Flow {
+/// `controls_refused`: the strict check left controls out behind one
+/// parse must refuse (`strict::Check::Refusing`).
+pub fn dispatch(
+    conn: &Rc<Conn>,
+    msg: LdapMsg,
+    (first_step, controls_refused): (bool, bool),
+    out: &mut BytesMut,
+) -> Flow {
     let msgid = msg.msgid;
-    let controls_refused = conn.controls_refused.replace(false);
     let Some(rec) = record::begin(conn, &msg.op) else {
         let e = Error::protocol(format!("{} is not a request", op_name(&msg.op)));
         encode(out, ldap3_proto::simple::DisconnectionNotice::gen_response(e.code, &e.message));

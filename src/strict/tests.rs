@@ -100,6 +100,12 @@ fn integers_ldap3_proto_would_misread_are_refused() {
 /// On an operation it does not apply to, such a control is left out
 /// when not critical (slapd ignores it) and refused when critical; the
 /// message without it keeps the other controls.
+/// A base-scoped search of the root for `(cn=*)`, no attributes asked.
+fn search_cn_present() -> Vec<u8> {
+    let fields = [t(OCTET_STRING, b""), t(0x0A, &[0]), t(0x0A, &[0]), t(INTEGER, &[0]), t(INTEGER, &[0])];
+    t(0x63, &[fields.concat(), t(BOOLEAN, &[0]), t(0x87, b"cn"), t(SEQUENCE, &[])].concat())
+}
+
 /// A control the operation's own parser will refuse (Relax with a value)
 /// is left for it to answer: a later unknown critical control is not
 /// refused here first, and nothing after the refused one is read.
@@ -126,11 +132,9 @@ fn a_control_parse_refuses_is_answered_before_later_ones() {
         let value = t(SEQUENCE, &t(INTEGER, &[flags]));
         t(SEQUENCE, &[t(OCTET_STRING, b"1.2.840.113556.1.4.1340"), t(OCTET_STRING, &value)].concat())
     };
-    let fields = [t(OCTET_STRING, b""), t(0x0A, &[0]), t(0x0A, &[0]), t(INTEGER, &[0]), t(INTEGER, &[0])];
-    let search = t(0x63, &[fields.concat(), t(BOOLEAN, &[0]), t(0x87, b"cn"), t(SEQUENCE, &[])].concat());
     let three = [options(0), options(1), unknown].concat();
     assert!(matches!(
-        check(&msg(&[9], &search, &t(CONTROLS, &three))),
+        check(&msg(&[9], &search_cn_present(), &t(CONTROLS, &three))),
         Ok(Check::Refuse { code: LdapResultCode::UnavailableCriticalExtension, .. })
     ));
 }
@@ -169,11 +173,7 @@ fn a_valueless_control_that_does_not_apply_is_left_out() {
 
 #[test]
 fn a_paged_sort_or_sync_control_without_a_value_is_answered_not_dropped() {
-    let search = |control: Vec<u8>| {
-        let fields = [t(OCTET_STRING, b""), t(0x0A, &[0]), t(0x0A, &[0]), t(INTEGER, &[0]), t(INTEGER, &[0])];
-        let body = [fields.concat(), t(BOOLEAN, &[0]), t(0x87, b"cn"), t(SEQUENCE, &[])].concat();
-        check(&msg(&[4], &t(0x63, &body), &t(CONTROLS, &control)))
-    };
+    let search = |control: Vec<u8>| check(&msg(&[4], &search_cn_present(), &t(CONTROLS, &control)));
     for oid in [&b"1.2.840.113556.1.4.319"[..], b"1.2.840.113556.1.4.473", b"1.3.6.1.4.1.4203.1.9.1.1"] {
         let bare = t(SEQUENCE, &t(OCTET_STRING, oid));
         let refused = search(bare);

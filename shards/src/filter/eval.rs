@@ -259,15 +259,8 @@ impl Node {
             // `value_match` returning 0), an ordering rule too: Matched
             // Values keeps `uidNumber:integerOrderingMatch:=5`'s 5, where a
             // filter takes the smaller values.
-            Node::Extensible { attr: Some(attr), rule, value, .. } => attr
-                .covers(name)
+            Node::Extensible { attr, rule, value, .. } => extensible_covers(attr, *rule, name)
                 .then(|| norm(rule).is_some_and(|n| rule_matches(*rule, false, &n, value) == Some(true))),
-            // Without a type: every attribute whose syntax the rule takes
-            // (RFC 4511 §4.5.1.7.7), as `extensible_eval` tests an entry.
-            Node::Extensible { attr: None, rule, value, .. } => {
-                let usable = schema::get().attr(name).is_some_and(|at| rule.info().usable_with(at));
-                usable.then(|| norm(rule).is_some_and(|n| rule_matches(*rule, false, &n, value) == Some(true)))
-            }
             Node::Approx { attr, any } => attr.covers(name).then(|| approx::matches(any, v)),
             // A value of the computed entryDN: a DN, related as in a filter.
             Node::EntryDn { attr, key, rule } => attr.covers(name).then(|| {
@@ -437,6 +430,16 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     memchr::memmem::find(hay, needle)
 }
 
+/// Whether an extensible item tests attribute `name`: its type's, or
+/// without a type every attribute whose syntax the rule takes (RFC 4511
+/// §4.5.1.7.7).
+fn extensible_covers(attr: &Option<Names>, rule: Rule, name: &str) -> bool {
+    match attr {
+        Some(a) => a.covers(name),
+        None => schema::get().attr(name).is_some_and(|at| rule.info().usable_with(at)),
+    }
+}
+
 fn extensible_eval(
     e: &EntryView<'_>,
     attr: &Option<Names>,
@@ -445,10 +448,7 @@ fn extensible_eval(
     dn_attrs: bool,
     less: bool,
 ) -> Option<bool> {
-    let ours = |name: &str| match attr {
-        Some(a) => a.covers(name),
-        None => schema::get().attr(name).is_some_and(|at| rule.info().usable_with(at)),
-    };
+    let ours = |name: &str| extensible_covers(attr, rule, name);
     // A value the rule cannot compare makes the item Undefined unless
     // another value matches.
     let undefined = std::cell::Cell::new(false);
