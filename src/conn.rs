@@ -560,7 +560,9 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
                     return disconnect(conn, inline, &why).await;
                 }
                 Peeked::Size(n) if n > rbuf.len() => break,
-                Peeked::Size(n) => match crate::strict::check(&rbuf[..n], conn.ctx.shard.stamping.capture) {
+                Peeked::Size(n) => match crate::strict::check(&rbuf[..n], conn.ctx.shard.stamping.capture, &|authzid| {
+                    ops::proxied(conn, authzid).is_err()
+                }) {
                     Ok(Check::Ok) => size = n,
                     Ok(Check::Without(msg)) => {
                         bytes::Buf::advance(&mut rbuf, n);

@@ -147,7 +147,10 @@ pub fn password_modify(value: &[u8]) -> Result<[Option<&[u8]>; 3], &'static str>
 /// Checks a whole frame (one LDAPMessage, as `ber::peek_frame` sized it).
 /// `sync_offered`: whether this server offers the Sync Request control
 /// (without it, the control is left out unread, or 12 when critical).
-pub fn check(frame: &[u8], sync_offered: bool) -> Result<Check, &'static str> {
+/// `proxy_denied`: whether the requester may not act as an authzId
+/// (`ops::proxied`): slapd decides it as it reads the Proxied
+/// Authorization control, before any control after it.
+pub fn check(frame: &[u8], sync_offered: bool, proxy_denied: &dyn Fn(&[u8]) -> bool) -> Result<Check, &'static str> {
     let msg = tlv(frame)?;
     if msg.tag != SEQUENCE || !msg.rest.is_empty() {
         return Err("not an LDAPMessage");
@@ -184,7 +187,8 @@ pub fn check(frame: &[u8], sync_offered: bool) -> Result<Check, &'static str> {
         let exop = (op.tag == EXTENDED).then(|| tlv(op.content).ok()).flatten();
         // A name that is not UTF-8 is no operation coredir knows.
         let exop = exop.map(|name| std::str::from_utf8(name.content).unwrap_or_default());
-        let (refused, ignored, refusing) = check_controls(op.tag, exop, controls.content, sync_offered)?;
+        let (refused, ignored, refusing) =
+            check_controls(op.tag, exop, controls.content, (sync_offered, proxy_denied))?;
         abandon_refused = refused.is_some();
         if let Some((code, why)) = refused {
             if let Some(tag) = response_tag(op.tag) {

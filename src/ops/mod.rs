@@ -56,7 +56,8 @@ pub enum Flow {
 
 /// `first_step`: a SASL bind whose credentials field is absent (`ops::sasl`).
 /// `controls_refused`: the strict check left controls out behind one
-/// parse must refuse (`strict::Check::Refusing`).
+/// parse must refuse, or a Proxied Authorization the requester may not
+/// use (`strict::Check::Refusing`).
 pub fn dispatch(
     conn: &Rc<Conn>,
     msg: LdapMsg,
@@ -77,9 +78,13 @@ pub fn dispatch(
             };
             let parsed = controls::parse(&msg.ctrl, (rec.op, exop), conn.ctx.shard.stamping.capture);
             // Fail closed: the strict check left controls out because
-            // parse would refuse one before them; run without them, never.
+            // parse would refuse one before them, or the requester may not
+            // act as the authzId read last; run without them, never.
             match parsed {
-                Ok(_) if controls_refused => Err(Error::protocol("controls that could not be read in order")),
+                Ok(c) if controls_refused => match c.proxied.as_deref().map(|authzid| proxied(conn, authzid)) {
+                    Some(Err(denied)) => Err(denied),
+                    _ => Err(Error::protocol("controls that could not be read in order")),
+                },
                 parsed => parsed,
             }
         })
@@ -484,7 +489,7 @@ pub fn disclosed(conn: &Conn, identity: &Identity, key: &[u8]) -> bool {
 /// empty: anonymous); the
 /// `u:NAME` form needs an authz mapping coredir does not have. Every
 /// refusal is authorizationDenied (123), as slapd's.
-fn proxied(conn: &Conn, authzid: &[u8]) -> Result<Identity> {
+pub fn proxied(conn: &Conn, authzid: &[u8]) -> Result<Identity> {
     let denied = |why: &str| Error::new(LdapResultCode::AuthorizationError, format!("proxied authorization: {why}"));
     let text = std::str::from_utf8(authzid).map_err(|_| denied("the authzId is not UTF-8"))?;
     let bound = conn.identity.borrow().clone();

@@ -70,8 +70,9 @@ fn op_of(tag: u8) -> Op {
 ///   the list: slapd refuses an unknown critical control as it meets it;
 /// - no refusal at all when a control `ops::controls::parse` will refuse
 ///   (a value `ops::controls::read_value` does not take, or one given
-///   twice) comes before any refused here: parse answers it, and every
-///   control after it is left out unread;
+///   twice), or a Proxied Authorization `proxy_denied` refuses, comes
+///   before any refused here: it is answered once parse has read it, and
+///   every control after it is left out unread;
 /// - and the controls to leave out, unread, by their offsets in `list`:
 ///   the others of those (as slapd ignores any such control). This also
 ///   keeps from ldap3_proto the controls it decodes into types of its own
@@ -87,7 +88,7 @@ pub(super) fn check_controls(
     op: u8,
     exop: Option<&str>,
     all: &[u8],
-    sync_offered: bool,
+    (sync_offered, proxy_denied): (bool, &dyn Fn(&[u8]) -> bool),
 ) -> Result<Controls, &'static str> {
     // The first refusal, by the control's place in the list.
     let mut first: Option<(usize, (LdapResultCode, &'static str))> = None;
@@ -188,6 +189,8 @@ pub(super) fn check_controls(
             let name = std::str::from_utf8(oid.content).unwrap_or_default();
             let refused = match ops::controls::read_value(name, critical, seen_value) {
                 Err(_) => true,
+                // Refused by `ops::dispatch` once parse has read it.
+                Ok(ops::controls::Read::Proxied(authzid)) if proxy_denied(&authzid) => true,
                 Ok(read) => match read.slot() {
                     Some(slot) if slots.contains(&slot) => true,
                     Some(slot) => {

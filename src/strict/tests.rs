@@ -12,9 +12,10 @@ fn msg(id: &[u8], op: &[u8], controls: &[u8]) -> Vec<u8> {
 
 const UNBIND: &[u8] = &[0x42, 0x00];
 
-/// As a server that offers the Sync Request control checks a frame.
+/// As a server that offers the Sync Request control checks a frame, for
+/// a requester who may act as anyone.
 fn check(frame: &[u8]) -> Result<Check, &'static str> {
-    super::check(frame, true)
+    super::check(frame, true, &|_| false)
 }
 
 #[test]
@@ -97,9 +98,6 @@ fn integers_ldap3_proto_would_misread_are_refused() {
     assert_eq!(check(&msg(&[6], &t(0x42, &[]), &[])), Ok(Check::Ok));
 }
 
-/// On an operation it does not apply to, such a control is left out
-/// when not critical (slapd ignores it) and refused when critical; the
-/// message without it keeps the other controls.
 /// A base-scoped search of the root for `(cn=*)`, no attributes asked.
 fn search_cn_present() -> Vec<u8> {
     let fields = [t(OCTET_STRING, b""), t(0x0A, &[0]), t(0x0A, &[0]), t(INTEGER, &[0]), t(INTEGER, &[0])];
@@ -139,6 +137,28 @@ fn a_control_parse_refuses_is_answered_before_later_ones() {
     ));
 }
 
+/// A Proxied Authorization the requester may not use is answered (123,
+/// by dispatch) before a later control is refused: as for a control parse
+/// refuses, nothing after it is read.
+#[test]
+fn a_denied_proxied_authorization_is_answered_before_later_controls() {
+    let delete = t(0x4A, b"cn=x");
+    let proxy = t(
+        SEQUENCE,
+        &[t(OCTET_STRING, b"2.16.840.1.113730.3.4.18"), t(BOOLEAN, &[0xFF]), t(OCTET_STRING, b"dn:")].concat(),
+    );
+    let unknown = t(SEQUENCE, &[t(OCTET_STRING, b"1.2.3.4"), t(BOOLEAN, &[0xFF])].concat());
+    let frame = msg(&[9], &delete, &t(CONTROLS, &[proxy.clone(), unknown.clone()].concat()));
+    assert_eq!(super::check(&frame, true, &|_| true), Ok(Check::Refusing(msg(&[9], &delete, &t(CONTROLS, &proxy)))));
+    assert!(matches!(
+        super::check(&frame, true, &|_| false),
+        Ok(Check::Refuse { code: LdapResultCode::UnavailableCriticalExtension, .. })
+    ));
+}
+
+/// On an operation it does not apply to, a control without a value is left out
+/// when not critical (slapd ignores it) and refused when critical; the
+/// message without it keeps the other controls.
 #[test]
 fn a_valueless_control_that_does_not_apply_is_left_out() {
     let delete = t(0x4A, b"cn=x");
