@@ -171,7 +171,11 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest, first_step: bool) -> Result<
     // Checked in place in the snapshot: a bind copies nothing but the DN,
     // unless a slow hash has to go to a blocking thread.
     let step = ctx.shard.with_entry(&key, |e| {
-        if !access.allows(&Target { key: &key, entry: Some(e) }, password_class, Level::Auth) {
+        // As slapd's back-mdb: an alias or a referral object stands for
+        // another entry and is no identity to bind as, whatever it holds.
+        let stands_for_another = (crate::ops::alias::active() && crate::ops::alias::is_alias(e))
+            || (crate::ops::referral::active() && crate::ops::referral::is_referral(e));
+        if stands_for_another || !access.allows(&Target { key: &key, entry: Some(e) }, password_class, Level::Auth) {
             return None;
         }
         let values = || e.attrs().filter(|a| is_user_password(a.name)).flat_map(|a| a.vals());

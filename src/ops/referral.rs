@@ -49,10 +49,17 @@ pub fn scope_name(scope: &ldap3_proto::proto::LdapSearchScope) -> &'static str {
 
 /// `url` pointed at `target`, which lies at or below the referral object
 /// `at`: the URL's DN gets the target's RDNs below `at` in front (the
-/// target itself where the URL names no DN), and `??scope` for a search.
-/// What followed the DN in the stored URL is dropped, as slapd rewrites.
+/// target itself where the URL names no DN), and a search's `scope` where
+/// the URL names none. The rest (attributes, a scope given, filter,
+/// extensions) stays as stored, and a URL of another scheme than LDAP's
+/// is returned as it stands, as slapd rewrites them (libldap parses the
+/// URL, sets its DN and a default scope, and writes it out again).
 fn rewrite(url: &str, target: &Dn, at: &Dn, scope: Option<&str>) -> String {
-    let head = url.split('?').next().unwrap_or(url);
+    let scheme = url.find("://").map(|i| url[..i].to_ascii_lowercase());
+    if !matches!(scheme.as_deref(), Some("ldap" | "ldaps" | "ldapi")) {
+        return url.to_string();
+    }
+    let (head, query) = url.split_once('?').unwrap_or((url, ""));
     let start = head.find("://").map_or(0, |i| i + 3);
     let (host, dn) = match head[start..].find('/') {
         Some(i) => (&head[..start + i], &head[start + i + 1..]),
@@ -70,10 +77,18 @@ fn rewrite(url: &str, target: &Dn, at: &Dn, scope: Option<&str>) -> String {
             format!("{},{dn}", rel.pretty().unwrap_or_else(|_| rel.to_string_form()))
         }
     };
+    // attributes ? scope ? filter ? extensions, each possibly empty.
+    let mut parts: Vec<&str> = query.splitn(4, '?').collect();
+    parts.resize(4, "");
+    if parts[1].is_empty() {
+        parts[1] = scope.unwrap_or_default();
+    }
+    // As libldap writes a URL: up to the last part that is not empty.
+    let used = parts.iter().rposition(|p| !p.is_empty()).map_or(0, |i| i + 1);
     let mut out = format!("{host}/{}", percent_encode(&new_dn));
-    if let Some(scope) = scope {
-        out.push_str("??");
-        out.push_str(scope);
+    for part in &parts[..used] {
+        out.push('?');
+        out.push_str(part);
     }
     out
 }

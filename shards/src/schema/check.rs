@@ -9,6 +9,9 @@ use crate::entry::Entry;
 use crate::error::{Error, Result};
 use ldap3_proto::LdapResultCode as Code;
 
+/// objectClass's OID.
+const OBJECT_CLASS: &str = "2.5.4.0";
+
 /// Checks `entry` (named `dn`) against the schema; returns the name of its
 /// structural object class, for `structuralObjectClass`.
 pub fn check_entry(entry: &Entry, dn: &Dn) -> Result<String> {
@@ -48,6 +51,17 @@ fn check_entry_with(entry: &Entry, dn: &Dn, values: Values) -> Result<String> {
 pub fn check_modification(name: &str, vals: &[Vec<u8>], adds: bool) -> Result<()> {
     let at = check_type(name)?;
     check_syntaxes(at, name, vals)?;
+    // slapd reads objectClass values as classes here (those a delete
+    // names too), in the request's order: an unknown class is refused
+    // before a later undefined type.
+    if at.oid == OBJECT_CLASS {
+        let schema = get();
+        for (i, v) in vals.iter().enumerate() {
+            if schema.class_index(&String::from_utf8_lossy(v)).is_none() {
+                return Err(unknown_class(i, v));
+            }
+        }
+    }
     if adds && at.single_value && vals.len() > 1 {
         return Err(Error::new(Code::ConstraintViolation, format!("{name}: multiple values provided")));
     }
@@ -277,16 +291,19 @@ fn classes(schema: &Schema, entry: &Entry) -> Result<Vec<usize>> {
     };
     let mut out = Vec::new();
     for (i, v) in oc.vals.iter().enumerate() {
-        let name = String::from_utf8_lossy(v);
-        let Some(c) = schema.class_index(&name) else {
-            return Err(Error::new(
-                Code::InvalidAttributeSyntax,
-                format!("objectClass: value #{i} invalid per syntax (unknown object class '{name}')"),
-            ));
-        };
+        let Some(c) = schema.class_index(&String::from_utf8_lossy(v)) else { return Err(unknown_class(i, v)) };
         schema.closure(c, &mut out);
     }
     Ok(out)
+}
+
+/// objectClass value `i`, `v`, names no class (slapd: invalid per syntax).
+fn unknown_class(i: usize, v: &[u8]) -> Error {
+    let name = String::from_utf8_lossy(v);
+    Error::new(
+        Code::InvalidAttributeSyntax,
+        format!("objectClass: value #{i} invalid per syntax (unknown object class '{name}')"),
+    )
 }
 
 /// The one most specific structural class: every other structural class of

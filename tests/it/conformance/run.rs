@@ -108,15 +108,18 @@ pub(super) fn clear_containers(url: &str, case: &Case) {
     c.simple_bind(ROOT_DN, ROOT_PW).unwrap().success().unwrap();
     for suffix in [SUFFIX, SECOND] {
         let base = format!("ou={},{suffix}", case.name);
-        let Ok(found) = c.search(&base, Scope::Subtree, "(objectClass=*)", vec!["1.1"]) else { continue };
+        // ManageDsaIT: referral objects are entries to find and delete.
+        let manage = RawControl { ctype: "2.16.840.1.113730.3.4.2".into(), crit: false, val: None };
+        let Ok(found) = c.with_controls(manage.clone()).search(&base, Scope::Subtree, "(objectClass=*)", vec!["1.1"])
+        else {
+            continue;
+        };
         let mut dns: Vec<String> =
             found.0.into_iter().filter(|e| !e.is_ref()).map(|e| ldap3::SearchEntry::construct(e).dn).collect();
         // Deepest first: a parent goes after its children.
         dns.sort_by_key(|dn| std::cmp::Reverse(dn.matches(',').count()));
         for dn in dns {
-            let _ = c
-                .with_controls(RawControl { ctype: "2.16.840.1.113730.3.4.2".into(), crit: false, val: None })
-                .delete(&dn);
+            let _ = c.with_controls(manage.clone()).delete(&dn);
         }
     }
 }
