@@ -148,6 +148,10 @@ pub struct Conn {
     pub running: RefCell<HashMap<i32, (Rc<crate::ops::abandon::Abandoned>, usize)>>,
     /// Searches a Cancel operation stopped: they end with `canceled`.
     pub canceled: RefCell<std::collections::HashSet<i32>>,
+    /// Searches begun in the read's batch that go on as tasks once the
+    /// batch is dispatched (`ops::search::start`), so that an Abandon
+    /// read with them is seen before they go on.
+    later: RefCell<Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>>>,
     /// Operations running as tasks (searches and writes), for the
     /// `max_pending` limits.
     pub pending: Cell<usize>,
@@ -302,6 +306,7 @@ impl Conn {
             identity: RefCell::new(Identity::Anonymous),
             running: RefCell::new(HashMap::new()),
             canceled: RefCell::default(),
+            later: RefCell::default(),
             pending: Cell::new(0),
             sorting: Cell::new(0),
             tls_ssf: Cell::new(0),
@@ -324,6 +329,21 @@ impl Conn {
         let kib = (frame.len() as u64).div_ceil(1024).min(OUT_KIB);
         if self.room.acquire(kib).await {
             let _ = self.out.send(Out::Frame(frame, kib)).await;
+        }
+    }
+
+    /// Runs `task` once the requests of the read now dispatched are.
+    pub fn defer(&self, task: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>) {
+        self.later.borrow_mut().push(task);
+    }
+
+    /// Spawns the tasks `defer` holds.
+    fn start_deferred(&self) {
+        if self.later.borrow().is_empty() {
+            return;
+        }
+        for task in self.later.take() {
+            glommio::spawn_local(task).detach();
         }
     }
 
@@ -526,7 +546,17 @@ enum End {
     StartTls,
 }
 
+/// Starts what the read deferred (`Conn::defer`) however the read ends.
+struct StartDeferred<'c>(&'c Conn);
+
+impl Drop for StartDeferred<'_> {
+    fn drop(&mut self) {
+        self.0.start_deferred();
+    }
+}
+
 async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End {
+    let _deferred = StartDeferred(conn);
     let mut rbuf = BytesMut::new();
     // The most `rbuf` was seen to hold since it was last given back.
     let mut held = 0usize;
@@ -611,6 +641,7 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
                     Flow::Continue => {}
                     Flow::Binding(later) => {
                         // Answers to what came before first, then the Bind's.
+                        conn.start_deferred();
                         conn.send(std::mem::take(&mut inline)).await;
                         if let Some(bind) = later {
                             bind.await;
@@ -631,6 +662,7 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
                 None => return disconnect(conn, inline, "malformed LDAP message").await,
             }
         }
+        conn.start_deferred();
         conn.send(inline).await;
         // A client that pipelines may always leave a request half read:
         // the one now partial began no earlier than the last one whole.

@@ -154,7 +154,7 @@ pub fn dispatch(
         }
         LdapOp::SearchRequest(req) => match ctrls.sync.clone() {
             Some((persist, cookie)) => syncrepl::start(conn, &ctrls, msgid, req, persist, cookie, rec),
-            None => search::start(conn, msgid, req, ctrls, rec),
+            None => search::start(conn, msgid, req, ctrls, rec, out),
         },
         LdapOp::AddRequest(req) => {
             spawn_write(conn, msgid, rec, LdapOp::AddResponse, add::handle(conn.clone(), req, ctrls))

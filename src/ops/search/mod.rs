@@ -96,42 +96,83 @@ pub fn finished(conn: &Conn, msgid: i32, abandoned: &Rc<crate::ops::abandon::Aba
     }
 }
 
-pub fn start(conn: &Rc<Conn>, msgid: i32, req: LdapSearchRequest, ctrls: Controls, rec: Operation) {
+/// Runs a search. One that need not wait (for room on the connection, or
+/// at a pause of a long scan) is answered before this returns, its bytes
+/// added to `inline`, the read's batch: no task is spawned for it and it
+/// has no send of its own. Otherwise it goes on as a task of its own once
+/// the read's requests are dispatched (an Abandon among them is seen
+/// first), as every search does once the batch holds `CHUNK_BYTES` (the
+/// batch is sent only when the read's requests are done, so it must not
+/// grow unbounded).
+pub fn start(
+    conn: &Rc<Conn>,
+    msgid: i32,
+    req: LdapSearchRequest,
+    ctrls: Controls,
+    rec: Operation,
+    inline: &mut BytesMut,
+) {
     let (abandoned, in_flight) = running(conn, msgid);
-    let conn = conn.clone();
-    glommio::spawn_local(async move {
-        let _in_flight = in_flight;
-        // Entries still buffered when the search ends leave in the same
-        // write as SearchResultDone: one send for a typical search.
-        let mut out = BytesMut::new();
-        let mut done_ctrls = Vec::new();
-        let mut sent = 0;
-        let room = conn.reservation();
-        let res = run(&conn, msgid, &req, &ctrls, &abandoned, (&mut out, &room), &mut done_ctrls, &mut sent).await;
-        finished(&conn, msgid, &abandoned);
-        // Nothing to hash on the usual path: no Cancel on this connection.
-        let canceled = !conn.canceled.borrow().is_empty() && conn.canceled.borrow_mut().remove(&msgid);
-        if canceled {
-            let done = LdapMsg::new(
-                msgid,
-                LdapOp::SearchResultDone(result(Err(shards::Error::new(LdapResultCode::Canceled, "canceled")))),
-            );
-            record::end_with(&conn, &rec, &done.op, Some(sent));
-            encode(&mut out, done);
-            room.send(out).await;
-            return;
+    let mut task = Box::pin(answer(conn.clone(), msgid, req, ctrls, rec, abandoned, in_flight));
+    // Polled once outside a task: a future left pending is polled again,
+    // with the task's waker, as soon as the task is spawned, so the waker
+    // given here (which does nothing) is never the one waited on. The
+    // first poll runs at most one chunk of a long search (`SLICE`).
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let now = match inline.len() < CHUNK_BYTES {
+        true => std::future::Future::poll(task.as_mut(), &mut cx),
+        false => std::task::Poll::Pending,
+    };
+    match now {
+        std::task::Poll::Ready(out) => inline.unsplit(out),
+        std::task::Poll::Pending => {
+            let owner = conn.clone();
+            conn.defer(Box::pin(async move {
+                let out = task.await;
+                owner.send(out).await;
+            }));
         }
-        if abandoned.get() {
-            record::end(&conn, &rec, &LdapResultCode::Canceled, "", Some(sent));
-            return;
-        }
-        let mut done = LdapMsg::new(msgid, LdapOp::SearchResultDone(result(res)));
-        done.ctrl = done_ctrls;
+    }
+}
+
+/// The search as one future: what is left to send once it has ended.
+async fn answer(
+    conn: Rc<Conn>,
+    msgid: i32,
+    req: LdapSearchRequest,
+    ctrls: Controls,
+    rec: Operation,
+    abandoned: Rc<crate::ops::abandon::Abandoned>,
+    _in_flight: crate::conn::InFlight,
+) -> BytesMut {
+    // Entries still buffered when the search ends leave in the same
+    // write as SearchResultDone: one send for a typical search.
+    let mut out = BytesMut::new();
+    let mut done_ctrls = Vec::new();
+    let mut sent = 0;
+    let room = conn.reservation();
+    let res = run(&conn, msgid, &req, &ctrls, &abandoned, (&mut out, &room), &mut done_ctrls, &mut sent).await;
+    finished(&conn, msgid, &abandoned);
+    // Nothing to hash on the usual path: no Cancel on this connection.
+    let canceled = !conn.canceled.borrow().is_empty() && conn.canceled.borrow_mut().remove(&msgid);
+    if canceled {
+        let done = LdapMsg::new(
+            msgid,
+            LdapOp::SearchResultDone(result(Err(shards::Error::new(LdapResultCode::Canceled, "canceled")))),
+        );
         record::end_with(&conn, &rec, &done.op, Some(sent));
         encode(&mut out, done);
-        room.send(out).await;
-    })
-    .detach();
+        return out;
+    }
+    if abandoned.get() {
+        record::end(&conn, &rec, &LdapResultCode::Canceled, "", Some(sent));
+        return BytesMut::new();
+    }
+    let mut done = LdapMsg::new(msgid, LdapOp::SearchResultDone(result(res)));
+    done.ctrl = done_ctrls;
+    record::end_with(&conn, &rec, &done.op, Some(sent));
+    encode(&mut out, done);
+    out
 }
 
 /// RFC 3672 as slapd's back-mdb applies it: with the Subentries control
