@@ -422,10 +422,13 @@ pub(super) fn announce<T: ReadTxn>(
     // told to take a DN the other still holds there): at the DN this
     // record gave it and stamped with its CSN, so that slapd, which
     // ignores an entry no newer than the one it holds, takes the later
-    // steps too. An add or modify of an entry renamed since waits for
-    // the rename's record.
+    // steps too. An add of an entry renamed since goes out at the DN it
+    // gave the entry (a child moved below it meanwhile goes out at that
+    // DN too: the parent must be there first); a modify waits for the
+    // rename's record.
     let renamed = match &rec.change {
         Change::Rename { to, .. } => Some((to.as_str(), Dn::parse(to)?)),
+        Change::Add { .. } => Some((rec.dn.as_str(), Dn::parse(&rec.dn)?)),
         _ => None,
     };
     let after = renamed.as_ref().map_or_else(|| old_key.clone(), |(_, to)| to.key());
@@ -434,7 +437,7 @@ pub(super) fn announce<T: ReadTxn>(
             // In a replay, an entry changed since in place goes out with
             // its later record (every change here has one, and no cookie
             // claims a record not yet read): once, not once per change.
-            (false, None) if refreshing => return Ok(Announce::Nothing),
+            (false, _) if refreshing && !matches!(rec.change, Change::Rename { .. }) => return Ok(Announce::Nothing),
             (false, _) => {}
             (true, None) => return Ok(Announce::Nothing),
             (true, Some((text, to))) => {

@@ -122,7 +122,9 @@ fn content_of(url: &str, base: &str) -> BTreeSet<String> {
         &[
             &["-x", "-H", url],
             bind,
-            &["-LLL", "-o", "ldif-wrap=no", "-b", base, "(objectClass=*)", "*", "entryUUID", "entryCSN"],
+            // -M: slapd's glue entries (a consumer told of an entry below
+            // a parent it lacks) are entries too, and must not be there.
+            &["-LLL", "-M", "-o", "ldif-wrap=no", "-b", base, "(objectClass=*)", "*", "entryUUID", "entryCSN"],
         ]
         .concat(),
         None,

@@ -281,6 +281,48 @@ fn a_subtree_moved_out_of_a_consumers_base_leaves_it_children_first() {
 /// It takes an RDN attribute found at another position than in its own
 /// copy for a dropped old RDN value, and coredir kept attributes where
 /// they were first added; slapd moves one that lost every value to the end.
+/// Issue 19: an add superseded by a rename of its entry said nothing
+/// (the rename's record would bring the entry), but a child moved into
+/// the new entry in between went out at its DN then: slapd put a glue
+/// entry there, and once the parent came back to that DN refused its
+/// rename (68) and retried it for good. The add now goes out at the DN
+/// it gave the entry, live and in the replay of a consumer back from away.
+#[test]
+fn a_child_moved_into_a_parent_renamed_since_reaches_slapd_without_glue() {
+    ldap_utils();
+    let s = provider(2);
+    let mut c = s.admin();
+    for ou in ["ga", "gb", "ghome"] {
+        let attrs = vec![("objectClass", ["organizationalUnit"].into()), ("ou", [ou].into())];
+        assert_eq!(c.add(&format!("ou={ou},{SUFFIX}"), attrs).unwrap().rc, 0);
+    }
+    let [a, b, home] = ["ga", "gb", "ghome"].map(|ou| format!("ou={ou},{SUFFIX}"));
+    let mut consumer = Consumer::new(&s, "refreshAndPersist");
+    for (live, tag) in [(true, "p"), (false, "r")] {
+        let (kid, bx) = (format!("cn=k{tag}"), format!("ou=bx{tag}"));
+        assert_eq!(c.add(&format!("{kid},{home}"), person_attrs(&format!("k{tag}"))).unwrap().rc, 0);
+        same_content(&s, &consumer);
+        if !live {
+            consumer.stop();
+        }
+        let attrs = vec![("objectClass", ["organizationalUnit"].into()), ("ou", [&bx[3..]].into())];
+        assert_eq!(c.add(&format!("{bx},{a}"), attrs).unwrap().rc, 0);
+        let moves =
+            [(format!("{kid},{home}"), &kid, format!("{bx},{a}")), (format!("{kid},{bx},{a}"), &kid, home.clone())];
+        for (from, rdn, to) in moves {
+            assert_eq!(c.modifydn(&from, rdn, true, Some(&to)).unwrap().rc, 0, "{from} below {to}");
+        }
+        assert_eq!(c.modifydn(&format!("{bx},{a}"), &bx, true, Some(&b)).unwrap().rc, 0);
+        if !live {
+            consumer.start();
+        }
+        same_content(&s, &consumer);
+        // Back to the DN a glue entry held on the consumer.
+        assert_eq!(c.modifydn(&format!("{bx},{b}"), &bx, true, Some(&a)).unwrap().rc, 0);
+        same_content(&s, &consumer);
+    }
+}
+
 #[test]
 fn slapd_keeps_an_rdn_value_a_second_rename_kept() {
     ldap_utils();
