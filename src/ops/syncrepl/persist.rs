@@ -434,10 +434,14 @@ pub(super) fn announce<T: ReadTxn>(
     let after = renamed.as_ref().map_or_else(|| old_key.clone(), |(_, to)| to.key());
     if entry.csn().is_some_and(|now| now > rec.csn) {
         match (key != after, renamed) {
-            // In a replay, an entry changed since in place goes out with
+            // In a replay, an entry modified since in place goes out with
             // its later record (every change here has one, and no cookie
             // claims a record not yet read): once, not once per change.
-            (false, _) if refreshing && !matches!(rec.change, Change::Rename { .. }) => return Ok(Announce::Nothing),
+            // Not an add: the entry may have been away and back since,
+            // and what moved below it meanwhile needs it there first.
+            (false, _) if refreshing && !matches!(rec.change, Change::Rename { .. } | Change::Add { .. }) => {
+                return Ok(Announce::Nothing)
+            }
             (false, _) => {}
             (true, None) => return Ok(Announce::Nothing),
             (true, Some((text, to))) => {
