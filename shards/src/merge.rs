@@ -152,7 +152,30 @@ impl ValueState {
     }
 }
 
+/// The stamps every write of slapd's replaces (`slap_mods_opattrs`).
+const STAMPS: [&str; 2] = ["modifiersName", "modifyTimestamp"];
+
 impl AttrState {
+    /// `held_since`, except that a stamp whose value the entry's newest
+    /// change replaced stays where it was before that change when that
+    /// change was a rename (`renamed`: its CSN). slapd's syncrepl consumer
+    /// compares a renamed entry with its own copy, made before the
+    /// change: had the stamp moved behind the old RDN's attribute, that
+    /// attribute would sit a place earlier than in the copy, which the
+    /// consumer takes as the old RDN value deleted. The consumer moves the
+    /// stamp as it applies the rename; from the next change on, the stamp
+    /// is placed where that left it.
+    fn placed_since(&self, renamed: Option<Csn>) -> Csn {
+        let since = self.held_since();
+        let Some(newest) = renamed.filter(|n| *n == since) else { return since };
+        if !STAMPS.iter().any(|s| s.eq_ignore_ascii_case(&self.name)) {
+            return since;
+        }
+        // The value it held before: its add is where that value began.
+        let before = self.values.values().map(|v| v.added).filter(|a| *a < newest && *a != Csn::default()).max();
+        before.unwrap_or(since)
+    }
+
     /// Since when the attribute has held a value without a break: the
     /// change that last gave it a value when it had none. It places the
     /// attribute in its entry as slapd does, which appends an attribute
@@ -357,6 +380,9 @@ impl EntryState {
             return None;
         }
         let (dn, _) = self.dn.as_ref()?;
+        // The newest change when it renamed the entry (`placed_since`).
+        let newest = self.max_csn();
+        let renamed = self.dn.as_ref().is_some_and(|(_, set)| *set == newest).then_some(newest);
         let mut attrs: Vec<(Csn, &AttrState, Vec<&ValueState>)> = self
             .attrs
             .values()
@@ -370,7 +396,7 @@ impl EntryState {
                     // Last writer wins: concurrent adds leave the newest.
                     present.drain(..present.len().saturating_sub(1));
                 }
-                Some((a.held_since(), a, present))
+                Some((a.placed_since(renamed), a, present))
             })
             .collect();
         attrs.sort_by(|x, y| (x.0, x.1.order, &x.1.name).cmp(&(y.0, y.1.order, &y.1.name)));

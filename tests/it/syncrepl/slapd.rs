@@ -337,6 +337,68 @@ fn a_child_moved_into_a_parent_renamed_since_reaches_slapd_without_glue() {
     same_content(&s, &consumer);
 }
 
+/// Issue 19: a rename that keeps the old RDN value, in a later second
+/// than the change before it, changes modifyTimestamp. The entry sent put
+/// modifyTimestamp where that replace leaves it (after the RDN's
+/// attribute), so the RDN's attribute sat one place earlier than in the
+/// consumer's copy, and slapd takes an old RDN attribute found elsewhere
+/// as its value deleted: `uid=x1` was lost on the consumer. The stamps a
+/// change replaces are sent where they were before it.
+#[test]
+fn slapd_keeps_an_rdn_value_a_rename_in_a_later_second_kept() {
+    ldap_utils();
+    let s = provider(2);
+    let mut c = s.admin();
+    let base = format!("ou=later,{SUFFIX}");
+    let ou = vec![("objectClass", ["organizationalUnit"].into()), ("ou", ["later"].into())];
+    assert_eq!(c.add(&base, ou).unwrap().rc, 0);
+    let consumer = Consumer::new(&s, "refreshAndPersist");
+    same_content(&s, &consumer);
+    let stamp = |c: &mut LdapConn, dn: &str, attr: &str| -> String {
+        let (found, _) = c.search(dn, ldap3::Scope::Base, "(objectClass=*)", vec![attr]).unwrap().success().unwrap();
+        let mut e = ldap3::SearchEntry::construct(found.into_iter().next().expect("the entry"));
+        e.attrs.remove(attr).and_then(|v| v.into_iter().next()).expect(attr)
+    };
+    // An add and a first rename (dropping the old value) in one second:
+    // a pair that straddles a second is tried again under another name.
+    let mut kept = None;
+    for i in 0..20 {
+        let (first, second) = (format!("x{i}"), format!("x{i}b"));
+        let person = vec![
+            ("objectClass", ["inetOrgPerson"].into()),
+            ("uid", [first.as_str()].into()),
+            ("cn", ["x"].into()),
+            ("sn", ["x"].into()),
+        ];
+        assert_eq!(c.add(&format!("uid={first},{base}"), person).unwrap().rc, 0);
+        let rc = c.modifydn(&format!("uid={first},{base}"), &format!("uid={second}"), true, None).unwrap().rc;
+        assert_eq!(rc, 0);
+        let dn = format!("uid={second},{base}");
+        if stamp(&mut c, &dn, "createTimestamp") == stamp(&mut c, &dn, "modifyTimestamp") {
+            kept = Some((dn, second));
+            break;
+        }
+    }
+    let (dn, second) = kept.expect("an add and a rename within one second in 20 tries");
+    same_content(&s, &consumer);
+    // The second rename, keeping the old value, in a later second.
+    let before = stamp(&mut c, &dn, "modifyTimestamp");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while now_generalized_second() == before[..14] {
+        assert!(std::time::Instant::now() < deadline, "the clock's second never changed");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let rc = c.modifydn(&dn, &format!("uid={second}c"), false, None).unwrap().rc;
+    assert_eq!(rc, 0);
+    same_content(&s, &consumer);
+}
+
+/// This machine's UTC time as a generalized time's first 14 digits.
+fn now_generalized_second() -> String {
+    let out = std::process::Command::new("date").args(["-u", "+%Y%m%d%H%M%S"]).output().expect("date");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 #[test]
 fn slapd_keeps_an_rdn_value_a_second_rename_kept() {
     ldap_utils();
