@@ -567,7 +567,7 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
         let limits = &live.limits;
         let mut inline = BytesMut::new();
         let before = rbuf.len();
-        // Requests answered in place (base reads, compares) run back to
+        // Requests answered in place (searches, compares) run back to
         // back; past a slice of reactor time the other connections of the
         // shard are let in.
         let mut turn = std::time::Instant::now();

@@ -171,10 +171,11 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest, first_step: bool) -> Result<
     // Checked in place in the snapshot: a bind copies nothing but the DN,
     // unless a slow hash has to go to a blocking thread.
     let step = ctx.shard.with_entry(&key, |e| {
-        // As slapd's back-mdb: an alias or a referral object stands for
-        // another entry and is no identity to bind as, whatever it holds.
+        // As slapd's back-mdb: a subentry, an alias or a referral object
+        // is no identity to bind as, whatever it holds.
         let stands_for_another = (crate::ops::alias::active() && crate::ops::alias::is_alias(e))
-            || (crate::ops::referral::active() && crate::ops::referral::is_referral(e));
+            || (crate::ops::referral::active() && crate::ops::referral::is_referral(e))
+            || is_marked(e, shards::index::Marked::Subentry);
         if stands_for_another || !access.allows(&Target { key: &key, entry: Some(e) }, password_class, Level::Auth) {
             return None;
         }
@@ -191,6 +192,12 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest, first_step: bool) -> Result<
         crate::ops::parse_dn(&req.dn)?;
     }
     step.flatten().ok_or_else(invalid)
+}
+
+/// Whether an entry is of the class `mark` stands for (none is looked at
+/// until some store has held one).
+fn is_marked(e: &shards::entry::EntryView<'_>, mark: shards::index::Marked) -> bool {
+    mark.may_exist() && e.get("objectClass").is_some_and(|a| a.vals().any(|v| mark.is_class(v)))
 }
 
 pub fn invalid() -> Error {

@@ -2,9 +2,10 @@
 //! error becomes a response.
 //!
 //! Bind, compare, abandon, extended operations and unbind are answered
-//! inline (their responses join the connection's per-read batch); searches
-//! and writes run as tasks, so one slow request never blocks the others on
-//! the same connection.
+//! inline (their responses join the connection's per-read batch), and so
+//! is a search that needs no wait (`search::start`); writes, and searches
+//! that wait, run as tasks, so one slow request never blocks the others
+//! on the same connection.
 
 pub mod abandon;
 pub mod access;

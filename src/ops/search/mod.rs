@@ -112,8 +112,9 @@ pub fn start(
     rec: Operation,
     inline: &mut BytesMut,
 ) {
+    // Counted in `pending` until its last bytes are queued.
     let (abandoned, in_flight) = running(conn, msgid);
-    let mut task = Box::pin(answer(conn.clone(), msgid, req, ctrls, rec, abandoned, in_flight));
+    let mut task = Box::pin(answer(conn.clone(), msgid, req, ctrls, rec, abandoned));
     // Polled once outside a task: a future left pending is polled again,
     // with the task's waker, as soon as the task is spawned, so the waker
     // given here (which does nothing) is never the one waited on. The
@@ -130,6 +131,7 @@ pub fn start(
             conn.defer(Box::pin(async move {
                 let out = task.await;
                 owner.send(out).await;
+                drop(in_flight);
             }));
         }
     }
@@ -143,7 +145,6 @@ async fn answer(
     ctrls: Controls,
     rec: Operation,
     abandoned: Rc<crate::ops::abandon::Abandoned>,
-    _in_flight: crate::conn::InFlight,
 ) -> BytesMut {
     // Entries still buffered when the search ends leave in the same
     // write as SearchResultDone: one send for a typical search.

@@ -428,7 +428,8 @@ pub(super) fn announce<T: ReadTxn>(
     // rename's record.
     let renamed = match &rec.change {
         Change::Rename { to, .. } => Some((to.as_str(), Dn::parse(to)?)),
-        Change::Add { .. } => Some((rec.dn.as_str(), Dn::parse(&rec.dn)?)),
+        // Not a conflict's loser: another entry holds that DN there.
+        Change::Add { .. } if state.conflict.is_none() => Some((rec.dn.as_str(), Dn::parse(&rec.dn)?)),
         _ => None,
     };
     let after = renamed.as_ref().map_or_else(|| old_key.clone(), |(_, to)| to.key());
