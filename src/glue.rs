@@ -44,10 +44,7 @@ pub fn refuse_write(
         return Ok(());
     }
     let key = dn.key();
-    let is_glue = |view: &shards::entry::EntryView<'_>| {
-        view.get("objectClass").is_some_and(|a| a.vals().any(|v| shards::index::Marked::Glue.is_class(v)))
-    };
-    if conn.ctx.shard.with_entry(&key, is_glue)? != Some(true) {
+    if conn.ctx.shard.with_entry(&key, |view| shards::index::Marked::Glue.marks(view))? != Some(true) {
         return Ok(());
     }
     let text = dn.to_string_form();

@@ -46,7 +46,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 mod marks;
-pub use marks::{is_referral_class, note_marks, Marked};
+pub use marks::{note_marks, Marked};
 
 const MAX_VALUE: usize = 256;
 /// Long enough to tell `user12345@` from its neighbours; every byte more

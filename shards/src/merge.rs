@@ -379,10 +379,10 @@ impl EntryState {
         if !self.is_live() {
             return None;
         }
-        let (dn, _) = self.dn.as_ref()?;
+        let (dn, dn_set) = self.dn.as_ref()?;
         // The newest change when it renamed the entry (`placed_since`).
         let newest = self.max_csn();
-        let renamed = self.dn.as_ref().is_some_and(|(_, set)| *set == newest).then_some(newest);
+        let renamed = (*dn_set == newest).then_some(newest);
         let mut attrs: Vec<(Csn, &AttrState, Vec<&ValueState>)> = self
             .attrs
             .values()

@@ -271,9 +271,7 @@ fn check_not_below_subentry(ctx: &crate::ctx::Ctx, parent: &Dn) -> Result<()> {
     if !shards::index::Marked::Subentry.may_exist() {
         return Ok(());
     }
-    let below = ctx.shard.with_entry(&parent.key(), |view| {
-        view.get("objectClass").is_some_and(|a| a.vals().any(|v| shards::index::Marked::Subentry.is_class(v)))
-    })?;
+    let below = ctx.shard.with_entry(&parent.key(), |view| shards::index::Marked::Subentry.marks(view))?;
     match below {
         Some(true) => Err(Error::new(LdapResultCode::ObjectClassViolation, "parent is a subentry")),
         _ => Ok(()),

@@ -44,7 +44,7 @@ pub fn active() -> bool {
 }
 
 pub fn is_alias(view: &EntryView<'_>) -> bool {
-    view.get("objectClass").is_some_and(|a| a.vals().any(|v| Marked::Alias.is_class(v)))
+    Marked::Alias.marks(view)
 }
 
 /// Whether a search dereferences its base.

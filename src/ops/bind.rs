@@ -172,10 +172,11 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest, first_step: bool) -> Result<
     // unless a slow hash has to go to a blocking thread.
     let step = ctx.shard.with_entry(&key, |e| {
         // As slapd's back-mdb: a subentry, an alias or a referral object
-        // is no identity to bind as, whatever it holds.
-        let stands_for_another = (crate::ops::alias::active() && crate::ops::alias::is_alias(e))
-            || (crate::ops::referral::active() && crate::ops::referral::is_referral(e))
-            || is_marked(e, shards::index::Marked::Subentry);
+        // is no identity to bind as, whatever it holds (none is looked at
+        // until some store has held one).
+        use shards::index::Marked;
+        let stands_for_another =
+            [Marked::Subentry, Marked::Alias, Marked::Referral].into_iter().any(|m| m.may_exist() && m.marks(e));
         if stands_for_another || !access.allows(&Target { key: &key, entry: Some(e) }, password_class, Level::Auth) {
             return None;
         }
@@ -192,12 +193,6 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest, first_step: bool) -> Result<
         crate::ops::parse_dn(&req.dn)?;
     }
     step.flatten().ok_or_else(invalid)
-}
-
-/// Whether an entry is of the class `mark` stands for (none is looked at
-/// until some store has held one).
-fn is_marked(e: &shards::entry::EntryView<'_>, mark: shards::index::Marked) -> bool {
-    mark.may_exist() && e.get("objectClass").is_some_and(|a| a.vals().any(|v| mark.is_class(v)))
 }
 
 pub fn invalid() -> Error {

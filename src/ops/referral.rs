@@ -27,7 +27,7 @@ pub fn active() -> bool {
 }
 
 pub fn is_referral(view: &EntryView<'_>) -> bool {
-    view.get("objectClass").is_some_and(|a| a.vals().any(shards::index::is_referral_class))
+    shards::index::Marked::Referral.marks(view)
 }
 
 /// The object's `ref` URLs, as stored.

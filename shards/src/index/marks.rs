@@ -65,6 +65,11 @@ impl Marked {
         value.eq_ignore_ascii_case(name.as_bytes()) || value == oid.as_bytes()
     }
 
+    /// Whether an entry is of this class (one of its `objectClass` values).
+    pub fn marks(self, view: &crate::entry::EntryView<'_>) -> bool {
+        view.get("objectClass").is_some_and(|a| a.vals().any(|v| self.is_class(v)))
+    }
+
     /// Whether some store may hold an entry of this class.
     pub fn may_exist(self) -> bool {
         MARKS_SEEN[self as usize].load(std::sync::atomic::Ordering::Relaxed)
@@ -104,11 +109,6 @@ impl Marked {
         })?;
         Ok(out)
     }
-}
-
-/// Whether an entry is a referral object (RFC 3296: of class `referral`).
-pub fn is_referral_class(value: &[u8]) -> bool {
-    Marked::Referral.is_class(value)
 }
 
 /// At start: notes which marked classes this store holds, and gives the
