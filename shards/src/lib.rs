@@ -11,8 +11,9 @@
 //!
 //! ## Code map
 //!
-//! - `dn`: DN parsing, normalization and the root-first storage key (the
-//!   keys of each thread's last few parents kept).
+//! - `dn`: DN parsing, normalization (`dn/text`: the RFC 4514 string form
+//!   both ways) and the root-first storage key (`dn/key`, with the keys of
+//!   each thread's last few parents kept).
 //! - `entry`: the owned `Entry`, Modify semantics, and `EntryView`, the
 //!   zero-copy view of an encoded `id2entry` record.
 //! - `filter/`: search filters compiled against the schema (`mod.rs`),
@@ -60,9 +61,10 @@
 //! - `repair`: start-up recount of child counts after a crash.
 //! - `csn`: CSNs (OpenLDAP's text form) and each owner's hybrid logical clock.
 //! - `merge`: mirror mode's replicated entry state and records, and the
-//!   merge that converges in any order (conflict DNs included);
+//!   merge that converges in any order; `merge/conflict`, conflict DNs;
 //!   `merge/entries`, from entries to changes (`deltas`) and back
-//!   (`materialize`); `merge/state_codec`, the state's stored form.
+//!   (`materialize`); `merge/state_codec` and `merge/record_codec`, the
+//!   stored and wire forms of states and records.
 //! - `changelog`: change capture in the owner's commit (records, states,
 //!   sequence numbers, the replica update vector, trimming) and the keys
 //!   of the `changelog`, `state` and its `meta` trees.

@@ -2,18 +2,17 @@
 //! directory and its own port (the kernel picks it; the server prints it),
 //! driven by real clients.
 
-use bytes::BytesMut;
 use ldap3::{LdapConn, Scope, SearchEntry};
-use ldap3_proto::proto::LdapMsg;
-use ldap3_proto::LdapCodec;
-use std::io::Write;
 use std::io::{BufRead, BufReader, Read};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
-use tokio_util::codec::{Decoder, Encoder};
+
+mod raw;
+mod slapd;
+pub use raw::*;
+pub use slapd::LocalSlapd;
 
 pub const ROOT_DN: &str = "cn=admin,dc=example,dc=com";
 pub const ROOT_PW: &str = "test-root-secret";
@@ -476,148 +475,6 @@ pub fn allowed_cpus() -> Vec<usize> {
     }
 }
 
-use ldap3_proto::proto::{
-    LdapBindCred, LdapBindRequest, LdapDerefAliases, LdapExtendedRequest, LdapFilter, LdapOp, LdapSearchRequest,
-    LdapSearchScope, OID_WHOAMI,
-};
-
-/// A search for every entry in scope, all attributes.
-pub fn search(base: &str, scope: LdapSearchScope) -> LdapOp {
-    LdapOp::SearchRequest(LdapSearchRequest {
-        base: base.into(),
-        scope,
-        aliases: LdapDerefAliases::Never,
-        sizelimit: 0,
-        timelimit: 0,
-        typesonly: false,
-        filter: LdapFilter::Present("objectClass".into()),
-        attrs: vec![],
-    })
-}
-
-/// A simple bind.
-pub fn bind(dn: &str, pw: &str) -> LdapOp {
-    LdapOp::BindRequest(LdapBindRequest { version: 3, dn: dn.into(), cred: LdapBindCred::Simple(pw.into()) })
-}
-
-pub fn whoami() -> LdapOp {
-    LdapOp::ExtendedRequest(LdapExtendedRequest { name: OID_WHOAMI.into(), value: None })
-}
-
-/// A BER length field.
-pub fn ber_len(n: usize, out: &mut Vec<u8>) {
-    if n < 0x80 {
-        out.push(n as u8);
-    } else {
-        let bytes = (n as u32).to_be_bytes();
-        let skip = bytes.iter().take_while(|b| **b == 0).count();
-        out.push(0x80 | (4 - skip) as u8);
-        out.extend_from_slice(&bytes[skip..]);
-    }
-}
-
-/// A BER element: tag, length, content.
-pub fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
-    let mut out = vec![tag];
-    ber_len(content.len(), &mut out);
-    out.extend_from_slice(content);
-    out
-}
-
-/// Messages as the bytes a client sends.
-pub fn encode_msgs(msgs: Vec<LdapMsg>) -> Vec<u8> {
-    let mut out = BytesMut::new();
-    for m in msgs {
-        LdapCodec::default().encode(m, &mut out).unwrap();
-    }
-    out.to_vec()
-}
-
-/// A byte stream a `Raw` client can use.
-pub trait Stream: std::io::Read + std::io::Write {}
-impl<T: std::io::Read + std::io::Write> Stream for T {}
-
-/// An LDAP client that sends and reads raw messages, over TCP or TLS.
-pub struct Raw {
-    pub sock: Box<dyn Stream>,
-    buf: BytesMut,
-}
-
-impl Raw {
-    pub fn connect(s: &Server) -> Raw {
-        let sock = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
-        sock.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        Raw::over(sock)
-    }
-
-    pub fn over(sock: impl Stream + 'static) -> Raw {
-        Raw { sock: Box::new(sock), buf: BytesMut::new() }
-    }
-
-    pub fn send(&mut self, msgs: Vec<LdapMsg>) {
-        self.sock.write_all(&encode_msgs(msgs)).unwrap();
-    }
-
-    pub fn send_bytes(&mut self, bytes: &[u8]) {
-        self.sock.write_all(bytes).unwrap();
-    }
-
-    /// The next message, or None once the server closed the connection.
-    pub fn recv(&mut self) -> Option<LdapMsg> {
-        let mut codec = LdapCodec::new(Some(64 << 20), None);
-        loop {
-            if let Some(m) = codec.decode(&mut self.buf).unwrap() {
-                return Some(m);
-            }
-            let mut chunk = [0u8; 65536];
-            match self.sock.read(&mut chunk) {
-                Ok(0) | Err(_) => return None,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-            }
-        }
-    }
-}
-
-impl Raw {
-    /// The next whole message's bytes, undecoded; None once closed.
-    pub fn recv_frame(&mut self) -> Option<BytesMut> {
-        loop {
-            if let coredir::ber::Peeked::Size(n) = coredir::ber::peek_frame(&self.buf) {
-                if self.buf.len() >= n {
-                    return Some(self.buf.split_to(n));
-                }
-            }
-            let mut chunk = [0u8; 65536];
-            match self.sock.read(&mut chunk) {
-                Ok(0) | Err(_) => return None,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-            }
-        }
-    }
-
-    /// The next message, skipping those ldap3_proto 0.9 cannot decode: the
-    /// Sync Info `newcookie` in its RFC form (a primitive `[0]`).
-    pub fn recv_lenient(&mut self) -> Option<LdapMsg> {
-        let mut codec = LdapCodec::new(Some(64 << 20), None);
-        loop {
-            if let coredir::ber::Peeked::Size(n) = coredir::ber::peek_frame(&self.buf) {
-                if self.buf.len() >= n {
-                    let mut one = self.buf.split_to(n);
-                    match codec.decode(&mut one) {
-                        Ok(Some(m)) => return Some(m),
-                        _ => continue,
-                    }
-                }
-            }
-            let mut chunk = [0u8; 65536];
-            match self.sock.read(&mut chunk) {
-                Ok(0) | Err(_) => return None,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-            }
-        }
-    }
-}
-
 /// `coredir ARGS` (an offline tool: import, export, backup, ...): whether
 /// it succeeded, and its stderr.
 pub fn coredir(args: &[&str]) -> (bool, String) {
@@ -711,79 +568,4 @@ pub fn big_group(admin: &mut ldap3::LdapConn, cn: &str, n: usize) -> String {
     ];
     assert_eq!(admin.add(&dn, group).unwrap().rc, 0);
     dn
-}
-
-/// Debian's slapd listening on a local socket only, its suffix entry in
-/// place, `global` (lines before its database) in its configuration, and
-/// one access rule (`rule`): the test process's peercred identity may
-/// write, anyone may read. Killed on drop.
-pub struct LocalSlapd {
-    pub dir: tempfile::TempDir,
-    child: Option<Child>,
-    pub rule: String,
-}
-
-impl LocalSlapd {
-    pub fn start(global: &str) -> LocalSlapd {
-        slapd_installed();
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("db")).unwrap();
-        // SAFETY: plain getters.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        let rule = format!(
-            "to * by dn.exact=\"gidNumber={gid}+uidNumber={uid},cn=peercred,cn=external,cn=auth\" write by * read"
-        );
-        let mut s = LocalSlapd { dir, child: None, rule };
-        s.restart(global);
-        let suffix =
-            format!("dn: {SUFFIX}\nobjectClass: dcObject\nobjectClass: organization\ndc: example\no: example\n");
-        let (code, _, err) = tool("ldapadd", &["-x", "-H", &s.url(), "-D", ROOT_DN, "-w", ROOT_PW], Some(&suffix));
-        assert_eq!(code, 0, "{err}");
-        s
-    }
-
-    /// (Re)starts it on its database with `global` in its configuration.
-    pub fn restart(&mut self, global: &str) {
-        self.stop();
-        let dir = self.dir.path();
-        let includes = slapd_schema_includes(dir);
-        let conf = format!(
-            "{includes}pidfile {d}/slapd.pid\nmodulepath /usr/lib/ldap\nmoduleload back_mdb\n{global}\
-             database mdb\nsuffix \"{SUFFIX}\"\nrootdn \"{ROOT_DN}\"\nrootpw {ROOT_PW}\ndirectory {d}/db\n\
-             access {rule}\n",
-            d = dir.display(),
-            rule = self.rule,
-        );
-        std::fs::write(dir.join("slapd.conf"), conf).unwrap();
-        let log = std::fs::File::create(dir.join("slapd.log")).unwrap();
-        let child = Command::new("slapd")
-            .arg("-f")
-            .arg(dir.join("slapd.conf"))
-            .args(["-h", &self.url(), "-d", "stats"])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("slapd");
-        self.child = Some(child);
-        let socket = dir.join("ldapi");
-        wait_for("slapd's local socket", || std::os::unix::net::UnixStream::connect(&socket).is_ok());
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = std::fs::remove_file(self.dir.path().join("ldapi"));
-    }
-
-    pub fn url(&self) -> String {
-        format!("ldapi://{}", self.dir.path().join("ldapi").display().to_string().replace('/', "%2F"))
-    }
-}
-
-impl Drop for LocalSlapd {
-    fn drop(&mut self) {
-        self.stop();
-    }
 }
