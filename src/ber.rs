@@ -135,8 +135,14 @@ pub fn plain_result(op: &LdapOp) -> Option<(u8, &LdapResult)> {
 /// Appends the LDAPMessage (without controls) whose protocolOp is the
 /// LDAPResult `res` under `tag` (see `plain_result`).
 pub fn result_message(out: &mut BytesMut, msgid: i32, tag: u8, res: &LdapResult) {
+    result_with_code(out, msgid, tag, res.code.clone() as i32, res);
+}
+
+/// `result_message` with result code `code`, which may be one outside
+/// ldap3_proto's list (OpenLDAP's x-no-operation, 16654).
+pub fn result_with_code(out: &mut BytesMut, msgid: i32, tag: u8, code: i32, res: &LdapResult) {
     let (id, id_skip) = int_bytes(msgid);
-    let (code, code_skip) = int_bytes(res.code.clone() as i32);
+    let (code, code_skip) = int_bytes(code);
     let body = tlv(4 - code_skip) + tlv(res.matcheddn.len()) + tlv(res.message.len());
     let msg = tlv(4 - id_skip) + tlv(body);
     out.reserve(tlv(msg));

@@ -8,7 +8,6 @@
 //! code) pair. `ctl`, `cn=Monitor` and `/metrics` all read the same
 //! counters, through `Snapshot`, a parse of the rendered exposition.
 
-use ldap3_proto::LdapResultCode;
 use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::cell::RefCell;
@@ -195,9 +194,9 @@ impl ShardMetrics {
     }
 
     /// One operation done: its result code and how long it took.
-    pub fn completed(&self, op: Op, code: &LdapResultCode, elapsed: Duration) {
+    pub fn completed(&self, op: Op, code: i64, elapsed: Duration) {
         self.latency[op as usize].record(elapsed.as_secs_f64());
-        let n = (code.clone() as i64).clamp(0, MAX_CODE as i64) as usize;
+        let n = code.clamp(0, MAX_CODE as i64) as usize;
         let slot = op as usize * (MAX_CODE + 1) + n;
         let mut completed = self.completed.borrow_mut();
         let handle = completed[slot].get_or_insert_with(|| {

@@ -74,6 +74,10 @@ pub(crate) enum WriteOp {
     },
     /// Records or clears the intent of a rename across owners (`renames.rs`).
     Intent { uuid: [u8; 16], intent: Option<crate::renames::Intent> },
+    /// The op with every check it makes, in a transaction of its own that
+    /// is then given up (OpenLDAP's No-Op control): its outcome, nothing
+    /// changed. Run once the batch it came with has committed.
+    Dry(Box<WriteOp>),
 }
 
 /// What a `Move` moves.
@@ -243,6 +247,12 @@ pub(crate) fn run_batch<S: Store>(
 ) -> Vec<Outcome> {
     let n = ops.len();
     let fail_all = |e: Error| vec![Err(e); n];
+    if ops.iter().all(|op| matches!(op, WriteOp::Dry(_))) {
+        // Nothing to commit: no transaction, no sync.
+        let mut results = vec![Ok(None); n];
+        run_dry(store, &partition_of, ops, &mut results, clock);
+        return results;
+    }
     let mut txn = match store.write() {
         Ok(t) => t,
         Err(e) => return fail_all(e),
@@ -253,6 +263,10 @@ pub(crate) fn run_batch<S: Store>(
     };
     let mut results = Vec::with_capacity(ops.len());
     for op in ops.iter_mut() {
+        if matches!(op, WriteOp::Dry(_)) {
+            results.push(Ok(None)); // after the commit, below
+            continue;
+        }
         let res = apply(&mut txn, op, &partition_of, &mut next_id, clock);
         if let Err(e) = &res {
             if e.code == LdapResultCode::Other {
@@ -272,7 +286,40 @@ pub(crate) fn run_batch<S: Store>(
     {
         return fail_all(e);
     }
+    run_dry(store, &partition_of, ops, &mut results, clock);
     results
+}
+
+/// The outcome of each `Dry` op of a batch, in its place.
+fn run_dry<S: Store>(
+    store: &S,
+    partition_of: &impl Fn(&[u8]) -> u32,
+    ops: &mut [WriteOp],
+    results: &mut [Outcome],
+    clock: &mut Clock,
+) {
+    for (op, res) in ops.iter_mut().zip(results.iter_mut()) {
+        if let WriteOp::Dry(op) = op {
+            *res = dry_run(store, partition_of, op, clock);
+        }
+    }
+}
+
+/// Applies `op` in a write transaction that is then given up: what it
+/// would answer, nothing kept (its CSN is issued and never seen, as an
+/// op that fails leaves it). A store out of room says `busy` rather than
+/// asking for the batch to run again, which has committed.
+fn dry_run<S: Store>(store: &S, partition_of: &impl Fn(&[u8]) -> u32, op: &mut WriteOp, clock: &mut Clock) -> Outcome {
+    let res = (|| {
+        let mut txn = store.write()?;
+        let mut next_id = txn.get(Tree::Meta, NEXT_ID)?.map_or(1, be_u64);
+        apply(&mut txn, op, partition_of, &mut next_id, clock)
+        // The transaction is dropped here: given up.
+    })();
+    if store.take_full() {
+        return Err(Error::new(LdapResultCode::Busy, "the store is growing; try again"));
+    }
+    res
 }
 
 /// `run_batch` for a thread that owns its store outright (offline tools):
@@ -391,6 +438,8 @@ fn apply<T: WriteTxn>(
         }
         WriteOp::Unbox { key, state } => crate::moves::unbox(txn, key, state).map(|_| None),
         WriteOp::Intent { uuid, intent } => crate::renames::write(txn, uuid, intent.as_ref()).map(|_| None),
+        // `run_batch` runs these apart, never inside a batch's transaction.
+        WriteOp::Dry(_) => Err(Error::new(LdapResultCode::OperationsError, "a dry run inside a transaction")),
         WriteOp::Delete { key, dn, parent, extras } => {
             let id = leaf_id(txn, key, dn)?;
             let old = read_checked(txn, &id, extras)?;

@@ -48,24 +48,43 @@ impl Shard {
         res
     }
 
+    /// `add`'s checks on every owner it involves, nothing written (the
+    /// No-Op control): the error the add would meet, if any.
+    pub async fn check_add(&self, dn: &Dn, entry: Entry, is_suffix: bool) -> Result<()> {
+        for (owner, op) in add_ops(&self.manifest, dn, entry, is_suffix) {
+            self.submit_to(owner, WriteOp::Dry(Box::new(op))).await?;
+        }
+        Ok(())
+    }
+
     /// Removes a leaf entry and uncounts it on its parent (in the same
     /// transaction when one shard owns both); returns the images `extras`
     /// asked for.
     pub async fn delete(&self, dn: &Dn, dn_text: &str, is_suffix: bool, extras: Extras) -> Outcome {
-        let key = dn.key();
-        let parent = (!is_suffix).then(|| Parent::of(dn));
-        let local_parent = parent.as_ref().is_some_and(|p| self.owner_of(&p.key) == self.owner_of(&key));
-        let op = WriteOp::Delete {
-            key: key.clone(),
-            dn: dn_text.to_string(),
-            parent: if local_parent { parent.clone() } else { None },
-            extras,
-        };
-        let images = self.submit_for(self.owner_of(&key), op).await?;
-        if let (Some(p), false) = (parent, local_parent) {
+        let (owner, op, remote_parent) = self.delete_op(dn, dn_text, is_suffix, extras);
+        let images = self.submit_for(owner, op).await?;
+        if let Some(p) = remote_parent {
             self.submit(&p.key.clone(), WriteOp::Child { parent: p, delta: -1 }).await?;
         }
         Ok(images)
+    }
+
+    /// `delete`'s checks, nothing written (the No-Op control). Lowering a
+    /// count checks nothing, so a parent of another owner is not asked.
+    pub async fn check_delete(&self, dn: &Dn, dn_text: &str, is_suffix: bool, extras: Extras) -> Result<()> {
+        let (owner, op, _) = self.delete_op(dn, dn_text, is_suffix, extras);
+        self.submit_to(owner, WriteOp::Dry(Box::new(op))).await
+    }
+
+    /// A delete's op for the entry's owner, and the parent to uncount
+    /// apart when another shard owns it.
+    fn delete_op(&self, dn: &Dn, dn_text: &str, is_suffix: bool, extras: Extras) -> (usize, WriteOp, Option<Parent>) {
+        let key = dn.key();
+        let owner = self.owner_of(&key);
+        let parent = (!is_suffix).then(|| Parent::of(dn));
+        let local_parent = parent.as_ref().is_some_and(|p| self.owner_of(&p.key) == owner);
+        let (parent, remote) = if local_parent { (parent, None) } else { (None, parent) };
+        (owner, WriteOp::Delete { key, dn: dn_text.to_string(), parent, extras }, remote)
     }
 
     /// Applies modifications to the entry with DN key `key` (`dn` as the
@@ -84,10 +103,31 @@ impl Shard {
         self.submit_for(owner, WriteOp::Modify { key, dn, mods, rdn, stamp, extras }).await
     }
 
+    /// `modify`'s checks, nothing written (the No-Op control).
+    pub async fn check_modify(
+        &self,
+        key: Vec<u8>,
+        dn: String,
+        mods: Vec<Mod>,
+        rdn: Vec<(String, Vec<u8>)>,
+        stamp: Stamp,
+        extras: Extras,
+    ) -> Result<()> {
+        let owner = self.owner_of(&key);
+        let op = WriteOp::Modify { key, dn, mods, rdn, stamp, extras };
+        self.submit_to(owner, WriteOp::Dry(Box::new(op))).await
+    }
+
     /// Raises (checking that the parent exists) or lowers a parent's child
     /// count: a rename holds its new parent so while it moves entries.
     pub async fn count_child(&self, parent: Parent, delta: i64) -> Result<()> {
         self.submit(&parent.key.clone(), WriteOp::Child { parent, delta }).await
+    }
+
+    /// `count_child(parent, 1)`'s check, nothing written (the No-Op
+    /// control's rename): the parent exists.
+    pub async fn check_parent(&self, parent: Parent) -> Result<()> {
+        self.submit(&parent.key.clone(), WriteOp::Dry(Box::new(WriteOp::Child { parent, delta: 1 }))).await
     }
 
     /// The old DN's owner's part of a rename (the parents are counted

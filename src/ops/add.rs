@@ -159,7 +159,11 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     let _admitted = conn.ctx.admit_write(&dn)?;
     // Post-Read showed the request's spelling, as slapd's does.
     entry.dn = crate::ops::stored_spelling(ctx, &dn)?.pretty()?;
-    ctx.shard.add(&dn, entry, is_suffix).await.map_err(|e| with_matched(&conn, &identity, &dn, e))?;
+    let added = match ctrls.no_op {
+        Some(()) => ctx.shard.check_add(&dn, entry, is_suffix).await,
+        None => ctx.shard.add(&dn, entry, is_suffix).await,
+    };
+    added.map_err(|e| with_matched(&conn, &identity, &dn, e))?;
     Ok(post.into_iter().collect())
 }
 

@@ -157,18 +157,34 @@ pub fn dispatch(
             Some((persist, cookie)) => syncrepl::start(conn, &ctrls, msgid, req, persist, cookie, rec),
             None => search::start(conn, msgid, req, ctrls, rec, out),
         },
-        LdapOp::AddRequest(req) => {
-            spawn_write(conn, msgid, rec, LdapOp::AddResponse, add::handle(conn.clone(), req, ctrls))
-        }
-        LdapOp::ModifyRequest(req) => {
-            spawn_write(conn, msgid, rec, LdapOp::ModifyResponse, modify::handle(conn.clone(), req, ctrls))
-        }
-        LdapOp::DelRequest(dn) => {
-            spawn_write(conn, msgid, rec, LdapOp::DelResponse, delete::handle(conn.clone(), dn, ctrls))
-        }
-        LdapOp::ModifyDNRequest(req) => {
-            spawn_write(conn, msgid, rec, LdapOp::ModifyDNResponse, modify_dn::handle(conn.clone(), req, ctrls))
-        }
+        LdapOp::AddRequest(req) => spawn_write(
+            conn,
+            (msgid, ctrls.no_op.is_some()),
+            rec,
+            LdapOp::AddResponse,
+            add::handle(conn.clone(), req, ctrls),
+        ),
+        LdapOp::ModifyRequest(req) => spawn_write(
+            conn,
+            (msgid, ctrls.no_op.is_some()),
+            rec,
+            LdapOp::ModifyResponse,
+            modify::handle(conn.clone(), req, ctrls),
+        ),
+        LdapOp::DelRequest(dn) => spawn_write(
+            conn,
+            (msgid, ctrls.no_op.is_some()),
+            rec,
+            LdapOp::DelResponse,
+            delete::handle(conn.clone(), dn, ctrls),
+        ),
+        LdapOp::ModifyDNRequest(req) => spawn_write(
+            conn,
+            (msgid, ctrls.no_op.is_some()),
+            rec,
+            LdapOp::ModifyDNResponse,
+            modify_dn::handle(conn.clone(), req, ctrls),
+        ),
         LdapOp::CompareRequest(req) => {
             let done = |code| LdapResult { code, matcheddn: String::new(), message: String::new(), referral: vec![] };
             match compare::handle(conn, &req, &ctrls) {
@@ -260,10 +276,11 @@ fn check_pending(conn: &Conn, op: Op) -> Result<()> {
 }
 
 /// Runs a write as its own task and sends its response (with its response
-/// controls) when it is durable.
+/// controls) when it is durable. `no_op`: the No-Op control's, whose
+/// success is x-no-operation.
 fn spawn_write(
     conn: &Rc<Conn>,
-    msgid: i32,
+    (msgid, no_op): (i32, bool),
     rec: record::Operation,
     response: fn(LdapResult) -> LdapOp,
     fut: impl Future<Output = Result<Vec<LdapControl>>> + 'static,
@@ -273,6 +290,7 @@ fn spawn_write(
     glommio::spawn_local(async move {
         let _in_flight = in_flight;
         let (res, ctrl) = match fut.await {
+            Ok(_) if no_op => return send_no_operation(&conn, &rec, msgid, response).await,
             Ok(ctrl) => (result(Ok(())), ctrl),
             Err(e) => (result(Err(e)), Vec::new()),
         };
@@ -281,6 +299,21 @@ fn spawn_write(
         send_reply(&conn, &rec, msg).await;
     })
     .detach();
+}
+
+/// OpenLDAP's LDAP_X_NO_OPERATION: an update with the No-Op control that
+/// would have succeeded.
+pub const X_NO_OPERATION: i32 = 0x410e;
+
+/// Answers x-no-operation, a code ldap3_proto's result has no name for,
+/// written as `ber::result_message` writes any plain result.
+async fn send_no_operation(conn: &Conn, rec: &record::Operation, msgid: i32, response: fn(LdapResult) -> LdapOp) {
+    let op = response(result(Ok(())));
+    let Some((tag, res)) = crate::ber::plain_result(&op) else { return };
+    let mut out = BytesMut::new();
+    crate::ber::result_with_code(&mut out, msgid, tag, X_NO_OPERATION, res);
+    record::end_code(conn, rec, X_NO_OPERATION as i64, "", None);
+    conn.send(out).await;
 }
 
 /// With `tls.required`, simple binds and writes need TLS or the local

@@ -256,6 +256,10 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
     // entry (and its subtree) is stored below its new parent as stored.
     let new = crate::ops::stored_spelling(ctx, &new)?;
     entry.dn = new.pretty()?;
+    if ctrls.no_op.is_some() {
+        // Checked but for what the first commit would find: the new parent.
+        return shard.check_parent(Parent::of(&new)).await.map(|_| Vec::new());
+    }
     if !below.is_empty() || shard.owner_of(&old.key()) != shard.owner_of(&new.key()) {
         // Several commits: the searches that could see them half done end first.
         claim.settle_reads().await;

@@ -89,6 +89,11 @@ pub fn end_with(conn: &Conn, rec: &Operation, resp: &LdapOp, nentries: Option<u6
 
 /// Records an operation's end.
 pub fn end(conn: &Conn, rec: &Operation, code: &LdapResultCode, text: &str, nentries: Option<u64>) {
+    end_code(conn, rec, code.clone() as i64, text, nentries)
+}
+
+/// `end` with a result code outside ldap3_proto's list (16654).
+pub fn end_code(conn: &Conn, rec: &Operation, code: i64, text: &str, nentries: Option<u64>) {
     let elapsed = rec.started.elapsed();
     conn.ctx.metrics.completed(rec.op, code, elapsed);
     if let Some(n) = nentries {
@@ -108,7 +113,7 @@ pub fn end(conn: &Conn, rec: &Operation, code: &LdapResultCode, text: &str, nent
         _ => 120,
     };
     let event = if rec.op == Op::Search { "SEARCH RESULT" } else { "RESULT" };
-    let err = code.clone() as i64 as u64;
+    let err = code as u64;
     let mut fields = vec![
         ("tag", V::Num(tag)),
         ("err", V::Num(err)),

@@ -66,6 +66,11 @@ pub const PROXY_AUTHZ: &str = "2.16.840.1.113730.3.4.18";
 /// without listing it (as slapd, not in `SUPPORTED`): an add of a value
 /// the entry holds, and a delete of an attribute it lacks, succeed.
 pub const PERMISSIVE_MODIFY: &str = "1.2.840.113556.1.4.1413";
+/// OpenLDAP's No-Op (draft-zeilenga-ldap-noop), which slapd obeys without
+/// listing it (so not in `SUPPORTED` here either): an update runs every
+/// check and changes nothing, answering x-no-operation (16654) where it
+/// would have succeeded. Searches and compares take it and ignore it.
+pub const NO_OP: &str = "1.3.6.1.4.1.4203.666.5.2";
 /// Session Tracking (draft-wahl-ldap-session): who the end user behind a
 /// proxy or web application is. slapd decodes it strictly and does not
 /// list it; so does coredir, and it only checks it (nothing here logs it).
@@ -125,6 +130,8 @@ pub struct Controls {
     pub relax: Option<()>,
     /// Permissive Modify (a modify).
     pub permissive: Option<()>,
+    /// No-Op (an update): checked, not done.
+    pub no_op: Option<()>,
     /// The Virtual List View request (search, with a sort).
     pub vlv: Option<crate::ops::vlv::Request>,
     /// ManageDsaIT (RFC 3296): referral objects are plain entries.

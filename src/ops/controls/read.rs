@@ -49,6 +49,8 @@ pub fn applies(oid: &str, k: Op, exop: Option<&str>) -> Option<bool> {
         SESSION_TRACKING => !matches!(k, Op::Unbind | Op::Abandon) && proxied_exop,
         DONT_USE_COPY => matches!(k, Op::Search | Op::Compare),
         LAZY_COMMIT => updates || matches!(k, Op::Search | Op::Compare),
+        // As slapd: updates, searches and compares (ignored on the last two).
+        NO_OP => updates || matches!(k, Op::Search | Op::Compare),
         _ => return None,
     })
 }
@@ -67,6 +69,7 @@ fn unavailable(oid: &str, why: &str) -> Error {
 pub fn parse(ctrls: &[LdapControl], (k, exop): (Op, Option<&str>), provider: bool) -> Result<Controls> {
     let mut out = Controls::default();
     let (mut manage_dsa_it, mut dont_use_copy, mut domain_scope, mut lazy_commit) = (None, None, None, None);
+    let mut no_op = None; // on a search or compare: checked, then ignored
     for c in ctrls {
         match c {
             LdapControl::SimplePagedResults { size, cookie } if k == Op::Search => {
@@ -109,6 +112,8 @@ pub fn parse(ctrls: &[LdapControl], (k, exop): (Op, Option<&str>), provider: boo
                     Read::Vlv(view) => once(&mut out.vlv, view, crate::ops::vlv::REQUEST)?,
                     Read::Relax => once(&mut out.relax, (), RELAX)?,
                     Read::Permissive => once(&mut out.permissive, (), PERMISSIVE_MODIFY)?,
+                    Read::NoOp if matches!(k, Op::Search | Op::Compare) => once(&mut no_op, (), NO_OP)?,
+                    Read::NoOp => once(&mut out.no_op, (), NO_OP)?,
                     Read::DontUseCopy => once(&mut dont_use_copy, (), DONT_USE_COPY)?,
                     Read::LazyCommit => once(&mut lazy_commit, (), LAZY_COMMIT)?,
                     // Domain scope once, by either control.
@@ -141,6 +146,7 @@ pub enum Read {
     Vlv(crate::ops::vlv::Request),
     Relax,
     Permissive,
+    NoOp,
     DontUseCopy,
     LazyCommit,
     DomainScope,
@@ -165,6 +171,7 @@ impl Read {
             Read::Vlv(_) => crate::ops::vlv::REQUEST,
             Read::Relax => RELAX,
             Read::Permissive => PERMISSIVE_MODIFY,
+            Read::NoOp => NO_OP,
             Read::DontUseCopy => DONT_USE_COPY,
             Read::LazyCommit => LAZY_COMMIT,
             Read::DomainScope => DOMAIN_SCOPE,
@@ -201,6 +208,7 @@ pub fn read_value(oid: &str, critical: bool, value: Option<&[u8]>) -> Result<Rea
         LAZY_COMMIT => absent(Read::LazyCommit, "lazy commit")?,
         RELAX => absent(Read::Relax, "relax")?,
         PERMISSIVE_MODIFY => absent(Read::Permissive, "permissive modify")?,
+        NO_OP => absent(Read::NoOp, "noop")?,
         // slapd: "domainScope control value not absent" (an empty one
         // passes, for AD clients that send one).
         DOMAIN_SCOPE if !given.is_empty() => return Err(protocol("domain scope")),
