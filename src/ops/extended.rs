@@ -30,9 +30,13 @@ pub const SUPPORTED: &[&str] = &[OID_WHOAMI, OID_PASSWORD_MODIFY, OID_START_TLS,
 /// configured and no operation in progress; the handshake follows the
 /// response. As slapd's, the response has no responseName (§4.14.2 allows
 /// either).
-pub fn start_tls(conn: &Conn) -> LdapExtendedResponse {
+pub fn start_tls(conn: &Conn, req: &LdapExtendedRequest) -> LdapExtendedResponse {
     let refuse =
         |code, why: &str| LdapExtendedResponse { res: result(Err(Error::new(code, why))), name: None, value: None };
+    if req.value.is_some() {
+        // RFC 4511 §4.14.1: no value; slapd refuses one first, empty or not.
+        return refuse(LdapResultCode::ProtocolError, "no request data expected");
+    }
     if conn.ctx.tls.is_none() {
         // Not offered (absent from supportedExtension): answered as slapd
         // answers an extended operation it does not know.

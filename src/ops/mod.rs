@@ -212,7 +212,7 @@ pub fn dispatch(
             record::end(conn, &rec, &LdapResultCode::Success, "", None);
         }
         LdapOp::ExtendedRequest(req) if req.name == extended::OID_START_TLS => {
-            let res = extended::start_tls(conn);
+            let res = extended::start_tls(conn, &req);
             let accepted = res.res.code == LdapResultCode::Success;
             reply(conn, &rec, out, LdapMsg::new(msgid, LdapOp::ExtendedResponse(res)));
             if accepted {

@@ -7,21 +7,28 @@
 //! any shard the client's next connection lands on. Each entry is returned
 //! once, as with OpenLDAP, unless it is renamed or re-added while paging.
 //! Sorted searches page by offset into the sorted result instead. The
-//! cookie also carries a hash of the request, so it cannot be replayed on
+//! cookie also carries a hash of the request and of the controls that
+//! shape its result (a sort above all), so it cannot be replayed on
 //! another search, and ends with a MAC under a key drawn at start over all
-//! of it and the requester's name: a client cannot forge the count of
-//! entries sent (which holds the size limit across pages) or a position,
-//! nor take a cookie to another identity. Cookies do not outlive the
-//! process, as slapd's do not outlive the connection.
+//! of it and the requester's name: a client cannot forge the counts of
+//! entries sent and examined (which hold the size limit and the unindexed
+//! lookthrough across pages) or a position, nor take a cookie to another
+//! identity. Cookies do not outlive the process, as slapd's do not outlive
+//! the connection.
 
+use crate::ops::controls::Controls;
 use ldap3_proto::proto::LdapSearchRequest;
 use ldap3_proto::LdapResultCode;
 use shards::{Error, Result};
 
-/// 3: the cookie also counts the entries sent before it, so the size
-/// limit holds across the pages of one search (as slapd's), and ends with
-/// its MAC.
-const VERSION: u8 = 3;
+/// 4: the cookie counts the entries sent before it, so the size limit
+/// holds across the pages of one search (as slapd's), and those examined
+/// without an index, so `limits.unindexed_lookthrough` does too; it ends
+/// with its MAC.
+const VERSION: u8 = 4;
+
+/// Bytes before the position: version, fingerprint, sent, examined.
+const HEAD: usize = 1 + 8 + 8 + 8;
 
 /// Bytes of the MAC at the end of a cookie.
 const MAC: usize = 8;
@@ -52,17 +59,41 @@ pub enum Position {
     Offset(u64),
 }
 
-/// A hash of what makes a search the same search (RFC 2696 §3).
-fn fingerprint(req: &LdapSearchRequest) -> u64 {
-    let text = format!("{}\0{:?}\0{:?}\0{:?}\0{}", req.base, req.scope, req.filter, req.attrs, req.typesonly);
+/// What a page has counted of its search so far: entries sent, and
+/// entries examined without an index.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Counts {
+    pub sent: u64,
+    pub examined: u64,
+}
+
+/// A hash of what makes a search the same search (RFC 2696 §3): the
+/// request, and the controls that decide which entries come in what
+/// order and how they read (as slapd, which refuses a cookie when the
+/// sort changes: its cookie names a position in one order).
+fn fingerprint(req: &LdapSearchRequest, ctrls: &Controls) -> u64 {
+    let text = format!(
+        "{}\0{:?}\0{:?}\0{:?}\0{}\0{:?}\0{:?}\0{:?}\0{:?}\0{}",
+        req.base,
+        req.scope,
+        req.filter,
+        req.attrs,
+        req.typesonly,
+        req.aliases,
+        ctrls.sort,
+        ctrls.matched_values,
+        ctrls.subentries,
+        ctrls.manage_dsa_it,
+    );
     shards::manifest::fnv1a64(text.as_bytes())
 }
 
-/// The cookie for `pos`, after `sent` entries of this search, for `who`.
-pub fn encode(req: &LdapSearchRequest, who: &str, pos: &Position, sent: u64) -> Vec<u8> {
+/// The cookie for `pos`, after `counts` of this search, for `who`.
+pub fn encode(req: &LdapSearchRequest, ctrls: &Controls, who: &str, pos: &Position, counts: Counts) -> Vec<u8> {
     let mut out = vec![VERSION];
-    out.extend_from_slice(&fingerprint(req).to_be_bytes());
-    out.extend_from_slice(&sent.to_be_bytes());
+    out.extend_from_slice(&fingerprint(req, ctrls).to_be_bytes());
+    out.extend_from_slice(&counts.sent.to_be_bytes());
+    out.extend_from_slice(&counts.examined.to_be_bytes());
     match pos {
         Position::Start => out.push(b's'),
         Position::AfterBase => out.push(b'b'),
@@ -86,20 +117,20 @@ pub fn encode(req: &LdapSearchRequest, who: &str, pos: &Position, sent: u64) -> 
     out
 }
 
-/// The position a client's cookie names and how many entries were sent
-/// before it; an empty cookie starts a search. The cookie is the client's
-/// to keep but not to change: its MAC covers the count that holds the
-/// size limit across pages and the position.
-pub fn decode(req: &LdapSearchRequest, who: &str, cookie: &[u8]) -> Result<(Position, u64)> {
+/// The position a client's cookie names and what was counted before it;
+/// an empty cookie starts a search. The cookie is the client's to keep
+/// but not to change: its MAC covers the counts that hold the limits
+/// across pages and the position.
+pub fn decode(req: &LdapSearchRequest, ctrls: &Controls, who: &str, cookie: &[u8]) -> Result<(Position, Counts)> {
     if cookie.is_empty() {
-        return Ok((Position::Start, 0));
+        return Ok((Position::Start, Counts::default()));
     }
     // As slapd: a cookie that is not one of ours (forged, made for
     // another requester, or before a restart: slapd's are the
     // connection's) is a protocolError; one of ours for another search is
     // unwillingToPerform.
     let bad = || Error::new(LdapResultCode::ProtocolError, "paged results cookie is invalid");
-    if cookie.len() < 18 + MAC || cookie[0] != VERSION {
+    if cookie.len() < HEAD + 1 + MAC || cookie[0] != VERSION {
         return Err(bad());
     }
     let (cookie, tag) = cookie.split_at(cookie.len() - MAC);
@@ -107,12 +138,13 @@ pub fn decode(req: &LdapSearchRequest, who: &str, cookie: &[u8]) -> Result<(Posi
     if differs != 0 {
         return Err(bad());
     }
-    if cookie[1..9] != fingerprint(req).to_be_bytes() {
+    if cookie[1..9] != fingerprint(req, ctrls).to_be_bytes() {
         let why = "paged results cookie is invalid or old (it belongs to another search)";
         return Err(Error::new(LdapResultCode::UnwillingToPerform, why));
     }
-    let sent = u64::from_be_bytes(cookie[9..17].try_into().expect("8 bytes"));
-    let (tag, rest) = (cookie[17], &cookie[18..]);
+    let count = |at: usize| u64::from_be_bytes(cookie[at..at + 8].try_into().expect("8 bytes"));
+    let counts = Counts { sent: count(9), examined: count(17) };
+    let (tag, rest) = (cookie[HEAD], &cookie[HEAD + 1..]);
     let store = || rest.get(..2).map(|s| u16::from_be_bytes([s[0], s[1]]) as usize).ok_or_else(bad);
     let pos = match tag {
         b's' => Position::Start,
@@ -124,7 +156,7 @@ pub fn decode(req: &LdapSearchRequest, who: &str, cookie: &[u8]) -> Result<(Posi
         b'o' => Position::Offset(u64::from_be_bytes(rest.try_into().map_err(|_| bad())?)),
         _ => return Err(bad()),
     };
-    Ok((pos, sent))
+    Ok((pos, counts))
 }
 
 #[cfg(test)]
@@ -147,7 +179,8 @@ mod tests {
 
     #[test]
     fn cookies_round_trip_and_belong_to_their_search() {
-        let r = req("cn");
+        let (r, none) = (req("cn"), Controls::default());
+        let counts = Counts { sent: 7, examined: 9 };
         for pos in [
             Position::Start,
             Position::AfterBase,
@@ -155,23 +188,25 @@ mod tests {
             Position::Index { store: 1, after: [0, 1, 2, 3, 4, 5, 6, 7] },
             Position::Offset(200),
         ] {
-            assert_eq!(decode(&r, "cn=u", &encode(&r, "cn=u", &pos, 7)).unwrap(), (pos, 7));
+            assert_eq!(decode(&r, &none, "cn=u", &encode(&r, &none, "cn=u", &pos, counts)).unwrap(), (pos, counts));
         }
-        let cookie = encode(&r, "cn=u", &Position::Offset(5), 5);
-        let code = |c: &[u8], r: &LdapSearchRequest| decode(r, "cn=u", c).unwrap_err().code;
-        assert_eq!(code(&cookie, &req("sn")), LdapResultCode::UnwillingToPerform);
-        assert_eq!(code(&cookie[..12], &r), LdapResultCode::ProtocolError);
-        assert_eq!(code(b"garbage", &r), LdapResultCode::ProtocolError);
-        // Forged (fewer entries sent, or another position), or another
-        // requester's: not one of ours, as slapd's of another connection.
-        let mut forged = cookie.clone();
-        forged[16] = 0;
-        assert_eq!(code(&forged, &r), LdapResultCode::ProtocolError);
-        let mut moved = cookie.clone();
-        moved[20] ^= 1;
-        assert_eq!(code(&moved, &r), LdapResultCode::ProtocolError);
-        assert_eq!(decode(&r, "", &cookie).unwrap_err().code, LdapResultCode::ProtocolError);
+        let cookie = encode(&r, &none, "cn=u", &Position::Offset(5), Counts { sent: 5, examined: 0 });
+        let code = |c: &[u8], r: &LdapSearchRequest, ctrls: &Controls| decode(r, ctrls, "cn=u", c).unwrap_err().code;
+        assert_eq!(code(&cookie, &req("sn"), &none), LdapResultCode::UnwillingToPerform);
+        let sorted = Controls { sort: Some(vec![]), ..Controls::default() };
+        assert_eq!(code(&cookie, &r, &sorted), LdapResultCode::UnwillingToPerform);
+        assert_eq!(code(&cookie[..12], &r, &none), LdapResultCode::ProtocolError);
+        assert_eq!(code(b"garbage", &r, &none), LdapResultCode::ProtocolError);
+        // Forged (fewer entries sent or examined, or another position), or
+        // another requester's: not one of ours, as slapd's of another
+        // connection.
+        for at in [16, 24, 28] {
+            let mut forged = cookie.clone();
+            forged[at] ^= 1;
+            assert_eq!(code(&forged, &r, &none), LdapResultCode::ProtocolError, "byte {at}");
+        }
+        assert_eq!(decode(&r, &none, "", &cookie).unwrap_err().code, LdapResultCode::ProtocolError);
         // The same requester in another spelling.
-        assert_eq!(decode(&r, "CN=U", &cookie).unwrap().1, 5);
+        assert_eq!(decode(&r, &none, "CN=U", &cookie).unwrap().1.sent, 5);
     }
 }

@@ -392,3 +392,62 @@ fn relaxed_adds_of_one_entry_uuid_at_once_add_one_entry() {
         assert_eq!(rcs, [0, 19], "round {i}: one add of the entryUUID succeeds, the other is a constraint violation");
     }
 }
+
+/// One page of `filter` under the people container; the result code and
+/// the page's cookie (empty when there is none).
+fn page(c: &mut LdapConn, filter: &str, cookie: Vec<u8>, sort: Option<RawControl>) -> (u32, usize, Vec<u8>) {
+    let mut ctrls: Vec<RawControl> = vec![PagedResults { size: 3, cookie }.critical().into()];
+    ctrls.extend(sort);
+    let ldap3::SearchResult(entries, done) =
+        c.with_controls(ctrls).search(PEOPLE, Scope::Subtree, filter, vec!["1.1"]).unwrap();
+    let cookie =
+        done.ctrls.iter().find(|c| c.1.ctype == "1.2.840.113556.1.4.319").map(|c| c.1.parse::<PagedResults>().cookie);
+    (done.rc, entries.len(), cookie.unwrap_or_default())
+}
+
+/// A cookie belongs to its whole search, the sort that orders it
+/// included: one of an unsorted walk sent with a sort (or a sorted one
+/// without) is refused as slapd refuses it (53, "cookie is invalid or
+/// old"), so the size limit counted in it cannot start again.
+#[test]
+fn a_paged_cookie_belongs_to_its_sort() {
+    let s = Server::start_with_config(2, &format!("{FAST}[limits]\nsize_limit = 5\n"));
+    users(&s, 30);
+    let mut anon = s.conn();
+    let (rc, n, unsorted) = page(&mut anon, "(uid=p*)", Vec::new(), None);
+    assert_eq!((rc, n), (0, 3));
+    let (rc, n, _) = page(&mut anon, "(uid=p*)", unsorted, Some(sort_control("uidNumber", None, false)));
+    assert_eq!((rc, n), (53, 0), "an unsorted walk's cookie taken on by a sort");
+    let (rc, n, sorted) = page(&mut anon, "(uid=p*)", Vec::new(), Some(sort_control("uidNumber", None, false)));
+    assert_eq!((rc, n), (0, 3));
+    let (rc, n, _) = page(&mut anon, "(uid=p*)", sorted.clone(), None);
+    assert_eq!((rc, n), (53, 0), "a sorted walk's cookie without its sort");
+    let (rc, n, _) = page(&mut anon, "(uid=p*)", sorted.clone(), Some(sort_control("uidNumber", None, true)));
+    assert_eq!((rc, n), (53, 0), "a sorted walk's cookie with another order");
+    // Its own sort goes on, and stops at the size limit.
+    let (rc, n, _) = page(&mut anon, "(uid=p*)", sorted, Some(sort_control("uidNumber", None, false)));
+    assert_eq!((rc, n), (4, 2));
+}
+
+/// `limits.unindexed_lookthrough` bounds what an unindexed search
+/// examines over all its pages, not afresh on each: paging cannot walk a
+/// directory the limit keeps a single search from walking.
+#[test]
+fn paging_does_not_restart_the_unindexed_lookthrough() {
+    let s = Server::start_with_config(2, &format!("{FAST}[limits]\nunindexed_lookthrough = 12\n"));
+    users(&s, 30);
+    let mut anon = s.conn();
+    let res = anon.search(PEOPLE, Scope::Subtree, "(homeDirectory=/home)", vec!["1.1"]).unwrap();
+    assert_eq!(res.1.rc, 11, "{:?}", res.1);
+    let (mut cookie, mut returned) = (Vec::new(), 0);
+    let rc = loop {
+        let (rc, n, next) = page(&mut anon, "(homeDirectory=/home)", cookie, None);
+        returned += n;
+        if rc != 0 || next.is_empty() {
+            break rc;
+        }
+        cookie = next;
+    };
+    assert_eq!(rc, 11, "paged, {returned} entries returned");
+    assert!(returned <= 12, "{returned} entries returned");
+}

@@ -455,20 +455,28 @@ fn the_starttls_response_is_slapds() {
     let coredir = Server::start_with_config(1, &config);
     let slapd =
         TcpSlapd::start(&format!("TLSCertificateFile {}\nTLSCertificateKeyFile {}\n", path(&pki.cert), path(&pki.key)));
-    let answer = |port: u16| {
+    let answer = |port: u16, value: Option<Vec<u8>>| {
         let sock = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
         sock.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         let mut raw = Raw::over(sock);
-        let req = LdapExtendedRequest { name: "1.3.6.1.4.1.1466.20037".into(), value: None };
+        let req = LdapExtendedRequest { name: "1.3.6.1.4.1.1466.20037".into(), value };
         raw.send(vec![LdapMsg { msgid: 1, op: LdapOp::ExtendedRequest(req), ctrl: vec![] }]);
         match raw.recv().map(|m| m.op) {
             Some(LdapOp::ExtendedResponse(r)) => (r.res.code, r.name, r.value),
             other => panic!("{other:?}"),
         }
     };
-    let ours = answer(coredir.port);
-    assert_eq!(ours, answer(slapd.port));
+    let ours = answer(coredir.port, None);
+    assert_eq!(ours, answer(slapd.port, None));
     assert_eq!(ours.0, LdapResultCode::Success);
+    // RFC 4511 §4.14.1: the request has no value. With one (empty or not),
+    // slapd answers protocolError ("no request data expected") and stays
+    // in the clear.
+    for value in [vec![], b"x".to_vec()] {
+        let ours = answer(coredir.port, Some(value.clone()));
+        assert_eq!(ours, answer(slapd.port, Some(value)));
+        assert_eq!(ours.0, LdapResultCode::ProtocolError);
+    }
 }
 
 /// A Bind made in the clear does not carry over into TLS: after StartTLS

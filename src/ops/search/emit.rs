@@ -391,7 +391,8 @@ impl Emit<'_> {
                     self.examined += 1;
                     if self.examined > self.limits.lookthrough && self.page_left == Some(0) {
                         // Looking past a full page for one more match: the
-                        // page ends here, and the next one counts afresh.
+                        // page ends here, and the next one (its cookie
+                        // carries the count) is refused at once.
                         outcome = Ok(Visit::PageFull);
                         break;
                     }

@@ -22,7 +22,7 @@ use crate::ber::{self, OutAttr};
 use crate::conn::{encode, Conn, Reservation};
 use crate::ops::carries::Reading;
 use crate::ops::controls::Controls;
-use crate::ops::paging::{self, Position};
+use crate::ops::paging::{self, Counts, Position};
 use crate::ops::record::{self, Operation};
 use crate::ops::sort::Sorter;
 use crate::ops::{alias, monitor, parse_dn, referral, result, rootdse};
@@ -305,9 +305,9 @@ async fn run(
     // As slapd's frontend: a page that holds the whole size limit the
     // client asked for pages nothing, and the control is ignored.
     let paged = ctrls.paged.as_ref().filter(|(size, _)| !(req.sizelimit > 0 && i64::from(req.sizelimit) <= *size));
-    let (page_size, position, sent_before) = match paged {
+    let (page_size, position, before) = match paged {
         Some((size, cookie)) => {
-            let (position, sent) = paging::decode(req, identity.dn(), cookie).map_err(|e| {
+            let (position, counts) = paging::decode(req, ctrls, identity.dn(), cookie).map_err(|e| {
                 // As slapd: a missing base (or one the requester may not
                 // know of) is answered before the cookie is read.
                 let computed = subschema::is_subschema_key(&base_key) || monitor::is_monitor_key(&base_key);
@@ -321,9 +321,9 @@ async fn run(
                     _ => e,
                 }
             })?;
-            (Some((*size).max(0) as usize), position, sent)
+            (Some((*size).max(0) as usize), position, counts)
         }
-        None => (None, Position::Start, 0),
+        None => (None, Position::Start, Counts::default()),
     };
     if ctrls.vlv.is_some() {
         // As slapd's sssvlv: a view needs a sort, and is no page.
@@ -366,14 +366,14 @@ async fn run(
         // answers with no control; on a new one, as slapd, no entries and
         // a cookie to go on with.
         if paged.is_some_and(|(_, c)| c.is_empty()) {
-            let cookie = paging::encode(req, identity.dn(), &Position::Start, 0);
+            let cookie = paging::encode(req, ctrls, identity.dn(), &Position::Start, Counts::default());
             done_ctrls.push(LdapControl::SimplePagedResults { size: 0, cookie });
         }
         return Ok(());
     }
     if sorter.is_none() {
         // The size limit holds across the pages of one search.
-        limits.size = limits.size.saturating_sub(usize::try_from(sent_before).unwrap_or(usize::MAX));
+        limits.size = limits.size.saturating_sub(usize::try_from(before.sent).unwrap_or(usize::MAX));
     }
     let sorting = sorter.is_some();
     // contextCSN, on the suffix entries, where there is a changelog.
@@ -417,7 +417,9 @@ async fn run(
         out,
         room,
         sent: 0,
-        examined: 0,
+        // As the size limit, the lookthrough holds across pages (a sorted
+        // search walks everything on each page; its cookie counts none).
+        examined: usize::try_from(before.examined).unwrap_or(usize::MAX),
         page_left: if sorting { None } else { page_size },
         sorter,
     };
@@ -454,7 +456,8 @@ async fn run(
         }
         if page_size.is_some() {
             let cookie = if next < visible {
-                paging::encode(req, identity.dn(), &Position::Offset(next as u64), next as u64)
+                let counts = Counts { sent: next as u64, examined: 0 };
+                paging::encode(req, ctrls, identity.dn(), &Position::Offset(next as u64), counts)
             } else {
                 Vec::new()
             };
@@ -476,8 +479,8 @@ async fn run(
         emit.references(conn, req, &base_key, abandoned).await?;
     }
     if page_size.is_some() {
-        let sent_now = sent_before.saturating_add(emit.sent as u64);
-        let cookie = stopped.as_ref().map(|p| paging::encode(req, identity.dn(), p, sent_now)).unwrap_or_default();
+        let counts = Counts { sent: before.sent.saturating_add(emit.sent as u64), examined: emit.examined as u64 };
+        let cookie = stopped.as_ref().map(|p| paging::encode(req, ctrls, identity.dn(), p, counts)).unwrap_or_default();
         done_ctrls.push(LdapControl::SimplePagedResults { size: 0, cookie });
     }
     Ok(())
