@@ -636,7 +636,8 @@ fn keep_structural_class(old: &Entry, entry: &mut Entry, structural: &str) -> Re
     }
 }
 
-fn check_key(key: &[u8], dn: &str) -> Result<()> {
+/// A DN's key fits the stores (LMDB's key bound): unwillingToPerform if not.
+pub fn check_key(key: &[u8], dn: &str) -> Result<()> {
     if key.len() > MAX_KEY {
         return Err(Error::unwilling(format!("DN too long ({} bytes normalized, limit {MAX_KEY}): {dn}", key.len())));
     }

@@ -107,6 +107,29 @@ async fn move_one(conn: &Conn, old: &Dn, old_text: &str, new: &Dn, entry: Entry,
     moved.and(delivered)
 }
 
+/// The No-Op control's rename, checked as far as the reads above go, then
+/// for what the commits would find: every new DN fits a key and is free
+/// (taken by an entry the requester may not know of too: the owner would
+/// refuse it so), and the new parent exists.
+async fn check_rename(shard: &Rc<Shard>, old: &Dn, new: &Dn, in_place: bool, below: Vec<Member>) -> Result<()> {
+    let free = |dn: &Dn, text: &str| {
+        shards::write::check_key(&dn.key(), text)?;
+        match shard.exists(&dn.key())? {
+            true => Err(Error::already_exists(text)),
+            false => Ok(()),
+        }
+    };
+    match in_place {
+        true => shards::write::check_key(&new.key(), &new.to_string_form())?,
+        false => free(new, &new.to_string_form())?,
+    }
+    for m in below.into_iter().filter(|_| !in_place) {
+        let (dn, entry) = moved(m.entry, old, new)?;
+        free(&dn, &entry.dn)?;
+    }
+    shard.check_parent(Parent::of(new)).await
+}
+
 /// An entry below a moved top, to follow it: where it is, and where it goes.
 #[derive(Clone)]
 struct Follower {
@@ -224,9 +247,16 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
         crate::ops::referral::check_parent(&conn, &identity, &old, &superior, true)?;
     }
     // Held until the rename is done: writes within either DN are `busy`,
-    // searches overlapping them wait.
-    let claim = ctx.shared.carries.claim(old.key(), new.key())?;
-    claim.settle_writes().await?;
+    // searches overlapping them wait. Not for the No-Op control's check,
+    // which moves nothing: it must not hold up the subtree's writes.
+    let claim = match ctrls.no_op {
+        Some(()) => None,
+        None => {
+            let claim = ctx.shared.carries.claim(old.key(), new.key())?;
+            claim.settle_writes().await?;
+            Some(claim)
+        }
+    };
     let in_place = old.key() == new.key();
     let (mut entry, below) = read_subtree(&conn, &old, &req.dn, in_place).map_err(|e| {
         let mut e = with_matched(&conn, &identity, &old, e);
@@ -256,10 +286,9 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
     // entry (and its subtree) is stored below its new parent as stored.
     let new = crate::ops::stored_spelling(ctx, &new)?;
     entry.dn = new.pretty()?;
-    if ctrls.no_op.is_some() {
-        // Checked but for what the first commit would find: the new parent.
-        return shard.check_parent(Parent::of(&new)).await.map(|_| Vec::new());
-    }
+    let Some(claim) = claim else {
+        return check_rename(shard, &old, &new, in_place, below).await.map(|_| Vec::new());
+    };
     if !below.is_empty() || shard.owner_of(&old.key()) != shard.owner_of(&new.key()) {
         // Several commits: the searches that could see them half done end first.
         claim.settle_reads().await;

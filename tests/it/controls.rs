@@ -432,22 +432,58 @@ fn a_paged_cookie_belongs_to_its_sort() {
 /// `limits.unindexed_lookthrough` bounds what an unindexed search
 /// examines over all its pages, not afresh on each: paging cannot walk a
 /// directory the limit keeps a single search from walking.
+/// ... and counts each entry once: a page that looks past its last entry
+/// for one more match does not count what the next page examines again.
 #[test]
 fn paging_does_not_restart_the_unindexed_lookthrough() {
-    let s = Server::start_with_config(2, &format!("{FAST}[limits]\nunindexed_lookthrough = 12\n"));
-    users(&s, 30);
-    let mut anon = s.conn();
-    let res = anon.search(PEOPLE, Scope::Subtree, "(homeDirectory=/home)", vec!["1.1"]).unwrap();
-    assert_eq!(res.1.rc, 11, "{:?}", res.1);
-    let (mut cookie, mut returned) = (Vec::new(), 0);
-    let rc = loop {
-        let (rc, n, next) = page(&mut anon, "(homeDirectory=/home)", cookie, None);
-        returned += n;
-        if rc != 0 || next.is_empty() {
-            break rc;
-        }
-        cookie = next;
+    // 31 entries in scope (the container and 30 users), all matching.
+    for (lookthrough, unpaged, paged) in [(12, 11, 11), (35, 0, 0)] {
+        let s = Server::start_with_config(2, &format!("{FAST}[limits]\nunindexed_lookthrough = {lookthrough}\n"));
+        users(&s, 30);
+        let mut anon = s.conn();
+        let res = anon.search(PEOPLE, Scope::Subtree, "(homeDirectory=/home)", vec!["1.1"]).unwrap();
+        assert_eq!(res.1.rc, unpaged, "{lookthrough}: {:?}", res.1);
+        let (mut cookie, mut returned) = (Vec::new(), 0);
+        let rc = loop {
+            let (rc, n, next) = page(&mut anon, "(homeDirectory=/home)", cookie, None);
+            returned += n;
+            if rc != 0 || next.is_empty() {
+                break rc;
+            }
+            cookie = next;
+        };
+        assert_eq!(rc, paged, "{lookthrough}: paged, {returned} entries returned");
+        assert!(returned <= lookthrough, "{lookthrough}: {returned} entries returned");
+    }
+}
+
+/// OpenLDAP's No-Op control on a rename answers what the rename would,
+/// nothing moved: a new DN too long for a key, the entry's own or one of
+/// its children's, is refused by both.
+#[test]
+fn a_no_op_rename_answers_as_the_rename_would() {
+    let s = Server::start_with_config(2, FAST);
+    let mut c = s.admin();
+    let no_op = || RawControl { ctype: "1.3.6.1.4.1.4203.666.5.2".into(), crit: true, val: None };
+    let ou = |c: &mut LdapConn, dn: &str| {
+        let name = dn.split([',', '=']).nth(1).unwrap().to_string();
+        c.add(dn, vec![("objectClass", HashSet::from(["organizationalUnit"])), ("ou", HashSet::from([name.as_str()]))])
     };
-    assert_eq!(rc, 11, "paged, {returned} entries returned");
-    assert!(returned <= 12, "{returned} entries returned");
+    let team = format!("ou=team,{PEOPLE}");
+    assert_eq!(ou(&mut c, &team).unwrap().rc, 0);
+    assert_eq!(ou(&mut c, &format!("ou=member-with-a-long-name,{team}")).unwrap().rc, 0);
+    let leaf = format!("ou={},{PEOPLE}", "l".repeat(480));
+    let below = format!("ou={},{PEOPLE}", "b".repeat(460));
+    for (dn, rdn) in
+        [(team.as_str(), leaf.split(',').next().unwrap()), (team.as_str(), below.split(',').next().unwrap())]
+    {
+        let checked = c.with_controls(no_op()).modifydn(dn, rdn, true, None).unwrap().rc;
+        let done = c.modifydn(dn, rdn, true, None).unwrap().rc;
+        assert_eq!((checked, done), (53, 53), "{rdn}");
+    }
+    // And one that would succeed: 16654, nothing moved.
+    let rc = c.with_controls(no_op()).modifydn(&team, "ou=team2", true, None).unwrap().rc;
+    assert_eq!(rc, 16654);
+    assert_eq!(search_dns(&mut c, PEOPLE, Scope::Subtree, "(ou=team*)").len(), 1);
+    assert_eq!(search_dns(&mut c, &team, Scope::OneLevel, "(objectClass=*)").len(), 1);
 }

@@ -75,6 +75,9 @@ pub(super) struct Emit<'a> {
     pub(super) sent: usize,
     /// Entries examined without an index.
     pub(super) examined: usize,
+    /// `examined` when the last entry was sent: what a page's cookie
+    /// counts, as the next page examines again what lies after that entry.
+    pub(super) examined_to_sent: usize,
     /// Entries the current page still takes (paged results).
     pub(super) page_left: Option<usize>,
     /// Collects entries instead of writing them (server-side sort).
@@ -243,6 +246,7 @@ impl Emit<'_> {
             }
         }
         self.sent += 1;
+        self.examined_to_sent = self.examined;
         if let Some(left) = &mut self.page_left {
             *left -= 1;
         }

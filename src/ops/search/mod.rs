@@ -420,6 +420,7 @@ async fn run(
         // As the size limit, the lookthrough holds across pages (a sorted
         // search walks everything on each page; its cookie counts none).
         examined: usize::try_from(before.examined).unwrap_or(usize::MAX),
+        examined_to_sent: usize::try_from(before.examined).unwrap_or(usize::MAX),
         page_left: if sorting { None } else { page_size },
         sorter,
     };
@@ -479,7 +480,8 @@ async fn run(
         emit.references(conn, req, &base_key, abandoned).await?;
     }
     if page_size.is_some() {
-        let counts = Counts { sent: before.sent.saturating_add(emit.sent as u64), examined: emit.examined as u64 };
+        let counts =
+            Counts { sent: before.sent.saturating_add(emit.sent as u64), examined: emit.examined_to_sent as u64 };
         let cookie = stopped.as_ref().map(|p| paging::encode(req, ctrls, identity.dn(), p, counts)).unwrap_or_default();
         done_ctrls.push(LdapControl::SimplePagedResults { size: 0, cookie });
     }
