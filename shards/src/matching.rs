@@ -453,6 +453,23 @@ pub fn values_equal(attr: &str, a: &[u8], b: &[u8]) -> bool {
 mod tests {
     use super::*;
 
+    /// A description is stored as slapd stores it: the schema's name, the
+    /// options in lower case, sorted, each once.
+    #[test]
+    fn descriptions_are_stored_as_slapd_stores_them() {
+        for (given, stored) in [
+            ("description", "description"),
+            ("CN", "cn"),
+            ("2.5.4.13;Lang-FR", "description;lang-fr"),
+            ("description;lang-fr;lang-en", "description;lang-en;lang-fr"),
+            ("description;lang-en;LANG-EN", "description;lang-en"),
+            ("cn;lang-de;binary", "cn;binary;lang-de"),
+        ] {
+            assert_eq!(stored_name(given), stored, "{given}");
+        }
+        assert!(matches!(stored_name("description;lang-en;lang-fr"), std::borrow::Cow::Borrowed(_)));
+    }
+
     /// CSNs normalize as slapd's: sid and mod in lower case, OpenLDAP
     /// 2.3's layout brought to the current one, other layouts invalid.
     #[test]

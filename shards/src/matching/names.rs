@@ -27,12 +27,29 @@ pub fn stored_name(name: &str) -> Cow<'_, str> {
         Some(at) => name.split_at(at),
         None => (name, ""),
     };
-    // Options are stored in lower case, as slapd stores them.
-    let lower = options.bytes().any(|b| b.is_ascii_uppercase());
+    let options = stored_options(options);
     match attr_type(base) {
-        Some(at) if at.name() != base || lower => Cow::Owned(format!("{}{}", at.name(), options.to_ascii_lowercase())),
+        Some(at) if at.name() != base || matches!(options, Cow::Owned(_)) => {
+            Cow::Owned(format!("{}{}", at.name(), options))
+        }
         _ => Cow::Borrowed(name),
     }
+}
+
+/// A description's options (`;lang-fr;lang-en`) as slapd stores them: in
+/// lower case, sorted, each once (`;lang-en;lang-fr`). Options compare as
+/// sets, so only the spelling returned depends on it.
+fn stored_options(options: &str) -> Cow<'_, str> {
+    let stored =
+        !options.bytes().any(|b| b.is_ascii_uppercase()) && options.split(';').skip(1).is_sorted_by(|a, b| a < b);
+    if stored {
+        return Cow::Borrowed(options);
+    }
+    let lower = options.to_ascii_lowercase();
+    let mut each: Vec<&str> = lower.split(';').skip(1).collect();
+    each.sort_unstable();
+    each.dedup();
+    Cow::Owned(each.iter().map(|o| format!(";{o}")).collect())
 }
 
 /// An attribute description resolved once, then compared with many stored
