@@ -12,14 +12,21 @@
 //!   each referral object in its scope other than its base, whatever the
 //!   filter, in place of the entry, once the entries are sent.
 //!
+//! URLs are rewritten as slapd's libldap reads and writes them (`url`):
+//! one it cannot parse is left out, and a referral with none left is
+//! noSuchObject, a reference with none is not sent.
+//!
 //! None of it costs a lookup until a store has held a referral object
 //! (`shards::index::Marked::may_exist`).
+
+mod url;
 
 use crate::conn::{Conn, Identity};
 use ldap3_proto::LdapResultCode;
 use shards::dn::Dn;
 use shards::entry::EntryView;
 use shards::{Error, Result};
+use url::UrlDn;
 
 /// Whether any referral object may exist (else every check is skipped).
 pub fn active() -> bool {
@@ -47,90 +54,58 @@ pub fn scope_name(scope: &ldap3_proto::proto::LdapSearchScope) -> &'static str {
     }
 }
 
-/// `url` pointed at `target`, which lies at or below the referral object
-/// `at`: the URL's DN gets the target's RDNs below `at` in front (the
-/// target itself where the URL names no DN), and a search's `scope` where
-/// the URL names none. The rest (attributes, a scope given, filter,
-/// extensions) stays as stored, and a URL of another scheme than LDAP's
-/// is returned as it stands, as slapd rewrites them (libldap parses the
-/// URL, sets its DN and a default scope, and writes it out again).
-fn rewrite(url: &str, target: &Dn, at: &Dn, scope: Option<&str>) -> String {
-    let scheme = url.find("://").map(|i| url[..i].to_ascii_lowercase());
-    if !matches!(scheme.as_deref(), Some("ldap" | "ldaps" | "ldapi")) {
-        return url.to_string();
-    }
-    let (head, query) = url.split_once('?').unwrap_or((url, ""));
-    let start = head.find("://").map_or(0, |i| i + 3);
-    let (host, dn) = match head[start..].find('/') {
-        Some(i) => (&head[..start + i], &head[start + i + 1..]),
-        None => (head, ""),
+/// A `ref` value pointed at `target`, which lies at or below the
+/// referral object `at`, as slapd rewrites it: libldap parses the URL
+/// (`url`), its DN gets the target's RDNs below `at` in front (the target
+/// itself where the URL names no DN), a search's `scope` where it names
+/// none, and libldap writes it again. `None` for a URL slapd leaves out
+/// (one libldap cannot parse); one of another scheme stays as it is.
+fn rewrite(value: &str, target: &Dn, at: &Dn, scope: Option<&str>) -> Option<String> {
+    let text = url::of_ref_value(value)?;
+    let mut u = match url::parse(text) {
+        url::Parsed::Url(u) => u,
+        url::Parsed::Other | url::Parsed::Kept => return Some(text.to_string()),
+        url::Parsed::Bad => return None,
     };
-    let dn = percent_decode(dn);
-    let below = target.depth().saturating_sub(at.depth());
-    // A target not below the object (a base reached through an alias):
-    // the URL names the target itself, as slapd rewrites it.
-    let new_dn = match (dn.is_empty() || !target.is_within(at), below) {
-        (true, _) => target.pretty().unwrap_or_else(|_| target.to_string_form()),
-        (false, 0) => dn,
-        (false, n) => {
-            let rel = target.head(n);
-            format!("{},{dn}", rel.pretty().unwrap_or_else(|_| rel.to_string_form()))
-        }
+    let pretty = |dn: &Dn| dn.pretty().unwrap_or_else(|_| dn.to_string_form());
+    u.dn = match std::mem::replace(&mut u.dn, UrlDn::Absent) {
+        UrlDn::Invalid => UrlDn::Invalid,
+        UrlDn::Absent => UrlDn::Dn(pretty(target)),
+        UrlDn::Dn(text) => match Dn::parse(&text).and_then(|d| d.pretty()) {
+            Err(_) => UrlDn::Invalid,
+            Ok(named) => UrlDn::Dn(mucked(&named, target, at).unwrap_or_else(|| pretty(target))),
+        },
     };
-    // attributes ? scope ? filter ? extensions, each possibly empty.
-    let mut parts: Vec<&str> = query.splitn(4, '?').collect();
-    parts.resize(4, "");
-    if parts[1].is_empty() {
-        parts[1] = scope.unwrap_or_default();
+    if u.scope.is_none() {
+        u.scope = scope.map(str::to_string);
     }
-    // As libldap writes a URL: up to the last part that is not empty.
-    let used = parts.iter().rposition(|p| !p.is_empty()).map_or(0, |i| i + 1);
-    let mut out = format!("{host}/{}", percent_encode(&new_dn));
-    for part in &parts[..used] {
-        out.push('?');
-        out.push_str(part);
-    }
-    out
+    Some(u.render())
 }
 
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        match (b[i], b.get(i + 1).copied().and_then(hex), b.get(i + 2).copied().and_then(hex)) {
-            (b'%', Some(h), Some(l)) => {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-            }
-            (c, ..) => {
-                out.push(c);
-                i += 1;
-            }
-        }
+/// The URL's DN `named` (pretty) with the target's RDNs below `at` in
+/// front; `None` where slapd names the target itself (a DN that is empty,
+/// or a target not below the object: a base an alias led to).
+fn mucked(named: &str, target: &Dn, at: &Dn) -> Option<String> {
+    if named.is_empty() || !target.is_within(at) {
+        return None;
     }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Escapes what an LDAP URL's DN may not hold as is (RFC 4516 §2.1).
-fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
+    match target.depth().saturating_sub(at.depth()) {
+        0 => Some(named.to_string()),
+        n => Some(format!("{},{named}", target.head(n).pretty().ok()?)),
     }
-    out
 }
 
 /// The referral (10) for an operation on `target`, at or below the
 /// referral object `at` (`view`).
+/// With no URL left, noSuchObject, as slapd answers a referral without one.
 fn referral(view: &EntryView<'_>, target: &Dn, at: &Dn, scope: Option<&str>) -> Error {
-    let mut e = Error::new(LdapResultCode::Referral, "referral").with_matched(view.dn().to_string());
-    e.referral = urls(view).iter().map(|u| rewrite(u, target, at, scope)).collect();
+    let urls: Vec<String> = urls(view).iter().filter_map(|u| rewrite(u, target, at, scope)).collect();
+    let e = match urls.is_empty() {
+        true => Error::no_such_object(&target.to_string_form()),
+        false => Error::new(LdapResultCode::Referral, "referral"),
+    };
+    let mut e = e.with_matched(view.dn().to_string());
+    e.referral = urls;
     e
 }
 
@@ -158,7 +133,9 @@ pub fn reference_to(view: &EntryView<'_>, one_level: bool) -> Option<Vec<String>
     }
     let dn = Dn::parse(view.dn()).ok()?;
     let scope = if one_level { "base" } else { "sub" };
-    Some(urls(view).iter().map(|u| rewrite(u, &dn, &dn, Some(scope))).collect())
+    let urls: Vec<String> = urls(view).iter().filter_map(|u| rewrite(u, &dn, &dn, Some(scope))).collect();
+    // No URL left: no reference, as slapd sends none.
+    (!urls.is_empty()).then_some(urls)
 }
 
 /// `check_entry` for an entry read here by DN (compare, modify, delete,
