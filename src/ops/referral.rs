@@ -98,8 +98,14 @@ fn mucked(named: &str, target: &Dn, at: &Dn) -> Option<String> {
 /// The referral (10) for an operation on `target`, at or below the
 /// referral object `at` (`view`).
 /// With no URL left, noSuchObject, as slapd answers a referral without one.
+/// An operation other than a search on the object itself gets the URLs
+/// as stored, as slapd's back-mdb answers it (it rewrites them only for a
+/// search or a target below).
 fn referral(view: &EntryView<'_>, target: &Dn, at: &Dn, scope: Option<&str>) -> Error {
-    let urls: Vec<String> = urls(view).iter().filter_map(|u| rewrite(u, target, at, scope)).collect();
+    let urls: Vec<String> = match scope.is_none() && target == at {
+        true => urls(view).iter().filter_map(|u| url::of_ref_value(u)).map(str::to_string).collect(),
+        false => urls(view).iter().filter_map(|u| rewrite(u, target, at, scope)).collect(),
+    };
     let e = match urls.is_empty() {
         true => Error::no_such_object(&target.to_string_form()),
         false => Error::new(LdapResultCode::Referral, "referral"),
