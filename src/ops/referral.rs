@@ -83,16 +83,19 @@ fn rewrite(value: &str, target: &Dn, at: &Dn, scope: Option<&str>) -> Option<Str
 }
 
 /// The URL's DN `named` (pretty) with the target's RDNs below `at` in
-/// front; `None` where slapd names the target itself (a DN that is empty,
-/// or a target not below the object: a base an alias led to).
+/// front, as slapd's `referral_dn_muck` puts them: the pretty target's
+/// text before a tail that equals the object's pretty DN but for ASCII
+/// case. `None` where slapd names the whole target instead: a DN that is
+/// empty or the object's own, or a target whose tail differs (spelled
+/// otherwise, or reached through an alias).
 fn mucked(named: &str, target: &Dn, at: &Dn) -> Option<String> {
-    if named.is_empty() || !target.is_within(at) {
+    let (target, base) = (target.pretty().ok()?, at.pretty().ok()?);
+    if named.is_empty() || named == base {
         return None;
     }
-    match target.depth().saturating_sub(at.depth()) {
-        0 => Some(named.to_string()),
-        n => Some(format!("{},{named}", target.head(n).pretty().ok()?)),
-    }
+    let cut = target.len().checked_sub(base.len())?;
+    let tail = target.get(cut..)?;
+    tail.eq_ignore_ascii_case(&base).then(|| format!("{}{named}", &target[..cut]))
 }
 
 /// The referral (10) for an operation on `target`, at or below the

@@ -34,7 +34,8 @@ pub struct LdapUrl {
     host: Vec<u8>,
     port: u16,
     pub dn: UrlDn,
-    attrs: Vec<Vec<u8>>,
+    /// Present (`?…` given, even empty) or not.
+    attrs: Option<Vec<Vec<u8>>>,
     pub scope: Option<String>,
     filter: Option<Vec<u8>>,
     exts: Vec<Vec<u8>>,
@@ -57,7 +58,7 @@ pub fn parse(text: &str) -> Parsed {
     if rest.get(..4).is_some_and(|p| p.eq_ignore_ascii_case("URL:")) {
         rest = &rest[4..];
     }
-    let Some(scheme) = ["ldap", "ldaps", "ldapi"].into_iter().find(|s| {
+    let Some(scheme) = ["ldap", "ldaps", "ldapi", "pldap", "pldaps"].into_iter().find(|s| {
         rest.get(..s.len() + 3).is_some_and(|p| p[..s.len()].eq_ignore_ascii_case(s) && &p[s.len()..] == "://")
     }) else {
         return Parsed::Other;
@@ -75,15 +76,38 @@ pub fn parse(text: &str) -> Parsed {
         Some((h, p)) => (h, Some(p)),
         None => (rest.split('?').next().unwrap_or_default(), None),
     };
-    let Some((host, port)) = host_port(hostport) else { return Parsed::Bad };
-    let Ok(port) = u16::try_from(port) else { return Parsed::Kept };
-    let Some(host) = decode(host) else { return Parsed::Bad };
+    let (host, port) = match scheme {
+        // A socket's path: no port.
+        "ldapi" => (hostport, None),
+        _ => match host_port(hostport) {
+            Some(hp) => hp,
+            None => return Parsed::Bad,
+        },
+    };
+    // In an IPv6 address a `%` not escaping anything starts a zone: kept.
+    let host = match hostport.starts_with('[') && scheme != "ldapi" {
+        true => decode_with(host, true),
+        false => decode(host),
+    };
+    let port = match port.map(port_of) {
+        None => 0,
+        Some(None) => return Parsed::Bad,
+        Some(Some(p)) => p,
+    };
+    // libldap's writer fails on a port past 65535 or below 0, and on a
+    // host it would escape after a port (it counts the escaped host and
+    // writes it raw): slapd then passes the value on as it stands.
+    let mut escaped = String::new();
+    escape(&host, false, true, &mut escaped);
+    if !(0..=65535).contains(&port) || (port != 0 && escaped.len() != host.len()) {
+        return Parsed::Kept;
+    }
     let mut url = LdapUrl {
         scheme,
         host,
-        port,
+        port: port as u16,
         dn: UrlDn::Absent,
-        attrs: Vec::new(),
+        attrs: None,
         scope: None,
         filter: None,
         exts: Vec::new(),
@@ -91,34 +115,30 @@ pub fn parse(text: &str) -> Parsed {
     let Some(path) = path else { return Parsed::Url(url) };
     let mut parts = path.split('?');
     url.dn = match parts.next().map(decode) {
-        Some(Some(dn)) if dn.is_empty() => UrlDn::Absent,
-        Some(Some(dn)) => String::from_utf8(dn).map_or(UrlDn::Invalid, UrlDn::Dn),
-        // An escape that is not one leaves no DN, as slapd's rewrite shows.
-        _ => UrlDn::Absent,
+        Some(dn) if dn.is_empty() => UrlDn::Absent,
+        Some(dn) => String::from_utf8(dn).map_or(UrlDn::Invalid, UrlDn::Dn),
+        None => UrlDn::Absent,
     };
-    if let Some(attrs) = parts.next() {
-        let each = attrs.split(',').filter(|a| !a.is_empty()).map(decode);
-        let Some(attrs) = each.collect::<Option<Vec<_>>>() else { return Parsed::Bad };
-        url.attrs = attrs;
+    // The list is decoded whole, then split: present, even if empty.
+    if let Some(attrs) = parts.next().filter(|a| !a.is_empty()) {
+        url.attrs = Some(decode(attrs).split(|b| *b == b',').filter(|a| !a.is_empty()).map(<[u8]>::to_vec).collect());
     }
     if let Some(scope) = parts.next().filter(|s| !s.is_empty()) {
-        let Some(scope) = decode(scope).and_then(|s| scope_of(&s)) else { return Parsed::Bad };
+        let Some(scope) = scope_of(&decode(scope)) else { return Parsed::Bad };
         url.scope = Some(scope.to_string());
     }
     if let Some(filter) = parts.next().filter(|f| !f.is_empty()) {
         match decode(filter) {
-            Some(f) if !f.is_empty() => url.filter = Some(f),
-            _ => return Parsed::Bad,
+            f if f.is_empty() => return Parsed::Bad,
+            f => url.filter = Some(f),
         }
     }
     if let Some(exts) = parts.next() {
-        let each = exts.split(',').filter(|e| !e.is_empty()).map(decode);
-        let Some(exts) = each.collect::<Option<Vec<_>>>() else { return Parsed::Bad };
-        let empty = |e: &Vec<u8>| e.strip_prefix(b"!").unwrap_or(e).is_empty();
-        if exts.is_empty() || exts.iter().any(empty) {
+        // Split, then each decoded: at least one, empty or not.
+        url.exts = exts.split(',').filter(|e| !e.is_empty()).map(decode).collect();
+        if url.exts.is_empty() {
             return Parsed::Bad;
         }
-        url.exts = exts;
     }
     match parts.next() {
         Some(_) => Parsed::Bad,
@@ -126,24 +146,38 @@ pub fn parse(text: &str) -> Parsed {
     }
 }
 
-/// The host and port of `host[:port]` or `[v6]:port` (port 0: none given).
-fn host_port(text: &str) -> Option<(&str, u32)> {
-    let (host, port) = match text.strip_prefix('[') {
+/// The host and the port's text of `host[:port]` or `[v6]:port`; text
+/// after `]` without a `:` is ignored, as libldap ignores it.
+fn host_port(text: &str) -> Option<(&str, Option<&str>)> {
+    match text.strip_prefix('[') {
         Some(v6) => {
             let (host, after) = v6.split_once(']')?;
-            (host, if after.is_empty() { None } else { Some(after.strip_prefix(':')?) })
+            Some((host, after.strip_prefix(':')))
         }
-        None => match text.split_once(':') {
+        None => Some(match text.split_once(':') {
             Some((h, p)) => (h, Some(p)),
             None => (text, None),
-        },
+        }),
+    }
+}
+
+/// A port as libldap reads it: decoded, then C's `strtol` (white space and
+/// a sign first, digits, nothing after) into an `int`.
+fn port_of(text: &str) -> Option<i64> {
+    let decoded = decode(text);
+    let t = std::str::from_utf8(&decoded).ok()?.trim_start_matches(|c: char| c.is_ascii_whitespace() || c == '\u{b}');
+    let (negative, digits) = match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
     };
-    let port = match port {
-        None => 0,
-        Some(p) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => p.parse().unwrap_or(u32::MAX),
-        Some(_) => return None,
-    };
-    Some((host, port))
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // strtol saturates at the long's bounds; the int keeps the low bits.
+    let long = digits.parse::<i64>().unwrap_or(i64::MAX);
+    let long = if negative { long.saturating_neg().max(i64::MIN) } else { long };
+    Some(i64::from(long as i32))
 }
 
 /// libldap's scope names, any case.
@@ -158,9 +192,14 @@ fn scope_of(name: &[u8]) -> Option<&'static str> {
     })
 }
 
-/// Percent-decoding, up to a NUL as C strings end; `None` for a `%` not
-/// followed by two hex digits.
-fn decode(text: &str) -> Option<Vec<u8>> {
+/// Percent-decoding as libldap's `ldap_pvt_hex_unescape`: up to a NUL, as
+/// C strings end; a `%` not followed by two hex digits empties the part.
+fn decode(text: &str) -> Vec<u8> {
+    decode_with(text, false)
+}
+
+/// `decode`; `lenient`: a `%` that is not an escape stays as it is.
+fn decode_with(text: &str, lenient: bool) -> Vec<u8> {
     let b = text.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -168,9 +207,17 @@ fn decode(text: &str) -> Option<Vec<u8>> {
         let byte = match b[i] {
             b'%' => {
                 let hex = |c: Option<&u8>| c.and_then(|c| (*c as char).to_digit(16));
-                let byte = (hex(b.get(i + 1))? * 16 + hex(b.get(i + 2))?) as u8;
-                i += 3;
-                byte
+                match (hex(b.get(i + 1)), hex(b.get(i + 2))) {
+                    (Some(h), Some(l)) => {
+                        i += 3;
+                        (h * 16 + l) as u8
+                    }
+                    _ if lenient => {
+                        i += 1;
+                        b'%'
+                    }
+                    _ => return Vec::new(),
+                }
             }
             c => {
                 i += 1;
@@ -182,7 +229,7 @@ fn decode(text: &str) -> Option<Vec<u8>> {
         }
         out.push(byte);
     }
-    Some(out)
+    out
 }
 
 /// What an escape spares besides letters and digits (libldap's
@@ -213,14 +260,19 @@ impl LdapUrl {
             _ if !self.exts.is_empty() => 5,
             _ if self.filter.is_some() => 4,
             _ if self.scope.is_some() => 3,
-            _ if !self.attrs.is_empty() => 2,
+            _ if self.attrs.is_some() => 2,
             _ if !dn.is_empty() => 1,
             _ => 0,
         };
         let mut out = format!("{}://", self.scheme);
-        match self.host.contains(&b':') {
-            true => out.push_str(&format!("[{}]", String::from_utf8_lossy(&self.host))),
-            false => escape(&self.host, false, true, &mut out),
+        // Brackets for a host of two colons or more (not a socket's path).
+        let v6 = self.scheme != "ldapi" && self.host.iter().filter(|b| **b == b':').count() > 1;
+        if v6 {
+            out.push('[');
+        }
+        escape(&self.host, false, true, &mut out);
+        if v6 {
+            out.push(']');
         }
         if self.port != 0 {
             out.push_str(&format!(":{}", self.port));
@@ -237,7 +289,7 @@ impl LdapUrl {
             out.push(if part == 1 { '/' } else { '?' });
             match part {
                 1 => escape(dn, false, false, &mut out),
-                2 => list(&self.attrs, false, &mut out),
+                2 => list(self.attrs.as_deref().unwrap_or_default(), false, &mut out),
                 3 => out.push_str(self.scope.as_deref().unwrap_or_default()),
                 4 => escape(self.filter.as_deref().unwrap_or_default(), false, false, &mut out),
                 _ => list(&self.exts, true, &mut out),
@@ -268,6 +320,20 @@ mod tests {
             ("ldap://h/ou=x??sub?(cn=a%20b)", "ldap://h/ou=x??sub?(cn=a%20b)"),
             ("ldap://h/ou=x?cn,,sn", "ldap://h/ou=x?cn,sn"),
             ("ldap://h/ou=x?c%2Cn", "ldap://h/ou=x?c,n"),
+            ("ldap://h/ou=x?%2C", "ldap://h/ou=x?"),
+            ("ldap://h/ou=x?c%zz", "ldap://h/ou=x?"),
+            ("ldap://h%zz/ou=x", "ldap:///ou=x"),
+            ("ldap://h/ou=x????!", "ldap://h/ou=x????!"),
+            ("ldap://h:%33%38%39/ou=x", "ldap://h:389/ou=x"),
+            ("ldap://h:+389/ou=x", "ldap://h:389/ou=x"),
+            ("ldap://h:4294967297/ou=x", "ldap://h:1/ou=x"),
+            ("ldap://h%3Ax/ou=x", "ldap://h:x/ou=x"),
+            ("ldap://[fe80::1%eth0]/ou=x", "ldap://[fe80::1%25eth0]/ou=x"),
+            ("ldap://[fe80::1%25eth0]/ou=x", "ldap://[fe80::1%25eth0]/ou=x"),
+            ("ldap://[::1]x/ou=x", "ldap://[::1]/ou=x"),
+            ("ldapi://[::1]/ou=x", "ldapi://%5B::1%5D/ou=x"),
+            ("ldapi://a:b/ou=x", "ldapi://a:b/ou=x"),
+            ("PLDAP://h", "pldap://h"),
             ("ldap://h/ou=x????!x-ext=1", "ldap://h/ou=x????!x-ext=1"),
             ("ldap://h:0/ou=x", "ldap://h/ou=x"),
             ("ldap://[::1]:389/ou=x", "ldap://[::1]:389/ou=x"),
@@ -285,6 +351,9 @@ mod tests {
             ("ldap://h/ou=x????", Parsed::Bad),
             ("ldap://h:abc/ou=x", Parsed::Bad),
             ("ldap://h:99999/ou=x", Parsed::Kept),
+            ("ldap://h:-1/ou=x", Parsed::Kept),
+            ("ldap://h%20x:389/ou=x", Parsed::Kept),
+            ("ldap://[fe80::1%eth0]:389/ou=x", Parsed::Kept),
             ("cldap://h/ou=x", Parsed::Other),
             ("http://h/x?y", Parsed::Other),
         ] {
