@@ -114,6 +114,8 @@ pub fn dispatch(
             return if bind { Flow::Binding(None) } else { Flow::Continue };
         }
     };
+    // A write's message ID, and whether it carries No-Op (answered 16654).
+    let write = (msgid, ctrls.no_op.is_some());
     match msg.op {
         LdapOp::BindRequest(req) => match bind::handle(conn, &req, first_step) {
             bind::Outcome::Now(res) => {
@@ -157,34 +159,18 @@ pub fn dispatch(
             Some((persist, cookie)) => syncrepl::start(conn, &ctrls, msgid, req, persist, cookie, rec),
             None => search::start(conn, msgid, req, ctrls, rec, out),
         },
-        LdapOp::AddRequest(req) => spawn_write(
-            conn,
-            (msgid, ctrls.no_op.is_some()),
-            rec,
-            LdapOp::AddResponse,
-            add::handle(conn.clone(), req, ctrls),
-        ),
-        LdapOp::ModifyRequest(req) => spawn_write(
-            conn,
-            (msgid, ctrls.no_op.is_some()),
-            rec,
-            LdapOp::ModifyResponse,
-            modify::handle(conn.clone(), req, ctrls),
-        ),
-        LdapOp::DelRequest(dn) => spawn_write(
-            conn,
-            (msgid, ctrls.no_op.is_some()),
-            rec,
-            LdapOp::DelResponse,
-            delete::handle(conn.clone(), dn, ctrls),
-        ),
-        LdapOp::ModifyDNRequest(req) => spawn_write(
-            conn,
-            (msgid, ctrls.no_op.is_some()),
-            rec,
-            LdapOp::ModifyDNResponse,
-            modify_dn::handle(conn.clone(), req, ctrls),
-        ),
+        LdapOp::AddRequest(req) => {
+            spawn_write(conn, write, rec, LdapOp::AddResponse, add::handle(conn.clone(), req, ctrls))
+        }
+        LdapOp::ModifyRequest(req) => {
+            spawn_write(conn, write, rec, LdapOp::ModifyResponse, modify::handle(conn.clone(), req, ctrls))
+        }
+        LdapOp::DelRequest(dn) => {
+            spawn_write(conn, write, rec, LdapOp::DelResponse, delete::handle(conn.clone(), dn, ctrls))
+        }
+        LdapOp::ModifyDNRequest(req) => {
+            spawn_write(conn, write, rec, LdapOp::ModifyDNResponse, modify_dn::handle(conn.clone(), req, ctrls))
+        }
         LdapOp::CompareRequest(req) => {
             let done = |code| LdapResult { code, matcheddn: String::new(), message: String::new(), referral: vec![] };
             match compare::handle(conn, &req, &ctrls) {
