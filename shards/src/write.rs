@@ -114,6 +114,8 @@ pub struct Extras {
     /// The most bytes the entry may take once modified (a modify;
     /// back-mdb's `maxentrysize`); 0: no limit.
     pub max_bytes: usize,
+    /// The No-Op control: the update's checks, nothing kept (`WriteOp::Dry`).
+    pub dry: bool,
 }
 
 /// The entry images an op was asked for.

@@ -52,44 +52,34 @@ impl Shard {
     /// No-Op control): the error the add would meet, if any.
     pub async fn check_add(&self, dn: &Dn, entry: Entry, is_suffix: bool) -> Result<()> {
         for (owner, op) in add_ops(&self.manifest, dn, entry, is_suffix) {
-            self.submit_to(owner, WriteOp::Dry(Box::new(op))).await?;
+            self.submit_to(owner, dry_if(op, true)).await?;
         }
         Ok(())
     }
 
     /// Removes a leaf entry and uncounts it on its parent (in the same
     /// transaction when one shard owns both); returns the images `extras`
-    /// asked for.
+    /// asked for. `extras.dry`: only checked, and a parent of another
+    /// owner is not asked (lowering a count checks nothing).
     pub async fn delete(&self, dn: &Dn, dn_text: &str, is_suffix: bool, extras: Extras) -> Outcome {
-        let (owner, op, remote_parent) = self.delete_op(dn, dn_text, is_suffix, extras);
-        let images = self.submit_for(owner, op).await?;
-        if let Some(p) = remote_parent {
+        let key = dn.key();
+        let owner = self.owner_of(&key);
+        let dry = extras.dry;
+        let parent = (!is_suffix).then(|| Parent::of(dn));
+        let local_parent = parent.as_ref().is_some_and(|p| self.owner_of(&p.key) == owner);
+        let (parent, remote) = if local_parent { (parent, None) } else { (None, parent) };
+        let op = WriteOp::Delete { key, dn: dn_text.to_string(), parent, extras };
+        let images = self.submit_for(owner, dry_if(op, dry)).await?;
+        if let (Some(p), false) = (remote, dry) {
             self.submit(&p.key.clone(), WriteOp::Child { parent: p, delta: -1 }).await?;
         }
         Ok(images)
     }
 
-    /// `delete`'s checks, nothing written (the No-Op control). Lowering a
-    /// count checks nothing, so a parent of another owner is not asked.
-    pub async fn check_delete(&self, dn: &Dn, dn_text: &str, is_suffix: bool, extras: Extras) -> Result<()> {
-        let (owner, op, _) = self.delete_op(dn, dn_text, is_suffix, extras);
-        self.submit_to(owner, WriteOp::Dry(Box::new(op))).await
-    }
-
-    /// A delete's op for the entry's owner, and the parent to uncount
-    /// apart when another shard owns it.
-    fn delete_op(&self, dn: &Dn, dn_text: &str, is_suffix: bool, extras: Extras) -> (usize, WriteOp, Option<Parent>) {
-        let key = dn.key();
-        let owner = self.owner_of(&key);
-        let parent = (!is_suffix).then(|| Parent::of(dn));
-        let local_parent = parent.as_ref().is_some_and(|p| self.owner_of(&p.key) == owner);
-        let (parent, remote) = if local_parent { (parent, None) } else { (None, parent) };
-        (owner, WriteOp::Delete { key, dn: dn_text.to_string(), parent, extras }, remote)
-    }
-
     /// Applies modifications to the entry with DN key `key` (`dn` as the
     /// client spelled it, `rdn` its naming values, which no modification
-    /// may remove); returns the images `extras` asked for.
+    /// may remove); returns the images `extras` asked for (`extras.dry`:
+    /// only checked).
     pub async fn modify(
         &self,
         key: Vec<u8>,
@@ -100,22 +90,8 @@ impl Shard {
         extras: Extras,
     ) -> Outcome {
         let owner = self.owner_of(&key);
-        self.submit_for(owner, WriteOp::Modify { key, dn, mods, rdn, stamp, extras }).await
-    }
-
-    /// `modify`'s checks, nothing written (the No-Op control).
-    pub async fn check_modify(
-        &self,
-        key: Vec<u8>,
-        dn: String,
-        mods: Vec<Mod>,
-        rdn: Vec<(String, Vec<u8>)>,
-        stamp: Stamp,
-        extras: Extras,
-    ) -> Result<()> {
-        let owner = self.owner_of(&key);
-        let op = WriteOp::Modify { key, dn, mods, rdn, stamp, extras };
-        self.submit_to(owner, WriteOp::Dry(Box::new(op))).await
+        let dry = extras.dry;
+        self.submit_for(owner, dry_if(WriteOp::Modify { key, dn, mods, rdn, stamp, extras }, dry)).await
     }
 
     /// Raises (checking that the parent exists) or lowers a parent's child
@@ -127,7 +103,7 @@ impl Shard {
     /// `count_child(parent, 1)`'s check, nothing written (the No-Op
     /// control's rename): the parent exists.
     pub async fn check_parent(&self, parent: Parent) -> Result<()> {
-        self.submit(&parent.key.clone(), WriteOp::Dry(Box::new(WriteOp::Child { parent, delta: 1 }))).await
+        self.submit(&parent.key.clone(), dry_if(WriteOp::Child { parent, delta: 1 }, true)).await
     }
 
     /// The old DN's owner's part of a rename (the parents are counted
@@ -182,5 +158,13 @@ impl Shard {
         let Trim { partition, origin, upto, older_than_us, keep_tombstones, peer_holds } = t;
         let op = WriteOp::Trim { partition, origin, upto, older_than_us, keep_tombstones, peer_holds };
         self.submit_to(self.manifest.owner_of_partition(partition as u32), op).await
+    }
+}
+
+/// `op`, or (`dry`) its checks only, in a transaction given up.
+fn dry_if(op: WriteOp, dry: bool) -> WriteOp {
+    match dry {
+        true => WriteOp::Dry(Box::new(op)),
+        false => op,
     }
 }

@@ -46,12 +46,13 @@ pub async fn handle(conn: Rc<Conn>, dn_text: String, ctrls: Controls) -> Result<
     crate::glue::refuse_write(&conn, &identity, &dn, ctrls.manage_dsa_it)?;
     let assertion = controls::check_assertion_before_write(&conn, &identity, ctrls.assertion, &dn.key())?;
     crate::ops::referral::check_target(&conn, &identity, &dn, ctrls.manage_dsa_it)?;
-    let extras = Extras { assertion, before: ctrls.pre_read.is_some(), ..Extras::default() };
-    let shard = &conn.ctx.shard;
-    let deleted = match ctrls.no_op {
-        Some(()) => shard.check_delete(&dn, &dn_text, is_suffix, extras).await.map(|_| None),
-        None => shard.delete(&dn, &dn_text, is_suffix, extras).await,
-    };
-    let images = deleted.map_err(|e| with_matched(&conn, &identity, &dn, e))?;
+    let dry = ctrls.no_op.is_some();
+    let extras = Extras { assertion, before: ctrls.pre_read.is_some(), dry, ..Extras::default() };
+    let images = conn
+        .ctx
+        .shard
+        .delete(&dn, &dn_text, is_suffix, extras)
+        .await
+        .map_err(|e| with_matched(&conn, &identity, &dn, e))?;
     Ok(controls::read_entry_controls(&conn, &identity, images, &ctrls.pre_read, &None, None))
 }

@@ -128,16 +128,16 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
         relax: ctrls.relax.is_some(),
         permissive: ctrls.permissive.is_some(),
         max_bytes: live.limits.max_entry_bytes,
+        dry: ctrls.no_op.is_some(),
     };
     let shard = &conn.ctx.shard;
     // Admitted only now: a rename waits for admitted writes, so none may
     // wait on password hashing while admitted.
     let _admitted = conn.ctx.admit_write(&dn)?;
-    let modified = match ctrls.no_op {
-        Some(()) => shard.check_modify(key, req.dn.clone(), mods, rdn, stamp, extras).await.map(|_| None),
-        None => shard.modify(key, req.dn.clone(), mods, rdn, stamp, extras).await,
-    };
-    let images = modified.map_err(|e| with_matched(&conn, &identity, &dn, e))?;
+    let images = shard
+        .modify(key, req.dn.clone(), mods, rdn, stamp, extras)
+        .await
+        .map_err(|e| with_matched(&conn, &identity, &dn, e))?;
     Ok(controls::read_entry_controls(&conn, &identity, images, &ctrls.pre_read, &ctrls.post_read, None))
 }
 

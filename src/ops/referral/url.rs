@@ -97,9 +97,7 @@ pub fn parse(text: &str) -> Parsed {
     // libldap's writer fails on a port past 65535 or below 0, and on a
     // host it would escape after a port (it counts the escaped host and
     // writes it raw): slapd then passes the value on as it stands.
-    let mut escaped = String::new();
-    escape(&host, false, true, &mut escaped);
-    if !(0..=65535).contains(&port) || (port != 0 && escaped.len() != host.len()) {
+    if !(0..=65535).contains(&port) || (port != 0 && !host.iter().all(|b| spared(*b, false, true))) {
         return Parsed::Kept;
     }
     let mut url = LdapUrl {
@@ -236,14 +234,18 @@ fn decode_with(text: &str, lenient: bool) -> Vec<u8> {
 /// `hex_escape`): RFC 2396's reserved characters but `?`, and its marks.
 const SPARED: &[u8] = b";:@&=+$-_.!~*'(),/";
 
-/// libldap's escaping; `comma`, `slash`: those are escaped too.
+/// Whether libldap writes `b` as it is; `comma`, `slash`: those escaped too.
+fn spared(b: u8, comma: bool, slash: bool) -> bool {
+    b.is_ascii_alphanumeric() || (SPARED.contains(&b) && !(comma && b == b',') && !(slash && b == b'/'))
+}
+
+/// libldap's escaping (`spared`).
 fn escape(value: &[u8], comma: bool, slash: bool, out: &mut String) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     for &b in value {
-        let spared =
-            b.is_ascii_alphanumeric() || (SPARED.contains(&b) && !(comma && b == b',') && !(slash && b == b'/'));
-        match spared {
+        match spared(b, comma, slash) {
             true => out.push(b as char),
-            false => out.push_str(&format!("%{b:02X}")),
+            false => out.extend(['%', HEX[usize::from(b >> 4)] as char, HEX[usize::from(b & 15)] as char]),
         }
     }
 }
