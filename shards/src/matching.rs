@@ -17,7 +17,7 @@
 mod forms;
 mod names;
 use forms::*;
-pub use forms::{csn, fold, generalized_time, integer, is_descriptor, is_numeric_oid};
+pub use forms::{csn, fold, generalized_time, integer, is_descriptor, is_numeric_oid, numericoid};
 pub use names::*;
 
 use crate::dn::Dn;
@@ -36,7 +36,14 @@ pub enum Piece {
 /// The matching rules this server implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Rule {
+    /// objectIdentifierMatch as slapd normalizes it: numeric OIDs only, so
+    /// a descriptor is no value or assertion of such a type.
     ObjectIdentifier,
+    /// The same rule for the types whose values name object classes
+    /// (`objectClass`, `structuralObjectClass`): slapd matches them by
+    /// class, so a class's name and OID are one value. Never named by a
+    /// filter: `objectIdentifierMatch` is `ObjectIdentifier`.
+    ObjectClass,
     DistinguishedName,
     /// RFC 4517's RDN syntax as OpenLDAP defines it (`rdnMatch`).
     Rdn,
@@ -125,6 +132,7 @@ use Usage::{Equality as EQ, Ordering as ORD, Substrings as SUB};
 /// published in `cn=Subschema`.
 pub const RULES: &[RuleInfo] = &[
     r(Rule::ObjectIdentifier, "objectIdentifierMatch", "2.5.13.0", "38", EQ),
+    r(Rule::ObjectClass, "objectIdentifierMatch", "2.5.13.0", "38", EQ),
     r(Rule::DistinguishedName, "distinguishedNameMatch", "2.5.13.1", "12", EQ),
     r(Rule::Rdn, "rdnMatch", "1.2.36.79672281.1.13.3", "1.2.36.79672281.1.5.0", EQ),
     r(Rule::CaseIgnore, "caseIgnoreMatch", "2.5.13.2", "15", EQ),
@@ -183,7 +191,9 @@ impl RuleInfo {
         !self.rule.is_dn_relation()
             && !matches!(
                 self.rule,
-                Csn | CsnOrdering
+                ObjectClass
+                    | Csn
+                    | CsnOrdering
                     | Authz
                     | AttributeCertificateExact
                     | PresentationAddress
@@ -309,7 +319,8 @@ impl Rule {
             }
             UniqueMember => unique_member(value).map(Cow::Owned),
             GeneralizedTime | GeneralizedTimeOrdering => generalized_time(value).map(|t| Cow::Owned(t.into_bytes())),
-            ObjectIdentifier => std::str::from_utf8(value).ok().and_then(oid).map(Cow::Owned),
+            ObjectIdentifier => numericoid(value).then_some(Cow::Borrowed(value)),
+            ObjectClass => std::str::from_utf8(value).ok().and_then(oid).map(Cow::Owned),
             // The first component of a schema description: a matching
             // rule's (`(matchingRules=caseIgnoreMatch)`) may be named too.
             ObjectIdentifierFirstComponent => {
@@ -556,9 +567,15 @@ mod tests {
             (DistinguishedName, "CN=John  Doe , DC=Example,dc=COM", Some("cn=john doe,dc=example,dc=com")),
             (DistinguishedName, "not a dn", None),
             (UniqueMember, "UID=a,DC=x#'0101'B", Some("uid=a,dc=x#'0101'B")),
-            (ObjectIdentifier, "inetOrgPerson", Some("2.16.840.1.113730.3.2.2")),
+            (ObjectIdentifier, "inetOrgPerson", None),
             (ObjectIdentifier, "2.5.6.6", Some("2.5.6.6")),
+            (ObjectIdentifier, "7", Some("7")),
+            (ObjectIdentifier, " 2.5.6.6", None),
+            (ObjectIdentifier, "2.5.06", None),
             (ObjectIdentifier, "1..2", None),
+            (ObjectClass, "inetOrgPerson", Some("2.16.840.1.113730.3.2.2")),
+            (ObjectClass, "2.5.6.6", Some("2.5.6.6")),
+            (ObjectClass, "1..2", None),
             (ObjectIdentifierFirstComponent, "( 2.5.4.3 NAME 'cn' )", Some("2.5.4.3")),
             (OctetString, "Secret", Some("Secret")),
             (Uuid, "6BA7B810-9DAD-11D1-80B4-00C04FD430C8", Some("6ba7b810-9dad-11d1-80b4-00c04fd430c8")),

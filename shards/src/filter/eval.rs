@@ -450,16 +450,22 @@ fn extensible_eval(
 ) -> Option<bool> {
     let ours = |name: &str| extensible_covers(attr, rule, name);
     // A value the rule cannot compare makes the item Undefined unless
-    // another value matches.
+    // another value matches; so does a value of the named type the rule
+    // cannot normalize (slapd: objectClass's names under
+    // objectIdentifierMatch), where a type-less item passes it by.
     let undefined = std::cell::Cell::new(false);
     let hit = |v: &[u8]| {
         spend_on(v)
-            && rule.normalize(v).is_some_and(|n| {
-                rule_matches(rule, less, &n, want).unwrap_or_else(|| {
+            && match rule.normalize(v) {
+                Some(n) => rule_matches(rule, less, &n, want).unwrap_or_else(|| {
                     undefined.set(true);
                     false
-                })
-            })
+                }),
+                None => {
+                    undefined.set(undefined.get() || attr.is_some());
+                    false
+                }
+            }
     };
     if e.attrs().filter(|a| spend() && ours(a.name)).any(|a| a.vals().any(&hit)) {
         return Some(true);

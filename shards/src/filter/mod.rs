@@ -459,14 +459,6 @@ fn extensible(schema: &'static Schema, m: &LdapMatchingRuleAssertion) -> Option<
         }
     }
     if let Some(names) = &attr {
-        // objectClass's values are classes: one the schema does not know
-        // is Undefined under its rule too, as in slapd.
-        if names.name() == "objectClass"
-            && rule == Rule::ObjectIdentifier
-            && schema.class_index(&m.match_value).is_none()
-        {
-            return None;
-        }
         if names.name() == "entryDN" {
             // entryDN is no stored attribute: the entry's own DN (the
             // dnAttributes flag adds nothing to it, as in slapd). Only DN

@@ -205,6 +205,14 @@ pub(super) fn oid(text: &str) -> Option<Vec<u8>> {
     })
 }
 
+/// RFC 4512's `numericoid` as slapd's objectIdentifierMatch reads a
+/// value: one arc or more (`7` is one), no leading zero, nothing around.
+pub fn numericoid(v: &[u8]) -> bool {
+    !v.is_empty()
+        && v.split(|b| *b == b'.')
+            .all(|arc| !arc.is_empty() && arc.iter().all(u8::is_ascii_digit) && (arc == b"0" || arc[0] != b'0'))
+}
+
 pub fn is_numeric_oid(s: &str) -> bool {
     !s.is_empty()
         && s.split('.').all(|part| {

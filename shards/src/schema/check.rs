@@ -280,6 +280,11 @@ fn check_syntaxes(at: &AttributeType, name: &str, vals: &[Vec<u8>]) -> Result<()
                 format!("{name}: value #{i} invalid per syntax ({})", at.syntax_ref.desc),
             ));
         }
+        // As slapd: a value its equality rule cannot normalize (a
+        // descriptor of a type matched by objectIdentifierMatch) is refused.
+        if at.equality.is_some_and(|rule| rule.normalize(v).is_none()) {
+            return Err(Error::new(Code::InvalidAttributeSyntax, format!("{name}: value #{i} normalization failed")));
+        }
     }
     Ok(())
 }

@@ -322,6 +322,11 @@ fn resolve_attr(
         usage,
         definition: String::new(),
     };
+    // slapd matches objectClass and structuralObjectClass by class (a
+    // name and its OID are one value); other OID-syntax types by OID.
+    if matches!(at.oid.as_str(), "2.5.4.0" | "2.5.21.9") && at.equality == Some(Rule::ObjectIdentifier) {
+        at.equality = Some(Rule::ObjectClass);
+    }
     at.definition = render_attr(desc, &at, parent);
     Ok(at)
 }

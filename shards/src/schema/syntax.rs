@@ -252,8 +252,10 @@ pub(crate) fn csn(v: &[u8]) -> bool {
     matching::csn(v).is_some()
 }
 
+/// RFC 4512's `oid`: a numeric OID (of one arc too, as slapd takes `7`)
+/// or a descriptor.
 fn oid(v: &[u8]) -> bool {
-    std::str::from_utf8(v).is_ok_and(|s| matching::is_numeric_oid(s) || matching::is_descriptor(s))
+    matching::numericoid(v) || std::str::from_utf8(v).is_ok_and(matching::is_descriptor)
 }
 
 pub(crate) fn bit_string(v: &[u8]) -> bool {
@@ -330,6 +332,8 @@ mod tests {
             ("38", "2.5.4.3", true),
             ("38", "inetOrgPerson", true),
             ("38", "1.", false),
+            ("38", "7", true),
+            ("38", "01.2", false),
             ("40", "\u{0}\u{ff}", true),
             ("41", "1 Main St$Springfield", true),
             ("41", "1 Main St$$x", true),
