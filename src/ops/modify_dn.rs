@@ -280,11 +280,22 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
     // The new RDN's values were checked with its DN (`validate`, 34);
     // those the entry held are not checked again (`check_modified`).
     shards::schema::check::check_modified(&entry, &new)?;
-    let after = ctrls.post_read.as_ref().map(|_| entry.clone());
-    // Post-Read shows the request's spelling (slapd's differs in case at
-    // times: differences.toml, p54-modrdn-postread-parent-spelling); the
-    // entry (and its subtree) is stored below its new parent as stored.
-    let new = crate::ops::stored_spelling(ctx, &new)?;
+    // The entry (and its subtree) is stored below its new parent as stored.
+    let stored = crate::ops::stored_spelling(ctx, &new)?;
+    // Post-Read names it as slapd's does: below the new parent as stored
+    // when it moves, below the request DN's parent as spelled when not
+    // (newSuperior naming the current parent included).
+    let after = match ctrls.post_read {
+        Some(_) => {
+            let named = match superior != old.parent() {
+                true => stored.clone(),
+                false => Dn::renamed(new.rdn().expect("a renamed entry has an RDN").clone(), &old.parent()),
+            };
+            Some(Entry { dn: named.pretty()?, attrs: entry.attrs.clone() })
+        }
+        None => None,
+    };
+    let new = stored;
     entry.dn = new.pretty()?;
     let Some(claim) = claim else {
         return check_rename(shard, &old, &new, in_place, below).await.map(|_| Vec::new());
