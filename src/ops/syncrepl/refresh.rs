@@ -54,7 +54,23 @@ pub(super) async fn refresh(
     let mut from = base_key.to_vec();
     // Once resumed, `from` was handled already.
     let mut resumed = false;
+    // Admitted as a search is (`ops::carries`): a subtree rename in scope
+    // waits for the walk, which so meets the subtree whole at one place.
+    // One that overtakes it (a walk outlasting the rename's wait) makes
+    // it walk again, every entry in full as it is now: what went out
+    // before may have named the subtree at neither place, or half.
+    let mut reading = admit(s, abandoned).await?;
+    let mut walks = 1;
+    let mut again = false;
     loop {
+        if reading.as_ref().is_some_and(|r| r.overtaken()) {
+            if walks > REWALKS {
+                return Err(crate::ops::carries::overtaken_error());
+            }
+            drop(reading);
+            reading = admit(s, abandoned).await?;
+            (walks, again, from, resumed) = (walks + 1, true, base_key.to_vec(), false);
+        }
         let mut out = BytesMut::new();
         let next_from;
         // The room the entry the chunk stopped at needs, waited for once
@@ -93,6 +109,7 @@ pub(super) async fn refresh(
                 let decided = shards::index::decided_items(txn, &s.filter, id, view.size())?;
                 let state = match (shards::filter::with_decided(decided, || s.matches(key, &view))?, changed, phase) {
                     (true, true, _) => SyncStateValue::Add,
+                    (true, false, _) if again => SyncStateValue::Add,
                     (true, false, Phase::Present) => SyncStateValue::Present,
                     // Changed so that the filter no longer takes it.
                     (false, true, Phase::Delete) => {
@@ -137,9 +154,12 @@ pub(super) async fn refresh(
         }
         match next_from {
             Some(next) => (from, resumed) = next,
+            // Overtaken: walked again from the top of the loop.
+            None if reading.as_ref().is_some_and(|r| r.overtaken()) => {}
             None => break,
         }
     }
+    drop(reading);
     let before = before(next.rid, since);
     let Some(since) = since.filter(|_| phase == Phase::Delete) else {
         // A present phase tells of a delete only by leaving the entry
@@ -200,6 +220,21 @@ pub(super) async fn refresh(
     }
     s.room.send(out).await;
     Ok((phase, handed))
+}
+
+/// How many times a refresh walks again after renames overtook it
+/// before it ends with `busy` (the consumer retries).
+const REWALKS: u32 = 2;
+
+/// A walk below the base admitted as a search's is (`Ctx::admit_read`).
+async fn admit<'a>(
+    s: &'a Session<'_>,
+    abandoned: &crate::ops::abandon::Abandoned,
+) -> Result<Option<crate::ops::carries::Reading<'a>>> {
+    Ok(match s.scope {
+        LdapSearchScope::Base => None,
+        _ => Some(s.conn.ctx.admit_read(&s.base_key, false, s.deadline, abandoned).await?),
+    })
 }
 
 /// The key of the naming context the session synchronizes, when the

@@ -425,3 +425,82 @@ fn a_replay_from_a_lagging_cookie_deletes_a_parent_after_its_child_left() {
     let at = |u: uuid::Uuid| gone.iter().position(|g| *g == u).unwrap_or_else(|| panic!("{u} not said gone: {gone:?}"));
     assert!(at(kid_uuid) < at(ou_uuid), "the parent was said gone before its child: {gone:?}");
 }
+
+/// A subtree renamed while a refresh is under way, its client not reading
+/// (the walk stalled between the rename's old and new places): the
+/// refresh names the subtree whole, below its old parent or its new one.
+/// Before, the walk had passed the new place and met the old one empty,
+/// so the subtree was named nowhere and a consumer deleted it.
+#[test]
+fn a_subtree_renamed_during_a_refresh_is_named_whole() {
+    renamed_during_a_refresh(std::time::Duration::from_secs(3));
+}
+
+/// As above, but the client reads on only once the rename is done: the
+/// rename overtakes the stalled walk (after `SETTLE_LIMIT`, 10 s), and
+/// the refresh walks again, naming the subtree at its new place.
+#[test]
+fn a_refresh_overtaken_by_a_subtree_rename_walks_again() {
+    renamed_during_a_refresh(std::time::Duration::from_secs(60));
+}
+
+fn renamed_during_a_refresh(read_on_after: std::time::Duration) {
+    use ldap3_proto::proto::{LdapOp, SyncRequestMode};
+    let s = Server::start_with_config(2, "[syncrepl]\nprovider = true\n[storage]\nsync = \"never\"\n");
+    let mut ldif = String::new();
+    for ou in ["aaa", "mmm", "zzz"] {
+        ldif += &format!("dn: ou={ou},{SUFFIX}\nobjectClass: organizationalUnit\nou: {ou}\n\n");
+    }
+    ldif += &format!("dn: ou=box,ou=zzz,{SUFFIX}\nobjectClass: organizationalUnit\nou: box\n\n");
+    for i in 0..3 {
+        ldif += &format!("dn: cn=kid{i},ou=box,ou=zzz,{SUFFIX}\nobjectClass: device\ncn: kid{i}\n\n");
+    }
+    // About 30 MB between the two places: more than the socket buffers hold.
+    let filler = "x".repeat(20_000);
+    for i in 0..1500 {
+        ldif += &format!("dn: cn=f{i},ou=mmm,{SUFFIX}\nobjectClass: device\ncn: f{i}\ndescription: {filler}\n\n");
+    }
+    let (code, out, err) = tool("ldapadd", &["-x", "-H", &s.url(), "-D", ROOT_DN, "-w", ROOT_PW], Some(&ldif));
+    assert_eq!(code, 0, "{out}{err}");
+    let mut r = Raw::connect(&s);
+    r.send(vec![LdapMsg::new(1, crate::support::bind(ROOT_DN, ROOT_PW))]);
+    assert!(matches!(r.recv().expect("bound").op, LdapOp::BindResponse(_)));
+    r.send(vec![sync_search(2, SyncRequestMode::RefreshOnly, None)]);
+    let mut named: Vec<String> = Vec::new();
+    let take = |named: &mut Vec<String>, m: LdapMsg| match m.op {
+        LdapOp::SearchResultEntry(e) => {
+            named.push(e.dn.to_lowercase());
+            false
+        }
+        LdapOp::SearchResultDone(d) => {
+            assert_eq!(d.code, ldap3_proto::LdapResultCode::Success, "{d:?}");
+            true
+        }
+        _ => false,
+    };
+    // Read until the walk is past ou=aaa, then stop reading.
+    while !named.last().is_some_and(|dn| dn.contains("ou=mmm")) {
+        assert!(!take(&mut named, r.recv_lenient().expect("the refresh ended early")));
+    }
+    let (done, moved) = std::sync::mpsc::channel();
+    let mut c = s.admin();
+    let mover = std::thread::spawn(move || {
+        let rc = c.modifydn(&format!("ou=box,ou=zzz,{SUFFIX}"), "ou=box", true, Some(&format!("ou=aaa,{SUFFIX}")));
+        let _ = done.send(());
+        rc.unwrap().rc
+    });
+    // The rename may wait for the refresh: read on after a while either way.
+    let _ = moved.recv_timeout(read_on_after);
+    while !take(&mut named, r.recv_lenient().expect("the refresh never ended")) {}
+    assert_eq!(mover.join().unwrap(), 0);
+    let box_at = |parent: &str| {
+        let mut want = vec![format!("ou=box,ou={parent},{SUFFIX}")];
+        want.extend((0..3).map(|i| format!("cn=kid{i},ou=box,ou={parent},{SUFFIX}")));
+        want.iter().all(|dn| named.contains(dn))
+    };
+    assert!(
+        box_at("zzz") || box_at("aaa"),
+        "the subtree is not named whole: {:?}",
+        named.iter().filter(|dn| dn.contains("box")).collect::<Vec<_>>()
+    );
+}
