@@ -21,8 +21,12 @@ use crate::{filter, index, matching, schema};
 use ldap3_proto::proto::LdapFilter;
 use ldap3_proto::LdapResultCode;
 
-/// LMDB's default maximum key size is 511 bytes; DN keys above this are refused.
-pub const MAX_KEY: usize = 500;
+/// The longest DN key stored: a DN key is a store key (`dn2id`,
+/// `children`), and LMDB built with `longer-keys` takes keys up to 1,982
+/// bytes on 4 KiB pages (`store::lmdb::MAX_STORE_KEY`, checked at open).
+/// slapd's back-mdb keeps each RDN apart, so a DN of many RDNs is long
+/// there too: 500 refused DNs slapd stores (probes67).
+pub const MAX_KEY: usize = 1900;
 
 #[derive(Debug, Clone)]
 pub(crate) enum WriteOp {

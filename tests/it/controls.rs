@@ -472,8 +472,9 @@ fn a_no_op_rename_answers_as_the_rename_would() {
     let team = format!("ou=team,{PEOPLE}");
     assert_eq!(ou(&mut c, &team).unwrap().rc, 0);
     assert_eq!(ou(&mut c, &format!("ou=member-with-a-long-name,{team}")).unwrap().rc, 0);
-    let leaf = format!("ou={},{PEOPLE}", "l".repeat(480));
-    let below = format!("ou={},{PEOPLE}", "b".repeat(460));
+    // `shards::write::MAX_KEY` is 1,900 bytes.
+    let leaf = format!("ou={},{PEOPLE}", "l".repeat(1880));
+    let below = format!("ou={},{PEOPLE}", "b".repeat(1860));
     for (dn, rdn) in
         [(team.as_str(), leaf.split(',').next().unwrap()), (team.as_str(), below.split(',').next().unwrap())]
     {

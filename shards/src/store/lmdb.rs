@@ -39,6 +39,10 @@ const POOLS: usize = 128;
 /// so pools hold at most half of `MAX_READERS`.
 const KEPT: usize = 4;
 const MAX_READERS: u32 = 1024;
+/// The longest key a store takes: LMDB's on 4 KiB pages when built with
+/// `MDB_MAXKEYSIZE=0` (lmdb-master-sys's `longer-keys`), where the
+/// default build stops at 511. The file format is the same either way.
+pub const MAX_STORE_KEY: usize = 1982;
 
 pub struct LmdbStore {
     env: NonNull<ffi::MDB_env>,
@@ -191,6 +195,7 @@ impl LmdbStore {
     }
 
     fn open_env(dir: &Path, sync: SyncMode, map_size: usize) -> Result<LmdbStore> {
+        const { assert!(crate::write::MAX_KEY < MAX_STORE_KEY) };
         let path = CString::new(dir.as_os_str().as_bytes()).map_err(|_| Error::other("a store path holds NUL"))?;
         let mut env = ptr::null_mut();
         // SAFETY: a fresh handle; on failure after create it is closed.
@@ -208,7 +213,11 @@ impl LmdbStore {
                 // Slots of processes that died (kill -9 leaves each thread's
                 // reset transactions behind) are freed now, not at the next
                 // open that finds the lock file to itself.
-                .and_then(|()| check(ffi::mdb_reader_check(env, &mut 0)));
+                .and_then(|()| check(ffi::mdb_reader_check(env, &mut 0)))
+                .and_then(|()| match usize::try_from(ffi::mdb_env_get_maxkeysize(env)) {
+                    Ok(max) if max >= MAX_STORE_KEY => Ok(()),
+                    _ => Err(Error::other(format!("LMDB takes keys of at most {} bytes; {MAX_STORE_KEY} are needed (built without lmdb-master-sys's longer-keys, or pages under 4 KiB)", ffi::mdb_env_get_maxkeysize(env)))),
+                });
             if let Err(e) = opened {
                 ffi::mdb_env_close(env);
                 return Err(e);
@@ -419,10 +428,10 @@ impl Store for LmdbStore {
 /// # Safety
 /// `txn` is an active transaction that outlives `'t`.
 unsafe fn get<'t>(txn: NonNull<ffi::MDB_txn>, dbi: ffi::MDB_dbi, key: &[u8]) -> Result<Option<&'t [u8]>> {
-    // LMDB stores no key of 0 or more than 511 bytes (its default
-    // maximum), so none is there; `mdb_get` would call the request a
-    // storage failure (MDB_BAD_VALSIZE): the root DSE's empty key.
-    if key.is_empty() || key.len() > 511 {
+    // LMDB stores no key of 0 or more than its maximum, so none is
+    // there; `mdb_get` would call the request a storage failure
+    // (MDB_BAD_VALSIZE): the root DSE's empty key.
+    if key.is_empty() || key.len() > MAX_STORE_KEY {
         return Ok(None);
     }
     let mut k = val(key);
