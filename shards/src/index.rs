@@ -375,12 +375,7 @@ pub fn candidates<T: ReadTxn>(txn: &T, filter: &Node) -> Result<Option<Vec<Candi
 /// for sets of more than `DECIDED_SET` values (a lookup each, where the
 /// evaluation costs a binary search per stored value).
 pub fn decides<T: ReadTxn>(txn: &T, filter: &Node, id: &[u8]) -> Result<Option<bool>> {
-    const DECIDED_SET: usize = 16;
-    let Some((attr, values)) = filter.equalities().filter(|(_, v)| v.len() <= DECIDED_SET) else { return Ok(None) };
-    let Some(key) = attr.sole_key().filter(|k| config().kinds(k).is_some_and(|k| k.eq)) else { return Ok(None) };
-    if !txn.snapshot() || values.iter().any(|v| v.len() >= MAX_VALUE) {
-        return Ok(None);
-    }
+    let Some((key, values)) = exact_equalities(txn, filter) else { return Ok(None) };
     let mut k = head(key, b'e');
     let at = k.len();
     for v in values {
@@ -393,6 +388,25 @@ pub fn decides<T: ReadTxn>(txn: &T, filter: &Node, id: &[u8]) -> Result<Option<b
         }
     }
     Ok(Some(false))
+}
+
+/// The sole index key and values of a filter the equality index decides
+/// exactly in `txn` (`decides`).
+fn exact_equalities<'f, T: ReadTxn>(txn: &T, filter: &'f Node) -> Option<(&'static str, &'f [Vec<u8>])> {
+    const DECIDED_SET: usize = 16;
+    let (attr, values) = filter.equalities().filter(|(_, v)| v.len() <= DECIDED_SET)?;
+    let key = attr.sole_key().filter(|k| config().kinds(k).is_some_and(|k| k.eq))?;
+    (txn.snapshot() && values.iter().all(|v| v.len() < MAX_VALUE)).then_some((key, values))
+}
+
+/// `decides` from the filter's `candidates` in the same `txn`, without a
+/// lookup: a subtree search's base, whose store's candidates the walk
+/// reads anyway. `None` where `decides` would not decide, or for a set
+/// too big to scan.
+pub fn decides_among<T: ReadTxn>(txn: &T, filter: &Node, candidates: &[Candidate], id: &[u8]) -> Option<bool> {
+    const SCANNED: usize = 64;
+    exact_equalities(txn, filter)?;
+    (candidates.len() <= SCANNED).then(|| candidates.iter().any(|c| c.as_slice() == id))
 }
 
 /// Entries bigger than this (bytes of attributes) have their filter's

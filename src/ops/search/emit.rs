@@ -149,19 +149,22 @@ pub(super) fn context<'v>(context_csn: &'v Option<ContextCsns>, key: &[u8]) -> O
 }
 
 impl Emit<'_> {
-    /// Checks one candidate entry and writes it when it matches.
-    /// `decide`: the base entry, whose equality filter the index may decide
-    /// (`index::decides`; a scan's entries are evaluated); `read`: the
-    /// entry when the caller has read it already.
-    pub(super) fn visit<T: ReadTxn>(
+    /// Checks the base entry and writes it when it matches: its equality
+    /// filter the index may decide (`index::decides`, or from `candidates`,
+    /// its store's, when the walk read them; a scan's entries are
+    /// evaluated); `read`: the entry when the caller has read it already.
+    pub(super) fn visit_base<T: ReadTxn>(
         &mut self,
         txn: &T,
         key: &[u8],
         id: &[u8],
-        decide: bool,
+        candidates: Option<&[index::Candidate]>,
         read: Option<&EntryView<'_>>,
     ) -> Result<Visit> {
-        let known = if decide { index::decides(txn, self.filter, id)? } else { None };
+        let known = match candidates.and_then(|c| index::decides_among(txn, self.filter, c, id)) {
+            Some(known) => Some(known),
+            None => index::decides(txn, self.filter, id)?,
+        };
         if known == Some(false) {
             return Ok(Visit::Next);
         }
@@ -170,6 +173,12 @@ impl Emit<'_> {
         }
         let Some(view) = txn.entry_by_id(id)? else { return Ok(Visit::Next) };
         self.visit_view(txn, key, id, &view, known)
+    }
+
+    /// Checks one entry of a scan and writes it when it matches.
+    pub(super) fn visit<T: ReadTxn>(&mut self, txn: &T, key: &[u8], id: &[u8]) -> Result<Visit> {
+        let Some(view) = txn.entry_by_id(id)? else { return Ok(Visit::Next) };
+        self.visit_view(txn, key, id, &view, None)
     }
 
     /// Checks one entry already read and writes it when it matches;
@@ -411,7 +420,7 @@ impl Emit<'_> {
                         ));
                         break;
                     }
-                    outcome = self.visit(&txns[*store], key, id, false, None);
+                    outcome = self.visit(&txns[*store], key, id);
                     if let Ok(Visit::Full(kib)) = outcome {
                         // This key again, once there is room for it; it
                         // is examined then.

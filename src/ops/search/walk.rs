@@ -46,6 +46,8 @@ pub(super) async fn walk(
     emit.roots.clone_from(&widened);
     // Read again, in a new snapshot, when its room had to be waited for.
     let mut need = None;
+    // The base's store and its candidates, when read with the base.
+    let mut base_candidates = None;
     loop {
         if let Some(kib) = need.take() {
             emit.flush().await;
@@ -91,7 +93,13 @@ pub(super) async fn walk(
         });
         let base_wanted = matches!(req.scope, LdapSearchScope::Base | LdapSearchScope::Subtree) && !covered;
         if base_wanted && matches!(position, Position::Start | Position::Offset(_)) {
-            match emit.visit(&txn, base_key, id, true, view.as_ref())? {
+            // A subtree's walk reads the index of the base's store anyway:
+            // read first, in this snapshot, it decides the base too.
+            if req.scope == LdapSearchScope::Subtree {
+                base_candidates = Some((shard.owner_of(base_key), index::candidates(&txn, emit.filter)?));
+            }
+            let among = base_candidates.as_ref().and_then(|(_, c)| c.as_deref());
+            match emit.visit_base(&txn, base_key, id, among, view.as_ref())? {
                 Visit::Next => {}
                 Visit::Stop(code) => return Err(stopped(code)),
                 Visit::PageFull => return Ok(emit.last.take()),
@@ -115,7 +123,10 @@ pub(super) async fn walk(
         _ => 0,
     };
     for (i, store) in shard.stores.iter().enumerate().skip(first) {
-        let candidates = index::candidates(&store.read()?, emit.filter)?;
+        let candidates = match base_candidates.take_if(|(owner, _)| *owner == i) {
+            Some((_, candidates)) => candidates,
+            None => index::candidates(&store.read()?, emit.filter)?,
+        };
         emit.walking = Some((i, candidates.is_some()));
         let stop = match candidates {
             Some(mut c) => {
