@@ -46,7 +46,9 @@ use std::time::{Duration, Instant};
 /// See the module text.
 pub struct Carries {
     active: AtomicUsize,
-    table: Mutex<Vec<(Vec<u8>, Vec<u8>)>>,
+    /// Each running rename: old and new DN keys, and the wall clock (µs)
+    /// when it was claimed, before any of its changes was stamped.
+    table: Mutex<Vec<(Vec<u8>, Vec<u8>, u64)>>,
     /// Per shard: its writes, and its one-level and subtree searches.
     writes: Box<[Lane]>,
     reads: Box<[Lane]>,
@@ -263,7 +265,7 @@ impl Carries {
     /// Whether a running rename from `old` to `new` satisfies `test`.
     fn running_over(&self, test: impl Fn(&[u8], &[u8]) -> bool) -> bool {
         let table = self.table.lock().unwrap_or_else(|p| p.into_inner());
-        table.iter().any(|(old, new)| test(old, new))
+        table.iter().any(|(old, new, _)| test(old, new))
     }
 
     /// Whether a rename overlapping `scope` overtook search `number` of
@@ -281,14 +283,25 @@ impl Carries {
         overtakes.retain(|o| !settled(&self.reads, &o.marks));
     }
 
+    /// When the oldest running rename was claimed (wall clock, µs): the
+    /// replication sender holds back this server's changes stamped since,
+    /// so that a frame carries a subtree's move whole (`repl::sender`).
+    pub fn oldest_claim_us(&self) -> Option<u64> {
+        if self.active.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
+        let table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        table.iter().map(|(.., since)| *since).min()
+    }
+
     /// Registers a rename from `old` to `new` until the claim is dropped;
     /// `busy` when it overlaps one running (either within the other).
     pub fn claim(&self, old: Vec<u8>, new: Vec<u8>) -> Result<Claim<'_>> {
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
-        if table.iter().any(|(o, n)| [o, n].iter().any(|p| overlap(&old, p) || overlap(&new, p))) {
+        if table.iter().any(|(o, n, _)| [o, n].iter().any(|p| overlap(&old, p) || overlap(&new, p))) {
             return Err(busy());
         }
-        table.push((old.clone(), new.clone()));
+        table.push((old.clone(), new.clone(), shards::csn::wall_us()));
         self.active.fetch_add(1, Ordering::SeqCst);
         drop(table);
         let marks = |lanes: &[Lane]| lanes.iter().map(|l| l.admitted.load(Ordering::SeqCst)).collect();
@@ -312,6 +325,16 @@ fn settled(lanes: &[Lane], marks: &[u64]) -> bool {
 }
 
 impl Claim<'_> {
+    /// The old DN's key.
+    pub fn old(&self) -> &[u8] {
+        &self.old
+    }
+
+    /// The new DN's key.
+    pub fn new(&self) -> &[u8] {
+        &self.new
+    }
+
     /// Waits until every write admitted on any shard before the claim has
     /// finished: one that passed its check before the claim may still be
     /// committing. `busy` when that takes longer than `SETTLE_LIMIT`.
@@ -357,7 +380,7 @@ impl Claim<'_> {
 impl Drop for Claim<'_> {
     fn drop(&mut self) {
         let mut table = self.carries.table.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(i) = table.iter().position(|(o, _)| *o == self.old) {
+        if let Some(i) = table.iter().position(|(o, ..)| *o == self.old) {
             table.swap_remove(i);
             self.carries.active.fetch_sub(1, Ordering::SeqCst);
         }

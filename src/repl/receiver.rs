@@ -227,6 +227,7 @@ async fn apply_all(
     let mut applied: std::collections::BTreeMap<(u16, Origin), u64> = Default::default();
     // Deleted entries: any may still have children here (`crate::glue`).
     let mut deleted = BTreeSet::new();
+    let mut decoded = Vec::with_capacity(records.len());
     for (partition, origin, seq, text) in records {
         let rec = BASE64
             .decode(text.as_bytes())
@@ -234,6 +235,10 @@ async fn apply_all(
             .and_then(|b| Record::decode(&b))
             .ok_or_else(|| format!("record {seq} of partition {partition} is corrupt"))?;
         let dn = Dn::parse(&rec.dn).map_err(|e| e.message)?;
+        decoded.push((partition, origin, seq, rec, dn));
+    }
+    let _claims = claim_renames(ctx, &decoded).await;
+    for (partition, origin, seq, rec, dn) in decoded {
         if rec.change == shards::merge::Change::Delete {
             deleted.insert(rec.uuid);
         }
@@ -249,4 +254,58 @@ async fn apply_all(
     }
     let moved = settle(ctx, images, &deleted).await.map_err(|e| e.message)?;
     Ok((applied.into_iter().map(|((p, o), seq)| (p, o, seq)).collect(), moved))
+}
+
+/// How long a peer's rename waits for a local one over the same DNs to
+/// end before it is applied unclaimed (as it was before claims).
+const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Claims the renames among a frame's records as a local rename is
+/// claimed (`ops::carries`), and waits for the searches already running:
+/// a peer's subtree rename arrives as one record per entry, applied on
+/// their owners side by side, and a search or a sync refresh here would
+/// see the subtree half moved (a consumer then glues or deletes it).
+/// Only the outermost of nested renames is claimed (the subtree's top
+/// covers its members); one overlapping a local rename waits for it, up
+/// to `CLAIM_WAIT`. The claims hold until they are dropped.
+async fn claim_renames<'c>(
+    ctx: &'c Ctx,
+    records: &[(u16, Origin, u64, Record, Dn)],
+) -> Vec<crate::ops::carries::Claim<'c>> {
+    let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = records
+        .iter()
+        .filter_map(|(.., rec, dn)| match &rec.change {
+            shards::merge::Change::Rename { to, .. } => Some((dn.key(), Dn::parse(to).ok()?.key())),
+            _ => None,
+        })
+        .collect();
+    // Tops first: a DN key is longer than its parent's.
+    pairs.sort_by_key(|(old, _)| old.len());
+    let carries = &ctx.shared.carries;
+    let mut claims: Vec<crate::ops::carries::Claim<'c>> = Vec::new();
+    for (old, new) in pairs {
+        // Covered by a claim of this frame (as `Carries::claim` would
+        // refuse it: either DN within, or above, either of the claim's).
+        let overlap = |a: &[u8], b: &[u8]| a == b || shards::dn::key_below(a, b) || shards::dn::key_below(b, a);
+        if claims.iter().any(|c| [c.old(), c.new()].iter().any(|k| overlap(&old, k) || overlap(&new, k))) {
+            continue;
+        }
+        let deadline = std::time::Instant::now() + CLAIM_WAIT;
+        loop {
+            match carries.claim(old.clone(), new.clone()) {
+                Ok(claim) => {
+                    claims.push(claim);
+                    break;
+                }
+                Err(_) if std::time::Instant::now() < deadline => {
+                    glommio::timer::sleep(std::time::Duration::from_millis(2)).await;
+                }
+                Err(_) => break,
+            }
+        }
+    }
+    for claim in &claims {
+        claim.settle_reads().await;
+    }
+    claims
 }

@@ -228,8 +228,11 @@ async fn push_once(
                 continue;
             }
             // Nothing to send: look again after the next commit, or when
-            // the next heartbeat is due.
-            let most = HEARTBEAT.saturating_sub(last_sent.elapsed()).max(POLL);
+            // the next heartbeat is due; soon, while a rename holds ours.
+            let most = match p.held {
+                true => HELD_POLL,
+                false => HEARTBEAT.saturating_sub(last_sent.elapsed()).max(POLL),
+            };
             ctx.shard.next_commit(commits, most).await;
             pace.round().await;
             continue;
@@ -431,6 +434,8 @@ struct Pending {
     /// Every change of this server's own up to this CSN is in `batch` or
     /// held by the peer (`settled`).
     settled: Option<Csn>,
+    /// Changes of ours wait for a rename running here to end.
+    held: bool,
 }
 
 fn pending(
@@ -486,14 +491,20 @@ fn pending(
     }
     all.sort_by_key(|r| r.0);
     let oldest = all.first().map(|r| r.0);
-    let unsent = all.iter().skip(BATCH).find(|r| r.2.sid == own.sid).map(|r| r.0);
+    // Changes of ours stamped since a rename running here began wait for
+    // its end: a subtree's move is one record per entry, and a frame with
+    // part of them would show the peer's readers the subtree half moved.
+    let since = ctx.shared.carries.oldest_claim_us();
+    let held = since.and_then(|us| all.iter().position(|r| r.2.sid == own.sid && r.0.phys_us >= us));
+    let end = held.map_or(BATCH, |h| h.min(BATCH));
+    let unsent = all.iter().skip(end).find(|r| r.2.sid == own.sid).map(|r| r.0);
     let settled = settled(own.sid, floor_us, cut.flatten(), unsent, gaps.is_empty());
     // Within a partition and origin, sequence order is CSN order: cutting
     // the sorted list leaves no gap in any of them.
-    all.truncate(BATCH);
+    all.truncate(end);
     let batch = all.into_iter().map(|(_, p, o, s, v)| (p, o, s, BASE64.encode(v))).collect();
     let by_partition = by_partition.into_iter().filter(|(_, n)| *n > 0).collect();
-    Ok(Pending { batch, backlog, by_partition, oldest, seen, gaps, settled })
+    Ok(Pending { batch, backlog, by_partition, oldest, seen, gaps, settled, held: held.is_some() })
 }
 
 /// Up to which CSN every change of server `sid` has gone to the peer once

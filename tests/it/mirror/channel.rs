@@ -279,3 +279,42 @@ fn a_socket_connected_to_itself_is_dropped_and_the_peer_can_come_back() {
     assert_eq!(status.code(), Some(0), "A never dropped a self-connected socket:\n{}", read("a.err"));
     assert!(out.contains("B-STARTED"), "B could not bind its port:\n{}", read("b.err"));
 }
+
+/// A subtree moved back and forth on B: a search on A never sees it half
+/// moved. A peer's rename is one record per entry, applied on their
+/// owners side by side; before, a search here met the box at one place
+/// and its children at the other (or neither), and a sync refresh sent
+/// that to a consumer, which glued or deleted the subtree.
+#[test]
+fn a_subtree_moved_on_the_peer_is_seen_whole() {
+    let (a, b) = pair(2);
+    let mut cb = b.admin();
+    for ou in ["here", "there"] {
+        let res = cb.add(
+            &format!("ou={ou},{SUFFIX}"),
+            vec![("objectClass", ["organizationalUnit"].into()), ("ou", [ou].into())],
+        );
+        assert_eq!(res.unwrap().rc, 0);
+    }
+    branch(&mut cb, &format!("ou=here,{SUFFIX}"), "box", 40);
+    converged(&a, &b);
+    let mover = std::thread::spawn(move || {
+        let mut at = "here";
+        for _ in 0..30 {
+            let to = if at == "here" { "there" } else { "here" };
+            let res =
+                cb.modifydn(&format!("ou=box,ou={at},{SUFFIX}"), "ou=box", true, Some(&format!("ou={to},{SUFFIX}")));
+            assert_eq!(res.unwrap().rc, 0);
+            at = to;
+        }
+    });
+    let mut looks = 0;
+    while !mover.is_finished() || looks == 0 {
+        let orphans = orphans(&a);
+        assert!(orphans.is_empty(), "A showed the subtree half moved: {orphans:?}");
+        looks += 1;
+    }
+    mover.join().unwrap();
+    converged(&a, &b);
+    assert!(orphans(&a).is_empty());
+}
