@@ -48,7 +48,8 @@
 //! - `schema_export`: `coredir schema export` (OpenLDAP .schema syntax).
 //! - `backup`: `backup`, `restore` and `reshard`, tree-by-tree store copies.
 //! - `repl/`: mirror mode's channel on shard 0: `protocol` (frames,
-//!   handshake, framing), `receiver` (apply on the owners), `sender` (push
+//!   handshake, framing), `receiver` (apply on the owners, a frame's
+//!   renames claimed as local ones are), `sender` (push
 //!   from the changelog, resync, trimming), `housekeeping`; the status for
 //!   `ctl replication`, the replica update vector and the peer's settled
 //!   CSN (`replication-settled` in the data directory) in `mod.rs`.
@@ -116,7 +117,8 @@
 //!      subtree renames (`ops::carries`: per write and per one-level or
 //!      subtree search, two stores to the shard's own lane and one load,
 //!      per entry a search sends one load of it; locked only while a
-//!      rename runs or by a search it overtook), a mirror pair's settled
+//!      rename runs, by a search it overtook, and by the replication
+//!      sender, which holds back changes stamped since one began), a mirror pair's settled
 //!      CSN of the peer (`repl::Link`, read by syncrepl rounds on a
 //!      server of a pair, written per replication frame), relaxed entryUUID claims
 //!      (`claimed_uuids`, root's Relax writes only), the park `Gate` while

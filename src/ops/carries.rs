@@ -3,7 +3,11 @@
 //!
 //! A rename of a subtree, or of an entry to another owner, is a *carry*:
 //! several commits, on several stores (the copies inserted, then the
-//! originals removed). Two things make it look like one step:
+//! originals removed). So is a frame of the mirror peer's records that
+//! renames (one record per entry of a subtree, applied side by side:
+//! `repl::receiver` claims it the same way, and `repl::sender` holds back
+//! this server's changes stamped since a claim began, so that a frame
+//! carries a move whole). Two things make it look like one step:
 //!
 //! - **Writes.** An add, delete or modify of an entry within the old or
 //!   new DN of a running rename, or a rename touching either, is `busy`

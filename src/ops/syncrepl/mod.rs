@@ -3,7 +3,9 @@
 //! (slapd's `syncrepl` directive) replicates from coredir.
 //!
 //! - **Refresh** (both modes): every entry in scope goes out, in DN key
-//!   order across all stores (parents first), in full with
+//!   order across all stores (parents first; the walk admitted as a
+//!   search is, so that a subtree rename is met whole, and walked again
+//!   in full when a rename overtook it), in full with
 //!   the `add` state when it changed since the cookie (or there is no
 //!   usable cookie), else as a `present` message (its DN and entryUUID
 //!   only). That is RFC 4533's present phase: the consumer deletes what was
