@@ -465,17 +465,27 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Stored text as `str`: names and most DNs are ASCII, checked a word at
+/// a time inline; `from_utf8` (a call, per character) for the rest.
+fn utf8(bytes: &[u8]) -> Result<&str> {
+    match bytes.is_ascii() {
+        // SAFETY: ASCII is UTF-8.
+        true => Ok(unsafe { std::str::from_utf8_unchecked(bytes) }),
+        false => std::str::from_utf8(bytes).map_err(|_| corrupt()),
+    }
+}
+
 impl<'a> EntryView<'a> {
     /// Validates the whole record once, so the iterators below cannot fail.
     pub fn new(bytes: &'a [u8]) -> Result<EntryView<'a>> {
         let mut r = Reader { buf: bytes };
         let dn_len = r.u32()? as usize;
-        let dn = std::str::from_utf8(r.take(dn_len)?).map_err(|_| corrupt())?;
+        let dn = utf8(r.take(dn_len)?)?;
         let n_attrs = u16::from_le_bytes(r.take(2)?.try_into().unwrap());
         let attrs = r.buf;
         for _ in 0..n_attrs {
             let name_len = r.take(1)?[0] as usize;
-            std::str::from_utf8(r.take(name_len)?).map_err(|_| corrupt())?;
+            utf8(r.take(name_len)?)?;
             for _ in 0..r.u32()? {
                 let len = r.u32()? as usize;
                 r.take(len)?;
