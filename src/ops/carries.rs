@@ -361,7 +361,9 @@ impl Claim<'_> {
         self.settle_reads_within(SETTLE_LIMIT).await
     }
 
-    async fn settle_reads_within(&self, limit: Duration) {
+    /// `settle_reads` with a shorter wait: the mirror receiver's, which
+    /// holds the whole inbound stream while it waits.
+    pub async fn settle_reads_within(&self, limit: Duration) {
         let carries = self.carries;
         let deadline = Instant::now() + limit;
         while !settled(&carries.reads, &self.reads) {

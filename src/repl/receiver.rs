@@ -256,18 +256,14 @@ async fn apply_all(
     Ok((applied.into_iter().map(|((p, o), seq)| (p, o, seq)).collect(), moved))
 }
 
-/// How long a peer's rename waits for a local one over the same DNs to
-/// end before it is applied unclaimed (as it was before claims).
-const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// Claims the renames among a frame's records as a local rename is
 /// claimed (`ops::carries`), and waits for the searches already running:
 /// a peer's subtree rename arrives as one record per entry, applied on
 /// their owners side by side, and a search or a sync refresh here would
 /// see the subtree half moved (a consumer then glues or deletes it).
 /// Only the outermost of nested renames is claimed (the subtree's top
-/// covers its members); one overlapping a local rename waits for it, up
-/// to `CLAIM_WAIT`. The claims hold until they are dropped.
+/// covers its members); one overlapping a local rename running is applied
+/// unclaimed, as before claims. The claims hold until they are dropped.
 async fn claim_renames<'c>(
     ctx: &'c Ctx,
     records: &[(u16, Origin, u64, Record, Dn)],
@@ -290,22 +286,20 @@ async fn claim_renames<'c>(
         if claims.iter().any(|c| [c.old(), c.new()].iter().any(|k| overlap(&old, k) || overlap(&new, k))) {
             continue;
         }
-        let deadline = std::time::Instant::now() + CLAIM_WAIT;
-        loop {
-            match carries.claim(old.clone(), new.clone()) {
-                Ok(claim) => {
-                    claims.push(claim);
-                    break;
-                }
-                Err(_) if std::time::Instant::now() < deadline => {
-                    glommio::timer::sleep(std::time::Duration::from_millis(2)).await;
-                }
-                Err(_) => break,
-            }
+        // Not waited for: a local rename over the same DNs may itself be
+        // waiting on what this stream brings, and the stream would stall.
+        if let Ok(claim) = carries.claim(old, new) {
+            claims.push(claim);
         }
     }
     for claim in &claims {
-        claim.settle_reads().await;
+        claim.settle_reads_within(PEER_SETTLE).await;
     }
     claims
 }
+
+/// How long a peer's rename waits for the searches running here before
+/// it overtakes them (they end with `busy`): it holds the inbound stream,
+/// so a client that does not read its results must not hold it for the
+/// 10 s a local rename waits.
+const PEER_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
