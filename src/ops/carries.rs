@@ -51,7 +51,8 @@ use std::time::{Duration, Instant};
 pub struct Carries {
     active: AtomicUsize,
     /// Each running rename: old and new DN keys, and the wall clock (µs)
-    /// when it was claimed, before any of its changes was stamped.
+    /// when it began to move (`Claim::moving`), before any of its changes
+    /// was stamped; `u64::MAX` while it waits.
     table: Mutex<Vec<(Vec<u8>, Vec<u8>, u64)>>,
     /// Per shard: its writes, and its one-level and subtree searches.
     writes: Box<[Lane]>,
@@ -287,15 +288,17 @@ impl Carries {
         overtakes.retain(|o| !settled(&self.reads, &o.marks));
     }
 
-    /// When the oldest running rename was claimed (wall clock, µs): the
+    /// When the oldest rename moving now began to (wall clock, µs): the
     /// replication sender holds back this server's changes stamped since,
     /// so that a frame carries a subtree's move whole (`repl::sender`).
+    /// Not while a rename still waits for searches or writes: that may
+    /// take `SETTLE_LIMIT`, and holding every change that long would lag.
     pub fn oldest_claim_us(&self) -> Option<u64> {
         if self.active.load(Ordering::SeqCst) == 0 {
             return None;
         }
         let table = self.table.lock().unwrap_or_else(|p| p.into_inner());
-        table.iter().map(|(.., since)| *since).min()
+        table.iter().map(|(.., since)| *since).filter(|s| *s != u64::MAX).min()
     }
 
     /// Registers a rename from `old` to `new` until the claim is dropped;
@@ -305,7 +308,7 @@ impl Carries {
         if table.iter().any(|(o, n, _)| [o, n].iter().any(|p| overlap(&old, p) || overlap(&new, p))) {
             return Err(busy());
         }
-        table.push((old.clone(), new.clone(), shards::csn::wall_us()));
+        table.push((old.clone(), new.clone(), u64::MAX));
         self.active.fetch_add(1, Ordering::SeqCst);
         drop(table);
         let marks = |lanes: &[Lane]| lanes.iter().map(|l| l.admitted.load(Ordering::SeqCst)).collect();
@@ -329,6 +332,15 @@ fn settled(lanes: &[Lane], marks: &[u64]) -> bool {
 }
 
 impl Claim<'_> {
+    /// Marks the rename as moving from now (`Carries::oldest_claim_us`):
+    /// called once it has waited, before its first commit.
+    pub fn moving(&self) {
+        let mut table = self.carries.table.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = table.iter_mut().find(|(o, ..)| *o == self.old) {
+            entry.2 = shards::csn::wall_us();
+        }
+    }
+
     /// The old DN's key.
     pub fn old(&self) -> &[u8] {
         &self.old

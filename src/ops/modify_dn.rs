@@ -304,6 +304,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
         // Several commits: the searches that could see them half done end first.
         claim.settle_reads().await;
     }
+    claim.moving();
     let moved = match shard.stamping.capture {
         true => move_replicated(&conn, &old, &req.dn, &new, entry, below).await,
         false => move_subtree(shard, &old, &new, entry, below).await,

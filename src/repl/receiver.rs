@@ -294,6 +294,7 @@ async fn claim_renames<'c>(
     }
     for claim in &claims {
         claim.settle_reads_within(PEER_SETTLE).await;
+        claim.moving();
     }
     claims
 }

@@ -491,7 +491,7 @@ fn pending(
     }
     all.sort_by_key(|r| r.0);
     let oldest = all.first().map(|r| r.0);
-    // Changes of ours stamped since a rename running here began wait for
+    // Changes of ours stamped since a rename here began to move wait for
     // its end: a subtree's move is one record per entry, and a frame with
     // part of them would show the peer's readers the subtree half moved.
     let since = ctx.shared.carries.oldest_claim_us();
