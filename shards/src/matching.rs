@@ -39,10 +39,11 @@ pub enum Rule {
     /// objectIdentifierMatch as slapd normalizes it: numeric OIDs only, so
     /// a descriptor is no value or assertion of such a type.
     ObjectIdentifier,
-    /// The same rule for the types whose values name object classes
-    /// (`objectClass`, `structuralObjectClass`): slapd matches them by
-    /// class, so a class's name and OID are one value. Never named by a
-    /// filter: `objectIdentifierMatch` is `ObjectIdentifier`.
+    /// The same rule for the types whose values slapd reads by name too:
+    /// object classes (`objectClass`, `structuralObjectClass`, matched by
+    /// class) and ppolicy's `pwdAttribute` (attribute types), so a name
+    /// and its OID are one value. Never named by a filter:
+    /// `objectIdentifierMatch` is `ObjectIdentifier`.
     ObjectClass,
     DistinguishedName,
     /// RFC 4517's RDN syntax as OpenLDAP defines it (`rdnMatch`).

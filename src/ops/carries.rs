@@ -373,9 +373,17 @@ impl Claim<'_> {
         self.settle_reads_within(SETTLE_LIMIT).await
     }
 
-    /// `settle_reads` with a shorter wait: the mirror receiver's, which
-    /// holds the whole inbound stream while it waits.
-    pub async fn settle_reads_within(&self, limit: Duration) {
+    /// Waits up to `limit` for the searches admitted before the claim, as
+    /// `settle_reads`, but overtakes none: the mirror receiver's, which
+    /// holds the inbound stream while it waits.
+    pub async fn settle_reads_quietly(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while !settled(&self.carries.reads, &self.reads) && Instant::now() <= deadline {
+            glommio::timer::sleep(POLL).await;
+        }
+    }
+
+    async fn settle_reads_within(&self, limit: Duration) {
         let carries = self.carries;
         let deadline = Instant::now() + limit;
         while !settled(&carries.reads, &self.reads) {

@@ -85,7 +85,7 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 const POLL: Duration = Duration::from_millis(20);
 /// How soon the sender looks again while a rename running here holds
 /// this server's changes back (its end commits nothing to wake it).
-const HELD_POLL: Duration = Duration::from_millis(2);
+const HELD_POLL: Duration = Duration::from_millis(10);
 const BURST: u32 = 4;
 const RETRY: Duration = Duration::from_secs(1);
 /// How soon the same connection error is logged again.

@@ -268,18 +268,26 @@ async fn claim_renames<'c>(
     ctx: &'c Ctx,
     records: &[(u16, Origin, u64, Record, Dn)],
 ) -> Vec<crate::ops::carries::Claim<'c>> {
-    let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = records
+    let renames: Vec<(Vec<u8>, Vec<u8>)> = records
         .iter()
         .filter_map(|(.., rec, dn)| match &rec.change {
             shards::merge::Change::Rename { to, .. } => Some((dn.key(), Dn::parse(to).ok()?.key())),
             _ => None,
         })
         .collect();
+    // As for a local rename: only a carry, several commits, is claimed (a
+    // subtree, whose members come as renames below it, or a move to
+    // another owner); a rename in place is one commit.
+    let shard = &ctx.shard;
+    let below = |old: &[u8]| renames.iter().any(|(o, _)| shards::dn::key_below(o, old));
+    let mut pairs: Vec<&(Vec<u8>, Vec<u8>)> =
+        renames.iter().filter(|(old, new)| shard.owner_of(old) != shard.owner_of(new) || below(old)).collect();
     // Tops first: a DN key is longer than its parent's.
     pairs.sort_by_key(|(old, _)| old.len());
     let carries = &ctx.shared.carries;
     let mut claims: Vec<crate::ops::carries::Claim<'c>> = Vec::new();
     for (old, new) in pairs {
+        let (old, new) = (old.as_slice(), new.as_slice());
         // Covered by a claim of this frame (as `Carries::claim` would
         // refuse it: either DN within, or above, either of the claim's).
         let overlap = |a: &[u8], b: &[u8]| a == b || shards::dn::key_below(a, b) || shards::dn::key_below(b, a);
@@ -288,19 +296,22 @@ async fn claim_renames<'c>(
         }
         // Not waited for: a local rename over the same DNs may itself be
         // waiting on what this stream brings, and the stream would stall.
-        if let Ok(claim) = carries.claim(old, new) {
+        if let Ok(claim) = carries.claim(old.to_vec(), new.to_vec()) {
             claims.push(claim);
         }
     }
-    for claim in &claims {
-        claim.settle_reads_within(PEER_SETTLE).await;
-        claim.moving();
+    // Once for all (the last claim's marks cover the searches admitted
+    // before any of them), and never overtaking: a search still running
+    // then goes on (it may see the move in part, as before claims).
+    if let Some(last) = claims.last() {
+        last.settle_reads_quietly(PEER_SETTLE).await;
     }
+    claims.iter().for_each(|c| c.moving());
     claims
 }
 
-/// How long a peer's rename waits for the searches running here before
-/// it overtakes them (they end with `busy`): it holds the inbound stream,
-/// so a client that does not read its results must not hold it for the
-/// 10 s a local rename waits.
+/// How long a peer's renames wait for the searches running here: they
+/// hold the inbound stream, so a client that does not read its results
+/// must not hold it for long, and a long search (an export) must not fail
+/// because the peer renamed something.
 const PEER_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);

@@ -323,8 +323,11 @@ fn resolve_attr(
         definition: String::new(),
     };
     // slapd matches objectClass and structuralObjectClass by class (a
-    // name and its OID are one value); other OID-syntax types by OID.
-    if matches!(at.oid.as_str(), "2.5.4.0" | "2.5.21.9") && at.equality == Some(Rule::ObjectIdentifier) {
+    // name and its OID are one value), and its ppolicy overlay reads
+    // pwdAttribute's values as attribute types (`pwdAttribute:
+    // userPassword`); other OID-syntax types by OID.
+    let by_name = ["2.5.4.0", "2.5.21.9", "1.3.6.1.4.1.42.2.27.8.1.1"];
+    if by_name.contains(&at.oid.as_str()) && at.equality == Some(Rule::ObjectIdentifier) {
         at.equality = Some(Rule::ObjectClass);
     }
     at.definition = render_attr(desc, &at, parent);

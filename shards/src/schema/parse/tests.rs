@@ -154,3 +154,20 @@ fn bad_definitions_name_file_and_line() {
         assert!(err.contains(want), "{err:?} should contain {want:?}");
     }
 }
+
+/// ppolicy's `pwdAttribute` names an attribute type, as slapd's overlay
+/// reads it: by name or OID, one value; another OID-syntax type takes
+/// numeric OIDs only (slapd's objectIdentifierMatch).
+#[test]
+fn pwd_attribute_values_name_attribute_types() {
+    let text = "attributetype ( 1.3.6.1.4.1.42.2.27.8.1.1 NAME 'pwdAttribute'\n\
+\tEQUALITY objectIdentifierMatch SYNTAX 1.3.6.1.4.1.1466.115.121.1.38 )\n\
+attributetype ( 1.3.6.1.4.1.99999.9 NAME 'someOid'\n\
+\tEQUALITY objectIdentifierMatch SYNTAX 1.3.6.1.4.1.1466.115.121.1.38 )\n";
+    let s = build("ppolicy.schema", text).unwrap();
+    let by_name = s.attr("pwdAttribute").unwrap().equality.unwrap();
+    assert_eq!(by_name, Rule::ObjectClass);
+    let other = s.attr("someOid").unwrap().equality.unwrap();
+    assert_eq!(other, Rule::ObjectIdentifier);
+    assert_eq!(other.normalize(b"userPassword"), None);
+}
