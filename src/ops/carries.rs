@@ -185,6 +185,12 @@ fn overlap(a: &[u8], b: &[u8]) -> bool {
     within(a, b) || within(b, a)
 }
 
+/// Whether two renames (old and new DN keys each) touch a common subtree,
+/// which two claims may not.
+fn crossing(a: (&[u8], &[u8]), b: (&[u8], &[u8])) -> bool {
+    [a.0, a.1].iter().any(|k| overlap(k, b.0) || overlap(k, b.1))
+}
+
 fn busy() -> Error {
     Error::new(LdapResultCode::Busy, "a rename of a subtree holding this entry is in progress")
 }
@@ -305,7 +311,7 @@ impl Carries {
     /// `busy` when it overlaps one running (either within the other).
     pub fn claim(&self, old: Vec<u8>, new: Vec<u8>) -> Result<Claim<'_>> {
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
-        if table.iter().any(|(o, n, _)| [o, n].iter().any(|p| overlap(&old, p) || overlap(&new, p))) {
+        if table.iter().any(|(o, n, _)| crossing((&old, &new), (o, n))) {
             return Err(busy());
         }
         table.push((old.clone(), new.clone(), u64::MAX));
@@ -341,14 +347,10 @@ impl Claim<'_> {
         }
     }
 
-    /// The old DN's key.
-    pub fn old(&self) -> &[u8] {
-        &self.old
-    }
-
-    /// The new DN's key.
-    pub fn new(&self) -> &[u8] {
-        &self.new
+    /// Whether a rename from `old` to `new` touches this one's subtrees
+    /// (`Carries::claim` would refuse it while this one is held).
+    pub fn crosses(&self, old: &[u8], new: &[u8]) -> bool {
+        crossing((old, new), (&self.old, &self.new))
     }
 
     /// Waits until every write admitted on any shard before the claim has

@@ -287,16 +287,13 @@ async fn claim_renames<'c>(
     let carries = &ctx.shared.carries;
     let mut claims: Vec<crate::ops::carries::Claim<'c>> = Vec::new();
     for (old, new) in pairs {
-        let (old, new) = (old.as_slice(), new.as_slice());
-        // Covered by a claim of this frame (as `Carries::claim` would
-        // refuse it: either DN within, or above, either of the claim's).
-        let overlap = |a: &[u8], b: &[u8]| a == b || shards::dn::key_below(a, b) || shards::dn::key_below(b, a);
-        if claims.iter().any(|c| [c.old(), c.new()].iter().any(|k| overlap(&old, k) || overlap(&new, k))) {
+        // Covered by a claim of this frame.
+        if claims.iter().any(|c| c.crosses(old, new)) {
             continue;
         }
         // Not waited for: a local rename over the same DNs may itself be
         // waiting on what this stream brings, and the stream would stall.
-        if let Ok(claim) = carries.claim(old.to_vec(), new.to_vec()) {
+        if let Ok(claim) = carries.claim(old.clone(), new.clone()) {
             claims.push(claim);
         }
     }
