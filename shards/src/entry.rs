@@ -516,6 +516,11 @@ impl<'a> EntryView<'a> {
         self.attrs.len()
     }
 
+    /// How many attributes the entry holds.
+    pub fn n_attrs(&self) -> usize {
+        self.n_attrs as usize
+    }
+
     pub fn attrs(&self) -> Attrs<'a> {
         let left = if self.table.is_empty() { self.n_attrs } else { 0 };
         Attrs { table: self.table.iter(), buf: self.attrs, left }

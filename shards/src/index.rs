@@ -295,18 +295,22 @@ pub fn candidates<T: ReadTxn>(txn: &T, filter: &Node) -> Result<Option<Vec<Candi
         Node::Guarded(_, inner) => candidates(txn, inner)?,
         Node::Equal { .. } | Node::AnyOf { .. } => match filter.equalities() {
             Some((attr, values)) if indexed(attr, |k| k.eq) => {
-                let mut all = Vec::new();
-                for value in values {
+                let one = |value: &[u8]| {
                     let v = &value[..value.len().min(MAX_VALUE)];
-                    all.extend(union(txn, attr, b'e', |p| {
+                    union(txn, attr, b'e', |p| {
                         p.extend_from_slice(v);
                         p.push(0);
-                    })?);
+                    })
+                };
+                if let [value] = values {
+                    return one(value).map(Some);
                 }
-                if values.len() > 1 {
-                    all.sort_unstable();
-                    all.dedup();
+                let mut all = Vec::new();
+                for value in values {
+                    all.extend(one(value)?);
                 }
+                all.sort_unstable();
+                all.dedup();
                 Some(all)
             }
             _ => None,

@@ -249,6 +249,10 @@ pub struct Acl {
     /// classified once (`class`) and most decisions cached by class.
     pub named: Vec<Names>,
     pub group_slots: usize,
+    /// Unique to each compiled list (`parse::compile`), for what is kept
+    /// per reactor about it (`search::select`'s names): a reload compiles
+    /// a new list, which may be allocated where the old one was.
+    pub id: u64,
 }
 
 /// An attribute as access control sees it.
@@ -545,6 +549,12 @@ impl<'a> ReadPlan<'a> {
         self.entry.is_some_and(|p| p.has(Level::Read))
     }
 
+    /// Whether the entry-level decisions are the same for every entry
+    /// (then `entry_disclosed` and `entry_readable` need no entry).
+    pub fn entry_fixed(&self) -> bool {
+        self.entry.is_some()
+    }
+
     /// Whether the requester may learn that the entry exists.
     pub fn entry_disclosed(&self, target: &Target) -> bool {
         match self.entry {
@@ -563,8 +573,12 @@ impl<'a> ReadPlan<'a> {
 
     /// Whether a stored attribute is granted `level` in the target entry.
     pub fn allows(&self, target: &Target, stored: &str, level: Level) -> bool {
-        let bits = self.access.acl.type_bits(stored);
-        self.allows_class(target, bits, level)
+        self.allows_class(target, self.class(stored), level)
+    }
+
+    /// The class of a stored attribute description, for `allows_class`.
+    pub fn class(&self, stored: &str) -> u64 {
+        self.access.acl.type_bits(stored)
     }
 
     pub fn allows_class(&self, target: &Target, bits: u64, level: Level) -> bool {

@@ -18,7 +18,9 @@ use shards::filter::{self, Names};
 
 /// Compiles a rule list; errors name the rule (from 0, as slapd's `{N}`).
 pub fn compile(rules: &[String]) -> Result<Acl, String> {
-    let mut acl = Acl::default();
+    // At configuration time only, never per request.
+    static COMPILED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut acl = Acl { id: COMPILED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1, ..Acl::default() };
     for (i, text) in rules.iter().enumerate() {
         let rule = rule(&mut acl, text).map_err(|e| format!("access rule {i} ({text:?}): {e}"))?;
         acl.rules.push(rule);

@@ -166,6 +166,35 @@ fn reload_applies_or_refuses_as_a_whole() {
     assert!(r["needs_restart"].as_array().unwrap().iter().any(|k| k == "server.authz_regexp"), "{r}");
 }
 
+/// A search remembers, per reactor, what each stored attribute name comes
+/// to under the access rules (`search::select`): a reload that hides an
+/// attribute must hide it from the next search on the same connection.
+#[test]
+fn reloaded_access_rules_apply_to_the_next_search_on_the_same_connection() {
+    let open = "[access]\nrules = ['to * by * read']\n";
+    let s = Server::start_with_config(1, open);
+    let mut admin = s.admin();
+    assert_eq!(add_user(&mut admin, "shown").rc, 0);
+    let mut anon = s.conn();
+    let mut names = || {
+        let ldap3::SearchResult(entries, res) = anon.search(PEOPLE, Scope::OneLevel, "(uid=shown)", vec!["*"]).unwrap();
+        assert_eq!(res.rc, 0, "{res:?}");
+        assert_eq!(entries.len(), 1);
+        let mut names: Vec<String> = SearchEntry::construct(entries[0].clone()).attrs.into_keys().collect();
+        names.sort();
+        names
+    };
+    assert!(names().contains(&"cn".to_string()));
+    let hidden = "[access]\nrules = ['to attrs=cn by * none', 'to * by * read']\n";
+    std::fs::write(s.config_path(), with_engine(hidden)).unwrap();
+    assert_eq!(ctl_json(&s, &["reload"])["type"], "reloaded");
+    let after = names();
+    assert!(!after.contains(&"cn".to_string()) && after.contains(&"sn".to_string()), "{after:?}");
+    std::fs::write(s.config_path(), with_engine(open)).unwrap();
+    assert_eq!(ctl_json(&s, &["reload"])["type"], "reloaded");
+    assert!(names().contains(&"cn".to_string()));
+}
+
 #[test]
 fn monitor_counts_the_traffic_and_hides_from_anonymous() {
     let s = Server::start_with_config(2, "[log]\nlevel = \"off\"\n");

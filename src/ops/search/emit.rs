@@ -121,6 +121,26 @@ fn encoded_estimate(view: &EntryView<'_>, sel: &Selection) -> usize {
     dn + attrs.map(|a| a.name.len() + 16 + if sel.types_only { 0 } else { a.encoded_len() }).sum::<usize>()
 }
 
+/// What the requester may read in one entry (`plan` is `None` for the root DN).
+struct EntryReadable<'p, 'a, 't, 'v> {
+    plan: Option<&'p ReadPlan<'a>>,
+    target: &'t Target<'t, 'v>,
+}
+
+impl select::Readable for EntryReadable<'_, '_, '_, '_> {
+    fn rules(&self) -> u64 {
+        self.plan.map_or(0, |p| p.access.acl().id)
+    }
+
+    fn class(&self, stored: &str) -> u64 {
+        self.plan.map_or(0, |p| p.class(stored))
+    }
+
+    fn allows(&self, class: u64) -> bool {
+        self.plan.is_none_or(|p| p.allows_class(self.target, class, Level::Read))
+    }
+}
+
 /// What visiting one candidate decided.
 pub(super) enum Visit {
     Next,
@@ -238,7 +258,7 @@ impl Emit<'_> {
             None => 0,
         };
         let plan = self.plan;
-        let readable = |name: &str| plan.is_none_or(|p| p.allows(&target, name, Level::Read));
+        let readable = EntryReadable { plan, target: &target };
         let csns = context(&self.context_csn, key);
         match &mut self.sorter {
             Some(sorter) => {

@@ -38,6 +38,7 @@ use shards::store::ReadTxn;
 use shards::stores::{StoreRef, Stores};
 use shards::write::children;
 use shards::{filter, index, matching, Error, Result};
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -147,8 +148,9 @@ async fn answer(
     abandoned: Rc<crate::ops::abandon::Abandoned>,
 ) -> BytesMut {
     // Entries still buffered when the search ends leave in the same
-    // write as SearchResultDone: one send for a typical search.
-    let mut out = BytesMut::new();
+    // write as SearchResultDone: one send for a typical search, and for
+    // one entry of a usual size one allocation.
+    let mut out = BytesMut::with_capacity(1024);
     let mut done_ctrls = Vec::new();
     let mut sent = 0;
     let room = conn.reservation();

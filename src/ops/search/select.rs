@@ -53,6 +53,68 @@ pub struct Selection<'a> {
     hide_counts: bool,
 }
 
+/// What the requester may read of an entry's attributes: the access
+/// rules' class of a stored name (`ReadPlan::class`, which depends on the
+/// rules and the name alone) and whether a class may be read in this entry.
+pub(crate) trait Readable {
+    /// Which compiled rules `class` follows (`Acl::id`).
+    fn rules(&self) -> u64;
+    fn class(&self, stored: &str) -> u64;
+    fn allows(&self, class: u64) -> bool;
+    fn name(&self, stored: &str) -> bool {
+        self.allows(self.class(stored))
+    }
+}
+
+/// What a stored attribute name comes to, whatever the entry: whether it
+/// is operational (for the selection) and its class under the rules.
+struct NameFacts {
+    name: String,
+    operational: bool,
+    class: u64,
+}
+
+/// The names of the entries this reactor last wrote and their facts, by
+/// position in the entry, under one rule list: entries mostly hold the
+/// same names in the same order, so an entry costs a compare of each name
+/// rather than a schema lookup and a pass over the rules' attribute lists.
+#[derive(Default)]
+struct StoredNames {
+    rules: u64,
+    by_position: Vec<NameFacts>,
+}
+
+/// Positions kept (attributes past them are worked out each time), of
+/// names of at most 255 bytes (`EntryView`): a bounded 16 KiB or so.
+const NAMES_KEPT: usize = 64;
+
+thread_local! {
+    static STORED_NAMES: RefCell<StoredNames> = RefCell::default();
+}
+
+impl StoredNames {
+    /// The facts of the name at position `i`, kept.
+    fn facts(&mut self, i: usize, name: &str, readable: &impl Readable) -> (bool, u64) {
+        let work = || (matching::is_operational(name), readable.class(name));
+        let len = self.by_position.len();
+        match self.by_position.get_mut(i) {
+            Some(kept) if kept.name == name => (kept.operational, kept.class),
+            Some(kept) => {
+                (kept.operational, kept.class) = work();
+                kept.name.clear();
+                kept.name.push_str(name);
+                (kept.operational, kept.class)
+            }
+            None if i == len && i < NAMES_KEPT => {
+                let (operational, class) = work();
+                self.by_position.push(NameFacts { name: name.to_owned(), operational, class });
+                (operational, class)
+            }
+            None => work(),
+        }
+    }
+}
+
 impl<'a> Selection<'a> {
     pub fn new(attrs: &'a [String], types_only: bool) -> Selection<'a> {
         let mut sel = Selection {
@@ -93,13 +155,18 @@ impl<'a> Selection<'a> {
 
     /// Whether a stored attribute is returned.
     pub fn wants(&self, name: &str) -> bool {
+        self.wants_as(name, || matching::is_operational(name))
+    }
+
+    /// `wants`, told whether the name is operational.
+    fn wants_as(&self, name: &str, operational: impl FnOnce() -> bool) -> bool {
         if self.names.iter().any(|n| n.is(name)) {
             return true;
         }
         if self.user == self.operational {
             return self.user;
         }
-        if matching::is_operational(name) {
+        if operational() {
             self.operational
         } else {
             self.user
@@ -126,21 +193,28 @@ pub(crate) fn write_entry(
     view: &EntryView<'_>,
     n_children: u64,
     sel: &Selection,
-    readable: &impl Fn(&str) -> bool,
+    readable: &impl Readable,
     context_csn: Option<&[Vec<u8>]>,
 ) -> Result<()> {
-    let mut attrs: Vec<OutAttr<'_, Vals<'_>>> = view
-        .attrs()
-        .filter(|a| sel.wants(a.name) && readable(a.name))
-        .map(|a| OutAttr { name: a.name, vals: a.vals() })
-        .collect();
+    // Room for the computed ones too: one allocation.
+    let mut attrs: Vec<OutAttr<'_, Vals<'_>>> = Vec::with_capacity(view.n_attrs() + 4);
+    STORED_NAMES.with_borrow_mut(|names| {
+        if names.rules != readable.rules() {
+            *names = StoredNames { rules: readable.rules(), by_position: Vec::new() };
+        }
+        let shown = view.attrs().enumerate().filter(|(i, a)| {
+            let (operational, class) = names.facts(*i, a.name, readable);
+            sel.wants_as(a.name, || operational) && readable.allows(class)
+        });
+        attrs.extend(shown.map(|(_, a)| OutAttr { name: a.name, vals: a.vals() }));
+    });
     let mut computed = computed_attrs(view.dn(), n_children, sel);
-    computed.retain(|(name, _)| readable(name));
+    computed.retain(|(name, _)| readable.name(name));
     for (name, buf) in &computed {
         attrs.push(OutAttr { name, vals: Vals::from_encoded(buf, 1) });
     }
     let mut csns = Vec::new();
-    if let Some(values) = context_csn.filter(|v| !v.is_empty() && readable("contextCSN")) {
+    if let Some(values) = context_csn.filter(|v| !v.is_empty() && readable.name("contextCSN")) {
         let slices: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
         encode_vals(&slices, &mut csns);
         attrs.push(OutAttr { name: "contextCSN", vals: Vals::from_encoded(&csns, values.len() as u32) });

@@ -57,10 +57,12 @@ pub(super) async fn walk(
             }
         }
         let txn = shard.read_for(base_key)?;
-        // The entry is read once for the access plan, the Assertion and
-        // the visit; without either, the visit may decide the filter from
-        // the index without reading it (`index::decides`).
-        let found = match emit.plan.is_some() || ctrls.assertion.is_some() || emit.referrals {
+        // The entry is read once for an access plan that depends on the
+        // entry, the Assertion and the visit; without them, the visit may
+        // decide the filter from the index without reading it
+        // (`index::decides`).
+        let entry_needed = emit.plan.is_some_and(|p| !p.entry_fixed());
+        let found = match entry_needed || ctrls.assertion.is_some() || emit.referrals {
             true => txn.entry(base_key)?.map(|(id, view)| (id, Some(view))),
             false => txn.id_of(base_key)?.map(|id| (id, None)),
         };
@@ -73,8 +75,9 @@ pub(super) async fn walk(
         // A base the requester may not know of is reported as missing,
         // with no matchedDN, as slapd reports it (the search's own plan:
         // no second rights lookup per request).
-        if let (Some(plan), Some(view)) = (emit.plan, &view) {
-            if !plan.entry_disclosed(&Target { key: base_key, entry: Some(view) }) {
+        if let Some(plan) = emit.plan {
+            // Read above unless the plan decides without it.
+            if !plan.entry_disclosed(&Target { key: base_key, entry: view.as_ref() }) {
                 return Err(Error::no_such_object(&req.base));
             }
         }
