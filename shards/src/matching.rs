@@ -456,6 +456,21 @@ pub fn normalizer(attr: &str) -> impl Fn(&[u8]) -> Cow<'_, [u8]> {
     }
 }
 
+/// `canonical(attr)` and `normalize(attr, value)` with the type looked up
+/// once: a DN key's RDN, built for every entry a search reads.
+pub fn canonical_and_normal<'n, 'v>(attr: &'n str, value: &'v [u8]) -> (Cow<'n, str>, Cow<'v, [u8]>) {
+    match attr_type(attr) {
+        Some(at) => {
+            let normal = match at.equality {
+                Some(rule) => rule.normalize(value).unwrap_or(Cow::Borrowed(value)),
+                None => Cow::Borrowed(value),
+            };
+            (Cow::Borrowed(at.key.as_str()), normal)
+        }
+        None => (canonical(attr), fold(value)),
+    }
+}
+
 /// Equality under the attribute's equality rule.
 pub fn values_equal(attr: &str, a: &[u8], b: &[u8]) -> bool {
     a == b || normalize(attr, a) == normalize(attr, b)

@@ -55,10 +55,10 @@ fn push_rdn(rdn: &str, key: &mut String) -> Option<()> {
     if !plain_attr(attr) || value.contains('=') {
         return None;
     }
-    let attr = matching::canonical(attr);
+    let (attr, normal) = matching::canonical_and_normal(attr, value.as_bytes());
     key.push_str(&attr);
     key.push('=');
-    escape_value(&matching::normalize(&attr, value.as_bytes()), key);
+    escape_value(&normal, key);
     Some(())
 }
 
