@@ -208,7 +208,9 @@ pub fn spawn_on(
             let port = addr.rsplit(':').next().unwrap().parse().unwrap();
             // Keep draining stdout so the server never blocks on it.
             std::thread::spawn(move || for _ in lines {});
-            watchdog(child.id(), port, stderr.to_path_buf());
+            // A test that keeps one server for long says how long (`TEST_DEADLINE`).
+            let limit = env.iter().find(|(k, _)| k == TEST_DEADLINE).and_then(|(_, v)| v.parse().ok());
+            watchdog(child.id(), port, stderr.to_path_buf(), limit.map_or_else(deadline, Duration::from_secs));
             return Ok((child, port, seen));
         }
         seen.push_str(&line);
@@ -222,10 +224,15 @@ pub fn spawn_on(
 
 /// How long one server process may live: `COREDIR_TEST_DEADLINE_S` (0:
 /// no deadline), or 300 s (the whole integration suite takes about as
-/// long, and no test keeps one server for more than a minute). Past it,
-/// the test waiting on the server is stuck.
+/// long, and no other test keeps one server for more than a minute). Past
+/// it, the test waiting on the server is stuck. A test that keeps one
+/// server for the whole run (the conformance corpus: 4 minutes alone on a
+/// slow 2-CPU machine, more beside the rest of the suite) sets its own in
+/// the server's environment under this name.
+pub const TEST_DEADLINE: &str = "COREDIR_TEST_DEADLINE_S";
+
 fn deadline() -> Duration {
-    let secs = std::env::var("COREDIR_TEST_DEADLINE_S").ok().and_then(|s| s.parse().ok());
+    let secs = std::env::var(TEST_DEADLINE).ok().and_then(|s| s.parse().ok());
     Duration::from_secs(secs.unwrap_or(300))
 }
 
@@ -235,18 +242,18 @@ fn deadline() -> Duration {
 /// it gets an error instead of hanging the suite. The process is known by
 /// its pid and start time, so a pid the kernel gave to another process
 /// after the test stopped this one is left alone.
-fn watchdog(pid: u32, port: u16, stderr: PathBuf) {
+fn watchdog(pid: u32, port: u16, stderr: PathBuf, limit: Duration) {
     let started = start_time(pid);
-    if deadline().is_zero() {
+    if limit.is_zero() {
         return;
     }
     std::thread::spawn(move || {
-        std::thread::sleep(deadline());
+        std::thread::sleep(limit);
         let alive = std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| !s.contains(") Z ")).unwrap_or(false);
         if started.is_none() || start_time(pid) != started || !alive {
             return;
         }
-        eprintln!("coredir pid {pid} (port {port}) outlived the test deadline of {:?}; killing it", deadline());
+        eprintln!("coredir pid {pid} (port {port}) outlived the test deadline of {limit:?}; killing it");
         eprintln!("{}", describe(pid, port, &stderr));
         // SAFETY: a signal to the process this test started (same pid, same start time).
         unsafe { libc::kill(pid as i32, libc::SIGKILL) };
