@@ -251,7 +251,8 @@ pub struct Acl {
     pub group_slots: usize,
     /// Unique to each compiled list (`parse::compile`), for what is kept
     /// per reactor about it (`search::select`'s names): a reload compiles
-    /// a new list, which may be allocated where the old one was.
+    /// a new list, which may be allocated where the old one was. From 1;
+    /// 0 (`Acl::default()`): not compiled, nothing is kept about it.
     pub id: u64,
 }
 

@@ -195,6 +195,29 @@ fn reloaded_access_rules_apply_to_the_next_search_on_the_same_connection() {
     assert!(names().contains(&"cn".to_string()));
 }
 
+/// The root DN, whom no rule applies to, and anonymous search one after
+/// the other on one reactor: what is kept about the root's search (every
+/// attribute readable) must not let anonymous read a password.
+#[test]
+fn root_then_anonymous_on_one_reactor_each_see_what_they_may() {
+    let rules =
+        "[access]\nrules = ['to attrs=userPassword by self write by anonymous auth by * none', 'to * by * read']\n";
+    let s = Server::start_with_config(1, rules);
+    let mut admin = s.admin();
+    assert_eq!(add_user(&mut admin, "kept").rc, 0);
+    let mut anon = s.conn();
+    for _ in 0..2 {
+        for (who, shown) in [(&mut admin, true), (&mut anon, false)] {
+            let ldap3::SearchResult(entries, res) =
+                who.search(PEOPLE, Scope::OneLevel, "(uid=kept)", vec!["*"]).unwrap();
+            assert_eq!((res.rc, entries.len()), (0, 1), "{res:?}");
+            let attrs = SearchEntry::construct(entries[0].clone()).attrs;
+            assert_eq!(attrs.contains_key("userPassword"), shown, "{attrs:?}");
+            assert!(attrs.contains_key("cn"), "{attrs:?}");
+        }
+    }
+}
+
 #[test]
 fn monitor_counts_the_traffic_and_hides_from_anonymous() {
     let s = Server::start_with_config(2, "[log]\nlevel = \"off\"\n");

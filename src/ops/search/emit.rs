@@ -129,7 +129,7 @@ struct EntryReadable<'p, 'a, 't, 'v> {
 
 impl select::Readable for EntryReadable<'_, '_, '_, '_> {
     fn rules(&self) -> u64 {
-        self.plan.map_or(0, |p| p.access.acl().id)
+        self.plan.map_or(select::ROOT_RULES, |p| p.access.acl().id)
     }
 
     fn class(&self, stored: &str) -> u64 {

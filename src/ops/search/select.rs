@@ -57,7 +57,8 @@ pub struct Selection<'a> {
 /// rules' class of a stored name (`ReadPlan::class`, which depends on the
 /// rules and the name alone) and whether a class may be read in this entry.
 pub(crate) trait Readable {
-    /// Which compiled rules `class` follows (`Acl::id`).
+    /// Which compiled rules `class` follows (`Acl::id`; 0: a list not
+    /// compiled, whose classes are not kept; `ROOT_RULES` for the root DN).
     fn rules(&self) -> u64;
     fn class(&self, stored: &str) -> u64;
     fn allows(&self, class: u64) -> bool;
@@ -83,6 +84,10 @@ struct StoredNames {
     rules: u64,
     by_position: Vec<NameFacts>,
 }
+
+/// `Readable::rules` of the root DN, whom no rule applies to: never a
+/// compiled list's id (those count up from 1).
+pub(crate) const ROOT_RULES: u64 = u64::MAX;
 
 /// Positions kept (attributes past them are worked out each time), of
 /// names of at most 255 bytes (`EntryView`): a bounded 16 KiB or so.
@@ -199,11 +204,15 @@ pub(crate) fn write_entry(
     // Room for the computed ones too: one allocation.
     let mut attrs: Vec<OutAttr<'_, Vals<'_>>> = Vec::with_capacity(view.n_attrs() + 4);
     STORED_NAMES.with_borrow_mut(|names| {
-        if names.rules != readable.rules() {
-            *names = StoredNames { rules: readable.rules(), by_position: Vec::new() };
+        let rules = readable.rules();
+        if names.rules != rules {
+            *names = StoredNames { rules, by_position: Vec::new() };
         }
         let shown = view.attrs().enumerate().filter(|(i, a)| {
-            let (operational, class) = names.facts(*i, a.name, readable);
+            let (operational, class) = match rules {
+                0 => (matching::is_operational(a.name), readable.class(a.name)),
+                _ => names.facts(*i, a.name, readable),
+            };
             sel.wants_as(a.name, || operational) && readable.allows(class)
         });
         attrs.extend(shown.map(|(_, a)| OutAttr { name: a.name, vals: a.vals() }));
