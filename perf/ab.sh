@@ -13,13 +13,8 @@ set -eu
 OLD=$(realpath "$1"); NEW=$(realpath "$2"); ROUNDS=$3; SCENARIOS=$4
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 PERF=$REPO/target/release/coredir-perf
-AB=${AB:-/tmp/ab}
-mkdir -p "$AB" && cd "$AB"
-if [ ! -d db ]; then
-  "$PERF" gen-ldif --users 10000 -o users.ldif
-  printf '[log]\nlevel = "off"\n[indexes]\nuid = "eq,sub"\ncn = "eq,sub"\nmail = "eq,sub"\nobjectClass = "eq"\n' > conf.toml
-  COREDIR_ROOT_PASSWORD=secret "$NEW" import --config conf.toml --shards 1 --data db users.ldif
-fi
+. "$REPO/perf/users.sh"
+users_db "${AB:-/tmp/ab}" "$NEW"
 port=$((20000 + RANDOM % 20000))
 
 one() { # binary scenario

@@ -18,20 +18,14 @@ set -eu
 OLD=$(realpath "$1"); NEW=$(realpath "$2"); SCENARIOS=$3
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 PERF=$REPO/target/release/coredir-perf
-CG=${CG:-/tmp/cg}
-mkdir -p "$CG" && cd "$CG"
-if [ ! -d db ]; then
-  "$PERF" gen-ldif --users 10000 -o users.ldif
-  # valgrind cannot map LMDB's default 64 GiB.
-  printf '[log]\nlevel = "off"\n[indexes]\nuid = "eq,sub"\ncn = "eq,sub"\nmail = "eq,sub"\nobjectClass = "eq"\n[storage]\nmap_size_mb = 1024\n' > conf.toml
-  COREDIR_ROOT_PASSWORD=secret "$NEW" import --config conf.toml --shards 1 --data db users.ldif
-fi
+. "$REPO/perf/users.sh"
+users_db "${CG:-/tmp/cg}" "$NEW"
 
 one() { # binary scenario
   local bin=$1 scenario=$2 depth=1 port=$((20000 + RANDOM % 20000))
   [ "$scenario" = search8 ] && { scenario=search; depth=8; }
   rm -rf run out.* && cp -a db run
-  COREDIR_ROOT_PASSWORD=secret valgrind --tool=callgrind --callgrind-out-file="$CG/out.%p" \
+  COREDIR_ROOT_PASSWORD=secret valgrind --tool=callgrind --callgrind-out-file="$PWD/out.%p" \
     "$bin" serve --config conf.toml --listen 127.0.0.1:$port --data run --shards 1 > valgrind.log 2>&1 &
   local pid=$!
   for _ in $(seq 120); do
@@ -40,10 +34,10 @@ one() { # binary scenario
   done
   local load=("$PERF" run --addr 127.0.0.1:$port --scenario $scenario --conns 16 --depth $depth)
   "${load[@]}" --duration 1 --warmup 0 > /dev/null 2>&1
-  callgrind_control -z $pid > /dev/null
+  callgrind_control -z $pid > /dev/null 2>&1
   local ops
   ops=$("${load[@]}" --duration 10 --warmup 0 2>&1 | grep -o '"ops":[0-9]*' | cut -d: -f2)
-  callgrind_control -d $pid > /dev/null
+  callgrind_control -d $pid > /dev/null 2>&1
   kill $pid; wait $pid 2>/dev/null || true
   local f total dispatch
   f=$(ls out.*.1 | head -1)
