@@ -295,3 +295,130 @@ mod tests {
         assert!(element(&[0x30, 0x00]) && element(&[0x04, 0x01, 0x41]));
     }
 }
+
+/// What certificateExactMatch compares of a certificate (RFC 4523 §2.5):
+/// the serialNumber's content octets (two's complement) and the issuer
+/// Name (its SEQUENCE body). `None` for anything `certificate` refuses.
+pub fn certificate_serial_and_issuer(v: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (SEQUENCE, cert, _) = next(v)? else { return None };
+    let (SEQUENCE, tbs, _) = next(cert)? else { return None };
+    let mut rest = tbs;
+    if let Some((VERSION, _, after)) = next(rest) {
+        rest = after;
+    }
+    let (INTEGER, serial, rest) = next(rest)? else { return None };
+    let (SEQUENCE, _, rest) = next(rest)? else { return None };
+    let (SEQUENCE, issuer, _) = next(rest)? else { return None };
+    Some((serial, issuer))
+}
+
+/// What certificateListExactMatch compares of a CRL (RFC 4523 §2.6): the
+/// issuer Name's body and thisUpdate, as `YYYYMMDDHHMMSSZ` text (a
+/// UTCTime's two-digit year read as X.509 says: below 50 is 20YY).
+pub fn certificate_list_issuer_and_this_update(v: &[u8]) -> Option<(&[u8], String)> {
+    let (SEQUENCE, list, _) = next(v)? else { return None };
+    let (SEQUENCE, tbs, _) = next(list)? else { return None };
+    let mut rest = tbs;
+    if let Some((INTEGER, _, after)) = next(rest) {
+        rest = after;
+    }
+    let (SEQUENCE, _, rest) = next(rest)? else { return None };
+    let (SEQUENCE, issuer, rest) = next(rest)? else { return None };
+    let (tag, time, _) = next(rest)?;
+    let time = std::str::from_utf8(time).ok()?;
+    let time = match tag {
+        GENERALIZED_TIME => time.to_string(),
+        UTC_TIME => {
+            let century = if time.get(..2)?.parse::<u8>().ok()? < 50 { "20" } else { "19" };
+            format!("{century}{time}")
+        }
+        _ => return None,
+    };
+    Some((issuer, time))
+}
+
+/// An X.509 Name (the body of its RDNSequence) as an RFC 4514 string,
+/// types by numeric OID (the schema names them when the DN is
+/// normalized), leaf first as LDAP writes DNs. `None` for a value that is
+/// not one of the character string types, or for malformed DER.
+pub fn name_to_dn(name: &[u8]) -> Option<String> {
+    let mut rdns = Vec::new();
+    let mut rest = name;
+    while !rest.is_empty() {
+        let (SET, set, after) = next(rest)? else { return None };
+        rest = after;
+        let mut rdn = String::new();
+        let mut avas = set;
+        while !avas.is_empty() {
+            let (SEQUENCE, ava, after) = next(avas)? else { return None };
+            avas = after;
+            let (OID, oid, value) = next(ava)? else { return None };
+            let (tag, value, end) = next(value)?;
+            if !end.is_empty() {
+                return None;
+            }
+            if !rdn.is_empty() {
+                rdn.push('+');
+            }
+            rdn.push_str(&oid_text(oid)?);
+            rdn.push('=');
+            crate::dn::escape_value(string_value(tag, value)?.as_bytes(), &mut rdn);
+        }
+        rdns.push(rdn);
+    }
+    rdns.reverse();
+    Some(rdns.join(","))
+}
+
+const OID: u8 = 0x06;
+const SET: u8 = 0x31;
+
+/// An OBJECT IDENTIFIER's content octets in dotted form.
+fn oid_text(body: &[u8]) -> Option<String> {
+    let mut arcs: Vec<u64> = Vec::new();
+    let mut arc = 0u64;
+    for (i, b) in body.iter().enumerate() {
+        if arc > u64::MAX >> 7 || (arc == 0 && *b == 0x80) {
+            return None;
+        }
+        arc = (arc << 7) | (b & 0x7f) as u64;
+        if b & 0x80 == 0 {
+            if arcs.is_empty() {
+                let first = (arc / 40).min(2);
+                arcs.push(first);
+                arcs.push(arc - first * 40);
+            } else {
+                arcs.push(arc);
+            }
+            arc = 0;
+        } else if i == body.len() - 1 {
+            return None;
+        }
+    }
+    (!arcs.is_empty()).then(|| arcs.iter().map(u64::to_string).collect::<Vec<_>>().join("."))
+}
+
+/// A DirectoryString or IA5String value as UTF-8: the ASCII and UTF-8
+/// types as they are, TeletexString as Latin-1, BMPString as UTF-16 and
+/// UniversalString as UTF-32 (both big-endian).
+fn string_value(tag: u8, v: &[u8]) -> Option<String> {
+    const UTF8: u8 = 0x0c;
+    const NUMERIC: u8 = 0x12;
+    const PRINTABLE: u8 = 0x13;
+    const TELETEX: u8 = 0x14;
+    const IA5: u8 = 0x16;
+    const VISIBLE: u8 = 0x1a;
+    const UNIVERSAL: u8 = 0x1c;
+    const BMP: u8 = 0x1e;
+    match tag {
+        UTF8 | NUMERIC | PRINTABLE | IA5 | VISIBLE => String::from_utf8(v.to_vec()).ok(),
+        TELETEX => Some(v.iter().map(|b| *b as char).collect()),
+        BMP if v.len() % 2 == 0 => {
+            char::decode_utf16(v.chunks(2).map(|c| u16::from_be_bytes([c[0], c[1]]))).collect::<Result<_, _>>().ok()
+        }
+        UNIVERSAL if v.len() % 4 == 0 => {
+            v.chunks(4).map(|c| char::from_u32(u32::from_be_bytes([c[0], c[1], c[2], c[3]]))).collect()
+        }
+        _ => None,
+    }
+}

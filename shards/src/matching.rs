@@ -14,6 +14,7 @@
 //! Compare and server-side sorting all go through `normalize`/`order_key`
 //! here, so they can never disagree.
 
+mod certs;
 mod forms;
 mod names;
 use forms::*;
@@ -93,14 +94,18 @@ pub enum Rule {
     /// OpenLDAP's CSN rules: valid CSNs compare as their octets.
     Csn,
     CsnOrdering,
+    /// RFC 4523's: a certificate by serial number and issuer, a CRL by
+    /// issuer and thisUpdate (`certs`). A stored value's identity stays
+    /// its octets.
+    CertificateExact,
+    CertificateListExact,
     /// Rules OpenLDAP's stock schema files name that no filter can
     /// evaluate here (slapd implements the first two as no-ops too; it
-    /// parses the X.509 assertions of the certificate rules and the authz
-    /// rules of `authzMatch`): stored values compare as octets (for
-    /// Modify), assertions are Undefined.
+    /// parses the X.509 assertions of `attributeCertificateExactMatch`
+    /// and the authz rules of `authzMatch`): stored values compare as
+    /// octets (for Modify), assertions are Undefined.
     PresentationAddress,
     ProtocolInformation,
-    CertificateExact,
     AttributeCertificateExact,
     Authz,
 }
@@ -174,6 +179,7 @@ pub const RULES: &[RuleInfo] = &[
     r(Rule::PresentationAddress, "presentationAddressMatch", "2.5.13.22", "43", EQ),
     r(Rule::ProtocolInformation, "protocolInformationMatch", "2.5.13.24", "42", EQ),
     r(Rule::CertificateExact, "certificateExactMatch", "2.5.13.34", "1.3.6.1.1.15.1", EQ),
+    r(Rule::CertificateListExact, "certificateListExactMatch", "2.5.13.38", "1.3.6.1.1.15.5", EQ),
     r(Rule::AttributeCertificateExact, "attributeCertificateExactMatch", "2.5.13.45", "1.3.6.1.1.15.5", EQ),
     r(Rule::Authz, "authzMatch", "1.3.6.1.4.1.4203.666.4.12", "1.3.6.1.4.1.4203.666.2.7", EQ),
     r(Rule::DnOneLevel, "dnOneLevelMatch", "1.3.6.1.4.1.4203.666.4.8", "12", EQ),
@@ -239,6 +245,7 @@ impl RuleInfo {
             IntegerFirstComponent => &["27", "17"],
             ObjectIdentifierFirstComponent => &["38", "3", "16", "54", "30", "31", "35", "37"],
             CertificateExact => &["8"],
+            CertificateListExact => &["9"],
             AttributeCertificateExact => &["1.3.6.1.4.1.4203.666.11.10.2.1"],
             _ => &[],
         };
@@ -309,9 +316,9 @@ impl Rule {
             Integer | IntegerOrdering | IntegerBitAnd | IntegerBitOr => integer(value).map(Cow::Owned),
             IntegerFirstComponent => first_component(value).and_then(|c| integer(c.as_bytes())).map(Cow::Owned),
             BitString | OctetString | OctetStringOrdering => Some(Cow::Borrowed(value)),
-            PresentationAddress | ProtocolInformation | CertificateExact | AttributeCertificateExact | Authz => {
-                Some(Cow::Borrowed(value))
-            }
+            PresentationAddress | ProtocolInformation | AttributeCertificateExact | Authz => Some(Cow::Borrowed(value)),
+            CertificateExact => Some(Cow::Owned(certs::certificate_form(value))),
+            CertificateListExact => Some(Cow::Owned(certs::certificate_list_form(value))),
             DistinguishedName => dn(value).map(|d| Cow::Owned(d.into_bytes())),
             Rdn => rdn(value).map(|d| Cow::Owned(d.into_bytes())),
             // As storage keys: the relations are prefix tests on them.
@@ -382,6 +389,27 @@ impl Rule {
         }
     }
 
+    /// The normal form of an assertion value (filter, Compare), `None`
+    /// when it is not valid for the rule: a stored value's form, except
+    /// under the certificate rules, whose assertions name parts of one.
+    pub fn normalize_assertion(self, value: &[u8]) -> Option<Cow<'_, [u8]>> {
+        match self {
+            Rule::CertificateExact => certs::certificate_assertion(value).map(Cow::Owned),
+            Rule::CertificateListExact => certs::certificate_list_assertion(value).map(Cow::Owned),
+            _ => self.valid_assertion(value).then(|| self.normalize(value))?,
+        }
+    }
+
+    /// A stored value's identity (duplicates, Modify's delete, DN keys):
+    /// its normal form, but its octets under the certificate rules, so
+    /// what earlier versions stored keeps its keys.
+    fn identity(self, value: &[u8]) -> Cow<'_, [u8]> {
+        match self {
+            Rule::CertificateExact | Rule::CertificateListExact => Cow::Borrowed(value),
+            _ => self.normalize(value).unwrap_or(Cow::Borrowed(value)),
+        }
+    }
+
     /// Whether an assertion value (filter, Compare) is valid for the rule:
     /// slapd makes an item with an invalid one Undefined.
     pub fn valid_assertion(self, value: &[u8]) -> bool {
@@ -400,7 +428,9 @@ impl Rule {
             BitString => syntax::bit_string(value),
             CaseIgnoreList => syntax::postal_address(value),
             Csn | CsnOrdering => csn(value).is_some(),
-            PresentationAddress | ProtocolInformation | CertificateExact | AttributeCertificateExact | Authz => false,
+            PresentationAddress | ProtocolInformation | AttributeCertificateExact | Authz => false,
+            CertificateExact => certs::certificate_assertion(value).is_some(),
+            CertificateListExact => certs::certificate_list_assertion(value).is_some(),
             // Directory, numeric and printable strings have at least one
             // character (RFC 4517 §3.3): `(cn=)` is Undefined, as in slapd.
             // And they are UTF-8: slapd's `UTF8StringValidate` refuses a
@@ -450,7 +480,7 @@ pub fn normalizer(attr: &str) -> impl Fn(&[u8]) -> Cow<'_, [u8]> {
         None => Some(None),
     };
     move |value: &[u8]| match rule {
-        Some(Some(r)) => r.normalize(value).unwrap_or(Cow::Borrowed(value)),
+        Some(Some(r)) => r.identity(value),
         Some(None) => fold(value),
         None => Cow::Borrowed(value),
     }
@@ -462,7 +492,7 @@ pub fn canonical_and_normal<'n, 'v>(attr: &'n str, value: &'v [u8]) -> (Cow<'n, 
     match attr_type(attr) {
         Some(at) => {
             let normal = match at.equality {
-                Some(rule) => rule.normalize(value).unwrap_or(Cow::Borrowed(value)),
+                Some(rule) => rule.identity(value),
                 None => Cow::Borrowed(value),
             };
             (Cow::Borrowed(at.key.as_str()), normal)

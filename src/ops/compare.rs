@@ -37,7 +37,7 @@ fn object_class(atype: &str, value: &[u8]) -> Result<Option<usize>> {
 /// returns it (RFC 3045-style booleans, `TRUE`/`FALSE`).
 fn compare_has_subordinates(conn: &Conn, key: &[u8], value: &[u8]) -> Result<LdapResultCode> {
     let rule = matching::Rule::Boolean;
-    let Some(want) = rule.valid_assertion(value).then(|| rule.normalize(value)).flatten() else {
+    let Some(want) = rule.normalize_assertion(value) else {
         return Err(Error::new(LdapResultCode::InvalidAttributeSyntax, "hasSubordinates: assertion value invalid"));
     };
     let has = conn.ctx.shard.children(key)? > 0;
@@ -85,7 +85,7 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
     let class = object_class(&req.atype, &req.val)?;
     let want = match is_password {
         true => None,
-        false => Some(rule.valid_assertion(&req.val).then(|| rule.normalize(&req.val)).flatten().ok_or_else(|| {
+        false => Some(rule.normalize_assertion(&req.val).ok_or_else(|| {
             Error::new(
                 LdapResultCode::InvalidAttributeSyntax,
                 format!("{}: assertion value invalid per syntax", req.atype),

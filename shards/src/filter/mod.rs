@@ -293,7 +293,7 @@ pub fn compile(f: &LdapFilter) -> Node {
                 |at| at.ordering,
                 |attr, rule| {
                     let v = octets::unescape(v);
-                    let norm = rule.valid_assertion(&v).then(|| rule.normalize(&v))??;
+                    let norm = rule.normalize_assertion(&v)?;
                     let key = rule.order_key(&norm).into_owned();
                     Some(Node::Order { attr, rule, key, greater })
                 },
@@ -321,7 +321,7 @@ fn approx(schema: &'static Schema, a: &str, v: &str) -> Node {
 fn equality(schema: &'static Schema, a: &str, v: &str) -> Node {
     item(schema, a, schema::AttributeType::equality_or_dn, |attr, rule| {
         let v = octets::unescape(v);
-        let value = rule.valid_assertion(&v).then(|| rule.normalize(&v))??.into_owned();
+        let value = rule.normalize_assertion(&v)?.into_owned();
         Some(Node::Equal { attr, rule, value })
     })
 }
@@ -473,7 +473,7 @@ fn extensible(schema: &'static Schema, m: &LdapMatchingRuleAssertion) -> Option<
         return substrings_assertion(attr?, rule, &m.match_value);
     }
     let raw = octets::unescape(&m.match_value);
-    let value = rule.valid_assertion(&raw).then(|| rule.normalize(&raw))??.into_owned();
+    let value = rule.normalize_assertion(&raw)?.into_owned();
     let less = usage == matching::Usage::Ordering;
     Some(Node::Extensible { attr, rule, value, dn_attributes: m.dn_attributes, less })
 }
