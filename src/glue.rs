@@ -51,7 +51,7 @@ pub fn refuse_write(
     let e = shards::Error::no_such_object(&text);
     Err(match crate::ops::disclosed(conn, identity, &key) {
         true => e.with_matched(text),
-        false => crate::ops::with_matched_in(conn, identity, dn, e, None),
+        false => crate::ops::with_matched_in(conn, identity, dn, dn, e, None),
     })
 }
 

@@ -591,16 +591,25 @@ pub fn require_entry(conn: &Conn, identity: &Identity, dn: &shards::dn::Dn, name
 /// Adds `matchedDN` to a `noSuchObject` error, or makes it the referral
 /// of a referral object above (`referral::below`).
 pub fn with_matched(conn: &Conn, identity: &Identity, dn: &shards::dn::Dn, e: Error) -> Error {
-    with_matched_in(conn, identity, dn, e, None)
+    with_matched_in(conn, identity, dn, dn, e, None)
 }
 
-/// `with_matched` for a search: its referral's URLs carry `scope`.
-pub fn with_matched_in(conn: &Conn, identity: &Identity, dn: &shards::dn::Dn, e: Error, scope: Option<&str>) -> Error {
+/// `with_matched` for a search: its referral's URLs carry `scope`, and
+/// name `named`, the DN the request named (an alias on the way may have
+/// led to `dn`), as slapd's do.
+pub fn with_matched_in(
+    conn: &Conn,
+    identity: &Identity,
+    dn: &shards::dn::Dn,
+    named: &shards::dn::Dn,
+    e: Error,
+    scope: Option<&str>,
+) -> Error {
     if e.code != LdapResultCode::NoSuchObject || !e.matched.is_empty() {
         return e;
     }
     match matched_entry(conn, identity, dn) {
-        Some(at) => referral::below(conn, dn, &at, scope).unwrap_or_else(|| e.with_matched(at.to_string_form())),
+        Some(at) => referral::below(conn, named, &at, scope).unwrap_or_else(|| e.with_matched(at.to_string_form())),
         None => e,
     }
 }

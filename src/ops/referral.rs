@@ -82,12 +82,14 @@ fn rewrite(value: &str, target: &Dn, at: &Dn, scope: Option<&str>) -> Option<Str
     Some(u.render())
 }
 
-/// The URL's DN `named` (pretty) with the target's RDNs below `at` in
-/// front, as slapd's `referral_dn_muck` puts them: the pretty target's
-/// text before a tail that equals the object's pretty DN but for ASCII
-/// case. `None` where slapd names the whole target instead: a DN that is
-/// empty or the object's own, or a target whose tail differs (spelled
-/// otherwise, or reached through an alias).
+/// The URL's DN `named` (pretty) with the target's RDNs below `at` (the
+/// object's DN as stored) in front, as slapd's `referral_dn_muck` puts
+/// them: the pretty target's text before a tail that equals the object's
+/// pretty DN but for ASCII case. `None` where slapd names the whole
+/// target instead: a DN that is empty or the object's own, or a target
+/// whose tail differs (spelled otherwise, with other insignificant
+/// spaces or another case of a letter beyond ASCII, or reached through
+/// an alias).
 fn mucked(named: &str, target: &Dn, at: &Dn) -> Option<String> {
     let (target, base) = (target.pretty().ok()?, at.pretty().ok()?);
     if named.is_empty() || named == base {
@@ -107,7 +109,11 @@ fn mucked(named: &str, target: &Dn, at: &Dn) -> Option<String> {
 fn referral(view: &EntryView<'_>, target: &Dn, at: &Dn, scope: Option<&str>) -> Error {
     let urls: Vec<String> = match scope.is_none() && target == at {
         true => urls(view).iter().filter_map(|u| url::of_ref_value(u)).map(str::to_string).collect(),
-        false => urls(view).iter().filter_map(|u| rewrite(u, target, at, scope)).collect(),
+        false => {
+            // slapd compares texts: the object's DN as stored, not as named.
+            let stored = Dn::parse(view.dn()).unwrap_or_else(|_| at.clone());
+            urls(view).iter().filter_map(|u| rewrite(u, target, &stored, scope)).collect()
+        }
     };
     let e = match urls.is_empty() {
         true => Error::no_such_object(&target.to_string_form()),

@@ -70,7 +70,7 @@ pub(super) async fn walk(
             let scope = Some(referral::scope_name(&req.scope));
             // The text names the DN asked for: a dereferenced one may be hidden.
             let e = Error::no_such_object(&req.base);
-            return Err(with_matched_in(conn, &ctrls.acting, &parse_dn(base_text)?, e, scope));
+            return Err(with_matched_in(conn, &ctrls.acting, &parse_dn(base_text)?, &parse_dn(&req.base)?, e, scope));
         };
         // A base the requester may not know of is reported as missing,
         // with no matchedDN, as slapd reports it (the search's own plan:
