@@ -79,6 +79,9 @@ pub fn open_database(config: &Config, n_shards: usize) -> Result<Database> {
         changed.save(data).map_err(|e| anyhow!(e.message))?;
         manifest = Arc::new(changed);
     }
+    if manifest.format < shards::manifest::FORMAT {
+        manifest = Arc::new(upgrade(data, &manifest, &stores)?);
+    }
     let fixed = shards::repair::children_counts(&manifest, &stores)
         .map_err(|e| anyhow!("checking child counts: {}", e.message))?;
     if fixed > 0 {
@@ -88,6 +91,35 @@ pub fn open_database(config: &Config, n_shards: usize) -> Result<Database> {
     // holds an entry of the class.
     stores.note_marks().map_err(|e| anyhow!("referral, alias and subentry keys: {}", e.message))?;
     Ok(Database { lock, manifest, stores })
+}
+
+/// Marks a data directory of format 2 as format 3 when no value it holds
+/// normalizes otherwise under format 3 (`shards::upgrade`); else refuses
+/// to serve it, naming the entries, with the way to rewrite them.
+fn upgrade(data: &Path, manifest: &Manifest, stores: &Offline) -> Result<Manifest> {
+    const NAMED: usize = 20;
+    let found = shards::upgrade::edge_space_entries(stores, NAMED).map_err(|e| {
+        anyhow!("checking {} for the format {} upgrade: {}", data.display(), shards::manifest::FORMAT, e.message)
+    })?;
+    if !found.is_empty() {
+        bail!(
+            "{} holds data format {}, and {} entries (listed below, at most {NAMED}) have a DN or value with a \
+             space other than U+0020 (such as NBSP) at an edge, which format {} drops as RFC 4518 and slapd do, \
+             so their stored keys change: export the database with `coredir export` (it reads format {}), \
+             and import the LDIF into an empty data directory with `coredir import`\n  {}",
+            data.display(),
+            manifest.format,
+            if found.len() == NAMED { format!("{NAMED} or more") } else { found.len().to_string() },
+            shards::manifest::FORMAT,
+            manifest.format,
+            found.join("\n  ")
+        );
+    }
+    let mut upgraded = manifest.clone();
+    upgraded.format = shards::manifest::FORMAT;
+    upgraded.save(data).map_err(|e| anyhow!(e.message))?;
+    eprintln!("coredir: data format {} upgraded to {} (no stored key changed)", manifest.format, upgraded.format);
+    Ok(upgraded)
 }
 
 /// The root password hash in effect: the configuration's, else the one

@@ -59,6 +59,8 @@
 //!   `replicate`, `absorb`, `advance`, `trim`: each sends its write to the
 //!   owner, with the undo of a step that spans two owners.
 //! - `repair`: start-up recount of child counts after a crash.
+//! - `upgrade`: a data directory of the previous format checked at start
+//!   (the values whose normal forms changed), then marked current.
 //! - `csn`: CSNs (OpenLDAP's text form) and each owner's hybrid logical clock.
 //! - `merge`: mirror mode's replicated entry state and records, and the
 //!   merge that converges in any order; `merge/conflict`, conflict DNs;
@@ -131,6 +133,7 @@ pub mod shard;
 pub mod store;
 pub mod stores;
 pub mod subtree;
+pub mod upgrade;
 pub mod write;
 pub mod writes;
 

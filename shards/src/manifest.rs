@@ -14,7 +14,10 @@ use std::path::{Path, PathBuf};
 
 pub const FILE: &str = "manifest.toml";
 /// 2: index keys carry their index type (`index.rs`); `indexes` recorded.
-pub const FORMAT: u32 = 2;
+/// 3: other spaces at a value's edges are dropped (`upgrade`).
+pub const FORMAT: u32 = 3;
+/// The oldest format a start upgrades (`upgrade`); offline tools read it.
+pub const UPGRADABLE: u32 = 2;
 pub const DEFAULT_PARTITIONS: u32 = 256;
 pub const HASH_NAME: &str = "fnv1a-64/v1";
 
@@ -109,8 +112,11 @@ impl Manifest {
     }
 
     fn validate(&self) -> std::result::Result<(), String> {
-        if self.format != FORMAT {
-            return Err(format!("manifest format {} is not supported (expected {FORMAT})", self.format));
+        if !(UPGRADABLE..=FORMAT).contains(&self.format) {
+            return Err(format!(
+                "manifest format {} is not supported (expected {UPGRADABLE} to {FORMAT})",
+                self.format
+            ));
         }
         if self.hash != HASH_NAME {
             return Err(format!("partition hash {:?} is not supported (expected {HASH_NAME:?})", self.hash));

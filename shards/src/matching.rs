@@ -17,6 +17,7 @@
 mod certs;
 mod forms;
 mod names;
+pub(crate) use forms::LEGACY_EDGE_SPACES;
 use forms::*;
 pub use forms::{csn, fold, generalized_time, integer, is_descriptor, is_numeric_oid, numericoid};
 pub use names::*;

@@ -234,3 +234,44 @@ fn import_then_export(ldif: &str) -> String {
     assert!(ok, "{err}");
     std::fs::read_to_string(p("out.ldif")).unwrap()
 }
+
+/// A data directory of format 2 is upgraded at start when nothing in it
+/// normalizes otherwise under format 3, and is refused, naming the entry
+/// and the way out, when a value has a NBSP at an edge (format 3 drops
+/// it, as RFC 4518 and slapd: its keys changed); export still reads it.
+#[test]
+fn format_2_directories_upgrade_or_name_what_changed() {
+    let mut s = Server::start(1);
+    let mut admin = s.admin();
+    fn ou<'a>(name: &str, description: &'a str) -> (String, Vec<(&'a str, std::collections::HashSet<&'a str>)>) {
+        let attrs = vec![("objectClass", ["organizationalUnit"].into()), ("description", [description].into())];
+        (format!("ou={name},{SUFFIX}"), attrs)
+    }
+    let (dn, attrs) = ou("plain", "caf\u{e9}\u{a0}au lait");
+    assert_eq!(admin.add(&dn, attrs).unwrap().rc, 0);
+    let manifest = s.data().join("manifest.toml");
+    let set_format = |from: &str, to: &str| {
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        assert!(text.contains(from), "{text}");
+        std::fs::write(&manifest, text.replace(from, to)).unwrap();
+    };
+    s.stop();
+    set_format("format = 3", "format = 2");
+    s.launch();
+    assert!(std::fs::read_to_string(&manifest).unwrap().contains("format = 3"), "upgraded");
+    assert_eq!(search_dns(&mut s.conn(), SUFFIX, Scope::OneLevel, "(description=caf\u{e9} au lait)").len(), 1);
+
+    let (dn, attrs) = ou("edge", "pad\u{a0}");
+    assert_eq!(s.admin().add(&dn, attrs).unwrap().rc, 0);
+    s.stop();
+    set_format("format = 3", "format = 2");
+    let conf = s.config_path().display().to_string();
+    let refused = spawn(&s.data(), 1, &s.stderr, &["--config", &conf]);
+    let err = refused.err().expect("a format 2 directory with a changed key is refused");
+    assert!(err.contains("ou=edge,dc=example,dc=com") && err.contains("coredir export"), "{err}");
+    let ldif = s.dir.path().join("out.ldif");
+    let data = s.data().display().to_string();
+    let (ok, err) = coredir(&["export", "--config", &conf, "--data", &data, "--out", &ldif.display().to_string()]);
+    assert!(ok, "{err}");
+    assert!(std::fs::read_to_string(&ldif).unwrap().contains("dn: ou=edge,dc=example,dc=com"));
+}

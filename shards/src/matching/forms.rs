@@ -6,12 +6,12 @@ use super::*;
 
 /// String preparation (RFC 4518 §2): optionally fold case, normalize to
 /// NFKC (so a decomposed `é`, a ligature `ﬁ` or a full-width `Ａ` match
-/// their plain forms), collapse runs of spaces and (for whole values) trim
-/// them. Borrows when nothing changes: ASCII without upper case or double
-/// spaces. Unlike slapd's `UTF8bvnormalize`, case is folded after the
-/// compatibility mapping too and from current Unicode (`ℌotel` is `hotel`
-/// here, not there); and, as a known gap, edge spaces are trimmed before
-/// other spaces (NBSP) are mapped to SPACE (differences.toml, p53-*).
+/// their plain forms, and NBSP or an ideographic space is a SPACE),
+/// collapse runs of spaces and (for whole values) trim them, after the
+/// mapping as §2.6.1 says (`pad` + NBSP is `pad`). Borrows when nothing
+/// changes: ASCII without upper case or double spaces. Unlike slapd's
+/// `UTF8bvnormalize`, case is folded after the compatibility mapping too
+/// and from current Unicode (`ℌotel` is `hotel` here, not there).
 pub(super) fn prep(value: &[u8], fold_case: bool, trim: bool) -> Cow<'_, [u8]> {
     let trimmed = if trim { trim_spaces(value) } else { value };
     let ascii = trimmed.is_ascii();
@@ -27,7 +27,11 @@ pub(super) fn prep(value: &[u8], fold_case: bool, trim: bool) -> Cow<'_, [u8]> {
         // Folded before and after: NFKC may map a character to an upper
         // case one (`ℌ` is `H`).
         let folded: String = if fold_case { text.chars().flat_map(char::to_lowercase).collect() } else { text.into() };
-        text = Cow::Owned(unicode_normalization::UnicodeNormalization::nfkc(folded.as_str()).collect());
+        let mapped: String = unicode_normalization::UnicodeNormalization::nfkc(folded.as_str()).collect();
+        text = match trim && !LEGACY_EDGE_SPACES.get() {
+            true => Cow::Owned(mapped.trim_matches(' ').to_string()),
+            false => Cow::Owned(mapped),
+        };
     }
     let mut out = String::with_capacity(text.len());
     let mut last_space = false;
@@ -47,6 +51,12 @@ pub(super) fn prep(value: &[u8], fold_case: bool, trim: bool) -> Cow<'_, [u8]> {
         }
     }
     Cow::Owned(out.into_bytes())
+}
+
+thread_local! {
+    /// Set only while `upgrade` computes the forms data format 2 stored,
+    /// which trimmed edge spaces before NFKC mapped other spaces to SPACE.
+    pub(crate) static LEGACY_EDGE_SPACES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// caseIgnore preparation of a whole value (also used for unknown attributes).
