@@ -245,4 +245,72 @@ mod tests {
             assert_eq!(gser(bad, names), None, "{bad}");
         }
     }
+
+    const CERT: &str = "MIIBKjCB0AICEjQwCgYIKoZIzj0EAwIwMTELMAkGA1UEBhMCVVMxEDAOBgNVBAoMB0V4YW1wbGUxEDAOBgNVBAMMB1Rlc3QgQ0EwHhcNMjYxMjA3MDE0MTExWhcNMzYxMjA0MDE0MTExWjAQMQ4wDAYDVQQDDAVhbGljZTBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABAv7X9Sl3D0Oih1j32+10n5Y2wXn1loFHWIeAgumIXfTbhXXZItdEz0wXhwDA4WtNV6RhE8xwWu+k67h9BfBdA0wCgYIKoZIzj0EAwIDSQAwRgIhAIvpf6NkRVNPVk4dc+PdIwHSXhw66x8EUSIluQCmXEBMAiEAmd74LoVufnGOYfy39M43LWlHzqpEoeq2q+DTo/oSnes=";
+    const CRL: &str = "MIHKMHECAQEwCgYIKoZIzj0EAwIwMTELMAkGA1UEBhMCVVMxEDAOBgNVBAoMB0V4YW1wbGUxEDAOBgNVBAMMB1Rlc3QgQ0EXDTI2MTIwMTAwMDAwMFoXDTI3MDEwNjAxNDExMVqgDzANMAsGA1UdFAQEAgIQADAKBggqhkjOPQQDAgNJADBGAiEAxYXNSq+mnpqc97HmUETHOrCXY3/OvjAcPEscgzPTV7oCIQCMJdA6HeEfqetxqU4m8shfAz1KgEZYnjoSZxGMdtC6Lg==";
+
+    fn der(b64: &str) -> Vec<u8> {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.decode(b64).unwrap()
+    }
+
+    /// The forms of openssl's certificate (serial 0x1234 from C=US,
+    /// O=Example, CN=Test CA) and CRL (2026-12-01, UTCTime) equal those of
+    /// assertions naming them.
+    #[test]
+    fn stored_forms_equal_their_assertions() {
+        let issuer = "rdnSequence:\"CN=Test CA, O=Example, C=US\"";
+        let cert = certificate_assertion(format!("{{ serialNumber 4660, issuer {issuer} }}").as_bytes());
+        assert_eq!(Some(certificate_form(&der(CERT))), cert);
+        let crl =
+            certificate_list_assertion(format!("{{ thisUpdate \"20261201000000Z\", issuer {issuer} }}").as_bytes());
+        assert_eq!(Some(certificate_list_form(&der(CRL))), crl);
+    }
+
+    /// Hostile input: every truncation and 20,000 seeded mutations of the
+    /// DER and of the assertions give a form or `None`, never a panic.
+    #[test]
+    fn mutated_values_and_assertions_never_panic() {
+        let inputs = [
+            der(CERT),
+            der(CRL),
+            b"{ serialNumber 4660, issuer rdnSequence:\"cn=Test CA,o=Example,c=US\" }".to_vec(),
+            b"{ issuer rdnSequence:\"cn=a\"\"b\", thisUpdate \"20261201000000Z\" }".to_vec(),
+            b"4660$cn=Test CA,o=Example,c=US".to_vec(),
+        ];
+        let run = |v: &[u8]| {
+            certificate_form(v);
+            certificate_list_form(v);
+            certificate_assertion(v);
+            certificate_list_assertion(v);
+        };
+        let mut seed = 0x2545f4914f6cdd1du64;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n.max(1) as u64) as usize
+        };
+        for input in &inputs {
+            for cut in 0..input.len() {
+                run(&input[..cut]);
+            }
+            for _ in 0..4000 {
+                let mut v = input.clone();
+                for _ in 0..1 + next(4) {
+                    let at = next(v.len());
+                    match next(4) {
+                        0 => v[at] = next(256) as u8,
+                        1 => v[at] ^= 0x80,
+                        2 => drop(v.remove(at)),
+                        _ => v.insert(at, [b'"', b' ', b',', b'{', b'}', b'$', 0x80, 0xff][next(8)]),
+                    }
+                    if v.is_empty() {
+                        break;
+                    }
+                }
+                run(&v);
+            }
+        }
+    }
 }
