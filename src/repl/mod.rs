@@ -338,8 +338,8 @@ impl Link {
             (None, _) => PeerClaim::Unknown,
             // A peer before protocol 3 never says: nothing of it is claimed
             // (a refresh is then a present phase, its entries read whole).
-            (Some((sid, protocol)), _) if protocol < 3 => PeerClaim::Peer { sid, upto: None },
-            (Some((sid, _)), upto) => PeerClaim::Peer { sid, upto },
+            (Some((sid, protocol)), _) if protocol < 3 => PeerClaim::Peer { sid, upto: None, quiet: false },
+            (Some((sid, _)), upto) => PeerClaim::Peer { sid, upto, quiet: false },
         }
     }
 }
@@ -350,8 +350,10 @@ pub enum PeerClaim {
     /// The peer has not said hello since this server started: no server id
     /// but this one's may be claimed beyond what the consumer holds.
     Unknown,
-    /// Of server `sid`, up to `upto` (none yet: nothing more).
-    Peer { sid: u16, upto: Option<Csn> },
+    /// Of server `sid`, up to `upto` (none yet: nothing more). `quiet`:
+    /// no change of it is here, none ever was (syncrepl's to say: the
+    /// replication link does not read the changelog).
+    Peer { sid: u16, upto: Option<Csn>, quiet: bool },
 }
 
 /// Connection errors said on stderr: the same one at most once a minute

@@ -90,7 +90,7 @@ impl Cookie {
             let limit = match (sid == own, peer) {
                 (true, _) => Some(cap),
                 (false, Some(PeerClaim::Unknown)) => None,
-                (false, Some(PeerClaim::Peer { sid: p, upto })) if p == sid => upto,
+                (false, Some(PeerClaim::Peer { sid: p, upto, .. })) if p == sid => upto,
                 // Not the peer's (imported CSNs): static, claimed as seen.
                 (false, _) => continue,
             };
@@ -107,9 +107,11 @@ impl Cookie {
     /// its server id (without it, every entry a change of the peer reached
     /// would count as changed in each refresh, see `Since`): after a read
     /// that reached every record of the peer up to it, none past `stop`
-    /// (where a persist round stopped, as `up_to`).
+    /// (where a persist round stopped, as `up_to`). Not a quiet peer's:
+    /// no change of it is here to claim, and a consumer keeps a cookie's
+    /// CSNs as its contextCSN, which would show one no server shows.
     pub(super) fn claiming_peer(mut self, peer: Option<PeerClaim>, stop: Option<Csn>) -> Cookie {
-        if let Some(PeerClaim::Peer { sid, upto: Some(upto) }) = peer {
+        if let Some(PeerClaim::Peer { sid, upto: Some(upto), quiet: false }) = peer {
             let claim = stop.map_or(upto, |s| upto.min(Csn { sid, partition: u16::MAX, ..s }));
             self.csns.entry(sid).or_insert(claim);
         }
@@ -140,13 +142,19 @@ impl Since {
         let mut csns = given.csns.clone();
         let mut low = None;
         match peers {
-            Some(PeerClaim::Peer { sid, upto }) => {
+            Some(PeerClaim::Peer { sid, upto, quiet }) => {
                 match (csns.get(&sid).copied(), upto) {
                     (Some(c), Some(u)) => csns.insert(sid, c.min(u)),
                     _ => csns.remove(&sid),
                 };
                 // Other server ids' stamps (imported data's) are static.
                 low = csns.get(&sid).zip(csns.get(&own)).map(|(p, o)| *p.min(o));
+                // A peer with no change here has no stamp and no tombstone
+                // the cookie must name: its own CSN bounds what it holds.
+                // (None of the peer's is claimed: any that comes is newer.)
+                if quiet && !csns.contains_key(&sid) {
+                    low = csns.get(&own).copied();
+                }
             }
             Some(PeerClaim::Unknown) => csns.retain(|sid, _| *sid == own),
             None => {}
@@ -256,7 +264,7 @@ mod tests {
         assert!(lone.changed(None, no_state, &mut seen));
         // One of a pair whose peer (2) settled up to 95: below the
         // cookie's lowest CSN nothing is read; above it, every stamp counts.
-        let pair = Since::new(&c, 1, Some(PeerClaim::Peer { sid: 2, upto: Some(csn(95, 2)) }));
+        let pair = Since::new(&c, 1, Some(PeerClaim::Peer { sid: 2, upto: Some(csn(95, 2)), quiet: false }));
         assert!(pair.complete());
         let unread = || -> Result<Option<EntryState>> { panic!("read below the cookie") };
         assert!(!pair.changed(Some(csn(90, 1)), unread, &mut seen));
@@ -272,14 +280,26 @@ mod tests {
         // A cookie the peer handed out claims of it only what it settled here.
         let mut theirs = c.clone();
         theirs.saw(csn(99, 2));
-        let clamped = Since::new(&theirs, 1, Some(PeerClaim::Peer { sid: 2, upto: Some(csn(95, 2)) }));
+        let clamped = Since::new(&theirs, 1, Some(PeerClaim::Peer { sid: 2, upto: Some(csn(95, 2)), quiet: false }));
         assert!(clamped.newer(csn(96, 2)));
         // A peer that has said nothing yet: none of its stamps is claimed,
         // and the delete phase cannot tell what is gone.
         let unknown = Since::new(&theirs, 1, Some(PeerClaim::Unknown));
         assert!(unknown.newer(csn(1, 2)) && !unknown.complete());
-        let silent = Since::new(&theirs, 1, Some(PeerClaim::Peer { sid: 2, upto: None }));
+        let silent = Since::new(&theirs, 1, Some(PeerClaim::Peer { sid: 2, upto: None, quiet: false }));
         assert!(silent.newer(csn(1, 2)) && !silent.complete());
+        // A quiet peer (no change of it here): a cookie without it is
+        // complete, and none of its stamps counts as claimed.
+        let mut own_only = Cookie::default();
+        own_only.saw(csn(100, 1));
+        for upto in [None, Some(csn(95, 2))] {
+            let quiet = Since::new(&own_only, 1, Some(PeerClaim::Peer { sid: 2, upto, quiet: true }));
+            assert!(quiet.complete() && quiet.newer(csn(1, 2)) && !quiet.newer(csn(100, 1)));
+        }
+        // Nor is a quiet peer claimed in a cookie handed out.
+        let claim = |quiet| Some(PeerClaim::Peer { sid: 2, upto: Some(csn(95, 2)), quiet });
+        assert!(own_only.clone().claiming_peer(claim(false), None).csns.contains_key(&2));
+        assert_eq!(own_only.clone().claiming_peer(claim(true), None), own_only);
     }
 
     #[test]
@@ -308,7 +328,7 @@ mod tests {
             seen.saw(c);
         }
         let (none, own) = (Cookie::default(), claimable(1, 900, None));
-        let peer = |upto| Some(PeerClaim::Peer { sid: 2, upto });
+        let peer = |upto| Some(PeerClaim::Peer { sid: 2, upto, quiet: false });
         let c = seen.capped(1, own, &none, peer(Some(at(300, 2))));
         assert_eq!((c.csns[&2], c.csns[&7]), (at(300, 2), at(100, 7)), "the peer's capped, an imported one not");
         let c = seen.capped(1, own, &none, peer(None));

@@ -184,6 +184,9 @@ struct Session<'a> {
     /// Room in the connection's output, taken before an entry message is
     /// built: a sync search waiting to send holds at most what it took.
     room: Reservation<'a>,
+    /// No change of the mirror peer is here (`peer_quiet`): until the
+    /// persist stage reads one.
+    peer_quiet: std::cell::Cell<bool>,
 }
 
 impl Session<'_> {
@@ -343,6 +346,7 @@ async fn run(
         size,
         deadline,
         room: conn.reservation(),
+        peer_quiet: std::cell::Cell::new(false),
     };
     // A base the requester may not know of is missing, as for a search.
     let known = ctx.shard.with_entry(&session.base_key, |view| {
@@ -372,7 +376,9 @@ async fn run(
     let settled = ctx.mirrored.then(|| ctx.shared.replication.peer_claim());
     let transit = in_transit(ctx)?;
     let moving = transit.get(&ctx.shard.stamping.sid).copied();
-    let peers = peer_claims(settled, &transit);
+    let quiet = settled.as_ref().map_or(Ok(false), |claim| peer_quiet(ctx, claim))?;
+    session.peer_quiet.set(quiet);
+    let peers = peer_claims(settled, &transit, quiet);
     let marks = positions(ctx)?;
     let since = given.as_ref().map(|g| Since::new(g, ctx.shard.stamping.sid, peers));
     let sid = ctx.shard.stamping.sid;
@@ -500,15 +506,30 @@ fn in_transit(ctx: &crate::ctx::Ctx) -> Result<BTreeMap<u16, Csn>> {
 
 /// On a server of a mirror pair, what a cookie may claim of the peer:
 /// what it settled here (`repl::Link::peer_claim`, read before the
-/// changelog or entries the cookie covers), below its renames in transit.
-fn peer_claims(claim: Option<PeerClaim>, transit: &BTreeMap<u16, Csn>) -> Peers {
+/// changelog or entries the cookie covers), below its renames in transit;
+/// `quiet` when no change of the peer is here (`peer_quiet`).
+fn peer_claims(claim: Option<PeerClaim>, transit: &BTreeMap<u16, Csn>, quiet: bool) -> Peers {
     claim.map(|claim| match claim {
-        PeerClaim::Peer { sid, upto } => {
+        PeerClaim::Peer { sid, upto, .. } => {
             let upto = upto.map(|c| transit.get(&sid).map_or(c, |t| c.min(t.just_below())));
-            PeerClaim::Peer { sid, upto }
+            PeerClaim::Peer { sid, upto, quiet }
         }
         unknown => unknown,
     })
+}
+
+/// Whether the changelog holds no change of the mirror peer, and never
+/// did (`changelog::newest` also keeps what trimming took): a standby
+/// that takes no writes. Read before the changelog the request covers;
+/// a change of it that arrives later is newer than any cookie.
+fn peer_quiet(ctx: &crate::ctx::Ctx, claim: &PeerClaim) -> Result<bool> {
+    let PeerClaim::Peer { sid, .. } = *claim else { return Ok(false) };
+    for store in ctx.shard.stores.iter() {
+        if changelog::newest(&store.read()?, None)?.iter().any(|c| c.sid == sid) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// What a cookie may claim of the mirror peer (`peer_claims`); `None`

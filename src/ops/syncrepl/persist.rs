@@ -89,6 +89,10 @@ pub(super) async fn tail(
         let slice_end = std::time::Instant::now() + crate::ops::search::SLICE;
         let mut cut: Option<Csn> = None;
         for (i, (csn, store, p, o, seq, bytes)) in records.into_iter().enumerate() {
+            if csn.sid != own {
+                // The peer's first change: claimed from now on.
+                s.peer_quiet.set(false);
+            }
             // Every change goes out in CSN order, across partitions (a
             // parent's move before its children's): one of this server
             // above the floor may yet have one of a slower shard before it.
@@ -146,7 +150,7 @@ pub(super) async fn tail(
         // was read): of no server id may the cookie claim past it, though
         // the refresh may have seen later CSNs.
         let stop = held.or(cut).or(bound).map(Csn::just_below);
-        let peers = peer_claims(settled, &BTreeMap::new());
+        let peers = peer_claims(settled, &BTreeMap::new(), s.peer_quiet.get());
         let seen = stop.map_or_else(|| cookie.clone(), |s| cookie.up_to(s));
         let next = seen.capped(own, claimable(own, floor_us, None), &handed, peers).claiming_peer(peers, stop);
         // Again soon while a record is held back, or while the floor has

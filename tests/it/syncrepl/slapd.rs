@@ -574,3 +574,50 @@ fn a_provider_restored_from_an_older_backup_refreshes_its_consumer() {
         same_content(&s, &consumer);
     }
 }
+
+/// Issue 19: a server of a mirror pair whose peer has written nothing
+/// hands out cookies that claim only real changes. slapd keeps the
+/// cookie's CSNs as its contextCSN, which must then equal the provider's:
+/// a synthetic CSN for the quiet peer (what it settled) showed there as a
+/// value neither server had, and a monitor comparing them saw a
+/// difference for good. A restart with that cookie is still a delete
+/// phase: a peer with no change here needs no claim.
+#[test]
+fn a_consumer_of_a_mirror_node_whose_peer_wrote_nothing_has_its_context_csn() {
+    ldap_utils();
+    let (a, b) = crate::mirror::pair(2);
+    let context = |url: &str| {
+        let (_, out, _) =
+            tool("ldapsearch", &["-x", "-H", url, "-LLL", "-s", "base", "-b", SUFFIX, "contextCSN"], None);
+        out.lines().filter_map(|l| l.strip_prefix("contextCSN: ")).map(String::from).collect::<Vec<_>>()
+    };
+    let mut c = a.admin();
+    mixed_changes(&mut c, "before", 20);
+    let mut consumer = Consumer::new(&a, "refreshAndPersist");
+    same_content(&a, &consumer);
+    mixed_changes(&mut c, "live", 20);
+    same_content(&a, &consumer);
+    let ours = context(&a.url());
+    assert_eq!(ours.len(), 1, "B wrote nothing: {ours:?}");
+    wait_for("slapd's contextCSN to be A's", || context(&consumer.url()) == context(&a.url()));
+    consumer.stop();
+    mixed_changes(&mut c, "apart", 20);
+    consumer.start();
+    same_content(&a, &consumer);
+    // (slapd's log starts afresh with each start.)
+    assert!(consumer.log().contains("REFRESH_DELETE"), "the restart did not use the delete phase");
+    wait_for("slapd's contextCSN to be A's again", || context(&consumer.url()) == context(&a.url()));
+    // Once B writes, its CSN shows on A, and a value for it on slapd too.
+    let dn = format!("cn=from-b,{SUFFIX}");
+    assert_eq!(b.admin().add(&dn, person_attrs("from-b")).unwrap().rc, 0);
+    wait_for("B's add on A", || get_entry(&mut a.admin(), &dn, vec!["cn"]).is_some());
+    mixed_changes(&mut c, "after-b", 20);
+    same_content(&a, &consumer);
+    wait_for("two contextCSN values on A", || context(&a.url()).len() == 2);
+    wait_for("slapd's contextCSN to be A's with B's", || context(&consumer.url()) == context(&a.url()));
+    consumer.stop();
+    consumer.start();
+    same_content(&a, &consumer);
+    assert!(consumer.log().contains("REFRESH_DELETE"), "the second restart did not use the delete phase");
+    wait_for("slapd's contextCSN to be A's after a restart", || context(&consumer.url()) == context(&a.url()));
+}
