@@ -6,6 +6,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use shards::dn::Dn;
 use shards::entry::{Attr, Entry};
 use shards::manifest::Manifest;
+use shards::matching::Rule;
 use shards::password;
 use shards::Offline;
 use std::path::Path;
@@ -73,14 +74,15 @@ pub fn open_database(config: &Config, n_shards: usize) -> Result<Database> {
     manifest.check_indexes().map_err(|e| anyhow!("{}: {e}", data.display()))?;
     let mut manifest = Arc::new(manifest);
     let stores = open_stores(config, data, &manifest)?;
+    // Before anything writes with this version's keys.
+    if manifest.format < shards::manifest::FORMAT {
+        manifest = Arc::new(upgrade(data, &manifest, &stores)?);
+    }
     if created {
         bootstrap(config, &manifest, &stores)?;
     } else if let Some(changed) = naming_contexts_changed(config, &manifest, &stores)? {
         changed.save(data).map_err(|e| anyhow!(e.message))?;
         manifest = Arc::new(changed);
-    }
-    if manifest.format < shards::manifest::FORMAT {
-        manifest = Arc::new(upgrade(data, &manifest, &stores)?);
     }
     let fixed = shards::repair::children_counts(&manifest, &stores)
         .map_err(|e| anyhow!("checking child counts: {}", e.message))?;
@@ -106,7 +108,8 @@ fn upgrade(data: &Path, manifest: &Manifest, stores: &Offline) -> Result<Manifes
             "{} holds data format {}, and {} entries (listed below, at most {NAMED}) have a DN or value with a \
              space other than U+0020 (such as NBSP) at an edge, which format {} drops as RFC 4518 and slapd do, \
              so their stored keys change: export the database with `coredir export` (it reads format {}), \
-             and import the LDIF into an empty data directory with `coredir import`\n  {}",
+             and import the LDIF into an empty data directory with `coredir import` (values or sibling DNs \
+             that differ only by such a space become one: keep one of each first)\n  {}",
             data.display(),
             manifest.format,
             if found.len() == NAMED { format!("{NAMED} or more") } else { found.len().to_string() },
@@ -114,6 +117,15 @@ fn upgrade(data: &Path, manifest: &Manifest, stores: &Offline) -> Result<Manifes
             manifest.format,
             found.join("\n  ")
         );
+    }
+    // Equality index keys of certificates and CRLs are their serial and
+    // issuer (or issuer and thisUpdate) since format 3, their octets before.
+    let certificates = |r| matches!(r, Rule::CertificateExact | Rule::CertificateListExact);
+    if shards::index::config().indexes_equality_by(certificates) {
+        for i in 0..stores.len() {
+            stores.reindex(i).map_err(|e| anyhow!("reindexing shard {i} for format 3: {}", e.message))?;
+        }
+        eprintln!("coredir: reindexed for data format 3 (certificate equality indexes)");
     }
     let mut upgraded = manifest.clone();
     upgraded.format = shards::manifest::FORMAT;

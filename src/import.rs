@@ -41,6 +41,14 @@ pub fn run(config: Config, file: &Path) -> Result<()> {
     let _lock = crate::database::lock_data_dir(&data)?;
     let n_shards = server::shard_count(&config);
     let (manifest, created) = crate::database::open_manifest(&config, &data, n_shards)?;
+    if manifest.format < shards::manifest::FORMAT {
+        bail!(
+            "{} holds data format {}: start the server on it once (it upgrades the format), or import into an \
+             empty directory",
+            data.display(),
+            manifest.format
+        );
+    }
     manifest.check_indexes().map_err(|e| anyhow!("{}: {e}", data.display()))?;
     let manifest = Arc::new(manifest);
     // Like `slapadd -q`: no sync per batch, one sync of every store at the

@@ -121,6 +121,13 @@ impl Config {
         Ok(Config { by_key })
     }
 
+    /// Whether an equality index covers an attribute whose equality rule
+    /// `rule` passes.
+    pub fn indexes_equality_by(&self, rule: impl Fn(crate::matching::Rule) -> bool) -> bool {
+        let schema = schema::get();
+        self.by_key.iter().any(|(key, k)| k.eq && schema.attr(key).and_then(|at| at.equality).is_some_and(&rule))
+    }
+
     pub fn defaults() -> Config {
         Config::new(DEFAULTS.iter().copied()).expect("the default indexes are valid")
     }

@@ -22,20 +22,25 @@ pub fn edge_space_entries(stores: &Offline, most: usize) -> Result<Vec<String>> 
     let mut found = Vec::new();
     for store in stores.engines() {
         let txn = store.read()?;
-        let mut ids = Vec::new();
-        txn.dn_keys(b"", b"", &mut |_, id| {
-            ids.push(id.to_vec());
-            true
-        })?;
-        for id in ids {
-            if found.len() >= most {
-                return Ok(found);
-            }
-            if let Some(view) = txn.entry_by_id(&id)? {
-                if normalizes_otherwise(&view) {
+        // Entry by entry inside the scan: nothing kept per entry.
+        let mut failed = None;
+        txn.dn_keys(b"", b"", &mut |_, id| match txn.entry_by_id(id) {
+            Ok(view) => {
+                if let Some(view) = view.filter(normalizes_otherwise) {
                     found.push(view.dn().to_string());
                 }
+                found.len() < most
             }
+            Err(e) => {
+                failed = Some(e);
+                false
+            }
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if found.len() >= most {
+            break;
         }
     }
     Ok(found)
@@ -45,7 +50,9 @@ pub fn edge_space_entries(stores: &Offline, most: usize) -> Result<Vec<String>> 
 /// ASCII text never does: only the mapping of other spaces changed.
 fn normalizes_otherwise(view: &EntryView<'_>) -> bool {
     let dn = view.dn();
-    let key = |legacy: bool| with_legacy(legacy, || crate::dn::key_of(dn).ok());
+    // Parsed whole each time: `key_of` keeps parent keys per thread, which
+    // would answer the second call with the first's.
+    let key = |legacy: bool| with_legacy(legacy, || crate::dn::Dn::parse(dn).ok().map(|d| d.key()));
     if !dn.is_ascii() && key(true) != key(false) {
         return true;
     }
@@ -108,10 +115,12 @@ mod tests {
             put("ou=\u{e9} inside,dc=x", "caf\u{e9} au\u{a0}lait");
             put("ou=nbsp\u{a0},dc=x", "x");
             put("ou=value,dc=x", "\u{3000}wide");
+            // Only a parent's RDN changes (a parent that is no entry).
+            put("ou=child,o=acme\u{a0},dc=x", "x");
         });
         let mut found = edge_space_entries(&all, 10).unwrap();
         found.sort();
-        assert_eq!(found, ["ou=nbsp\u{a0},dc=x", "ou=value,dc=x"]);
+        assert_eq!(found, ["ou=child,o=acme\u{a0},dc=x", "ou=nbsp\u{a0},dc=x", "ou=value,dc=x"]);
         assert_eq!(edge_space_entries(&all, 1).unwrap().len(), 1);
     }
 }

@@ -140,6 +140,7 @@ pub(super) struct Since {
 impl Since {
     pub(super) fn new(given: &Cookie, own: u16, peers: Peers) -> Since {
         let mut csns = given.csns.clone();
+        let names = |sid: u16| given.csns.contains_key(&sid);
         let mut low = None;
         match peers {
             Some(PeerClaim::Peer { sid, upto, quiet }) => {
@@ -150,9 +151,11 @@ impl Since {
                 // Other server ids' stamps (imported data's) are static.
                 low = csns.get(&sid).zip(csns.get(&own)).map(|(p, o)| *p.min(o));
                 // A peer with no change here has no stamp and no tombstone
-                // the cookie must name: its own CSN bounds what it holds.
-                // (None of the peer's is claimed: any that comes is newer.)
-                if quiet && !csns.contains_key(&sid) {
+                // a cookie without it must name: its own CSN bounds what it
+                // holds (none of the peer's is claimed: any that comes is
+                // newer). One that names the peer came from elsewhere (the
+                // peer's changes may not be here yet): as before.
+                if quiet && !names(sid) {
                     low = csns.get(&own).copied();
                 }
             }
@@ -296,6 +299,13 @@ mod tests {
             let quiet = Since::new(&own_only, 1, Some(PeerClaim::Peer { sid: 2, upto, quiet: true }));
             assert!(quiet.complete() && quiet.newer(csn(1, 2)) && !quiet.newer(csn(100, 1)));
         }
+        // A cookie that names the peer came from elsewhere (the peer's own,
+        // say): its changes may not be here yet, so it is not complete
+        // before the peer settles them here.
+        let mut from_peer = own_only.clone();
+        from_peer.saw(csn(120, 2));
+        let quiet = Since::new(&from_peer, 1, Some(PeerClaim::Peer { sid: 2, upto: None, quiet: true }));
+        assert!(!quiet.complete());
         // Nor is a quiet peer claimed in a cookie handed out.
         let claim = |quiet| Some(PeerClaim::Peer { sid: 2, upto: Some(csn(95, 2)), quiet });
         assert!(own_only.clone().claiming_peer(claim(false), None).csns.contains_key(&2));

@@ -376,10 +376,12 @@ async fn run(
     let settled = ctx.mirrored.then(|| ctx.shared.replication.peer_claim());
     let transit = in_transit(ctx)?;
     let moving = transit.get(&ctx.shard.stamping.sid).copied();
+    let marks = positions(ctx)?;
+    // After the persist stage's start: a first change of the peer that
+    // comes later is the persist stage's to send.
     let quiet = settled.as_ref().map_or(Ok(false), |claim| peer_quiet(ctx, claim))?;
     session.peer_quiet.set(quiet);
     let peers = peer_claims(settled, &transit, quiet);
-    let marks = positions(ctx)?;
     let since = given.as_ref().map(|g| Since::new(g, ctx.shard.stamping.sid, peers));
     let sid = ctx.shard.stamping.sid;
     // A cookie the changelog covers, off a mirror pair, and not too old:
@@ -520,8 +522,8 @@ fn peer_claims(claim: Option<PeerClaim>, transit: &BTreeMap<u16, Csn>, quiet: bo
 
 /// Whether the changelog holds no change of the mirror peer, and never
 /// did (`changelog::newest` also keeps what trimming took): a standby
-/// that takes no writes. Read before the changelog the request covers;
-/// a change of it that arrives later is newer than any cookie.
+/// that takes no writes. Read after the persist stage's start
+/// (`positions`): a change of it committed later is the persist stage's.
 fn peer_quiet(ctx: &crate::ctx::Ctx, claim: &PeerClaim) -> Result<bool> {
     let PeerClaim::Peer { sid, .. } = *claim else { return Ok(false) };
     for store in ctx.shard.stores.iter() {
