@@ -23,9 +23,12 @@
 //! - `schema`: attribute types, object classes and syntaxes (built-in and
 //!   custom files: `parse`, over `desc`'s RFC 4512 description syntax),
 //!   entry checks, `cn=Subschema`; `der`, the DER walk that validates
-//!   certificate and CRL values.
-//! - `matching`: matching rules (normal forms, ordering); `matching/names`:
-//!   attribute names (canonical and stored spellings, options).
+//!   certificate and CRL values and reads what their matching compares.
+//! - `matching`: matching rules (normal forms, ordering); `matching/forms`:
+//!   string preparation and the other value forms; `matching/certs`: the
+//!   certificate and CRL rules' forms and GSER assertions;
+//!   `matching/names`: attribute names (canonical and stored spellings,
+//!   options).
 //! - `approx`: `~=` for strings, slapd's phonetic word match (Metaphone).
 //! - `index`: configurable eq/pres/sub/ordering indexes and filter ->
 //!   candidate ids; `index/marks`, the keys referral objects, aliases and
