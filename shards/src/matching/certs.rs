@@ -134,13 +134,15 @@ fn quoted(s: &str) -> Option<String> {
     Some(inner.replace("\"\"", "\""))
 }
 
-/// A serial number as GSER writes an INTEGER: decimal, or `'0A1B'H`.
+/// A serial number as GSER writes an INTEGER: decimal, or `'1A2B'H`,
+/// which slapd reads as the magnitude without leading zeros (`'80'H` is
+/// 128; `'0080'H` and `'01234'H` are no serial).
 fn serial_number(s: &str) -> Option<String> {
     match s.strip_prefix('\'').and_then(|h| h.strip_suffix("'H")) {
         Some(hex) => {
             let hex = hex.to_ascii_lowercase();
-            (!hex.is_empty() && hex.bytes().all(|c| c.is_ascii_hexdigit()))
-                .then(|| format!("+{}", hex.trim_start_matches('0')))
+            let digits = !hex.is_empty() && hex.bytes().all(|c| c.is_ascii_hexdigit());
+            (digits && (hex == "0" || !hex.starts_with('0'))).then(|| format!("+{}", hex.trim_start_matches('0')))
         }
         None => decimal(s),
     }
@@ -209,7 +211,11 @@ mod tests {
     fn serials_agree_across_spellings() {
         assert_eq!(decimal("4660").as_deref(), Some("+1234"));
         assert_eq!(serial_number("'1234'H").as_deref(), Some("+1234"));
-        assert_eq!(serial_number("'001234'H").as_deref(), Some("+1234"));
+        assert_eq!(serial_number("'80'H").as_deref(), Some("+80"));
+        assert_eq!(serial_number("'234'H").as_deref(), Some("+234"));
+        for bad in ["'001234'H", "'01234'H", "''H", "'0080'H", "'12G4'H"] {
+            assert_eq!(serial_number(bad), None, "{bad}");
+        }
         assert_eq!(twos_complement(&[0x12, 0x34]), "+1234");
         assert_eq!(twos_complement(&[0x00, 0x80]), "+80");
         assert_eq!(decimal("-128").as_deref(), Some("-80"));
