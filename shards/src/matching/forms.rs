@@ -27,12 +27,14 @@ pub(super) fn prep(value: &[u8], fold_case: bool, trim: bool) -> Cow<'_, [u8]> {
         // Folded before and after: NFKC may map a character to an upper
         // case one (`ℌ` is `H`).
         let folded: String = if fold_case { text.chars().flat_map(char::to_lowercase).collect() } else { text.into() };
-        let mapped: String = unicode_normalization::UnicodeNormalization::nfkc(folded.as_str()).collect();
-        text = match trim && !LEGACY_EDGE_SPACES.get() {
-            true => Cow::Owned(mapped.trim_matches(' ').to_string()),
-            false => Cow::Owned(mapped),
-        };
+        text = Cow::Owned(unicode_normalization::UnicodeNormalization::nfkc(folded.as_str()).collect());
     }
+    // The spaces NFKC made of other spaces, at the edges (`trimmed` had
+    // only those; the ASCII path has none).
+    let text = match trim && !ascii && !LEGACY_EDGE_SPACES.get() {
+        true => text.trim_matches(' '),
+        false => &text,
+    };
     let mut out = String::with_capacity(text.len());
     let mut last_space = false;
     for ch in text.chars() {
