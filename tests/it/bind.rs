@@ -272,6 +272,12 @@ fn sasl_external_without_credentials_is_a_first_step_as_in_slapd() {
     let junk = |l: &String| l.starts_with("undecodable [30, 21, 02, 01, 00, 30, 1c, 0a, 01, 01,");
     assert!(theirs.iter().any(junk), "slapd's answer to the Abandon: {theirs:#?}");
     theirs.retain(|l| !junk(l));
+    // slapd's reader thread goes on reading while a worker handles the
+    // Unbind, so at times it answers the request sent after it before it
+    // closes; what follows an Unbind is never answered by coredir.
+    if theirs.last().is_some_and(|l| l.starts_with("#24 ")) {
+        *theirs.last_mut().unwrap() = "closed".to_string();
+    }
     let ours = transcript(&ldapi);
     for (i, (t, o)) in theirs.iter().zip(&ours).enumerate() {
         assert_eq!(t, o, "step {i}: slapd, then coredir\nslapd: {theirs:#?}\ncoredir: {ours:#?}");
