@@ -340,6 +340,10 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<String> {
     check("passwords", format!("{:?}", old.passwords) != format!("{:?}", new.passwords));
     check("indexes", old.indexes != new.indexes);
     check("limits.max_queued_bytes", old.limits.max_queued_bytes != new.limits.max_queued_bytes);
+    check(
+        "limits.max_queued_bytes_per_connection",
+        old.limits.max_queued_bytes_per_connection != new.limits.max_queued_bytes_per_connection,
+    );
     check("schema", old.schema.files != new.schema.files);
     check("log.file", old.log.file != new.log.file || old.log.format != new.log.format);
     keys

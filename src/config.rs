@@ -524,9 +524,16 @@ impl Config {
         if self.limits.max_filter_depth == 0 {
             bail!("limits.max_filter_depth: must be at least 1");
         }
-        if self.limits.max_queued_bytes < 4 << 20 {
-            // One answer may take a connection's whole queue (4 MiB).
-            bail!("limits.max_queued_bytes: must be at least 4194304 (one connection's queue)");
+        let per_connection = self.limits.max_queued_bytes_per_connection;
+        if per_connection < 64 << 10 {
+            // A connection's own share of its queue (`conn::room::OWN_KIB`).
+            bail!("limits.max_queued_bytes_per_connection: must be at least 65536");
+        }
+        if self.limits.max_queued_bytes < per_connection {
+            // One answer may take a connection's whole queue.
+            bail!(
+                "limits.max_queued_bytes: must be at least limits.max_queued_bytes_per_connection ({per_connection})"
+            );
         }
         self.unindexed_result()?;
         match (&self.tls.certificate_file, &self.tls.key_file) {

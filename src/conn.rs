@@ -44,13 +44,11 @@ use std::time::Duration;
 use tokio_util::codec::Encoder;
 
 /// Frames queued for the writer before request tasks wait (backpressure
-/// from a client that does not read).
+/// from a client that does not read). What such a client can make the
+/// server hold is bounded in bytes (`limits.max_queued_bytes_per_connection`,
+/// `Room`; a frame counts at least 1 KiB): a frame may be one entry, and
+/// 64 frames of 1 MB entries were 64 MB per connection.
 const OUT_FRAMES: usize = 64;
-/// KiB of frames queued for the writer before request tasks wait: with
-/// `OUT_FRAMES`, what a client that does not read can make the server
-/// hold. A frame may be one entry: 64 frames of 1 MB entries were 64 MB
-/// per connection. One frame larger than this waits for an empty queue.
-pub(crate) const OUT_KIB: u64 = 4 << 10;
 /// Most bytes one read takes, into the shard's `SCRATCH`.
 const READ_CHUNK: usize = 64 << 10;
 /// A connection keeps a read buffer no larger than this while it waits
@@ -173,7 +171,7 @@ pub struct Conn {
     /// (`ops::sasl`).
     pub sasl_in_progress: Cell<bool>,
     out: LocalSender<Out>,
-    /// KiB the queue may still take (`OUT_KIB`, and the shard's budget
+    /// KiB the queue may still take (`Room::cap`, and the shard's budget
     /// beyond `room::OWN_KIB`): each frame takes its size, and the writer
     /// gives it back once the frame is written (or dropped).
     room: Rc<Room>,
@@ -204,8 +202,8 @@ impl Reservation<'_> {
 
     /// KiB an entry of about `bytes` encoded bytes takes, with room for the
     /// computed attributes and the framing.
-    pub fn kib_of(bytes: usize) -> u64 {
-        ((bytes as u64 + 512).div_ceil(1024)).min(OUT_KIB)
+    pub fn kib_of(&self, bytes: usize) -> u64 {
+        self.conn.room.kib_of_frame(bytes + 512)
     }
 
     fn credit(&self) -> u64 {
@@ -238,7 +236,7 @@ impl Reservation<'_> {
     /// room could, with others doing the same, hold all of it, with nothing
     /// queued to free any.
     pub async fn send(&self, frame: BytesMut) {
-        let kib = (frame.len() as u64).div_ceil(1024).min(OUT_KIB);
+        let kib = self.conn.room.kib_of_frame(frame.len());
         let held = self.reserved.replace(0);
         self.used.set(0);
         if held >= kib {
@@ -321,12 +319,12 @@ impl Conn {
     }
 
     /// Queues a frame for the writer; waits while the client is not
-    /// reading (`OUT_FRAMES`, `OUT_KIB`).
+    /// reading (`OUT_FRAMES`, `Room::cap`).
     pub async fn send(&self, frame: BytesMut) {
         if frame.is_empty() {
             return;
         }
-        let kib = (frame.len() as u64).div_ceil(1024).min(OUT_KIB);
+        let kib = self.room.kib_of_frame(frame.len());
         if self.room.acquire(kib).await {
             let _ = self.out.send(Out::Frame(frame, kib)).await;
         }

@@ -123,6 +123,7 @@ impl Ctx {
             password_jobs: crate::turns::Turns::default(),
             queued: Rc::new(crate::conn::Budget::new(
                 config.limits.max_queued_bytes as u64 >> 10,
+                config.limits.max_queued_bytes_per_connection as u64 >> 10,
                 std::time::Duration::from_secs(config.limits.write_timeout_s),
             )),
             allow_bind_v2: config.server.allow_bind_v2,

@@ -291,88 +291,195 @@ pub fn update<T: WriteTxn>(txn: &mut T, old: &Entry, new: &Entry, id: &[u8]) -> 
 /// A candidate from an index: an entry id.
 pub type Candidate = [u8; 8];
 
+/// Index keys one term of a filter may read for its candidates: past it
+/// the term is broad (every entry in scope is a candidate, as slapd's
+/// back-mdb turns an ID list past 2^16 ids into a range).
+pub const MAX_TERM_KEYS: usize = 1 << 15;
+/// Index keys one search may read for its candidates, in all its terms and
+/// stores together: past it what is left is broad. Each key read is work
+/// of one reactor step and 8 bytes held, so this bounds both (an
+/// anonymous OR of a thousand one-letter substrings over 100,000 entries
+/// read a billion keys and held gigabytes, with the shard frozen).
+pub const MAX_SEARCH_KEYS: usize = 1 << 17;
+
+/// What a store's indexes say of a filter's entries.
+#[derive(Debug, PartialEq)]
+pub enum Found {
+    /// These ids, sorted (a superset of the matching entries).
+    Ids(Vec<Candidate>),
+    /// No index answers the filter (it depends on the filter alone).
+    Unindexed,
+    /// Indexed, but for more entries than a lookup may read
+    /// (`MAX_TERM_KEYS`, `MAX_SEARCH_KEYS`): walk the scope.
+    Broad,
+}
+
 /// Candidates for a compiled filter from this store's indexes, sorted, or
-/// `None` when the filter cannot be answered from them (the caller scans).
+/// `None` when the filter cannot be answered from them (the caller scans);
+/// read whole, however many (for lookups of one value: `lookup` bounds a
+/// search's).
 pub fn candidates<T: ReadTxn>(txn: &T, filter: &Node) -> Result<Option<Vec<Candidate>>> {
+    Ok(match lookup(txn, filter, &std::cell::Cell::new(usize::MAX), usize::MAX)? {
+        Found::Ids(ids) => Some(ids),
+        Found::Unindexed | Found::Broad => None,
+    })
+}
+
+/// A search's candidates in one store: at most `keys_left` index keys
+/// read in all (counted down, shared by the search's stores), each term
+/// at most `MAX_TERM_KEYS`.
+pub fn candidates_within<T: ReadTxn>(txn: &T, filter: &Node, keys_left: &std::cell::Cell<usize>) -> Result<Found> {
+    lookup(txn, filter, keys_left, MAX_TERM_KEYS)
+}
+
+/// An AND's running intersection this small is tested entry by entry
+/// rather than narrowed by reading its further terms' keys.
+const FEW: usize = 8;
+
+fn lookup<T: ReadTxn>(txn: &T, filter: &Node, left: &std::cell::Cell<usize>, per_term: usize) -> Result<Found> {
     let config = config();
     let indexed = |attr: &Names, f: fn(Kinds) -> bool| attr.keys().all(|k| config.kinds(k).is_some_and(f));
+    let budget = Budget { left, per_term };
+    let found = |ids: Option<Vec<Candidate>>| ids.map_or(Found::Broad, Found::Ids);
     Ok(match filter {
-        Node::Undefined => Some(Vec::new()),
+        Node::Undefined => Found::Ids(Vec::new()),
         // The guard only narrows: the assertion's candidates are a superset.
-        Node::Guarded(_, inner) => candidates(txn, inner)?,
+        Node::Guarded(_, inner) => lookup(txn, inner, left, per_term)?,
         Node::Equal { .. } | Node::AnyOf { .. } => match filter.equalities() {
             Some((attr, values)) if indexed(attr, |k| k.eq) => {
-                let one = |value: &[u8]| {
-                    let v = &value[..value.len().min(MAX_VALUE)];
-                    union(txn, attr, b'e', |p| {
-                        p.extend_from_slice(v);
-                        p.push(0);
-                    })
-                };
-                if let [value] = values {
-                    return one(value).map(Some);
-                }
+                let mut term = budget.term();
                 let mut all = Vec::new();
                 for value in values {
-                    all.extend(one(value)?);
+                    let v = &value[..value.len().min(MAX_VALUE)];
+                    let Some(ids) = union(txn, attr, b'e', &mut term, |p| {
+                        p.extend_from_slice(v);
+                        p.push(0);
+                    })?
+                    else {
+                        return Ok(Found::Broad);
+                    };
+                    all.extend(ids);
                 }
-                all.sort_unstable();
-                all.dedup();
-                Some(all)
+                if values.len() > 1 {
+                    all.sort_unstable();
+                    all.dedup();
+                }
+                Found::Ids(all)
             }
-            _ => None,
+            _ => Found::Unindexed,
         },
-        Node::Present(attr) if indexed(attr, |k| k.pres) => Some(union(txn, attr, b'p', |p| p.push(0))?),
+        Node::Present(attr) if indexed(attr, |k| k.pres) => {
+            found(union(txn, attr, b'p', &mut budget.term(), |p| p.push(0))?)
+        }
         // The `sub` index holds pieces under the type's own rule; an
         // extensible match with another rule is evaluated, not looked up.
         Node::Substrings { attr, rule, initial, any, last }
             if indexed(attr, |k| k.sub) && attr.substr() == Some(*rule) =>
         {
             let (piece, at_start) = best_piece(initial.as_deref(), any, last.as_deref());
-            let scan =
-                |piece: &[u8]| union(txn, attr, b's', |p| p.extend_from_slice(&piece[..piece.len().min(SUB_LEN)]));
-            let mut found = scan(&piece)?;
-            if !at_start {
-                found.extend(scan(rest(&piece))?);
+            let mut term = budget.term();
+            let mut scan = |piece: &[u8]| {
+                union(txn, attr, b's', &mut term, |p| p.extend_from_slice(&piece[..piece.len().min(SUB_LEN)]))
+            };
+            let mut found = Vec::new();
+            let pieces = [Some(piece.as_slice()), (!at_start).then(|| rest(&piece)), Some(&[LONG, 0][..])];
+            for piece in pieces.into_iter().flatten() {
+                match scan(piece)? {
+                    Some(ids) => found.extend(ids),
+                    None => return Ok(Found::Broad),
+                }
             }
-            found.extend(union(txn, attr, b's', |p| p.extend_from_slice(&[LONG, 0]))?);
             found.sort_unstable();
             found.dedup();
-            Some(found)
+            Found::Ids(found)
         }
         Node::Order { attr, key, greater, .. } if indexed(attr, |k| k.ordering) => {
-            Some(range(txn, attr, &key[..key.len().min(MAX_VALUE)], *greater)?)
+            found(range(txn, attr, &key[..key.len().min(MAX_VALUE)], *greater, &mut budget.term())?)
         }
         Node::And(fs) => {
-            let mut sets = Vec::new();
+            let mut best: Option<Vec<Candidate>> = None;
+            let mut broad = false;
             for f in fs {
-                if let Some(c) = candidates(txn, f)? {
-                    sets.push(c);
+                if best.as_ref().is_some_and(|b| b.len() <= FEW) {
+                    break;
+                }
+                match lookup(txn, f, left, per_term)? {
+                    Found::Ids(c) => {
+                        best = Some(match best {
+                            None => c,
+                            Some(b) => {
+                                let (mut small, large) = if b.len() <= c.len() { (b, c) } else { (c, b) };
+                                small.retain(|id| large.binary_search(id).is_ok());
+                                small
+                            }
+                        })
+                    }
+                    Found::Broad => broad = true,
+                    Found::Unindexed => {}
                 }
             }
-            sets.sort_by_key(Vec::len);
-            let mut it = sets.into_iter();
-            it.next().map(|mut best| {
-                for other in it {
-                    best.retain(|id| other.binary_search(id).is_ok());
-                }
-                best
-            })
+            match (best, broad) {
+                (Some(ids), _) => Found::Ids(ids),
+                (None, true) => Found::Broad,
+                (None, false) => Found::Unindexed,
+            }
         }
         Node::Or(fs) if !fs.is_empty() => {
             let mut all = Vec::new();
+            let mut broad = false;
             for f in fs {
-                match candidates(txn, f)? {
-                    Some(c) => all.extend(c),
-                    None => return Ok(None),
+                match lookup(txn, f, left, per_term)? {
+                    Found::Ids(c) if !broad => all.extend(c),
+                    Found::Ids(_) => {}
+                    // Broad is the search's to walk, unless a later term
+                    // is no index's at all: read on (with no keys left,
+                    // each indexed term is broad at once).
+                    Found::Broad => {
+                        broad = true;
+                        all = Vec::new();
+                    }
+                    Found::Unindexed => return Ok(Found::Unindexed),
                 }
+            }
+            if broad {
+                return Ok(Found::Broad);
             }
             all.sort_unstable();
             all.dedup();
-            Some(all)
+            Found::Ids(all)
         }
-        _ => None,
+        _ => Found::Unindexed,
     })
+}
+
+/// What a lookup may still read: the search's keys left and one term's.
+struct Budget<'a> {
+    left: &'a std::cell::Cell<usize>,
+    per_term: usize,
+}
+
+impl<'a> Budget<'a> {
+    fn term(&self) -> Term<'a> {
+        Term { search: self.left, term: self.per_term }
+    }
+}
+
+/// The keys one term may still read.
+struct Term<'a> {
+    search: &'a std::cell::Cell<usize>,
+    term: usize,
+}
+
+impl Term<'_> {
+    /// Counts one key read; false once either bound is spent.
+    fn take(&mut self) -> bool {
+        if self.term == 0 || self.search.get() == 0 {
+            return false;
+        }
+        self.term -= 1;
+        self.search.set(self.search.get() - 1);
+        true
+    }
 }
 
 /// Whether entry `id` of this store matches `filter`, from its equality
@@ -468,27 +575,50 @@ fn best_piece(initial: Option<&[u8]>, any: &[Vec<u8>], last: Option<&[u8]>) -> (
     options.into_iter().max_by_key(|(p, _)| p.len()).unwrap_or_default()
 }
 
-/// The ids under one key prefix for the type and each of its subtypes.
-fn union<T: ReadTxn>(txn: &T, attr: &Names, kind: u8, finish: impl Fn(&mut Vec<u8>)) -> Result<Vec<Candidate>> {
+/// The ids under one key prefix for the type and each of its subtypes;
+/// `None` once `term` is spent.
+fn union<T: ReadTxn>(
+    txn: &T,
+    attr: &Names,
+    kind: u8,
+    term: &mut Term<'_>,
+    finish: impl Fn(&mut Vec<u8>),
+) -> Result<Option<Vec<Candidate>>> {
     let mut out = Vec::new();
+    let mut spent = false;
     for key in attr.keys() {
         let mut prefix = head(key, kind);
         finish(&mut prefix);
         txn.scan(Tree::Index, &prefix, &prefix, &mut |k, _| {
+            if !term.take() {
+                spent = true;
+                return false;
+            }
             if let Some(id) = k.len().checked_sub(8).filter(|at| *at >= prefix.len()).map(|at| &k[at..]) {
                 out.push(id.try_into().expect("8 bytes"));
             }
             true
         })?;
+        if spent {
+            return Ok(None);
+        }
     }
     out.sort_unstable();
     out.dedup();
-    Ok(out)
+    Ok(Some(out))
 }
 
-/// The ids whose order key is `>= bound` (or `<= bound`).
-fn range<T: ReadTxn>(txn: &T, attr: &Names, bound: &[u8], greater: bool) -> Result<Vec<Candidate>> {
+/// The ids whose order key is `>= bound` (or `<= bound`); `None` once
+/// `term` is spent.
+fn range<T: ReadTxn>(
+    txn: &T,
+    attr: &Names,
+    bound: &[u8],
+    greater: bool,
+    term: &mut Term<'_>,
+) -> Result<Option<Vec<Candidate>>> {
     let mut out = Vec::new();
+    let mut spent = false;
     for key in attr.keys() {
         let prefix = head(key, b'o');
         let mut from = prefix.clone();
@@ -500,13 +630,20 @@ fn range<T: ReadTxn>(txn: &T, attr: &Names, bound: &[u8], greater: bool) -> Resu
             if !greater && &k[prefix.len()..end] > bound {
                 return false;
             }
+            if !term.take() {
+                spent = true;
+                return false;
+            }
             out.push(k[end + 1..].try_into().expect("8 bytes"));
             true
         })?;
+        if spent {
+            return Ok(None);
+        }
     }
     out.sort_unstable();
     out.dedup();
-    Ok(out)
+    Ok(Some(out))
 }
 
 /// Entries indexed per write transaction by `rebuild`.

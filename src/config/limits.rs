@@ -66,10 +66,16 @@ pub struct Limits {
     pub write_timeout_s: u64,
     /// Bytes of answers the connections of one shard may hold queued for
     /// clients that have not read them, together (read at start). Each
-    /// connection holds up to 64 KiB of its own beyond it, and at most 4
-    /// MiB in all; past them its operations wait for the client to read.
+    /// connection holds up to 64 KiB of its own beyond it, and at most
+    /// `max_queued_bytes_per_connection` in all; past them its operations
+    /// wait for the client to read.
     /// slapd's threads block on such a client instead.
     pub max_queued_bytes: usize,
+    /// Bytes of answers one connection may hold queued for a client that
+    /// has not read them (read at start): past it its operations wait for
+    /// the client to read. An answer larger than this waits for an empty
+    /// queue, so one entry of any size can still be sent.
+    pub max_queued_bytes_per_connection: usize,
     /// Largest an entry may become by a modify (its stored form), as
     /// back-mdb's `maxentrysize`; past it adminLimitExceeded. Each change
     /// of an entry costs its owner in proportion to its size. 0: no limit.
@@ -108,6 +114,7 @@ impl Default for Limits {
             max_pending_auth: 1000,
             write_timeout_s: 60,
             max_queued_bytes: 64 << 20,
+            max_queued_bytes_per_connection: 4 << 20,
             max_entry_bytes: 32 << 20,
             max_connections: 0,
             max_connections_per_ip: 0,

@@ -1,6 +1,7 @@
 //! A connection's room for answers queued and not yet written.
 //!
-//! Each connection may queue `OUT_KIB` (4 MiB) for a client that is slow
+//! Each connection may queue `limits.max_queued_bytes_per_connection`
+//! (4 MiB unless set) for a client that is slow
 //! to read, and the first `OWN_KIB` of it is its own. Beyond that share it
 //! draws on its shard's budget (`limits.max_queued_bytes`, a `Budget`),
 //! which all the shard's connections share: 1,000 clients that never read
@@ -14,7 +15,6 @@
 //! that time: `Budget::evict_stalled`). A client that reads fast keeps
 //! its queue full without harm: it drains it many times a window.
 
-use super::OUT_KIB;
 use glommio::sync::Semaphore;
 use std::cell::{Cell, RefCell};
 use std::os::fd::RawFd;
@@ -33,6 +33,9 @@ const CHECK: Duration = Duration::from_secs(1);
 /// of it.
 pub struct Budget {
     sem: Semaphore,
+    /// Each connection's own bound, in KiB
+    /// (`limits.max_queued_bytes_per_connection`).
+    per_connection: u64,
     holders: RefCell<Vec<Weak<Room>>>,
     /// The holders list's length after its last pruning.
     pruned: Cell<usize>,
@@ -45,9 +48,10 @@ pub struct Budget {
 }
 
 impl Budget {
-    pub fn new(kib: u64, patience: Duration) -> Budget {
+    pub fn new(kib: u64, per_connection: u64, patience: Duration) -> Budget {
         Budget {
             sem: Semaphore::new(kib),
+            per_connection,
             holders: RefCell::default(),
             pruned: Cell::new(0),
             patience: Cell::new(patience),
@@ -121,8 +125,9 @@ impl Budget {
 }
 
 pub struct Room {
-    /// The connection's own bound (`OUT_KIB`).
+    /// The connection's own bound (`Budget::per_connection`, `cap`).
     own: Semaphore,
+    cap: u64,
     /// The shard's budget, shared by its connections.
     budget: Rc<Budget>,
     /// KiB of the budget this connection holds: at least what it has
@@ -172,8 +177,10 @@ impl Drop for Waiting<'_> {
 
 impl Room {
     pub fn new(budget: Rc<Budget>, fd: RawFd) -> Rc<Room> {
+        let cap = budget.per_connection;
         Rc::new_cyclic(|me| Room {
-            own: Semaphore::new(OUT_KIB),
+            own: Semaphore::new(cap),
+            cap,
             budget,
             held: Cell::new(0),
             window: Cell::new(Instant::now()),
@@ -212,12 +219,18 @@ impl Room {
     /// the budget covers these beyond `OWN_KIB`, no more: a waiting task's
     /// part goes back to the budget, and comes to it through its wait.
     fn covered(&self) -> u64 {
-        (OUT_KIB - self.own.available()).saturating_sub(self.waiting.get())
+        (self.cap - self.own.available()).saturating_sub(self.waiting.get())
     }
 
     /// KiB of the shard's budget still needed to cover what is taken.
     fn wanted(&self) -> u64 {
         self.covered().saturating_sub(OWN_KIB).saturating_sub(self.held.get())
+    }
+
+    /// KiB a frame takes of the room: its size, or the whole room for a
+    /// frame larger than it (it waits for an empty queue).
+    pub fn kib_of_frame(&self, bytes: usize) -> u64 {
+        (bytes as u64).div_ceil(1024).min(self.cap)
     }
 
     /// Takes `kib` now, if both bounds have room.
@@ -310,19 +323,19 @@ mod tests {
     #[test]
     fn a_connections_own_share_needs_none_of_the_budget() {
         run(|| async {
-            let budget = Rc::new(Budget::new(0, Duration::ZERO));
+            let budget = Rc::new(Budget::new(0, 4 << 10, Duration::ZERO));
             let room = Room::new(budget.clone(), -1);
             assert!(room.try_acquire(OWN_KIB));
             assert!(!room.try_acquire(1), "past its share, with no budget left");
             room.signal(OWN_KIB);
-            assert_eq!(room.own.available(), OUT_KIB);
+            assert_eq!(room.own.available(), 4 << 10);
         });
     }
 
     #[test]
     fn the_budget_is_given_back_as_frames_are_written() {
         run(|| async {
-            let budget = Rc::new(Budget::new(1000, Duration::ZERO));
+            let budget = Rc::new(Budget::new(1000, 4 << 10, Duration::ZERO));
             let shared = &budget.sem;
             let (a, b) = (Room::new(budget.clone(), -1), Room::new(budget.clone(), -1));
             assert!(a.try_acquire(600));
@@ -353,7 +366,7 @@ mod tests {
                 assert_eq!(libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, fds.as_mut_ptr()), 0);
                 assert_eq!(libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, other.as_mut_ptr()), 0);
             }
-            let budget = Rc::new(Budget::new(1000, Duration::from_millis(100)));
+            let budget = Rc::new(Budget::new(1000, 4 << 10, Duration::from_millis(100)));
             let (slow, waiting) = (Room::new(budget.clone(), fds[0]), Room::new(budget.clone(), other[0]));
             assert!(slow.try_acquire(OWN_KIB + 1000), "the whole budget");
             let granted = Rc::new(Cell::new(false));
@@ -390,7 +403,7 @@ mod tests {
     #[test]
     fn a_sweep_cuts_off_only_those_that_drain_too_slowly() {
         run(|| async {
-            let budget = Rc::new(Budget::new(2000, Duration::from_millis(100)));
+            let budget = Rc::new(Budget::new(2000, 4 << 10, Duration::from_millis(100)));
             let (fast, slow, waiting) =
                 (Room::new(budget.clone(), -1), Room::new(budget.clone(), -1), Room::new(budget.clone(), -1));
             assert!(fast.try_acquire(OWN_KIB + 1000));
@@ -418,7 +431,7 @@ mod tests {
     fn waiters_of_two_connections_both_get_their_room_as_frames_are_written() {
         run(|| async {
             // Room for both waiters' frames, not for those and the earlier.
-            let budget = Rc::new(Budget::new(1100, Duration::ZERO));
+            let budget = Rc::new(Budget::new(1100, 4 << 10, Duration::ZERO));
             let (a, b) = (Room::new(budget.clone(), -1), Room::new(budget.clone(), -1));
             assert!(a.try_acquire(OWN_KIB + 500) && b.try_acquire(OWN_KIB + 500));
             let wait = |room: &Rc<Room>| {

@@ -254,26 +254,6 @@ fn a_search_sees_a_subtree_rename_whole_or_not_at_all() {
     assert_eq!(seen.last(), Some(&7), "after the rename, the tree is at its new DN");
 }
 
-/// The DNs of a search in the order the server sent them, paged when
-/// `page` is given.
-fn dns_in_order(c: &mut ldap3::LdapConn, base: &str, filter: &str, page: Option<i32>) -> Vec<String> {
-    let entries = match page {
-        None => c.search(base, Scope::Subtree, filter, vec!["1.1"]).unwrap().success().unwrap().0,
-        Some(size) => {
-            let adapters: Vec<Box<dyn ldap3::adapters::Adapter<_, _>>> =
-                vec![Box::new(ldap3::adapters::EntriesOnly::new()), Box::new(ldap3::adapters::PagedResults::new(size))];
-            let mut stream = c.streaming_search_with(adapters, base, Scope::Subtree, filter, vec!["1.1"]).unwrap();
-            let mut all = Vec::new();
-            while let Some(e) = stream.next().unwrap() {
-                all.push(e);
-            }
-            stream.result().success().unwrap();
-            all
-        }
-    };
-    entries.into_iter().map(|e| ldap3::SearchEntry::construct(e).dn).collect()
-}
-
 /// A subtree search sends every entry after its parent, whichever shard
 /// holds each (as slapd sends entries in id order, parents first), so
 /// that `ldapsearch ... | ldapadd` can load what it wrote; paged too.

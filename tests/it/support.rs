@@ -576,3 +576,23 @@ pub fn big_group(admin: &mut ldap3::LdapConn, cn: &str, n: usize) -> String {
     assert_eq!(admin.add(&dn, group).unwrap().rc, 0);
     dn
 }
+
+/// The DNs of a subtree search in the order sent (paged by `page`).
+pub fn dns_in_order(c: &mut ldap3::LdapConn, base: &str, filter: &str, page: Option<i32>) -> Vec<String> {
+    let entries = match page {
+        None => c.search(base, ldap3::Scope::Subtree, filter, vec!["1.1"]).unwrap().success().unwrap().0,
+        Some(size) => {
+            let adapters: Vec<Box<dyn ldap3::adapters::Adapter<_, _>>> =
+                vec![Box::new(ldap3::adapters::EntriesOnly::new()), Box::new(ldap3::adapters::PagedResults::new(size))];
+            let mut stream =
+                c.streaming_search_with(adapters, base, ldap3::Scope::Subtree, filter, vec!["1.1"]).unwrap();
+            let mut all = Vec::new();
+            while let Some(e) = stream.next().unwrap() {
+                all.push(e);
+            }
+            stream.result().success().unwrap();
+            all
+        }
+    };
+    entries.into_iter().map(|e| ldap3::SearchEntry::construct(e).dn).collect()
+}

@@ -114,18 +114,33 @@ fn compare<S: Store>(store: &S, rng: &mut SmallRng, n: usize) -> usize {
             .filter(|(_, bytes)| node.matches(&EntryView::new(bytes).unwrap()))
             .map(|(id, _)| id.clone())
             .collect();
-        let Some(candidates) = index::candidates(&txn, &node).unwrap() else { continue };
+        let check = |candidates: &[index::Candidate], what: &str| {
+            let candidates: BTreeSet<Vec<u8>> = candidates.iter().map(|c| c.to_vec()).collect();
+            assert!(scanned.is_subset(&candidates), "index missed matches of {f:?} ({what})");
+            let checked: BTreeSet<Vec<u8>> = candidates
+                .into_iter()
+                .filter(|id| {
+                    let bytes = txn.get(Tree::Id2entry, id).unwrap().expect("a candidate exists");
+                    node.matches(&EntryView::new(bytes).unwrap())
+                })
+                .collect();
+            assert_eq!(checked, scanned, "{f:?} ({what})");
+        };
+        // Within a small budget of keys: the same candidates, or broad
+        // (never fewer, and unindexed exactly when unbounded says so).
+        let (left, per_term) = (rng.gen_range(0..300), rng.gen_range(1..200));
+        let bounded = index::lookup(&txn, &node, &std::cell::Cell::new(left), per_term).unwrap();
+        let Some(candidates) = index::candidates(&txn, &node).unwrap() else {
+            assert_eq!(bounded, index::Found::Unindexed, "{f:?}");
+            continue;
+        };
         from_index += 1;
-        let candidates: BTreeSet<Vec<u8>> = candidates.iter().map(|c| c.to_vec()).collect();
-        assert!(scanned.is_subset(&candidates), "index missed matches of {f:?}");
-        let checked: BTreeSet<Vec<u8>> = candidates
-            .into_iter()
-            .filter(|id| {
-                let bytes = txn.get(Tree::Id2entry, id).unwrap().expect("a candidate exists");
-                node.matches(&EntryView::new(bytes).unwrap())
-            })
-            .collect();
-        assert_eq!(checked, scanned, "{f:?}");
+        check(&candidates, "unbounded");
+        match bounded {
+            index::Found::Ids(ids) => check(&ids, &format!("within {left} keys, {per_term} a term")),
+            index::Found::Broad => {}
+            index::Found::Unindexed => panic!("{f:?} unindexed within a budget"),
+        }
     }
     from_index
 }

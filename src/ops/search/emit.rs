@@ -267,7 +267,7 @@ impl Emit<'_> {
                 sorter.push(view, buf, &|names| plan.is_none_or(|p| p.can_search(&target, names)))?;
             }
             None => {
-                let kib = Reservation::kib_of(encoded_estimate(view, self.sel));
+                let kib = self.room.kib_of(encoded_estimate(view, self.sel));
                 if !self.room.try_take(kib) {
                     return Ok(Visit::Full(kib));
                 }

@@ -13,7 +13,7 @@ use crate::ops::paging::Position;
 use crate::ops::{alias, parse_dn, referral, with_matched_in};
 use ldap3_proto::proto::{LdapSearchRequest, LdapSearchScope};
 use shards::entry::EntryView;
-use shards::index;
+use shards::index::{self, Found};
 use shards::store::ReadTxn;
 use shards::{Error, Result};
 
@@ -48,6 +48,8 @@ pub(super) async fn walk(
     let mut need = None;
     // The base's store and its candidates, when read with the base.
     let mut base_candidates = None;
+    // Index keys the search's lookups may still read (`index::Found::Broad`).
+    let keys_left = std::cell::Cell::new(index::MAX_SEARCH_KEYS);
     loop {
         if let Some(kib) = need.take() {
             emit.flush().await;
@@ -99,9 +101,13 @@ pub(super) async fn walk(
             // A subtree's walk reads the index of the base's store anyway:
             // read first, in this snapshot, it decides the base too.
             if req.scope == LdapSearchScope::Subtree {
-                base_candidates = Some((shard.owner_of(base_key), index::candidates(&txn, emit.filter)?));
+                let found = index::candidates_within(&txn, emit.filter, &keys_left)?;
+                base_candidates = Some((shard.owner_of(base_key), found));
             }
-            let among = base_candidates.as_ref().and_then(|(_, c)| c.as_deref());
+            let among = match &base_candidates {
+                Some((_, Found::Ids(ids))) => Some(ids.as_slice()),
+                _ => None,
+            };
             match emit.visit_base(&txn, base_key, id, among, view.as_ref())? {
                 Visit::Next => {}
                 Visit::Stop(code) => return Err(stopped(code)),
@@ -125,10 +131,37 @@ pub(super) async fn walk(
         Position::Range { store, .. } | Position::Index { store, .. } => *store,
         _ => 0,
     };
+    // Every store's candidates before any is walked: where one store's are
+    // broad, every store's range is walked (its index walked first, a
+    // store's entries would come again in the ranges).
+    let mut found = Vec::with_capacity(shard.stores.len());
     for (i, store) in shard.stores.iter().enumerate().skip(first) {
-        let candidates = match base_candidates.take_if(|(owner, _)| *owner == i) {
-            Some((_, candidates)) => candidates,
-            None => index::candidates(&store.read()?, emit.filter)?,
+        found.push(match base_candidates.take_if(|(owner, _)| *owner == i) {
+            Some((_, found)) => found,
+            None => index::candidates_within(&store.read()?, emit.filter, &keys_left)?,
+        });
+    }
+    let unindexed = found.contains(&Found::Unindexed);
+    let broad = found.contains(&Found::Broad);
+    if broad && matches!(position, Position::Index { .. }) {
+        // Its pages walked the index, which now holds more than a lookup
+        // reads: walked by range, it would send earlier pages' entries again.
+        return Err(Error::new(
+            ldap3_proto::LdapResultCode::UnwillingToPerform,
+            "the search's index candidates grew past what one lookup reads since its previous page: \
+             start it again",
+        ));
+    }
+    if !unindexed && (broad || matches!(position, Position::Range { .. })) {
+        // Indexed, for more entries than a lookup reads: the scope is
+        // walked as slapd walks a range of ids, not as an unindexed search.
+        emit.limits.lookthrough = usize::MAX;
+        found.iter_mut().for_each(|f| *f = Found::Broad);
+    }
+    for ((i, store), found) in shard.stores.iter().enumerate().skip(first).zip(found) {
+        let candidates = match found {
+            Found::Ids(ids) => Some(ids),
+            Found::Unindexed | Found::Broad => None,
         };
         emit.walking = Some((i, candidates.is_some()));
         let stop = match candidates {
@@ -144,8 +177,9 @@ pub(super) async fn walk(
                 emit.walk_index(store, &scope, &c[from..], abandoned).await?
             }
             // No index answers the filter (in any store: that depends on
-            // the filter alone): every store's range in one walk, in key
-            // order, and the page's position is a key of any of them.
+            // the filter alone), or one answers with too many: every
+            // store's range in one walk, in key order, and the page's
+            // position is a key of any of them.
             None => {
                 let after = match &position {
                     Position::Range { after, .. } => Some(after.clone()),

@@ -236,7 +236,7 @@ impl Session<'_> {
     /// `view` before it is built; the KiB to wait for (`Reservation::wait_for`,
     /// after sending what was built) when there is none now.
     fn short_of_room(&self, view: &EntryView<'_>) -> Option<u64> {
-        let kib = Reservation::kib_of(view.size());
+        let kib = self.room.kib_of(view.size());
         (!self.room.try_take(kib)).then_some(kib)
     }
 

@@ -179,6 +179,30 @@ fn a_client_that_does_not_read_big_entries_holds_little_memory() {
     wait_for("the connections to be gone", || ctl_json(&s, &["status"])["connections"] == 1);
 }
 
+/// The per-connection bound is the operator's
+/// (`limits.max_queued_bytes_per_connection`): at 1 MiB, 16 clients that do
+/// not read answers of 1 MB entries hold about one entry each (at the
+/// default 4 MiB, about four each: 64 MB).
+#[test]
+fn the_queue_of_a_connection_is_bounded_as_configured() {
+    let s = Server::start_with_config(1, "[limits]\nmax_queued_bytes_per_connection = 1048576\n");
+    let mut admin = s.admin();
+    add_big_entries(&mut admin, 40);
+    let before = proc_kib(&s, "RssAnon:");
+    let mut socks = Vec::new();
+    for _ in 0..16 {
+        let mut sock = unread_client(&s);
+        let all =
+            LdapMsg { msgid: 1, op: search(&format!("ou=big,{SUFFIX}"), LdapSearchScope::OneLevel), ctrl: vec![] };
+        sock.write_all(&encode_msgs(vec![all])).unwrap();
+        socks.push(sock);
+    }
+    let most = peak_growth(&s, before, 6);
+    assert!(most < 32 << 10, "the server took {} MB more for 16 clients that do not read", most >> 10);
+    drop(socks);
+    wait_for("the connections to be gone", || ctl_json(&s, &["status"])["connections"] == 1);
+}
+
 /// Each connection's queue is bounded (4 MB), but 1,000 clients that
 /// never read, each with 100 pipelined searches, held 7.3 GB (300: 1.6 GB
 /// here): a shard's connections also share one budget of queued bytes
