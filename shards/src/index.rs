@@ -295,12 +295,15 @@ pub type Candidate = [u8; 8];
 /// the term is broad (every entry in scope is a candidate, as slapd's
 /// back-mdb turns an ID list past 2^16 ids into a range).
 pub const MAX_TERM_KEYS: usize = 1 << 15;
-/// Index keys one search may read for its candidates, in all its terms and
-/// stores together: past it what is left is broad. Each key read is work
-/// of one reactor step and 8 bytes held, so this bounds both (an
-/// anonymous OR of a thousand one-letter substrings over 100,000 entries
-/// read a billion keys and held gigabytes, with the shard frozen).
-pub const MAX_SEARCH_KEYS: usize = 1 << 17;
+/// Index keys (and seeks) a search's lookup may read in one store, in all
+/// its terms together: past it what is left is broad. The lookup is one
+/// step of the reactor and holds 8 bytes per key read, so this bounds
+/// both (an anonymous OR of a thousand one-letter substrings over 100,000
+/// entries read a billion keys and held gigabytes, the shard frozen).
+pub const MAX_STORE_KEYS: usize = 1 << 17;
+/// Keys each term of an AND may read in a first pass: a narrow term (a
+/// uid, a mail) decides without a broad one (objectClass) read in full.
+const PROBE_KEYS: usize = 64;
 
 /// What a store's indexes say of a filter's entries.
 #[derive(Debug, PartialEq)]
@@ -310,7 +313,7 @@ pub enum Found {
     /// No index answers the filter (it depends on the filter alone).
     Unindexed,
     /// Indexed, but for more entries than a lookup may read
-    /// (`MAX_TERM_KEYS`, `MAX_SEARCH_KEYS`): walk the scope.
+    /// (`MAX_TERM_KEYS`, `MAX_STORE_KEYS`): walk the scope.
     Broad,
 }
 
@@ -325,11 +328,10 @@ pub fn candidates<T: ReadTxn>(txn: &T, filter: &Node) -> Result<Option<Vec<Candi
     })
 }
 
-/// A search's candidates in one store: at most `keys_left` index keys
-/// read in all (counted down, shared by the search's stores), each term
-/// at most `MAX_TERM_KEYS`.
-pub fn candidates_within<T: ReadTxn>(txn: &T, filter: &Node, keys_left: &std::cell::Cell<usize>) -> Result<Found> {
-    lookup(txn, filter, keys_left, MAX_TERM_KEYS)
+/// A search's candidates in one store: at most `keys` index keys read in
+/// all, each term at most `MAX_TERM_KEYS`.
+pub fn candidates_within<T: ReadTxn>(txn: &T, filter: &Node, keys: usize) -> Result<Found> {
+    lookup(txn, filter, &std::cell::Cell::new(keys), MAX_TERM_KEYS)
 }
 
 /// An AND's running intersection this small is tested entry by entry
@@ -399,21 +401,29 @@ fn lookup<T: ReadTxn>(txn: &T, filter: &Node, left: &std::cell::Cell<usize>, per
         Node::And(fs) => {
             let mut best: Option<Vec<Candidate>> = None;
             let mut broad = false;
+            let few = |best: &Option<Vec<Candidate>>| best.as_ref().is_some_and(|b| b.len() <= FEW);
+            // First each term within a few keys, then those that needed
+            // more, in full, while the intersection is not yet small.
+            let mut wider = Vec::new();
             for f in fs {
-                if best.as_ref().is_some_and(|b| b.len() <= FEW) {
+                if few(&best) {
+                    break;
+                }
+                let probe = std::cell::Cell::new(PROBE_KEYS.min(left.get()));
+                let found = lookup(txn, f, &probe, per_term)?;
+                left.set(left.get() - (PROBE_KEYS.min(left.get()) - probe.get()));
+                match found {
+                    Found::Ids(c) => best = Some(intersect(best, c)),
+                    Found::Broad => wider.push(f),
+                    Found::Unindexed => {}
+                }
+            }
+            for f in wider {
+                if few(&best) {
                     break;
                 }
                 match lookup(txn, f, left, per_term)? {
-                    Found::Ids(c) => {
-                        best = Some(match best {
-                            None => c,
-                            Some(b) => {
-                                let (mut small, large) = if b.len() <= c.len() { (b, c) } else { (c, b) };
-                                small.retain(|id| large.binary_search(id).is_ok());
-                                small
-                            }
-                        })
-                    }
+                    Found::Ids(c) => best = Some(intersect(best, c)),
                     Found::Broad => broad = true,
                     Found::Unindexed => {}
                 }
@@ -452,7 +462,19 @@ fn lookup<T: ReadTxn>(txn: &T, filter: &Node, left: &std::cell::Cell<usize>, per
     })
 }
 
-/// What a lookup may still read: the search's keys left and one term's.
+/// The ids of two sorted sets both hold (`None`: the first is everything).
+fn intersect(best: Option<Vec<Candidate>>, c: Vec<Candidate>) -> Vec<Candidate> {
+    match best {
+        None => c,
+        Some(b) => {
+            let (mut small, large) = if b.len() <= c.len() { (b, c) } else { (c, b) };
+            small.retain(|id| large.binary_search(id).is_ok());
+            small
+        }
+    }
+}
+
+/// What a lookup may still read: the store's keys left and one term's.
 struct Budget<'a> {
     left: &'a std::cell::Cell<usize>,
     per_term: usize,
@@ -587,6 +609,10 @@ fn union<T: ReadTxn>(
     let mut out = Vec::new();
     let mut spent = false;
     for key in attr.keys() {
+        // The seek counts as a key: terms that find nothing cost too.
+        if !term.take() {
+            return Ok(None);
+        }
         let mut prefix = head(key, kind);
         finish(&mut prefix);
         txn.scan(Tree::Index, &prefix, &prefix, &mut |k, _| {
@@ -620,6 +646,9 @@ fn range<T: ReadTxn>(
     let mut out = Vec::new();
     let mut spent = false;
     for key in attr.keys() {
+        if !term.take() {
+            return Ok(None);
+        }
         let prefix = head(key, b'o');
         let mut from = prefix.clone();
         if greater {

@@ -361,10 +361,12 @@ impl Emit<'_> {
     /// `after`, when resuming a page), merged into one key order: keys are
     /// root-first, so every entry comes after its parent whichever store
     /// holds each (slapd sends entries in id order, parents first, and
-    /// `ldapsearch ... | ldapadd` relies on it).
+    /// `ldapsearch ... | ldapadd` relies on it). `only`: one store's, after
+    /// others walked by their indexes (which keep that order per store).
     pub(super) async fn walk_range(
         &mut self,
         stores: &Stores,
+        only: Option<usize>,
         scope: &Scope,
         after: Option<Vec<u8>>,
         abandoned: &crate::ops::abandon::Abandoned,
@@ -377,7 +379,7 @@ impl Emit<'_> {
                 continue;
             }
             let within = after.clone().filter(|a| a.as_slice() >= part.start());
-            if let Some(stop) = self.walk_part(stores, part, scope.except.as_deref(), within, abandoned).await? {
+            if let Some(stop) = self.walk_part(stores, only, part, scope.except.as_deref(), within, abandoned).await? {
                 return Ok(Some(stop));
             }
             if Instant::now() >= slice_end {
@@ -394,10 +396,12 @@ impl Emit<'_> {
         Ok(None)
     }
 
-    /// Walks one range of the scope in every store, merged, in chunks.
+    /// Walks one range of the scope in every store (or `only` the one),
+    /// merged, in chunks.
     pub(super) async fn walk_part(
         &mut self,
         stores: &Stores,
+        only: Option<usize>,
         part: &Part,
         except: Option<&[u8]>,
         after: Option<Vec<u8>>,
@@ -410,7 +414,10 @@ impl Emit<'_> {
             let mut need = None;
             let mut outcome = Ok(Visit::Next);
             {
-                let txns = stores.snapshot()?;
+                let txns = match only {
+                    Some(i) => vec![stores.read(i)?],
+                    None => stores.snapshot()?,
+                };
                 let (keys, horizon) = merged_keys(&txns, part, &from)?;
                 let slice_end = Instant::now() + SLICE;
                 for (scanned, (key, id, store)) in keys.iter().enumerate() {

@@ -48,8 +48,6 @@ pub(super) async fn walk(
     let mut need = None;
     // The base's store and its candidates, when read with the base.
     let mut base_candidates = None;
-    // Index keys the search's lookups may still read (`index::Found::Broad`).
-    let keys_left = std::cell::Cell::new(index::MAX_SEARCH_KEYS);
     loop {
         if let Some(kib) = need.take() {
             emit.flush().await;
@@ -100,8 +98,9 @@ pub(super) async fn walk(
         if base_wanted && matches!(position, Position::Start | Position::Offset(_)) {
             // A subtree's walk reads the index of the base's store anyway:
             // read first, in this snapshot, it decides the base too.
-            if req.scope == LdapSearchScope::Subtree {
-                let found = index::candidates_within(&txn, emit.filter, &keys_left)?;
+            // (Once: a wait for room does not read them again.)
+            if req.scope == LdapSearchScope::Subtree && base_candidates.is_none() {
+                let found = index::candidates_within(&txn, emit.filter, index::MAX_STORE_KEYS)?;
                 base_candidates = Some((shard.owner_of(base_key), found));
             }
             let among = match &base_candidates {
@@ -131,37 +130,56 @@ pub(super) async fn walk(
         Position::Range { store, .. } | Position::Index { store, .. } => *store,
         _ => 0,
     };
-    // Every store's candidates before any is walked: where one store's are
-    // broad, every store's range is walked (its index walked first, a
-    // store's entries would come again in the ranges).
-    let mut found = Vec::with_capacity(shard.stores.len());
     for (i, store) in shard.stores.iter().enumerate().skip(first) {
-        found.push(match base_candidates.take_if(|(owner, _)| *owner == i) {
+        if i > first {
+            // Each store's lookup is a step of its own.
+            emit.flush().await;
+            if abandoned.get() {
+                return Ok(None);
+            }
+        }
+        // A page that stopped in a store's range goes on there (a lookup
+        // of no keys only tells an indexed filter from an unindexed one).
+        let keys = match &position {
+            Position::Range { store, .. } if *store == i => 0,
+            _ => index::MAX_STORE_KEYS,
+        };
+        let found = match base_candidates.take_if(|(owner, _)| *owner == i) {
             Some((_, found)) => found,
-            None => index::candidates_within(&store.read()?, emit.filter, &keys_left)?,
-        });
-    }
-    let unindexed = found.contains(&Found::Unindexed);
-    let broad = found.contains(&Found::Broad);
-    if broad && matches!(position, Position::Index { .. }) {
-        // Its pages walked the index, which now holds more than a lookup
-        // reads: walked by range, it would send earlier pages' entries again.
-        return Err(Error::new(
-            ldap3_proto::LdapResultCode::UnwillingToPerform,
-            "the search's index candidates grew past what one lookup reads since its previous page: \
-             start it again",
-        ));
-    }
-    if !unindexed && (broad || matches!(position, Position::Range { .. })) {
-        // Indexed, for more entries than a lookup reads: the scope is
-        // walked as slapd walks a range of ids, not as an unindexed search.
-        emit.limits.lookthrough = usize::MAX;
-        found.iter_mut().for_each(|f| *f = Found::Broad);
-    }
-    for ((i, store), found) in shard.stores.iter().enumerate().skip(first).zip(found) {
+            None => index::candidates_within(&store.read()?, emit.filter, keys)?,
+        };
+        if found == Found::Broad && matches!(position, Position::Index { store, .. } if store == i) {
+            // Its pages walked this store's index, which now holds more
+            // than a lookup reads: by range it would send them again.
+            return Err(Error::new(
+                ldap3_proto::LdapResultCode::UnwillingToPerform,
+                "the search's index candidates grew past what one lookup reads since its previous page: \
+                 start it again",
+            ));
+        }
         let candidates = match found {
             Found::Ids(ids) => Some(ids),
-            Found::Unindexed | Found::Broad => None,
+            // Indexed, for more entries than a lookup reads: walked by
+            // range, as slapd walks a range of ids, and not held to the
+            // unindexed lookthrough. From the first store, every store's
+            // range merged (parents first, as below); after stores walked
+            // by their indexes, this store's range alone.
+            Found::Broad => {
+                emit.limits.lookthrough = usize::MAX;
+                emit.walking = Some((i, false));
+                let after = match &position {
+                    Position::Range { store, after } if *store == i => Some(after.clone()),
+                    _ => None,
+                };
+                let only = (i > 0).then_some(i);
+                match emit.walk_range(&shard.stores, only, &scope, after, abandoned).await? {
+                    None if abandoned.get() || only.is_none() => return Ok(None),
+                    None => continue,
+                    Some(Stop::Code(code)) => return Err(stopped(code)),
+                    Some(Stop::Page) => return Ok(emit.last.take()),
+                }
+            }
+            Found::Unindexed => None,
         };
         emit.walking = Some((i, candidates.is_some()));
         let stop = match candidates {
@@ -177,15 +195,14 @@ pub(super) async fn walk(
                 emit.walk_index(store, &scope, &c[from..], abandoned).await?
             }
             // No index answers the filter (in any store: that depends on
-            // the filter alone), or one answers with too many: every
-            // store's range in one walk, in key order, and the page's
-            // position is a key of any of them.
+            // the filter alone): every store's range in one walk, in key
+            // order, and the page's position is a key of any of them.
             None => {
                 let after = match &position {
                     Position::Range { after, .. } => Some(after.clone()),
                     _ => None,
                 };
-                let stop = emit.walk_range(&shard.stores, &scope, after, abandoned).await?;
+                let stop = emit.walk_range(&shard.stores, None, &scope, after, abandoned).await?;
                 if let Some(stop) = stop {
                     return match stop {
                         Stop::Code(code) => Err(stopped(code)),

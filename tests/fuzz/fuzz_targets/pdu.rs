@@ -2,7 +2,7 @@
 //! limits, the BER decoder and every operation's dispatch, against one
 //! shard over a database in a temporary directory. A panic, a hang or a
 //! sanitizer report is a bug; the inputs that found them are kept as
-//! regression tests (`tests/it/fuzzed.rs`).
+//! regression tests in `tests/it/hostile/`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
