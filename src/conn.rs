@@ -171,7 +171,7 @@ pub struct Conn {
     /// (`ops::sasl`).
     pub sasl_in_progress: Cell<bool>,
     out: LocalSender<Out>,
-    /// KiB the queue may still take (`Room::cap`, and the shard's budget
+    /// KiB the queue may still take (`limits.max_queued_bytes_per_connection`, and the shard's budget
     /// beyond `room::OWN_KIB`): each frame takes its size, and the writer
     /// gives it back once the frame is written (or dropped).
     room: Rc<Room>,
@@ -319,7 +319,7 @@ impl Conn {
     }
 
     /// Queues a frame for the writer; waits while the client is not
-    /// reading (`OUT_FRAMES`, `Room::cap`).
+    /// reading (`OUT_FRAMES`, `Room`).
     pub async fn send(&self, frame: BytesMut) {
         if frame.is_empty() {
             return;

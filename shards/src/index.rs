@@ -341,7 +341,7 @@ const FEW: usize = 8;
 fn lookup<T: ReadTxn>(txn: &T, filter: &Node, left: &std::cell::Cell<usize>, per_term: usize) -> Result<Found> {
     let config = config();
     let indexed = |attr: &Names, f: fn(Kinds) -> bool| attr.keys().all(|k| config.kinds(k).is_some_and(f));
-    let budget = Budget { left, per_term };
+    let new_term = || Term { search: left, term: per_term };
     let found = |ids: Option<Vec<Candidate>>| ids.map_or(Found::Broad, Found::Ids);
     Ok(match filter {
         Node::Undefined => Found::Ids(Vec::new()),
@@ -349,7 +349,7 @@ fn lookup<T: ReadTxn>(txn: &T, filter: &Node, left: &std::cell::Cell<usize>, per
         Node::Guarded(_, inner) => lookup(txn, inner, left, per_term)?,
         Node::Equal { .. } | Node::AnyOf { .. } => match filter.equalities() {
             Some((attr, values)) if indexed(attr, |k| k.eq) => {
-                let mut term = budget.term();
+                let mut term = new_term();
                 let mut all = Vec::new();
                 for value in values {
                     let v = &value[..value.len().min(MAX_VALUE)];
@@ -371,7 +371,7 @@ fn lookup<T: ReadTxn>(txn: &T, filter: &Node, left: &std::cell::Cell<usize>, per
             _ => Found::Unindexed,
         },
         Node::Present(attr) if indexed(attr, |k| k.pres) => {
-            found(union(txn, attr, b'p', &mut budget.term(), |p| p.push(0))?)
+            found(union(txn, attr, b'p', &mut new_term(), |p| p.push(0))?)
         }
         // The `sub` index holds pieces under the type's own rule; an
         // extensible match with another rule is evaluated, not looked up.
@@ -379,7 +379,7 @@ fn lookup<T: ReadTxn>(txn: &T, filter: &Node, left: &std::cell::Cell<usize>, per
             if indexed(attr, |k| k.sub) && attr.substr() == Some(*rule) =>
         {
             let (piece, at_start) = best_piece(initial.as_deref(), any, last.as_deref());
-            let mut term = budget.term();
+            let mut term = new_term();
             let mut scan = |piece: &[u8]| {
                 union(txn, attr, b's', &mut term, |p| p.extend_from_slice(&piece[..piece.len().min(SUB_LEN)]))
             };
@@ -396,7 +396,7 @@ fn lookup<T: ReadTxn>(txn: &T, filter: &Node, left: &std::cell::Cell<usize>, per
             Found::Ids(found)
         }
         Node::Order { attr, key, greater, .. } if indexed(attr, |k| k.ordering) => {
-            found(range(txn, attr, &key[..key.len().min(MAX_VALUE)], *greater, &mut budget.term())?)
+            found(range(txn, attr, &key[..key.len().min(MAX_VALUE)], *greater, &mut new_term())?)
         }
         Node::And(fs) => {
             let mut best: Option<Vec<Candidate>> = None;
@@ -471,18 +471,6 @@ fn intersect(best: Option<Vec<Candidate>>, c: Vec<Candidate>) -> Vec<Candidate> 
             small.retain(|id| large.binary_search(id).is_ok());
             small
         }
-    }
-}
-
-/// What a lookup may still read: the store's keys left and one term's.
-struct Budget<'a> {
-    left: &'a std::cell::Cell<usize>,
-    per_term: usize,
-}
-
-impl<'a> Budget<'a> {
-    fn term(&self) -> Term<'a> {
-        Term { search: self.left, term: self.per_term }
     }
 }
 

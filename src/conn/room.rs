@@ -125,9 +125,8 @@ impl Budget {
 }
 
 pub struct Room {
-    /// The connection's own bound (`Budget::per_connection`, `cap`).
+    /// The connection's own bound (`Budget::per_connection`).
     own: Semaphore,
-    cap: u64,
     /// The shard's budget, shared by its connections.
     budget: Rc<Budget>,
     /// KiB of the budget this connection holds: at least what it has
@@ -177,10 +176,8 @@ impl Drop for Waiting<'_> {
 
 impl Room {
     pub fn new(budget: Rc<Budget>, fd: RawFd) -> Rc<Room> {
-        let cap = budget.per_connection;
         Rc::new_cyclic(|me| Room {
-            own: Semaphore::new(cap),
-            cap,
+            own: Semaphore::new(budget.per_connection),
             budget,
             held: Cell::new(0),
             window: Cell::new(Instant::now()),
@@ -219,7 +216,7 @@ impl Room {
     /// the budget covers these beyond `OWN_KIB`, no more: a waiting task's
     /// part goes back to the budget, and comes to it through its wait.
     fn covered(&self) -> u64 {
-        (self.cap - self.own.available()).saturating_sub(self.waiting.get())
+        (self.budget.per_connection - self.own.available()).saturating_sub(self.waiting.get())
     }
 
     /// KiB of the shard's budget still needed to cover what is taken.
@@ -230,7 +227,7 @@ impl Room {
     /// KiB a frame takes of the room: its size, or the whole room for a
     /// frame larger than it (it waits for an empty queue).
     pub fn kib_of_frame(&self, bytes: usize) -> u64 {
-        (bytes as u64).div_ceil(1024).min(self.cap)
+        (bytes as u64).div_ceil(1024).min(self.budget.per_connection)
     }
 
     /// Takes `kib` now, if both bounds have room.

@@ -262,10 +262,7 @@ fn a_subtree_search_over_two_shards_sends_parents_first() {
     // More entries than a chunk reads from each store (the merge cuts at
     // the least last key of a store that has more), from an import.
     let mut s = Server::prepare(2, "");
-    let mut ldif =
-        format!("dn: {SUFFIX}\nobjectClass: dcObject\nobjectClass: organization\ndc: example\no: Example\n\n");
-    ldif += &format!("dn: {PEOPLE}\nobjectClass: organizationalUnit\nou: people\n\n");
-    ldif += &format!("dn: ou=groups,{SUFFIX}\nobjectClass: organizationalUnit\nou: groups\n\n");
+    let mut ldif = format!("dn: ou=groups,{SUFFIX}\nobjectClass: organizationalUnit\nou: groups\n\n");
     let mut dn = PEOPLE.to_string();
     for i in 0..24 {
         dn = format!("ou=n{i},{dn}");
@@ -274,13 +271,7 @@ fn a_subtree_search_over_two_shards_sends_parents_first() {
             ldif += &format!("dn: cn=p{i}-{j},{dn}\nobjectClass: person\ncn: p{i}-{j}\nsn: x\n\n");
         }
     }
-    let file = s.data().with_extension("ldif");
-    std::fs::write(&file, ldif).unwrap();
-    let data = s.data().display().to_string();
-    let conf = s.config_path().display().to_string();
-    let (ok, err) = coredir(&["import", "--config", &conf, "--data", &data, "--shards", "2", file.to_str().unwrap()]);
-    assert!(ok, "{err}");
-    s.launch();
+    s.import_and_launch(&ldif);
     let mut c = s.admin();
     for page in [None, Some(500)] {
         let order = dns_in_order(&mut c, SUFFIX, "(objectClass=*)", page);

@@ -92,6 +92,23 @@ impl Server {
         self.dir.path().join("data")
     }
 
+    /// Loads the suffix, `ou=people` and `entries` (LDIF records) with
+    /// `coredir import` into the empty data directory, then starts.
+    pub fn import_and_launch(&mut self, entries: &str) {
+        let head = format!(
+            "dn: {SUFFIX}\nobjectClass: dcObject\nobjectClass: organization\ndc: example\no: Example\n\n\
+             dn: {PEOPLE}\nobjectClass: organizationalUnit\nou: people\n\n"
+        );
+        let file = self.data().with_extension("ldif");
+        std::fs::write(&file, head + entries).unwrap();
+        let (data, conf) = (self.data().display().to_string(), self.config_path().display().to_string());
+        let shards = self.shards.to_string();
+        let (ok, err) =
+            coredir(&["import", "--config", &conf, "--data", &data, "--shards", &shards, file.to_str().unwrap()]);
+        assert!(ok, "{err}");
+        self.launch();
+    }
+
     /// Runs `coredir serve` on the existing data directory and waits for
     /// its `listening on` line.
     pub fn launch(&mut self) {

@@ -130,10 +130,14 @@ pub(super) async fn walk(
         Position::Range { store, .. } | Position::Index { store, .. } => *store,
         _ => 0,
     };
+    // When the walk last let other tasks run.
+    let mut step = std::time::Instant::now();
     for (i, store) in shard.stores.iter().enumerate().skip(first) {
-        if i > first {
-            // Each store's lookup is a step of its own.
+        if step.elapsed() >= super::SLICE {
+            // The stores walked so far took their slice: the next lookup
+            // is a step of its own.
             emit.flush().await;
+            step = std::time::Instant::now();
             if abandoned.get() {
                 return Ok(None);
             }
@@ -157,33 +161,9 @@ pub(super) async fn walk(
                  start it again",
             ));
         }
-        let candidates = match found {
-            Found::Ids(ids) => Some(ids),
-            // Indexed, for more entries than a lookup reads: walked by
-            // range, as slapd walks a range of ids, and not held to the
-            // unindexed lookthrough. From the first store, every store's
-            // range merged (parents first, as below); after stores walked
-            // by their indexes, this store's range alone.
-            Found::Broad => {
-                emit.limits.lookthrough = usize::MAX;
-                emit.walking = Some((i, false));
-                let after = match &position {
-                    Position::Range { store, after } if *store == i => Some(after.clone()),
-                    _ => None,
-                };
-                let only = (i > 0).then_some(i);
-                match emit.walk_range(&shard.stores, only, &scope, after, abandoned).await? {
-                    None if abandoned.get() || only.is_none() => return Ok(None),
-                    None => continue,
-                    Some(Stop::Code(code)) => return Err(stopped(code)),
-                    Some(Stop::Page) => return Ok(emit.last.take()),
-                }
-            }
-            Found::Unindexed => None,
-        };
-        emit.walking = Some((i, candidates.is_some()));
-        let stop = match candidates {
-            Some(mut c) => {
+        let (stop, every_store) = match found {
+            Found::Ids(mut c) => {
+                emit.walking = Some((i, true));
                 // In the order the store made the entries, as slapd sends
                 // id order: a parent before its children.
                 c.sort_unstable_by_key(made);
@@ -192,27 +172,32 @@ pub(super) async fn walk(
                     _ => None,
                 };
                 let from = after.map_or(0, |a| c.partition_point(|id| made(id) <= made(&a)));
-                emit.walk_index(store, &scope, &c[from..], abandoned).await?
+                (emit.walk_index(store, &scope, &c[from..], abandoned).await?, false)
             }
-            // No index answers the filter (in any store: that depends on
-            // the filter alone): every store's range in one walk, in key
-            // order, and the page's position is a key of any of them.
-            None => {
+            // By range. Unindexed (in every store: that depends on the
+            // filter alone), or broad from the first store: every store's
+            // range in one walk, in key order (parents first), the page's
+            // position a key of any of them. Broad after stores walked by
+            // their indexes: this store's range alone. A broad filter is
+            // indexed, for more entries than a lookup reads: walked as
+            // slapd walks a range of ids, not held to the unindexed
+            // lookthrough.
+            found => {
+                let broad = found == Found::Broad;
+                if broad {
+                    emit.limits.lookthrough = usize::MAX;
+                }
+                emit.walking = Some((i, false));
                 let after = match &position {
-                    Position::Range { after, .. } => Some(after.clone()),
+                    Position::Range { store, after } if *store == i => Some(after.clone()),
                     _ => None,
                 };
-                let stop = emit.walk_range(&shard.stores, None, &scope, after, abandoned).await?;
-                if let Some(stop) = stop {
-                    return match stop {
-                        Stop::Code(code) => Err(stopped(code)),
-                        Stop::Page => Ok(emit.last.take()),
-                    };
-                }
-                return Ok(None);
+                let only = (broad && i > 0).then_some(i);
+                (emit.walk_range(&shard.stores, only, &scope, after, abandoned).await?, only.is_none())
             }
         };
         match stop {
+            None if every_store => return Ok(None),
             None => {}
             Some(Stop::Code(code)) => return Err(stopped(code)),
             Some(Stop::Page) => return Ok(emit.last.take()),

@@ -157,21 +157,15 @@ fn a_client_that_closes_without_reading_leaves_nothing_behind() {
 /// What a connection's client can make the server hold by not reading is
 /// bounded in bytes, not only in frames: a frame may be one entry, and 64
 /// queued entries of 1 MB were 64 MB per anonymous connection (20 such
-/// connections: 1.3 GB). The queue now takes `OUT_KIB` (4 MB) at most.
+/// connections: 1.3 GB). The queue now takes 4 MB at most
+/// (`limits.max_queued_bytes_per_connection`).
 #[test]
 fn a_client_that_does_not_read_big_entries_holds_little_memory() {
     let s = Server::start(1);
     let mut admin = s.admin();
     add_big_entries(&mut admin, 40);
     let before = proc_kib(&s, "RssAnon:");
-    let mut socks = Vec::new();
-    for _ in 0..6 {
-        let mut sock = unread_client(&s);
-        let all =
-            LdapMsg { msgid: 1, op: search(&format!("ou=big,{SUFFIX}"), LdapSearchScope::OneLevel), ctrl: vec![] };
-        sock.write_all(&encode_msgs(vec![all])).unwrap();
-        socks.push(sock);
-    }
+    let socks = clients_reading_no_big_entries(&s, 6);
     // Unbounded, 6 × 40 MB is held within a second or two; bounded, 6 × 4 MB.
     let most = peak_growth(&s, before, 8);
     assert!(most < 120 << 10, "the server took {} MB more for 6 clients that do not read", most >> 10);
@@ -189,14 +183,7 @@ fn the_queue_of_a_connection_is_bounded_as_configured() {
     let mut admin = s.admin();
     add_big_entries(&mut admin, 40);
     let before = proc_kib(&s, "RssAnon:");
-    let mut socks = Vec::new();
-    for _ in 0..16 {
-        let mut sock = unread_client(&s);
-        let all =
-            LdapMsg { msgid: 1, op: search(&format!("ou=big,{SUFFIX}"), LdapSearchScope::OneLevel), ctrl: vec![] };
-        sock.write_all(&encode_msgs(vec![all])).unwrap();
-        socks.push(sock);
-    }
+    let socks = clients_reading_no_big_entries(&s, 16);
     let most = peak_growth(&s, before, 6);
     assert!(most < 32 << 10, "the server took {} MB more for 16 clients that do not read", most >> 10);
     drop(socks);
@@ -214,14 +201,7 @@ fn clients_that_do_not_read_share_one_bounded_queue() {
     let mut admin = s.admin();
     add_big_entries(&mut admin, 8);
     let before = proc_kib(&s, "RssAnon:");
-    let mut socks = Vec::new();
-    for _ in 0..50 {
-        let mut sock = unread_client(&s);
-        let all =
-            LdapMsg { msgid: 1, op: search(&format!("ou=big,{SUFFIX}"), LdapSearchScope::OneLevel), ctrl: vec![] };
-        sock.write_all(&encode_msgs(vec![all])).unwrap();
-        socks.push(sock);
-    }
+    let socks = clients_reading_no_big_entries(&s, 50);
     // Each alone may queue 4 MB: 50 of them 200 MB. Together, 8 MB and a
     // small share each.
     let most = peak_growth(&s, before, 6);

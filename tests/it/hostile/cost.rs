@@ -429,18 +429,10 @@ fn costly_password_checks_take_turns_by_connection() {
 #[test]
 fn a_broad_indexed_filter_reads_a_bounded_part_of_the_index() {
     let mut s = Server::prepare(2, "[limits]\nunindexed_lookthrough = 1000\n");
-    let mut ldif =
-        format!("dn: {SUFFIX}\nobjectClass: dcObject\nobjectClass: organization\ndc: example\no: Example\n\n");
-    ldif += &format!("dn: {PEOPLE}\nobjectClass: organizationalUnit\nou: people\n\n");
-    for i in 0..20_000 {
-        ldif += &format!("dn: cn=person {i} e,{PEOPLE}\nobjectClass: person\ncn: person {i} e\nsn: s{i}\n\n");
-    }
-    let file = s.dir.path().join("people.ldif");
-    std::fs::write(&file, ldif).unwrap();
-    let (data, conf) = (s.data().display().to_string(), s.config_path().display().to_string());
-    let (ok, err) = coredir(&["import", "--config", &conf, "--data", &data, "--shards", "2", file.to_str().unwrap()]);
-    assert!(ok, "{err}");
-    s.launch();
+    let people: String = (0..20_000)
+        .map(|i| format!("dn: cn=person {i} e,{PEOPLE}\nobjectClass: person\ncn: person {i} e\nsn: s{i}\n\n"))
+        .collect();
+    s.import_and_launch(&people);
     let before = proc_kib(&s, "VmHWM:");
     let broad = format!("(|{})", "(cn=*e*)".repeat(2_000));
     let mut anonymous = s.conn();

@@ -169,6 +169,20 @@ fn proc_kib(s: &Server, field: &str) -> u64 {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
+/// `n` connections that read nothing, each having asked for every entry
+/// below `ou=big` (`add_big_entries`).
+fn clients_reading_no_big_entries(s: &Server, n: usize) -> Vec<std::net::TcpStream> {
+    let base = format!("ou=big,{SUFFIX}");
+    (0..n)
+        .map(|_| {
+            let mut sock = unread_client(s);
+            let all = LdapMsg { msgid: 1, op: search(&base, LdapSearchScope::OneLevel), ctrl: vec![] };
+            sock.write_all(&encode_msgs(vec![all])).unwrap();
+            sock
+        })
+        .collect()
+}
+
 /// A connection whose client reads nothing, with a 4 KB receive buffer:
 /// what the server answers stays queued on its side.
 fn unread_client(s: &Server) -> std::net::TcpStream {
