@@ -344,6 +344,7 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<String> {
         "limits.max_queued_bytes_per_connection",
         old.limits.max_queued_bytes_per_connection != new.limits.max_queued_bytes_per_connection,
     );
+    check("limits.max_pending_bytes", old.limits.max_pending_bytes != new.limits.max_pending_bytes);
     check("schema", old.schema.files != new.schema.files);
     check("log.file", old.log.file != new.log.file || old.log.format != new.log.format);
     keys

@@ -535,6 +535,15 @@ impl Config {
                 "limits.max_queued_bytes: must be at least limits.max_queued_bytes_per_connection ({per_connection})"
             );
         }
+        let per_connection = self.limits.max_pending_bytes_per_connection;
+        if per_connection < 64 << 10 {
+            bail!("limits.max_pending_bytes_per_connection: must be at least 65536");
+        }
+        if self.limits.max_pending_bytes < per_connection {
+            bail!(
+                "limits.max_pending_bytes: must be at least limits.max_pending_bytes_per_connection ({per_connection})"
+            );
+        }
         self.unindexed_result()?;
         match (&self.tls.certificate_file, &self.tls.key_file) {
             (Some(_), Some(_)) | (None, None) => {}

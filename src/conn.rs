@@ -12,9 +12,11 @@
 //! of requests answered inline are gathered and written once per read;
 //! searches and writes run as their own tasks and send their own frames.
 
+mod intake;
 mod registry;
 mod room;
 mod writer;
+pub use intake::Intake;
 pub use registry::{ConnInfo, Registry};
 pub use room::Budget;
 use room::Room;
@@ -153,6 +155,8 @@ pub struct Conn {
     /// Operations running as tasks (searches and writes), for the
     /// `max_pending` limits.
     pub pending: Cell<usize>,
+    /// What the running operations hold of their requests (`intake`).
+    held: intake::Held,
     /// Sorted searches running (`limits.max_sorts_per_connection`).
     pub sorting: Cell<usize>,
     /// Security strength of TLS on this connection (0 without).
@@ -257,14 +261,16 @@ impl Drop for Reservation<'_> {
     }
 }
 
-/// Counts one running operation of a connection while it lives.
-pub struct InFlight(Rc<Conn>);
+/// Counts one running operation of a connection while it lives, with
+/// what its request holds of the connection's and shard's bounds
+/// (`intake`).
+pub struct InFlight(Rc<Conn>, intake::Charge);
 
 impl InFlight {
     pub fn new(conn: &Rc<Conn>) -> InFlight {
         conn.pending.set(conn.pending.get() + 1);
         conn.info.in_flight.store(conn.pending.get() as u64, Ordering::Relaxed);
-        InFlight(conn.clone())
+        InFlight(conn.clone(), conn.held.take_arriving())
     }
 }
 
@@ -272,6 +278,7 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.pending.set(self.0.pending.get() - 1);
         self.0.info.in_flight.store(self.0.pending.get() as u64, Ordering::Relaxed);
+        self.0.held.release(&self.0.ctx.intake, std::mem::take(&mut self.1));
     }
 }
 
@@ -306,6 +313,7 @@ impl Conn {
             canceled: RefCell::default(),
             later: RefCell::default(),
             pending: Cell::new(0),
+            held: intake::Held::default(),
             sorting: Cell::new(0),
             tls_ssf: Cell::new(0),
             tls_subject: RefCell::new(None),
@@ -621,6 +629,18 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
                 },
             }
             let frame = instead.as_deref().unwrap_or(&rbuf[..size]);
+            // With operations running, what they hold of their requests
+            // is bounded before this one is decoded (`intake`).
+            if conn.pending.get() > 0 {
+                let (weight, most) = (crate::strict::weight(frame), limits.max_pending_bytes_per_connection);
+                if !conn.held.try_admit(&conn.ctx.intake, weight, most) {
+                    // What is deferred must run for one of them to end.
+                    conn.start_deferred();
+                    conn.send(std::mem::take(&mut inline)).await;
+                    conn.held.admit(&conn.ctx.intake, weight, most, || conn.pending.get()).await;
+                    turn = std::time::Instant::now();
+                }
+            }
             let decoded = crate::decode::message(frame, MAX_BER_DEPTH).map(|msg| {
                 let first_step =
                     crate::ops::sasl::without_credentials(&msg) && crate::decode::sasl_credentials_absent(frame);
@@ -628,7 +648,10 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
             });
             bytes::Buf::advance(&mut rbuf, size);
             match decoded {
-                Some((msg, first_step)) => match ops::dispatch(conn, msg, (first_step, refusing), &mut inline) {
+                Some((msg, first_step)) => match conn
+                    .held
+                    .settle(&conn.ctx.intake, ops::dispatch(conn, msg, (first_step, refusing), &mut inline))
+                {
                     // Its answers wait in `inline`: sending them here could
                     // wait for room, and a client that reads nothing would
                     // then stop the reading of what it sent after them.

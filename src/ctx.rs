@@ -29,6 +29,9 @@ pub struct Ctx {
     /// KiB of answers this shard's connections may hold queued beyond
     /// their own shares (`limits.max_queued_bytes`, `conn::Room`).
     pub queued: Rc<crate::conn::Budget>,
+    /// Memory this shard's running operations may hold of their requests
+    /// (`limits.max_pending_bytes`, `conn::intake`).
+    pub intake: crate::conn::Intake,
     /// `server.allow_bind_v2`.
     pub allow_bind_v2: bool,
     /// `server.authz_regexp`, compiled.
@@ -126,6 +129,7 @@ impl Ctx {
                 config.limits.max_queued_bytes_per_connection as u64 >> 10,
                 std::time::Duration::from_secs(config.limits.write_timeout_s),
             )),
+            intake: crate::conn::Intake::new(config.limits.max_pending_bytes),
             allow_bind_v2: config.server.allow_bind_v2,
             authz_regexp: crate::ops::sasl::AuthzRegexp::new(&config.server.authz_regexp).expect("validated"),
             live: std::cell::RefCell::new(Rc::new((**shared.live.load()).clone())),

@@ -64,7 +64,9 @@
 //!   task (its queue bounded in frames and bytes, drained when the client
 //!   is gone, coalesced into one write); `conn/room`: that
 //!   room, beyond a small share drawn from the shard's budget
-//!   (`limits.max_queued_bytes`); `conn/registry`:
+//!   (`limits.max_queued_bytes`); `conn/intake`: what running operations
+//!   hold of their requests, bounded per connection and per shard before
+//!   a request is decoded (`limits.max_pending_bytes`); `conn/registry`:
 //!   what the admin thread sees of each connection (`ConnInfo`) and the
 //!   `Registry` of them.
 //! - `ber`: direct BER encoding of search entries; PDU header peeking.

@@ -425,3 +425,36 @@ fn modify_dn_utf8(content: &[u8]) -> Result<bool, &'static str> {
 
 #[cfg(test)]
 mod tests;
+
+/// Memory taken by an element once decoded, beyond its bytes: a `String`
+/// or enum node (24 to 56 bytes) and its allocation (at least 32), and
+/// what the operation builds of it (a search's attribute list becomes a
+/// `Selection` name of 64 bytes more). 99 searches naming 80,000
+/// one-byte attributes in 240 KB each held 9 MB apiece.
+const PER_ELEMENT: usize = 128;
+
+/// What a checked message takes in memory once decoded, at most about:
+/// its bytes and `PER_ELEMENT` for each element of its operation; a
+/// control's value is BER inside an OCTET STRING, each of its elements at
+/// least two bytes, so its bytes count `PER_ELEMENT / 2` each. Linear in
+/// the frame (`conn::intake` bounds what running operations hold).
+pub fn weight(frame: &[u8]) -> usize {
+    let Ok(msg) = tlv(frame) else { return frame.len() };
+    let Ok(id) = tlv(msg.content) else { return frame.len() };
+    let Ok(op) = tlv(id.rest) else { return frame.len() };
+    frame.len() + PER_ELEMENT * elements(op.tag, op.content, 0) + PER_ELEMENT / 2 * op.rest.len()
+}
+
+/// The elements of one element, itself included (nesting is bounded by
+/// `check`; past `MAX_DEPTH` the rest counts as bytes).
+fn elements(tag: u8, content: &[u8], depth: usize) -> usize {
+    if tag & 0x20 == 0 || depth > MAX_DEPTH {
+        return 1;
+    }
+    let (mut n, mut rest) = (1, content);
+    while let Ok(child) = tlv(rest) {
+        n += elements(child.tag, child.content, depth + 1);
+        rest = child.rest;
+    }
+    n
+}

@@ -76,6 +76,16 @@ pub struct Limits {
     /// the client to read. An answer larger than this waits for an empty
     /// queue, so one entry of any size can still be sent.
     pub max_queued_bytes_per_connection: usize,
+    /// Memory the requests of one connection's running operations may
+    /// hold (searches waiting for their client to read, writes for their
+    /// commit), estimated from their BER before they are decoded (a list
+    /// of short names takes about 40 times its bytes); past it the
+    /// connection's next request waits, unread, for one to end. A request
+    /// on a connection with none running is always taken.
+    pub max_pending_bytes_per_connection: usize,
+    /// The same for all the connections of one shard together (read at
+    /// start), beyond each connection's first request.
+    pub max_pending_bytes: usize,
     /// Largest an entry may become by a modify (its stored form), as
     /// back-mdb's `maxentrysize`; past it adminLimitExceeded. Each change
     /// of an entry costs its owner in proportion to its size. 0: no limit.
@@ -115,6 +125,8 @@ impl Default for Limits {
             write_timeout_s: 60,
             max_queued_bytes: 64 << 20,
             max_queued_bytes_per_connection: 4 << 20,
+            max_pending_bytes_per_connection: 16 << 20,
+            max_pending_bytes: 64 << 20,
             max_entry_bytes: 32 << 20,
             max_connections: 0,
             max_connections_per_ip: 0,

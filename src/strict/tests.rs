@@ -465,3 +465,37 @@ fn out_of_range_fields_are_answered() {
         assert!(answered(exop(bad), 0x78));
     }
 }
+
+/// A request's weight counts its elements: a search naming 1,000
+/// one-byte attributes weighs about 128 KB, one value of 3,000 bytes
+/// about its bytes; a control's value counts by its bytes.
+#[test]
+fn a_request_weighs_its_elements() {
+    // `t` with lengths past 127 too.
+    let t = |tag: u8, content: &[u8]| {
+        let n = content.len();
+        let mut out = match n {
+            0..=127 => vec![tag, n as u8],
+            _ => vec![tag, 0x82, (n >> 8) as u8, n as u8],
+        };
+        out.extend_from_slice(content);
+        out
+    };
+    let os = |v: &[u8]| t(OCTET_STRING, v);
+    let search = |attrs: Vec<u8>| {
+        let fields = [os(b""), t(ENUMERATED, &[0]), t(ENUMERATED, &[0]), t(INTEGER, &[0]), t(INTEGER, &[0])];
+        t(SEARCH, &[fields.concat(), t(BOOLEAN, &[0]), t(0x87, b"cn"), t(SEQUENCE, &attrs)].concat())
+    };
+    let msg = |op: Vec<u8>, controls: &[u8]| t(SEQUENCE, &[t(INTEGER, &[2]), op, controls.to_vec()].concat());
+    let names = msg(search(os(b"a").repeat(1000)), &[]);
+    assert_eq!(check(&names), Ok(Check::Ok));
+    // The op, its 8 fields (the list among them) and the 1,000 names.
+    assert_eq!(weight(&names), names.len() + PER_ELEMENT * (1 + 8 + 1000));
+    let value = msg(search(os(&[b'a'; 3000])), &[]);
+    assert_eq!(weight(&value), value.len() + PER_ELEMENT * (1 + 8 + 1));
+    let control = t(SEQUENCE, &[os(b"1.2.840.113556.1.4.319"), os(&[0; 100])].concat());
+    let controls = t(0xA0, &control);
+    let with = msg(search(vec![]), &controls);
+    let controls_len = controls.len();
+    assert_eq!(weight(&with), with.len() + PER_ELEMENT * (1 + 8) + PER_ELEMENT / 2 * controls_len);
+}

@@ -423,3 +423,75 @@ fn out_of_descriptors_the_server_says_so_once_and_recovers() {
     });
     assert_eq!(failed(), 1, "{}", std::fs::read_to_string(&s.stderr).unwrap());
 }
+
+/// What a connection's running operations hold of their requests is
+/// bounded too, not only their answers: 99 pipelined anonymous searches,
+/// each naming 80,000 attributes in 240 KB (under the anonymous PDU
+/// limit), wait for room behind one that fills the queue of a client that
+/// does not read, each holding its decoded request (about 20 times its
+/// bytes: a name of one byte is a string of 24 and its allocation).
+/// Four such clients held about 2 GB.
+/// (`limits.max_pending_bytes_per_connection`, `limits.max_pending_bytes`.)
+#[test]
+fn requests_waiting_on_a_client_that_does_not_read_hold_bounded_memory() {
+    let s = Server::start(1);
+    let mut admin = s.admin();
+    add_big_entries(&mut admin, 8);
+    let before = proc_kib(&s, "RssAnon:");
+    let base = format!("ou=big,{SUFFIX}");
+    // Each asks for the entry's 1 MB value, which must wait for room.
+    let mut names: Vec<String> = (0..80_000).map(|i| ["a", "b"][i % 2].to_string()).collect();
+    names.push("description".into());
+    let socks: Vec<_> = (0..4)
+        .map(|_| {
+            let sock = unread_client(&s);
+            let bytes = encode_msgs(big_entry_reads(&base, &names, 100));
+            let kept = sock.try_clone().unwrap();
+            // The server may stop reading once it holds what it may: the
+            // writer ends when the socket is shut down below.
+            let writer = std::thread::spawn(move || {
+                let mut sock = sock;
+                sock.write_all(&bytes)
+            });
+            (kept, writer)
+        })
+        .collect();
+    let most = peak_growth(&s, before, 8);
+    assert!(most < 200 << 10, "the server took {} MB more for 4 clients' waiting requests", most >> 10);
+    for (sock, writer) in socks {
+        let _ = sock.shutdown(std::net::Shutdown::Both);
+        let _ = writer.join().unwrap();
+    }
+    wait_for("the connections to be gone", || ctl_json(&s, &["status"])["connections"] == 1);
+    // A client that reads gets every answer: a request held back is
+    // taken once those before it end.
+    let sock = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    let mut to = sock.try_clone().unwrap();
+    let bytes = encode_msgs(big_entry_reads(&base, &names, 30));
+    let writer = std::thread::spawn(move || to.write_all(&bytes));
+    sock.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut r = Raw::over(sock);
+    let mut done = 0;
+    while done < 30 {
+        let m = r.recv().expect("an answer to each pipelined search");
+        if let LdapOp::SearchResultDone(res) = m.op {
+            assert_eq!(res.code, LdapResultCode::Success, "search {}", m.msgid);
+            done += 1;
+        }
+    }
+    writer.join().unwrap().unwrap();
+}
+
+/// A one-level search of the big entries below `base`, then base reads of
+/// `cn=b0` naming `names`, message IDs 1 to `n`.
+fn big_entry_reads(base: &str, names: &[String], n: i32) -> Vec<LdapMsg> {
+    let mut msgs = vec![LdapMsg { msgid: 1, op: search(base, LdapSearchScope::OneLevel), ctrl: vec![] }];
+    for msgid in 2..=n {
+        let mut op = search(&format!("cn=b0,{base}"), LdapSearchScope::Base);
+        if let LdapOp::SearchRequest(req) = &mut op {
+            req.attrs = names.to_vec();
+        }
+        msgs.push(LdapMsg { msgid, op, ctrl: vec![] });
+    }
+    msgs
+}

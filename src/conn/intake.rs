@@ -1,0 +1,212 @@
+//! What a connection's running operations hold of their requests.
+//!
+//! A request that runs as a task (a search waiting for its client to read,
+//! a write waiting for its commit) holds its decoded request until it
+//! ends, about 40 times its bytes for a list of short names: 99 pipelined
+//! anonymous searches of 240 KB each, waiting behind answers their client
+//! does not read, held 9 MB apiece (4 clients: 2.4 GB). slapd bounds the
+//! count alone (`conn_max_pending`), and so does `limits.max_pending`.
+//!
+//! So a request's memory is estimated from its BER (`strict::weight`)
+//! before it is decoded, and a connection with operations running takes
+//! the next one only while what they hold stays within
+//! `limits.max_pending_bytes_per_connection` and its shard's
+//! `limits.max_pending_bytes` (`Intake`), which all its connections share.
+//! Past them the read loop stops reading (TCP holds the client back, as
+//! slapd's deferred operations do) until an operation ends or the budget
+//! frees. A request on a connection with none running is always taken
+//! and counts against neither, and the first `OWN_BYTES` a connection's
+//! operations hold are its own: each client keeps being served, pipelining
+//! requests of a usual size, whoever holds the budget; what one request
+//! may take is the PDU limit's business.
+
+use glommio::sync::Semaphore;
+use std::cell::Cell;
+use std::task::{Poll, Waker};
+
+/// What a connection's running operations may hold without the shard's
+/// budget: 100 pipelined searches of a usual size (2 KB each, as
+/// estimated) never wait for it, whoever holds it (a persistent search
+/// holds its part for as long as it runs).
+const OWN_BYTES: usize = 256 << 10;
+
+/// A shard's budget of request memory held by running operations, in KiB.
+pub struct Intake {
+    sem: Semaphore,
+    kib: u64,
+}
+
+impl Intake {
+    pub fn new(bytes: usize) -> Intake {
+        let kib = (bytes >> 10) as u64;
+        Intake { sem: Semaphore::new(kib), kib }
+    }
+}
+
+/// What one running operation holds of the budgets: its estimate in bytes
+/// on its connection, and in KiB of its shard's `Intake`.
+#[derive(Default)]
+pub struct Charge {
+    pub bytes: usize,
+    pub kib: u64,
+}
+
+/// A connection's side: what its running operations hold, and the read
+/// loop waiting for one of them to end.
+#[derive(Default)]
+pub struct Held {
+    bytes: Cell<usize>,
+    /// Operations that ended, counted, so a wait begun after the last
+    /// one does not end at once.
+    ended: Cell<u64>,
+    waiter: Cell<Option<Waker>>,
+    /// What the request being dispatched took (`admit`), handed to the
+    /// operation that runs it (`take_arriving`) or given back after the
+    /// dispatch.
+    arriving: Cell<Option<Charge>>,
+}
+
+impl Held {
+    /// Takes `weight` bytes of a request for the connection if its running
+    /// operations and its shard's leave room (`limit`: the connection's
+    /// bound).
+    pub fn try_admit(&self, intake: &Intake, weight: usize, limit: usize) -> bool {
+        let total = self.bytes.get() + weight;
+        if total <= OWN_BYTES {
+            self.hold(Charge { bytes: weight, kib: 0 });
+            return true;
+        }
+        let kib = (weight as u64).div_ceil(1024);
+        if total > limit || kib > intake.kib || !intake.sem.try_acquire(kib).unwrap_or(false) {
+            return false;
+        }
+        self.hold(Charge { bytes: weight, kib });
+        true
+    }
+
+    /// `try_admit`, waiting for room while the connection has operations
+    /// running (`running` of them); with none, the request is taken
+    /// without a charge. The caller has started what it deferred: only
+    /// a running operation's end can make room.
+    pub async fn admit(&self, intake: &Intake, weight: usize, limit: usize, running: impl Fn() -> usize) {
+        let kib = (weight as u64).div_ceil(1024);
+        while running() > 0 && !self.try_admit(intake, weight, limit) {
+            let ended = self.ended.get();
+            let one_ends = std::future::poll_fn(|cx| {
+                if self.ended.get() != ended {
+                    return Poll::Ready(false);
+                }
+                self.waiter.set(Some(cx.waker().clone()));
+                Poll::Pending
+            });
+            // Past the connection's own bound, only its operations can
+            // make room; else the shard's budget may, too.
+            let fits = self.bytes.get() + weight <= limit && kib <= intake.kib;
+            let granted = match fits {
+                true => futures_lite::future::or(async { intake.sem.acquire(kib).await.is_ok() }, one_ends).await,
+                false => one_ends.await,
+            };
+            if granted {
+                return self.hold(Charge { bytes: weight, kib });
+            }
+        }
+    }
+
+    fn hold(&self, charge: Charge) {
+        self.bytes.set(self.bytes.get() + charge.bytes);
+        self.arriving.set(Some(charge));
+    }
+
+    /// The charge of the request being dispatched, for the operation that
+    /// goes on running it.
+    pub fn take_arriving(&self) -> Charge {
+        self.arriving.take().unwrap_or_default()
+    }
+
+    /// After a dispatch: what no running operation took (the request was
+    /// answered at once) is given back.
+    pub fn settle<T>(&self, intake: &Intake, dispatched: T) -> T {
+        if let Some(charge) = self.arriving.take() {
+            self.release(intake, charge);
+        }
+        dispatched
+    }
+
+    /// An operation ended (or a request was answered at once): gives back
+    /// what it held and wakes the read loop if it waits.
+    pub fn release(&self, intake: &Intake, charge: Charge) {
+        self.bytes.set(self.bytes.get() - charge.bytes);
+        if charge.kib > 0 {
+            intake.sem.signal(charge.kib);
+        }
+        self.ended.set(self.ended.get() + 1);
+        if let Some(w) = self.waiter.take() {
+            w.wake();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::rc::Rc;
+
+    #[test]
+    fn a_connection_waits_past_its_bounds_until_an_operation_ends() {
+        const K: usize = 1024;
+        glommio::LocalExecutorBuilder::default()
+            .spawn(|| async {
+                let intake = Rc::new(Intake::new(640 * K));
+                let held = Rc::new(Held::default());
+                let running = Rc::new(Cell::new(0));
+                let r = running.clone();
+                // None running: taken without a charge.
+                held.admit(&intake, 1 << 20, 1024 * K, || r.get()).await;
+                assert_eq!(held.take_arriving().kib, 0);
+                running.set(1);
+                // Within the connection's own share: no charge either.
+                held.admit(&intake, 100 * K, 1024 * K, || r.get()).await;
+                let small = held.take_arriving();
+                assert_eq!((small.bytes, small.kib), (100 * K, 0));
+                held.release(&intake, small);
+                held.admit(&intake, 400 * K, 1024 * K, || r.get()).await;
+                let first = held.take_arriving();
+                assert_eq!((first.bytes, first.kib, intake.sem.available()), (400 * K, 400, 240));
+                // The shard's budget is short: it waits for it.
+                let done = Rc::new(Cell::new(false));
+                let (h, i, r, d) = (held.clone(), intake.clone(), running.clone(), done.clone());
+                let waiting = glommio::spawn_local(async move {
+                    h.admit(&i, 400 * K, 1024 * K, || r.get()).await;
+                    d.set(true);
+                    h.take_arriving()
+                });
+                for _ in 0..3 {
+                    futures_lite::future::yield_now().await;
+                }
+                assert!(!done.get());
+                held.release(&intake, first);
+                let second = waiting.await;
+                assert_eq!((second.kib, held.bytes.get()), (400, 400 * K));
+                // Past the connection's bound, only an operation's end
+                // lets it on (here the last: taken without a charge).
+                let (h, i, r, d) = (held.clone(), intake.clone(), running.clone(), done.clone());
+                done.set(false);
+                let waiting = glommio::spawn_local(async move {
+                    h.admit(&i, 800 * K, 1024 * K, || r.get()).await;
+                    d.set(true);
+                    h.take_arriving()
+                });
+                for _ in 0..3 {
+                    futures_lite::future::yield_now().await;
+                }
+                assert!(!done.get());
+                running.set(0);
+                held.release(&intake, second);
+                assert_eq!(waiting.await.kib, 0);
+                assert_eq!((held.bytes.get(), intake.sem.available()), (0, 640));
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+}
