@@ -71,6 +71,60 @@ pub fn ensure_unserved(addr: SocketAddr) -> Result<()> {
     }
 }
 
+/// Refuses an address another process listens on besides `ours` (the
+/// sockets this one bound there): two servers started at the same moment
+/// can both pass `ensure_unserved` before either binds, and then share the
+/// port through SO_REUSEPORT. Each looks once it listens, so the later of
+/// two always sees the earlier (both may refuse; neither serves a port
+/// with another).
+pub fn ensure_alone(addr: SocketAddr, ours: &[&OwnedFd]) -> Result<()> {
+    let inodes: Vec<u64> = ours.iter().filter_map(|fd| inode_of(fd)).collect();
+    let table = match addr {
+        SocketAddr::V4(_) => "/proc/net/tcp",
+        SocketAddr::V6(_) => "/proc/net/tcp6",
+    };
+    // Without /proc (a container without it) the probe alone decides.
+    let Ok(text) = std::fs::read_to_string(table) else { return Ok(()) };
+    let other = text.lines().skip(1).filter_map(listening).find(|(at, inode)| {
+        at.port() == addr.port()
+            && !inodes.contains(inode)
+            && (at.ip() == addr.ip() || at.ip().is_unspecified() || addr.ip().is_unspecified())
+    });
+    match other {
+        Some((at, _)) => anyhow::bail!("binding {addr}: address in use (another process listens on {at})"),
+        None => Ok(()),
+    }
+}
+
+/// A socket's inode number, as `/proc/net/tcp` names it.
+fn inode_of(fd: &OwnedFd) -> Option<u64> {
+    // SAFETY: `stat` is plain data the kernel fills; the descriptor is open.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    (unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } == 0).then_some(stat.st_ino)
+}
+
+/// A listening socket's address and inode from a line of `/proc/net/tcp`
+/// or `tcp6` (addresses in hex, each 32-bit word in host order).
+fn listening(line: &str) -> Option<(SocketAddr, u64)> {
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    if fields.get(3) != Some(&"0A") {
+        return None;
+    }
+    let (ip, port) = fields.get(1)?.split_once(':')?;
+    let mut octets = Vec::with_capacity(16);
+    for word in ip.as_bytes().chunks(8) {
+        let word = u32::from_str_radix(std::str::from_utf8(word).ok()?, 16).ok()?;
+        octets.extend_from_slice(&word.to_le_bytes());
+    }
+    let ip = match octets.len() {
+        4 => IpAddr::from(<[u8; 4]>::try_from(octets).ok()?),
+        16 => IpAddr::from(<[u8; 16]>::try_from(octets).ok()?),
+        _ => return None,
+    };
+    let port = u16::from_str_radix(port, 16).ok()?;
+    Some((SocketAddr::new(ip, port), fields.get(9)?.parse().ok()?))
+}
+
 pub fn local_addr(fd: &OwnedFd) -> Result<SocketAddr> {
     let socket = Socket::from(fd.try_clone()?);
     socket.local_addr()?.as_socket().context("listening socket has no IP address")
@@ -388,6 +442,26 @@ pub async fn run_metrics(fd: OwnedFd) {
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;
+
+    /// Two servers started at once can both find the port free and both
+    /// bind it with SO_REUSEPORT: each then sees the other's listener.
+    #[test]
+    fn a_listener_of_another_process_on_the_address_is_seen() {
+        let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let ours = super::bind(any, 0, 8).unwrap();
+        let addr = super::local_addr(&ours).unwrap();
+        super::ensure_alone(addr, &[&ours]).unwrap();
+        let theirs = super::bind(addr, 0, 8).unwrap();
+        let e = super::ensure_alone(addr, &[&ours]).unwrap_err().to_string();
+        assert!(e.contains("address in use"), "{e}");
+        super::ensure_alone(addr, &[&ours, &theirs]).unwrap();
+        // A wildcard listener on the port takes the address's clients too.
+        drop(theirs);
+        let wildcard = super::bind(std::net::SocketAddr::new([0, 0, 0, 0].into(), addr.port()), 0, 8).unwrap();
+        assert!(super::ensure_alone(addr, &[&ours]).is_err());
+        drop(wildcard);
+        super::ensure_alone(addr, &[&ours]).unwrap();
+    }
 
     /// The ldapi socket is made world-writable (0777) without following a
     /// path another user can swap: with the socket's directory writable by

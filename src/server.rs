@@ -104,7 +104,9 @@ pub fn serve(config: Config) -> Result<()> {
         Some(l) => {
             let addr = l.parse()?;
             listener::ensure_unserved(addr).context("metrics.listen")?;
-            Some(listener::bind(addr, cpus[0], 128)?)
+            let fd = listener::bind(addr, cpus[0], 128)?;
+            listener::ensure_alone(listener::local_addr(&fd)?, &[&fd]).context("metrics.listen")?;
+            Some(fd)
         }
         None => None,
     };
@@ -115,7 +117,9 @@ pub fn serve(config: Config) -> Result<()> {
         Some(l) => {
             let addr = l.parse()?;
             listener::ensure_unserved(addr).context("replication.listen")?;
-            Some(listener::bind(addr, cpus[0], 16).map_err(|e| anyhow!("replication.listen: {e:#}"))?)
+            let fd = listener::bind(addr, cpus[0], 16).map_err(|e| anyhow!("replication.listen: {e:#}"))?;
+            listener::ensure_alone(listener::local_addr(&fd)?, &[&fd]).context("replication.listen")?;
+            Some(fd)
         }
         None => None,
     };
@@ -378,6 +382,7 @@ fn bind_all(
         }
         fds.push(fd);
     }
+    listener::ensure_alone(addr, &fds.iter().collect::<Vec<_>>())?;
     Ok((addr, fds))
 }
 
