@@ -266,3 +266,94 @@ fn harness(config: &str) {
     let resumed = log.lines().filter(|l| l.contains("rename(s) a crash interrupted")).count();
     eprintln!("crash harness: {iterations} kills, {resumed} starts finished interrupted renames");
 }
+
+/// Children of the subtree `kill_inside_a_subtree_rename` moves: enough
+/// that the move takes many commits on both owners.
+const BIG_TREE: usize = 3000;
+
+#[test]
+fn a_subtree_rename_killed_midway_is_finished_at_the_restart() {
+    kill_inside_a_subtree_rename("");
+}
+
+/// With the changelog, a subtree's entries follow their top one by one,
+/// each a logged rename.
+#[test]
+fn a_logged_subtree_rename_killed_midway_is_finished_at_the_restart() {
+    kill_inside_a_subtree_rename("[syncrepl]\nprovider = true\n");
+}
+
+/// Issue 17 item 9: the harness above kills at random moments, and a kill
+/// may never fall inside a rename across owners. Here it always does: a
+/// subtree of `BIG_TREE` entries is renamed and the server is killed as
+/// soon as a search sees its top at the new DN while the old one is still
+/// there (or, moved one by one, while its children are not all below it). After the restart the subtree is whole at exactly one DN, each
+/// entry once (by entryUUID), and the start said it finished the rename.
+fn kill_inside_a_subtree_rename(config: &str) {
+    let mut s = Server::prepare(2, config);
+    let mut ldif = format!("dn: ou=t0,{PEOPLE}\nobjectClass: organizationalUnit\nou: t0\n\n");
+    for k in 0..BIG_TREE {
+        ldif += &format!("dn: cn=kid{k},ou=t0,{PEOPLE}\nobjectClass: person\ncn: kid{k}\nsn: Kid\n\n");
+    }
+    s.import_and_launch(&ldif);
+    let uuids = |c: &mut LdapConn| -> Vec<String> {
+        let (entries, _) = c.search(PEOPLE, Scope::Subtree, "(cn=kid*)", vec!["entryUUID"]).unwrap().success().unwrap();
+        entries.into_iter().map(|e| SearchEntry::construct(e).attrs["entryUUID"][0].clone()).collect()
+    };
+    let mut before = uuids(&mut s.admin());
+    before.sort();
+    assert_eq!(before.len(), BIG_TREE);
+    let exists = |c: &mut LdapConn, ou: &str| {
+        c.search(&format!("ou={ou},{PEOPLE}"), Scope::Base, "(objectClass=*)", vec!["1.1"]).is_ok_and(|r| r.1.rc == 0)
+    };
+    let mut midway = 0;
+    for round in 0..5 {
+        let (from, to) = (format!("t{round}"), format!("t{}", round + 1));
+        let url = s.url();
+        let (old, new) = (from.clone(), to.clone());
+        let renamer = std::thread::spawn(move || {
+            let mut c = LdapConn::new(&url).unwrap();
+            c.simple_bind(ROOT_DN, ROOT_PW).unwrap();
+            let _ = c.modifydn(&format!("ou={old},{PEOPLE}"), &format!("ou={new}"), true, None);
+        });
+        let mut watch = s.admin();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        // Midway: the top at its new DN while the old one is still there,
+        // or (moved one by one) while its children are not all below it.
+        let seen = loop {
+            if exists(&mut watch, &to) {
+                let below = get_entry(&mut watch, &format!("ou={to},{PEOPLE}"), vec!["numSubordinates"])
+                    .and_then(|e| e.attrs.get("numSubordinates")?[0].parse::<usize>().ok());
+                break exists(&mut watch, &from) || below.is_some_and(|n| n < BIG_TREE);
+            }
+            assert!(std::time::Instant::now() < deadline, "the rename never showed");
+        };
+        s.kill9();
+        let _ = renamer.join();
+        s.launch();
+        let mut c = s.admin();
+        let mut after = uuids(&mut c);
+        after.sort();
+        assert_eq!(after, before, "round {round}: the subtree's entries, each once");
+        let tops = search_dns(&mut c, PEOPLE, Scope::OneLevel, "(ou=t*)");
+        assert_eq!(tops.len(), 1, "round {round}: the subtree at exactly one DN: {tops:?}");
+        let top = &tops[0];
+        assert!(top == &format!("ou={from},{PEOPLE}") || top == &format!("ou={to},{PEOPLE}"), "{top}");
+        assert_eq!(search_dns(&mut c, top, Scope::OneLevel, "(objectClass=*)").len(), BIG_TREE);
+        let counted: usize =
+            get_entry(&mut c, top, vec!["numSubordinates"]).unwrap().attrs["numSubordinates"][0].parse().unwrap();
+        assert_eq!(counted, BIG_TREE);
+        // Go on from where the subtree is.
+        if top != &format!("ou={to},{PEOPLE}") {
+            assert_eq!(c.modifydn(top, &format!("ou={to}"), true, None).unwrap().rc, 0);
+        }
+        midway += seen as usize;
+        if midway >= 2 {
+            break;
+        }
+    }
+    assert!(midway >= 1, "no kill fell inside the rename");
+    let log = std::fs::read_to_string(&s.stderr).unwrap_or_default();
+    let finished = log.lines().filter(|l| l.contains("finished 1 rename(s) a crash interrupted")).count();
+    assert!(finished >= midway, "{midway} kills inside a rename, {finished} starts finished one:\n{log}");
+}
