@@ -536,8 +536,9 @@ impl Config {
             );
         }
         let per_connection = self.limits.max_pending_bytes_per_connection;
-        if per_connection < 64 << 10 {
-            bail!("limits.max_pending_bytes_per_connection: must be at least 65536");
+        if per_connection < 256 << 10 {
+            // A connection's own share (`conn::intake::OWN_BYTES`).
+            bail!("limits.max_pending_bytes_per_connection: must be at least 262144");
         }
         if self.limits.max_pending_bytes < per_connection {
             bail!(

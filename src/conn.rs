@@ -545,6 +545,15 @@ async fn finish<W>(conn: Rc<Conn>, writer_task: glommio::task::JoinHandle<Option
     let _ = writer_task.await;
 }
 
+/// Runs `fut` for at most `secs` seconds (0: no limit); whether it ended.
+async fn within(secs: u64, fut: impl std::future::Future<Output = ()>) -> bool {
+    if secs == 0 {
+        fut.await;
+        return true;
+    }
+    glommio::timer::timeout(Duration::from_secs(secs), async { Ok(fut.await) }).await.is_ok()
+}
+
 /// Why a read loop ended.
 enum End {
     Closed,
@@ -630,15 +639,37 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
             }
             let frame = instead.as_deref().unwrap_or(&rbuf[..size]);
             // With operations running, what they hold of their requests
-            // is bounded before this one is decoded (`intake`).
-            if conn.pending.get() > 0 {
+            // is bounded before this one is decoded (`intake`). Abandon and
+            // Unbind, which have no answer, free and never wait.
+            let answered = crate::strict::answer_to(frame);
+            if conn.pending.get() > 0 && answered.is_some() {
                 let (weight, most) = (crate::strict::weight(frame), limits.max_pending_bytes_per_connection);
                 if !conn.held.try_admit(&conn.ctx.intake, weight, most) {
                     // What is deferred must run for one of them to end.
                     conn.start_deferred();
                     conn.send(std::mem::take(&mut inline)).await;
-                    conn.held.admit(&conn.ctx.intake, weight, most, || conn.pending.get()).await;
                     turn = std::time::Instant::now();
+                    let admit = conn.held.admit(&conn.ctx.intake, weight, most, || conn.pending.get());
+                    if !within(limits.request_timeout_s, admit).await {
+                        // Operations that do not end (a persistent search) or
+                        // others holding the shard's budget: refused, as past
+                        // `max_pending`, and the connection read again.
+                        let (msgid, tag) = answered.expect("checked above");
+                        let why = "too much held by operations in progress on this connection or server";
+                        if tag == 0x61 {
+                            ops::bind_begins(conn);
+                        }
+                        ops::record::refused(conn, tag, &LdapResultCode::Busy, why);
+                        let res = LdapResult {
+                            code: LdapResultCode::Busy,
+                            matcheddn: String::new(),
+                            message: why.into(),
+                            referral: vec![],
+                        };
+                        crate::ber::result_message(&mut inline, msgid, tag, &res);
+                        bytes::Buf::advance(&mut rbuf, size);
+                        continue;
+                    }
                 }
             }
             let decoded = crate::decode::message(frame, MAX_BER_DEPTH).map(|msg| {
@@ -680,7 +711,10 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
                     // RFC 4511 §4.14.1: nothing may follow StartTLS before its response.
                     Flow::StartTls => return disconnect(conn, inline, "data after the StartTLS request").await,
                 },
-                None => return disconnect(conn, inline, "malformed LDAP message").await,
+                None => {
+                    conn.held.settle(&conn.ctx.intake, ());
+                    return disconnect(conn, inline, "malformed LDAP message").await;
+                }
             }
         }
         conn.start_deferred();

@@ -445,6 +445,15 @@ pub fn weight(frame: &[u8]) -> usize {
     frame.len() + PER_ELEMENT * elements(op.tag, op.content, 0) + PER_ELEMENT / 2 * op.rest.len()
 }
 
+/// A checked message's ID and the tag of its response, if it has one
+/// (Abandon and Unbind have none).
+pub fn answer_to(frame: &[u8]) -> Option<(i32, u8)> {
+    let msg = tlv(frame).ok()?;
+    let id = tlv(msg.content).ok()?;
+    let op = tlv(id.rest).ok()?;
+    Some((message_id(&id).ok()?, response_tag(op.tag)?))
+}
+
 /// The elements of one element, itself included (nesting is bounded by
 /// `check`; past `MAX_DEPTH` the rest counts as bytes).
 fn elements(tag: u8, content: &[u8], depth: usize) -> usize {

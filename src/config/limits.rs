@@ -80,8 +80,10 @@ pub struct Limits {
     /// hold (searches waiting for their client to read, writes for their
     /// commit), estimated from their BER before they are decoded (a list
     /// of short names takes about 40 times its bytes); past it the
-    /// connection's next request waits, unread, for one to end. A request
-    /// on a connection with none running is always taken.
+    /// connection's next request waits, unread, for one to end, and is
+    /// answered `busy` after `request_timeout_s` (a persistent search never
+    /// ends on its own). A request on a connection with none running, and
+    /// the first 256 KiB, are always taken; at least 262144.
     pub max_pending_bytes_per_connection: usize,
     /// The same for all the connections of one shard together (read at
     /// start), beyond each connection's first request.

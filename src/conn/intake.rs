@@ -14,7 +14,11 @@
 //! `limits.max_pending_bytes` (`Intake`), which all its connections share.
 //! Past them the read loop stops reading (TCP holds the client back, as
 //! slapd's deferred operations do) until an operation ends or the budget
-//! frees. A request on a connection with none running is always taken
+//! frees, for at most `limits.request_timeout_s`: then the request is
+//! answered `busy` and reading goes on (operations that never end on
+//! their own, persistent searches, would otherwise hold the connection
+//! unread for good, its Abandon and its close unseen). Abandon and Unbind
+//! never wait. A request on a connection with none running is always taken
 //! and counts against neither, and the first `OWN_BYTES` a connection's
 //! operations hold are its own: each client keeps being served, pipelining
 //! requests of a usual size, whoever holds the budget; what one request

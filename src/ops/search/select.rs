@@ -17,6 +17,17 @@ pub(super) fn class_attrs(class: &str) -> Vec<matching::AttrName<'static>> {
     types.into_iter().map(|t| matching::AttrName::with_subtypes(schema.attrs[t].name())).collect()
 }
 
+/// Whether `class` (a known class) is not yet marked in `expanded`;
+/// marks it.
+fn first_time(expanded: &mut Vec<bool>, class: &str) -> bool {
+    let schema = shards::schema::get();
+    let Some(c) = schema.class_index(class) else { return true };
+    if expanded.is_empty() {
+        expanded.resize(schema.classes.len(), false);
+    }
+    !std::mem::replace(&mut expanded[c], true)
+}
+
 /// Whether `class` names extensibleObject (by a name or its OID).
 fn is_extensible_object(class: &str) -> bool {
     let schema = shards::schema::get();
@@ -131,6 +142,9 @@ impl<'a> Selection<'a> {
             value_tests: 0,
             hide_counts: false,
         };
+        // Classes already expanded: a class named again adds nothing, and
+        // 17,000 `inetOrgPerson` in one list made 884,000 names.
+        let mut expanded: Vec<bool> = Vec::new();
         for a in attrs {
             match a.as_str() {
                 "*" => sel.user = true,
@@ -141,7 +155,8 @@ impl<'a> Selection<'a> {
                     // `@extensibleObject` selects all, operational ones too.
                     Some(class) if is_extensible_object(class) => (sel.user, sel.operational) = (true, true),
                     // RFC 4529: every attribute the class (and its superclasses) allows.
-                    Some(class) => sel.names.extend(class_attrs(class)),
+                    Some(class) if first_time(&mut expanded, class) => sel.names.extend(class_attrs(class)),
+                    Some(_) => {}
                     // `cn;`: no attribute description, so it selects nothing
                     // (as slapd, which drops it from the list).
                     None if !shards::schema::check::options_well_formed(name) => {}

@@ -434,14 +434,33 @@ fn out_of_descriptors_the_server_says_so_once_and_recovers() {
 /// (`limits.max_pending_bytes_per_connection`, `limits.max_pending_bytes`.)
 #[test]
 fn requests_waiting_on_a_client_that_does_not_read_hold_bounded_memory() {
+    // Each asks for the entry's 1 MB value, which must wait for room.
+    let mut names: Vec<String> = (0..80_000).map(|i| ["a", "b"][i % 2].to_string()).collect();
+    names.push("description".into());
+    held_by_waiting_requests(names);
+}
+
+/// An object class in an attribute list selects every attribute it
+/// allows (RFC 4529): `inetOrgPerson`, 15 bytes, became 52 names of 64
+/// bytes each, again for each time it was named: 17,000 times in a
+/// search of 256 KB held 60 MB or more, far past the request's estimate.
+/// A class is expanded once per request.
+#[test]
+fn a_class_named_again_and_again_in_an_attribute_list_is_expanded_once() {
+    let mut names: Vec<String> = (0..17_000).map(|_| "inetOrgPerson".to_string()).collect();
+    names.push("description".into());
+    held_by_waiting_requests(names);
+}
+
+/// Four clients that do not read send 99 searches naming `names` behind
+/// one that fills their queues; the server's memory grows by less than
+/// 200 MB, and then a client that reads gets an answer to each of 30.
+fn held_by_waiting_requests(names: Vec<String>) {
     let s = Server::start(1);
     let mut admin = s.admin();
     add_big_entries(&mut admin, 8);
     let before = proc_kib(&s, "RssAnon:");
     let base = format!("ou=big,{SUFFIX}");
-    // Each asks for the entry's 1 MB value, which must wait for room.
-    let mut names: Vec<String> = (0..80_000).map(|i| ["a", "b"][i % 2].to_string()).collect();
-    names.push("description".into());
     let socks: Vec<_> = (0..4)
         .map(|_| {
             let sock = unread_client(&s);
@@ -494,4 +513,43 @@ fn big_entry_reads(base: &str, names: &[String], n: i32) -> Vec<LdapMsg> {
         msgs.push(LdapMsg { msgid, op, ctrl: vec![] });
     }
     msgs
+}
+
+/// A request that cannot be taken while a persistent search runs (it
+/// never ends on its own) waited for it for good: the read loop read
+/// nothing more, not even the Abandon that would end the search or the
+/// client's close. After `limits.request_timeout_s` it is answered `busy`
+/// and the connection is read again.
+#[test]
+fn a_request_held_back_behind_a_persistent_search_is_answered_busy() {
+    let config = "[syncrepl]\nprovider = true\n[limits]\nrequest_timeout_s = 2\n\
+                  max_pending_bytes_per_connection = 262144\n";
+    let s = Server::start_with_config(1, config);
+    let persist = sync_searches(PEOPLE, "objectClass=*").remove(0);
+    let mut big = search(PEOPLE, LdapSearchScope::Base);
+    if let LdapOp::SearchRequest(req) = &mut big {
+        // 3,000 names: about 400 KB once decoded, past the 256 KiB bound.
+        req.attrs = (0..3000).map(|i| format!("x{i}")).collect();
+    }
+    let mut r = Raw::connect(&s);
+    r.send(vec![persist, LdapMsg::new(2, big)]);
+    let answer = loop {
+        let m = r.recv().expect("an answer to the request held back");
+        if m.msgid == 2 {
+            break m;
+        }
+    };
+    let LdapOp::SearchResultDone(res) = answer.op else { panic!("{answer:?}") };
+    assert_eq!(res.code, LdapResultCode::Busy);
+    // The connection is read again: the Abandon ends the persistent
+    // search, and the same request is then taken.
+    r.send(vec![LdapMsg::new(3, LdapOp::AbandonRequest(1))]);
+    r.send(vec![LdapMsg::new(4, search(PEOPLE, LdapSearchScope::Base))]);
+    loop {
+        let m = r.recv().expect("an answer after the Abandon");
+        if let (4, LdapOp::SearchResultDone(res)) = (m.msgid, &m.op) {
+            assert_eq!(res.code, LdapResultCode::Success);
+            break;
+        }
+    }
 }
