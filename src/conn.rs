@@ -641,8 +641,8 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
             // With operations running, what they hold of their requests
             // is bounded before this one is decoded (`intake`). Abandon and
             // Unbind, which have no answer, free and never wait.
-            let answered = crate::strict::answer_to(frame);
-            if conn.pending.get() > 0 && answered.is_some() {
+            let answered = (conn.pending.get() > 0).then(|| crate::strict::answer_to(frame)).flatten();
+            if answered.is_some() {
                 let (weight, most) = (crate::strict::weight(frame), limits.max_pending_bytes_per_connection);
                 if !conn.held.try_admit(&conn.ctx.intake, weight, most) {
                     // What is deferred must run for one of them to end.
