@@ -545,6 +545,44 @@ async fn finish<W>(conn: Rc<Conn>, writer_task: glommio::task::JoinHandle<Option
     let _ = writer_task.await;
 }
 
+/// Answers a request refused before it is decoded (`response_tag` its
+/// response's tag) in the read's batch.
+fn answer_refused(conn: &Conn, out: &mut BytesMut, (msgid, response_tag): (i32, u8), code: LdapResultCode, why: &str) {
+    if response_tag == 0x61 {
+        ops::bind_begins(conn);
+    }
+    ops::record::refused(conn, response_tag, &code, why);
+    let res = LdapResult { code, matcheddn: String::new(), message: why.into(), referral: vec![] };
+    crate::ber::result_message(out, msgid, response_tag, &res);
+}
+
+/// With operations running, what they hold of their requests is bounded
+/// before the next one (`frame`) is decoded (`intake`): waits while it
+/// does not fit, for at most `limits.request_timeout_s`, after which the
+/// request is to be refused (its message ID and response tag are
+/// returned). Abandon and Unbind, which have no answer, free and never
+/// wait.
+async fn held_back(
+    conn: &Conn,
+    frame: &[u8],
+    inline: &mut BytesMut,
+    limits: &crate::config::Limits,
+) -> Option<(i32, u8)> {
+    let answered = (conn.pending.get() > 0).then(|| crate::strict::answer_to(frame)).flatten()?;
+    let (weight, most) = (crate::strict::weight(frame), limits.max_pending_bytes_per_connection);
+    if conn.held.try_admit(&conn.ctx.intake, weight, most) {
+        return None;
+    }
+    // What is deferred must run for one of them to end.
+    conn.start_deferred();
+    conn.send(std::mem::take(inline)).await;
+    let admit = conn.held.admit(&conn.ctx.intake, weight, most, || conn.pending.get());
+    // Operations that do not end (a persistent search) or others holding
+    // the shard's budget: refused, as past `max_pending`, and the
+    // connection read again.
+    (!within(limits.request_timeout_s, admit).await).then_some(answered)
+}
+
 /// Runs `fut` for at most `secs` seconds (0: no limit); whether it ended.
 async fn within(secs: u64, fut: impl std::future::Future<Output = ()>) -> bool {
     if secs == 0 {
@@ -622,15 +660,11 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
                         continue;
                     }
                     Ok(Check::Refuse { msgid, tag, mut code, mut why }) => {
-                        if tag == 0x61 {
-                            ops::bind_begins(conn);
-                        } else if conn.sasl_in_progress.get() {
+                        if tag != 0x61 && conn.sasl_in_progress.get() {
                             // As slapd, before the request is read any further.
                             (code, why) = (LdapResultCode::OperationsError, crate::ops::sasl::IN_PROGRESS);
                         }
-                        ops::record::refused(conn, tag, &code, why);
-                        let res = LdapResult { code, matcheddn: String::new(), message: why.into(), referral: vec![] };
-                        crate::ber::result_message(&mut inline, msgid, tag, &res);
+                        answer_refused(conn, &mut inline, (msgid, tag), code, why);
                         bytes::Buf::advance(&mut rbuf, n);
                         continue;
                     }
@@ -638,39 +672,12 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
                 },
             }
             let frame = instead.as_deref().unwrap_or(&rbuf[..size]);
-            // With operations running, what they hold of their requests
-            // is bounded before this one is decoded (`intake`). Abandon and
-            // Unbind, which have no answer, free and never wait.
-            let answered = (conn.pending.get() > 0).then(|| crate::strict::answer_to(frame)).flatten();
-            if answered.is_some() {
-                let (weight, most) = (crate::strict::weight(frame), limits.max_pending_bytes_per_connection);
-                if !conn.held.try_admit(&conn.ctx.intake, weight, most) {
-                    // What is deferred must run for one of them to end.
-                    conn.start_deferred();
-                    conn.send(std::mem::take(&mut inline)).await;
-                    turn = std::time::Instant::now();
-                    let admit = conn.held.admit(&conn.ctx.intake, weight, most, || conn.pending.get());
-                    if !within(limits.request_timeout_s, admit).await {
-                        // Operations that do not end (a persistent search) or
-                        // others holding the shard's budget: refused, as past
-                        // `max_pending`, and the connection read again.
-                        let (msgid, tag) = answered.expect("checked above");
-                        let why = "too much held by operations in progress on this connection or server";
-                        if tag == 0x61 {
-                            ops::bind_begins(conn);
-                        }
-                        ops::record::refused(conn, tag, &LdapResultCode::Busy, why);
-                        let res = LdapResult {
-                            code: LdapResultCode::Busy,
-                            matcheddn: String::new(),
-                            message: why.into(),
-                            referral: vec![],
-                        };
-                        crate::ber::result_message(&mut inline, msgid, tag, &res);
-                        bytes::Buf::advance(&mut rbuf, size);
-                        continue;
-                    }
-                }
+            if let Some((msgid, tag)) = held_back(conn, frame, &mut inline, limits).await {
+                turn = std::time::Instant::now();
+                let why = "too much held by operations in progress on this connection or server";
+                answer_refused(conn, &mut inline, (msgid, tag), LdapResultCode::Busy, why);
+                bytes::Buf::advance(&mut rbuf, size);
+                continue;
             }
             let decoded = crate::decode::message(frame, MAX_BER_DEPTH).map(|msg| {
                 let first_step =
