@@ -1,6 +1,7 @@
 //! `coredir-perf probe`: what one costly request does to everyone else on
 //! its shard. One connection sends an attack search over and over (an OR
-//! of unindexed substring terms, as anonymous), another sends a base search
+//! of unindexed substring terms, as anonymous; `--depth` of them in flight
+//! at once), another sends a base search
 //! every few milliseconds and records how long each took. Run it against a
 //! one-shard server so both connections share the reactor. The figure that
 //! matters is the probe's p99 and max while the attack runs.
@@ -28,6 +29,9 @@ pub struct Args {
     /// Milliseconds between two probe searches.
     #[arg(long, default_value_t = 5)]
     interval_ms: u64,
+    /// Attack searches the attacker keeps in flight on its one connection.
+    #[arg(long, default_value_t = 1)]
+    depth: usize,
     /// Label for the output.
     #[arg(long, default_value = "server")]
     label: String,
@@ -74,7 +78,7 @@ fn probe(a: &Args) -> Result<Vec<u64>> {
         ber::search(&mut out, msgid, &a.base, 0, Filter::Present("objectClass"));
         let t = Instant::now();
         c.send(&out)?;
-        c.until_done(msgid)?;
+        c.until_done(Some(msgid))?;
         lat.push(t.elapsed().as_micros() as u64);
         msgid += 1;
         std::thread::sleep(Duration::from_millis(a.interval_ms));
@@ -88,12 +92,20 @@ fn attack(a: &Args, stop: &AtomicBool, attacks: &AtomicU64) -> Result<()> {
     let terms: Vec<String> = (0..a.terms).map(|n| format!("{n}zz")).collect();
     let mut out = Vec::new();
     let mut msgid = 1;
-    while !stop.load(Ordering::Relaxed) {
+    let mut send = |c: &mut Conn, msgid: i32| {
         out.clear();
         ber::search(&mut out, msgid, &a.base, 2, Filter::AnyOf("description", &terms));
-        c.send(&out)?;
-        c.until_done(msgid)?;
+        c.send(&out)
+    };
+    // `depth` in flight: one more each time one ends.
+    for _ in 0..a.depth {
+        send(&mut c, msgid)?;
+        msgid += 1;
+    }
+    while !stop.load(Ordering::Relaxed) {
+        c.until_done(None)?;
         attacks.fetch_add(1, Ordering::Relaxed);
+        send(&mut c, msgid)?;
         msgid += 1;
     }
     Ok(())
@@ -117,13 +129,13 @@ impl Conn {
         Ok(self.s.write_all(msg)?)
     }
 
-    /// Reads responses until the SearchResultDone of `msgid`.
-    fn until_done(&mut self, msgid: i32) -> Result<()> {
+    /// Reads responses until the SearchResultDone of `msgid` (`None`: of any).
+    fn until_done(&mut self, msgid: Option<i32>) -> Result<()> {
         let mut chunk = [0u8; 16384];
         loop {
             while let Some(n) = ber::frame_len(&self.buf).filter(|n| *n <= self.buf.len()) {
                 let r = ber::parse(&self.buf[..n]).context("an unreadable response")?;
-                let done = r.msgid == msgid && r.tag == ber::SEARCH_DONE;
+                let done = msgid.is_none_or(|m| r.msgid == m) && r.tag == ber::SEARCH_DONE;
                 self.buf.drain(..n);
                 if done {
                     return Ok(());
