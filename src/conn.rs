@@ -157,6 +157,9 @@ pub struct Conn {
     pub pending: Cell<usize>,
     /// What the running operations hold of their requests (`intake`).
     held: intake::Held,
+    /// Which of the connection's long searches runs its next slice
+    /// (`Reservation::next_turn`).
+    turn: Rc<glommio::sync::Semaphore>,
     /// Sorted searches running (`limits.max_sorts_per_connection`).
     pub sorting: Cell<usize>,
     /// Security strength of TLS on this connection (0 without).
@@ -212,6 +215,12 @@ impl Reservation<'_> {
 
     fn credit(&self) -> u64 {
         self.reserved.get() - self.used.get()
+    }
+
+    /// Waits for the connection's turn to run slices of a long search,
+    /// held until the permit is dropped (`search::Emit::flush`).
+    pub async fn next_turn(&self) -> Option<glommio::sync::StaticPermit> {
+        self.conn.turn.acquire_static_permit(1).await.ok()
     }
 
     /// Takes room for an entry now, if there is some.
@@ -314,6 +323,7 @@ impl Conn {
             later: RefCell::default(),
             pending: Cell::new(0),
             held: intake::Held::default(),
+            turn: Rc::new(glommio::sync::Semaphore::new(1)),
             sorting: Cell::new(0),
             tls_ssf: Cell::new(0),
             tls_subject: RefCell::new(None),

@@ -410,6 +410,7 @@ async fn run(
         roots: None,
         reading: reading.as_ref(),
         walking: None,
+        turn: None,
         last: None,
         msgid,
         filter: &node,
