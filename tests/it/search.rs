@@ -332,3 +332,53 @@ fn referral_objects_and_aliases_from_an_older_store_get_their_keys_at_start() {
     let found = c.with_search_options(opts).search(SUFFIX, Scope::Subtree, "(cn=alias)", vec!["1.1"]).unwrap();
     assert!(found.0.is_empty(), "an alias is dereferenced, not returned: {:?}", found.0);
 }
+
+/// A connection's long searches take turns a slice at a time (one of them
+/// in the shard's run queue at once, `Emit::flush`): two pipelined costly
+/// searches both send entries before either ends. With the turn kept by
+/// whoever held it last (glommio's semaphore gives a freed unit to the
+/// first to ask, not the waiter it woke), the first ran to its end alone.
+#[test]
+fn pipelined_long_searches_of_one_connection_take_turns() {
+    use ldap3_proto::proto::{LdapFilter, LdapMsg, LdapOp, LdapSearchScope, LdapSubstringFilter};
+    let mut s = Server::prepare(1, "");
+    let mut ldif = String::new();
+    for i in 0..3000 {
+        ldif += &format!("dn: uid=t{i},{PEOPLE}\nobjectClass: inetOrgPerson\nuid: t{i}\ncn: t{i}\nsn: T\n\n");
+    }
+    s.import_and_launch(&ldif);
+    // Every entry matches, after 300 unindexed terms that do not: many
+    // slices of 2 ms each.
+    let mut terms: Vec<LdapFilter> = (0..300)
+        .map(|n| {
+            let any = vec![format!("{n}zz")];
+            LdapFilter::Substring("description".into(), LdapSubstringFilter { initial: None, any, final_: None })
+        })
+        .collect();
+    terms.push(LdapFilter::Present("objectClass".into()));
+    let costly = |msgid| {
+        let mut op = search(PEOPLE, LdapSearchScope::OneLevel);
+        if let LdapOp::SearchRequest(req) = &mut op {
+            req.filter = LdapFilter::Or(terms.clone());
+            req.attrs = vec!["1.1".into()];
+        }
+        LdapMsg::new(msgid, op)
+    };
+    let mut r = Raw::connect(&s);
+    r.send(vec![LdapMsg::new(1, bind(ROOT_DN, ROOT_PW))]);
+    assert_eq!(r.recv().unwrap().msgid, 1);
+    r.send(vec![costly(2), costly(3)]);
+    let (mut entries, mut done) = ([0usize; 2], 0);
+    while done < 2 {
+        let m = r.recv().expect("the searches' answers");
+        match m.op {
+            LdapOp::SearchResultEntry(_) => entries[(m.msgid - 2) as usize] += 1,
+            LdapOp::SearchResultDone(_) => {
+                assert!(entries.iter().all(|n| *n > 0), "a search ended before the other sent anything: {entries:?}");
+                done += 1;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(entries, [3000, 3000]);
+}
