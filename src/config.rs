@@ -524,27 +524,16 @@ impl Config {
         if self.limits.max_filter_depth == 0 {
             bail!("limits.max_filter_depth: must be at least 1");
         }
-        let per_connection = self.limits.max_queued_bytes_per_connection;
-        if per_connection < 64 << 10 {
-            // A connection's own share of its queue (`conn::room::OWN_KIB`).
-            bail!("limits.max_queued_bytes_per_connection: must be at least 65536");
-        }
-        if self.limits.max_queued_bytes < per_connection {
-            // One answer may take a connection's whole queue.
-            bail!(
-                "limits.max_queued_bytes: must be at least limits.max_queued_bytes_per_connection ({per_connection})"
-            );
-        }
-        let per_connection = self.limits.max_pending_bytes_per_connection;
-        if per_connection < 256 << 10 {
-            // A connection's own share (`conn::intake::OWN_BYTES`).
-            bail!("limits.max_pending_bytes_per_connection: must be at least 262144");
-        }
-        if self.limits.max_pending_bytes < per_connection {
-            bail!(
-                "limits.max_pending_bytes: must be at least limits.max_pending_bytes_per_connection ({per_connection})"
-            );
-        }
+        // A connection's own share of its queue (`conn::room::OWN_KIB`) and
+        // of its requests (`conn::intake::OWN_BYTES`); one answer or request
+        // may take a connection's whole bound.
+        let l = &self.limits;
+        bounds_per_connection("max_queued_bytes", (l.max_queued_bytes_per_connection, l.max_queued_bytes), 64 << 10)?;
+        bounds_per_connection(
+            "max_pending_bytes",
+            (l.max_pending_bytes_per_connection, l.max_pending_bytes),
+            256 << 10,
+        )?;
         self.unindexed_result()?;
         match (&self.tls.certificate_file, &self.tls.key_file) {
             (Some(_), Some(_)) | (None, None) => {}
@@ -675,4 +664,16 @@ impl Config {
             }
         })
     }
+}
+
+/// `limits.<name>_per_connection` at least `least`, and `limits.<name>`
+/// (the shard's) at least that.
+fn bounds_per_connection(name: &str, (per_connection, shard): (usize, usize), least: usize) -> Result<()> {
+    if per_connection < least {
+        bail!("limits.{name}_per_connection: must be at least {least}");
+    }
+    if shard < per_connection {
+        bail!("limits.{name}: must be at least limits.{name}_per_connection ({per_connection})");
+    }
+    Ok(())
 }

@@ -47,6 +47,11 @@ impl Intake {
     }
 }
 
+/// The KiB of the shard's budget `weight` bytes take.
+fn kib_of(weight: usize) -> u64 {
+    (weight as u64).div_ceil(1024)
+}
+
 /// What one running operation holds of the budgets: its estimate in bytes
 /// on its connection, and in KiB of its shard's `Intake`.
 #[derive(Default)]
@@ -75,17 +80,22 @@ impl Held {
     /// operations and its shard's leave room (`limit`: the connection's
     /// bound).
     pub fn try_admit(&self, intake: &Intake, weight: usize, limit: usize) -> bool {
-        let total = self.bytes.get() + weight;
-        if total <= OWN_BYTES {
+        if self.bytes.get() + weight <= OWN_BYTES {
             self.hold(Charge { bytes: weight, kib: 0 });
             return true;
         }
-        let kib = (weight as u64).div_ceil(1024);
-        if total > limit || kib > intake.kib || !intake.sem.try_acquire(kib).unwrap_or(false) {
+        let kib = kib_of(weight);
+        if !self.may_take(intake, weight, limit) || !intake.sem.try_acquire(kib).unwrap_or(false) {
             return false;
         }
         self.hold(Charge { bytes: weight, kib });
         true
+    }
+
+    /// Whether `weight` more stays within the connection's bound and could
+    /// ever come from the shard's budget.
+    fn may_take(&self, intake: &Intake, weight: usize, limit: usize) -> bool {
+        self.bytes.get() + weight <= limit && kib_of(weight) <= intake.kib
     }
 
     /// `try_admit`, waiting for room while the connection has operations
@@ -93,7 +103,7 @@ impl Held {
     /// without a charge. The caller has started what it deferred: only
     /// a running operation's end can make room.
     pub async fn admit(&self, intake: &Intake, weight: usize, limit: usize, running: impl Fn() -> usize) {
-        let kib = (weight as u64).div_ceil(1024);
+        let kib = kib_of(weight);
         while running() > 0 && !self.try_admit(intake, weight, limit) {
             let ended = self.ended.get();
             let one_ends = std::future::poll_fn(|cx| {
@@ -105,8 +115,7 @@ impl Held {
             });
             // Past the connection's own bound, only its operations can
             // make room; else the shard's budget may, too.
-            let fits = self.bytes.get() + weight <= limit && kib <= intake.kib;
-            let granted = match fits {
+            let granted = match self.may_take(intake, weight, limit) {
                 true => futures_lite::future::or(async { intake.sem.acquire(kib).await.is_ok() }, one_ends).await,
                 false => one_ends.await,
             };
@@ -176,34 +185,33 @@ mod tests {
                 held.admit(&intake, 400 * K, 1024 * K, || r.get()).await;
                 let first = held.take_arriving();
                 assert_eq!((first.bytes, first.kib, intake.sem.available()), (400 * K, 400, 240));
+                // A request of `weight` admitted in a task of its own, left
+                // to wait: whether it is done yet, and its charge.
+                let admitting = |weight: usize| {
+                    let done = Rc::new(Cell::new(false));
+                    let (h, i, r, d) = (held.clone(), intake.clone(), running.clone(), done.clone());
+                    let task = glommio::spawn_local(async move {
+                        h.admit(&i, weight, 1024 * K, || r.get()).await;
+                        d.set(true);
+                        h.take_arriving()
+                    });
+                    async move {
+                        for _ in 0..3 {
+                            futures_lite::future::yield_now().await;
+                        }
+                        (done.get(), task)
+                    }
+                };
                 // The shard's budget is short: it waits for it.
-                let done = Rc::new(Cell::new(false));
-                let (h, i, r, d) = (held.clone(), intake.clone(), running.clone(), done.clone());
-                let waiting = glommio::spawn_local(async move {
-                    h.admit(&i, 400 * K, 1024 * K, || r.get()).await;
-                    d.set(true);
-                    h.take_arriving()
-                });
-                for _ in 0..3 {
-                    futures_lite::future::yield_now().await;
-                }
-                assert!(!done.get());
+                let (done, waiting) = admitting(400 * K).await;
+                assert!(!done);
                 held.release(&intake, first);
                 let second = waiting.await;
                 assert_eq!((second.kib, held.bytes.get()), (400, 400 * K));
                 // Past the connection's bound, only an operation's end
                 // lets it on (here the last: taken without a charge).
-                let (h, i, r, d) = (held.clone(), intake.clone(), running.clone(), done.clone());
-                done.set(false);
-                let waiting = glommio::spawn_local(async move {
-                    h.admit(&i, 800 * K, 1024 * K, || r.get()).await;
-                    d.set(true);
-                    h.take_arriving()
-                });
-                for _ in 0..3 {
-                    futures_lite::future::yield_now().await;
-                }
-                assert!(!done.get());
+                let (done, waiting) = admitting(800 * K).await;
+                assert!(!done);
                 running.set(0);
                 held.release(&intake, second);
                 assert_eq!(waiting.await.kib, 0);
