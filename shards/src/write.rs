@@ -118,6 +118,9 @@ pub struct Extras {
     /// The most bytes the entry may take once modified (a modify;
     /// back-mdb's `maxentrysize`); 0: no limit.
     pub max_bytes: usize,
+    /// The most attribute descriptions it may hold once modified (a
+    /// modify; `limits.max_entry_attributes`); 0: no limit.
+    pub max_attrs: usize,
     /// The No-Op control: the update's checks, nothing kept (`WriteOp::Dry`).
     pub dry: bool,
 }
@@ -474,6 +477,12 @@ fn apply<T: WriteTxn>(
             let size = entry.stored_len();
             if extras.max_bytes > 0 && size > extras.max_bytes && size > old.stored_len() {
                 let why = format!("entry would exceed limits.max_entry_bytes ({} bytes)", extras.max_bytes);
+                return Err(Error::new(LdapResultCode::AdminLimitExceeded, why));
+            }
+            let count = entry.attrs.len();
+            if extras.max_attrs > 0 && count > extras.max_attrs && count > old.attrs.len() {
+                let why =
+                    format!("entry would hold more than {} attributes (limits.max_entry_attributes)", extras.max_attrs);
                 return Err(Error::new(LdapResultCode::AdminLimitExceeded, why));
             }
             for (attr, value) in rdn {

@@ -20,6 +20,16 @@ pub struct Limits {
     /// against 10,000 terms would hold its shard for minutes), for everyone
     /// but the root DN; past it adminLimitExceeded. 0: no limit.
     pub max_filter_tests: u64,
+    /// Most RDNs in a DN a request names (a search's base, an entry to
+    /// add, compare, delete, modify or rename, a new superior with the
+    /// new RDN): past it adminLimitExceeded before any lookup. slapd
+    /// bounds only a DN's bytes (8 KiB, as here). 0: no limit.
+    pub max_dn_rdns: usize,
+    /// Most attribute descriptions (a type with its options; operational
+    /// ones included) an entry may hold after an add or a modify: past it
+    /// adminLimitExceeded, nothing written. slapd has no such bound.
+    /// 0: no limit.
+    pub max_entry_attributes: usize,
     /// Most entries below an entry that modify-DN moves with it (a subtree
     /// rename, held in memory while it runs; 389-ds bounds it too, slapd
     /// does not); past it adminLimitExceeded. 0: no limit.
@@ -112,6 +122,8 @@ impl Default for Limits {
             max_filter_depth: 64,
             max_filter_terms: 10_000,
             max_filter_tests: 1_000_000,
+            max_dn_rdns: 128,
+            max_entry_attributes: 1000,
             max_rename_entries: 10_000,
             max_alias_scopes: 10_000,
             max_sort_bytes: 64 << 20,

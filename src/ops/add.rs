@@ -145,6 +145,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     hash_passwords(&conn, &mut entry.attrs).await?;
     stamps.apply(&mut entry);
     entry.check_layout()?;
+    check_attribute_count(&live.limits, entry.attrs.len())?;
     let most = live.limits.max_entry_bytes;
     if most > 0 && entry.stored_len() > most {
         let why = format!("entry would exceed limits.max_entry_bytes ({most} bytes)");
@@ -165,6 +166,19 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
     };
     added.map_err(|e| with_matched(&conn, &identity, &dn, e))?;
     Ok(post.into_iter().collect())
+}
+
+/// An entry of `count` attribute descriptions within
+/// `limits.max_entry_attributes`: checked on the request before anything
+/// else, and on the entry with what the server adds to it.
+pub fn check_attribute_count(limits: &crate::config::Limits, count: usize) -> Result<()> {
+    match limits.max_entry_attributes {
+        most if most > 0 && count > most => {
+            let why = format!("entry would hold more than {most} attributes (limits.max_entry_attributes)");
+            Err(Error::new(LdapResultCode::AdminLimitExceeded, why))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// What the Relax Rules control lets an add set: what slapd's `slapadd`

@@ -90,7 +90,11 @@ pub fn dispatch(
             }
         })
         .and_then(|c| check_pending(conn, rec.op).map(|_| c))
-        .and_then(|c| check_filters(conn, &msg.op, &c).map(|_| c))
+        .and_then(|c| {
+            let live = conn.ctx.live();
+            check_filters(&live.limits, &msg.op, &c)?;
+            check_shape(&live.limits, &msg.op).map(|_| c)
+        })
         .and_then(|mut c| {
             c.acting = match c.proxied.take() {
                 Some(authzid) => {
@@ -405,8 +409,7 @@ fn op_name(op: &LdapOp) -> &'static str {
 /// Values' items, whose terms count together) within
 /// `limits.max_filter_depth` and `limits.max_filter_terms`: what one
 /// evaluation costs per entry is bounded before any entry is read.
-fn check_filters(conn: &Conn, op: &LdapOp, ctrls: &controls::Controls) -> Result<()> {
-    let limits = &conn.ctx.live().limits;
+fn check_filters(limits: &crate::config::Limits, op: &LdapOp, ctrls: &controls::Controls) -> Result<()> {
     let search = match op {
         LdapOp::SearchRequest(req) => Some(&req.filter),
         _ => None,
@@ -429,6 +432,48 @@ fn check_filters(conn: &Conn, op: &LdapOp, ctrls: &controls::Controls) -> Result
         }
     }
     Ok(())
+}
+
+/// The names a request gives within `limits.max_dn_rdns`, and an add's
+/// attributes within `limits.max_entry_attributes`: absurd shapes are
+/// refused before any lookup or check that each would cost (issue 17).
+/// A rename's new superior holds one RDN less than the name it makes.
+fn check_shape(limits: &crate::config::Limits, op: &LdapOp) -> Result<()> {
+    let names: [(Option<&str>, usize); 2] = match op {
+        LdapOp::SearchRequest(r) => [(Some(&r.base), 0), (None, 0)],
+        LdapOp::AddRequest(r) => {
+            add::check_attribute_count(limits, r.attributes.len())?;
+            [(Some(&r.dn), 0), (None, 0)]
+        }
+        LdapOp::ModifyRequest(r) => [(Some(&r.dn), 0), (None, 0)],
+        LdapOp::DelRequest(dn) => [(Some(dn), 0), (None, 0)],
+        LdapOp::CompareRequest(r) => [(Some(&r.dn), 0), (None, 0)],
+        LdapOp::ModifyDNRequest(r) => [(Some(&r.dn), 0), (r.new_superior.as_deref(), 1)],
+        _ => return Ok(()),
+    };
+    let most = limits.max_dn_rdns;
+    if most == 0 {
+        return Ok(());
+    }
+    for (name, more) in names {
+        if let Some(rdns) = name.and_then(|n| rdns_past(n, most.saturating_sub(more))) {
+            let why = format!("the DN names {} RDNs, more than {most} (limits.max_dn_rdns)", rdns + more);
+            return Err(Error::new(LdapResultCode::AdminLimitExceeded, why));
+        }
+    }
+    Ok(())
+}
+
+/// How many RDNs `text` holds when that is more than `most`; `None` when
+/// it is not, or when it is no DN (its operation says so). Counting the
+/// separators bounds them from above, so a usual name is never parsed here.
+fn rdns_past(text: &str, most: usize) -> Option<usize> {
+    let bound = 1 + text.bytes().filter(|b| matches!(b, b',' | b';')).count();
+    if bound <= most {
+        return None;
+    }
+    let rdns = shards::dn::Dn::parse(text).ok()?.depth();
+    (rdns > most).then_some(rdns)
 }
 
 /// What any Bind does first, as slapd's `do_bind`, however it ends

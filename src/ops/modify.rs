@@ -128,6 +128,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
         relax: ctrls.relax.is_some(),
         permissive: ctrls.permissive.is_some(),
         max_bytes: live.limits.max_entry_bytes,
+        max_attrs: live.limits.max_entry_attributes,
         dry: ctrls.no_op.is_some(),
     };
     let shard = &conn.ctx.shard;

@@ -267,3 +267,76 @@ fn an_entry_cannot_grow_past_max_entry_bytes() {
     let attrs = vec![("objectClass", ["person"].into()), ("cn", ["big"].into()), ("sn", [big.as_str()].into())];
     assert_eq!(admin.add(&format!("cn=big,{PEOPLE}"), attrs).unwrap().rc, 11);
 }
+
+/// Issue 17 item 2: a name of thousands of RDNs cost every operation work
+/// in proportion to them (13 s for 10,000 before the 8 KiB bound). A name
+/// deeper than `limits.max_dn_rdns` is refused (adminLimitExceeded) before
+/// any lookup, in every operation and for everyone; at the limit it is
+/// looked up as usual.
+#[test]
+fn a_name_of_too_many_rdns_is_refused_by_every_operation() {
+    let s = Server::start_with_config(1, "[limits]\nmax_dn_rdns = 20\n");
+    let mut admin = s.admin();
+    // PEOPLE is 3 RDNs: 17 more make 20, 18 more make 21.
+    let deep = |n: usize| format!("{}{PEOPLE}", "cn=a,".repeat(n));
+    let refused = |res: ldap3::LdapResult| {
+        assert_eq!(res.rc, 11, "{res:?}");
+        assert!(res.text.contains("max_dn_rdns"), "{res:?}");
+    };
+    let (over, at) = (deep(18), deep(17));
+    for c in [&mut admin, &mut s.conn()] {
+        refused(c.search(&over, Scope::Base, "(objectClass=*)", vec!["1.1"]).unwrap().1);
+        refused(c.compare(&over, "cn", "a").unwrap().0);
+        refused(c.delete(&over).unwrap());
+        refused(c.modify(&over, vec![ldap3::Mod::Replace("sn", ["x"].into())]).unwrap());
+        refused(c.add(&over, vec![("objectClass", ["person"].into()), ("sn", ["x"].into())]).unwrap());
+        refused(c.modifydn(&over, "cn=b", true, None).unwrap());
+        // A new superior of 20 RDNs would name an entry of 21.
+        refused(c.modifydn(&format!("uid=x,{PEOPLE}"), "uid=y", true, Some(&at)).unwrap());
+    }
+    let res = admin.search(&at, Scope::Base, "(objectClass=*)", vec!["1.1"]).unwrap().1;
+    assert_eq!((res.rc, res.matched.as_str()), (32, PEOPLE), "{res:?}");
+    // 0: no limit.
+    let s = Server::start_with_config(1, "[limits]\nmax_dn_rdns = 0\n");
+    let res = s.admin().search(&deep(1000), Scope::Base, "(objectClass=*)", vec!["1.1"]).unwrap().1;
+    assert_eq!(res.rc, 32, "{res:?}");
+}
+
+/// Issue 17 item 2: an entry may hold at most `limits.max_entry_attributes`
+/// attribute descriptions (operational ones included); an add or modify
+/// past it is refused (adminLimitExceeded) and writes nothing. The add is
+/// refused before its attributes are checked one by one.
+#[test]
+fn an_entry_of_too_many_attributes_is_refused() {
+    let s = Server::start_with_config(1, "[limits]\nmax_entry_attributes = 50\n");
+    let mut admin = s.admin();
+    let entry = |n: usize| {
+        let mut attrs: Vec<(String, std::collections::HashSet<String>)> =
+            vec![("objectClass".into(), ["person".to_string()].into()), ("sn".into(), ["x".to_string()].into())];
+        attrs.extend((0..n).map(|i| (format!("description;lang-x{i}"), ["v".to_string()].into())));
+        attrs
+    };
+    let refused = |res: ldap3::LdapResult| {
+        assert_eq!(res.rc, 11, "{res:?}");
+        assert!(res.text.contains("max_entry_attributes"), "{res:?}");
+    };
+    // 51 given: over before anything else (an undefined type among them
+    // would otherwise be answered first).
+    let mut given = entry(48);
+    given.push(("noSuchAttributeType".into(), ["v".to_string()].into()));
+    refused(admin.add(&format!("cn=given,{SUFFIX}"), given).unwrap());
+    // 45 given and the operational ones the server adds: over.
+    refused(admin.add(&format!("cn=stamped,{SUFFIX}"), entry(43)).unwrap());
+    // 30 given: stored; then a modify that would take it past 50.
+    let dn = format!("cn=fits,{SUFFIX}");
+    assert_eq!(admin.add(&dn, entry(28)).unwrap().rc, 0);
+    let more: Vec<ldap3::Mod<String>> =
+        (0..30).map(|i| ldap3::Mod::Add(format!("description;lang-y{i}"), ["v".to_string()].into())).collect();
+    refused(admin.modify(&dn, more).unwrap());
+    let (entries, _) = admin.search(&dn, Scope::Base, "(objectClass=*)", vec!["*"]).unwrap().success().unwrap();
+    // The 30 given and `cn` from the RDN.
+    assert_eq!(ldap3::SearchEntry::construct(entries[0].clone()).attrs.len(), 31, "nothing written");
+    for missing in ["given", "stamped"] {
+        assert!(search_dns(&mut admin, SUFFIX, Scope::OneLevel, &format!("(cn={missing})")).is_empty());
+    }
+}
