@@ -566,19 +566,23 @@ fn answer_refused(conn: &Conn, out: &mut BytesMut, (msgid, response_tag): (i32, 
     crate::ber::result_message(out, msgid, response_tag, &res);
 }
 
-/// With operations running, what they hold of their requests is bounded
-/// before the next one (`frame`) is decoded (`intake`): waits while it
-/// does not fit, for at most `limits.request_timeout_s`, after which the
-/// request is to be refused (its message ID and response tag are
-/// returned). Abandon and Unbind, which have no answer, free and never
-/// wait.
+/// What running operations hold of their requests is bounded before the
+/// next one (`frame`) is decoded (`intake`): waits while it does not fit,
+/// for at most `limits.request_timeout_s`, after which the request is to
+/// be refused (its message ID and response tag are returned). Abandon and
+/// Unbind, which have no answer, free and never wait. With nothing
+/// running, a frame too short to weigh past the connection's own share
+/// is not weighed (the usual case costs a comparison).
 async fn held_back(
     conn: &Conn,
     frame: &[u8],
     inline: &mut BytesMut,
     limits: &crate::config::Limits,
 ) -> Option<(i32, u8)> {
-    let answered = (conn.pending.get() > 0).then(|| crate::strict::answer_to(frame)).flatten()?;
+    if conn.pending.get() == 0 && intake::always_taken(frame.len()) {
+        return None;
+    }
+    let answered = crate::strict::answer_to(frame)?;
     let (weight, most) = (crate::strict::weight(frame), limits.max_pending_bytes_per_connection);
     if conn.held.try_admit(&conn.ctx.intake, weight, most) {
         return None;

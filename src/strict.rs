@@ -433,6 +433,11 @@ mod tests;
 /// one-byte attributes in 240 KB each held 9 MB apiece.
 const PER_ELEMENT: usize = 128;
 
+/// The most `weight` gives a byte: every element takes two bytes at
+/// least, so elements and control bytes together count `PER_ELEMENT / 2`
+/// per byte at most, beyond the byte itself.
+pub const MOST_WEIGHT_PER_BYTE: usize = 1 + PER_ELEMENT / 2;
+
 /// What a checked message takes in memory once decoded, at most about:
 /// its bytes and `PER_ELEMENT` for each element of its operation; a
 /// control's value is BER inside an OCTET STRING, each of its elements at

@@ -92,8 +92,9 @@ pub struct Limits {
     /// of short names takes about 40 times its bytes); past it the
     /// connection's next request waits, unread, for one to end, and is
     /// answered `busy` after `request_timeout_s` (a persistent search never
-    /// ends on its own). A request on a connection with none running, and
-    /// the first 256 KiB, are always taken; at least 262144.
+    /// ends on its own). The first 256 KiB are always taken; a request on a
+    /// connection with none running is bounded by the shard's budget
+    /// alone; at least 262144.
     pub max_pending_bytes_per_connection: usize,
     /// The same for all the connections of one shard together (read at
     /// start), beyond each connection's first request.

@@ -18,11 +18,11 @@
 //! answered `busy` and reading goes on (operations that never end on
 //! their own, persistent searches, would otherwise hold the connection
 //! unread for good, its Abandon and its close unseen). Abandon and Unbind
-//! never wait. A request on a connection with none running is always taken
-//! and counts against neither, and the first `OWN_BYTES` a connection's
-//! operations hold are its own: each client keeps being served, pipelining
-//! requests of a usual size, whoever holds the budget; what one request
-//! may take is the PDU limit's business.
+//! never wait. The first `OWN_BYTES` a connection's operations hold are
+//! its own: each client keeps being served, pipelining requests of a usual
+//! size, whoever holds the budget. A request on a connection with none
+//! running counts against the shard's budget alone (what one request may
+//! take is the PDU limit's business), up to all of it.
 
 use glommio::sync::Semaphore;
 use std::cell::Cell;
@@ -33,6 +33,12 @@ use std::task::{Poll, Waker};
 /// estimated) never wait for it, whoever holds it (a persistent search
 /// holds its part for as long as it runs).
 const OWN_BYTES: usize = 256 << 10;
+
+/// Whether a request of `len` bytes fits the share of a connection with
+/// nothing running, however it weighs (`strict::MOST_WEIGHT_PER_BYTE`).
+pub fn always_taken(len: usize) -> bool {
+    len.saturating_mul(crate::strict::MOST_WEIGHT_PER_BYTE) <= OWN_BYTES
+}
 
 /// A shard's budget of request memory held by running operations, in KiB.
 pub struct Intake {
@@ -99,12 +105,23 @@ impl Held {
     }
 
     /// `try_admit`, waiting for room while the connection has operations
-    /// running (`running` of them); with none, the request is taken
-    /// without a charge. The caller has started what it deferred: only
-    /// a running operation's end can make room.
+    /// running (`running` of them). With none, the connection's bound does
+    /// not apply (what one request may hold is the PDU limit's business)
+    /// but the shard's does, up to all of it: every connection's first
+    /// big request holding its operation's memory for as long as it runs
+    /// (a persistent search: for good) took the shard's memory times the
+    /// connections. The caller has started what it deferred: only a
+    /// running operation's end, or another connection's, can make room.
     pub async fn admit(&self, intake: &Intake, weight: usize, limit: usize, running: impl Fn() -> usize) {
         let kib = kib_of(weight);
-        while running() > 0 && !self.try_admit(intake, weight, limit) {
+        while !self.try_admit(intake, weight, limit) {
+            if running() == 0 {
+                let kib = kib.min(intake.kib);
+                if intake.sem.acquire(kib).await.is_ok() {
+                    self.hold(Charge { bytes: weight, kib });
+                }
+                return;
+            }
             let ended = self.ended.get();
             let one_ends = std::future::poll_fn(|cx| {
                 if self.ended.get() != ended {
@@ -173,9 +190,12 @@ mod tests {
                 let held = Rc::new(Held::default());
                 let running = Rc::new(Cell::new(0));
                 let r = running.clone();
-                // None running: taken without a charge.
-                held.admit(&intake, 1 << 20, 1024 * K, || r.get()).await;
-                assert_eq!(held.take_arriving().kib, 0);
+                // None running: past the connection's bound, charged to
+                // the shard's budget, at most all of it.
+                held.admit(&intake, 1 << 20, 512 * K, || r.get()).await;
+                let alone = held.take_arriving();
+                assert_eq!((alone.kib, intake.sem.available()), (640, 0));
+                held.release(&intake, alone);
                 running.set(1);
                 // Within the connection's own share: no charge either.
                 held.admit(&intake, 100 * K, 1024 * K, || r.get()).await;
@@ -209,13 +229,26 @@ mod tests {
                 let second = waiting.await;
                 assert_eq!((second.kib, held.bytes.get()), (400, 400 * K));
                 // Past the connection's bound, only an operation's end
-                // lets it on (here the last: taken without a charge).
+                // lets it on (here the last: then the shard's budget alone
+                // bounds it, all of it at most).
                 let (done, waiting) = admitting(800 * K).await;
                 assert!(!done);
                 running.set(0);
                 held.release(&intake, second);
-                assert_eq!(waiting.await.kib, 0);
-                assert_eq!((held.bytes.get(), intake.sem.available()), (0, 640));
+                let last = waiting.await;
+                assert_eq!((last.kib, intake.sem.available()), (640, 0));
+                // Another connection's first big request waits for it.
+                let other = Rc::new(Held::default());
+                let (o, i) = (other.clone(), intake.clone());
+                let alone = glommio::spawn_local(async move {
+                    o.admit(&i, 300 * K, 1024 * K, || 0).await;
+                    o.take_arriving()
+                });
+                futures_lite::future::yield_now().await;
+                assert_eq!(other.bytes.get(), 0);
+                held.release(&intake, last);
+                assert_eq!(alone.await.kib, 300);
+                assert_eq!((held.bytes.get(), intake.sem.available()), (0, 340));
             })
             .unwrap()
             .join()

@@ -498,4 +498,13 @@ fn a_request_weighs_its_elements() {
     let with = msg(search(vec![]), &controls);
     let controls_len = controls.len();
     assert_eq!(weight(&with), with.len() + PER_ELEMENT * (1 + 8) + PER_ELEMENT / 2 * controls_len);
+    // Empty names, two bytes each, weigh the most per byte; no request
+    // weighs more than `MOST_WEIGHT_PER_BYTE` (what `conn::intake` leaves
+    // unweighed relies on it).
+    let empty = msg(search(os(b"").repeat(1000)), &[]);
+    let dense = msg(search(vec![]), &t(0xA0, &os(&[0; 3000])));
+    for m in [&names, &value, &with, &empty, &dense] {
+        assert!(weight(m) <= MOST_WEIGHT_PER_BYTE * m.len(), "{} > {}", weight(m), MOST_WEIGHT_PER_BYTE * m.len());
+    }
+    assert!(weight(&empty) * 10 > MOST_WEIGHT_PER_BYTE * empty.len() * 9, "the bound is near the worst");
 }

@@ -553,3 +553,33 @@ fn a_request_held_back_behind_a_persistent_search_is_answered_busy() {
         }
     }
 }
+
+/// The audit's H4: a connection's first request was never charged, so
+/// each of many connections could hold one big request for as long as
+/// its operation ran: 60 anonymous persistent searches naming 80,000
+/// one-byte attributes (240 KB each) held about 6 MB apiece. Beyond a
+/// connection's own share, a first request is charged to its shard's
+/// `limits.max_pending_bytes` too, and waits for it (unread) like any
+/// other; a usual request on another connection is still served at once.
+#[test]
+fn one_big_request_on_each_of_many_connections_holds_bounded_memory() {
+    let s = Server::start_with_config(1, "[syncrepl]\nprovider = true\n");
+    let mut persist = sync_searches(PEOPLE, "objectClass=*").remove(0);
+    if let LdapOp::SearchRequest(req) = &mut persist.op {
+        req.attrs = (0..80_000).map(|i| ["a", "b"][i % 2].to_string()).collect();
+    }
+    let bytes = encode_msgs(vec![persist]);
+    let before = proc_kib(&s, "RssAnon:");
+    let socks: Vec<_> = (0..60)
+        .map(|_| {
+            let mut sock = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+            sock.write_all(&bytes).unwrap();
+            sock
+        })
+        .collect();
+    let most = peak_growth(&s, before, 8);
+    assert!(most < 200 << 10, "60 connections' first requests took {} MB", most >> 10);
+    let mut c = s.conn();
+    assert_eq!(search_dns(&mut c, PEOPLE, ldap3::Scope::Base, "(objectClass=*)").len(), 1);
+    drop(socks);
+}
