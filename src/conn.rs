@@ -568,7 +568,8 @@ fn answer_refused(conn: &Conn, out: &mut BytesMut, (msgid, response_tag): (i32, 
 
 /// What running operations hold of their requests is bounded before the
 /// next one (`frame`) is decoded (`intake`): waits while it does not fit,
-/// for at most `limits.request_timeout_s`, after which the request is to
+/// for at most `limits.request_timeout_s` (`HELD_BACK_S` when that is 0:
+/// no limit on partial requests), after which the request is to
 /// be refused (its message ID and response tag are returned). Abandon and
 /// Unbind, which have no answer, free and never wait. With nothing
 /// running, a frame too short to weigh past the connection's own share
@@ -594,8 +595,17 @@ async fn held_back(
     // Operations that do not end (a persistent search) or others holding
     // the shard's budget: refused, as past `max_pending`, and the
     // connection read again.
-    (!within(limits.request_timeout_s, admit).await).then_some(answered)
+    let secs = match limits.request_timeout_s {
+        0 => HELD_BACK_S,
+        secs => secs,
+    };
+    (!within(secs, admit).await).then_some(answered)
 }
+
+/// How long a request waits for room when `limits.request_timeout_s` is 0:
+/// never for good, or a connection whose room others hold (persistent
+/// searches) would read nothing more, not even its client's close.
+const HELD_BACK_S: u64 = 60;
 
 /// Runs `fut` for at most `secs` seconds (0: no limit); whether it ended.
 async fn within(secs: u64, fut: impl std::future::Future<Output = ()>) -> bool {

@@ -479,12 +479,6 @@ fn apply<T: WriteTxn>(
                 let why = format!("entry would exceed limits.max_entry_bytes ({} bytes)", extras.max_bytes);
                 return Err(Error::new(LdapResultCode::AdminLimitExceeded, why));
             }
-            let count = entry.attrs.len();
-            if extras.max_attrs > 0 && count > extras.max_attrs && count > old.attrs.len() {
-                let why =
-                    format!("entry would hold more than {} attributes (limits.max_entry_attributes)", extras.max_attrs);
-                return Err(Error::new(LdapResultCode::AdminLimitExceeded, why));
-            }
             for (attr, value) in rdn {
                 if !entry.has_value(attr, value) {
                     return Err(Error::new(
@@ -512,6 +506,14 @@ fn apply<T: WriteTxn>(
             }
             if !given("modifyTimestamp") {
                 entry.set("modifyTimestamp", vec![stamp.time.clone().into_bytes()]);
+            }
+            // Counted with the stamps (entryCSN follows: every stored
+            // entry has one). An entry already past the limit may shrink.
+            let count = entry.attrs.len() + usize::from(entry.get("entryCSN").is_none());
+            if extras.max_attrs > 0 && count > extras.max_attrs && count > old.attrs.len() {
+                let why =
+                    format!("entry would hold more than {} attributes (limits.max_entry_attributes)", extras.max_attrs);
+                return Err(Error::new(LdapResultCode::AdminLimitExceeded, why));
             }
             entry.check_layout()?;
             let partition = partition_of(key) as u16;

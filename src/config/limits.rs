@@ -22,11 +22,15 @@ pub struct Limits {
     pub max_filter_tests: u64,
     /// Most RDNs in a DN a request names (a search's base, an entry to
     /// add, compare, delete, modify or rename, a new superior with the
-    /// new RDN): past it adminLimitExceeded before any lookup. slapd
-    /// bounds only a DN's bytes (8 KiB, as here). 0: no limit.
+    /// new RDN) or a move makes (the entries below the one moved): past
+    /// it adminLimitExceeded before any lookup. The root DN may still name
+    /// an existing entry that deep (an import, a peer or a lowered limit
+    /// can leave one). slapd bounds only a DN's bytes (8 KiB, as here).
+    /// 0: no limit.
     pub max_dn_rdns: usize,
     /// Most attribute descriptions (a type with its options; operational
-    /// ones included) an entry may hold after an add or a modify: past it
+    /// ones included) an entry may hold after an add, a modify, a rename
+    /// or a password change: past it
     /// adminLimitExceeded, nothing written. slapd has no such bound.
     /// 0: no limit.
     pub max_entry_attributes: usize,
@@ -92,9 +96,11 @@ pub struct Limits {
     /// of short names takes about 40 times its bytes); past it the
     /// connection's next request waits, unread, for one to end, and is
     /// answered `busy` after `request_timeout_s` (a persistent search never
-    /// ends on its own). The first 256 KiB are always taken; a request on a
-    /// connection with none running is bounded by the shard's budget
-    /// alone; at least 262144.
+    /// ends on its own; 60 s when `request_timeout_s` is 0). The first
+    /// 256 KiB are always taken; a request on a connection with none
+    /// running is bounded by the shard's budget alone, all of it at most,
+    /// so one of several MB may wait (and be answered `busy`) while
+    /// others' operations hold the budget; at least 262144.
     pub max_pending_bytes_per_connection: usize,
     /// The same for all the connections of one shard together (read at
     /// start), beyond each connection's first request.

@@ -265,7 +265,8 @@ async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest
     let stamp = Stamp { modifier: own, time: now_generalized() };
     let key = dn.key();
     let _admitted = conn.ctx.admit_write(&dn)?;
-    shard.modify(key, target, mods, Vec::new(), stamp, Default::default()).await.map_err(|e| match e.code {
+    let extras = shards::write::Extras { max_attrs: conn.ctx.live().limits.max_entry_attributes, ..Default::default() };
+    shard.modify(key, target, mods, Vec::new(), stamp, extras).await.map_err(|e| match e.code {
         // The verified value went meanwhile.
         LdapResultCode::NoSuchAttribute => Error::unwilling(UNVERIFIABLE),
         _ => e,

@@ -90,11 +90,6 @@ pub fn dispatch(
             }
         })
         .and_then(|c| check_pending(conn, rec.op).map(|_| c))
-        .and_then(|c| {
-            let live = conn.ctx.live();
-            check_filters(&live.limits, &msg.op, &c)?;
-            check_shape(&live.limits, &msg.op).map(|_| c)
-        })
         .and_then(|mut c| {
             c.acting = match c.proxied.take() {
                 Some(authzid) => {
@@ -105,6 +100,11 @@ pub fn dispatch(
                 None => conn.identity.borrow().clone(),
             };
             check_write(conn, &msg.op, &c.acting).map(|_| c)
+        })
+        .and_then(|c| {
+            let live = conn.ctx.live();
+            check_filters(&live.limits, &msg.op, &c)?;
+            check_shape(&live.limits, &msg.op, &c.acting).map(|_| c)
         }) {
         Ok(c) => c,
         Err(e) => {
@@ -436,38 +436,54 @@ fn check_filters(limits: &crate::config::Limits, op: &LdapOp, ctrls: &controls::
 
 /// The names a request gives within `limits.max_dn_rdns`, and an add's
 /// attributes within `limits.max_entry_attributes`: absurd shapes are
-/// refused before any lookup or check that each would cost (issue 17).
-/// A rename's new superior holds one RDN less than the name it makes.
-fn check_shape(limits: &crate::config::Limits, op: &LdapOp) -> Result<()> {
-    let names: [(Option<&str>, usize); 2] = match op {
-        LdapOp::SearchRequest(r) => [(Some(&r.base), 0), (None, 0)],
+/// refused before any lookup or check that each would cost (issue 17),
+/// after what slapd answers first (an anonymous write's 8 or 50, a denied
+/// proxy's 123). A name that makes one (an add's, a rename's new superior
+/// with the new RDN) binds everyone; one that names an existing entry
+/// binds all but the root DN, who can still reach what a lowered limit,
+/// an import or a peer left deeper.
+fn check_shape(limits: &crate::config::Limits, op: &LdapOp, acting: &Identity) -> Result<()> {
+    let root = matches!(acting, Identity::Root(_));
+    let existing = |dn| (!root).then_some((dn, 0));
+    let names: [Option<(&str, usize)>; 2] = match op {
+        LdapOp::SearchRequest(r) => [existing(r.base.as_str()), None],
         LdapOp::AddRequest(r) => {
             add::check_attribute_count(limits, r.attributes.len())?;
-            [(Some(&r.dn), 0), (None, 0)]
+            [Some((&r.dn, 0)), None]
         }
-        LdapOp::ModifyRequest(r) => [(Some(&r.dn), 0), (None, 0)],
-        LdapOp::DelRequest(dn) => [(Some(dn), 0), (None, 0)],
-        LdapOp::CompareRequest(r) => [(Some(&r.dn), 0), (None, 0)],
-        LdapOp::ModifyDNRequest(r) => [(Some(&r.dn), 0), (r.new_superior.as_deref(), 1)],
+        LdapOp::ModifyRequest(r) => [existing(r.dn.as_str()), None],
+        LdapOp::DelRequest(dn) => [existing(dn.as_str()), None],
+        LdapOp::CompareRequest(r) => [existing(r.dn.as_str()), None],
+        LdapOp::ModifyDNRequest(r) => [existing(r.dn.as_str()), r.new_superior.as_deref().map(|s| (s, 1))],
         _ => return Ok(()),
     };
     let most = limits.max_dn_rdns;
     if most == 0 {
         return Ok(());
     }
-    for (name, more) in names {
-        if let Some(rdns) = name.and_then(|n| rdns_past(n, most.saturating_sub(more))) {
-            let why = format!("the DN names {} RDNs, more than {most} (limits.max_dn_rdns)", rdns + more);
-            return Err(Error::new(LdapResultCode::AdminLimitExceeded, why));
+    for (name, more) in names.into_iter().flatten() {
+        if let Some(rdns) = rdns_past(name, most.saturating_sub(more)) {
+            return Err(too_deep(rdns + more, most));
         }
     }
     Ok(())
 }
 
+/// adminLimitExceeded for a DN of `rdns` RDNs, past `most`.
+pub fn too_deep(rdns: usize, most: usize) -> Error {
+    let why = format!("the DN names {rdns} RDNs, more than {most} (limits.max_dn_rdns)");
+    Error::new(LdapResultCode::AdminLimitExceeded, why)
+}
+
 /// How many RDNs `text` holds when that is more than `most`; `None` when
-/// it is not, or when it is no DN (its operation says so). Counting the
-/// separators bounds them from above, so a usual name is never parsed here.
+/// it is not, or when it is no DN (its operation says so). An RDN takes
+/// two bytes at least (`a=`) and a separator one, which bounds a usual
+/// name's RDNs by its length alone; past that, counting the separators
+/// bounds them, so a name is parsed here only when it may be too deep.
 fn rdns_past(text: &str, most: usize) -> Option<usize> {
+    if (text.len() + 1) / 3 <= most {
+        return None;
+    }
     let bound = 1 + text.bytes().filter(|b| matches!(b, b',' | b';')).count();
     if bound <= most {
         return None;

@@ -276,7 +276,12 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyDNRequest, ctrls: Controls) -
         return Err(Error::already_exists(&new.to_string_form()));
     }
     check_operational_rdn(&entry, &new)?;
+    check_moved_depth(&live.limits, (&old, &new), &below)?;
+    let count = entry.attrs.len();
     rename_entry(&mut entry, &old, &new, new_text, req.deleteoldrdn, identity.dn());
+    if entry.attrs.len() > count {
+        crate::ops::add::check_attribute_count(&live.limits, entry.attrs.len())?;
+    }
     // The new RDN's values were checked with its DN (`validate`, 34);
     // those the entry held are not checked again (`check_modified`).
     shards::schema::check::check_modified(&entry, &new)?;
@@ -379,6 +384,19 @@ fn read_subtree(conn: &Conn, dn: &Dn, dn_text: &str, in_place: bool) -> Result<(
     }
     let limit = conn.ctx.live().limits.max_rename_entries;
     Ok((entry, renames::below(&shard.stores, &key, limit)?))
+}
+
+/// The entries a move takes deeper stay within `limits.max_dn_rdns`:
+/// the deepest below `old` gains what the entry gains. A move that takes
+/// nothing deeper is let through, so what is past a lowered limit can
+/// still be moved up.
+fn check_moved_depth(limits: &crate::config::Limits, (old, new): (&Dn, &Dn), below: &[Member]) -> Result<()> {
+    let deepest = below.iter().map(|m| shards::dn::key_depth(&m.old_key)).max().unwrap_or(old.depth());
+    let moved = new.depth() + (deepest - old.depth());
+    match limits.max_dn_rdns {
+        most if most > 0 && moved > most && moved > deepest => Err(crate::ops::too_deep(moved, most)),
+        _ => Ok(()),
+    }
 }
 
 const CONFLICT_SLOT: &str = "coredirConflictSlot";

@@ -271,8 +271,8 @@ fn an_entry_cannot_grow_past_max_entry_bytes() {
 /// Issue 17 item 2: a name of thousands of RDNs cost every operation work
 /// in proportion to them (13 s for 10,000 before the 8 KiB bound). A name
 /// deeper than `limits.max_dn_rdns` is refused (adminLimitExceeded) before
-/// any lookup, in every operation and for everyone; at the limit it is
-/// looked up as usual.
+/// any lookup, in every operation; the root DN may still name an existing
+/// entry that deep, but no one makes one, by an add or by a move.
 #[test]
 fn a_name_of_too_many_rdns_is_refused_by_every_operation() {
     let s = Server::start_with_config(1, "[limits]\nmax_dn_rdns = 20\n");
@@ -284,21 +284,54 @@ fn a_name_of_too_many_rdns_is_refused_by_every_operation() {
         assert!(res.text.contains("max_dn_rdns"), "{res:?}");
     };
     let (over, at) = (deep(18), deep(17));
-    for c in [&mut admin, &mut s.conn()] {
+    assert_eq!(add_user(&mut admin, "u").rc, 0);
+    let mut user = s.conn();
+    assert_eq!(user.simple_bind(&format!("uid=u,{PEOPLE}"), "pw-u").unwrap().rc, 0);
+    for c in [&mut user, &mut s.conn()] {
         refused(c.search(&over, Scope::Base, "(objectClass=*)", vec!["1.1"]).unwrap().1);
         refused(c.compare(&over, "cn", "a").unwrap().0);
-        refused(c.delete(&over).unwrap());
-        refused(c.modify(&over, vec![ldap3::Mod::Replace("sn", ["x"].into())]).unwrap());
-        refused(c.add(&over, vec![("objectClass", ["person"].into()), ("sn", ["x"].into())]).unwrap());
-        refused(c.modifydn(&over, "cn=b", true, None).unwrap());
-        // A new superior of 20 RDNs would name an entry of 21.
-        refused(c.modifydn(&format!("uid=x,{PEOPLE}"), "uid=y", true, Some(&at)).unwrap());
     }
-    let res = admin.search(&at, Scope::Base, "(objectClass=*)", vec!["1.1"]).unwrap().1;
+    refused(user.delete(&over).unwrap());
+    refused(user.modify(&over, vec![ldap3::Mod::Replace("sn", ["x"].into())]).unwrap());
+    refused(user.add(&over, vec![("objectClass", ["person"].into()), ("sn", ["x"].into())]).unwrap());
+    refused(user.modifydn(&over, "cn=b", true, None).unwrap());
+    // A new superior of 20 RDNs would name an entry of 21.
+    refused(user.modifydn(&format!("uid=u,{PEOPLE}"), "uid=y", true, Some(&at)).unwrap());
+    // As slapd: an anonymous write is refused for what it is first.
+    assert_eq!(s.conn().delete(&over).unwrap().rc, 8);
+    // The root DN looks the name up; it makes none that deep.
+    let res = admin.search(&over, Scope::Base, "(objectClass=*)", vec!["1.1"]).unwrap().1;
     assert_eq!((res.rc, res.matched.as_str()), (32, PEOPLE), "{res:?}");
+    refused(admin.add(&over, vec![("objectClass", ["person"].into()), ("sn", ["x"].into())]).unwrap());
+    refused(admin.modifydn(&format!("uid=u,{PEOPLE}"), "uid=y", true, Some(&at)).unwrap());
+
+    // A move takes what is below the entry deeper with it: `ou=src` (3
+    // RDNs, 3 levels below it) below a chain ending at 17 RDNs would put
+    // its deepest entry at 21.
+    let ou = |name: String| {
+        vec![("objectClass".to_string(), ["organizationalUnit".to_string()].into()), ("ou".to_string(), [name].into())]
+    };
+    for n in 1..=14 {
+        let rdns = deep(n);
+        let attrs = vec![("objectClass", ["person"].into()), ("sn", ["x"].into())];
+        assert_eq!(admin.add(&rdns, attrs).unwrap().rc, 0, "{rdns}");
+    }
+    let mut below = format!("ou=src,{SUFFIX}");
+    assert_eq!(admin.add(&below, ou("src".into())).unwrap().rc, 0);
+    for level in 1..=3 {
+        below = format!("ou=c{level},{below}");
+        assert_eq!(admin.add(&below, ou(format!("c{level}"))).unwrap().rc, 0);
+    }
+    refused(admin.modifydn(&format!("ou=src,{SUFFIX}"), "ou=src", true, Some(&deep(14))).unwrap());
+    assert_eq!(admin.delete(&below).unwrap().rc, 0);
+    let moved = admin.modifydn(&format!("ou=src,{SUFFIX}"), "ou=src", true, Some(&deep(14))).unwrap();
+    assert_eq!(moved.rc, 0, "{moved:?}");
+    let deepest = format!("ou=c2,ou=c1,ou=src,{}", deep(14));
+    assert_eq!(search_dns(&mut admin, &deepest, Scope::Base, "(objectClass=*)").len(), 1);
+
     // 0: no limit.
     let s = Server::start_with_config(1, "[limits]\nmax_dn_rdns = 0\n");
-    let res = s.admin().search(&deep(1000), Scope::Base, "(objectClass=*)", vec!["1.1"]).unwrap().1;
+    let res = s.conn().search(&deep(1000), Scope::Base, "(objectClass=*)", vec!["1.1"]).unwrap().1;
     assert_eq!(res.rc, 32, "{res:?}");
 }
 
