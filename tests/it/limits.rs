@@ -358,8 +358,11 @@ fn an_entry_of_too_many_attributes_is_refused() {
     let mut given = entry(48);
     given.push(("noSuchAttributeType".into(), ["v".to_string()].into()));
     refused(admin.add(&format!("cn=given,{SUFFIX}"), given).unwrap());
-    // 45 given and the operational ones the server adds: over.
-    refused(admin.add(&format!("cn=stamped,{SUFFIX}"), entry(43)).unwrap());
+    // 43 given, `cn` from the RDN and the 7 operational attributes the
+    // server adds (entryCSN among them, stamped by the owner): 51, over.
+    refused(admin.add(&format!("cn=stamped,{SUFFIX}"), entry(41)).unwrap());
+    // One fewer fits exactly.
+    assert_eq!(admin.add(&format!("cn=exactly,{SUFFIX}"), entry(40)).unwrap().rc, 0);
     // 30 given: stored; then a modify that would take it past 50.
     let dn = format!("cn=fits,{SUFFIX}");
     assert_eq!(admin.add(&dn, entry(28)).unwrap().rc, 0);
