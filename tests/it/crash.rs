@@ -284,11 +284,13 @@ fn a_logged_subtree_rename_killed_midway_is_finished_at_the_restart() {
 }
 
 /// Issue 17 item 9: the harness above kills at random moments, and a kill
-/// may never fall inside a rename across owners. Here it always does: a
+/// may never fall inside a rename across owners. Here it is aimed there: a
 /// subtree of `BIG_TREE` entries is renamed and the server is killed as
 /// soon as a search sees its top at the new DN while the old one is still
-/// there (or, moved one by one, while its children are not all below it). After the restart the subtree is whole at exactly one DN, each
-/// entry once (by entryUUID), and the start said it finished the rename.
+/// there (or, moved one by one, while its children are not all below it).
+/// After every restart the subtree is whole at exactly one DN, each entry
+/// once (by entryUUID); at least one restart must have said it finished
+/// the rename (the rename may end between the sight and the kill).
 fn kill_inside_a_subtree_rename(config: &str) {
     let mut s = Server::prepare(2, config);
     let mut ldif = format!("dn: ou=t0,{PEOPLE}\nobjectClass: organizationalUnit\nou: t0\n\n");
@@ -306,8 +308,15 @@ fn kill_inside_a_subtree_rename(config: &str) {
     let exists = |c: &mut LdapConn, ou: &str| {
         c.search(&format!("ou={ou},{PEOPLE}"), Scope::Base, "(objectClass=*)", vec!["1.1"]).is_ok_and(|r| r.1.rc == 0)
     };
-    let mut midway = 0;
-    for round in 0..5 {
+    // Rounds whose restart finished the rename: the watcher's sight of a
+    // rename midway does not prove the kill landed inside it (on a loaded
+    // machine the rename may end before the kill), so the log decides.
+    let finished = |s: &Server| {
+        let log = std::fs::read_to_string(&s.stderr).unwrap_or_default();
+        log.lines().filter(|l| l.contains("finished 1 rename(s) a crash interrupted")).count()
+    };
+    let mut interrupted = 0;
+    for round in 0..12 {
         let (from, to) = (format!("t{round}"), format!("t{}", round + 1));
         let url = s.url();
         let (old, new) = (from.clone(), to.clone());
@@ -320,17 +329,21 @@ fn kill_inside_a_subtree_rename(config: &str) {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         // Midway: the top at its new DN while the old one is still there,
         // or (moved one by one) while its children are not all below it.
-        let seen = loop {
+        loop {
             if exists(&mut watch, &to) {
                 let below = get_entry(&mut watch, &format!("ou={to},{PEOPLE}"), vec!["numSubordinates"])
                     .and_then(|e| e.attrs.get("numSubordinates")?[0].parse::<usize>().ok());
-                break exists(&mut watch, &from) || below.is_some_and(|n| n < BIG_TREE);
+                if exists(&mut watch, &from) || below.is_some_and(|n| n < BIG_TREE) {
+                    break;
+                }
             }
-            assert!(std::time::Instant::now() < deadline, "the rename never showed");
-        };
+            assert!(std::time::Instant::now() < deadline, "the rename never showed midway");
+        }
+        let before_kill = finished(&s);
         s.kill9();
         let _ = renamer.join();
         s.launch();
+        interrupted += (finished(&s) > before_kill) as usize;
         let mut c = s.admin();
         let mut after = uuids(&mut c);
         after.sort();
@@ -347,13 +360,9 @@ fn kill_inside_a_subtree_rename(config: &str) {
         if top != &format!("ou={to},{PEOPLE}") {
             assert_eq!(c.modifydn(top, &format!("ou={to}"), true, None).unwrap().rc, 0);
         }
-        midway += seen as usize;
-        if midway >= 2 {
+        if interrupted >= 2 {
             break;
         }
     }
-    assert!(midway >= 1, "no kill fell inside the rename");
-    let log = std::fs::read_to_string(&s.stderr).unwrap_or_default();
-    let finished = log.lines().filter(|l| l.contains("finished 1 rename(s) a crash interrupted")).count();
-    assert!(finished >= midway, "{midway} kills inside a rename, {finished} starts finished one:\n{log}");
+    assert!(interrupted >= 1, "no kill of 12 fell inside the rename");
 }
