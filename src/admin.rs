@@ -16,7 +16,7 @@ use crate::stats::{Op, Snapshot};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use shards::manifest::Manifest;
-use shards::store::ReadTxn;
+use shards::ReadTxn;
 use shards::Stores;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;

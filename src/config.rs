@@ -6,7 +6,7 @@
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
 use shards::dn::Dn;
-use shards::store::{EngineKind, Options, SyncMode};
+use shards::{EngineKind, Options, SyncMode};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -17,8 +17,8 @@ use std::sync::Arc;
 pub fn open_stores(config: &Config, data: &Path, manifest: &Manifest) -> Result<Offline> {
     let mut options = config.store_options()?;
     options.kind = match manifest.engine.as_str() {
-        "sled" => shards::store::EngineKind::Sled,
-        _ => shards::store::EngineKind::Lmdb,
+        "sled" => shards::EngineKind::Sled,
+        _ => shards::EngineKind::Lmdb,
     };
     Offline::open(data, manifest.shards as usize, options)
         .map_err(|e| anyhow!("opening the stores in {}: {}", data.display(), e.message))
@@ -221,7 +221,7 @@ fn naming_contexts_changed(config: &Config, manifest: &Manifest, stores: &Offlin
         return Ok(None);
     }
     let exists = |dn: &Dn| -> Result<bool> {
-        use shards::store::ReadTxn;
+        use shards::ReadTxn;
         let txn = stores.read(manifest.owner_of(&dn.key())).map_err(|e| anyhow!(e.message))?;
         txn.has_dn(&dn.key()).map_err(|e| anyhow!(e.message))
     };

@@ -5,7 +5,7 @@
 use crate::config::Config;
 use anyhow::{anyhow, bail, Result};
 use shards::manifest::Manifest;
-use shards::store::ReadTxn;
+use shards::ReadTxn;
 use shards::{ldif, matching};
 use std::io::Write;
 use std::path::Path;

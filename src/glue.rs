@@ -26,8 +26,8 @@ use crate::ops::syncrepl::Located;
 use sha2::{Digest, Sha256};
 use shards::dn::Dn;
 use shards::entry::Entry;
-use shards::store::ReadTxn;
 use shards::write::Images;
+use shards::ReadTxn;
 use shards::{now_generalized, Result};
 use std::collections::BTreeSet;
 

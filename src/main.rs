@@ -127,7 +127,7 @@
 //!      an LMDB map grows;
 //!    - LMDB's reader table is not among them: each thread keeps its
 //!      reset read transactions per store and renews them
-//!      (`shards::store::lmdb`), so a read takes no reader-table mutex;
+//!      (`shards`'s `store::lmdb`), so a read takes no reader-table mutex;
 //!      only a thread's first reads of a store (or a thread past the
 //!      pooled ones) begin a transaction under it.
 //!    Between a shard and the admin thread (never another shard): the

@@ -124,7 +124,7 @@ pub fn serve(config: Config) -> Result<()> {
         None => None,
     };
     let replication = Arc::new(crate::repl::Link::default());
-    let durable = config.sync_mode()? == shards::store::SyncMode::Always;
+    let durable = config.sync_mode()? == shards::SyncMode::Always;
     replication.load_settled(&config.server.data, config.sid(), durable);
     if let (Some(pin), Some((cert, key))) = (&config.replication.peer_certificate_sha256, config.replication_identity())
     {

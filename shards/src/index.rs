@@ -46,7 +46,8 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 mod marks;
-pub use marks::{note_marks, Marked};
+pub(crate) use marks::note_marks;
+pub use marks::Marked;
 
 const MAX_VALUE: usize = 256;
 /// Long enough to tell `user12345@` from its neighbours; every byte more

@@ -44,7 +44,9 @@
 //!   `index`, `meta`, `changelog`, `state`) with reads by name (`entry`,
 //!   `entry_by_id`, `dn_keys`, …), its LMDB and sled engines and `Engine`;
 //!   `store::copy`, whole-store copies routed by partition (backup,
-//!   restore, reshard).
+//!   restore, reshard). Private to this crate: outside it, only the
+//!   engine's options and `ReadTxn`'s reads by name are public, so no
+//!   code outside names an engine, a tree or a write transaction.
 //! - `stores`: `Stores`, every shard's store of one database: the one
 //!   door the server has to them. It reads (`read`, `snapshot`,
 //!   `StoreRef`) and syncs; it hands out no engine and no write
@@ -61,6 +63,8 @@
 //!   `move_entry`, `count_child`, `note_intent` and replication's
 //!   `replicate`, `absorb`, `advance`, `trim`: each sends its write to the
 //!   owner, with the undo of a step that spans two owners.
+//! - `testing`: damage done to a stopped server's stores, for the
+//!   integration tests (so that tests name no engine or tree either).
 //! - `repair`: start-up recount of child counts after a crash.
 //! - `upgrade`: a data directory of the previous format checked at start
 //!   (the values whose normal forms changed), then marked current.
@@ -133,16 +137,19 @@ pub mod renames;
 pub mod repair;
 pub mod schema;
 pub mod shard;
-pub mod store;
+mod store;
 pub mod stores;
 pub mod subtree;
+#[doc(hidden)]
+pub mod testing;
 pub mod upgrade;
 pub mod write;
 pub mod writes;
 
 pub use error::{Error, Result};
 pub use shard::Shard;
-pub use stores::{Insert, Offline, Stores};
+pub use store::{EngineKind, Options, ReadTxn, SyncMode};
+pub use stores::{Insert, Offline, Read, Stores};
 
 /// The current time as LDAP Generalized Time (`20261129214500Z`).
 pub fn now_generalized() -> String {

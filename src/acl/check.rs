@@ -13,7 +13,7 @@ use anyhow::{anyhow, bail, Result};
 use shards::dn::Dn;
 use shards::entry::EntryView;
 use shards::manifest::Manifest;
-use shards::store::ReadTxn;
+use shards::ReadTxn;
 use shards::Stores;
 
 pub struct Request {

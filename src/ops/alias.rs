@@ -27,7 +27,7 @@ use ldap3_proto::LdapResultCode;
 use shards::dn::{key_below, Dn};
 use shards::entry::EntryView;
 use shards::index::Marked;
-use shards::store::ReadTxn;
+use shards::ReadTxn;
 use shards::{Error, Result, Shard};
 use std::collections::HashSet;
 use std::time::Instant;

@@ -10,7 +10,7 @@ use crate::ops::controls::{self, Controls};
 use crate::ops::{parse_dn, with_matched};
 use ldap3_proto::proto::LdapCompareRequest;
 use ldap3_proto::LdapResultCode;
-use shards::store::ReadTxn;
+use shards::ReadTxn;
 use shards::{matching, password, Error, Result};
 
 /// The class a Compare of `objectClass` asks about, if it names one. A

@@ -283,7 +283,7 @@ fn referral_objects_answer_after_a_restart_without_an_objectclass_index() {
 /// gets them at start, found through the objectClass equality index.
 #[test]
 fn referral_objects_and_aliases_from_an_older_store_get_their_keys_at_start() {
-    use shards::store::{Engine, EngineKind, Options, ReadTxn, Store, SyncMode, Tree, WriteTxn};
+    use shards::index::Marked;
     let mut s = Server::start(1);
     let mut c = s.admin();
     let referral: Vec<(&str, std::collections::HashSet<&str>)> = vec![
@@ -302,28 +302,11 @@ fn referral_objects_and_aliases_from_an_older_store_get_their_keys_at_start() {
     c.add(&format!("cn=alias,{SUFFIX}"), alias).unwrap().success().unwrap();
     drop(c);
     s.stop();
-    {
-        let manifest = shards::manifest::Manifest::load(&s.data()).unwrap().unwrap();
-        let kind = if manifest.engine == "sled" { EngineKind::Sled } else { EngineKind::Lmdb };
-        let store = Engine::open(&s.data().join("shard-0"), Options::new(kind, SyncMode::Always)).unwrap();
-        let mut keys = Vec::new();
-        for prefix in [&b"\x01referral\0"[..], b"\x01alias\0"] {
-            store
-                .read()
-                .unwrap()
-                .scan(Tree::Index, prefix, prefix, &mut |k, _| {
-                    keys.push(k.to_vec());
-                    true
-                })
-                .unwrap();
-        }
-        assert_eq!(keys.len(), 2, "the referral object's and the alias's own keys");
-        let mut txn = store.write().unwrap();
-        for k in &keys {
-            txn.delete(Tree::Index, k).unwrap();
-        }
-        txn.commit().unwrap();
-    }
+    let stores = shards::testing::Tamper::open(&s.data()).unwrap();
+    let dropped: usize =
+        [Marked::Referral, Marked::Alias].into_iter().map(|class| stores.drop_marks(0, class).unwrap()).sum();
+    assert_eq!(dropped, 2, "the referral object's and the alias's own keys");
+    drop(stores);
     s.launch();
     let mut c = s.admin();
     let r = c.search(PEOPLE, Scope::Subtree, "(uid=nobody)", vec!["1.1"]).unwrap();

@@ -40,7 +40,7 @@ const MARK_DN_CUT: usize = 480;
 impl Marked {
     pub const ALL: [Marked; 4] = [Marked::Referral, Marked::Alias, Marked::Subentry, Marked::Glue];
 
-    fn prefix(self) -> &'static [u8] {
+    pub(crate) fn prefix(self) -> &'static [u8] {
         match self {
             Marked::Referral => b"\x01referral\0",
             Marked::Alias => b"\x01alias\0",
@@ -116,7 +116,7 @@ impl Marked {
 /// found through the `objectClass` equality index, so a store without any
 /// costs one prefix scan per class and no write; where `objectClass` has
 /// no equality index, `coredir reindex` gives them their keys.
-pub fn note_marks(store: &crate::store::Engine) -> Result<()> {
+pub(crate) fn note_marks(store: &crate::store::Engine) -> Result<()> {
     use crate::store::Store;
     let missing = {
         let txn = store.read()?;

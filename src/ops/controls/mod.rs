@@ -42,8 +42,8 @@ use ldap3_proto::proto::LdapFilter;
 use ldap3_proto::LdapResultCode;
 use shards::entry::{encode_vals, Entry, EntryView, Vals};
 use shards::index;
-use shards::store::ReadTxn;
 use shards::write::Images;
+use shards::ReadTxn;
 use shards::{Error, Result};
 
 mod read;

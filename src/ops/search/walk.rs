@@ -14,7 +14,7 @@ use crate::ops::{alias, parse_dn, referral, with_matched_in};
 use ldap3_proto::proto::{LdapSearchRequest, LdapSearchScope};
 use shards::entry::EntryView;
 use shards::index::{self, Found};
-use shards::store::ReadTxn;
+use shards::ReadTxn;
 use shards::{Error, Result};
 
 /// Visits the base entry and the stores in order from `position`; returns

@@ -74,7 +74,7 @@ use shards::csn::Csn;
 use shards::dn::Dn;
 use shards::entry::{Attr, Entry, EntryView, Mod};
 use shards::merge::{Change, EntryState, Record};
-use shards::store::ReadTxn;
+use shards::ReadTxn;
 use shards::{filter, Error, Result};
 use std::collections::BTreeMap;
 use std::rc::Rc;

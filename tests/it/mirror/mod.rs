@@ -255,20 +255,8 @@ fn delete_apart_from_child_add(a: &mut Server, b: &mut Server, parent: &str, chi
 /// Rewrites, in a stopped server's store, the stored entry `dn` with
 /// `edit`: what a tool or a disk does behind the server's back.
 fn tamper(s: &Server, dn: &str, edit: impl FnOnce(&mut shards::entry::Entry)) {
-    use shards::store::{Engine, EngineKind, Options, ReadTxn, Store, SyncMode, Tree, WriteTxn};
-    let manifest = shards::manifest::Manifest::load(&s.data()).unwrap().unwrap();
-    let kind = if manifest.engine == "sled" { EngineKind::Sled } else { EngineKind::Lmdb };
-    let key = shards::dn::Dn::parse(dn).unwrap().key();
-    let dir = s.data().join(format!("shard-{}", manifest.owner_of(&key)));
-    let store = Engine::open(&dir, Options::new(kind, SyncMode::Always)).unwrap();
-    let mut txn = store.write().unwrap();
-    let id = txn.get(Tree::Dn2id, &key).unwrap().expect("stored").to_vec();
-    let mut entry = shards::entry::Entry::decode(txn.get(Tree::Id2entry, &id).unwrap().unwrap()).unwrap();
-    edit(&mut entry);
-    let mut buf = Vec::new();
-    entry.encode(&mut buf).unwrap();
-    txn.put(Tree::Id2entry, &id, &buf).unwrap();
-    txn.commit().unwrap();
+    let dn = shards::dn::Dn::parse(dn).unwrap();
+    shards::testing::Tamper::open(&s.data()).unwrap().rewrite(&dn, edit).unwrap();
 }
 
 /// How many entries a refresh sent.
