@@ -371,10 +371,17 @@ impl Conn {
 
     /// Sets who the connection is bound as (also for `ctl connections`).
     pub fn set_identity(&self, id: Identity) {
+        *self.identity.borrow_mut() = id;
+        self.publish_identity();
+    }
+
+    /// Shows the connection's identity to `ctl connections` when it
+    /// changed (an `ArcSwap` store costs the writer more than the check).
+    pub fn publish_identity(&self) {
+        let id = self.identity.borrow();
         if self.info.identity.load().as_str() != id.dn() {
             self.info.identity.store(Arc::new(id.dn().to_string()));
         }
-        *self.identity.borrow_mut() = id;
     }
 
     /// The next operation number; also marks the connection active.

@@ -104,34 +104,44 @@ impl Policy {
     /// rounds times the password's length (sha-crypt even its square), so
     /// they take at most libxcrypt's 512 bytes of password.
     pub fn verify(&self, stored: &[u8], given: &[u8]) -> bool {
-        let crypt = split_scheme(stored).is_some_and(|(s, _)| s.eq_ignore_ascii_case("CRYPT"));
-        self.within(stored)
-            && !(crypt && given.len() > MAX_CRYPT_PASSWORD)
-            && verify_with(stored, given, self.allow_cleartext)
+        // The scheme read once: a bind runs this for every value.
+        let Some((scheme, rest)) = split_scheme(stored) else {
+            return self.allow_cleartext && constant_time_eq(stored, given);
+        };
+        let (scheme, rest) = (scheme.as_str(), trim(rest));
+        self.scheme_within(scheme, rest)
+            && !(scheme == "CRYPT" && given.len() > MAX_CRYPT_PASSWORD)
+            && verify_scheme(scheme, rest, given)
     }
 
     /// Whether verifying `stored` stays within the limits (a value that is
     /// no hash, or a scheme without parameters, always does).
     pub fn within(&self, stored: &[u8]) -> bool {
         let Some((scheme, rest)) = split_scheme(stored) else { return true };
-        let rest = std::str::from_utf8(trim(rest)).unwrap_or("");
-        match scheme.to_ascii_uppercase().as_str() {
+        self.scheme_within(scheme.as_str(), trim(rest))
+    }
+
+    /// `within` for a value's upper-cased scheme and trimmed rest.
+    fn scheme_within(&self, scheme: &str, rest: &[u8]) -> bool {
+        let text = || std::str::from_utf8(rest).unwrap_or("");
+        match scheme {
             "PBKDF2" | "PBKDF2-SHA1" => self.pbkdf2_within(rest, 20),
             "PBKDF2-SHA256" => self.pbkdf2_within(rest, 32),
             "PBKDF2-SHA512" => self.pbkdf2_within(rest, 64),
             // 389-ds: 256 bytes of SHA-256 output, 8 blocks; read as its
             // verifier reads it (a value it cannot read costs nothing).
-            "PBKDF2_SHA256" => pbkdf2_389_parts(rest.as_bytes())
-                .is_none_or(|(iter, ..)| u64::from(iter) * 8 <= self.max_pbkdf2_iterations),
-            "ARGON2" => self.argon2_within(rest),
-            "CRYPT" => self.crypt_within(rest),
+            "PBKDF2_SHA256" => {
+                pbkdf2_389_parts(rest).is_none_or(|(iter, ..)| u64::from(iter) * 8 <= self.max_pbkdf2_iterations)
+            }
+            "ARGON2" => self.argon2_within(text()),
+            "CRYPT" => self.crypt_within(text()),
             _ => true,
         }
     }
 
-    fn pbkdf2_within(&self, rest: &str, block: usize) -> bool {
+    fn pbkdf2_within(&self, rest: &[u8], block: usize) -> bool {
         // Read as its verifier reads it: what it cannot read costs nothing.
-        pbkdf2_parts(rest.as_bytes()).is_none_or(|(iter, _, want)| {
+        pbkdf2_parts(rest).is_none_or(|(iter, _, want)| {
             u64::from(iter).saturating_mul(want.len().div_ceil(block) as u64) <= self.max_pbkdf2_iterations
         })
     }
@@ -284,8 +294,12 @@ pub fn verify_with(stored: &[u8], given: &[u8], cleartext: bool) -> bool {
     let Some((scheme, rest)) = split_scheme(stored) else {
         return cleartext && constant_time_eq(stored, given);
     };
-    let rest = trim(rest);
-    match scheme.to_ascii_uppercase().as_str() {
+    verify_scheme(scheme.as_str(), trim(rest), given)
+}
+
+/// `verify_with` for a value's upper-cased scheme and trimmed rest.
+fn verify_scheme(scheme: &str, rest: &[u8], given: &[u8]) -> bool {
+    match scheme {
         "SSHA" => salted::<Sha1>(rest, given),
         "SSHA256" => salted::<Sha256>(rest, given),
         "SSHA384" => salted::<Sha384>(rest, given),
@@ -329,7 +343,7 @@ pub fn verify(stored: &[u8], given: &[u8]) -> bool {
 pub fn is_slow(stored: &[u8]) -> bool {
     match split_scheme(stored) {
         Some((s, _)) => {
-            let s = s.to_ascii_uppercase();
+            let s = s.as_str();
             s.starts_with("PBKDF2") || s == "ARGON2" || s == "CRYPT"
         }
         None => false,
@@ -381,13 +395,35 @@ pub fn is_hashed(value: &[u8]) -> bool {
     split_scheme(value).is_some()
 }
 
-fn split_scheme(v: &[u8]) -> Option<(&str, &[u8])> {
+/// A value's `{SCHEME}` name, upper-cased on the stack: read for every
+/// value a bind looks at, it allocates nothing.
+struct Scheme {
+    upper: [u8; 31],
+    len: usize,
+}
+
+impl Scheme {
+    fn as_str(&self) -> &str {
+        // ASCII upper-casing keeps `split_scheme`'s UTF-8 valid.
+        std::str::from_utf8(&self.upper[..self.len]).unwrap_or("")
+    }
+}
+
+/// The scheme of a `{SCHEME}rest` value (a name of 1 to 30 bytes, as
+/// `take(32)` of the braces allows) and the rest.
+fn split_scheme(v: &[u8]) -> Option<(Scheme, &[u8])> {
     if v.first() != Some(&b'{') {
         return None;
     }
     let end = v.iter().take(32).position(|b| *b == b'}')?;
-    let name = std::str::from_utf8(&v[1..end]).ok()?;
-    (!name.is_empty()).then_some((name, &v[end + 1..]))
+    let name = &v[1..end];
+    if name.is_empty() || std::str::from_utf8(name).is_err() {
+        return None;
+    }
+    let mut upper = [0u8; 31];
+    upper[..name.len()].copy_from_slice(name);
+    upper[..name.len()].make_ascii_uppercase();
+    Some((Scheme { upper, len: name.len() }, &v[end + 1..]))
 }
 
 fn trim(v: &[u8]) -> &[u8] {

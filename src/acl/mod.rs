@@ -248,6 +248,8 @@ pub struct Acl {
     /// Every attribute type some rule names, so an attribute can be
     /// classified once (`class`) and most decisions cached by class.
     pub named: Vec<Names>,
+    /// `class("userPassword")`, kept as `named` grows: every bind asks.
+    user_password: u64,
     pub group_slots: usize,
     /// Unique to each compiled list (`parse::compile`), for what is kept
     /// per reactor about it (`search::select`'s names): a reload compiles
@@ -304,6 +306,17 @@ impl Acl {
     /// The class of a stored attribute description.
     pub fn class(&self, stored: &str) -> Attr {
         Attr::Type(self.type_bits(stored))
+    }
+
+    /// `class("userPassword")`, worked out when the rules were compiled.
+    pub fn user_password(&self) -> Attr {
+        Attr::Type(self.user_password)
+    }
+
+    /// Names one more attribute type the rules use (`parse`).
+    pub(super) fn add_named(&mut self, names: Names) {
+        self.named.push(names);
+        self.user_password = self.type_bits("userPassword");
     }
 
     /// The class of an attribute description as a client spelled it

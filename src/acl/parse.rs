@@ -177,7 +177,7 @@ fn named_index(acl: &mut Acl, names: Names) -> Result<usize, String> {
     if acl.named.len() == 64 {
         return Err("the rules name more than 64 attribute types".into());
     }
-    acl.named.push(names);
+    acl.add_named(names);
     Ok(acl.named.len() - 1)
 }
 

@@ -168,6 +168,21 @@ fn default_rules_fix_most_decisions() {
     assert_eq!(user.fixed(acl.class("userPassword")), None, "self depends on the entry");
 }
 
+/// The class a bind asks for is the one `class` works out, whichever
+/// rules name userPassword (first, last, or none of them).
+#[test]
+fn the_kept_user_password_class_is_the_computed_one() {
+    for list in [
+        DEFAULT_RULES,
+        &["to attrs=cn,userPassword by * read"],
+        &["to attrs=mail by * read", "to attrs=cn by * read", "to attrs=userPassword by * auth"],
+        &["to * by * read"],
+    ] {
+        let acl = rules(list);
+        assert_eq!(acl.user_password(), acl.class("userPassword"), "{list:?}");
+    }
+}
+
 #[test]
 fn an_entry_is_decided_by_its_dn_only_where_no_filter_rule_could_apply() {
     let acl = rules(&[

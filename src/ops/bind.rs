@@ -69,11 +69,12 @@ impl Check {
 
 /// `first_step`: a SASL bind whose credentials field is absent (`ops::sasl`).
 pub fn handle(conn: &Conn, req: &LdapBindRequest, first_step: bool) -> Outcome {
-    // Anonymous first (RFC 4511 §4.2.1), the running searches ended.
-    crate::ops::bind_begins(conn);
-    match authenticate(conn, req, first_step) {
+    // Anonymous first (RFC 4511 §4.2.1), the running searches ended;
+    // published below with the outcome.
+    crate::ops::bind_starts(conn);
+    let outcome = match authenticate(conn, req, first_step) {
         Ok(Step::Done(id)) => {
-            conn.set_identity(id);
+            *conn.identity.borrow_mut() = id;
             Outcome::Now(result(Ok(())))
         }
         Ok(Step::Challenge) => {
@@ -83,7 +84,9 @@ pub fn handle(conn: &Conn, req: &LdapBindRequest, first_step: bool) -> Outcome {
         }
         Ok(Step::Slow(p)) => Outcome::Later(p),
         Err(e) => Outcome::Now(result(Err(e))),
-    }
+    };
+    conn.publish_identity();
+    outcome
 }
 
 /// Verifies a pending bind on a blocking thread, then sets the identity;
@@ -165,7 +168,7 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest, first_step: bool) -> Result<
     let subject = Subject { key: None, tls_ssf: conn.tls_ssf.get(), transport_ssf: conn.transport_ssf };
     let live = ctx.live();
     let access = Access::new(&live.acl, subject, &*ctx.shard);
-    let password_class = live.acl.class("userPassword");
+    let password_class = live.acl.user_password();
     let bound =
         |e: &shards::entry::EntryView<'_>| Identity::User(Rc::new(Bound { dn: e.dn().to_string(), key: key.clone() }));
     // Checked in place in the snapshot: a bind copies nothing but the DN,
@@ -180,12 +183,23 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest, first_step: bool) -> Result<
         if stands_for_another || !access.allows(&Target { key: &key, entry: Some(e) }, password_class, Level::Auth) {
             return None;
         }
+        // One walk of the attributes: a fast hash that matches decides;
+        // a slow one sends them all to a blocking thread (`Check`),
+        // which would find that same match.
         let values = || e.attrs().filter(|a| is_user_password(a.name)).flat_map(|a| a.vals());
-        if values().any(password::is_slow) {
+        let mut slow = false;
+        for v in values() {
+            if password::is_slow(v) {
+                slow = true;
+            } else if policy.verify(v, &password) {
+                return Some(Step::Done(bound(e)));
+            }
+        }
+        if slow {
             let check = Check::new(values().map(<[u8]>::to_vec).collect(), &password, policy);
             return Some(Step::Slow(SlowBind { identity: bound(e), check }));
         }
-        values().any(|v| policy.verify(v, &password)).then(|| Step::Done(bound(e)))
+        None
     })?;
     if step.is_none() {
         // No entry there: a DN slapd would refuse is invalidDNSyntax (34),

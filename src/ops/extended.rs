@@ -213,7 +213,7 @@ async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest
     let mut verified = None;
     if let Some(old) = req.old_password.clone() {
         if let Some(a) = conn.access(&live, identity) {
-            let attr = [(a.acl().class("userPassword"), "userPassword")];
+            let attr = [(a.acl().user_password(), "userPassword")];
             access::require(&a, shard, &dn.key(), &attr, Level::Auth).map_err(|_| Error::unwilling(UNVERIFIABLE))?;
         }
         // Milliseconds of key stretching: off the reactor (nothing when the
@@ -238,7 +238,7 @@ async fn change(conn: &Conn, identity: &Identity, req: LdapPasswordModifyRequest
         verified = Some(matched.ok_or_else(|| Error::unwilling(UNVERIFIABLE))?);
     }
     if let Some(a) = conn.access(&live, identity) {
-        let attr = [(a.acl().class("userPassword"), "userPassword")];
+        let attr = [(a.acl().user_password(), "userPassword")];
         access::require(&a, shard, &dn.key(), &attr, Level::Write)?;
     }
     // A glue entry is missing for a write (slapd's passwd is a modify),

@@ -496,7 +496,14 @@ fn rdns_past(text: &str, most: usize) -> Option<usize> {
 /// (refused for its controls or its DN included): the earlier
 /// authentication ends, and the searches still running end unanswered.
 pub fn bind_begins(conn: &Conn) {
-    conn.set_identity(Identity::Anonymous);
+    bind_starts(conn);
+    conn.publish_identity();
+}
+
+/// `bind_begins` for a bind that publishes its outcome's identity in the
+/// same turn (`bind::handle`): one store for `ctl connections`, not two.
+pub fn bind_starts(conn: &Conn) {
+    *conn.identity.borrow_mut() = Identity::Anonymous;
     conn.sasl_in_progress.set(false);
     abandon_searches(conn);
 }

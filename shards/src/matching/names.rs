@@ -145,7 +145,10 @@ fn options_cover(want: &str, have: &str, ranges: bool) -> bool {
 /// each type under its schema name, so this is a comparison, not a lookup
 /// (it runs for every attribute of every entry a bind or search reads).
 pub fn is_user_password(stored: &str) -> bool {
-    schema::base_type(stored).eq_ignore_ascii_case("userPassword")
+    // `base_type(stored)` is `userPassword` in any case, without looking
+    // for the `;` of options past the twelfth byte.
+    let b = stored.as_bytes();
+    b.len() >= 12 && b[..12].eq_ignore_ascii_case(b"userPassword") && b.get(12).is_none_or(|c| *c == b';')
 }
 
 /// A key two descriptions share exactly when they describe the same
