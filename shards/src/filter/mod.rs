@@ -242,27 +242,32 @@ pub fn compile(f: &LdapFilter) -> Node {
         // present on every entry).
         LdapFilter::Present(a)
             if schema::check::options_well_formed(a)
-                && ["objectClass", "entryDN", "subschemaSubentry", "hasSubordinates"]
-                    .iter()
-                    .any(|n| matching::same_attr(a, n)) =>
+                && is_one_of(a, &["objectClass", "entryDN", "subschemaSubentry", "hasSubordinates"]) =>
         {
             Node::True
         }
         LdapFilter::Present(a) => Names::of(schema, a).map_or(Node::Undefined, Node::Present),
-        // A class the schema does not know, by name or OID, is Undefined
-        // (as slapd's objectClass rules have it).
-        LdapFilter::Equality(a, v) | LdapFilter::Approx(a, v) if names_classes(a) => {
-            object_class(schema, a, v).unwrap_or(Node::Undefined)
-        }
-        // Without an approximate rule, `~=` is equality (as slapd falls back).
-        LdapFilter::Equality(a, v) | LdapFilter::Approx(a, v) if matching::same_attr(a, "entryDN") => {
-            match (Names::of(schema, a), octets::unescape_text(v).map(|v| dn::key_of(&v))) {
-                (Some(attr), Some(Ok(key))) => Node::EntryDn { attr, key, rule: Rule::DistinguishedName },
-                _ => Node::Undefined,
+        LdapFilter::Equality(a, v) | LdapFilter::Approx(a, v) => {
+            // The type looked up once for the special ones below.
+            let name = matching::AttrName::new(a);
+            if name.is("objectClass") || name.is("structuralObjectClass") {
+                // structuralObjectClass matches with objectClass's rule,
+                // as slapd's (an inetOrgPerson's structural class is also
+                // a person). A class the schema does not know, by name or
+                // OID, is Undefined (as slapd's objectClass rules have it).
+                object_class(schema, a, v).unwrap_or(Node::Undefined)
+            } else if name.is("entryDN") {
+                // Without an approximate rule, `~=` is equality (as slapd falls back).
+                match (Names::of(schema, a), octets::unescape_text(v).map(|v| dn::key_of(&v))) {
+                    (Some(attr), Some(Ok(key))) => Node::EntryDn { attr, key, rule: Rule::DistinguishedName },
+                    _ => Node::Undefined,
+                }
+            } else if matches!(f, LdapFilter::Approx(..)) {
+                approx(schema, a, v)
+            } else {
+                equality(schema, a, v)
             }
         }
-        LdapFilter::Approx(a, v) => approx(schema, a, v),
-        LdapFilter::Equality(a, v) => equality(schema, a, v),
         LdapFilter::Substring(a, sub) => item(
             schema,
             a,
@@ -326,10 +331,11 @@ fn equality(schema: &'static Schema, a: &str, v: &str) -> Node {
     })
 }
 
-/// objectClass, and structuralObjectClass, which slapd matches with the
-/// same rule (an inetOrgPerson's structural class is also a person).
-fn names_classes(attr: &str) -> bool {
-    matching::same_attr(attr, "objectClass") || matching::same_attr(attr, "structuralObjectClass")
+/// Whether `attr` names one of `types` (`matching::same_attr`), its own
+/// type looked up once.
+fn is_one_of(attr: &str, types: &[&str]) -> bool {
+    let name = matching::AttrName::new(attr);
+    types.iter().any(|t| name.is(t))
 }
 
 /// `(objectClass=person)` matches entries of every class below `person`
