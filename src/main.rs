@@ -97,7 +97,9 @@
 //!   stores, write ops, routing, the mesh and group commit. This crate
 //!   reaches the stores only through `shards::Stores` (snapshots to read)
 //!   and writes through the owner's group commit (`shards::writes`); it
-//!   never names an engine (LMDB or sled) nor opens a write transaction.
+//!   names an engine only by kind (`shards::EngineKind`, the manifest's
+//!   choice at open), never opens a write transaction, and cannot name
+//!   a tree (`shards`'s `store` is private to it).
 //!   Writes around group commit (offline tools' batches, bulk loads, the
 //!   start-up notes) take `shards::Offline`, which a server has only
 //!   until it serves (`Offline::serve`).
@@ -111,7 +113,7 @@
 //!    - per-shard counts read by the others (`listener::ShardCount`:
 //!      open connections, summed for `limits.max_connections`, cn=Monitor
 //!      and `ctl status`), each store's commit floor and commit count and
-//!      each shard's readers waiting for a commit (`shards::Floors`), the
+//!      each shard's readers waiting for a commit (`shards::shard::Floors`), the
 //!      live settings (an `ArcSwap`, loaded per request, stored by reload);
 //!    - locks taken only by rare work: the per-IP counts (striped, only
 //!      with `limits.max_connections_per_ip`, once per connection open and

@@ -57,7 +57,9 @@
 //! - `subtree`: the entries under a DN key in every store at once, merged
 //!   into one key order in chunks (a search's range, a sync refresh).
 //! - `write`: `WriteOp`s as applied by an owner inside one transaction
-//!   (crate-private: the server reaches them only through `writes`).
+//!   (`WriteOp` itself is crate-private: the server sends writes only
+//!   through `writes`; it uses this module's domain rules, `children`,
+//!   `Images`, `Stamping`, `check_key`, `user_modifiable`).
 //! - `bulk`: `BulkLoad`, imports into a new database by appends.
 //! - `writes`: the write façade, `Shard::add`, `delete`, `modify`,
 //!   `move_entry`, `count_child`, `note_intent` and replication's

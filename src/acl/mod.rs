@@ -247,7 +247,7 @@ pub struct Acl {
     pub monitor_readers: Vec<Vec<Who>>,
     /// Every attribute type some rule names, so an attribute can be
     /// classified once (`class`) and most decisions cached by class.
-    pub named: Vec<Names>,
+    named: Vec<Names>,
     /// `class("userPassword")`, kept as `named` grows: every bind asks.
     user_password: u64,
     pub group_slots: usize,

@@ -330,6 +330,10 @@ fn kill_inside_a_subtree_rename(config: &str) {
         // Midway: the top at its new DN while the old one is still there,
         // or (moved one by one) while its children are not all below it.
         loop {
+            // A rename that ends before it is seen midway: not this round.
+            if renamer.is_finished() {
+                break;
+            }
             if exists(&mut watch, &to) {
                 let below = get_entry(&mut watch, &format!("ou={to},{PEOPLE}"), vec!["numSubordinates"])
                     .and_then(|e| e.attrs.get("numSubordinates")?[0].parse::<usize>().ok());
