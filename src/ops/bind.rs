@@ -184,8 +184,8 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest, first_step: bool) -> Result<
             return None;
         }
         // One walk of the attributes: a fast hash that matches decides;
-        // a slow one sends them all to a blocking thread (`Check`),
-        // which would find that same match.
+        // else, with any slow one, the slow ones go to a blocking thread
+        // (`Check`).
         let values = || e.attrs().filter(|a| is_user_password(a.name)).flat_map(|a| a.vals());
         let mut slow = false;
         for v in values() {
