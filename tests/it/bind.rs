@@ -269,8 +269,11 @@ fn sasl_external_without_credentials_is_a_first_step_as_in_slapd() {
     // at times the Unbind before it closes, with a message no client can
     // read (message ID 0, a bare SEQUENCE for its protocolOp, "SASL bind
     // in progress"); coredir answers neither, as RFC 4511 §4.3 and §4.11 say.
+    // Not always: slapd marks the exchange in progress after it has sent
+    // the Bind's answer, so an Abandon read in between is taken silently
+    // (1 run in 24 with a dozen at once). Any other answer of slapd stays
+    // in the comparison below and fails it.
     let junk = |l: &String| l.starts_with("undecodable [30, 21, 02, 01, 00, 30, 1c, 0a, 01, 01,");
-    assert!(theirs.iter().any(junk), "slapd's answer to the Abandon: {theirs:#?}");
     theirs.retain(|l| !junk(l));
     // slapd's reader thread goes on reading while a worker handles the
     // Unbind, so at times it answers the request sent after it before it
