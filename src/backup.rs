@@ -69,7 +69,7 @@ pub fn backup(config: Config, dest: &Path) -> Result<()> {
     config.validate()?;
     let data = config.server.data.clone();
     let manifest = load_manifest(&data)?;
-    if manifest.engine == "sled" && crate::database::lock_data_dir(&data).is_err() {
+    if manifest.engine_kind() == shards::EngineKind::Sled && crate::database::lock_data_dir(&data).is_err() {
         bail!("a sled database cannot be read while its server runs; stop it, or use `coredir export` instead");
     }
     empty_target(dest, true)?;

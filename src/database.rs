@@ -16,10 +16,7 @@ use std::sync::Arc;
 /// manifest names and the configuration's sync and size settings.
 pub fn open_stores(config: &Config, data: &Path, manifest: &Manifest) -> Result<Offline> {
     let mut options = config.store_options()?;
-    options.kind = match manifest.engine.as_str() {
-        "sled" => shards::EngineKind::Sled,
-        _ => shards::EngineKind::Lmdb,
-    };
+    options.kind = manifest.engine_kind();
     Offline::open(data, manifest.shards as usize, options)
         .map_err(|e| anyhow!("opening the stores in {}: {}", data.display(), e.message))
 }

@@ -58,6 +58,16 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// The engine the stores were written with: "sled", else LMDB (the
+    /// default, also of manifests written before the field had values).
+    pub fn engine_kind(&self) -> crate::EngineKind {
+        if self.engine == "sled" {
+            crate::EngineKind::Sled
+        } else {
+            crate::EngineKind::Lmdb
+        }
+    }
+
     pub fn new(shards: u32, suffixes: Vec<String>, root_dn: String, root_password_hash: String) -> Manifest {
         Manifest {
             format: FORMAT,

@@ -8,7 +8,7 @@ use crate::dn::Dn;
 use crate::entry::Entry;
 use crate::index::Marked;
 use crate::manifest::Manifest;
-use crate::store::{Engine, EngineKind, Options, ReadTxn, Store, SyncMode, Tree, WriteTxn};
+use crate::store::{Engine, Options, ReadTxn, Store, SyncMode, Tree, WriteTxn};
 use crate::{Error, Result};
 use std::path::Path;
 
@@ -22,7 +22,7 @@ pub struct Tamper {
 impl Tamper {
     pub fn open(data: &Path) -> Result<Tamper> {
         let manifest = Manifest::load(data)?.ok_or_else(|| Error::other("no manifest"))?;
-        let kind = if manifest.engine == "sled" { EngineKind::Sled } else { EngineKind::Lmdb };
+        let kind = manifest.engine_kind();
         let engines = (0..manifest.shards as usize)
             .map(|i| Engine::open(&data.join(format!("shard-{i}")), Options::new(kind, SyncMode::Always)))
             .collect::<Result<Vec<_>>>()?;

@@ -116,8 +116,11 @@ fn open(config: &Config) -> Result<Option<DataDir>> {
     let data = &config.server.data;
     let Some(manifest) = Manifest::load(data).map_err(|e| anyhow!(e.message))? else { return Ok(None) };
     let stores = crate::database::open_stores(config, data, &manifest).map_err(|e| {
-        let hint =
-            if manifest.engine == "sled" { " (a sled database cannot be read while the server runs)" } else { "" };
+        let hint = if manifest.engine_kind() == shards::EngineKind::Sled {
+            " (a sled database cannot be read while the server runs)"
+        } else {
+            ""
+        };
         anyhow!("{e:#}{hint}")
     })?;
     Ok(Some(DataDir { manifest, stores: stores.serve() }))
