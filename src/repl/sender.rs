@@ -496,7 +496,7 @@ fn pending(
     // part of them would show the peer's readers the subtree half moved.
     let since = ctx.shared.carries.oldest_claim_us();
     let held = since.and_then(|us| all.iter().position(|r| r.2.sid == own.sid && r.0.phys_us >= us));
-    let end = held.map_or(BATCH, |h| h.min(BATCH));
+    let end = whole_moves(&all, held.unwrap_or(all.len()));
     let unsent = all.iter().skip(end).find(|r| r.2.sid == own.sid).map(|r| r.0);
     let settled = settled(own.sid, floor_us, cut.flatten(), unsent, gaps.is_empty());
     // Within a partition and origin, sequence order is CSN order: cutting
@@ -506,6 +506,43 @@ fn pending(
     let by_partition = by_partition.into_iter().filter(|(_, n)| *n > 0).collect();
     Ok(Pending { batch, backlog, by_partition, oldest, seen, gaps, settled, held: held.is_some() })
 }
+
+/// How many of `all` (sorted by CSN) the next frame takes: `BATCH`, or
+/// more so that no subtree move it holds is split. A move is one rename
+/// record per entry, the top first, then its members parents first; the
+/// receiver claims and applies a frame whole, so a frame with a part of a
+/// move would show its readers members left below a parent gone. So the
+/// frame reaches the last record read that renames an entry below a
+/// rename it holds (records between, of other entries, come along: a
+/// prefix of the sorted list leaves no gap in any stream). Never past
+/// `limit` (a rename running here) nor `MOVE_BYTES`: past that, and for
+/// members not read yet (a stream read only in part), the move is split.
+fn whole_moves(all: &[(Csn, u16, Origin, u64, Vec<u8>)], limit: usize) -> usize {
+    let end = BATCH.min(limit);
+    let renamed = |v: &[u8]| Record::renamed_dn(v).and_then(|dn| Dn::parse(dn).ok()).map(|dn| dn.key());
+    if limit <= end {
+        return end;
+    }
+    let tops: Vec<Vec<u8>> = all[..end].iter().filter_map(|r| renamed(&r.4)).collect();
+    if tops.is_empty() {
+        return end;
+    }
+    let (mut last, mut bytes) = (end, all[..end].iter().map(|r| r.4.len()).sum::<usize>());
+    for (i, r) in all.iter().enumerate().take(limit).skip(end) {
+        bytes += r.4.len();
+        if bytes > MOVE_BYTES {
+            break;
+        }
+        if renamed(&r.4).is_some_and(|k| tops.iter().any(|t| shards::dn::key_below(&k, t))) {
+            last = i + 1;
+        }
+    }
+    last
+}
+
+/// The most record bytes a frame extended to hold a whole move carries:
+/// well under `MAX_FRAME` once in base64 and JSON.
+const MOVE_BYTES: usize = MAX_FRAME / 2;
 
 /// Up to which CSN every change of server `sid` has gone to the peer once
 /// this frame is applied: below the commit floor (`floor_us`, read before

@@ -63,6 +63,19 @@ impl Record {
         }
     }
 
+    /// The DN a record in its encoded form renames away from, read
+    /// without decoding the rest (a sender looks at every record it holds
+    /// for the members of a move); None for any other change.
+    pub fn renamed_dn(b: &[u8]) -> Option<&str> {
+        const DN_AT: usize = 1 + 16 + 16 + 4;
+        if b.first() != Some(&Self::VERSION) {
+            return None;
+        }
+        let n = u32::from_le_bytes(b.get(DN_AT - 4..DN_AT)?.try_into().ok()?) as usize;
+        let dn = b.get(DN_AT..DN_AT.checked_add(n)?)?;
+        (*b.get(DN_AT + n)? == 2).then(|| std::str::from_utf8(dn).ok())?
+    }
+
     pub fn decode(mut b: &[u8]) -> Option<Record> {
         fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
             let (head, rest) = (b.get(..n)?, b.get(n..)?);

@@ -287,6 +287,20 @@ fn a_socket_connected_to_itself_is_dropped_and_the_peer_can_come_back() {
 /// that to a consumer, which glued or deleted the subtree.
 #[test]
 fn a_subtree_moved_on_the_peer_is_seen_whole() {
+    moved_back_and_forth_seen_whole(40, 30);
+}
+
+/// A move of more records than one frame carries (512): the frame that
+/// holds the subtree's top holds all of it, or between two frames A's
+/// readers see the members left below a parent gone.
+#[test]
+fn a_subtree_moved_on_the_peer_bigger_than_a_frame_is_seen_whole() {
+    moved_back_and_forth_seen_whole(480, 4);
+}
+
+/// B moves a branch of `n` people (`branch`) `moves` times between two
+/// parents while A is searched all along for entries without a parent.
+fn moved_back_and_forth_seen_whole(n: usize, moves: usize) {
     let (a, b) = pair(2);
     let mut cb = b.admin();
     for ou in ["here", "there"] {
@@ -296,11 +310,11 @@ fn a_subtree_moved_on_the_peer_is_seen_whole() {
         );
         assert_eq!(res.unwrap().rc, 0);
     }
-    branch(&mut cb, &format!("ou=here,{SUFFIX}"), "box", 40);
+    branch(&mut cb, &format!("ou=here,{SUFFIX}"), "box", n);
     converged(&a, &b);
     let mover = std::thread::spawn(move || {
         let mut at = "here";
-        for _ in 0..30 {
+        for _ in 0..moves {
             let to = if at == "here" { "there" } else { "here" };
             let res =
                 cb.modifydn(&format!("ou=box,ou={at},{SUFFIX}"), "ou=box", true, Some(&format!("ou={to},{SUFFIX}")));
