@@ -546,8 +546,8 @@ fn print_human(resp: &Response) {
             if !r.inbound_error.is_empty() {
                 println!("receive error {}", r.inbound_error);
             }
-            for c in &r.conflicts {
-                println!("conflict      {c}");
+            for c in &r.refused {
+                println!("refused       {c}");
             }
         }
         Response::Status(s) => {

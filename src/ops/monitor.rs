@@ -112,7 +112,7 @@ pub fn entries(ctx: &Ctx) -> Vec<Entry> {
             r.lag_s,
             r.records_sent,
             r.records_applied,
-            r.conflicts.len(),
+            r.refused.len(),
             r.partitions_verified,
             r.divergences
         );

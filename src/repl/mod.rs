@@ -115,8 +115,9 @@ pub struct Status {
     /// Seconds since the peer was last heard from (a frame or heartbeat).
     pub peer_silent_s: f64,
     /// Records the peer refused or that could not be applied here (the
-    /// last 100 reasons).
-    pub conflicts: Vec<String>,
+    /// last 100 reasons). Not conflict entries: `ctl replication
+    /// conflicts` lists those.
+    pub refused: Vec<String>,
     /// Records in this server's changelog (all origins).
     pub changelog_records: u64,
     /// Records the size cap trimmed before the peer was known to hold them.
@@ -190,11 +191,11 @@ pub struct Link {
 
 impl Status {
     /// Records a refused record's reason, keeping the last 100.
-    fn refused(&mut self, reason: String) {
-        if self.conflicts.len() == 100 {
-            self.conflicts.remove(0);
+    fn note_refused(&mut self, reason: String) {
+        if self.refused.len() == 100 {
+            self.refused.remove(0);
         }
-        self.conflicts.push(reason);
+        self.refused.push(reason);
     }
 }
 

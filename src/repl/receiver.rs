@@ -132,7 +132,7 @@ async fn receive(
                         let _ = send(&mut stream, &Frame::Refuse { reason: reason.clone() }).await;
                         shared.update(|s| {
                             s.inbound = "refused".into();
-                            s.refused(reason.clone());
+                            s.note_refused(reason.clone());
                         });
                         bail!("{reason}");
                     }

@@ -339,7 +339,7 @@ async fn await_ack(stream: &mut Stream, shared: &Link) -> Result<Vec<(u16, Origi
         Frame::Refuse { reason } => {
             shared.update(|s| {
                 s.outbound = "refused".into();
-                s.refused(reason.clone());
+                s.note_refused(reason.clone());
             });
             bail!("the peer refused a record: {reason}");
         }

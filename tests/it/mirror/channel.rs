@@ -76,7 +76,7 @@ fn a_peer_whose_clock_runs_ten_minutes_ahead_is_refused() {
     assert_eq!(add_user(&mut b.admin(), "future").rc, 0);
     wait_for("A's refusal", || replication(&a)["inbound"] == "refused");
     let status = replication(&a);
-    assert!(status["conflicts"][0].as_str().unwrap().contains("ahead"), "{status}");
+    assert!(status["refused"][0].as_str().unwrap().contains("ahead"), "{status}");
     wait_for("B told", || replication(&b)["outbound"] == "refused");
     // Not adopted: A's own changes keep A's time, and still reach B.
     assert!(get_entry(&mut a.admin(), &format!("uid=future,{PEOPLE}"), vec!["uid"]).is_none());
