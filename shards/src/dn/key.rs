@@ -24,6 +24,11 @@ fn plain_key(text: &str) -> Option<Vec<u8>> {
     if text.bytes().any(|c| matches!(c, b'\\' | b'#' | b'+' | b'"' | b'<' | b'>' | b';' | 0)) {
         return None;
     }
+    // A parent's own DN (a search's base, most often the parent of what
+    // it finds) is among the parents kept.
+    if let Some(key) = PARENT_KEYS.with_borrow(|cache| cache.known(text).map(|k| k.as_bytes().to_vec())) {
+        return Some(key);
+    }
     // The parent's key from the last few asked (a search's candidates
     // share theirs), then the first RDN after it: the same bytes as
     // plain_rdns(text), as keys are written root first.
@@ -79,6 +84,11 @@ struct ParentKeys {
 }
 
 impl ParentKeys {
+    /// The key kept for the parent `text`, if it is kept.
+    fn known(&self, text: &str) -> Option<&str> {
+        self.kept.iter().find(|(t, _)| &**t == text).map(|(_, key)| &**key)
+    }
+
     /// The parent's key as text, with room for an RDN more.
     fn key(&mut self, parent: &str) -> Option<String> {
         let with_room = |key: &str| {
@@ -86,7 +96,7 @@ impl ParentKeys {
             out.push_str(key);
             out
         };
-        if let Some((_, key)) = self.kept.iter().find(|(text, _)| &**text == parent) {
+        if let Some(key) = self.known(parent) {
             return Some(with_room(key));
         }
         let key = plain_rdns(parent)?;

@@ -124,10 +124,11 @@ fn key_of_equals_the_full_parser() {
         texts.push((0..n).map(|_| pieces[rng.gen_range(0..pieces.len())]).collect());
     }
     // Each also as a parent, twice: the second time its key comes
-    // from the thread's kept parents' keys.
+    // from the thread's kept parents' keys; then itself again, as a
+    // search's base is after its children's keys were made.
     for text in &texts {
         let child = format!("uid=u1,{text}");
-        for text in [text, &child, &child] {
+        for text in [text, &child, &child, text] {
             let fast = key_of(text).map_err(|e| e.code);
             let full = Dn::parse(text).map(|d| d.key()).map_err(|e| e.code);
             assert_eq!(fast, full, "{text:?}");
