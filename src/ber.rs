@@ -62,13 +62,27 @@ fn attr_len<'a, I: Iterator<Item = &'a [u8]> + Clone>(a: &OutAttr<'a, I>, types_
     (tlv(tlv(a.name.len()) + tlv(set)), set)
 }
 
-/// Length of the `[APPLICATION 4]` body for `dn` and `attrs`, and of its attribute list.
-fn entry_body<'a, I: Iterator<Item = &'a [u8]> + Clone>(
-    dn: &str,
-    attrs: &[OutAttr<'a, I>],
-    types_only: bool,
-) -> (usize, usize) {
-    let list: usize = attrs.iter().map(|a| attr_len(a, types_only).0).sum();
+/// Calls `f` with `attr_len` of each of `attrs`, each measured once (a
+/// value set is walked once to measure, once to write): on the stack for
+/// up to `ON_STACK` attributes, what entries have.
+fn with_lens<'a, I, R>(attrs: &[OutAttr<'a, I>], types_only: bool, f: impl FnOnce(&[(usize, usize)]) -> R) -> R
+where
+    I: Iterator<Item = &'a [u8]> + Clone,
+{
+    const ON_STACK: usize = 48;
+    if attrs.len() <= ON_STACK {
+        let mut lens = [(0, 0); ON_STACK];
+        lens.iter_mut().zip(attrs).for_each(|(l, a)| *l = attr_len(a, types_only));
+        f(&lens[..attrs.len()])
+    } else {
+        f(&attrs.iter().map(|a| attr_len(a, types_only)).collect::<Vec<_>>())
+    }
+}
+
+/// Length of the `[APPLICATION 4]` body for `dn` and attributes of
+/// `lens`, and of its attribute list.
+fn entry_body(dn: &str, lens: &[(usize, usize)]) -> (usize, usize) {
+    let list: usize = lens.iter().map(|l| l.0).sum();
     (tlv(dn.len()) + tlv(list), list)
 }
 
@@ -78,15 +92,27 @@ pub fn entry_op<'a, I>(out: &mut BytesMut, dn: &str, attrs: &[OutAttr<'a, I>], t
 where
     I: Iterator<Item = &'a [u8]> + Clone,
 {
-    let (body, list) = entry_body(dn, attrs, types_only);
+    with_lens(attrs, types_only, |lens| put_entry_op(out, dn, attrs, lens, types_only))
+}
+
+/// `entry_op` with the attributes' lengths measured (`with_lens`).
+fn put_entry_op<'a, I>(
+    out: &mut BytesMut,
+    dn: &str,
+    attrs: &[OutAttr<'a, I>],
+    lens: &[(usize, usize)],
+    types_only: bool,
+) where
+    I: Iterator<Item = &'a [u8]> + Clone,
+{
+    let (body, list) = entry_body(dn, lens);
     out.reserve(tlv(body));
     out.put_u8(0x64); // [APPLICATION 4]
     put_len(out, body);
     put_tlv(out, 0x04, dn.as_bytes());
     out.put_u8(0x30);
     put_len(out, list);
-    for a in attrs {
-        let set = attr_len(a, types_only).1;
+    for (a, &(_, set)) in attrs.iter().zip(lens) {
         out.put_u8(0x30);
         put_len(out, tlv(a.name.len()) + tlv(set));
         put_tlv(out, 0x04, a.name.as_bytes());
@@ -106,14 +132,16 @@ pub fn search_entry<'a, I>(out: &mut BytesMut, msgid: i32, dn: &str, attrs: &[Ou
 where
     I: Iterator<Item = &'a [u8]> + Clone,
 {
-    let (body, _) = entry_body(dn, attrs, types_only);
-    let (id, skip) = int_bytes(msgid);
-    let msg = tlv(4 - skip) + tlv(body);
-    out.reserve(tlv(msg));
-    out.put_u8(0x30);
-    put_len(out, msg);
-    put_tlv(out, 0x02, &id[skip..]);
-    entry_op(out, dn, attrs, types_only);
+    with_lens(attrs, types_only, |lens| {
+        let (body, _) = entry_body(dn, lens);
+        let (id, skip) = int_bytes(msgid);
+        let msg = tlv(4 - skip) + tlv(body);
+        out.reserve(tlv(msg));
+        out.put_u8(0x30);
+        put_len(out, msg);
+        put_tlv(out, 0x02, &id[skip..]);
+        put_entry_op(out, dn, attrs, lens, types_only);
+    })
 }
 
 /// The response of `op` when it is a plain LDAPResult (no referral, no
@@ -226,6 +254,25 @@ mod tests {
             LdapCodec::default().encode(msg.clone(), &mut theirs).unwrap();
             assert_eq!(mine, theirs, "msgid {msgid}");
             assert_eq!(LdapCodec::default().decode(&mut mine).unwrap(), Some(msg));
+        }
+        // More attributes than are measured on the stack, with and
+        // without their values.
+        let names: Vec<String> = (0..60).map(|i| format!("a{i}")).collect();
+        for types_only in [false, true] {
+            let attrs: Vec<_> = names.iter().map(|n| OutAttr { name: n, vals: vals.iter().copied() }).collect();
+            let mut mine = BytesMut::new();
+            search_entry(&mut mine, 7, "cn=a,dc=x", &attrs, types_only);
+            let attributes = names
+                .iter()
+                .map(|n| LdapPartialAttribute {
+                    atype: n.clone(),
+                    vals: if types_only { vec![] } else { vec![b"top".to_vec(), b"person".to_vec()] },
+                })
+                .collect();
+            let entry = LdapSearchResultEntry { dn: "cn=a,dc=x".into(), attributes };
+            let mut theirs = BytesMut::new();
+            LdapCodec::default().encode(LdapMsg::new(7, LdapOp::SearchResultEntry(entry)), &mut theirs).unwrap();
+            assert_eq!(mine, theirs, "types only: {types_only}");
         }
     }
 
