@@ -116,7 +116,8 @@ pub struct Status {
     pub peer_silent_s: f64,
     /// Records the peer refused or that could not be applied here (the
     /// last 100 reasons). Not conflict entries: `ctl replication
-    /// conflicts` lists those.
+    /// conflicts` lists those. Read as `conflicts` from an older server.
+    #[serde(default, alias = "conflicts")]
     pub refused: Vec<String>,
     /// Records in this server's changelog (all origins).
     pub changelog_records: u64,

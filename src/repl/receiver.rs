@@ -279,7 +279,13 @@ async fn claim_renames<'c>(
     // subtree, whose members come as renames below it, or a move to
     // another owner); a rename in place is one commit.
     let shard = &ctx.shard;
-    let below = |old: &[u8]| renames.iter().any(|(o, _)| shards::dn::key_below(o, old));
+    // Every DN some rename of the frame is below: one lookup per rename,
+    // as a frame may hold a move of many thousand entries.
+    let above: std::collections::HashSet<&[u8]> = renames
+        .iter()
+        .flat_map(|(old, _)| std::iter::successors(shards::dn::key_parent(old), |k| shards::dn::key_parent(k)))
+        .collect();
+    let below = |old: &[u8]| above.contains(old);
     let mut pairs: Vec<&(Vec<u8>, Vec<u8>)> =
         renames.iter().filter(|(old, new)| shard.owner_of(old) != shard.owner_of(new) || below(old)).collect();
     // Tops first: a DN key is longer than its parent's.

@@ -37,7 +37,7 @@ pub async fn push(ctx: Rc<Ctx>, config: Arc<Config>, shared: Arc<Link>) {
         if let Some(acked) = &held {
             // Only the backlog is wanted: no floor, so no settled CSN.
             let nobody = (Origin { sid: 0, incarnation: 0 }, 0);
-            match snapshots(&ctx).and_then(|txns| pending(&ctx, &txns, acked, &mut ages, nobody)) {
+            match snapshots(&ctx).and_then(|txns| pending(&ctx, &txns, acked, &mut ages, nobody, false)) {
                 Ok(p) => show(&shared, &p),
                 Err(e) => eprintln!("coredir: replication: measuring the backlog: {e:#}"),
             }
@@ -190,7 +190,7 @@ async fn push_once(
             for o in origins(&txns)?.into_iter().filter(|o| *o != theirs_now) {
                 acked.entry(o).or_insert_with(|| vec![0; ours.partitions as usize]);
             }
-            pending(ctx, &txns, &acked, ages, (ours_now, floor_us))?
+            pending(ctx, &txns, &acked, ages, (ours_now, floor_us), true)?
         };
         *held = Some(acked.clone());
         if !p.gaps.is_empty() {
@@ -438,20 +438,26 @@ struct Pending {
     held: bool,
 }
 
+/// What the peer lacks, and the next frame of it; `sending` false when
+/// only the backlog is measured (the peer is away): the frame is not
+/// widened for whole moves then.
 fn pending(
     ctx: &Ctx,
     txns: &[Read<'_>],
     acked: &std::collections::BTreeMap<Origin, Vec<u64>>,
     ages: &mut Ages,
     (own, floor_us): (Origin, u64),
+    sending: bool,
 ) -> Result<Pending> {
     let (now, mut seen) = (Instant::now(), None::<Instant>);
     let mut all: Vec<(Csn, u16, Origin, u64, Vec<u8>)> = Vec::new();
     let mut backlog = 0u64;
     let mut gaps = Vec::new();
     let mut by_partition = std::collections::BTreeMap::<u16, u64>::new();
-    // The lowest last record read of a stream of ours read only in part.
+    // The lowest last record read of a stream of ours read only in part;
+    // of any stream read only in part.
     let mut cut: Option<Option<Csn>> = None;
+    let mut read_to = None::<Csn>;
     for (&origin, positions) in acked {
         for (p, &done) in positions.iter().enumerate() {
             let p = p as u16;
@@ -483,6 +489,9 @@ fn pending(
                 // The stream goes on past what was read: no further.
                 cut = Some(cut.map_or(last, |c: Option<Csn>| c.min(last)));
             }
+            if let Some(last) = last.filter(|_| taken == BATCH) {
+                read_to = Some(read_to.map_or(last, |c| c.min(last)));
+            }
             // Exact while short; past a frame, the positions tell.
             let behind = if taken < BATCH { taken as u64 } else { have - done };
             backlog += behind;
@@ -496,7 +505,14 @@ fn pending(
     // part of them would show the peer's readers the subtree half moved.
     let since = ctx.shared.carries.oldest_claim_us();
     let held = since.and_then(|us| all.iter().position(|r| r.2.sid == own.sid && r.0.phys_us >= us));
-    let end = whole_moves(&all, held.unwrap_or(all.len()));
+    // A frame of BATCH records never passes the last record read of a
+    // stream read only in part; a wider one must not either (a record
+    // past it may need one not read yet: a parent's add, a move's top).
+    let limit = held.unwrap_or(all.len()).min(read_to.map_or(all.len(), |c| all.partition_point(|r| r.0 <= c)));
+    let end = match sending {
+        true => whole_moves(&all, limit),
+        false => BATCH.min(held.unwrap_or(BATCH)),
+    };
     let unsent = all.iter().skip(end).find(|r| r.2.sid == own.sid).map(|r| r.0);
     let settled = settled(own.sid, floor_us, cut.flatten(), unsent, gaps.is_empty());
     // Within a partition and origin, sequence order is CSN order: cutting
@@ -512,37 +528,61 @@ fn pending(
 /// record per entry, the top first, then its members parents first; the
 /// receiver claims and applies a frame whole, so a frame with a part of a
 /// move would show its readers members left below a parent gone. So the
-/// frame reaches the last record read that renames an entry below a
-/// rename it holds (records between, of other entries, come along: a
-/// prefix of the sorted list leaves no gap in any stream). Never past
-/// `limit` (a rename running here) nor `MOVE_BYTES`: past that, and for
-/// members not read yet (a stream read only in part), the move is split.
+/// frame reaches the last record read that is a member of a rename it
+/// holds: renamed from below the rename's old DN to below its new one
+/// (records between, of other entries, come along: a prefix of the
+/// sorted list leaves no gap in any stream). Renames the frame comes to
+/// hold as it widens count too. Never past `limit` (a rename running
+/// here, a stream read only in part) nor `MOVE_BYTES` of frame: past
+/// that the move is split.
 fn whole_moves(all: &[(Csn, u16, Origin, u64, Vec<u8>)], limit: usize) -> usize {
     let end = BATCH.min(limit);
-    let renamed = |v: &[u8]| Record::renamed_dn(v).and_then(|dn| Dn::parse(dn).ok()).map(|dn| dn.key());
     if limit <= end {
         return end;
     }
-    let tops: Vec<Vec<u8>> = all[..end].iter().filter_map(|r| renamed(&r.4)).collect();
+    // Old DN key -> new DN key of the renames the frame holds.
+    let mut tops = std::collections::HashMap::new();
+    all[..end].iter().filter_map(|r| renamed_keys(&r.4)).for_each(|(old, new)| _ = tops.insert(old, new));
     if tops.is_empty() {
         return end;
     }
-    let (mut last, mut bytes) = (end, all[..end].iter().map(|r| r.4.len()).sum::<usize>());
+    let mut bytes = all[..end].iter().map(|r| frame_bytes(r.4.len())).sum::<usize>();
+    // Renames read past the frame's end so far: tops once it reaches them.
+    let mut outside = Vec::new();
+    let mut last = end;
     for (i, r) in all.iter().enumerate().take(limit).skip(end) {
-        bytes += r.4.len();
+        bytes += frame_bytes(r.4.len());
         if bytes > MOVE_BYTES {
             break;
         }
-        if renamed(&r.4).is_some_and(|k| tops.iter().any(|t| shards::dn::key_below(&k, t))) {
+        let Some((old, new)) = renamed_keys(&r.4) else { continue };
+        let member = std::iter::successors(shards::dn::key_parent(&old), |k| shards::dn::key_parent(k))
+            .any(|a| tops.get(a).is_some_and(|top_new: &Vec<u8>| shards::dn::key_below(&new, top_new)));
+        if member {
             last = i + 1;
+            tops.extend(outside.drain(..));
+        } else {
+            outside.push((old, new));
         }
     }
     last
 }
 
-/// The most record bytes a frame extended to hold a whole move carries:
-/// well under `MAX_FRAME` once in base64 and JSON.
-const MOVE_BYTES: usize = MAX_FRAME / 2;
+/// The old and new DN keys of a rename record in its encoded form.
+fn renamed_keys(record: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    let (old, new) = Record::renamed_dns(record)?;
+    Some((Dn::parse(old).ok()?.key(), Dn::parse(new).ok()?.key()))
+}
+
+/// What a record of `n` bytes takes in a frame: base64, and the JSON of
+/// its partition, origin and sequence number.
+fn frame_bytes(n: usize) -> usize {
+    n.div_ceil(3) * 4 + 80
+}
+
+/// The most a frame widened to hold a whole move takes, under the
+/// receiver's `MAX_FRAME` with room to spare.
+const MOVE_BYTES: usize = MAX_FRAME / 4 * 3;
 
 /// Up to which CSN every change of server `sid` has gone to the peer once
 /// this frame is applied: below the commit floor (`floor_us`, read before

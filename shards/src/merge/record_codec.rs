@@ -63,17 +63,21 @@ impl Record {
         }
     }
 
-    /// The DN a record in its encoded form renames away from, read
+    /// The DNs a record in its encoded form renames from and to, read
     /// without decoding the rest (a sender looks at every record it holds
     /// for the members of a move); None for any other change.
-    pub fn renamed_dn(b: &[u8]) -> Option<&str> {
-        const DN_AT: usize = 1 + 16 + 16 + 4;
+    pub fn renamed_dns(b: &[u8]) -> Option<(&str, &str)> {
+        fn text<'a>(b: &'a [u8], at: usize) -> Option<(&'a str, usize)> {
+            let n = u32::from_le_bytes(b.get(at..at.checked_add(4)?)?.try_into().ok()?) as usize;
+            let end = (at + 4).checked_add(n)?;
+            Some((std::str::from_utf8(b.get(at + 4..end)?).ok()?, end))
+        }
         if b.first() != Some(&Self::VERSION) {
             return None;
         }
-        let n = u32::from_le_bytes(b.get(DN_AT - 4..DN_AT)?.try_into().ok()?) as usize;
-        let dn = b.get(DN_AT..DN_AT.checked_add(n)?)?;
-        (*b.get(DN_AT + n)? == 2).then(|| std::str::from_utf8(dn).ok())?
+        let (from, tag) = text(b, 1 + 16 + 16)?;
+        (*b.get(tag)? == 2).then_some(())?;
+        Some((from, text(b, tag + 1)?.0))
     }
 
     pub fn decode(mut b: &[u8]) -> Option<Record> {

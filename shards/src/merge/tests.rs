@@ -165,13 +165,16 @@ fn records_round_trip_and_garbage_is_refused() {
         let mut buf = Vec::new();
         r.encode(&mut buf);
         assert_eq!(Record::decode(&buf).as_ref(), Some(r));
-        let renamed = matches!(r.change, Change::Rename { .. }).then_some(r.dn.as_str());
-        assert_eq!(Record::renamed_dn(&buf), renamed);
+        let renamed = match &r.change {
+            Change::Rename { to, .. } => Some((r.dn.as_str(), to.as_str())),
+            _ => None,
+        };
+        assert_eq!(Record::renamed_dns(&buf), renamed);
         for cut in 0..buf.len() {
             assert_eq!(Record::decode(&buf[..cut]), None);
-            // Never past the end: the DN and the change's tag must be whole.
-            let whole = cut > 37 + r.dn.len();
-            assert_eq!(Record::renamed_dn(&buf[..cut]), renamed.filter(|_| whole));
+            // Never past the end: both DNs must be whole.
+            let whole = renamed.is_some_and(|(from, to)| cut >= 37 + from.len() + 1 + 4 + to.len());
+            assert_eq!(Record::renamed_dns(&buf[..cut]), renamed.filter(|_| whole));
         }
         buf.push(0);
         assert_eq!(Record::decode(&buf), None);
