@@ -540,9 +540,11 @@ fn whole_moves(all: &[(Csn, u16, Origin, u64, Vec<u8>)], limit: usize) -> usize 
     if limit <= end {
         return end;
     }
-    // Old DN key -> new DN key of the renames the frame holds.
-    let mut tops = std::collections::HashMap::new();
-    all[..end].iter().filter_map(|r| renamed_keys(&r.4)).for_each(|(old, new)| _ = tops.insert(old, new));
+    // Old DN key -> new DN keys of the renames the frame holds (both
+    // servers may have renamed one entry apart).
+    let mut tops = std::collections::HashMap::<Vec<u8>, Vec<Vec<u8>>>::new();
+    let hold = |tops: &mut std::collections::HashMap<_, Vec<_>>, (old, new)| tops.entry(old).or_default().push(new);
+    all[..end].iter().filter_map(|r| renamed_keys(&r.4)).for_each(|rename| hold(&mut tops, rename));
     if tops.is_empty() {
         return end;
     }
@@ -557,10 +559,10 @@ fn whole_moves(all: &[(Csn, u16, Origin, u64, Vec<u8>)], limit: usize) -> usize 
         }
         let Some((old, new)) = renamed_keys(&r.4) else { continue };
         let member = std::iter::successors(shards::dn::key_parent(&old), |k| shards::dn::key_parent(k))
-            .any(|a| tops.get(a).is_some_and(|top_new: &Vec<u8>| shards::dn::key_below(&new, top_new)));
+            .any(|a| tops.get(a).is_some_and(|news| news.iter().any(|n| shards::dn::key_below(&new, n))));
         if member {
             last = i + 1;
-            tops.extend(outside.drain(..));
+            outside.drain(..).for_each(|rename| hold(&mut tops, rename));
         } else {
             outside.push((old, new));
         }
