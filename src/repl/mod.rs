@@ -16,7 +16,8 @@
 //!    its own, and those of any other origin except the receiver's current
 //!    one (a restored receiver gets back what it lost), of every
 //!    partition, oldest CSN first (a parent's add before its children's),
-//!    in frames of at most `BATCH` records; one frame is in
+//!    in frames of `BATCH` records, or more to hold a subtree move whole
+//!    (`sender::whole_moves`); one frame is in
 //!    flight at a time (the flow control) and the receiver acknowledges it
 //!    once every record is committed. Idle, the sender sends a heartbeat
 //!    every second.

@@ -454,8 +454,8 @@ fn pending(
     let mut backlog = 0u64;
     let mut gaps = Vec::new();
     let mut by_partition = std::collections::BTreeMap::<u16, u64>::new();
-    // The lowest last record read of a stream of ours read only in part;
-    // of any stream read only in part.
+    // The lowest last record read of a stream of ours read only in part
+    // (`cut`), and of any stream read only in part (`read_to`).
     let mut cut: Option<Option<Csn>> = None;
     let mut read_to = None::<Csn>;
     for (&origin, positions) in acked {
