@@ -228,7 +228,8 @@ pub async fn scopes(
                     if subtree {
                         // Held by a root when the root is the key or one of
                         // its ancestors: a lookup per RDN, not per root.
-                        let held = std::iter::successors(Some(key.as_slice()), |k| shards::dn::key_parent(k))
+                        let held = std::iter::once(key.as_slice())
+                            .chain(shards::dn::key_ancestors(&key))
                             .any(|k| roots.contains(k));
                         if !held {
                             roots.insert(key.clone());

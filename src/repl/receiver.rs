@@ -281,10 +281,8 @@ async fn claim_renames<'c>(
     let shard = &ctx.shard;
     // Every DN some rename of the frame is below: one lookup per rename,
     // as a frame may hold a move of many thousand entries.
-    let above: std::collections::HashSet<&[u8]> = renames
-        .iter()
-        .flat_map(|(old, _)| std::iter::successors(shards::dn::key_parent(old), |k| shards::dn::key_parent(k)))
-        .collect();
+    let above: std::collections::HashSet<&[u8]> =
+        renames.iter().flat_map(|(old, _)| shards::dn::key_ancestors(old)).collect();
     let below = |old: &[u8]| above.contains(old);
     let mut pairs: Vec<&(Vec<u8>, Vec<u8>)> =
         renames.iter().filter(|(old, new)| shard.owner_of(old) != shard.owner_of(new) || below(old)).collect();

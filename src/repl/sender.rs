@@ -558,7 +558,7 @@ fn whole_moves(all: &[(Csn, u16, Origin, u64, Vec<u8>)], limit: usize) -> usize 
             break;
         }
         let Some((old, new)) = renamed_keys(&r.4) else { continue };
-        let member = std::iter::successors(shards::dn::key_parent(&old), |k| shards::dn::key_parent(k))
+        let member = shards::dn::key_ancestors(&old)
             .any(|a| tops.get(a).is_some_and(|news| news.iter().any(|n| shards::dn::key_below(&new, n))));
         if member {
             last = i + 1;

@@ -139,6 +139,12 @@ pub fn key_parent(key: &[u8]) -> Option<&[u8]> {
     }
 }
 
+/// The keys of every ancestor of a storage key, its parent first and the
+/// root (the empty key) last: what a walk up the tree visits.
+pub fn key_ancestors(key: &[u8]) -> impl Iterator<Item = &[u8]> {
+    std::iter::successors(key_parent(key), |k| key_parent(k))
+}
+
 /// Number of RDNs in a storage key.
 pub fn key_depth(key: &[u8]) -> usize {
     if key.is_empty() {

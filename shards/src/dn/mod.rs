@@ -15,7 +15,7 @@ mod key;
 mod tests;
 mod text;
 
-pub use key::{key_below, key_depth, key_of, key_parent};
+pub use key::{key_ancestors, key_below, key_depth, key_of, key_parent};
 pub use text::escape_value;
 use text::{parse_rdn, pretty_value, skip_spaces};
 

@@ -12,6 +12,15 @@ fn key_parent_strips_the_leftmost_rdn() {
     assert_eq!(key_parent(&k("")), None);
 }
 
+#[test]
+fn key_ancestors_walk_up_to_the_root() {
+    let k = |s: &str| key_of(s).unwrap();
+    let key = k("cn=a,ou=b,dc=c");
+    let up: Vec<&[u8]> = key_ancestors(&key).collect();
+    assert_eq!(up, [k("ou=b,dc=c").as_slice(), k("dc=c").as_slice(), &[][..]]);
+    assert_eq!(key_ancestors(&k("")).count(), 0);
+}
+
 /// As slapd's `dnNormalize` spells what whoami says after a proxied
 /// or SASL authorization: types by their schema name, values in
 /// their equality rule's normal form, escapes as the pretty form's.
