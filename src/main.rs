@@ -69,7 +69,8 @@
 //!   a request is decoded (`limits.max_pending_bytes`); `conn/registry`:
 //!   what the admin thread sees of each connection (`ConnInfo`) and the
 //!   `Registry` of them.
-//! - `ber`: direct BER encoding of search entries; PDU header peeking.
+//! - `ber`: direct BER encoding of search entries and plain results (lengths
+//!   first, then written into room made once); PDU header peeking.
 //! - `strict`: every byte of an LDAPMessage checked before ldap3_proto
 //!   decodes it (envelope, BER well-formedness, message IDs);
 //!   `strict/controls`: the controls field, and controls slapd would
