@@ -9,19 +9,21 @@
 use bytes::{BufMut, BytesMut};
 use ldap3_proto::proto::{LdapOp, LdapResult};
 
-/// One attribute of an entry being written: a name and its values.
+/// One attribute of an entry being written: a name and its values. The
+/// values are walked twice, to measure and to write (`with_lens`), so a
+/// clone of `vals` must yield what the first walk yielded: a PDU is sized
+/// before it is written.
 pub struct OutAttr<'a, I: Iterator<Item = &'a [u8]> + Clone> {
     pub name: &'a str,
     pub vals: I,
 }
 
+/// Bytes a definite length takes: one below 128, else one more than the
+/// bytes of `n` (RFC 4511 §5.1: the shortest form).
 fn len_of_len(n: usize) -> usize {
     match n {
         0..=0x7f => 1,
-        0x80..=0xff => 2,
-        0x100..=0xffff => 3,
-        0x1_0000..=0xff_ffff => 4,
-        _ => 5,
+        _ => 1 + (usize::BITS - n.leading_zeros()).div_ceil(8) as usize,
     }
 }
 
@@ -283,10 +285,12 @@ mod tests {
 
     #[test]
     fn matches_ldap3_proto_encoding() {
-        // Lengths of one, two and three bytes after the first.
-        let (big, bigger) = (vec![b'x'; 300], vec![b'y'; 70_000]);
+        // Every length form up to three bytes after the first: values of
+        // each boundary's length (0x81 .., 0x82 .. .., 0x83 .. .. ..).
+        let sized: Vec<Vec<u8>> =
+            [0, 127, 128, 200, 255, 256, 65535, 65536, 70_000].iter().map(|n| vec![b'x'; *n]).collect();
         let vals: Vec<&[u8]> = vec![b"top", b"person"];
-        let bigs: Vec<&[u8]> = vec![&big, &bigger];
+        let bigs: Vec<&[u8]> = sized.iter().map(Vec::as_slice).collect();
         for msgid in [0, 1, 127, 128, 255, 256, 65535, i32::MAX] {
             let attrs = [
                 OutAttr { name: "objectClass", vals: vals.iter().copied() },
@@ -303,7 +307,7 @@ mod tests {
                             atype: "objectClass".into(),
                             vals: vec![b"top".to_vec(), b"person".to_vec()],
                         },
-                        LdapPartialAttribute { atype: "description".into(), vals: vec![big.clone(), bigger.clone()] },
+                        LdapPartialAttribute { atype: "description".into(), vals: sized.clone() },
                     ],
                 }),
             );
@@ -316,6 +320,24 @@ mod tests {
             assert!(mine.ends_with(&op) && op.len() > 70_000, "msgid {msgid}");
             assert_eq!(LdapCodec::new(Some(1 << 20), None).decode(&mut mine).unwrap(), Some(msg));
         }
+        // Four bytes after the first: a value of 16 MiB (encoded only).
+        let huge = vec![b'z'; 1 << 24];
+        let attrs = [OutAttr { name: "description", vals: std::iter::once(huge.as_slice()) }];
+        let mut mine = BytesMut::new();
+        search_entry(&mut mine, 1, "cn=a,dc=x", &attrs, false);
+        let entry = LdapSearchResultEntry {
+            dn: "cn=a,dc=x".into(),
+            attributes: vec![LdapPartialAttribute { atype: "description".into(), vals: vec![huge.clone()] }],
+        };
+        let mut theirs = BytesMut::new();
+        LdapCodec::default().encode(LdapMsg::new(1, LdapOp::SearchResultEntry(entry)), &mut theirs).unwrap();
+        assert!(mine == theirs && mine[1] == 0x84, "16 MiB");
+        for (n, k) in
+            [(0x7f, 1), (0x80, 2), (0xff, 2), (0x100, 3), (0xff_ffff, 4), (0x100_0000, 5), (u32::MAX as usize, 5)]
+        {
+            assert_eq!(len_of_len(n), k, "{n:#x}");
+        }
+        assert_eq!(len_of_len(1 << 32), 6);
         // More attributes than are measured on the stack, with and
         // without their values.
         let names: Vec<String> = (0..60).map(|i| format!("a{i}")).collect();
