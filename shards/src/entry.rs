@@ -467,6 +467,7 @@ impl<'a> Reader<'a> {
 
 /// Stored text as `str`: names and most DNs are ASCII, checked a word at
 /// a time inline; `from_utf8` (a call, per character) for the rest.
+#[inline]
 fn utf8(bytes: &[u8]) -> Result<&str> {
     match bytes.is_ascii() {
         // SAFETY: ASCII is UTF-8.

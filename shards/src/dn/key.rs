@@ -18,10 +18,24 @@ pub fn key_of(text: &str) -> Result<Vec<u8>> {
     }
 }
 
+/// The bytes that make a DN other than plain `type=value` RDNs (an
+/// escape, a hex value, a multi-valued RDN, quotes, old separators, NUL):
+/// one load per byte of every bind DN and every candidate's DN.
+const NOT_PLAIN: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    let special = *b"\\#+\"<>;\0";
+    while i < special.len() {
+        t[special[i] as usize] = true;
+        i += 1;
+    }
+    t
+};
+
 /// `key_of` for DNs made of plain `type=value` RDNs; `None` for any other
 /// form (or an error, which the full parser then names).
 fn plain_key(text: &str) -> Option<Vec<u8>> {
-    if text.bytes().any(|c| matches!(c, b'\\' | b'#' | b'+' | b'"' | b'<' | b'>' | b';' | 0)) {
+    if text.bytes().any(|c| NOT_PLAIN[c as usize]) {
         return None;
     }
     // A parent's own DN (a search's base, most often the parent of what
