@@ -6,7 +6,7 @@
 //! that would copy every value twice. Here the lengths are computed first
 //! and the bytes written once, in definite minimal-length form.
 
-use bytes::{BufMut, BytesMut};
+use bytes::BytesMut;
 use ldap3_proto::proto::{LdapOp, LdapResult};
 
 /// One attribute of an entry being written: a name and its values. The
@@ -31,23 +31,9 @@ fn tlv(content: usize) -> usize {
     1 + len_of_len(content) + content
 }
 
-fn put_len(out: &mut BytesMut, n: usize) {
-    match len_of_len(n) {
-        1 => out.put_u8(n as u8),
-        k => {
-            out.put_u8(0x80 | (k - 1) as u8);
-            for i in (0..k - 1).rev() {
-                out.put_u8((n >> (8 * i)) as u8);
-            }
-        }
-    }
-}
-
 /// One primitive or already-encoded element: tag, definite length, contents.
 pub fn put_tlv(out: &mut BytesMut, tag: u8, bytes: &[u8]) {
-    out.put_u8(tag);
-    put_len(out, bytes.len());
-    out.put_slice(bytes);
+    sized(out, tlv(bytes.len()), |put| put.tlv(tag, bytes))
 }
 
 fn int_bytes(v: i32) -> ([u8; 4], usize) {

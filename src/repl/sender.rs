@@ -573,7 +573,7 @@ fn whole_moves(all: &[(Csn, u16, Origin, u64, Vec<u8>)], limit: usize) -> usize 
 /// The old and new DN keys of a rename record in its encoded form.
 fn renamed_keys(record: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
     let (old, new) = Record::renamed_dns(record)?;
-    Some((Dn::parse(old).ok()?.key(), Dn::parse(new).ok()?.key()))
+    Some((shards::dn::key_of(old).ok()?, shards::dn::key_of(new).ok()?))
 }
 
 /// What a record of `n` bytes takes in a frame: base64, and the JSON of
