@@ -178,6 +178,13 @@ pub struct Conn {
     /// (`ops::sasl`).
     pub sasl_in_progress: Cell<bool>,
     out: LocalSender<Out>,
+    /// The plain socket (TCP or ldapi) answers are written to in place
+    /// while the writer holds none (`send_now`); -1 under TLS, after
+    /// StartTLS and once the read loop has ended.
+    direct: Cell<RawFd>,
+    /// Frames handed to the writer and not yet written (or dropped): while
+    /// any is, a write in place would overtake it.
+    queued: Rc<Cell<usize>>,
     /// KiB the queue may still take (`limits.max_queued_bytes_per_connection`, and the shard's budget
     /// beyond `room::OWN_KIB`): each frame takes its size, and the writer
     /// gives it back once the frame is written (or dropped).
@@ -255,7 +262,7 @@ impl Reservation<'_> {
         if held >= kib {
             self.conn.room.signal(held - kib);
             if !frame.is_empty() {
-                let _ = self.conn.out.send(Out::Frame(frame, kib)).await;
+                self.conn.send_taken(frame, kib).await;
             }
             return;
         }
@@ -267,6 +274,28 @@ impl Reservation<'_> {
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
         self.conn.room.signal(self.reserved.get());
+    }
+}
+
+/// One frame counted in `Conn::queued` while it is handed to the writer;
+/// a hand-over that fails or is dropped uncounts it.
+struct Queued<'a>(&'a Cell<usize>);
+
+impl<'a> Queued<'a> {
+    fn new(queued: &'a Cell<usize>) -> Queued<'a> {
+        queued.set(queued.get() + 1);
+        Queued(queued)
+    }
+
+    /// The writer has it: it uncounts it once written.
+    fn keep(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
     }
 }
 
@@ -331,6 +360,8 @@ impl Conn {
             peer_cred,
             sasl_in_progress: Cell::new(false),
             out,
+            direct: Cell::new(-1),
+            queued: Rc::default(),
             room: Room::new(ctx_queued, fd),
         });
         (conn, frames)
@@ -342,10 +373,62 @@ impl Conn {
         if frame.is_empty() {
             return;
         }
+        let Some(frame) = self.send_now(frame) else { return };
         let kib = self.room.kib_of_frame(frame.len());
-        if self.room.acquire(kib).await {
-            let _ = self.out.send(Out::Frame(frame, kib)).await;
+        // Counted before the wait: what is sent meanwhile queues behind it.
+        let queued = Queued::new(&self.queued);
+        if self.room.acquire(kib).await && self.out.send(Out::Frame(frame, kib)).await.is_ok() {
+            queued.keep();
         }
+    }
+
+    /// `send` of a frame whose room is taken: what is written in place
+    /// gives its room back.
+    async fn send_taken(&self, frame: BytesMut, kib: u64) {
+        let Some(frame) = self.send_now(frame) else { return self.room.signal(kib) };
+        let left = self.room.kib_of_frame(frame.len()).min(kib);
+        self.room.signal(kib - left);
+        let queued = Queued::new(&self.queued);
+        if self.out.send(Out::Frame(frame, left)).await.is_ok() {
+            queued.keep();
+        }
+    }
+
+    /// Writes `frame` to a plain socket at once when the writer holds
+    /// nothing, as much as the socket takes without waiting; what is left
+    /// (all of it under TLS, with frames queued, or on any error, which
+    /// the writer then meets and acts on) goes to the writer. A response
+    /// so sent costs no hand-over to the writer task: for a bind or a
+    /// search of one entry that was a tenth of the request's work.
+    fn send_now(&self, mut frame: BytesMut) -> Option<BytesMut> {
+        let fd = self.direct.get();
+        if fd < 0 || self.queued.get() > 0 {
+            return Some(frame);
+        }
+        // SAFETY: `fd` is the connection's open socket (`direct` is reset
+        // before the read loop's stream can be closed); `frame` is valid
+        // for its length.
+        let n = unsafe { libc::send(fd, frame.as_ptr().cast(), frame.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        if n <= 0 {
+            return Some(frame);
+        }
+        self.ctx.metrics.bytes_out.increment(n as u64);
+        if n as usize == frame.len() {
+            return None;
+        }
+        bytes::Buf::advance(&mut frame, n as usize);
+        Some(frame)
+    }
+
+    /// Lets answers be written in place on the plain socket `fd`.
+    fn write_in_place(&self, fd: RawFd) {
+        self.direct.set(fd);
+    }
+
+    /// From now on every answer goes through the writer (TLS follows, or
+    /// the stream is about to close).
+    fn stop_writing_in_place(&self) {
+        self.direct.set(-1);
     }
 
     /// Runs `task` once the requests of the read now dispatched are.
@@ -432,6 +515,7 @@ pub async fn serve_tcp(stream: TcpStream, peer: Option<std::net::SocketAddr>, ct
     let fd = stream.as_raw_fd();
     let Some(writer) = writer_of(fd) else { return };
     let (conn, frames) = Conn::new(ctx, 0, peer_name(peer), fd);
+    conn.write_in_place(fd);
     let writer_task = spawn_writer(writer, frames, fd, &conn);
     let mut stream = stream;
     let end = read_loop(&mut stream, &conn).await;
@@ -479,6 +563,7 @@ pub async fn serve_unix(stream: TcpStream, peer_cred: Option<PeerCred>, ctx: Rc<
     let fd = stream.as_raw_fd();
     let Some(writer) = writer_of(fd) else { return };
     let (conn, frames) = Conn::with_cred(ctx, (LOCAL_SSF, peer_cred), "PATH=ldapi".into(), fd);
+    conn.write_in_place(fd);
     let writer_task = spawn_writer(writer, frames, fd, &conn);
     let mut stream = stream;
     let _ = read_loop(&mut stream, &conn).await;
@@ -555,6 +640,7 @@ async fn serve_split<S: AsyncRead + AsyncWrite + Unpin + 'static>(
 /// After the read loop: abandons running searches and lets the writer
 /// drain what the remaining tasks send.
 async fn finish<W>(conn: Rc<Conn>, writer_task: glommio::task::JoinHandle<Option<W>>) {
+    conn.stop_writing_in_place();
     for (flag, _) in conn.running.borrow().values() {
         flag.raise();
     }
@@ -743,6 +829,7 @@ async fn read_loop<R: AsyncRead + Unpin>(stream: &mut R, conn: &Rc<Conn>) -> End
                     }
                     Flow::StartTls if rbuf.is_empty() => {
                         conn.send(inline).await;
+                        conn.stop_writing_in_place();
                         let _ = conn.out.send(Out::Handoff).await;
                         return End::StartTls;
                     }

@@ -37,11 +37,14 @@ pub(super) fn spawn_writer<W: AsyncWrite + Unpin + 'static>(
     let timeout = Duration::from_secs(conn.ctx.live().limits.write_timeout_s);
     let ctx = conn.ctx.clone();
     let room = conn.room.clone();
+    let queued = conn.queued.clone();
+    // Frames written or dropped no longer hold back writes in place.
+    let done = move |n: usize| queued.set(queued.get() - n);
     glommio::spawn_local(async move {
         let mut handoff = false;
         while let Some(out) = frames.recv().await {
-            let (mut frame, mut kib) = match out {
-                Out::Frame(f, kib) => (f, kib),
+            let (mut frame, mut kib, mut n) = match out {
+                Out::Frame(f, kib) => (f, kib, 1),
                 Out::Handoff => return Some((writer, frames)),
             };
             // Responses queued behind it go out in the same write: a read
@@ -52,6 +55,7 @@ pub(super) fn spawn_writer<W: AsyncWrite + Unpin + 'static>(
                     Some(Some(Out::Frame(next, more))) => {
                         frame.extend_from_slice(&next);
                         kib += more;
+                        n += 1;
                     }
                     Some(Some(Out::Handoff)) => handoff = true,
                     Some(None) => closed = true,
@@ -72,6 +76,7 @@ pub(super) fn spawn_writer<W: AsyncWrite + Unpin + 'static>(
                 }
             };
             room.written(kib);
+            done(n);
             if written.is_err() {
                 if fd >= 0 {
                     // SAFETY: shutting down a socket the connection still owns.
@@ -101,7 +106,10 @@ pub(super) fn spawn_writer<W: AsyncWrite + Unpin + 'static>(
         // end. A handoff found here has no stream left to hand: done.
         while let Some(out) = frames.recv().await {
             match out {
-                Out::Frame(_, kib) => room.signal(kib),
+                Out::Frame(_, kib) => {
+                    room.signal(kib);
+                    done(1);
+                }
                 Out::Handoff => return None,
             }
         }

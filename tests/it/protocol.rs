@@ -50,6 +50,77 @@ fn pipelined_requests_all_answered() {
     assert_eq!(done.into_iter().collect::<Vec<_>>(), (1..102).collect::<Vec<_>>());
 }
 
+/// Answers written straight to the socket and those queued for the
+/// writer task never interleave: a client that reads nothing while big
+/// searches and small requests pile up (so writes in place are cut short
+/// and what is left is queued, and later answers queue behind it) then
+/// reads every message whole, each search's entries before its result,
+/// every request answered once.
+#[test]
+fn answers_written_in_place_and_queued_never_interleave() {
+    let s = Server::start(1);
+    let mut admin = s.admin();
+    let big = "x".repeat(64 << 10);
+    let ou = vec![("objectClass", ["organizationalUnit"].into()), ("ou", ["big"].into())];
+    assert_eq!(admin.add(&format!("ou=big,{SUFFIX}"), ou).unwrap().rc, 0);
+    for i in 0..20 {
+        let cn = format!("b{i}");
+        let entry = vec![
+            ("objectClass", ["person"].into()),
+            ("cn", [cn.as_str()].into()),
+            ("sn", ["x"].into()),
+            ("description", [big.as_str()].into()),
+        ];
+        assert_eq!(admin.add(&format!("cn=b{i},ou=big,{SUFFIX}"), entry).unwrap().rc, 0);
+    }
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], s.port)).into()).unwrap();
+    let sock: std::net::TcpStream = sock.into();
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
+    let mut r = Raw::over(sock);
+    let big_base = format!("ou=big,{SUFFIX}");
+    let msgs = (1..=60)
+        .map(|id| {
+            let op = match id % 3 {
+                0 => search(&big_base, LdapSearchScope::OneLevel),
+                1 => whoami(),
+                _ => search(PEOPLE, LdapSearchScope::Base),
+            };
+            LdapMsg::new(id, op)
+        })
+        .collect();
+    r.send(msgs);
+    let mut entries = std::collections::HashMap::<i32, usize>::new();
+    let mut done = std::collections::BTreeSet::new();
+    while done.len() < 60 {
+        let m = r.recv().expect("connection closed early");
+        assert!(!done.contains(&m.msgid), "msgid {} answered after its result", m.msgid);
+        match &m.op {
+            LdapOp::SearchResultEntry(e) => {
+                if m.msgid % 3 == 0 {
+                    assert_eq!(
+                        e.attributes.iter().find(|a| a.atype == "description").unwrap().vals[0].len(),
+                        big.len()
+                    );
+                }
+                *entries.entry(m.msgid).or_default() += 1;
+            }
+            op => {
+                let code = result_code(op).unwrap_or_else(|| panic!("{m:?}"));
+                assert_eq!(code, LdapResultCode::Success, "{m:?}");
+                let want = match m.msgid % 3 {
+                    0 => 20,
+                    1 => 0,
+                    _ => 1,
+                };
+                assert_eq!(entries.get(&m.msgid).copied().unwrap_or(0), want, "entries of msgid {}", m.msgid);
+                done.insert(m.msgid);
+            }
+        }
+    }
+}
+
 #[test]
 fn abandon_stops_a_running_search() {
     let s = Server::start(2);
