@@ -142,7 +142,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapAddRequest, ctrls: Controls) -> Res
         true => Some(check_uuid_free(ctx, &entry)?),
         false => None,
     };
-    hash_passwords(&conn, &mut entry.attrs).await?;
+    hash_passwords(&conn, &mut entry.attrs, &mut { MOST_HASHED }).await?;
     stamps.apply(&mut entry);
     entry.check_layout()?;
     // With the entryCSN the owner stamps as it commits.
@@ -321,10 +321,29 @@ fn set_structural(entry: &mut Entry, structural: String) {
 /// before they are stored, on the blocking pool (key stretching takes
 /// milliseconds). Values already in `{SCHEME}` form are kept as given,
 /// unless verifying them would cost more than `passwords.max_*` allow
-/// (constraintViolation: such a hash could never be used to bind).
-pub async fn hash_passwords(conn: &Conn, attrs: &mut [Attr]) -> Result<()> {
+/// (constraintViolation: such a hash could never be used to bind). At
+/// most `left` cleartext values are hashed (the operation's share of
+/// `MOST_HASHED`); more is adminLimitExceeded, before any is hashed.
+pub async fn hash_passwords(conn: &Conn, attrs: &mut [Attr], left: &mut usize) -> Result<()> {
     let scheme = &conn.ctx.passwords.default_scheme;
     let policy = conn.ctx.password_policy;
+    if !scheme.eq_ignore_ascii_case("{CLEARTEXT}") {
+        let cleartext = attrs
+            .iter()
+            .filter(|a| shards::matching::is_user_password(&a.name))
+            .flat_map(|a| &a.vals)
+            .filter(|v| !password::is_hashed(v))
+            .count();
+        *left = left.checked_sub(cleartext).ok_or_else(|| {
+            Error::new(
+                LdapResultCode::AdminLimitExceeded,
+                format!(
+                    "userPassword: more than {MOST_HASHED} cleartext values to hash in one operation; \
+                     send them hashed, or in several operations"
+                ),
+            )
+        })?;
+    }
     for a in attrs.iter_mut().filter(|a| shards::matching::is_user_password(&a.name)) {
         if let Some(i) = a.vals.iter().position(|v| !policy.within(v)) {
             return Err(Error::new(
@@ -354,6 +373,12 @@ pub async fn hash_passwords(conn: &Conn, attrs: &mut [Attr]) -> Result<()> {
     }
     Ok(())
 }
+
+/// The most cleartext passwords one add or modify may have hashed: each
+/// is a key stretching (milliseconds) on the shard's password lane, which
+/// binds share, and a user may change their own password. 3,000 values in
+/// one modify held that lane for 20 s.
+pub const MOST_HASHED: usize = 4;
 
 /// Sets the operational attributes of a new entry that it does not carry
 /// yet (an import keeps those of the LDIF; a client cannot send them).

@@ -8,7 +8,7 @@
 
 use crate::acl::Level;
 use crate::conn::{Conn, Identity};
-use crate::ops::add::{check_uuid_free, hash_passwords, is_relaxable, UuidClaim};
+use crate::ops::add::{check_uuid_free, hash_passwords, is_relaxable, UuidClaim, MOST_HASHED};
 use crate::ops::controls::{self, Controls};
 use crate::ops::{access, parse_dn, with_matched};
 use ldap3_proto::control::LdapControl;
@@ -71,6 +71,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
     let mut mods = Vec::with_capacity(req.changes.len());
     let mut relaxed = Vec::new();
     let mut verifications = MOST_VERIFIED;
+    let mut hashings = MOST_HASHED;
     for change in req.changes {
         // Spelled as stored (`2.5.4.35` is `userPassword`): what is decided
         // by the type (password hashing and its cost limits) must not
@@ -93,7 +94,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
         }
         mods.push(match change.operation {
             LdapModifyType::Add => {
-                hash_passwords(&conn, std::slice::from_mut(&mut attr)).await?;
+                hash_passwords(&conn, std::slice::from_mut(&mut attr), &mut hashings).await?;
                 Mod::Add(attr)
             }
             LdapModifyType::Delete => {
@@ -101,7 +102,7 @@ pub async fn handle(conn: Rc<Conn>, req: LdapModifyRequest, ctrls: Controls) -> 
                 Mod::Delete(attr)
             }
             LdapModifyType::Replace => {
-                hash_passwords(&conn, std::slice::from_mut(&mut attr)).await?;
+                hash_passwords(&conn, std::slice::from_mut(&mut attr), &mut hashings).await?;
                 Mod::Replace(attr)
             }
             LdapModifyType::Increment => Mod::Increment(attr),

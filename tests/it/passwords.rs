@@ -356,3 +356,54 @@ fn binds_of_clients_that_left_are_not_verified() {
     assert_eq!(bind(&s, "slow", "wrong"), 49);
     assert_eq!(metric("coredir_password_jobs_total"), verified + run + 1);
 }
+
+/// Each cleartext `userPassword` value costs a key stretching to store
+/// (the default scheme): one modify of a user's own password with 3,000
+/// values held the shard's password lane, and every bind behind it, for
+/// 20 s of CPU. At most `MOST_HASHED` per operation are hashed; more is
+/// adminLimitExceeded before any is, in an add and across a modify's
+/// changes; values sent hashed are not counted.
+#[test]
+fn an_operation_hashes_at_most_a_few_cleartext_passwords() {
+    let s = Server::start(1);
+    let mut c = s.admin();
+    user_with(&mut c, "many", "first");
+    let dn = format!("uid=many,{PEOPLE}");
+    let values = |n: usize| (0..n).map(|i| format!("pw{i}")).collect::<HashSet<String>>();
+    fn as_strs(v: &HashSet<String>) -> HashSet<&str> {
+        v.iter().map(String::as_str).collect()
+    }
+    let five = values(5);
+    let res = c.modify(&dn, vec![ldap3::Mod::Replace("userPassword", as_strs(&five))]).unwrap();
+    assert_eq!(res.rc, 11, "{res:?}");
+    // Across changes: three, then two more.
+    let (three, two) = (values(3), ["x1", "x2"].into_iter().collect::<HashSet<&str>>());
+    let res = c
+        .modify(&dn, vec![ldap3::Mod::Replace("userPassword", as_strs(&three)), ldap3::Mod::Add("userPassword", two)])
+        .unwrap();
+    assert_eq!(res.rc, 11, "{res:?}");
+    assert_eq!(bind(&s, "many", "first"), 0, "a refused modify changed the password");
+    let four = values(4);
+    let res = c.modify(&dn, vec![ldap3::Mod::Replace("userPassword", as_strs(&four))]).unwrap();
+    assert_eq!(res.rc, 0, "{res:?}");
+    assert_eq!(bind(&s, "many", "pw3"), 0);
+    // Hashed values are not counted.
+    let hashed: Vec<String> = (0..6).map(|i| hash_password("{SSHA}", &format!("h{i}"))).collect();
+    let res =
+        c.modify(&dn, vec![ldap3::Mod::Replace("userPassword", hashed.iter().map(String::as_str).collect())]).unwrap();
+    assert_eq!(res.rc, 0, "{res:?}");
+    // An add alike.
+    let res = c
+        .add(
+            &format!("uid=many2,{PEOPLE}"),
+            vec![
+                ("objectClass", HashSet::from(["inetOrgPerson"])),
+                ("uid", HashSet::from(["many2"])),
+                ("cn", HashSet::from(["many2"])),
+                ("sn", HashSet::from(["P"])),
+                ("userPassword", as_strs(&five)),
+            ],
+        )
+        .unwrap();
+    assert_eq!(res.rc, 11, "{res:?}");
+}
