@@ -348,10 +348,12 @@ impl Rule {
     /// edge spaces slapd drops there: IA5 pieces are trimmed at both ends
     /// wherever they stand; for the directory-string rules, the leading
     /// spaces of an initial piece and the trailing ones of a final piece
-    /// (a value has none there), while the others stay significant.
+    /// (a value has none there), while the others stay significant. An
+    /// initial piece of spaces only is one space, as slapd prepares it:
+    /// `(cn=\20*)` matches no value (a final one, `(cn=*\20)`, all).
     pub fn normalize_piece_at(self, piece: &[u8], at: Piece) -> Cow<'_, [u8]> {
         use Rule::*;
-        let start = || piece.iter().position(|b| *b != b' ').unwrap_or(piece.len());
+        let start = || piece.iter().position(|b| *b != b' ').unwrap_or(piece.len().saturating_sub(1));
         let end = || piece.iter().rposition(|b| *b != b' ').map_or(0, |e| e + 1);
         let piece = match (self, at) {
             (CaseIgnoreIA5 | CaseIgnoreIA5Substrings | CaseExactIA5 | CaseExactIA5Substrings, _) => trim_spaces(piece),

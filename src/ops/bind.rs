@@ -186,7 +186,14 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest, first_step: bool) -> Result<
         // One walk of the attributes: a fast hash that matches decides;
         // else, with any slow one, the slow ones go to a blocking thread
         // (`Check`).
-        let values = || e.attrs().filter(|a| is_user_password(a.name)).flat_map(|a| a.vals());
+        // `userPassword` itself: as slapd, a value under a subtype
+        // (`userPassword;lang-en`) is no password to bind with, else a
+        // user could keep one an administrator's reset leaves behind.
+        let values = || {
+            e.attrs()
+                .filter(|a| is_user_password(a.name) && a.name.len() == "userPassword".len())
+                .flat_map(|a| a.vals())
+        };
         let mut slow = false;
         for v in values() {
             if password::is_slow(v) {

@@ -81,7 +81,9 @@ pub fn handle(conn: &Conn, req: &LdapCompareRequest, ctrls: &Controls) -> Result
     // looked for, as slapd's frontend does: a bad one is refused (17, 21)
     // whether or not the entry exists.
     shards::schema::check::check_options(&req.atype)?;
-    let is_password = matching::same_attr(&req.atype, "userPassword");
+    // With options too: their values are hashed as userPassword's are
+    // (`ops::add::hash_passwords`), and verified so.
+    let is_password = matching::attr_type(&req.atype).is_some_and(|t| t.oid == "2.5.4.35");
     let class = object_class(&req.atype, &req.val)?;
     let want = match is_password {
         true => None,

@@ -61,9 +61,14 @@ impl Dn {
         }
         let mut rdns = Vec::new();
         let bytes = text.as_bytes();
+        if bytes.is_empty() {
+            return Ok(Dn::root());
+        }
+        // As slapd: spaces alone are no DN, not the empty one (34, and 21
+        // for a value of DN syntax).
         let mut pos = skip_spaces(bytes, 0);
         if pos == bytes.len() {
-            return Ok(Dn::root());
+            return Err(Error::invalid_dn(text, "a DN of spaces only"));
         }
         loop {
             let (rdn, next) = parse_rdn(text, bytes, pos)?;
