@@ -196,10 +196,10 @@ fn authenticate(conn: &Conn, req: &LdapBindRequest, first_step: bool) -> Result<
         };
         let mut slow = false;
         for v in values() {
-            if password::is_slow(v) {
-                slow = true;
-            } else if policy.verify(v, &password) {
-                return Some(Step::Done(bound(e)));
+            match policy.verify_fast(v, &password) {
+                None => slow = true,
+                Some(true) => return Some(Step::Done(bound(e))),
+                Some(false) => {}
             }
         }
         if slow {
