@@ -277,6 +277,15 @@ impl Drop for Reservation<'_> {
     }
 }
 
+/// What a write in place did with a frame (`Conn::send_now`).
+enum InPlace {
+    All,
+    /// The socket took part: the rest.
+    Part(BytesMut),
+    /// Not tried, or the socket took nothing: the frame.
+    None(BytesMut),
+}
+
 /// One frame counted in `Conn::queued` while it is handed to the writer;
 /// a hand-over that fails or is dropped uncounts it.
 struct Queued<'a>(&'a Cell<usize>);
@@ -373,9 +382,13 @@ impl Conn {
         if frame.is_empty() {
             return;
         }
-        let Some(frame) = self.send_now(frame) else { return };
+        let frame = match self.send_now(frame) {
+            InPlace::All => return,
+            InPlace::Part(rest) => return self.queue_rest(rest),
+            InPlace::None(frame) => frame,
+        };
         let kib = self.room.kib_of_frame(frame.len());
-        // Counted before the wait: what is sent meanwhile queues behind it.
+        // Counted before the wait: what this task sends next cannot pass it.
         let queued = Queued::new(&self.queued);
         if self.room.acquire(kib).await && self.out.send(Out::Frame(frame, kib)).await.is_ok() {
             queued.keep();
@@ -385,11 +398,16 @@ impl Conn {
     /// `send` of a frame whose room is taken: what is written in place
     /// gives its room back.
     async fn send_taken(&self, frame: BytesMut, kib: u64) {
-        let Some(frame) = self.send_now(frame) else { return self.room.signal(kib) };
-        let left = self.room.kib_of_frame(frame.len()).min(kib);
-        self.room.signal(kib - left);
+        let frame = match self.send_now(frame) {
+            InPlace::All => return self.room.signal(kib),
+            InPlace::Part(rest) => {
+                self.room.signal(kib);
+                return self.queue_rest(rest);
+            }
+            InPlace::None(frame) => frame,
+        };
         let queued = Queued::new(&self.queued);
-        if self.out.send(Out::Frame(frame, left)).await.is_ok() {
+        if self.out.send(Out::Frame(frame, kib)).await.is_ok() {
             queued.keep();
         }
     }
@@ -400,24 +418,50 @@ impl Conn {
     /// the writer then meets and acts on) goes to the writer. A response
     /// so sent costs no hand-over to the writer task: for a bind or a
     /// search of one entry that was a tenth of the request's work.
-    fn send_now(&self, mut frame: BytesMut) -> Option<BytesMut> {
+    fn send_now(&self, frame: BytesMut) -> InPlace {
         let fd = self.direct.get();
         if fd < 0 || self.queued.get() > 0 {
-            return Some(frame);
+            return InPlace::None(frame);
         }
         // SAFETY: `fd` is the connection's open socket (`direct` is reset
         // before the read loop's stream can be closed); `frame` is valid
         // for its length.
         let n = unsafe { libc::send(fd, frame.as_ptr().cast(), frame.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
         if n <= 0 {
-            return Some(frame);
+            return InPlace::None(frame);
         }
+        let n = n as usize;
         self.ctx.metrics.bytes_out.increment(n as u64);
-        if n as usize == frame.len() {
-            return None;
+        // A client that reads keeps draining (`room::Budget::evict_stalled`).
+        self.room.drained(self.room.kib_of_frame(n));
+        if n == frame.len() {
+            return InPlace::All;
         }
-        bytes::Buf::advance(&mut frame, n as usize);
-        Some(frame)
+        // A small rest keeps no big frame's allocation.
+        let rest = match frame.len() - n < frame.capacity() / 2 {
+            true => BytesMut::from(&frame[n..]),
+            false => {
+                let mut frame = frame;
+                bytes::Buf::advance(&mut frame, n);
+                frame
+            }
+        };
+        InPlace::Part(rest)
+    }
+
+    /// Hands the rest of a frame cut short in place to the writer at once,
+    /// before anything else can be sent (no wait: the queue is empty, as
+    /// nothing was queued). Its room is taken if there is some; else it
+    /// goes unaccounted: one such rest per connection at most, as a write
+    /// in place is only tried with nothing queued.
+    fn queue_rest(&self, rest: BytesMut) {
+        let kib = self.room.kib_of_frame(rest.len());
+        let kib = if self.room.try_acquire(kib) { kib } else { 0 };
+        let queued = Queued::new(&self.queued);
+        match self.out.try_send(Out::Frame(rest, kib)) {
+            Ok(()) => queued.keep(),
+            Err(_) => self.room.signal(kib),
+        }
     }
 
     /// Lets answers be written in place on the plain socket `fd`.

@@ -207,8 +207,14 @@ impl Room {
 
     /// Gives back `kib` its writer wrote: it counts toward its drain.
     pub fn written(&self, kib: u64) {
-        self.drained.set(self.drained.get() + kib);
+        self.drained(kib);
         self.signal(kib);
+    }
+
+    /// Counts `kib` written toward the drain (also what the connection
+    /// wrote in place, which held no room).
+    pub fn drained(&self, kib: u64) {
+        self.drained.set(self.drained.get() + kib);
     }
 
     /// KiB taken from `own` for frames queued or about to be: all but

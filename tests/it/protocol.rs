@@ -58,12 +58,16 @@ fn pipelined_requests_all_answered() {
 /// every request answered once.
 #[test]
 fn answers_written_in_place_and_queued_never_interleave() {
+    // Entries of 1 MiB, 6 MiB a search: a few searches hold all of a
+    // connection's room (4 MiB), so one waits for room with an entry cut
+    // short on the socket while others have theirs.
+    const ENTRIES: usize = 6;
     let s = Server::start(1);
     let mut admin = s.admin();
-    let big = "x".repeat(64 << 10);
+    let big = "x".repeat(1 << 20);
     let ou = vec![("objectClass", ["organizationalUnit"].into()), ("ou", ["big"].into())];
     assert_eq!(admin.add(&format!("ou=big,{SUFFIX}"), ou).unwrap().rc, 0);
-    for i in 0..20 {
+    for i in 0..ENTRIES {
         let cn = format!("b{i}");
         let entry = vec![
             ("objectClass", ["person"].into()),
@@ -80,7 +84,8 @@ fn answers_written_in_place_and_queued_never_interleave() {
     sock.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
     let mut r = Raw::over(sock);
     let big_base = format!("ou=big,{SUFFIX}");
-    let msgs = (1..=60)
+    const N: i32 = 24;
+    let msgs = (1..=N)
         .map(|id| {
             let op = match id % 3 {
                 0 => search(&big_base, LdapSearchScope::OneLevel),
@@ -93,7 +98,7 @@ fn answers_written_in_place_and_queued_never_interleave() {
     r.send(msgs);
     let mut entries = std::collections::HashMap::<i32, usize>::new();
     let mut done = std::collections::BTreeSet::new();
-    while done.len() < 60 {
+    while done.len() < N as usize {
         let m = r.recv().expect("connection closed early");
         assert!(!done.contains(&m.msgid), "msgid {} answered after its result", m.msgid);
         match &m.op {
@@ -110,7 +115,7 @@ fn answers_written_in_place_and_queued_never_interleave() {
                 let code = result_code(op).unwrap_or_else(|| panic!("{m:?}"));
                 assert_eq!(code, LdapResultCode::Success, "{m:?}");
                 let want = match m.msgid % 3 {
-                    0 => 20,
+                    0 => ENTRIES,
                     1 => 0,
                     _ => 1,
                 };

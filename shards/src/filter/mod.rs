@@ -250,13 +250,14 @@ pub fn compile(f: &LdapFilter) -> Node {
         LdapFilter::Equality(a, v) | LdapFilter::Approx(a, v) => {
             // The type looked up once for the special ones below.
             let name = matching::AttrName::new(a);
-            if name.is("objectClass") || name.is("structuralObjectClass") {
+            // objectClass, structuralObjectClass.
+            if name.is_type("2.5.4.0") || name.is_type("2.5.21.9") {
                 // structuralObjectClass matches with objectClass's rule,
                 // as slapd's (an inetOrgPerson's structural class is also
                 // a person). A class the schema does not know, by name or
                 // OID, is Undefined (as slapd's objectClass rules have it).
                 object_class(schema, a, v).unwrap_or(Node::Undefined)
-            } else if name.is("entryDN") {
+            } else if name.is_type("1.3.6.1.1.20") {
                 // Without an approximate rule, `~=` is equality (as slapd falls back).
                 match (Names::of(schema, a), octets::unescape_text(v).map(|v| dn::key_of(&v))) {
                     (Some(attr), Some(Ok(key))) => Node::EntryDn { attr, key, rule: Rule::DistinguishedName },

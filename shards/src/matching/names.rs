@@ -83,6 +83,13 @@ impl<'a> AttrName<'a> {
         AttrName { name, options: options_of(name), selecting: true, at: index.map(|i| &schema.attrs[i]), subtypes }
     }
 
+    /// Whether this is the description of the type with `oid`, without
+    /// options: `is` of its name, without comparing names (a filter asks
+    /// it of every item for the types it treats apart).
+    pub fn is_type(&self, oid: &str) -> bool {
+        self.options.is_empty() && self.at.is_some_and(|at| at.oid == oid)
+    }
+
     /// Whether a stored attribute description is this one: the same type
     /// with the same options (`new`), or, for a selection
     /// (`with_subtypes`), the type or a subtype carrying at least the
