@@ -107,7 +107,10 @@ fn cancel(conn: &Conn, msgid: i32, req: &LdapExtendedRequest) -> Result<()> {
     let (flag, _) = running
         .get(&id)
         .ok_or_else(|| Error::new(LdapResultCode::NoSuchOperation, format!("no search {id} is running")))?;
-    conn.canceled.borrow_mut().insert(id);
+    // As slapd: one Cancel at a time; the operation ends with `canceled`.
+    if !conn.canceled.borrow_mut().insert(id) {
+        return Err(Error::new(LdapResultCode::OperationsError, "message ID already being cancelled"));
+    }
     flag.raise();
     Ok(())
 }

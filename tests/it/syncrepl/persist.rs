@@ -29,20 +29,25 @@ fn cancel_and_abandon_end_a_persistent_search() {
     let m = r.recv_lenient().unwrap();
     assert!(matches!(m.op, LdapOp::SearchResultEntry(ref e) if e.dn.starts_with("uid=seen,")), "{m:?}");
     // Cancel (RFC 3909): cancelRequestValue ::= SEQUENCE { cancelID 2 }.
+    // A second Cancel of it while the first is under way is, as slapd's,
+    // operationsError ("message ID already being cancelled").
     let cancel = LdapExtendedRequest { name: "1.3.6.1.1.8".into(), value: Some(vec![0x30, 0x03, 0x02, 0x01, 0x02]) };
-    r.send(vec![LdapMsg::new(3, LdapOp::ExtendedRequest(cancel))]);
-    let mut seen = Vec::new();
-    while seen.len() < 2 {
+    r.send(vec![
+        LdapMsg::new(3, LdapOp::ExtendedRequest(cancel.clone())),
+        LdapMsg::new(30, LdapOp::ExtendedRequest(cancel)),
+    ]);
+    let mut seen = std::collections::BTreeMap::new();
+    while seen.len() < 3 {
         let m = r.recv_lenient().expect("closed");
         match (m.msgid, &m.op) {
-            (2, LdapOp::SearchResultDone(res)) => seen.push(res.code.clone()),
-            (3, LdapOp::ExtendedResponse(res)) => seen.push(res.res.code.clone()),
-            (2, LdapOp::IntermediateResponse(_)) => {}
+            (2, LdapOp::SearchResultDone(res)) => seen.insert(2, res.code.clone()),
+            (3 | 30, LdapOp::ExtendedResponse(res)) => seen.insert(m.msgid, res.res.code.clone()),
+            (2, LdapOp::IntermediateResponse(_)) => None,
             other => panic!("unexpected {other:?}"),
-        }
+        };
     }
-    assert!(seen.contains(&ldap3_proto::LdapResultCode::Canceled), "{seen:?}");
-    assert!(seen.contains(&ldap3_proto::LdapResultCode::Success), "{seen:?}");
+    use ldap3_proto::LdapResultCode::{Canceled, OperationsError, Success};
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec![(2, Canceled), (3, Success), (30, OperationsError)]);
     // Abandon: the search ends without an answer; the connection goes on.
     persistent_search(&mut r, 4);
     r.send(vec![LdapMsg::new(5, LdapOp::AbandonRequest(4)), LdapMsg::new(6, whoami())]);
