@@ -60,7 +60,9 @@
 //!   left below a DN the peer renamed away follow it to its new DN.
 //! - `conn`: framing with PDU limits and the partial-request timeout, read
 //!   loop (through the shard's one read buffer, `SCRATCH`), `Reservation` (a search's room in the writer's queue, taken
-//!   before each entry is encoded), `Identity`; `conn/writer`: the writer
+//!   before each entry is encoded), `Identity`, answers written to a
+//!   plain socket in place while the writer holds none (`send_now`);
+//!   `conn/writer`: the writer
 //!   task (its queue bounded in frames and bytes, drained when the client
 //!   is gone, coalesced into one write); `conn/room`: that
 //!   room, beyond a small share drawn from the shard's budget
