@@ -384,7 +384,7 @@ impl Conn {
         }
         let frame = match self.send_now(frame) {
             InPlace::All => return,
-            InPlace::Part(rest) => return self.queue_rest(rest),
+            InPlace::Part(rest) => return self.queue_rest(rest, 0),
             InPlace::None(frame) => frame,
         };
         let kib = self.room.kib_of_frame(frame.len());
@@ -400,10 +400,7 @@ impl Conn {
     async fn send_taken(&self, frame: BytesMut, kib: u64) {
         let frame = match self.send_now(frame) {
             InPlace::All => return self.room.signal(kib),
-            InPlace::Part(rest) => {
-                self.room.signal(kib);
-                return self.queue_rest(rest);
-            }
+            InPlace::Part(rest) => return self.queue_rest(rest, kib),
             InPlace::None(frame) => frame,
         };
         let queued = Queued::new(&self.queued);
@@ -451,12 +448,20 @@ impl Conn {
 
     /// Hands the rest of a frame cut short in place to the writer at once,
     /// before anything else can be sent (no wait: the queue is empty, as
-    /// nothing was queued). Its room is taken if there is some; else it
-    /// goes unaccounted: one such rest per connection at most, as a write
-    /// in place is only tried with nothing queued.
-    fn queue_rest(&self, rest: BytesMut) {
-        let kib = self.room.kib_of_frame(rest.len());
-        let kib = if self.room.try_acquire(kib) { kib } else { 0 };
+    /// nothing was queued). It keeps its share of the `held` room the
+    /// whole frame took, else takes room if there is some, else goes
+    /// unaccounted: one such rest per connection at most, as a write in
+    /// place is only tried with nothing queued.
+    fn queue_rest(&self, rest: BytesMut, held: u64) {
+        let need = self.room.kib_of_frame(rest.len());
+        let kib = match held >= need {
+            true => {
+                self.room.signal(held - need);
+                need
+            }
+            false if self.room.try_acquire(need) => need,
+            false => 0,
+        };
         let queued = Queued::new(&self.queued);
         match self.out.try_send(Out::Frame(rest, kib)) {
             Ok(()) => queued.keep(),

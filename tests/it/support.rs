@@ -613,3 +613,29 @@ pub fn dns_in_order(c: &mut ldap3::LdapConn, base: &str, filter: &str, page: Opt
     };
     entries.into_iter().map(|e| ldap3::SearchEntry::construct(e).dn).collect()
 }
+
+/// `n` entries `cn=b{i},ou=big` of 1 MB each.
+pub fn add_big_entries(admin: &mut ldap3::LdapConn, n: usize) {
+    let big = "x".repeat(1 << 20);
+    let ou = vec![("objectClass", ["organizationalUnit"].into()), ("ou", ["big"].into())];
+    assert_eq!(admin.add(&format!("ou=big,{SUFFIX}"), ou).unwrap().rc, 0);
+    for i in 0..n {
+        let cn = format!("b{i}");
+        let entry = vec![
+            ("objectClass", ["person"].into()),
+            ("cn", [cn.as_str()].into()),
+            ("sn", ["x"].into()),
+            ("description", [big.as_str()].into()),
+        ];
+        assert_eq!(admin.add(&format!("cn=b{i},ou=big,{SUFFIX}"), entry).unwrap().rc, 0);
+    }
+}
+
+/// A connection whose client reads nothing, with a 4 KB receive buffer:
+/// what the server answers stays queued on its side.
+pub fn unread_client(s: &Server) -> std::net::TcpStream {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], s.port)).into()).unwrap();
+    sock.into()
+}

@@ -104,23 +104,6 @@ fn counted_search(c: &mut ldap3::LdapConn, base: &str, scope: ldap3::Scope, filt
     (r.0.len(), r.1.rc)
 }
 
-/// `n` entries `cn=b{i},ou=big` of 1 MB each.
-fn add_big_entries(admin: &mut ldap3::LdapConn, n: usize) {
-    let big = "x".repeat(1 << 20);
-    let ou = vec![("objectClass", ["organizationalUnit"].into()), ("ou", ["big"].into())];
-    assert_eq!(admin.add(&format!("ou=big,{SUFFIX}"), ou).unwrap().rc, 0);
-    for i in 0..n {
-        let cn = format!("b{i}");
-        let entry = vec![
-            ("objectClass", ["person"].into()),
-            ("cn", [cn.as_str()].into()),
-            ("sn", ["x"].into()),
-            ("description", [big.as_str()].into()),
-        ];
-        assert_eq!(admin.add(&format!("cn=b{i},ou=big,{SUFFIX}"), entry).unwrap().rc, 0);
-    }
-}
-
 /// 100 refreshAndPersist searches of the entry `base` with `filter`.
 fn sync_searches(base: &str, filter: &str) -> Vec<LdapMsg> {
     let (attr, value) = filter.split_once('=').unwrap();
@@ -181,13 +164,4 @@ fn clients_reading_no_big_entries(s: &Server, n: usize) -> Vec<std::net::TcpStre
             sock
         })
         .collect()
-}
-
-/// A connection whose client reads nothing, with a 4 KB receive buffer:
-/// what the server answers stays queued on its side.
-fn unread_client(s: &Server) -> std::net::TcpStream {
-    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    sock.set_recv_buffer_size(4096).unwrap();
-    sock.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], s.port)).into()).unwrap();
-    sock.into()
 }
